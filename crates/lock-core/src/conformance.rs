@@ -1,0 +1,404 @@
+//! The conformance suite: the behaviour every [`DistributedLock`] must show, runnable against any
+//! implementation (feature `conformance`).
+//!
+//! Implement [`LockFactory`] for your backend and expand [`conformance_tests!`](crate::conformance_tests)
+//! in a test module; every check becomes its own `#[tokio::test]`:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use lock_core::conformance::LockFactory;
+//! use lock_core::{DistributedLock, InMemoryLock};
+//!
+//! struct Memory(InMemoryLock);
+//!
+//! #[async_trait::async_trait]
+//! impl LockFactory for Memory {
+//!     async fn client(&self) -> Arc<dyn DistributedLock> {
+//!         Arc::new(self.0.clone())
+//!     }
+//!     fn watchdog_timeout(&self) -> Duration {
+//!         Duration::from_secs(1)
+//!     }
+//! }
+//!
+//! // In a test module:
+//! // lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });
+//! ```
+//!
+//! Checks wait on events with generous deadlines; the only lower bounds asserted are the ones
+//! the contract makes (a waiter never gives up before its wait time, a fixed lease is never
+//! granted again before it ends).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::{
+    AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
+    LockHandle, LostReason, MAX_WAIT, ReleaseOutcome,
+};
+
+/// Slack added to every upper bound, for a loaded 2-core CI machine.
+const SLACK: Duration = Duration::from_secs(5);
+/// A wait long enough that only a broken implementation runs out of it.
+const LONG_WAIT: Duration = Duration::from_secs(30);
+
+/// Builds clients of one shared backend for the suite.
+#[async_trait]
+pub trait LockFactory: Send + Sync + 'static {
+    /// A new, independent client of the shared backend — its own connection, as another pod would
+    /// have. Clients must use the factory's [`watchdog_timeout`](LockFactory::watchdog_timeout)
+    /// and a default wait time of at least 1 s.
+    async fn client(&self) -> Arc<dyn DistributedLock>;
+
+    /// The watchdog timeout the clients use. Keep it short (1–2 s) so the suite runs quickly.
+    fn watchdog_timeout(&self) -> Duration;
+
+    /// The backend's command timeout: how far past its wait time an acquire may return.
+    /// Default: 0 (an in-process backend).
+    fn command_timeout(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A key no other check (or concurrent run) uses.
+pub fn unique_key(check: &str) -> String {
+    format!("conformance:{check}:{:016x}", rand::random::<u64>())
+}
+
+fn wait(d: Duration) -> AcquireOptions {
+    AcquireOptions::new(Lease::Watchdog).wait(d)
+}
+
+fn expect_held_by(err: LockError, holder: &LockHandle) -> Duration {
+    match err {
+        LockError::AcquisitionFailed {
+            reason:
+                AcquireFailure::HeldByAnotherOwner {
+                    holder: seen,
+                    waited,
+                    ..
+                },
+            ..
+        } => {
+            assert_eq!(
+                seen,
+                holder.owner(),
+                "the error must name the current holder"
+            );
+            waited
+        }
+        other => panic!(
+            "expected held_by_another_owner naming {}, got: {other}",
+            holder.owner()
+        ),
+    }
+}
+
+/// Many tasks on several clients hammer one key; never two inside at once, every iteration done.
+pub async fn mutual_exclusion(factory: &dyn LockFactory) {
+    const CLIENTS: usize = 3;
+    const TASKS_PER_CLIENT: usize = 3;
+    const ITERATIONS: usize = 15;
+    let key = Arc::new(unique_key("mutual-exclusion"));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_inside = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let client = factory.client().await;
+        for _ in 0..TASKS_PER_CLIENT {
+            let (client, key, inside, max_inside, done) = (
+                Arc::clone(&client),
+                Arc::clone(&key),
+                Arc::clone(&inside),
+                Arc::clone(&max_inside),
+                Arc::clone(&done),
+            );
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ITERATIONS {
+                    let handle = client
+                        .acquire_with(&key, wait(LONG_WAIT))
+                        .await
+                        .unwrap_or_else(|e| panic!("acquire under contention failed: {e}"));
+                    let now_inside = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_inside.fetch_max(now_inside, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("worker task panicked");
+    }
+    assert_eq!(max_inside.load(Ordering::SeqCst), 1, "two holders at once");
+    assert_eq!(
+        done.load(Ordering::SeqCst),
+        CLIENTS * TASKS_PER_CLIENT * ITERATIONS
+    );
+}
+
+/// A waiter on a held key gives up no earlier than its wait time and no later than wait time
+/// plus one command timeout (plus slack), with the holder named in the error.
+pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
+    let key = unique_key("wait-time");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let held = a.acquire(&key, Lease::Watchdog).await.unwrap();
+    let wait_time = Duration::from_millis(700);
+    let started = Instant::now();
+    let err = b.acquire_with(&key, wait(wait_time)).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(elapsed >= wait_time, "gave up early, after {elapsed:?}");
+    assert!(
+        elapsed <= wait_time + factory.command_timeout() + SLACK,
+        "overran the wait time: {elapsed:?}"
+    );
+    assert_eq!(err.http_status(), 503);
+    let waited = expect_held_by(err, &held);
+    assert!(waited >= wait_time, "reported waited {waited:?}");
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// A wait of zero is one attempt: a held key fails at once, naming the holder and its TTL.
+pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
+    let key = unique_key("zero-wait");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let held = a
+        .acquire(&key, Lease::Fixed(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = b.try_acquire(&key, Lease::Watchdog).await.unwrap_err();
+    assert!(started.elapsed() <= factory.command_timeout() + SLACK);
+    if let Some(AcquireFailure::HeldByAnotherOwner { ttl: Some(ttl), .. }) = err.acquire_failure() {
+        assert!(
+            *ttl <= Duration::from_secs(60),
+            "TTL {ttl:?} above the lease"
+        );
+        assert!(
+            *ttl > Duration::from_secs(30),
+            "TTL {ttl:?} far below the fresh lease"
+        );
+    }
+    expect_held_by(err, &held);
+    drop(held);
+}
+
+/// A fixed lease ends on its own: nobody else gets the key before it ends, someone does after,
+/// and the old holder learns it is no longer held.
+pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
+    let key = unique_key("fixed-lease");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let lease = Duration::from_millis(600);
+    let before_grant = Instant::now();
+    let old = a.acquire(&key, Lease::Fixed(lease)).await.unwrap();
+    let new = b.acquire_with(&key, wait(LONG_WAIT)).await.unwrap();
+    let granted_after = before_grant.elapsed();
+    assert!(
+        granted_after >= lease,
+        "granted again after {granted_after:?}, before the {lease:?} lease ended"
+    );
+    assert!(
+        !old.is_held(),
+        "the expired holder still believes it holds the lock"
+    );
+    assert!(new.fencing_token() > old.fencing_token());
+    assert_eq!(new.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// A watchdog lease outlives three watchdog timeouts while its holder lives.
+pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory) {
+    let key = unique_key("watchdog");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let held = a.acquire(&key, Lease::Watchdog).await.unwrap();
+    tokio::time::sleep(factory.watchdog_timeout() * 3).await;
+    assert!(held.is_held(), "the watchdog let the lease lapse");
+    let err = b.try_acquire(&key, Lease::Watchdog).await.unwrap_err();
+    expect_held_by(err, &held);
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let again = b.try_acquire(&key, Lease::Watchdog).await.unwrap();
+    drop(again);
+}
+
+/// Dropping a handle frees the lock long before its lease would end, and wakes a waiter.
+pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
+    let key = unique_key("drop");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let lease = Duration::from_secs(120);
+    let held = a.acquire(&key, Lease::Fixed(lease)).await.unwrap();
+    let waiter = {
+        let (b, key) = (Arc::clone(&b), key.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let handle = b.acquire_with(&key, wait(LONG_WAIT)).await;
+            (handle, started.elapsed())
+        })
+    };
+    // Let the waiter find the key held before the drop (the outcome is the same either way).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(held);
+    let (handle, waited) = waiter.await.unwrap();
+    let handle = handle.expect("the dropped lock was not handed to the waiter");
+    assert!(waited < LONG_WAIT, "{waited:?}");
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    // The same holds for a watchdog lease.
+    let held = a.acquire(&key, Lease::Watchdog).await.unwrap();
+    drop(held);
+    let next = b.acquire_with(&key, wait(LONG_WAIT)).await.unwrap();
+    drop(next);
+}
+
+/// Releasing a lease that already ended reports `NotHeld` and leaves the new holder in place.
+pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn LockFactory) {
+    let key = unique_key("owner-checked-release");
+    let (a, b, c) = (
+        factory.client().await,
+        factory.client().await,
+        factory.client().await,
+    );
+    let old = a
+        .acquire(&key, Lease::Fixed(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(SLACK, old.lost()).await;
+    assert_eq!(
+        lost.expect("lost() did not fire for an ended fixed lease"),
+        LostReason::Expired
+    );
+    let new = b.acquire_with(&key, wait(LONG_WAIT)).await.unwrap();
+    assert_eq!(old.release().await.unwrap(), ReleaseOutcome::NotHeld);
+    let err = c.try_acquire(&key, Lease::Watchdog).await.unwrap_err();
+    expect_held_by(err, &new);
+    assert!(new.is_held());
+    assert_eq!(new.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// Fencing tokens strictly increase across grants of one key, whichever client gets them.
+pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
+    let key = unique_key("fencing");
+    let clients = [factory.client().await, factory.client().await];
+    let mut last = 0;
+    for i in 0..40 {
+        let handle = clients[i % 2]
+            .acquire_with(&key, wait(LONG_WAIT))
+            .await
+            .unwrap();
+        let token = handle.fencing_token();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+        assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// Bad keys and durations fail with `LOCK_INVALID_ARGUMENT` and take nothing.
+pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
+    let client = factory.client().await;
+    let bad_keys = [
+        String::new(),
+        "x".repeat(crate::MAX_KEY_BYTES + 1),
+        "a\nb".to_owned(),
+    ];
+    for key in &bad_keys {
+        let err = client.try_acquire(key, Lease::Watchdog).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidKey { .. }),
+            "{key:?}: {err}"
+        );
+    }
+    let key = unique_key("invalid");
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(1),
+        crate::MAX_LEASE * 2,
+    ] {
+        let err = client
+            .try_acquire(&key, Lease::Fixed(lease))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidArgument { name: "lease", .. }),
+            "{err}"
+        );
+    }
+    let err = client
+        .acquire_with(&key, wait(MAX_WAIT + Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::InvalidArgument { name: "wait", .. }),
+        "{err}"
+    );
+    // Nothing was taken by the rejected calls.
+    let handle = client.try_acquire(&key, Lease::Watchdog).await.unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// `with_lock` runs its section once when granted, never when not, and releases afterwards.
+pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
+    let key = unique_key("with-lock");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&runs);
+    let value = a
+        .with_lock(&key, Lease::Watchdog, || async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            "done"
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, "done");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Released afterwards: another client gets it at once.
+    let held = b.try_acquire(&key, Lease::Watchdog).await.unwrap();
+    let counted = Arc::clone(&runs);
+    let err = a
+        .with_lock_opts(&key, wait(Duration::ZERO), || async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), crate::LockErrorCode::LockAcquisitionFailed);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the section ran without the lock"
+    );
+    drop(held);
+}
+
+/// Expands to one `#[tokio::test]` per conformance check, each with a fresh factory from
+/// `$factory` (an expression evaluating to a future of a [`LockFactory`]). The calling crate needs
+/// `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($factory:expr) => {
+        $crate::conformance_tests!(@each $factory;
+            mutual_exclusion,
+            wait_time_is_honoured,
+            zero_wait_is_one_attempt,
+            fixed_lease_expires,
+            watchdog_keeps_the_lock_past_its_timeout,
+            dropping_a_handle_frees_the_lock,
+            releasing_an_expired_lease_spares_the_new_holder,
+            fencing_tokens_increase,
+            invalid_arguments_are_rejected,
+            with_lock_runs_only_when_granted,
+        );
+    };
+    (@each $factory:expr; $($check:ident),+ $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let factory = $factory.await;
+                $crate::conformance::$check(&factory).await;
+            }
+        )+
+    };
+}

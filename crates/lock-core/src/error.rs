@@ -1,0 +1,313 @@
+//! Errors of the lock port: one enum, a stable code per variant, and a details map for problem bodies.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// A boxed cause from a backend (a Redis error, an I/O error). The port stays backend-free by
+/// carrying causes as trait objects.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The stable, machine-readable code of a [`LockError`].
+///
+/// Codes are part of the public contract: dashboards and problem bodies key on them, so a code is
+/// never renamed. [`LockErrorCode::as_str`] gives the wire form (`LOCK_ACQUISITION_FAILED`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockErrorCode {
+    /// The lock was not acquired and the critical section must not run (fail closed): another
+    /// owner held it for the whole wait time, or the backend was unreachable, slow or refusing.
+    /// HTTP 503.
+    LockAcquisitionFailed,
+    /// An owner-checked release could not be confirmed (backend unreachable or failing). The lease
+    /// still ends at its TTL. HTTP 503.
+    LockReleaseFailed,
+    /// The caller passed a key or duration the lock does not accept. Nothing was sent to the
+    /// backend. HTTP 500: a bad key or lease is a defect in the calling service.
+    LockInvalidArgument,
+    /// The lock is switched off (`telco.platform.lock.enabled = false`) and no backend exists.
+    /// HTTP 503.
+    LockDisabled,
+}
+
+impl LockErrorCode {
+    /// The wire form of the code, e.g. `"LOCK_ACQUISITION_FAILED"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LockErrorCode::LockAcquisitionFailed => "LOCK_ACQUISITION_FAILED",
+            LockErrorCode::LockReleaseFailed => "LOCK_RELEASE_FAILED",
+            LockErrorCode::LockInvalidArgument => "LOCK_INVALID_ARGUMENT",
+            LockErrorCode::LockDisabled => "LOCK_DISABLED",
+        }
+    }
+
+    /// The HTTP status a service should answer with when this error ends a request.
+    pub const fn http_status(self) -> u16 {
+        match self {
+            LockErrorCode::LockAcquisitionFailed
+            | LockErrorCode::LockReleaseFailed
+            | LockErrorCode::LockDisabled => 503,
+            LockErrorCode::LockInvalidArgument => 500,
+        }
+    }
+}
+
+impl fmt::Display for LockErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an acquisition failed. Every variant means the same to the caller — the lock is not held,
+/// do not run the critical section — but on-call needs to tell contention from an outage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcquireFailure {
+    /// Another owner held the lock for the whole wait time.
+    #[error("held by another owner `{holder}` ({}) after waiting {}", fmt_ttl(*.ttl), fmt_ms(*.waited))]
+    HeldByAnotherOwner {
+        /// The holder's owner token (instance id, then a per-acquisition suffix) as last seen.
+        holder: String,
+        /// The holder's remaining TTL as last seen; `None` if the backend did not report one.
+        ttl: Option<Duration>,
+        /// How long this call waited before giving up.
+        waited: Duration,
+    },
+    /// The backend could not be reached, timed out, or answered with an error. Whether the lock is
+    /// held by anyone is unknown; any grant this call may have caused has been released.
+    #[error("backend unavailable: {cause}")]
+    BackendUnavailable {
+        /// The backend's error.
+        #[source]
+        cause: BoxError,
+    },
+    /// The grant arrived so late that its lease had already run out on the local clock, so it was
+    /// handed back instead of being reported as held.
+    #[error("the grant arrived after its {} lease had run out (backend too slow); it was released", fmt_ms(*.lease))]
+    LeaseExpiredBeforeGrant {
+        /// The lease that was requested.
+        lease: Duration,
+    },
+}
+
+impl AcquireFailure {
+    /// The stable `reason` value of the details map: `held_by_another_owner`,
+    /// `backend_unavailable` or `lease_expired_before_grant`.
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            AcquireFailure::HeldByAnotherOwner { .. } => "held_by_another_owner",
+            AcquireFailure::BackendUnavailable { .. } => "backend_unavailable",
+            AcquireFailure::LeaseExpiredBeforeGrant { .. } => "lease_expired_before_grant",
+        }
+    }
+}
+
+/// The error of every fallible lock operation.
+///
+/// Use [`LockError::code`] for the stable [`LockErrorCode`], [`LockError::http_status`] for the
+/// status to answer with, and [`LockError::details`] for a problem body (`lockKey`, `reason`, …).
+/// `Display` is one sentence naming the key and what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock was not acquired; the critical section did not run. Code
+    /// `LOCK_ACQUISITION_FAILED`.
+    #[error("lock `{key}` was not acquired: {reason}")]
+    AcquisitionFailed {
+        /// The lock key as the caller gave it.
+        key: String,
+        /// Why: contention or an unavailable backend.
+        #[source]
+        reason: AcquireFailure,
+    },
+    /// An owner-checked release could not be confirmed; the lease still ends at its TTL. Code
+    /// `LOCK_RELEASE_FAILED`.
+    #[error("lock `{key}` release was not confirmed (the lease still ends at its TTL): {cause}")]
+    ReleaseFailed {
+        /// The lock key.
+        key: String,
+        /// The backend's error.
+        #[source]
+        cause: BoxError,
+    },
+    /// The key is not accepted; nothing was sent to the backend. Code `LOCK_INVALID_ARGUMENT`.
+    #[error("invalid lock key {key:?}: {problem}; {}", crate::key::KEY_RULES)]
+    InvalidKey {
+        /// The rejected key (escaped by `Debug`, so control characters stay visible).
+        key: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// A duration or other argument is out of range; nothing was sent to the backend. Code
+    /// `LOCK_INVALID_ARGUMENT`.
+    #[error("invalid {name} {value}: {problem}")]
+    InvalidArgument {
+        /// The argument or setting, e.g. `lease` or `wait`.
+        name: &'static str,
+        /// The rejected value as given.
+        value: String,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
+    /// The lock is switched off by configuration. Code `LOCK_DISABLED`.
+    #[error(
+        "the distributed lock is disabled ({detail}); no Redis connection exists. Set telco.platform.lock.enabled = true to use it"
+    )]
+    Disabled {
+        /// Where the switch was set, e.g. `telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED`.
+        detail: String,
+    },
+}
+
+impl LockError {
+    /// The stable code of this error.
+    pub fn code(&self) -> LockErrorCode {
+        match self {
+            LockError::AcquisitionFailed { .. } => LockErrorCode::LockAcquisitionFailed,
+            LockError::ReleaseFailed { .. } => LockErrorCode::LockReleaseFailed,
+            LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => {
+                LockErrorCode::LockInvalidArgument
+            }
+            LockError::Disabled { .. } => LockErrorCode::LockDisabled,
+        }
+    }
+
+    /// The HTTP status for this error: 503 for fail-closed errors (acquisition, release,
+    /// disabled), 500 for invalid arguments.
+    pub fn http_status(&self) -> u16 {
+        self.code().http_status()
+    }
+
+    /// The lock key this error is about, if any.
+    pub fn lock_key(&self) -> Option<&str> {
+        match self {
+            LockError::AcquisitionFailed { key, .. }
+            | LockError::ReleaseFailed { key, .. }
+            | LockError::InvalidKey { key, .. } => Some(key),
+            LockError::InvalidArgument { .. } | LockError::Disabled { .. } => None,
+        }
+    }
+
+    /// Why an acquisition failed, for [`LockError::AcquisitionFailed`].
+    pub fn acquire_failure(&self) -> Option<&AcquireFailure> {
+        match self {
+            LockError::AcquisitionFailed { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// A details map for problem bodies and structured logs. Keys are camelCase and stable:
+    /// `code`, `lockKey`, `reason` (see [`AcquireFailure::reason`], or `release_failed`,
+    /// `invalid_key`, `invalid_argument`, `disabled`), and where known `holder`, `holderTtlMs`,
+    /// `waitedMs`, `argument`, `message`.
+    pub fn details(&self) -> BTreeMap<&'static str, String> {
+        let mut details = BTreeMap::new();
+        details.insert("code", self.code().as_str().to_owned());
+        details.insert("message", self.to_string());
+        if let Some(key) = self.lock_key() {
+            details.insert("lockKey", key.to_owned());
+        }
+        let reason = match self {
+            LockError::AcquisitionFailed { reason, .. } => {
+                if let AcquireFailure::HeldByAnotherOwner {
+                    holder,
+                    ttl,
+                    waited,
+                } = reason
+                {
+                    details.insert("holder", holder.clone());
+                    if let Some(ttl) = ttl {
+                        details.insert("holderTtlMs", ttl.as_millis().to_string());
+                    }
+                    details.insert("waitedMs", waited.as_millis().to_string());
+                }
+                reason.reason()
+            }
+            LockError::ReleaseFailed { .. } => "release_failed",
+            LockError::InvalidKey { .. } => "invalid_key",
+            LockError::InvalidArgument { name, .. } => {
+                details.insert("argument", (*name).to_owned());
+                "invalid_argument"
+            }
+            LockError::Disabled { .. } => "disabled",
+        };
+        details.insert("reason", reason.to_owned());
+        details
+    }
+
+    /// Shorthand for an [`LockError::AcquisitionFailed`] caused by the backend.
+    pub fn backend_unavailable(key: impl Into<String>, cause: impl Into<BoxError>) -> Self {
+        LockError::AcquisitionFailed {
+            key: key.into(),
+            reason: AcquireFailure::BackendUnavailable {
+                cause: cause.into(),
+            },
+        }
+    }
+}
+
+fn fmt_ttl(ttl: Option<Duration>) -> String {
+    match ttl {
+        Some(ttl) => format!("TTL {}", fmt_ms(ttl)),
+        None => "TTL unknown".to_owned(),
+    }
+}
+
+/// Formats a duration as milliseconds for humans: `1500 ms`.
+pub(crate) fn fmt_ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_by_another_owner_details_name_holder_ttl_and_wait() {
+        let err = LockError::AcquisitionFailed {
+            key: "bill-run:2026-11".into(),
+            reason: AcquireFailure::HeldByAnotherOwner {
+                holder: "pod-a/1f/3".into(),
+                ttl: Some(Duration::from_millis(2900)),
+                waited: Duration::from_millis(1000),
+            },
+        };
+        assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed);
+        assert_eq!(err.http_status(), 503);
+        let d = err.details();
+        assert_eq!(d["code"], "LOCK_ACQUISITION_FAILED");
+        assert_eq!(d["lockKey"], "bill-run:2026-11");
+        assert_eq!(d["reason"], "held_by_another_owner");
+        assert_eq!(d["holder"], "pod-a/1f/3");
+        assert_eq!(d["holderTtlMs"], "2900");
+        assert_eq!(d["waitedMs"], "1000");
+        let text = err.to_string();
+        assert!(
+            text.contains("bill-run:2026-11") && text.contains("pod-a/1f/3"),
+            "{text}"
+        );
+        assert!(text.contains("2900 ms"), "{text}");
+    }
+
+    #[test]
+    fn backend_unavailable_is_told_apart_from_contention() {
+        let err = LockError::backend_unavailable("k", "connection refused");
+        assert_eq!(err.http_status(), 503);
+        let d = err.details();
+        assert_eq!(d["reason"], "backend_unavailable");
+        assert!(!d.contains_key("holder"));
+        assert!(err.to_string().contains("connection refused"));
+    }
+
+    #[test]
+    fn invalid_arguments_are_500_and_name_the_argument() {
+        let err = LockError::InvalidArgument {
+            name: "lease",
+            value: "0 ms".into(),
+            problem: "must be at least 100 ms".into(),
+        };
+        assert_eq!(err.code().as_str(), "LOCK_INVALID_ARGUMENT");
+        assert_eq!(err.http_status(), 500);
+        assert_eq!(err.details()["argument"], "lease");
+    }
+}

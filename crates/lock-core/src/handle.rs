@@ -1,0 +1,381 @@
+//! The held side of a lock: [`LockHandle`], its lease status, and the hook a backend implements to
+//! release it.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::lease::Lease;
+
+/// What an owner-checked release found.
+#[must_use = "a release that found the lease gone means the critical section may have overlapped another holder"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// This owner still held the lock; it is now free and waiters were woken.
+    Released,
+    /// The lease had already ended (expired, lost, or taken over); nothing was deleted, and
+    /// whoever holds the key now keeps it.
+    NotHeld,
+}
+
+/// Why a held lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The local deadline (last confirmed expiry minus a safety margin) passed without a
+    /// confirmed renewal. Fires before the backend can grant the key to someone else.
+    Expired,
+    /// A renewal found the key gone or held by another owner.
+    NotOwner,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "the lease ran out without a confirmed renewal",
+            LostReason::NotOwner => "the key was gone or held by another owner at renewal",
+        })
+    }
+}
+
+/// The status of one lease as the holder's process knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Held until `valid_until` on the local monotonic clock; `None` means no deadline (the
+    /// in-process implementation's watchdog leases).
+    Held {
+        /// The local deadline: last confirmed expiry minus a safety margin.
+        valid_until: Option<Instant>,
+    },
+    /// Released by the holder (explicitly or by dropping the handle).
+    Released,
+    /// Lost while held.
+    Lost(LostReason),
+}
+
+/// Shared, observable status of one lease: the backend writes it (grants, renewals, losses), the
+/// [`LockHandle`] reads it. Cheap to clone.
+///
+/// Transitions are one-way: `Held → Released` or `Held → Lost`. A deadline that has passed counts
+/// as lost even if a late renewal confirmation arrives, so `lost()` and `is_held()` never
+/// contradict each other.
+#[derive(Clone)]
+pub struct LeaseState {
+    tx: Arc<watch::Sender<LeaseStatus>>,
+}
+
+impl fmt::Debug for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LeaseState").field(&self.status()).finish()
+    }
+}
+
+impl LeaseState {
+    /// A newly granted lease, valid until `valid_until` (`None`: no deadline).
+    pub fn new(valid_until: Option<Instant>) -> Self {
+        let (tx, _) = watch::channel(LeaseStatus::Held { valid_until });
+        LeaseState { tx: Arc::new(tx) }
+    }
+
+    /// The current status, with a passed deadline reported (and recorded) as
+    /// [`LostReason::Expired`].
+    pub fn status(&self) -> LeaseStatus {
+        self.expire_if_due();
+        *self.tx.borrow()
+    }
+
+    /// Whether the lease is held now: granted, not released, not lost, deadline not passed.
+    pub fn is_held(&self) -> bool {
+        matches!(self.status(), LeaseStatus::Held { .. })
+    }
+
+    /// Records a confirmed renewal: the lease is now valid until `valid_until`.
+    ///
+    /// Returns `false` (and changes nothing) if the lease is no longer held — released, lost, or
+    /// its previous deadline already passed — so the caller stops renewing it.
+    pub fn confirm(&self, valid_until: Instant) -> bool {
+        self.expire_if_due();
+        let mut still_held = false;
+        self.tx.send_if_modified(|status| match status {
+            LeaseStatus::Held { valid_until: old } => {
+                still_held = true;
+                let newer = old.is_some_and(|old| valid_until > old);
+                if newer {
+                    *old = Some(valid_until);
+                }
+                newer
+            }
+            _ => false,
+        });
+        still_held
+    }
+
+    /// Records that the lease was lost; no effect if it was already released or lost.
+    pub fn mark_lost(&self, reason: LostReason) {
+        self.tx.send_if_modified(|status| match status {
+            LeaseStatus::Held { .. } => {
+                *status = LeaseStatus::Lost(reason);
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Records that the holder released the lease; no effect if it was already lost. After this,
+    /// `lost()` never fires.
+    pub fn mark_released(&self) {
+        self.tx.send_if_modified(|status| match status {
+            LeaseStatus::Held { .. } => {
+                *status = LeaseStatus::Released;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    fn expire_if_due(&self) {
+        let now = Instant::now();
+        self.tx.send_if_modified(|status| match status {
+            LeaseStatus::Held {
+                valid_until: Some(deadline),
+            } if *deadline <= now => {
+                *status = LeaseStatus::Lost(LostReason::Expired);
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Completes when the lease is lost; never completes once it is released.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        let state = self.clone();
+        async move {
+            let mut rx = state.tx.subscribe();
+            loop {
+                let status = *rx.borrow_and_update();
+                match status {
+                    LeaseStatus::Lost(reason) => return reason,
+                    LeaseStatus::Released => std::future::pending::<()>().await,
+                    LeaseStatus::Held { valid_until: None } => {
+                        // The sender lives in `state`, so `changed` only returns on a change.
+                        let _ = rx.changed().await;
+                    }
+                    LeaseStatus::Held {
+                        valid_until: Some(deadline),
+                    } => {
+                        tokio::select! {
+                            _ = rx.changed() => {}
+                            () = tokio::time::sleep_until(deadline) => state.expire_if_due(),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Implemented by backends: how a [`LockHandle`] gives its lock back.
+///
+/// # Contract
+/// - Both methods release only this acquisition's lease (owner-checked): a lock that has passed to
+///   another owner is never touched.
+/// - Both stop any renewal of this lease at once.
+/// - [`release_in_background`](LeaseRelease::release_in_background) runs from `Drop`: it must not
+///   block and must not panic, also when no async runtime is running; if the release cannot be
+///   sent, the lease simply ends at its TTL.
+#[async_trait]
+pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
+    /// Releases the lease and reports whether it was still held.
+    ///
+    /// # Errors
+    /// [`LockError::ReleaseFailed`] when the backend could not confirm the release.
+    async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError>;
+
+    /// Releases the lease without waiting for the outcome (best effort).
+    fn release_in_background(self: Box<Self>);
+}
+
+/// A held lock. Release it with [`LockHandle::release`] to learn the outcome; dropping it also
+/// releases (in the background, best effort) and stops renewal at once.
+///
+/// ```
+/// # use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// # let lock = InMemoryLock::new();
+/// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+/// assert!(handle.is_held());
+/// let token = handle.fencing_token(); // pass it to the store you write to
+/// # let _ = token;
+/// // … the critical section …
+/// assert_eq!(handle.release().await?, ReleaseOutcome::Released);
+/// # Ok(()) }
+/// ```
+pub struct LockHandle {
+    key: String,
+    lease: Lease,
+    owner: String,
+    fencing_token: u64,
+    state: LeaseState,
+    release: Option<Box<dyn LeaseRelease>>,
+}
+
+impl fmt::Debug for LockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockHandle")
+            .field("key", &self.key)
+            .field("lease", &self.lease)
+            .field("owner", &self.owner)
+            .field("fencing_token", &self.fencing_token)
+            .field("status", &self.state.status())
+            .finish()
+    }
+}
+
+impl LockHandle {
+    /// Builds a handle for a grant. For implementations of [`crate::DistributedLock`].
+    pub fn new(
+        key: impl Into<String>,
+        lease: Lease,
+        owner: impl Into<String>,
+        fencing_token: u64,
+        state: LeaseState,
+        release: Box<dyn LeaseRelease>,
+    ) -> Self {
+        LockHandle {
+            key: key.into(),
+            lease,
+            owner: owner.into(),
+            fencing_token,
+            state,
+            release: Some(release),
+        }
+    }
+
+    /// The lock key as the caller gave it.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The lease this lock was granted with.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// This acquisition's owner token: the instance id (host or pod name), then a suffix unique
+    /// to this acquisition. Other clients see it as the holder.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The fencing token of this grant: strictly greater than the token of every earlier grant of
+    /// the same key. Hand it to the store the critical section writes to, and have the store
+    /// reject writes carrying a smaller token than it has seen; that is what makes a paused or
+    /// partitioned holder harmless.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// Whether the lease is held now: not released, not lost, and its local deadline (last
+    /// confirmed expiry minus a safety margin) not passed.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// The current lease status.
+    pub fn status(&self) -> LeaseStatus {
+        self.state.status()
+    }
+
+    /// A future that completes when the lease is lost: a renewal found the key gone or owned by
+    /// someone else, or the local deadline passed without a confirmed renewal. It never
+    /// completes after a release. It owns what it needs, so it can be spawned or kept after the
+    /// handle moves.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        self.state.lost()
+    }
+
+    /// Releases the lock (owner-checked) and reports whether the lease was still held. Renewal
+    /// stops at once, whatever the outcome.
+    ///
+    /// # Errors
+    /// [`LockError::ReleaseFailed`] (code `LOCK_RELEASE_FAILED`) when the backend could not
+    /// confirm the release; the lease then ends at its TTL.
+    pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
+        let was_held = self.state.is_held();
+        self.state.mark_released();
+        match self.release.take() {
+            Some(release) => {
+                let outcome = release.release().await?;
+                // A lease this process already reported lost must not be reported as released,
+                // even if the key happened to outlive our safety margin.
+                Ok(if was_held {
+                    outcome
+                } else {
+                    ReleaseOutcome::NotHeld
+                })
+            }
+            None => Ok(ReleaseOutcome::NotHeld),
+        }
+    }
+}
+
+impl Drop for LockHandle {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            self.state.mark_released();
+            release.release_in_background();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_deadline_is_lost_and_stays_lost() {
+        let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(1)));
+        assert!(state.is_held());
+        let lost = tokio::spawn(state.lost());
+        tokio::time::sleep(Duration::from_millis(1001)).await;
+        assert_eq!(lost.await.unwrap(), LostReason::Expired);
+        assert!(!state.is_held());
+        // A late confirmation does not resurrect it.
+        assert!(!state.confirm(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(state.status(), LeaseStatus::Lost(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn confirmations_push_the_deadline_out() {
+        let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(1)));
+        let mut lost = Box::pin(state.lost());
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(state.confirm(Instant::now() + Duration::from_secs(1)));
+            assert!(futures_poll_once(&mut lost).await.is_none());
+        }
+        state.mark_lost(LostReason::NotOwner);
+        assert_eq!(lost.await, LostReason::NotOwner);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_never_fires_after_release() {
+        let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(1)));
+        state.mark_released();
+        state.mark_lost(LostReason::NotOwner);
+        let fired = tokio::time::timeout(Duration::from_secs(60), state.lost()).await;
+        assert!(fired.is_err(), "lost() fired after release");
+        assert_eq!(state.status(), LeaseStatus::Released);
+    }
+
+    async fn futures_poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
+        tokio::time::timeout(Duration::ZERO, f).await.ok()
+    }
+}

@@ -1,0 +1,94 @@
+//! Lock key validation, shared by every implementation so they accept exactly the same names.
+
+use crate::error::LockError;
+
+/// The longest accepted lock key, in bytes of UTF-8.
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// What a valid key looks like, quoted in every [`LockError::InvalidKey`].
+pub(crate) const KEY_RULES: &str = "a lock key is 1 to 512 bytes of UTF-8 with no control characters (braces, spaces and unicode are fine)";
+
+/// Checks a lock key before anything is sent to a backend.
+///
+/// Accepted: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8 without control characters (`char::is_control`:
+/// newlines, tabs, NUL, DEL, …). Spaces, unicode, `:` and braces are accepted; backends that give
+/// braces a meaning (Redis Cluster hash tags) encode them.
+///
+/// # Errors
+/// [`LockError::InvalidKey`] (code `LOCK_INVALID_ARGUMENT`) naming the problem.
+pub fn validate_key(key: &str) -> Result<(), LockError> {
+    let problem = if key.is_empty() {
+        Some("it is empty")
+    } else if key.len() > MAX_KEY_BYTES {
+        Some("it is longer than 512 bytes")
+    } else if key.chars().any(char::is_control) {
+        Some("it contains a control character")
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(LockError::InvalidKey {
+            key: truncate_for_display(key),
+            problem,
+        }),
+    }
+}
+
+/// Keeps error messages readable when someone passes a megabyte as a key.
+fn truncate_for_display(key: &str) -> String {
+    const SHOWN: usize = 64;
+    if key.len() <= SHOWN {
+        return key.to_owned();
+    }
+    let mut end = SHOWN;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &key[..end], key.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_names() {
+        for key in [
+            "bill-run:2026-11",
+            "msisdn reaper",
+            "{braces}",
+            "}",
+            "ünïcødé-🔒",
+            &"x".repeat(MAX_KEY_BYTES),
+        ] {
+            validate_key(key).unwrap_or_else(|e| panic!("{key:?} rejected: {e}"));
+        }
+    }
+
+    #[test]
+    fn rejects_empty_long_and_control_characters_with_the_reason() {
+        let cases = [
+            ("", "empty"),
+            (&*"x".repeat(MAX_KEY_BYTES + 1), "longer than 512 bytes"),
+            ("a\nb", "control character"),
+            ("a\0b", "control character"),
+            ("tab\there", "control character"),
+            ("del\u{7f}", "control character"),
+        ];
+        for (key, expected) in cases {
+            let err = validate_key(key).expect_err(key);
+            let text = err.to_string();
+            assert!(text.contains(expected), "{key:?}: {text}");
+            assert_eq!(err.http_status(), 500);
+        }
+    }
+
+    #[test]
+    fn long_keys_are_truncated_in_the_message_on_a_char_boundary() {
+        let key = "é".repeat(400);
+        let text = validate_key(&key).unwrap_err().to_string();
+        assert!(text.contains("(800 bytes)"), "{text}");
+        assert!(text.len() < 400, "{text}");
+    }
+}

@@ -1,0 +1,165 @@
+//! Lease modes and the duration bounds every implementation enforces.
+
+use std::time::Duration;
+
+use crate::error::{LockError, fmt_ms};
+
+/// The shortest accepted fixed lease: 100 ms. Shorter leases would end within a few round trips,
+/// before the caller could do anything useful under them.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+/// The longest accepted fixed lease: 7 days. Longer work should use [`Lease::Watchdog`].
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest accepted wait time: 1 hour.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+/// The shortest accepted watchdog timeout: 1 s (renewed every third, so every 333 ms).
+pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest accepted watchdog timeout: 1 hour (a crashed holder blocks the key that long).
+pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How long a granted lock lives.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::Lease;
+///
+/// // Variable-length work (a bill run): held while this process lives, renewed by the watchdog.
+/// let long = Lease::Watchdog;
+/// // A bounded sweep: hard-expires after 10 s whatever happens, never renewed.
+/// let sweep = Lease::Fixed(Duration::from_secs(10));
+/// assert_eq!(Lease::default(), long);
+/// # let _ = sweep;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Lease {
+    /// Watchdog-managed (the default): the TTL is the configured `watchdog-timeout` (30 s by
+    /// default) and is renewed every third of it while the holder's process lives. A crashed
+    /// process stops renewing and the lock frees itself within one watchdog timeout.
+    #[default]
+    Watchdog,
+    /// A fixed lease: the lock hard-expires this long after it is granted and is never renewed.
+    /// Bounds: [`MIN_LEASE`] (100 ms) to [`MAX_LEASE`] (7 days).
+    Fixed(Duration),
+}
+
+impl Lease {
+    /// Checks the lease against [`MIN_LEASE`]..=[`MAX_LEASE`].
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming `lease`, the value and the accepted range.
+    pub fn validate(&self) -> Result<(), LockError> {
+        match *self {
+            Lease::Watchdog => Ok(()),
+            Lease::Fixed(d) => check_range("lease", d, MIN_LEASE, MAX_LEASE),
+        }
+    }
+
+    /// The TTL a grant gets under this lease, given the configured watchdog timeout.
+    pub fn ttl(&self, watchdog_timeout: Duration) -> Duration {
+        match *self {
+            Lease::Watchdog => watchdog_timeout,
+            Lease::Fixed(d) => d,
+        }
+    }
+}
+
+/// Checks a per-call or configured wait time: zero (one attempt) up to [`MAX_WAIT`].
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `wait`.
+pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
+    check_range("wait", wait, Duration::ZERO, MAX_WAIT)
+}
+
+/// Checks a watchdog timeout: [`MIN_WATCHDOG_TIMEOUT`] to [`MAX_WATCHDOG_TIMEOUT`].
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `watchdog-timeout`.
+pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
+    check_range(
+        "watchdog-timeout",
+        timeout,
+        MIN_WATCHDOG_TIMEOUT,
+        MAX_WATCHDOG_TIMEOUT,
+    )
+}
+
+fn check_range(
+    name: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), LockError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(LockError::InvalidArgument {
+        name,
+        value: fmt_ms(value),
+        problem: format!("accepted: {} to {}", humanize(min), humanize(max)),
+    })
+}
+
+fn humanize(d: Duration) -> String {
+    if d.is_zero() {
+        "0 ms".to_owned()
+    } else if d.subsec_nanos() == 0 && d.as_secs() % 3600 == 0 && d.as_secs() >= 3600 {
+        format!("{} h", d.as_secs() / 3600)
+    } else if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        fmt_ms(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_lease_bounds_are_enforced_and_named() {
+        assert!(Lease::Fixed(MIN_LEASE).validate().is_ok());
+        assert!(Lease::Fixed(MAX_LEASE).validate().is_ok());
+        assert!(Lease::Watchdog.validate().is_ok());
+        for bad in [
+            Duration::ZERO,
+            Duration::from_millis(99),
+            MAX_LEASE + Duration::from_secs(1),
+        ] {
+            let text = Lease::Fixed(bad).validate().unwrap_err().to_string();
+            assert!(text.starts_with("invalid lease"), "{text}");
+            assert!(text.contains("accepted: 100 ms to 168 h"), "{text}");
+        }
+    }
+
+    #[test]
+    fn wait_accepts_zero_and_rejects_over_an_hour() {
+        assert!(validate_wait(Duration::ZERO).is_ok());
+        assert!(validate_wait(MAX_WAIT).is_ok());
+        let text = validate_wait(MAX_WAIT + Duration::from_millis(1))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("invalid wait 3600001 ms"), "{text}");
+    }
+
+    #[test]
+    fn watchdog_timeout_must_leave_room_to_renew() {
+        assert!(validate_watchdog_timeout(Duration::from_secs(30)).is_ok());
+        let text = validate_watchdog_timeout(Duration::from_millis(500))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("watchdog-timeout") && text.contains("1 s to 1 h"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn ttl_uses_the_watchdog_timeout_only_for_watchdog_leases() {
+        let wd = Duration::from_secs(30);
+        assert_eq!(Lease::Watchdog.ttl(wd), wd);
+        assert_eq!(
+            Lease::Fixed(Duration::from_secs(2)).ttl(wd),
+            Duration::from_secs(2)
+        );
+    }
+}

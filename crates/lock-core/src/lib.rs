@@ -1,0 +1,65 @@
+//! # lock-core: the distributed-lock port
+//!
+//! A distributed lock here is **mutual exclusion per key across processes**: while one pod holds
+//! `bill-run:2026-11`, no other pod sharing the backend gets it. It is built for work that must run
+//! on exactly one replica at a time — a bill run for one billing period, a scheduled reaper that
+//! every replica would otherwise run at once.
+//!
+//! What you get:
+//! - **Leases.** Every grant is a lease: [`Lease::Watchdog`] (default) is renewed while your process
+//!   lives and frees itself within one watchdog timeout after a crash; [`Lease::Fixed`] hard-expires.
+//! - **Fail closed.** If the lock cannot be granted — held elsewhere for the whole wait time, or
+//!   the backend is down — you get [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`,
+//!   HTTP 503) and your critical section does not run.
+//! - **Owner-checked release.** Releasing a lease that already ended never frees someone else's lock.
+//! - **Fencing tokens and a lost-lease signal.** [`LockHandle::fencing_token`] increases with every
+//!   grant of a key; [`LockHandle::lost`] fires when the lease can no longer be trusted.
+//!
+//! What you do not get: a correctness proof. A lease can end under a holder that is paused (GC,
+//! SIGSTOP, a slow disk) and the next holder can start before the paused one notices. Where two
+//! concurrent runs would corrupt data, have the store check the fencing token, or enforce the
+//! invariant in the database.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LockError};
+//!
+//! async fn run_bill_run(lock: Arc<dyn DistributedLock>, period: &str) -> Result<u32, LockError> {
+//!     lock.with_lock(&format!("bill-run:{period}"), Lease::Watchdog, || async {
+//!         // … only one pod runs this for `period` at a time …
+//!         17 // invoices written
+//!     })
+//!     .await
+//! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
+//! assert_eq!(run_bill_run(lock, "2026-11").await.unwrap(), 17);
+//! # }
+//! ```
+//!
+//! Services get a Redis-backed `Arc<dyn DistributedLock>` from `lock-starter`; [`InMemoryLock`]
+//! stands in for unit tests. Implementations prove themselves with the conformance suite
+//! (`conformance` feature).
+
+mod error;
+mod handle;
+mod key;
+mod lease;
+mod lock;
+mod memory;
+mod owner;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
+pub use handle::{LeaseRelease, LeaseState, LeaseStatus, LockHandle, LostReason, ReleaseOutcome};
+pub use key::{MAX_KEY_BYTES, validate_key};
+pub use lease::{
+    Lease, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
+    validate_wait, validate_watchdog_timeout,
+};
+pub use lock::{AcquireOptions, DistributedLock, DistributedLockExt};
+pub use memory::{DEFAULT_WAIT_TIME, InMemoryLock};
+pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};

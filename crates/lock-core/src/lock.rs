@@ -1,0 +1,205 @@
+//! The port: [`DistributedLock`], its per-call options, and [`DistributedLockExt::with_lock`].
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::LockError;
+use crate::handle::{LockHandle, ReleaseOutcome};
+use crate::lease::Lease;
+
+/// Per-call options of an acquisition.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{AcquireOptions, Lease};
+///
+/// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO);
+/// assert_eq!(opts.wait_time(), Some(Duration::ZERO));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AcquireOptions {
+    lease: Lease,
+    wait: Option<Duration>,
+}
+
+impl AcquireOptions {
+    /// Options with this lease and the lock's configured wait time.
+    pub fn new(lease: Lease) -> Self {
+        AcquireOptions { lease, wait: None }
+    }
+
+    /// Overrides the configured wait time for this call: how long to wait for a held lock, from 0
+    /// (one attempt, no waiting) to [`crate::MAX_WAIT`] (1 hour).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The lease to request.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// The per-call wait time, if overridden.
+    pub fn wait_time(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// Validates the key, the lease and the wait before anything is sent to a backend.
+    /// Implementations call this first.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`] or [`LockError::InvalidArgument`] (code `LOCK_INVALID_ARGUMENT`).
+    pub fn validate(&self, key: &str) -> Result<(), LockError> {
+        crate::key::validate_key(key)?;
+        self.lease.validate()?;
+        if let Some(wait) = self.wait {
+            crate::lease::validate_wait(wait)?;
+        }
+        Ok(())
+    }
+}
+
+/// Mutual exclusion across processes: at most one holder per key at a time, for the length of a
+/// lease.
+///
+/// # Contract
+/// Every implementation passes the conformance suite (`lock_core::conformance`, feature
+/// `conformance`). In short:
+/// - **Exclusion.** While a lease is held, no other acquisition of the same key succeeds, in this
+///   process or any other sharing the backend.
+/// - **Wait.** `acquire_with` waits up to the wait time (the per-call override, else the
+///   configured default) for a held key; zero means one attempt. It returns no later than the
+///   wait time plus one backend command timeout, whatever the backend does.
+/// - **Fail closed.** When the lock is not granted — contention outlasting the wait, an
+///   unreachable, slow or failing backend — the call returns
+///   [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503) and never a handle.
+///   An outage is never reported as contention, nor a timeout as a grant.
+/// - **Leases.** [`Lease::Fixed`] ends at its duration; [`Lease::Watchdog`] is renewed while the
+///   holder's process lives and ends within one watchdog timeout after it dies.
+/// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
+///   frees a lock another owner holds now. Dropping a handle releases in the background.
+/// - **Fencing.** Each grant carries a fencing token strictly greater than every earlier grant's
+///   token for that key.
+/// - **Validation.** Bad keys and durations are rejected before any backend call, with
+///   `LOCK_INVALID_ARGUMENT`.
+///
+/// The lock is a lease, not a proof: a holder paused longer than its lease can still act after
+/// losing it. Pass the fencing token to the store you write to when that matters.
+///
+/// The trait is object safe; services hold it as `Arc<dyn DistributedLock>`. Closure-based
+/// helpers live in [`DistributedLockExt`], implemented for every `DistributedLock`.
+#[async_trait]
+pub trait DistributedLock: Send + Sync + fmt::Debug {
+    /// Acquires `key` with the given options, waiting up to the wait time for a held key.
+    ///
+    /// # Errors
+    /// - [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`): not granted; its reason
+    ///   tells contention (holder, TTL) from an unavailable backend.
+    /// - [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`):
+    ///   rejected before any backend call.
+    async fn acquire_with(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<LockHandle, LockError>;
+
+    /// Acquires `key` with `lease`, waiting up to the configured wait time.
+    ///
+    /// # Errors
+    /// As [`acquire_with`](DistributedLock::acquire_with).
+    async fn acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
+        self.acquire_with(key, AcquireOptions::new(lease)).await
+    }
+
+    /// Makes exactly one attempt to acquire `key`, without waiting.
+    ///
+    /// # Errors
+    /// As [`acquire_with`](DistributedLock::acquire_with); a held key fails at once with reason
+    /// `held_by_another_owner`.
+    async fn try_acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
+        self.acquire_with(key, AcquireOptions::new(lease).wait(Duration::ZERO))
+            .await
+    }
+}
+
+/// Closure helpers for every [`DistributedLock`], including `dyn DistributedLock`.
+pub trait DistributedLockExt: DistributedLock {
+    /// Acquires `key`, runs `critical_section`, releases, and returns its value: the safe default.
+    ///
+    /// The section does not run unless the lock was granted. The lock is released when the
+    /// section's future completes, and also if it panics or is dropped (in the background). A
+    /// failed release is logged, not returned: the work is done and its value is yours; the lease
+    /// ends at its TTL.
+    ///
+    /// ```
+    /// # use lock_core::{DistributedLockExt, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # let lock = InMemoryLock::new();
+    /// let invoices = lock
+    ///     .with_lock("bill-run:2026-11", Lease::Watchdog, || async {
+    ///         42 // run the bill run, return what it produced
+    ///     })
+    ///     .await?;
+    /// assert_eq!(invoices, 42);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
+    fn with_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        lease: Lease,
+        critical_section: F,
+    ) -> impl Future<Output = Result<T, LockError>> + Send
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        self.with_lock_opts(key, AcquireOptions::new(lease), critical_section)
+    }
+
+    /// [`with_lock`](DistributedLockExt::with_lock) with per-call options (e.g. a wait time).
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
+    fn with_lock_opts<F, Fut, T>(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+        critical_section: F,
+    ) -> impl Future<Output = Result<T, LockError>> + Send
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        async move {
+            let handle = self.acquire_with(key, options).await?;
+            let value = critical_section().await;
+            let still_held = handle.is_held();
+            match handle.release().await {
+                Ok(ReleaseOutcome::Released) => {}
+                Ok(ReleaseOutcome::NotHeld) => tracing::warn!(
+                    lock_key = key,
+                    still_held_locally = still_held,
+                    "the lease ended before the critical section finished; another owner may have run concurrently"
+                ),
+                Err(error) => tracing::warn!(
+                    lock_key = key,
+                    %error,
+                    "release after the critical section was not confirmed; the lease ends at its TTL"
+                ),
+            }
+            Ok(value)
+        }
+    }
+}
+
+impl<L: DistributedLock + ?Sized> DistributedLockExt for L {}

@@ -1,0 +1,94 @@
+//! Owner tokens: one per acquisition, readable by on-call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::LockError;
+
+/// The longest accepted instance id, in bytes.
+pub const MAX_INSTANCE_ID_BYTES: usize = 128;
+
+/// Issues owner tokens of the form `<instance-id>/<client>/<n>`: the instance id (host or pod
+/// name) so on-call can see who holds a key, a random 64-bit client id (hex) so two processes on
+/// one host never collide, and a counter so every acquisition of this client has its own token.
+///
+/// Per-acquisition tokens are what make a stale, retried release from an earlier acquisition
+/// harmless to a newer one.
+#[derive(Debug)]
+pub struct OwnerTokens {
+    prefix: String,
+    instance_id_len: usize,
+    next: AtomicU64,
+}
+
+impl OwnerTokens {
+    /// A token source for one client.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming `instance-id` if it is empty, longer than
+    /// [`MAX_INSTANCE_ID_BYTES`], or contains control characters.
+    pub fn new(instance_id: &str) -> Result<Self, LockError> {
+        validate_instance_id(instance_id)?;
+        let client: u64 = rand::random();
+        Ok(OwnerTokens {
+            prefix: format!("{instance_id}/{client:016x}/"),
+            instance_id_len: instance_id.len(),
+            next: AtomicU64::new(1),
+        })
+    }
+
+    /// The instance id this client reports.
+    pub fn instance_id(&self) -> &str {
+        &self.prefix[..self.instance_id_len]
+    }
+
+    /// A fresh token, never returned before by this source.
+    pub fn next_token(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("{}{n}", self.prefix)
+    }
+}
+
+/// Checks an instance id: 1 to 128 bytes, no control characters.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `instance-id`.
+pub fn validate_instance_id(instance_id: &str) -> Result<(), LockError> {
+    let problem = if instance_id.is_empty() {
+        "must not be empty"
+    } else if instance_id.len() > MAX_INSTANCE_ID_BYTES {
+        "must be at most 128 bytes"
+    } else if instance_id.chars().any(char::is_control) {
+        "must not contain control characters"
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidArgument {
+        name: "instance-id",
+        value: format!("{instance_id:?}"),
+        problem: format!("{problem}; accepted: a host or pod name, 1 to 128 bytes"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_unique_per_acquisition_and_across_clients() {
+        let a = OwnerTokens::new("pod-a").unwrap();
+        let b = OwnerTokens::new("pod-a").unwrap();
+        let (a1, a2, b1) = (a.next_token(), a.next_token(), b.next_token());
+        assert_ne!(a1, a2);
+        assert_ne!(a1, b1, "two clients on one host must not share tokens");
+        assert!(a1.starts_with("pod-a/"), "{a1}");
+        assert_eq!(a.instance_id(), "pod-a");
+    }
+
+    #[test]
+    fn bad_instance_ids_are_rejected() {
+        for bad in ["", "a\nb", &"x".repeat(129)] {
+            let text = OwnerTokens::new(bad).unwrap_err().to_string();
+            assert!(text.contains("instance-id"), "{text}");
+        }
+    }
+}
