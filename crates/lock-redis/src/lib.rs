@@ -1,1 +1,221 @@
+//! # lock-redis: the Redis implementation of the lock port
+//!
+//! [`RedisLock`] implements [`lock_core::DistributedLock`] on the `fred` client. Services normally
+//! get it through `lock-starter`; use this crate directly only to wire it by hand.
+//!
+//! How it works, in one screen:
+//! - **Keys.** Lock `name` lives at `<prefix>{name}` and announces releases on
+//!   `<prefix>{name}:released`; both share one hash tag, so every script is single-slot on a
+//!   Cluster. Braces in names are percent-encoded inside the tag.
+//! - **Acquire** is one `EVALSHA` of `acquire.lua` when uncontended: it grants (setting the TTL
+//!   and a fencing token) or reports the holder and its TTL. A waiting caller subscribes to the
+//!   release channel (sharded pub/sub), tries once more, then sleeps until a release message or
+//!   the holder's TTL, whichever is first — no fixed-interval polling. Subscriptions are shared
+//!   per channel per client and taken down with the last waiter.
+//! - **Release** is one `EVALSHA` of `release.lua`: owner-checked, it leaves a short tombstone
+//!   (the last fencing token) and publishes the release.
+//! - **Watchdog.** Watchdog leases are renewed every third of the watchdog timeout, all of a
+//!   client's leases in one `renew.lua` call per 500 keys. A renewal never re-creates a key; a
+//!   lease found gone is reported through [`LockHandle::lost`](lock_core::LockHandle::lost).
+//! - **Local deadline.** Each grant and renewal sets a local deadline of send time + TTL − a
+//!   safety margin (1 % of the TTL + 5 ms); `is_held()` turns false and `lost()` fires when it
+//!   passes, before Redis can hand the key to anyone else.
+//! - **Fail closed.** Every command has a timeout (fred's default is none); an acquisition
+//!   returns no later than its wait time plus one command timeout. A failed or timed-out
+//!   attempt may still have been granted, so the grant is released (owner-checked) before the
+//!   error is returned.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{DistributedLockExt, Lease};
+//! use lock_redis::{RedisLock, RedisLockConfig};
+//!
+//! # async fn run() -> Result<(), lock_core::LockError> {
+//! let lock = RedisLock::connect(
+//!     RedisLockConfig::new("redis://127.0.0.1:6379").watchdog_timeout(Duration::from_secs(10)),
+//! )
+//! .await?;
+//! lock.with_lock("msisdn-reaper", Lease::Fixed(Duration::from_secs(30)), || async {
+//!     // sweep expired reservations
+//! })
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
+mod acquire;
+mod config;
+mod connection;
+mod error;
+mod inner;
+mod keys;
+mod release;
+mod scripts;
+mod subscriptions;
+mod watchdog;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, OwnerTokens};
+use tokio::time::Instant;
+
+pub use config::{
+    DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_WAIT_TIME,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, RedisLockConfig,
+    TOMBSTONE_TTL, validate_key_prefix,
+};
+pub use error::RedisFailure;
+pub use watchdog::RENEW_BATCH;
+
+use crate::acquire::Acquisition;
+use crate::inner::Inner;
+use crate::keys::KeyLayout;
+use crate::scripts::Scripts;
+use crate::subscriptions::Subscriptions;
+
+/// The local safety margin subtracted from every confirmed expiry: 1 % of the TTL plus 5 ms. It
+/// absorbs clock-rate differences between this host and Redis and timer lateness, so the local
+/// deadline passes before Redis expires the key.
+pub(crate) fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(5)
+}
+
+/// A [`DistributedLock`] on Redis. Cheap to clone; clones share one connection, one pub/sub
+/// connection and one watchdog.
+///
+/// Background tasks (watchdog, pub/sub) run on the Tokio runtime that called
+/// [`RedisLock::connect`]; they stop and the connections close once the lock and every handle
+/// from it are dropped.
+#[derive(Clone)]
+pub struct RedisLock {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLock")
+            .field("address", &self.inner.config.redacted_address())
+            .field("instance_id", &self.inner.owners.instance_id())
+            .field("watchdog_leases", &self.inner.watchdog.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisLock {
+    /// Connects to Redis and starts the watchdog.
+    ///
+    /// A Redis that does not answer within one command timeout does not fail this call: the
+    /// client keeps reconnecting in the background (100 ms doubling to 2 s), a warning is
+    /// logged, and acquisitions fail closed until Redis answers. Must be called inside a Tokio
+    /// runtime.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting:
+    /// `redis.address`, `command-timeout`, `wait-time`, `watchdog-timeout`, `key-prefix` or
+    /// `instance-id`.
+    pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
+        config.validate()?;
+        let owners = OwnerTokens::new(&config.instance_id)?;
+        let (client, subscriber) = connection::build_clients(&config)?;
+        let scripts = Scripts::new();
+        // Detached: the connection tasks end with `quit`, sent when the lock is dropped.
+        drop(client.connect());
+        drop(subscriber.connect());
+        match tokio::time::timeout(config.command_timeout, client.wait_for_connect()).await {
+            Ok(Ok(())) => {
+                if let Err(error) = scripts.load(&client).await {
+                    tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
+                }
+            }
+            Ok(Err(error)) => tracing::warn!(
+                address = %config.redacted_address(), %error,
+                "Redis connection failed; acquisitions fail closed until it answers"
+            ),
+            Err(_) => tracing::warn!(
+                address = %config.redacted_address(),
+                "Redis did not answer within the command timeout; acquisitions fail closed until it does"
+            ),
+        }
+        let inner = Arc::new(Inner {
+            client,
+            subscriptions: Subscriptions::start(subscriber),
+            scripts,
+            keys: KeyLayout::new(&config.key_prefix),
+            owners,
+            watchdog: Default::default(),
+            runtime: tokio::runtime::Handle::current(),
+            config,
+        });
+        tokio::spawn(watchdog::run(
+            Arc::downgrade(&inner),
+            inner.config.watchdog_timeout / 3,
+        ));
+        Ok(RedisLock { inner })
+    }
+
+    /// The settings this lock runs with.
+    pub fn config(&self) -> &RedisLockConfig {
+        &self.inner.config
+    }
+
+    /// The Redis key holding lock `name`, e.g. `lock:{bill-run:2026-11}` — for inspecting it
+    /// with `redis-cli`.
+    pub fn redis_key(&self, name: &str) -> String {
+        self.inner.keys.lock_key(name)
+    }
+
+    /// The channel on which releases of lock `name` are published.
+    pub fn release_channel(&self, name: &str) -> String {
+        self.inner.keys.release_channel(name)
+    }
+
+    /// Round-trips a `PING`, for health checks; returns the round-trip time.
+    ///
+    /// # Errors
+    /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (key `<health>`) when
+    /// Redis does not answer within the command timeout.
+    pub async fn ping(&self) -> Result<Duration, LockError> {
+        let started = Instant::now();
+        let _: String = self.inner.client.ping(None).await.map_err(|e| {
+            LockError::backend_unavailable("<health>", RedisFailure::command("PING", e))
+        })?;
+        Ok(started.elapsed())
+    }
+
+    /// Number of watchdog leases this client renews now.
+    pub fn watchdog_lease_count(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+
+    /// Release channels this client is subscribed to now (one per key with a local waiter).
+    pub fn subscribed_channels(&self) -> Vec<String> {
+        self.inner.subscriptions.active_channels()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for RedisLock {
+    async fn acquire_with(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<LockHandle, LockError> {
+        options.validate(key)?;
+        let wait = options.wait_time().unwrap_or(self.inner.config.wait_time);
+        let budget = wait + self.inner.config.command_timeout;
+        let mut acquisition = Acquisition::new(&self.inner, key, options.lease());
+        match tokio::time::timeout(budget, acquisition.run(wait)).await {
+            Ok(result) => result,
+            // Dropping `acquisition` releases any grant the interrupted attempt may have made.
+            Err(_) => Err(LockError::backend_unavailable(
+                key,
+                RedisFailure::Timeout { budget },
+            )),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! One acquisition: the first attempt, then event-driven waiting, and cleanup of any grant whose
+//! outcome is unknown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::*;
+use lock_core::{AcquireFailure, Lease, LeaseState, LockError, LockHandle};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::RedisFailure;
+use crate::inner::Inner;
+use crate::release::RedisRelease;
+
+/// The holder of a key as the acquire script reported it.
+struct Holder {
+    owner: String,
+    ttl: Option<Duration>,
+}
+
+enum Attempt {
+    Granted(LockHandle),
+    Held(Holder),
+}
+
+/// One acquisition of one key under one owner token.
+///
+/// While a script call is in flight — or failed, or timed out — the grant may exist in Redis
+/// without anyone knowing. `outcome_unknown` tracks that; dropping the acquisition in that state
+/// (an error, a timeout, or the caller dropping the future) releases the owner token in the
+/// background. The token is unique to this acquisition, so that release can only ever free a
+/// grant made for it.
+pub(crate) struct Acquisition<'a> {
+    inner: &'a Arc<Inner>,
+    name: &'a str,
+    owner: String,
+    lease: Lease,
+    outcome_unknown: bool,
+}
+
+impl Drop for Acquisition<'_> {
+    fn drop(&mut self) {
+        if self.outcome_unknown {
+            tracing::debug!(lock_key = self.name, owner = %self.owner, "releasing a grant of unknown outcome");
+            self.inner
+                .release_in_background(self.name.to_owned(), std::mem::take(&mut self.owner));
+        }
+    }
+}
+
+impl<'a> Acquisition<'a> {
+    pub(crate) fn new(inner: &'a Arc<Inner>, name: &'a str, lease: Lease) -> Self {
+        Acquisition {
+            inner,
+            name,
+            owner: inner.owners.next_token(),
+            lease,
+            outcome_unknown: false,
+        }
+    }
+
+    /// Tries once; if the key is held and `wait` allows, subscribes to its release channel,
+    /// tries once more (a release published before the subscription was confirmed would
+    /// otherwise be missed), then waits for a release or the holder's TTL, whichever comes first,
+    /// and tries again, until `wait` is spent.
+    pub(crate) async fn run(&mut self, wait: Duration) -> Result<LockHandle, LockError> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        let mut holder = match self.attempt().await? {
+            Attempt::Granted(handle) => return Ok(handle),
+            Attempt::Held(holder) => holder,
+        };
+        if Instant::now() >= deadline {
+            return Err(self.held(holder, started));
+        }
+
+        let channel = self.inner.keys.release_channel(self.name);
+        let subscription = match self.inner.subscriptions.subscribe(&channel).await {
+            Ok(subscription) => Some(subscription),
+            Err(error) => {
+                tracing::warn!(lock_key = self.name, %error, "no release notifications; waiting for the holder's TTL instead");
+                None
+            }
+        };
+        let never = Notify::new();
+        let releases = subscription.as_ref().map_or(&never, |s| s.notify());
+        loop {
+            // Armed before the attempt, so a release between the attempt and the wait wakes us.
+            let released = releases.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+
+            holder = match self.attempt().await? {
+                Attempt::Granted(handle) => return Ok(handle),
+                Attempt::Held(holder) => holder,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.held(holder, started));
+            }
+            let wake_at = holder.ttl.map_or(deadline, |ttl| deadline.min(now + ttl));
+            tokio::select! {
+                () = &mut released => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    fn held(&self, holder: Holder, started: Instant) -> LockError {
+        LockError::AcquisitionFailed {
+            key: self.name.to_owned(),
+            reason: AcquireFailure::HeldByAnotherOwner {
+                holder: holder.owner,
+                ttl: holder.ttl,
+                waited: started.elapsed(),
+            },
+        }
+    }
+
+    fn failed(&self, failure: RedisFailure) -> LockError {
+        LockError::backend_unavailable(self.name, failure)
+    }
+
+    /// One run of the acquire script: exactly one round trip when the scripts are loaded.
+    async fn attempt(&mut self) -> Result<Attempt, LockError> {
+        let ttl_ms = self
+            .lease
+            .ttl(self.inner.config.watchdog_timeout)
+            .as_millis()
+            .max(1);
+        let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(u64::MAX));
+        let redis_key = self.inner.keys.lock_key(self.name);
+        let args: Vec<Value> = vec![
+            self.owner.as_str().into(),
+            i64::try_from(ttl_ms).unwrap_or(i64::MAX).into(),
+        ];
+        let sent = Instant::now();
+        self.outcome_unknown = true;
+        let reply: Vec<Value> = self
+            .inner
+            .scripts
+            .acquire
+            .evalsha_with_reload(&self.inner.client, redis_key.as_str(), args)
+            .await
+            .map_err(|e| self.failed(RedisFailure::command("acquire script", e)))?;
+
+        match reply.as_slice() {
+            [granted, token] if granted.as_i64() == Some(1) => {
+                let token = token.as_u64().ok_or_else(|| {
+                    self.failed(RedisFailure::protocol(
+                        "acquire script",
+                        "fencing token is not an integer",
+                    ))
+                })?;
+                let valid_until = sent + ttl - crate::safety_margin(ttl);
+                if Instant::now() >= valid_until {
+                    // Stay "outcome unknown": dropping the acquisition hands the grant back.
+                    return Err(LockError::AcquisitionFailed {
+                        key: self.name.to_owned(),
+                        reason: AcquireFailure::LeaseExpiredBeforeGrant { lease: ttl },
+                    });
+                }
+                self.outcome_unknown = false;
+                Ok(Attempt::Granted(self.handle(redis_key, token, valid_until)))
+            }
+            [held, holder, pttl] if held.as_i64() == Some(0) => {
+                self.outcome_unknown = false;
+                let ttl = pttl
+                    .as_i64()
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis);
+                Ok(Attempt::Held(Holder {
+                    owner: holder.as_string().unwrap_or_default(),
+                    ttl,
+                }))
+            }
+            [released] if released.as_i64() == Some(2) => {
+                self.outcome_unknown = false;
+                Err(self.failed(RedisFailure::protocol(
+                    "acquire script",
+                    "this acquisition was already released (a duplicate request)",
+                )))
+            }
+            _ => Err(self.failed(RedisFailure::protocol(
+                "acquire script",
+                "unexpected reply shape",
+            ))),
+        }
+    }
+
+    fn handle(&self, redis_key: String, token: u64, valid_until: Instant) -> LockHandle {
+        let state = LeaseState::new(Some(valid_until));
+        let renewal = matches!(self.lease, Lease::Watchdog).then(|| {
+            self.inner
+                .watchdog
+                .register(redis_key, self.owner.clone(), state.clone())
+        });
+        let release = RedisRelease {
+            inner: Arc::clone(self.inner),
+            name: self.name.to_owned(),
+            owner: self.owner.clone(),
+            renewal,
+        };
+        LockHandle::new(
+            self.name,
+            self.lease,
+            self.owner.clone(),
+            token,
+            state,
+            Box::new(release),
+        )
+    }
+}

@@ -1,0 +1,261 @@
+//! Settings of a [`crate::RedisLock`].
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{LockError, validate_instance_id, validate_wait, validate_watchdog_timeout};
+
+/// Default Redis address: `redis://localhost:6379`.
+pub const DEFAULT_ADDRESS: &str = "redis://localhost:6379";
+/// Default per-command timeout: 2 s.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default wait time: 5 s.
+pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
+/// Default watchdog timeout: 30 s (renewed every 10 s).
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default key prefix: `lock:`.
+pub const DEFAULT_KEY_PREFIX: &str = "lock:";
+/// Shortest accepted command timeout: 10 ms.
+pub const MIN_COMMAND_TIMEOUT: Duration = Duration::from_millis(10);
+/// Longest accepted command timeout: 60 s.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a released key keeps its tombstone (last fencing token, releasing owner): 10 s.
+///
+/// The fencing token is floored by the Redis server clock; the tombstone covers clock steps
+/// back of up to this long, and makes a re-sent release report its first outcome.
+pub const TOMBSTONE_TTL: Duration = Duration::from_secs(10);
+
+/// Settings of a [`crate::RedisLock`]: where Redis is, and the timing of every lock.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_redis::RedisLockConfig;
+///
+/// let config = RedisLockConfig::new("redis://127.0.0.1:6379")
+///     .wait_time(Duration::from_secs(2))
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .instance_id("billing-7f9c");
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone)]
+pub struct RedisLockConfig {
+    pub(crate) address: String,
+    pub(crate) command_timeout: Duration,
+    pub(crate) wait_time: Duration,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) key_prefix: String,
+    pub(crate) instance_id: String,
+}
+
+impl fmt::Debug for RedisLockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisLockConfig")
+            .field("address", &redact(&self.address))
+            .field("command_timeout", &self.command_timeout)
+            .field("wait_time", &self.wait_time)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("instance_id", &self.instance_id)
+            .finish()
+    }
+}
+
+impl Default for RedisLockConfig {
+    fn default() -> Self {
+        Self::new(DEFAULT_ADDRESS)
+    }
+}
+
+impl RedisLockConfig {
+    /// Settings for the Redis at `address` (`redis://[user[:password]@]host[:port][/db]`), all
+    /// timings at their defaults and the instance id taken from `POD_NAME` or `HOSTNAME`.
+    pub fn new(address: impl Into<String>) -> Self {
+        RedisLockConfig {
+            address: address.into(),
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            wait_time: DEFAULT_WAIT_TIME,
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            instance_id: ["POD_NAME", "HOSTNAME"]
+                .iter()
+                .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
+                .unwrap_or_else(|| "unknown-instance".to_owned()),
+        }
+    }
+
+    /// Timeout of every Redis command, also of connecting. Default 2 s; 10 ms to 60 s. An
+    /// acquire returns at most this long after its wait time.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Default wait time of an acquire. Default 5 s; 0 (one attempt) to 1 h.
+    pub fn wait_time(mut self, wait: Duration) -> Self {
+        self.wait_time = wait;
+        self
+    }
+
+    /// TTL of watchdog leases, renewed every third of it. Default 30 s; 1 s to 1 h.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Prefix of every Redis key and channel. Default `lock:`; 1 to 64 bytes, no braces,
+    /// whitespace or control characters.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The readable part of owner tokens (host or pod name); 1 to 128 bytes.
+    pub fn instance_id(mut self, id: impl Into<String>) -> Self {
+        self.instance_id = id.into();
+        self
+    }
+
+    /// The address with any password replaced by `***`, for logs and messages.
+    pub fn redacted_address(&self) -> String {
+        redact(&self.address)
+    }
+
+    /// Checks every setting.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming the setting (`command-timeout`, `wait-time`,
+    /// `watchdog-timeout`, `key-prefix`, `instance-id`) and what is accepted. The address is
+    /// checked when connecting.
+    pub fn validate(&self) -> Result<(), LockError> {
+        if !(MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&self.command_timeout) {
+            return Err(LockError::InvalidArgument {
+                name: "command-timeout",
+                value: format!("{} ms", self.command_timeout.as_millis()),
+                problem: "accepted: 10 ms to 60 s".to_owned(),
+            });
+        }
+        validate_wait(self.wait_time).map_err(|e| rename(e, "wait-time"))?;
+        validate_watchdog_timeout(self.watchdog_timeout)?;
+        validate_key_prefix(&self.key_prefix)?;
+        validate_instance_id(&self.instance_id)?;
+        Ok(())
+    }
+}
+
+fn rename(error: LockError, setting: &'static str) -> LockError {
+    match error {
+        LockError::InvalidArgument { value, problem, .. } => LockError::InvalidArgument {
+            name: setting,
+            value,
+            problem,
+        },
+        other => other,
+    }
+}
+
+/// Checks a key prefix: 1 to 64 bytes, no braces (they would move the hash tag), whitespace or
+/// control characters.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `key-prefix`.
+pub fn validate_key_prefix(prefix: &str) -> Result<(), LockError> {
+    let problem = if prefix.is_empty() || prefix.len() > 64 {
+        "must be 1 to 64 bytes"
+    } else if prefix.contains(['{', '}']) {
+        "must not contain braces (they would change the Redis Cluster hash tag)"
+    } else if prefix.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        "must not contain whitespace or control characters"
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidArgument {
+        name: "key-prefix",
+        value: format!("{prefix:?}"),
+        problem: problem.to_owned(),
+    })
+}
+
+/// Replaces the password of a URL-like address with `***`; leaves anything else untouched.
+pub(crate) fn redact(address: &str) -> String {
+    let Some(scheme_end) = address.find("://") else {
+        return address.to_owned();
+    };
+    let rest = &address[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return address.to_owned();
+    };
+    let userinfo = &rest[..at];
+    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+    let shown = if userinfo.contains(':') {
+        format!("{user}:***")
+    } else {
+        // `redis://secret@host` is the password-only form.
+        "***".to_owned()
+    };
+    format!("{}{shown}{}", &address[..scheme_end + 3], &rest[at..])
+}
+
+/// Removes the password of `address` from `text` (a client error message may quote the URL).
+pub(crate) fn scrub(text: &str, address: &str) -> String {
+    let redacted = redact(address);
+    let mut text = text.replace(address, &redacted);
+    if let Some(password) = password_of(address) {
+        text = text.replace(password, "***");
+    }
+    text
+}
+
+fn password_of(address: &str) -> Option<&str> {
+    let rest = &address[address.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let userinfo = &authority[..authority.rfind('@')?];
+    let password = userinfo.split_once(':').map_or(userinfo, |(_, p)| p);
+    (!password.is_empty()).then_some(password)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://pw@h"), "redis://***@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(
+            scrub(
+                "bad url redis://u:hunter2@h: hunter2",
+                "redis://u:hunter2@h"
+            ),
+            "bad url redis://u:***@h: ***"
+        );
+        let config = RedisLockConfig::new("redis://app:hunter2@db:6379");
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn settings_are_checked_by_name() {
+        let ok = RedisLockConfig::new("redis://h").instance_id("pod-1");
+        assert!(ok.validate().is_ok());
+        let cases = [
+            (
+                ok.clone().command_timeout(Duration::ZERO),
+                "command-timeout",
+            ),
+            (ok.clone().wait_time(Duration::from_secs(7200)), "wait-time"),
+            (
+                ok.clone().watchdog_timeout(Duration::from_millis(10)),
+                "watchdog-timeout",
+            ),
+            (ok.clone().key_prefix("a{b"), "key-prefix"),
+            (ok.clone().key_prefix(""), "key-prefix"),
+            (ok.clone().instance_id(""), "instance-id"),
+        ];
+        for (config, setting) in cases {
+            let text = config.validate().unwrap_err().to_string();
+            assert!(text.starts_with(&format!("invalid {setting}")), "{text}");
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! Where a lock lives in Redis: its key and its release channel, sharing one hash tag.
+
+/// Maps lock names to Redis keys and channels.
+///
+/// A lock named `bill-run:2026-11` with prefix `lock:` lives at `lock:{bill-run:2026-11}` and
+/// announces releases on `lock:{bill-run:2026-11}:released`. Both share the hash tag (the part
+/// in braces), so they hash to one Cluster slot and every script stays single-slot.
+///
+/// Braces in a name would move the hash tag, so the name is percent-encoded inside the tag:
+/// `{` → `%7B`, `}` → `%7D`, and `%` → `%25` (so the encoding stays one-to-one). Every other
+/// character, spaces and unicode included, is kept as is.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyLayout {
+    prefix: String,
+}
+
+impl KeyLayout {
+    /// `prefix` must contain no braces (checked by the configuration).
+    pub(crate) fn new(prefix: &str) -> Self {
+        debug_assert!(!prefix.contains(['{', '}']));
+        KeyLayout {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// The key holding the lock `name`.
+    pub(crate) fn lock_key(&self, name: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + name.len() + 2);
+        key.push_str(&self.prefix);
+        key.push('{');
+        push_encoded(&mut key, name);
+        key.push('}');
+        key
+    }
+
+    /// The channel on which releases of `name` are published.
+    pub(crate) fn release_channel(&self, name: &str) -> String {
+        let mut channel = self.lock_key(name);
+        channel.push_str(":released");
+        channel
+    }
+}
+
+fn push_encoded(out: &mut String, name: &str) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// The hash tag Redis Cluster would hash for `key` (the whole key when there is none).
+#[cfg(test)]
+fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_and_channel_share_the_hash_tag_whatever_the_name() {
+        let layout = KeyLayout::new("lock:");
+        for name in [
+            "plain",
+            "}",
+            "{",
+            "{}",
+            "a}b{c",
+            "%7B",
+            "ünï cødé",
+            "}{}{",
+            "%",
+        ] {
+            let key = layout.lock_key(name);
+            let channel = layout.release_channel(name);
+            assert_eq!(
+                hash_tag(&key),
+                hash_tag(&channel),
+                "{name:?}: {key} / {channel}"
+            );
+            assert_ne!(hash_tag(&key), key, "{name:?} lost its hash tag: {key}");
+        }
+    }
+
+    #[test]
+    fn encoding_is_one_to_one() {
+        let layout = KeyLayout::new("lock:");
+        let names = ["{", "%7B", "%257B", "}", "%7D", "%", "%25"];
+        let keys: std::collections::HashSet<_> = names.iter().map(|n| layout.lock_key(n)).collect();
+        assert_eq!(keys.len(), names.len());
+        assert_eq!(
+            layout.lock_key("bill-run:2026-11"),
+            "lock:{bill-run:2026-11}"
+        );
+        assert_eq!(layout.lock_key("a{b}"), "lock:{a%7Bb%7D}");
+    }
+}

@@ -1,0 +1,27 @@
+-- Release a lock if, and only if, this owner holds it.
+--
+-- KEYS[1]  the lock key
+-- ARGV[1]  the owner token of the acquisition being released
+-- ARGV[2]  the release channel (same hash tag as the key)
+-- ARGV[3]  the tombstone TTL in milliseconds
+--
+-- Returns 1 if this owner held the lock (now released, waiters notified), 0 if not (expired, or
+-- held by another owner: then nothing is touched).
+--
+-- Instead of deleting the key it leaves a tombstone "R|<token>|<owner>" for ARGV[3] ms. The
+-- tombstone keeps the fencing token counting up, and makes the script idempotent: a re-sent copy
+-- finds its own tombstone and reports the first outcome (1) without publishing again.
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return 0
+end
+local state, token, owner = string.match(value, '^([HR])|(%d+)|(.*)$')
+if not state or owner ~= ARGV[1] then
+  return 0
+end
+if state == 'R' then
+  return 1
+end
+redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner, 'PX', ARGV[3])
+redis.call('SPUBLISH', ARGV[2], token)
+return 1

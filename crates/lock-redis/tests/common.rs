@@ -1,0 +1,66 @@
+//! Shared set-up for the lock-redis tests: a private redis-server and clients on it.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lock_redis::{RedisLock, RedisLockConfig};
+use lock_testkit::RedisServer;
+
+/// Watchdog timeout of test clients: short, so renewal and expiry happen within seconds.
+pub const WATCHDOG: Duration = Duration::from_secs(1);
+/// Command timeout of test clients.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+/// Slack for upper bounds on a loaded 2-core machine.
+pub const SLACK: Duration = Duration::from_secs(5);
+
+pub async fn server() -> RedisServer {
+    RedisServer::start()
+        .await
+        .expect("redis-server did not start")
+}
+
+pub fn config(server: &RedisServer) -> RedisLockConfig {
+    RedisLockConfig::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .wait_time(Duration::from_secs(2))
+        .command_timeout(COMMAND_TIMEOUT)
+        .instance_id("test-pod")
+}
+
+pub async fn client(server: &RedisServer) -> RedisLock {
+    RedisLock::connect(config(server)).await.expect("connect")
+}
+
+/// `INFO commandstats` as command name → calls.
+pub async fn command_calls(server: &RedisServer) -> HashMap<String, u64> {
+    let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, cmd: &str) -> u64 {
+    after.get(cmd).copied().unwrap_or(0) - before.get(cmd).copied().unwrap_or(0)
+}
+
+/// Polls `check` every 20 ms until it returns true or `deadline` passes.
+pub async fn eventually<F, Fut>(deadline: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + deadline;
+    while tokio::time::Instant::now() < until {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check().await
+}
