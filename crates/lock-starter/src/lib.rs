@@ -1,1 +1,52 @@
+//! # lock-starter: the distributed lock for services
+//!
+//! The one crate a service depends on for cross-pod mutual exclusion on Redis. It reads the
+//! configuration under `telco.platform.lock.*` (TOML files, then environment variables), builds
+//! the Redis-backed lock, and re-exports the whole lock API, so no other crate of ours is needed.
+//!
+//! ```no_run
+//! use lock_starter::prelude::*;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Defaults, then config/lock.toml, then TELCO_PLATFORM_LOCK_* variables.
+//! let starter = LockStarter::builder().toml_file("config/lock.toml").build().await?;
+//! let lock = starter.lock()?;
+//!
+//! // Variable-length work: a watchdog lease, renewed while this process lives.
+//! let invoices = lock
+//!     .with_lock("bill-run:2026-11", Lease::Watchdog, || async {
+//!         // … runs on exactly one pod at a time …
+//!         1_204
+//!     })
+//!     .await?; // LOCK_ACQUISITION_FAILED (HTTP 503) if another pod holds it or Redis is down
+//! # let _ = invoices;
+//! # Ok(()) }
+//! ```
+//!
+//! - Configuration keys, defaults and environment names: [`config`] and `docs/configuration.md`.
+//! - The lock contract (leases, fail closed, fencing tokens): [`DistributedLock`].
+//! - Overrides: [`LockStarterBuilder::lock`] hands in your own implementation (e.g.
+//!   [`InMemoryLock`] in unit tests); [`LockStarterBuilder::figment`] your own configuration
+//!   sources.
 
+mod builder;
+pub mod config;
+
+pub use builder::{LockStarter, LockStarterBuilder, StartError};
+pub use lock_core::{
+    AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
+    LockError, LockErrorCode, LockHandle, LostReason, ReleaseOutcome,
+};
+
+/// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
+pub mod redis {
+    pub use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+}
+
+/// Everything a service needs in scope: `use lock_starter::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
+        LockErrorCode, LockHandle, LockStarter, ReleaseOutcome,
+    };
+}

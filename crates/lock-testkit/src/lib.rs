@@ -1,1 +1,52 @@
+//! # lock-testkit: real Redis servers for tests
+//!
+//! A **dev-dependency only** crate: tests of the lock crates start a private, real `redis-server`
+//! per test and inject faults into it, instead of mocking Redis.
+//!
+//! - [`RedisServer::start`] runs `redis-server` on a free `127.0.0.1` port with its own temp dir
+//!   and no persistence, and returns once it answers. Tests may run in parallel (threads and
+//!   processes); each gets its own server.
+//! - Faults: [`pause`](RedisServer::pause) (SIGSTOP: connections stay open, nothing is answered),
+//!   [`resume`](RedisServer::resume), [`kill`](RedisServer::kill) (SIGKILL: the port refuses
+//!   connections), [`restart`](RedisServer::restart) (same port, empty dataset).
+//! - [`cmd`](RedisServer::cmd) sends one command and returns the reply as text, for assertions
+//!   such as `DBSIZE`, `PUBSUB NUMSUB` or `INFO commandstats`.
+//! - Dropping the server kills it and removes its temp dir; if the test process dies first, the
+//!   kernel kills the server (Linux).
+//!
+//! `redis-server` must be installed (`apt-get install -y redis-server`, or `scripts/test.sh`).
+//! With the `docker` feature, servers run in Docker containers when an engine answers; see
+//! [`Backend`].
+//!
+//! ```no_run
+//! use lock_testkit::RedisServer;
+//!
+//! #[tokio::test]
+//! async fn a_lock_survives_nothing_when_redis_restarts() -> Result<(), Box<dyn std::error::Error>> {
+//!     let mut redis = RedisServer::start().await?;
+//!     let url = redis.url(); // "redis://127.0.0.1:<port>": hand this to the client under test
+//!
+//!     redis.cmd(&["SET", "lock:bill-run", "owner-1"]).await?;
+//!     assert_eq!(redis.cmd(&["DBSIZE"]).await?, "1");
+//!
+//!     redis.kill().await?; // connections to `url` are now refused
+//!     redis.restart().await?; // same port, empty
+//!     assert_eq!(redis.cmd(&["DBSIZE"]).await?, "0");
+//!     # let _ = url;
+//!     Ok(())
+//! } // dropped: the server is killed, its temp dir removed
+//! # fn main() {}
+//! ```
 
+mod error;
+mod local;
+mod resp;
+mod server;
+
+#[cfg(feature = "docker")]
+mod docker;
+
+pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
+pub use server::{
+    Backend, COMMAND_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RedisServer, RedisServerBuilder,
+};

@@ -1,0 +1,320 @@
+//! Redis-specific behaviour, each claim against a real redis-server: round trips, batched
+//! renewal, event-driven waiting, fail closed under outages, owner-checked release, script
+//! reloads, subscription clean-up.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, server};
+use lock_core::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockErrorCode, LostReason,
+    ReleaseOutcome,
+};
+use lock_redis::RedisLock;
+use tokio::time::Instant;
+
+/// Commands a script runs inside Redis; they show in commandstats but cost no round trip.
+const INSIDE_SCRIPTS: [&str; 7] = ["get", "set", "pexpire", "pttl", "time", "spublish", "info"];
+
+fn round_trips(
+    before: &std::collections::HashMap<String, u64>,
+    after: &std::collections::HashMap<String, u64>,
+) -> Vec<(String, u64)> {
+    let mut sent: Vec<(String, u64)> = after
+        .keys()
+        .filter(|cmd| !INSIDE_SCRIPTS.contains(&cmd.as_str()))
+        .map(|cmd| (cmd.clone(), delta(before, after, cmd)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    sent.sort();
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_acquire_and_release_are_one_round_trip_each() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    // Warm up: the scripts are loaded at connect, this proves it.
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let before = command_calls(&redis).await;
+    let handle = lock.acquire("round-trips", lease).await.unwrap();
+    let acquired = command_calls(&redis).await;
+    assert_eq!(round_trips(&before, &acquired), [("evalsha".to_owned(), 1)]);
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    let released = command_calls(&redis).await;
+    assert_eq!(
+        round_trips(&acquired, &released),
+        [("evalsha".to_owned(), 1)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_many_leases_in_one_call_per_tick() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    let mut handles = Vec::new();
+    for i in 0..50 {
+        handles.push(
+            lock.acquire(&format!("watchdog:{i}"), Lease::Watchdog)
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(lock.watchdog_lease_count(), 50);
+    let before = command_calls(&redis).await;
+    let window = common::WATCHDOG * 3; // about nine ticks of one third of the timeout
+    tokio::time::sleep(window).await;
+    let after = command_calls(&redis).await;
+    let renew_calls = delta(&before, &after, "evalsha");
+    let pexpires = delta(&before, &after, "pexpire");
+    // Nine-ish ticks, each one call for all 50 keys; per-lock renewal would be ~450 calls.
+    assert!(
+        (1..=15).contains(&renew_calls),
+        "{renew_calls} renewal calls"
+    );
+    assert!(
+        pexpires >= 50 * renew_calls - 50,
+        "{pexpires} PEXPIREs in {renew_calls} calls"
+    );
+    assert!(handles.iter().all(|h| h.is_held()));
+    for i in 0..50 {
+        let ttl: i64 = redis
+            .cmd(&["PTTL", &lock.redis_key(&format!("watchdog:{i}"))])
+            .await
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ttl > 0, "watchdog:{i} has PTTL {ttl}");
+    }
+    drop(handles);
+    assert!(eventually(SLACK, || async { lock.watchdog_lease_count() == 0 }).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
+    let redis = server().await;
+    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    // A fixed lease: no watchdog traffic, and a 60 s TTL the waiter must not sit out.
+    let held = holder
+        .acquire("event-driven", Lease::Fixed(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let channel = holder.release_channel("event-driven");
+    let waiting = tokio::spawn(async move {
+        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let handle = waiter.acquire_with("event-driven", options).await;
+        (handle, Instant::now())
+    });
+    let subscribed = eventually(SLACK, || async {
+        redis
+            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+            .await
+            .unwrap()
+            == format!("{channel}\n1")
+    })
+    .await;
+    assert!(subscribed, "the waiter never subscribed to {channel}");
+    // Give a polling implementation every chance to show itself.
+    let before = command_calls(&redis).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = command_calls(&redis).await;
+    assert_eq!(delta(&before, &after, "evalsha"), 0, "the waiter polled");
+
+    let released_at = Instant::now();
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let (handle, acquired_at) = waiting.await.unwrap();
+    let handle = handle.expect("the waiter did not get the released lock");
+    assert!(acquired_at - released_at < Duration::from_secs(30));
+    drop(handle);
+    // The waiter's subscription is gone with it.
+    assert!(
+        eventually(SLACK, || async {
+            redis
+                .cmd(&["PUBSUB", "SHARDCHANNELS"])
+                .await
+                .unwrap()
+                .is_empty()
+        })
+        .await
+    );
+}
+
+/// Fail closed: the section never runs, the error is LOCK_ACQUISITION_FAILED / backend
+/// unavailable, and it comes within wait time + one command timeout (+ slack).
+async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let flag = Arc::clone(&ran);
+    let err = lock
+        .with_lock_opts(
+            key,
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(wait),
+            || async move { flag.store(true, Ordering::SeqCst) },
+        )
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(!ran.load(Ordering::SeqCst), "the critical section ran");
+    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.http_status(), 503);
+    assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
+    assert_eq!(err.details()["lockKey"], key);
+    assert!(
+        elapsed <= wait + COMMAND_TIMEOUT + SLACK,
+        "blocked {elapsed:?} for wait {wait:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_closed_while_redis_is_stopped_and_recovers_after() {
+    let mut redis = server().await;
+    let lock = client(&redis).await;
+    redis.kill().await.unwrap();
+    assert_fails_closed(&lock, "stopped", Duration::from_millis(500)).await;
+    assert_fails_closed(&lock, "stopped", Duration::ZERO).await;
+    redis.restart().await.unwrap();
+    let recovered = eventually(Duration::from_secs(15), || async {
+        lock.try_acquire("stopped", Lease::Watchdog).await.is_ok()
+    })
+    .await;
+    assert!(recovered, "no acquisition after Redis came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    redis.pause().unwrap();
+    // The acquire script is sent and sits unanswered; it runs when Redis resumes.
+    assert_fails_closed(&lock, "paused", Duration::from_millis(300)).await;
+    redis.resume().unwrap();
+    // The grant it made on resume (60 s fixed lease) must have been released by the
+    // outcome-unknown clean-up, so a new holder gets the key well before 60 s.
+    let other = client(&redis).await;
+    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(20));
+    let handle = other.acquire_with("paused", options).await.unwrap();
+    drop(handle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_closed_when_redis_refuses_commands() {
+    let redis = lock_testkit::RedisServer::builder()
+        .args(["--requirepass", "s3cret"])
+        .start()
+        .await
+        .unwrap();
+    // No password: Redis answers every command with NOAUTH.
+    let lock = client(&redis).await;
+    assert_fails_closed(&lock, "refused", Duration::from_millis(200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_never_deletes_a_lock_another_owner_holds() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    let handle = lock
+        .acquire("owner-checked", Lease::Fixed(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let key = lock.redis_key("owner-checked");
+    assert_eq!(
+        tokio::time::timeout(SLACK, handle.lost()).await.unwrap(),
+        LostReason::Expired
+    );
+    // Someone else holds it now (written from outside, as another client would).
+    redis
+        .cmd(&["SET", &key, "H|99|other-pod/1/1", "PX", "60000"])
+        .await
+        .unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
+    assert_eq!(
+        redis.cmd(&["GET", &key]).await.unwrap(),
+        "H|99|other-pod/1/1"
+    );
+    let err = lock
+        .try_acquire("owner-checked", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    assert_eq!(err.details()["holder"], "other-pod/1/1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_are_reloaded_after_script_flush() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
+    let handle = lock.acquire("flushed", Lease::Watchdog).await.unwrap();
+    redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_of_the_wrong_type_fails_closed_and_is_left_alone() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    let key = lock.redis_key("wrong-type");
+    redis.cmd(&["HSET", &key, "field", "value"]).await.unwrap();
+    let err = lock
+        .try_acquire("wrong-type", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    assert_eq!(err.details()["reason"], "backend_unavailable");
+    assert!(format!("{:?}", err).contains("WRONGTYPE"), "{err:?}");
+    assert_eq!(redis.cmd(&["TYPE", &key]).await.unwrap(), "hash");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_leave_no_subscription_behind() {
+    let redis = server().await;
+    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let held = holder.acquire("cancelled", Lease::Watchdog).await.unwrap();
+    for _ in 0..20 {
+        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let attempt = waiter.acquire_with("cancelled", options);
+        // Cancel somewhere in the wait (the future is dropped).
+        let _ = tokio::time::timeout(Duration::from_millis(50), attempt).await;
+    }
+    assert!(
+        eventually(SLACK, || async {
+            waiter.subscribed_channels().is_empty()
+                && redis
+                    .cmd(&["PUBSUB", "SHARDCHANNELS"])
+                    .await
+                    .unwrap()
+                    .is_empty()
+        })
+        .await,
+        "subscriptions left: {:?}",
+        waiter.subscribed_channels()
+    );
+    assert!(held.is_held());
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_keep_increasing_across_a_restart_without_persistence() {
+    let mut redis = server().await;
+    let lock = client(&redis).await;
+    let first = lock.acquire("fenced", Lease::Watchdog).await.unwrap();
+    let before = first.fencing_token();
+    drop(first);
+    redis.kill().await.unwrap();
+    redis.restart().await.unwrap();
+    assert_eq!(redis.cmd(&["DBSIZE"]).await.unwrap(), "0");
+    // The client reconnects in the background; until then attempts fail closed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        match lock.try_acquire("fenced", Lease::Watchdog).await {
+            Ok(handle) => break handle.fencing_token(),
+            Err(err) if Instant::now() < deadline => {
+                assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("no acquisition after the restart: {err}"),
+        }
+    };
+    assert!(after > before, "{after} <= {before}");
+}

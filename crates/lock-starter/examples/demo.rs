@@ -1,0 +1,415 @@
+//! The demo: three pods race for one bill run, the winner crashes mid-run, another pod takes it
+//! over once the lease lapses — and nobody ever runs it twice at once.
+//!
+//! ```text
+//! scripts/demo.sh          # installs redis-server if missing, builds, runs this
+//! ```
+//!
+//! Each "pod" is a separate OS process running the `bill_run` example. Without configuration the
+//! demo starts a private `redis-server` on a free loopback port; with
+//! `TELCO_PLATFORM_LOCK_REDIS_ADDRESS` set it uses that Redis instead. It prints a timeline,
+//! checks it, and exits non-zero if two pods ever held the period at once (or any other check
+//! fails).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lock_testkit::RedisServer;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+const PERIOD: &str = "2026-11";
+const WATCHDOG_TIMEOUT: &str = "3s";
+const BATCHES: u32 = 12;
+const BATCH_TIME: &str = "400ms";
+/// The first round's pods give up quickly: a retried trigger, not a queue.
+const FIRST_WAIT: &str = "1s";
+/// The second round's pods wait long enough to see the crashed holder's lease lapse.
+const SECOND_WAIT: &str = "15s";
+/// The winner is killed after writing this many batches.
+const KILL_AFTER_BATCHES: u64 = 3;
+/// Nothing in the demo should take this long; if it does, something hangs.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+#[derive(Debug, Clone)]
+struct Event {
+    t_us: u64,
+    pod: String,
+    event: String,
+    fields: Value,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            eprintln!("demo failed: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<bool, String> {
+    let (address, _private_redis) = redis().await?;
+    let pod_binary = sibling_binary("bill_run")?;
+    let ledger = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let start_us = now_us();
+    let mut timeline = Timeline {
+        start_us,
+        events: Vec::new(),
+    };
+
+    println!("platform-lock demo: the bill run of {PERIOD} must run on exactly one pod");
+    println!(
+        "  lock key bill-run:{PERIOD}, watchdog lease (watchdog-timeout {WATCHDOG_TIMEOUT}, renewed every third)"
+    );
+    println!(
+        "  {BATCHES} batches of {BATCH_TIME}; ledger {}",
+        ledger.path().display()
+    );
+    println!();
+    println!("Round 1: three pods are triggered at once (wait-time {FIRST_WAIT})");
+    let mut pods: BTreeMap<String, Child> = BTreeMap::new();
+    for n in 1..=3 {
+        let name = format!("pod-{n}");
+        let child = spawn_pod(&pod_binary, &name, &address, FIRST_WAIT, ledger.path(), &tx)?;
+        pods.insert(name, child);
+    }
+
+    // Let the winner write a few batches, then crash it.
+    let winner = loop {
+        let event = next_event(&mut rx).await?;
+        timeline.show(&event);
+        let done = event.fields["batch"].as_u64().map(|b| b + 1);
+        let is_kill_point = event.event == "batch_done" && done == Some(KILL_AFTER_BATCHES);
+        let pod = event.pod.clone();
+        timeline.events.push(event);
+        if is_kill_point {
+            break pod;
+        }
+    };
+    let mut victim = pods.remove(&winner).expect("the winner is one of the pods");
+    victim
+        .start_kill()
+        .map_err(|e| format!("SIGKILL {winner}: {e}"))?;
+    let _ = victim.wait().await;
+    let killed = Event {
+        t_us: now_us(),
+        pod: winner.clone(),
+        event: "killed".into(),
+        fields: Value::Null,
+    };
+    timeline.show(&killed);
+    timeline.events.push(killed);
+
+    println!();
+    println!("Round 2: two pods are triggered again (a scheduler retry; wait-time {SECOND_WAIT})");
+    for n in 4..=5 {
+        let name = format!("pod-{n}");
+        let child = spawn_pod(
+            &pod_binary,
+            &name,
+            &address,
+            SECOND_WAIT,
+            ledger.path(),
+            &tx,
+        )?;
+        pods.insert(name, child);
+    }
+    drop(tx);
+    while let Some(event) = tokio::time::timeout(DEADLINE, rx.recv())
+        .await
+        .map_err(|_| "a pod hangs: no event for 90 s".to_owned())?
+    {
+        timeline.show(&event);
+        timeline.events.push(event);
+    }
+    for (name, mut child) in pods {
+        let status = child.wait().await.map_err(|e| format!("{name}: {e}"))?;
+        if !matches!(status.code(), Some(0 | 75)) {
+            println!("  {name} exited with {status}");
+        }
+    }
+
+    println!();
+    Ok(check(&timeline, &winner, ledger.path()))
+}
+
+/// The Redis to use: `TELCO_PLATFORM_LOCK_REDIS_ADDRESS`, or a private server started here
+/// (kept alive by the returned value, stopped when it drops).
+async fn redis() -> Result<(String, Option<RedisServer>), String> {
+    if let Ok(address) = std::env::var("TELCO_PLATFORM_LOCK_REDIS_ADDRESS") {
+        println!("Using the Redis at TELCO_PLATFORM_LOCK_REDIS_ADDRESS");
+        return Ok((address, None));
+    }
+    let server = RedisServer::start()
+        .await
+        .map_err(|e| format!("could not start a private redis-server: {e}"))?;
+    println!(
+        "Started a private redis-server on 127.0.0.1:{} (stopped when the demo ends)",
+        server.port()
+    );
+    Ok((server.url(), Some(server)))
+}
+
+/// The `bill_run` example, built next to this one.
+fn sibling_binary(name: &str) -> Result<PathBuf, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = me.with_file_name(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found; build it first: cargo build -p lock-starter --examples (scripts/demo.sh does)",
+            path.display()
+        ))
+    }
+}
+
+fn spawn_pod(
+    binary: &Path,
+    name: &str,
+    address: &str,
+    wait_time: &str,
+    ledger: &Path,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<Child, String> {
+    let mut child = Command::new(binary)
+        .args(["--period", PERIOD, "--batches", &BATCHES.to_string()])
+        .args(["--batch-time", BATCH_TIME, "--ledger"])
+        .arg(ledger)
+        .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)
+        .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", name)
+        .env("TELCO_PLATFORM_LOCK_WAIT_TIME", wait_time)
+        .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", WATCHDOG_TIMEOUT)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn {name}: {e}"))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (events, name) = (events.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let event = match serde_json::from_str::<Value>(&line) {
+                Ok(fields) => Event {
+                    t_us: fields["t_us"].as_u64().unwrap_or_else(now_us),
+                    pod: name.clone(),
+                    event: fields["event"].as_str().unwrap_or("?").to_owned(),
+                    fields,
+                },
+                Err(_) => Event {
+                    t_us: now_us(),
+                    pod: name.clone(),
+                    event: "output".into(),
+                    fields: Value::String(line),
+                },
+            };
+            if events.send(event).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(child)
+}
+
+async fn next_event(rx: &mut mpsc::UnboundedReceiver<Event>) -> Result<Event, String> {
+    match tokio::time::timeout(DEADLINE, rx.recv()).await {
+        Ok(Some(event)) => Ok(event),
+        Ok(None) => Err("every pod exited before the run got going".into()),
+        Err(_) => Err("no event for 90 s".into()),
+    }
+}
+
+struct Timeline {
+    start_us: u64,
+    events: Vec<Event>,
+}
+
+impl Timeline {
+    fn show(&self, event: &Event) {
+        let at = event.t_us.saturating_sub(self.start_us) as f64 / 1e6;
+        println!("  {at:>7.3}s  {:<6}  {}", event.pod, describe(event));
+    }
+}
+
+fn describe(event: &Event) -> String {
+    let f = &event.fields;
+    match event.event.as_str() {
+        "started" => format!("triggered, acquiring {}", f["key"].as_str().unwrap_or("?")),
+        "acquired" => format!("ACQUIRED the lock (fencing token {})", f["fencing_token"]),
+        "not_acquired" => {
+            let d = &f["details"];
+            let text = |k: &str| d[k].as_str().unwrap_or("?").to_owned();
+            if text("reason") == "held_by_another_owner" {
+                format!(
+                    "fail closed: {} (HTTP {}), held by {} (TTL {} ms), gave up after {} ms",
+                    text("code"),
+                    f["http_status"],
+                    text("holder"),
+                    text("holderTtlMs"),
+                    text("waitedMs")
+                )
+            } else {
+                format!(
+                    "fail closed: {} (HTTP {}): {}",
+                    text("code"),
+                    f["http_status"],
+                    text("message")
+                )
+            }
+        }
+        "batch_done" => format!(
+            "batch {}/{} written",
+            f["batch"].as_u64().unwrap_or(0) + 1,
+            f["of"]
+        ),
+        "batch_skipped" => format!(
+            "batch {} already in the ledger, skipped",
+            f["batch"].as_u64().unwrap_or(0) + 1
+        ),
+        "killed" => "*** SIGKILL (crash mid-run): its watchdog stops renewing ***".into(),
+        "completed" => "bill run completed".into(),
+        "already_completed" => format!(
+            "bill run already completed by {}, nothing to do",
+            f["by"].as_str().unwrap_or("?")
+        ),
+        "releasing" => "work done, releasing".into(),
+        "released" => format!("release: {}", f["outcome"].as_str().unwrap_or("?")),
+        "lease_lost" => format!("LEASE LOST: {}", f["reason"]),
+        "write_refused" => format!("ledger refused a stale write: {}", f["reason"]),
+        "config_error" => format!("configuration error: {}", f["message"]),
+        "output" => f.as_str().unwrap_or_default().to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// Checks the timeline; prints one line per check and returns whether all passed.
+fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
+    let events = &timeline.events;
+    let mut ok = true;
+    let mut report = |passed: bool, text: String| {
+        println!("  [{}] {text}", if passed { "ok" } else { "FAILED" });
+        ok &= passed;
+    };
+    println!("Checks:");
+
+    let round_one = ["pod-1", "pod-2", "pod-3"];
+    let acquired_first: Vec<&Event> = events
+        .iter()
+        .filter(|e| e.event == "acquired" && round_one.contains(&e.pod.as_str()))
+        .collect();
+    report(
+        acquired_first.len() == 1,
+        format!(
+            "exactly one of the three racing pods ran the bill run ({})",
+            acquired_first.len()
+        ),
+    );
+    let winner_owner = acquired_first
+        .first()
+        .map(|e| e.fields["owner"].as_str().unwrap_or(""));
+    let losers_named_holder = events
+        .iter()
+        .filter(|e| e.event == "not_acquired" && round_one.contains(&e.pod.as_str()))
+        .all(|e| {
+            e.fields["details"]["reason"] == "held_by_another_owner"
+                && Some(e.fields["details"]["holder"].as_str().unwrap_or("")) == winner_owner
+        });
+    let losers = events
+        .iter()
+        .filter(|e| e.event == "not_acquired" && round_one.contains(&e.pod.as_str()))
+        .count();
+    report(
+        losers == 2 && losers_named_holder,
+        format!("the other two failed closed naming {winner} as the holder ({losers} did)"),
+    );
+
+    // Holding intervals: from "acquired" (after the grant) to "releasing" (before the release)
+    // or the SIGKILL. Both ends err towards a shorter hold, so an overlap seen here is real.
+    let mut holds: Vec<(u64, u64, &str)> = Vec::new();
+    for acquired in events.iter().filter(|e| e.event == "acquired") {
+        let end = events
+            .iter()
+            .find(|e| {
+                e.pod == acquired.pod
+                    && e.t_us >= acquired.t_us
+                    && matches!(e.event.as_str(), "releasing" | "killed")
+            })
+            .map_or(u64::MAX, |e| e.t_us);
+        holds.push((acquired.t_us, end, &acquired.pod));
+    }
+    holds.sort();
+    let overlaps: Vec<String> = holds
+        .windows(2)
+        .filter(|w| w[1].0 < w[0].1)
+        .map(|w| format!("{} and {}", w[0].2, w[1].2))
+        .collect();
+    report(
+        overlaps.is_empty(),
+        if overlaps.is_empty() {
+            format!(
+                "no two pods held bill-run:{PERIOD} at once ({} holds)",
+                holds.len()
+            )
+        } else {
+            format!("TWO HOLDERS AT ONCE: {}", overlaps.join(", "))
+        },
+    );
+
+    let killed_at = events.iter().find(|e| e.event == "killed").map(|e| e.t_us);
+    let takeover = events
+        .iter()
+        .find(|e| e.event == "acquired" && killed_at.is_some_and(|k| e.t_us > k));
+    match (killed_at, takeover) {
+        (Some(killed), Some(next)) => report(
+            true,
+            format!(
+                "{} took over {:.2}s after {winner} crashed (the lease lapses within watchdog-timeout {WATCHDOG_TIMEOUT})",
+                next.pod,
+                (next.t_us - killed) as f64 / 1e6
+            ),
+        ),
+        _ => report(false, "no pod took the run over after the crash".into()),
+    }
+
+    let tokens: Vec<u64> = events
+        .iter()
+        .filter(|e| e.event == "acquired")
+        .filter_map(|e| e.fields["fencing_token"].as_u64())
+        .collect();
+    report(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        format!(
+            "fencing tokens increased with every grant ({} grants)",
+            tokens.len()
+        ),
+    );
+
+    let missing: Vec<u32> = (0..BATCHES)
+        .filter(|b| !ledger.join(format!("batch-{b:03}")).exists())
+        .collect();
+    let completed = ledger.join("completed").exists();
+    report(
+        missing.is_empty() && completed,
+        format!(
+            "the ledger has all {BATCHES} batches and the completed marker (missing: {missing:?})"
+        ),
+    );
+    println!();
+    println!("{}", if ok { "Demo passed." } else { "Demo FAILED." });
+    ok
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}

@@ -1,0 +1,177 @@
+//! Wiring: configuration → the lock a service uses, with the defaults-then-overrides rule.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use figment::Figment;
+use lock_core::{DistributedLock, LockError};
+use lock_redis::{RedisLock, RedisLockConfig};
+
+use crate::config::{ConfigError, ConfigSources, LockSettings};
+
+/// Why the starter could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The configuration is invalid; the message names the key, the value, where it came from
+    /// and what is accepted.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The lock could not be created from valid configuration (e.g. an address the Redis client
+    /// rejects).
+    #[error("the distributed lock could not be created: {0}")]
+    Lock(#[from] LockError),
+}
+
+/// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
+///
+/// ```no_run
+/// use lock_starter::prelude::*;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let starter = LockStarter::builder().toml_file("config/lock.toml").build().await?;
+/// let lock = starter.lock()?; // Arc<dyn DistributedLock>
+/// lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { /* … */ }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockStarter {
+    lock: Result<Arc<dyn DistributedLock>, String>,
+    settings: LockSettings,
+}
+
+impl fmt::Debug for LockStarter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockStarter")
+            .field(
+                "lock",
+                &self.lock.as_ref().map_err(|detail| detail.as_str()),
+            )
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl LockStarter {
+    /// A builder: built-in defaults, then TOML files, then the environment; overrides on top.
+    pub fn builder() -> LockStarterBuilder {
+        LockStarterBuilder::default()
+    }
+
+    /// The lock, as `Arc<dyn DistributedLock>`.
+    ///
+    /// # Errors
+    /// [`LockError::Disabled`] (code `LOCK_DISABLED`, HTTP 503) when
+    /// `telco.platform.lock.enabled = false`; the message says where that was set. No Redis
+    /// connection exists in that case.
+    pub fn lock(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
+        self.lock
+            .clone()
+            .map_err(|detail| LockError::Disabled { detail })
+    }
+
+    /// Whether a lock is available (`telco.platform.lock.enabled`).
+    pub fn is_enabled(&self) -> bool {
+        self.lock.is_ok()
+    }
+
+    /// The settings the lock was built from (passwords redacted in `Debug`).
+    pub fn settings(&self) -> &LockSettings {
+        &self.settings
+    }
+}
+
+/// Builds a [`LockStarter`]. Sources, later wins: built-in defaults → TOML files (in the order
+/// given) → environment variables. A consumer may replace the sources with its own
+/// [`Figment`], or replace the lock itself.
+#[derive(Default)]
+pub struct LockStarterBuilder {
+    toml_files: Vec<PathBuf>,
+    figment: Option<Figment>,
+    lock: Option<Arc<dyn DistributedLock>>,
+}
+
+impl fmt::Debug for LockStarterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockStarterBuilder")
+            .field("toml_files", &self.toml_files)
+            .field("custom_figment", &self.figment.is_some())
+            .field("custom_lock", &self.lock)
+            .finish()
+    }
+}
+
+impl LockStarterBuilder {
+    /// Adds a TOML file; later files win over earlier ones, the environment over all. A file
+    /// given here must exist.
+    pub fn toml_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.toml_files.push(path.into());
+        self
+    }
+
+    /// Uses this figment instead of the default sources (files and environment). Keys are read
+    /// from the same `telco.platform.lock.*` paths and validated the same way.
+    pub fn figment(mut self, figment: Figment) -> Self {
+        self.figment = Some(figment);
+        self
+    }
+
+    /// Uses this lock instead of building the Redis one (the override point: a fake in tests,
+    /// your own implementation in production). The configuration is still read and validated,
+    /// and `telco.platform.lock.enabled = false` still switches the lock off.
+    pub fn lock(mut self, lock: Arc<dyn DistributedLock>) -> Self {
+        self.lock = Some(lock);
+        self
+    }
+
+    /// Reads and validates the configuration, then builds the lock: the override if one was
+    /// given, otherwise a [`RedisLock`] connected to `telco.platform.lock.redis.address`.
+    /// Disabled: no connection is opened and [`LockStarter::lock`] says why. An unreachable
+    /// Redis does not fail the start: acquisitions fail closed until it answers (a warning is
+    /// logged).
+    ///
+    /// Must run inside a Tokio runtime (the Redis client's tasks run on it).
+    ///
+    /// # Errors
+    /// [`StartError::Config`] for any bad or unknown key; [`StartError::Lock`] when the Redis
+    /// client rejects the settings.
+    pub async fn build(self) -> Result<LockStarter, StartError> {
+        let sources = match self.figment {
+            Some(figment) => ConfigSources::from_figment(figment),
+            None => self
+                .toml_files
+                .into_iter()
+                .fold(ConfigSources::new(), ConfigSources::toml_file),
+        };
+        let settings = LockSettings::load(&sources)?;
+        if !settings.enabled {
+            let detail = settings
+                .describe("enabled")
+                .unwrap_or_else(|| "telco.platform.lock.enabled = false".to_owned());
+            tracing::info!(%detail, "distributed lock disabled; no Redis connection opened");
+            return Ok(LockStarter {
+                lock: Err(detail),
+                settings,
+            });
+        }
+        let lock: Arc<dyn DistributedLock> = match self.lock {
+            Some(custom) => custom,
+            None => Arc::new(RedisLock::connect(redis_config(&settings)).await?),
+        };
+        Ok(LockStarter {
+            lock: Ok(lock),
+            settings,
+        })
+    }
+}
+
+/// The lock-redis settings for validated starter settings.
+fn redis_config(settings: &LockSettings) -> RedisLockConfig {
+    RedisLockConfig::new(settings.redis.address.expose())
+        .command_timeout(settings.redis.command_timeout)
+        .wait_time(settings.wait_time)
+        .watchdog_timeout(settings.watchdog_timeout)
+        .key_prefix(settings.key_prefix.clone())
+        .instance_id(settings.instance_id.clone())
+}

@@ -1,0 +1,150 @@
+//! The one error of loading configuration: every variant names the key, the value, where it came
+//! from and what is accepted.
+
+use std::path::PathBuf;
+
+use super::origin::Origin;
+
+/// Why the lock configuration was not accepted. Start-up should stop and print it.
+///
+/// Every message names the key (full dotted name, or the exact environment variable), the
+/// offending value, where it came from, and what is accepted, e.g.
+///
+/// ```text
+/// telco.platform.lock.wait-time = "5 parsecs" (from environment variable TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit "parsecs"); accepted: a duration with a unit, such as 5s, 250ms or 1m30s, from 0 ms to 1 h
+/// ```
+///
+/// Passwords in Redis URLs are shown as `***` in `Display` and `Debug`, and the values of unknown
+/// keys whose names suggest a secret (`password`, `token`, …) are not shown at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A known key has a value that is not accepted.
+    #[error("{key} = {value} (from {origin}): {problem}; accepted: {accepted}")]
+    InvalidValue {
+        /// The full dotted key, e.g. `telco.platform.lock.wait-time`.
+        key: String,
+        /// The value as given (strings quoted), password redacted.
+        value: String,
+        /// Where the value came from (boxed to keep the error small).
+        origin: Box<Origin>,
+        /// What is wrong with it.
+        problem: String,
+        /// What the key accepts.
+        accepted: String,
+    },
+    /// A key under `telco.platform.lock` that is not in the key table.
+    #[error("unknown key {key} = {value} (from {origin}){}Known keys: {known}", hint_part(.hint))]
+    UnknownKey {
+        /// The full dotted key as written.
+        key: String,
+        /// The value as given, or `***` when the key's name suggests a secret.
+        value: String,
+        /// Where the key was set (boxed to keep the error small).
+        origin: Box<Origin>,
+        /// A suggestion (`did you mean …?`) or an explanation (no `lease-time` key).
+        hint: Option<String>,
+        /// The keys that exist.
+        known: String,
+    },
+    /// An environment variable starting with `TELCO_PLATFORM_LOCK_` that names no key.
+    #[error(
+        "unknown environment variable {variable} = {value}: it names no key under \
+         telco.platform.lock{}Known variables: {known}",
+        hint_part(.hint)
+    )]
+    UnknownEnvVar {
+        /// The variable's name.
+        variable: String,
+        /// Its value, or `***` when the name suggests a secret.
+        value: String,
+        /// A suggestion or an explanation, as for [`ConfigError::UnknownKey`].
+        hint: Option<String>,
+        /// The variables that are read.
+        known: String,
+    },
+    /// Both environment forms of one key are set, to different values.
+    #[error(
+        "{key} is set twice in the environment with different values: {first} = {first_value} \
+         and {second} = {second_value}; accepted: set only one of them (both name the same key)"
+    )]
+    ConflictingEnv {
+        /// The full dotted key.
+        key: String,
+        /// The first variable (the form with `_` for dashes).
+        first: String,
+        /// Its value.
+        first_value: String,
+        /// The second variable (Spring's relaxed form without dashes).
+        second: String,
+        /// Its value.
+        second_value: String,
+    },
+    /// A TOML file given explicitly does not exist.
+    #[error(
+        "TOML file {} does not exist; it was given as a configuration source, so create it or \
+         stop passing it (accepted: a path to an existing TOML file)",
+        .path.display()
+    )]
+    MissingFile {
+        /// The path as it was given.
+        path: PathBuf,
+    },
+    /// A TOML file exists but cannot be read.
+    #[error("TOML file {} cannot be read: {reason}", .path.display())]
+    UnreadableFile {
+        /// The path as it was given.
+        path: PathBuf,
+        /// The operating system's reason.
+        reason: String,
+    },
+    /// A TOML file is not valid TOML.
+    #[error("TOML file {} is not valid TOML: {message}", .path.display())]
+    InvalidToml {
+        /// The path as it was given.
+        path: PathBuf,
+        /// The parser's message: position and problem.
+        message: String,
+    },
+    /// A consumer-supplied figment failed to produce its values.
+    #[error("a configuration source of the supplied figment failed: {message}")]
+    Source {
+        /// Figment's message, passwords redacted.
+        message: String,
+    },
+}
+
+/// `; did you mean …? ` or `; explanation. ` or `. `, to be followed by the list of known keys.
+fn hint_part(hint: &Option<String>) -> String {
+    match hint {
+        Some(hint) if hint.ends_with(['?', '.']) => format!("; {hint} "),
+        Some(hint) => format!("; {hint}. "),
+        None => ". ".to_owned(),
+    }
+}
+
+impl ConfigError {
+    /// The key (full dotted name) or environment variable the error is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::InvalidValue { key, .. }
+            | ConfigError::UnknownKey { key, .. }
+            | ConfigError::ConflictingEnv { key, .. } => Some(key),
+            ConfigError::UnknownEnvVar { variable, .. } => Some(variable),
+            ConfigError::MissingFile { .. }
+            | ConfigError::UnreadableFile { .. }
+            | ConfigError::InvalidToml { .. }
+            | ConfigError::Source { .. } => None,
+        }
+    }
+
+    /// Where the offending value came from, when it is one place.
+    pub fn origin(&self) -> Option<&Origin> {
+        match self {
+            ConfigError::InvalidValue { origin, .. } | ConfigError::UnknownKey { origin, .. } => {
+                Some(origin)
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! The key table: every accepted key with its environment names, default and accepted values,
+//! and the hints given for keys that are not in it.
+
+use std::time::Duration;
+
+/// The section every lock key lives in: `telco.platform.lock`.
+pub const PREFIX: &str = "telco.platform.lock";
+/// The prefix of every lock environment variable: `TELCO_PLATFORM_LOCK_`. Any variable that starts
+/// with it and is not in [`KEYS`] is an unknown-key error.
+pub const ENV_PREFIX: &str = "TELCO_PLATFORM_LOCK_";
+
+/// Default of `telco.platform.lock.enabled`: `true`.
+pub const DEFAULT_ENABLED: bool = true;
+/// Default of `telco.platform.lock.redis.address` when neither `spring.data.redis.host` nor
+/// `spring.data.redis.port` is set: `redis://localhost:6379`.
+pub const DEFAULT_REDIS_ADDRESS: &str = "redis://localhost:6379";
+/// Default of `spring.data.redis.host` when only the port is set: `localhost`.
+pub const DEFAULT_SPRING_HOST: &str = "localhost";
+/// Default of `spring.data.redis.port` when only the host is set: 6379.
+pub const DEFAULT_SPRING_PORT: u16 = 6379;
+/// Default of `telco.platform.lock.redis.command-timeout`: 2 s.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// Shortest accepted `telco.platform.lock.redis.command-timeout`: 10 ms.
+pub const MIN_COMMAND_TIMEOUT: Duration = Duration::from_millis(10);
+/// Longest accepted `telco.platform.lock.redis.command-timeout`: 60 s.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of `telco.platform.lock.wait-time`: 5 s (the same as [`lock_core::DEFAULT_WAIT_TIME`]).
+/// Accepted: 0 (one attempt) to [`lock_core::MAX_WAIT`] (1 h).
+pub const DEFAULT_WAIT_TIME: Duration = lock_core::DEFAULT_WAIT_TIME;
+/// Default of `telco.platform.lock.watchdog-timeout`: 30 s (renewed every 10 s). Accepted:
+/// [`lock_core::MIN_WATCHDOG_TIMEOUT`] (1 s) to [`lock_core::MAX_WATCHDOG_TIMEOUT`] (1 h).
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `telco.platform.lock.key-prefix`: `lock:`.
+pub const DEFAULT_KEY_PREFIX: &str = "lock:";
+/// Longest accepted `telco.platform.lock.key-prefix`, in bytes: 64.
+pub const MAX_KEY_PREFIX_BYTES: usize = 64;
+
+/// What kind of value a key takes; decides how its text is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValueKind {
+    /// `true` or `false` (a TOML boolean, or the strings `"true"`/`"false"`).
+    Bool,
+    /// A duration with a unit, as [`humantime`] reads it: `5s`, `250ms`, `1m30s`.
+    Duration,
+    /// A Redis URL, see [`RedisAddress`](super::RedisAddress).
+    RedisUrl,
+    /// A string.
+    Text,
+    /// A host name or IP address.
+    Host,
+    /// A TCP port, 1 to 65535.
+    Port,
+}
+
+/// One row of the key table: a key, what it means, its default and what it accepts.
+///
+/// The table ([`KEYS`], [`SPRING_KEYS`]) drives everything else: which environment variables are
+/// read ([`KeySpec::env_names`]), which keys are unknown, the "accepted" part of every error
+/// message, and `docs/configuration.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeySpec {
+    /// The full dotted key, e.g. `telco.platform.lock.wait-time`.
+    pub name: &'static str,
+    /// How the value is read.
+    pub kind: ValueKind,
+    /// The default, as a person reads it (`5s`, or how it is derived).
+    pub default: &'static str,
+    /// What the key does.
+    pub meaning: &'static str,
+    /// What is accepted, quoted at the end of every error about this key.
+    pub accepted: &'static str,
+}
+
+macro_rules! duration_accepted {
+    ($range:literal) => {
+        concat!(
+            "a duration with a unit, such as 5s, 250ms or 1m30s, ",
+            $range
+        )
+    };
+}
+
+/// Every key under `telco.platform.lock`, in documentation order.
+pub const KEYS: &[KeySpec] = &[
+    KeySpec {
+        name: "telco.platform.lock.enabled",
+        kind: ValueKind::Bool,
+        default: "true",
+        meaning: "Master switch. When false, no Redis connection is made and asking for the lock \
+                  fails with LOCK_DISABLED.",
+        accepted: "true or false",
+    },
+    KeySpec {
+        name: "telco.platform.lock.redis.address",
+        kind: ValueKind::RedisUrl,
+        default: "from spring.data.redis.host/port if either is set, else redis://localhost:6379",
+        meaning: "Where Redis is: host, port, credentials and database of a single Redis server.",
+        accepted: "redis://[user[:password]@]host[:port][/db], e.g. redis://localhost:6379 \
+                   (rediss://, redis-sentinel:// and redis-cluster:// are recognised but not \
+                   supported yet)",
+    },
+    KeySpec {
+        name: "telco.platform.lock.redis.command-timeout",
+        kind: ValueKind::Duration,
+        default: "2s",
+        meaning: "Timeout of every Redis command, and of connecting. An acquire returns at most \
+                  this long after its wait time.",
+        accepted: duration_accepted!("from 10 ms to 60 s"),
+    },
+    KeySpec {
+        name: "telco.platform.lock.wait-time",
+        kind: ValueKind::Duration,
+        default: "5s",
+        meaning: "Longest time an acquire waits for a held lock before failing with \
+                  LOCK_ACQUISITION_FAILED; 0 means one attempt. A call may pass its own.",
+        accepted: duration_accepted!("from 0 ms to 1 h"),
+    },
+    KeySpec {
+        name: "telco.platform.lock.watchdog-timeout",
+        kind: ValueKind::Duration,
+        default: "30s",
+        meaning: "TTL of watchdog leases (Lease::Watchdog), renewed every third of it; a crashed \
+                  holder's lock frees itself within this long.",
+        accepted: duration_accepted!("from 1 s to 1 h"),
+    },
+    KeySpec {
+        name: "telco.platform.lock.key-prefix",
+        kind: ValueKind::Text,
+        default: "lock:",
+        meaning: "Prefix of every Redis key and channel the lock uses.",
+        accepted: "1 to 64 bytes without braces ({ }), whitespace or control characters",
+    },
+    KeySpec {
+        name: "telco.platform.lock.instance-id",
+        kind: ValueKind::Text,
+        default: "environment variable POD_NAME, else HOSTNAME, else the host name",
+        meaning: "Readable part of every owner token, so on-call can see which pod holds a key.",
+        accepted: "a host or pod name, 1 to 128 bytes, no control characters",
+    },
+];
+
+/// The Spring Boot keys read as a fallback for `telco.platform.lock.redis.address` (only when
+/// the address itself is not set). Other keys under `spring.data.redis` are ignored.
+pub const SPRING_KEYS: &[KeySpec] = &[
+    KeySpec {
+        name: "spring.data.redis.host",
+        kind: ValueKind::Host,
+        default: "localhost",
+        meaning: "Redis host shared with the service's other Redis clients; used for the lock \
+                  when telco.platform.lock.redis.address is not set.",
+        accepted: "a host name or IP address, e.g. redis.internal or 10.0.0.7",
+    },
+    KeySpec {
+        name: "spring.data.redis.port",
+        kind: ValueKind::Port,
+        default: "6379",
+        meaning: "Redis port, used with spring.data.redis.host.",
+        accepted: "a port number from 1 to 65535",
+    },
+];
+
+impl KeySpec {
+    /// The key relative to its section: `wait-time` for `telco.platform.lock.wait-time`,
+    /// `redis.address` for `telco.platform.lock.redis.address`. Spring keys are returned whole.
+    pub fn short_name(&self) -> &'static str {
+        self.name
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .unwrap_or(self.name)
+    }
+
+    /// The environment variable named after the key: `.` and `-` become `_`, letters are
+    /// uppercased (`TELCO_PLATFORM_LOCK_WAIT_TIME`).
+    pub fn env_name(&self) -> String {
+        self.name
+            .chars()
+            .map(|c| match c {
+                '.' | '-' => '_',
+                c => c.to_ascii_uppercase(),
+            })
+            .collect()
+    }
+
+    /// Spring's relaxed form of [`KeySpec::env_name`]: dashes are dropped instead of becoming `_`
+    /// (`TELCO_PLATFORM_LOCK_WAITTIME`). The same as `env_name` for keys without dashes.
+    pub fn relaxed_env_name(&self) -> String {
+        self.name
+            .chars()
+            .filter(|&c| c != '-')
+            .map(|c| match c {
+                '.' => '_',
+                c => c.to_ascii_uppercase(),
+            })
+            .collect()
+    }
+
+    /// Every environment variable that sets this key: [`KeySpec::env_name`], then
+    /// [`KeySpec::relaxed_env_name`] if it differs.
+    pub fn env_names(&self) -> Vec<String> {
+        let (strict, relaxed) = (self.env_name(), self.relaxed_env_name());
+        if strict == relaxed {
+            vec![strict]
+        } else {
+            vec![strict, relaxed]
+        }
+    }
+}
+
+/// The row of `key`, given as the full dotted name (`telco.platform.lock.wait-time`) or
+/// relative to `telco.platform.lock` (`wait-time`). Spring keys are found by their full name.
+pub fn key_spec(key: &str) -> Option<&'static KeySpec> {
+    KEYS.iter()
+        .chain(SPRING_KEYS)
+        .find(|spec| spec.name == key || spec.short_name() == key)
+}
+
+pub(crate) fn spec(name: &str) -> &'static KeySpec {
+    key_spec(name).unwrap_or_else(|| panic!("{name} is not in the key table"))
+}
+
+/// `telco.platform.lock.{enabled, redis.address, …}`, for "known keys" lists.
+pub(crate) fn known_keys() -> String {
+    let short: Vec<&str> = KEYS.iter().map(KeySpec::short_name).collect();
+    format!("{PREFIX}.{{{}}}", short.join(", "))
+}
+
+/// The canonical variable of every key, for "known variables" lists.
+pub(crate) fn known_env_names() -> String {
+    let names: Vec<String> = KEYS.iter().map(KeySpec::env_name).collect();
+    format!(
+        "{} (each also without the underscores that stand for dashes, e.g. \
+         TELCO_PLATFORM_LOCK_WAITTIME), SPRING_DATA_REDIS_HOST, SPRING_DATA_REDIS_PORT",
+        names.join(", ")
+    )
+}
+
+/// Lowercase letters and digits only, so `wait_time`, `waitTime` and `WAIT-TIME` compare equal.
+fn normalize(name: &str) -> String {
+    name.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
+/// Why an unknown key is unknown, given relative to `telco.platform.lock` (`wait-tme`,
+/// `redis.host`) or as the part of an environment variable after `TELCO_PLATFORM_LOCK_`.
+/// `as_env` picks how the suggested key is spelled.
+pub(crate) fn unknown_key_hint(unknown: &str, as_env: bool) -> Option<String> {
+    let norm = normalize(unknown);
+    if norm.contains("lease") {
+        return Some(
+            "there is deliberately no lease-time key: the lease is chosen per call, \
+             Lease::Watchdog (renewed while the holder lives, TTL = watchdog-timeout) or \
+             Lease::Fixed(duration)"
+                .to_owned(),
+        );
+    }
+    if let Some(rest) = norm.strip_prefix("redis") {
+        let address = if as_env {
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS"
+        } else {
+            "telco.platform.lock.redis.address"
+        };
+        if [
+            "host", "hostname", "port", "user", "username", "password", "pass", "database", "db",
+            "url", "uri",
+        ]
+        .contains(&rest)
+        {
+            return Some(format!(
+                "host, port, user, password and database all go into {address}, as \
+                 redis://[user[:password]@]host[:port][/db]"
+            ));
+        }
+        if ["sentinel", "cluster", "nodes", "master"]
+            .iter()
+            .any(|word| rest.starts_with(word))
+        {
+            return Some(format!(
+                "Sentinel and Cluster are configured through {address} \
+                 (redis-sentinel://, redis-cluster://) and are not supported yet"
+            ));
+        }
+    }
+    let suggestion = suggest(&norm)?;
+    let spelled = if as_env {
+        suggestion.env_name()
+    } else {
+        suggestion.name.to_owned()
+    };
+    Some(format!("did you mean {spelled}?"))
+}
+
+/// The closest known key, if one is close enough to be a likely typo.
+fn suggest(norm: &str) -> Option<&'static KeySpec> {
+    if norm.is_empty() {
+        return None;
+    }
+    KEYS.iter()
+        .filter_map(|spec| {
+            let whole = normalize(spec.short_name());
+            // Also compare with the last segment, for `command-timeout` written outside `redis`.
+            let last = normalize(spec.short_name().rsplit('.').next().unwrap_or_default());
+            let distance = strsim::damerau_levenshtein(norm, &whole)
+                .min(strsim::damerau_levenshtein(norm, &last));
+            let allowed = (whole.len() / 4).max(1);
+            (distance <= allowed).then_some((distance, spec))
+        })
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, spec)| spec)
+}
+
+/// Whether an unknown key's value may be a secret and must not be shown.
+pub(crate) fn looks_secret(name: &str) -> bool {
+    let norm = normalize(name);
+    ["pass", "secret", "token", "credential", "auth"]
+        .iter()
+        .any(|word| norm.contains(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_names_follow_the_key_names() {
+        let wait = key_spec("wait-time").unwrap();
+        assert_eq!(
+            wait.env_names(),
+            [
+                "TELCO_PLATFORM_LOCK_WAIT_TIME",
+                "TELCO_PLATFORM_LOCK_WAITTIME"
+            ]
+        );
+        let timeout = key_spec("telco.platform.lock.redis.command-timeout").unwrap();
+        assert_eq!(
+            timeout.env_names(),
+            [
+                "TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT",
+                "TELCO_PLATFORM_LOCK_REDIS_COMMANDTIMEOUT"
+            ]
+        );
+        assert_eq!(
+            key_spec("enabled").unwrap().env_names(),
+            ["TELCO_PLATFORM_LOCK_ENABLED"]
+        );
+        assert_eq!(
+            key_spec("spring.data.redis.host").unwrap().env_names(),
+            ["SPRING_DATA_REDIS_HOST"]
+        );
+        for spec in KEYS {
+            for env in spec.env_names() {
+                assert!(env.starts_with(ENV_PREFIX), "{env}");
+            }
+        }
+    }
+
+    #[test]
+    fn accepted_ranges_match_the_core_bounds() {
+        fn human(d: Duration) -> String {
+            match d.as_millis() {
+                0 => "0 ms".to_owned(),
+                ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+                ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+                ms => format!("{ms} ms"),
+            }
+        }
+        let range = |key: &str, min: Duration, max: Duration| {
+            let accepted = key_spec(key).unwrap().accepted;
+            let expected = format!("from {} to {}", human(min), human(max));
+            assert!(accepted.ends_with(&expected), "{accepted} vs {expected}");
+        };
+        range("wait-time", Duration::ZERO, lock_core::MAX_WAIT);
+        range(
+            "watchdog-timeout",
+            lock_core::MIN_WATCHDOG_TIMEOUT,
+            lock_core::MAX_WATCHDOG_TIMEOUT,
+        );
+        range(
+            "redis.command-timeout",
+            MIN_COMMAND_TIMEOUT,
+            MAX_COMMAND_TIMEOUT,
+        );
+        assert!(
+            key_spec("instance-id")
+                .unwrap()
+                .accepted
+                .contains(&format!("{} bytes", lock_core::MAX_INSTANCE_ID_BYTES))
+        );
+        assert!(
+            key_spec("key-prefix")
+                .unwrap()
+                .accepted
+                .contains(&format!("{MAX_KEY_PREFIX_BYTES} bytes"))
+        );
+    }
+
+    #[test]
+    fn typos_get_a_suggestion_and_strangers_do_not() {
+        let hint = |k: &str| unknown_key_hint(k, false).unwrap_or_default();
+        assert_eq!(
+            hint("wait-tme"),
+            "did you mean telco.platform.lock.wait-time?"
+        );
+        assert_eq!(
+            hint("wait_time"),
+            "did you mean telco.platform.lock.wait-time?"
+        );
+        assert_eq!(
+            hint("waitTime"),
+            "did you mean telco.platform.lock.wait-time?"
+        );
+        assert_eq!(
+            hint("redis.adress"),
+            "did you mean telco.platform.lock.redis.address?"
+        );
+        assert_eq!(
+            hint("command-timeout"),
+            "did you mean telco.platform.lock.redis.command-timeout?"
+        );
+        assert_eq!(hint("enable"), "did you mean telco.platform.lock.enabled?");
+        assert!(hint("lease-time").contains("Lease::Fixed"));
+        assert!(hint("redis.password").contains("redis://[user[:password]@]"));
+        assert_eq!(unknown_key_hint("colour", false), None);
+        assert_eq!(
+            unknown_key_hint("WAIT_TME", true).unwrap(),
+            "did you mean TELCO_PLATFORM_LOCK_WAIT_TIME?"
+        );
+    }
+}

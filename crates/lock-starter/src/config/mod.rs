@@ -1,0 +1,144 @@
+//! Configuration of the lock: keys under `telco.platform.lock`, read from built-in defaults, TOML
+//! files and the environment (later wins), checked before anything connects to Redis.
+//!
+//! | key | default | accepted |
+//! |---|---|---|
+//! | `telco.platform.lock.enabled` | `true` | `true` / `false` |
+//! | `telco.platform.lock.redis.address` | from `spring.data.redis.host`/`port`, else `redis://localhost:6379` | `redis://[user[:password]@]host[:port][/db]` |
+//! | `telco.platform.lock.redis.command-timeout` | `2s` | 10 ms to 60 s |
+//! | `telco.platform.lock.wait-time` | `5s` | 0 ms (one attempt) to 1 h |
+//! | `telco.platform.lock.watchdog-timeout` | `30s` | 1 s to 1 h |
+//! | `telco.platform.lock.key-prefix` | `lock:` | 1 to 64 bytes, no braces, whitespace or control characters |
+//! | `telco.platform.lock.instance-id` | `POD_NAME`, else `HOSTNAME`, else the host name | 1 to 128 bytes, no control characters |
+//!
+//! [`KEYS`] is the table itself; `docs/configuration.md` explains every key. There is no
+//! `lease-time` key: the lease is chosen per call (`Lease::Watchdog` or `Lease::Fixed`).
+//!
+//! Durations take a unit (`5s`, `250ms`, `1m30s`). Environment variables are named after the
+//! keys: `TELCO_PLATFORM_LOCK_WAIT_TIME`, or Spring's relaxed `TELCO_PLATFORM_LOCK_WAITTIME`.
+//! Every error names the key, the value, where it came from and what is accepted:
+//!
+//! ```
+//! use lock_starter::config::{ConfigSources, LockSettings};
+//!
+//! let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "5 parsecs")]);
+//! let error = LockSettings::load(&sources).unwrap_err();
+//! assert_eq!(
+//!     error.to_string(),
+//!     "telco.platform.lock.wait-time = \"5 parsecs\" (from environment variable \
+//!      TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit \"parsecs\"); accepted: a \
+//!      duration with a unit, such as 5s, 250ms or 1m30s, from 0 ms to 1 h"
+//! );
+//! ```
+
+mod address;
+mod error;
+mod keys;
+mod origin;
+mod resolve;
+mod sources;
+
+use std::time::Duration;
+
+use figment::Figment;
+
+pub use address::{DEFAULT_REDIS_PORT, InvalidAddress, RedisAddress};
+pub use error::ConfigError;
+pub use keys::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_REDIS_ADDRESS,
+    DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT,
+    ENV_PREFIX, KEYS, KeySpec, MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT,
+    PREFIX, SPRING_KEYS, ValueKind, key_spec,
+};
+pub use origin::{Origin, Origins};
+pub use sources::ConfigSources;
+
+/// The lock's settings, checked: every value is within its bounds.
+///
+/// `Debug` shows the Redis address with its password as `***`.
+#[derive(Debug, Clone)]
+pub struct LockSettings {
+    /// `telco.platform.lock.enabled`: master switch. Default `true`.
+    pub enabled: bool,
+    /// `telco.platform.lock.redis.*`: where Redis is and how long a command may take.
+    pub redis: RedisSettings,
+    /// `telco.platform.lock.wait-time`: longest time an acquire waits. Default 5 s; 0 (one
+    /// attempt) to 1 h.
+    pub wait_time: Duration,
+    /// `telco.platform.lock.watchdog-timeout`: TTL of watchdog leases, renewed every third.
+    /// Default 30 s; 1 s to 1 h.
+    pub watchdog_timeout: Duration,
+    /// `telco.platform.lock.key-prefix`: prefix of every Redis key. Default `lock:`; 1 to 64
+    /// bytes, no braces, whitespace or control characters.
+    pub key_prefix: String,
+    /// `telco.platform.lock.instance-id`: readable part of owner tokens. Default `POD_NAME`, else
+    /// `HOSTNAME`, else the host name; 1 to 128 bytes.
+    pub instance_id: String,
+    /// Where each value came from; [`Origins::default`] (all defaults) for settings built by hand.
+    pub origins: Origins,
+}
+
+/// `telco.platform.lock.redis.*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// `telco.platform.lock.redis.address`. Default: from `spring.data.redis.host`/`port` if
+    /// either is set, else `redis://localhost:6379`.
+    pub address: RedisAddress,
+    /// `telco.platform.lock.redis.command-timeout`: timeout of every Redis command. Default 2 s;
+    /// 10 ms to 60 s.
+    pub command_timeout: Duration,
+}
+
+impl LockSettings {
+    /// Reads and checks the settings from `sources` (defaults → TOML files and figments in
+    /// order → environment).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] for the first problem found, in this order: a TOML file missing,
+    /// unreadable or not TOML; an unknown `TELCO_PLATFORM_LOCK_*` variable or one key set by
+    /// both its environment forms with different values; a failing consumer figment; an unknown
+    /// key under `telco.platform.lock`; then each key of [`KEYS`] in table order with a value
+    /// that is not accepted (the Spring keys with `redis.address`).
+    pub fn load(sources: &ConfigSources) -> Result<LockSettings, ConfigError> {
+        let (figment, host_env) = sources.build()?;
+        resolve::resolve(&figment, &host_env)
+    }
+
+    /// Reads and checks the settings from a consumer's own figment, with the same key layout as
+    /// the TOML files. Keys it does not set take their defaults; `POD_NAME`/`HOSTNAME` for the
+    /// default instance id come from the process environment.
+    ///
+    /// # Errors
+    /// As [`LockSettings::load`], from the figment's values; a figment whose providers failed
+    /// gives [`ConfigError::Source`].
+    pub fn from_figment(figment: &Figment) -> Result<LockSettings, ConfigError> {
+        resolve::resolve(figment, &sources::HostEnv::process())
+    }
+
+    /// Where `key` came from; `key` is the full name or the name relative to
+    /// `telco.platform.lock` (`enabled`, `redis.address`). `None` for a key not in [`KEYS`].
+    pub fn source_of(&self, key: &str) -> Option<&Origin> {
+        self.origins.get(key)
+    }
+
+    /// `key = value from origin`, e.g. `telco.platform.lock.enabled = false from environment
+    /// variable TELCO_PLATFORM_LOCK_ENABLED` — the detail of `LockError::Disabled`, and a line
+    /// for start-up logs. The address is shown with its password as `***`. `None` for a key not
+    /// in [`KEYS`].
+    pub fn describe(&self, key: &str) -> Option<String> {
+        let spec = key_spec(key).filter(|spec| KEYS.contains(spec))?;
+        let duration = |d: Duration| humantime::format_duration(d).to_string();
+        let value = match spec.short_name() {
+            "enabled" => self.enabled.to_string(),
+            "redis.address" => self.redis.address.to_string(),
+            "redis.command-timeout" => duration(self.redis.command_timeout),
+            "wait-time" => duration(self.wait_time),
+            "watchdog-timeout" => duration(self.watchdog_timeout),
+            "key-prefix" => resolve::quote(&self.key_prefix),
+            "instance-id" => resolve::quote(&self.instance_id),
+            _ => return None,
+        };
+        let origin = self.source_of(spec.name)?;
+        Some(format!("{} = {value} from {origin}", spec.name))
+    }
+}

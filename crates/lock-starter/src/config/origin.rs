@@ -1,0 +1,133 @@
+//! Where a value came from: a default, a TOML file, an environment variable, a consumer's figment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use figment::Metadata;
+
+use super::keys::{KEYS, key_spec};
+
+/// The metadata name of the per-variable environment providers; their `Source::Custom` holds the
+/// variable's name.
+pub(crate) const ENV_PROVIDER: &str = "environment variable";
+
+/// Where a setting's value came from. `Display` reads as the end of "from …":
+/// `default`, `TOML file config/app.toml`, `environment variable TELCO_PLATFORM_LOCK_WAIT_TIME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// The built-in default.
+    Default,
+    /// A default read from an environment variable (`POD_NAME` or `HOSTNAME` for
+    /// `instance-id`).
+    DefaultFromEnv(String),
+    /// A default read from the operating system's host name (`instance-id`).
+    DefaultFromHostname,
+    /// A file; `format` is how figment names it (`TOML file`).
+    File {
+        /// The kind of file, e.g. `TOML file`.
+        format: String,
+        /// The path as it was given.
+        path: PathBuf,
+    },
+    /// An environment variable, by its exact name.
+    Env(String),
+    /// `redis.address` built from `spring.data.redis.host` and `spring.data.redis.port`.
+    SpringFallback {
+        /// Where the host came from.
+        host: Box<Origin>,
+        /// Where the port came from.
+        port: Box<Origin>,
+    },
+    /// Another figment provider, from a consumer's figment: its name and, when known, its
+    /// location or the name it gives the key.
+    Provider(String),
+}
+
+impl Origin {
+    /// The origin figment recorded for a value at `path`.
+    pub(crate) fn from_metadata(metadata: Option<&Metadata>, path: &str) -> Origin {
+        let Some(metadata) = metadata else {
+            return Origin::Provider("an unnamed figment provider".to_owned());
+        };
+        match &metadata.source {
+            Some(figment::Source::Custom(name)) if metadata.name == ENV_PROVIDER => {
+                Origin::Env(name.clone())
+            }
+            Some(figment::Source::File(path)) => Origin::File {
+                format: metadata.name.to_string(),
+                path: path.clone(),
+            },
+            source => {
+                let keys: Vec<&str> = path.split('.').collect();
+                let profile = figment::Profile::Default;
+                let named = metadata.interpolate(&profile, &keys);
+                // Providers without their own naming (all but figment's `Env`) say nothing new.
+                let plain = Metadata::named("").interpolate(&profile, &keys);
+                let mut text = metadata.name.to_string();
+                if named != plain {
+                    text = format!("{text} {named}");
+                }
+                match source {
+                    Some(figment::Source::Code(location)) => {
+                        text = format!("figment provider {text} at {location}");
+                    }
+                    Some(figment::Source::Custom(custom)) => text = format!("{text} {custom}"),
+                    _ => {}
+                }
+                Origin::Provider(text)
+            }
+        }
+    }
+
+    /// Whether the value is a built-in default (including a default read from the environment
+    /// or the host name).
+    pub fn is_default(&self) -> bool {
+        matches!(
+            self,
+            Origin::Default | Origin::DefaultFromEnv(_) | Origin::DefaultFromHostname
+        )
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::DefaultFromEnv(var) => write!(f, "default, environment variable {var}"),
+            Origin::DefaultFromHostname => f.write_str("default, the host name"),
+            Origin::File { format, path } => write!(f, "{format} {}", path.display()),
+            Origin::Env(var) => write!(f, "environment variable {var}"),
+            Origin::SpringFallback { host, port } => write!(
+                f,
+                "spring.data.redis.host from {host} and spring.data.redis.port from {port}"
+            ),
+            Origin::Provider(text) => f.write_str(text),
+        }
+    }
+}
+
+/// The [`Origin`] of every setting of a [`LockSettings`](super::LockSettings).
+///
+/// `Default` gives [`Origin::Default`] for every key, for settings built by hand.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins {
+    by_key: BTreeMap<&'static str, Origin>,
+}
+
+static DEFAULT: Origin = Origin::Default;
+
+impl Origins {
+    /// Where `key` came from; `key` is the full name (`telco.platform.lock.wait-time`) or the
+    /// name relative to `telco.platform.lock` (`wait-time`). `None` if the key is not in
+    /// [`KEYS`].
+    pub fn get(&self, key: &str) -> Option<&Origin> {
+        let spec = key_spec(key).filter(|spec| KEYS.contains(spec))?;
+        Some(self.by_key.get(spec.name).unwrap_or(&DEFAULT))
+    }
+
+    pub(crate) fn set(&mut self, name: &'static str, origin: Origin) {
+        self.by_key.insert(name, origin);
+    }
+}

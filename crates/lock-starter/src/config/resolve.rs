@@ -1,0 +1,446 @@
+//! Reading the merged figment into [`LockSettings`]: unknown keys, value parsing, bounds, the
+//! Spring fallback and the defaults.
+
+use std::time::Duration;
+
+use figment::value::{Dict, Value};
+use figment::{Figment, Provider};
+use lock_core::{
+    LockError, MIN_WATCHDOG_TIMEOUT, validate_instance_id, validate_wait, validate_watchdog_timeout,
+};
+
+use super::address::{RedisAddress, redact_text};
+use super::error::ConfigError;
+use super::keys::{
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_SPRING_HOST,
+    DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS, KeySpec,
+    MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT, PREFIX, known_keys,
+    looks_secret, spec, unknown_key_hint,
+};
+use super::origin::{Origin, Origins};
+use super::sources::{HostEnv, one_line_message};
+use super::{LockSettings, RedisSettings};
+
+/// The longest value shown in a message, in characters.
+const SHOWN_CHARS: usize = 120;
+
+/// A string as messages show it: quoted and escaped, cut after 120 characters, passwords
+/// redacted.
+pub(crate) fn quote(text: &str) -> String {
+    let redacted = redact_text(text);
+    if redacted.chars().count() > SHOWN_CHARS {
+        let cut: String = redacted.chars().take(SHOWN_CHARS).collect();
+        format!("{cut:?}… ({} bytes)", text.len())
+    } else {
+        format!("{redacted:?}")
+    }
+}
+
+/// A figment value as messages show it, e.g. `"5s"`, `5`, `true`, `a table {a, b}`.
+fn show(value: &Value) -> String {
+    match value {
+        Value::String(_, text) => quote(text),
+        Value::Char(_, c) => quote(&c.to_string()),
+        Value::Bool(_, b) => b.to_string(),
+        Value::Num(_, num) => match (num.to_i128(), num.to_f64()) {
+            (Some(int), _) => int.to_string(),
+            (None, Some(float)) => float.to_string(),
+            (None, None) => "a number".to_owned(),
+        },
+        Value::Empty(..) => "nothing".to_owned(),
+        Value::Dict(_, dict) => {
+            let keys: Vec<&str> = dict.keys().map(String::as_str).collect();
+            format!("a table {{{}}}", keys.join(", "))
+        }
+        Value::Array(_, items) => format!("an array of {} items", items.len()),
+    }
+}
+
+/// Reads the lock settings from a merged figment.
+pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSettings, ConfigError> {
+    if let Err(error) = figment.data() {
+        return Err(ConfigError::Source {
+            message: one_line_message(&error),
+        });
+    }
+    let reader = Reader { figment };
+    reader.check_unknown_keys()?;
+
+    let mut origins = Origins::default();
+    let mut take = |spec: &'static KeySpec, origin: Origin| origins.set(spec.name, origin);
+
+    let enabled = match reader.find(spec("enabled")) {
+        Some(found) => {
+            let value = found.bool()?;
+            take(found.spec, found.origin);
+            value
+        }
+        None => DEFAULT_ENABLED,
+    };
+
+    let (address, origin) = reader.address()?;
+    take(spec("redis.address"), origin);
+
+    let command_timeout = reader.duration(
+        spec("redis.command-timeout"),
+        DEFAULT_COMMAND_TIMEOUT,
+        &mut take,
+        |d| (MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&d),
+        MIN_COMMAND_TIMEOUT,
+    )?;
+    let wait_time = reader.duration(
+        spec("wait-time"),
+        DEFAULT_WAIT_TIME,
+        &mut take,
+        |d| validate_wait(d).is_ok(),
+        Duration::ZERO,
+    )?;
+    let watchdog_timeout = reader.duration(
+        spec("watchdog-timeout"),
+        DEFAULT_WATCHDOG_TIMEOUT,
+        &mut take,
+        |d| validate_watchdog_timeout(d).is_ok(),
+        MIN_WATCHDOG_TIMEOUT,
+    )?;
+
+    let key_prefix = match reader.find(spec("key-prefix")) {
+        Some(found) => {
+            let prefix = found.text()?;
+            if let Some(problem) = key_prefix_problem(&prefix) {
+                return Err(found.invalid(problem));
+            }
+            take(found.spec, found.origin);
+            prefix
+        }
+        None => DEFAULT_KEY_PREFIX.to_owned(),
+    };
+
+    let instance_id_spec = spec("instance-id");
+    let (instance_id, origin) = match reader.find(instance_id_spec) {
+        Some(found) => (found.text()?, found.origin),
+        None => default_instance_id(host_env),
+    };
+    if let Err(error) = validate_instance_id(&instance_id) {
+        return Err(ConfigError::InvalidValue {
+            key: instance_id_spec.name.to_owned(),
+            value: quote(&instance_id),
+            origin: Box::new(origin),
+            problem: core_problem(error),
+            accepted: instance_id_spec.accepted.to_owned(),
+        });
+    }
+    take(instance_id_spec, origin);
+
+    let settings = LockSettings {
+        enabled,
+        redis: RedisSettings {
+            address,
+            command_timeout,
+        },
+        wait_time,
+        watchdog_timeout,
+        key_prefix,
+        instance_id,
+        origins,
+    };
+    for spec in KEYS {
+        if let Some(line) = settings.describe(spec.name) {
+            tracing::debug!("{line}");
+        }
+    }
+    Ok(settings)
+}
+
+fn default_instance_id(host_env: &HostEnv) -> (String, Origin) {
+    if let Some(pod) = &host_env.pod_name {
+        return (pod.clone(), Origin::DefaultFromEnv("POD_NAME".to_owned()));
+    }
+    if let Some(host) = &host_env.hostname {
+        return (host.clone(), Origin::DefaultFromEnv("HOSTNAME".to_owned()));
+    }
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    (host, Origin::DefaultFromHostname)
+}
+
+/// The problem part of a lock-core validation error, without its own "accepted" (ours is
+/// quoted instead).
+fn core_problem(error: LockError) -> String {
+    match error {
+        LockError::InvalidArgument { problem, .. } => problem
+            .split("; accepted")
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn key_prefix_problem(prefix: &str) -> Option<String> {
+    if prefix.is_empty() {
+        Some("it is empty".to_owned())
+    } else if prefix.len() > MAX_KEY_PREFIX_BYTES {
+        Some(format!(
+            "it is {} bytes long, more than {MAX_KEY_PREFIX_BYTES}",
+            prefix.len()
+        ))
+    } else if prefix.contains(['{', '}']) {
+        Some("it contains a brace, which would move the Redis Cluster hash tag".to_owned())
+    } else if prefix.chars().any(char::is_control) {
+        Some("it contains a control character".to_owned())
+    } else if prefix.chars().any(char::is_whitespace) {
+        Some("it contains whitespace".to_owned())
+    } else {
+        None
+    }
+}
+
+struct Reader<'a> {
+    figment: &'a Figment,
+}
+
+/// A value found for a key, with where it came from.
+struct Found {
+    spec: &'static KeySpec,
+    value: Value,
+    origin: Origin,
+}
+
+impl Found {
+    fn invalid(&self, problem: impl Into<String>) -> ConfigError {
+        ConfigError::InvalidValue {
+            key: self.spec.name.to_owned(),
+            value: show(&self.value),
+            origin: Box::new(self.origin.clone()),
+            problem: problem.into(),
+            accepted: self.spec.accepted.to_owned(),
+        }
+    }
+
+    fn bool(&self) -> Result<bool, ConfigError> {
+        match &self.value {
+            Value::Bool(_, b) => Ok(*b),
+            Value::String(_, text) if text.trim().eq_ignore_ascii_case("true") => Ok(true),
+            Value::String(_, text) if text.trim().eq_ignore_ascii_case("false") => Ok(false),
+            _ => Err(self.invalid("not a boolean")),
+        }
+    }
+
+    fn text(&self) -> Result<String, ConfigError> {
+        match &self.value {
+            Value::String(_, text) => Ok(text.clone()),
+            Value::Char(_, c) => Ok(c.to_string()),
+            _ => Err(self.invalid("not a string (quote it)")),
+        }
+    }
+
+    fn duration(&self) -> Result<Duration, ConfigError> {
+        const UNIT_REQUIRED: &str = "a unit is required (ms, s or m)";
+        let text = match &self.value {
+            Value::String(_, text) => text.trim(),
+            Value::Num(..) => return Err(self.invalid(UNIT_REQUIRED)),
+            _ => return Err(self.invalid("not a duration")),
+        };
+        if !text.is_empty() && text.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            return Err(self.invalid(UNIT_REQUIRED));
+        }
+        if text.starts_with('-') {
+            return Err(self.invalid("negative durations are not accepted"));
+        }
+        humantime::parse_duration(text).map_err(|error| {
+            self.invalid(match error {
+                humantime::DurationError::UnknownUnit { unit, .. } => {
+                    format!("not a duration (unknown unit {unit:?})")
+                }
+                humantime::DurationError::NumberOverflow => {
+                    "not a duration (too large or too precise)".to_owned()
+                }
+                humantime::DurationError::Empty => "empty; a duration is required".to_owned(),
+                _ => "not a duration".to_owned(),
+            })
+        })
+    }
+}
+
+impl Reader<'_> {
+    fn find(&self, spec: &'static KeySpec) -> Option<Found> {
+        let value = self.figment.find_value(spec.name).ok()?;
+        let origin = Origin::from_metadata(self.figment.get_metadata(value.tag()), spec.name);
+        Some(Found {
+            spec,
+            value,
+            origin,
+        })
+    }
+
+    /// A duration key: parsed, then checked with `in_range`.
+    fn duration(
+        &self,
+        spec: &'static KeySpec,
+        default: Duration,
+        take: &mut impl FnMut(&'static KeySpec, Origin),
+        in_range: impl Fn(Duration) -> bool,
+        min: Duration,
+    ) -> Result<Duration, ConfigError> {
+        let Some(found) = self.find(spec) else {
+            return Ok(default);
+        };
+        let duration = found.duration()?;
+        if !in_range(duration) {
+            return Err(found.invalid(if duration.is_zero() {
+                "zero is not accepted"
+            } else if duration < min {
+                "shorter than the minimum"
+            } else {
+                "longer than the maximum"
+            }));
+        }
+        take(found.spec, found.origin);
+        Ok(duration)
+    }
+
+    /// `redis.address`, or the Spring fallback, or the default.
+    fn address(&self) -> Result<(RedisAddress, Origin), ConfigError> {
+        if let Some(found) = self.find(spec("redis.address")) {
+            let address =
+                RedisAddress::parse(&found.text()?).map_err(|e| found.invalid(e.problem()))?;
+            return Ok((address, found.origin));
+        }
+        let host = self.find(spec("spring.data.redis.host"));
+        let port = self.find(spec("spring.data.redis.port"));
+        if host.is_none() && port.is_none() {
+            return Ok((RedisAddress::default(), Origin::Default));
+        }
+        self.warn_ignored_spring_keys();
+        let port_number = match &port {
+            Some(found) => spring_port(found)?,
+            None => DEFAULT_SPRING_PORT,
+        };
+        let (host_name, host_found) = match &host {
+            Some(found) => (found.text()?, Some(found)),
+            None => (DEFAULT_SPRING_HOST.to_owned(), None),
+        };
+        let bad_host = |problem: String| match host_found {
+            Some(found) => found.invalid(problem),
+            None => ConfigError::InvalidValue {
+                key: spec("spring.data.redis.host").name.to_owned(),
+                value: quote(DEFAULT_SPRING_HOST),
+                origin: Box::new(Origin::Default),
+                problem,
+                accepted: spec("spring.data.redis.host").accepted.to_owned(),
+            },
+        };
+        if host_name.is_empty()
+            || host_name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || "/@?#\\".contains(c))
+        {
+            return Err(bad_host("not a host name or IP address".to_owned()));
+        }
+        let bracketed = if host_name.contains(':') && !host_name.starts_with('[') {
+            format!("[{host_name}]")
+        } else {
+            host_name
+        };
+        let address = RedisAddress::parse(&format!("redis://{bracketed}:{port_number}"))
+            .map_err(|e| bad_host(e.problem().to_owned()))?;
+        let origin_of = |found: &Option<Found>| {
+            Box::new(found.as_ref().map_or(Origin::Default, |f| f.origin.clone()))
+        };
+        let origin = Origin::SpringFallback {
+            host: origin_of(&host),
+            port: origin_of(&port),
+        };
+        Ok((address, origin))
+    }
+
+    fn warn_ignored_spring_keys(&self) {
+        if let Ok(Value::Dict(_, dict)) = self.figment.find_value("spring.data.redis") {
+            let ignored: Vec<&str> = dict
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !matches!(*k, "host" | "port"))
+                .collect();
+            if !ignored.is_empty() {
+                tracing::warn!(
+                    "the lock's Redis address is taken from spring.data.redis.host/port only; \
+                     spring.data.redis.{{{}}} are ignored. Set telco.platform.lock.redis.address \
+                     (redis://[user[:password]@]host[:port][/db]) if the lock needs them",
+                    ignored.join(", ")
+                );
+            }
+        }
+    }
+
+    /// Every key under `telco.platform.lock` must be in the key table.
+    fn check_unknown_keys(&self) -> Result<(), ConfigError> {
+        match self.figment.find_value(PREFIX) {
+            Err(_) => Ok(()),
+            Ok(Value::Dict(_, dict)) => self.check_section(PREFIX, &dict),
+            Ok(other) => Err(self.not_a_table(PREFIX, &other)),
+        }
+    }
+
+    fn check_section(&self, path: &str, dict: &Dict) -> Result<(), ConfigError> {
+        for (name, value) in dict {
+            let full = format!("{path}.{name}");
+            if KEYS.iter().any(|spec| spec.name == full) {
+                continue;
+            }
+            let is_section = KEYS.iter().any(|spec| {
+                spec.name.starts_with(&full) && spec.name[full.len()..].starts_with('.')
+            });
+            if is_section {
+                match value {
+                    Value::Dict(_, inner) => self.check_section(&full, inner)?,
+                    other => return Err(self.not_a_table(&full, other)),
+                }
+                continue;
+            }
+            let relative = &full[PREFIX.len() + 1..];
+            return Err(ConfigError::UnknownKey {
+                value: if looks_secret(relative) {
+                    "***".to_owned()
+                } else {
+                    show(value)
+                },
+                origin: Box::new(self.origin(value, &full)),
+                hint: unknown_key_hint(relative, false),
+                known: known_keys(),
+                key: full,
+            });
+        }
+        Ok(())
+    }
+
+    fn not_a_table(&self, path: &str, value: &Value) -> ConfigError {
+        let inner: Vec<&str> = KEYS
+            .iter()
+            .filter_map(|spec| spec.name.strip_prefix(path)?.strip_prefix('.'))
+            .collect();
+        ConfigError::InvalidValue {
+            key: path.to_owned(),
+            value: show(value),
+            origin: Box::new(self.origin(value, path)),
+            problem: "not a table".to_owned(),
+            accepted: format!("a table [{path}] with the keys {}", inner.join(", ")),
+        }
+    }
+
+    fn origin(&self, value: &Value, path: &str) -> Origin {
+        Origin::from_metadata(self.figment.get_metadata(value.tag()), path)
+    }
+}
+
+fn spring_port(found: &Found) -> Result<u16, ConfigError> {
+    let number = match &found.value {
+        Value::Num(_, num) => num
+            .to_u128()
+            .or_else(|| num.to_i128().and_then(|n| u128::try_from(n).ok())),
+        Value::String(_, text) => text.trim().parse::<u128>().ok(),
+        _ => None,
+    };
+    match number.and_then(|n| u16::try_from(n).ok()) {
+        Some(port) if port > 0 => Ok(port),
+        _ => Err(found.invalid("not a port number")),
+    }
+}

@@ -1,0 +1,340 @@
+//! Which sources are read and in which order: TOML files, consumer figments, the environment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Format, Serialized, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
+
+use super::address::redact_text;
+use super::error::ConfigError;
+use super::keys::{
+    ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, known_env_names, looks_secret, unknown_key_hint,
+};
+use super::origin::ENV_PROVIDER;
+use super::resolve::quote;
+
+/// The sources [`LockSettings::load`](super::LockSettings::load) reads, later winning over
+/// earlier: built-in defaults, then the TOML files and figments in the order they were added,
+/// then the environment (always last, when enabled).
+///
+/// [`new()`](Self::new) reads the defaults and the process environment; add files with
+/// [`toml_file`](Self::toml_file). [`from_figment`](Self::from_figment) reads a consumer's figment
+/// instead, without the environment unless [`env(true)`](Self::env) is added. Tests hand in their
+/// variables with [`env_from`](Self::env_from), so they never touch the process environment.
+///
+/// ```
+/// use lock_starter::config::{ConfigSources, LockSettings};
+///
+/// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+/// // In a service: `ConfigSources::new().toml_file("config/app.toml")`.
+/// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s")]);
+/// let settings = LockSettings::load(&sources)?;
+/// assert_eq!(settings.wait_time, std::time::Duration::from_secs(2));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ConfigSources {
+    layers: Vec<Layer>,
+    env: EnvInput,
+}
+
+#[derive(Clone)]
+enum Layer {
+    Toml(PathBuf),
+    Figment(Box<Figment>),
+}
+
+#[derive(Clone)]
+enum EnvInput {
+    Off,
+    Process,
+    Vars(BTreeMap<String, String>),
+}
+
+impl ConfigSources {
+    /// The standard sources: built-in defaults and the process environment. Add TOML files with
+    /// [`toml_file`](Self::toml_file).
+    pub fn new() -> Self {
+        ConfigSources {
+            layers: Vec::new(),
+            env: EnvInput::Process,
+        }
+    }
+
+    /// A consumer's own figment instead of the standard sources: the figment is read like a TOML
+    /// file (same key layout, unknown keys under `telco.platform.lock` rejected) and the
+    /// environment is **not** read, as with [`LockSettings::from_figment`](super::LockSettings::from_figment).
+    /// Add [`env(true)`](Self::env) to layer the environment on top, or more files or figments.
+    pub fn from_figment(figment: Figment) -> Self {
+        ConfigSources {
+            layers: vec![Layer::Figment(Box::new(figment))],
+            env: EnvInput::Off,
+        }
+    }
+
+    /// Adds a TOML file, read after the files and figments added before it. The file must
+    /// exist: a missing file is an error naming the path (see
+    /// [`ConfigError::MissingFile`]).
+    pub fn toml_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.layers.push(Layer::Toml(path.into()));
+        self
+    }
+
+    /// Adds a consumer's figment, read after the files and figments added before it. Its values
+    /// are reported as coming from its providers' metadata.
+    pub fn figment(mut self, figment: Figment) -> Self {
+        self.layers.push(Layer::Figment(Box::new(figment)));
+        self
+    }
+
+    /// Reads the process environment (`true`, the default of [`new`](Self::new)) or no
+    /// environment (`false`, the default of [`from_figment`](Self::from_figment)).
+    ///
+    /// `POD_NAME` and `HOSTNAME` (the default instance id) are read from the process either way.
+    pub fn env(mut self, read: bool) -> Self {
+        self.env = if read {
+            EnvInput::Process
+        } else {
+            EnvInput::Off
+        };
+        self
+    }
+
+    /// Reads these variables instead of the process environment, for tests and for services
+    /// that assemble their environment themselves. They replace the process environment
+    /// entirely, `POD_NAME` and `HOSTNAME` included; a name given twice keeps the last value.
+    pub fn env_from<I, K, V>(mut self, vars: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.env = EnvInput::Vars(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        );
+        self
+    }
+
+    /// Reads every source into one figment, and the variables the defaults need.
+    pub(crate) fn build(&self) -> Result<(Figment, HostEnv), ConfigError> {
+        let mut figment = Figment::new();
+        for layer in &self.layers {
+            figment = match layer {
+                Layer::Toml(path) => figment.merge(TomlFile::read(path)?),
+                Layer::Figment(other) => figment.merge(other.as_ref().clone()),
+            };
+        }
+        let host_env = match &self.env {
+            EnvInput::Off => HostEnv::process(),
+            EnvInput::Process => {
+                let vars: BTreeMap<String, String> = std::env::vars_os()
+                    .filter_map(|(name, value)| {
+                        let name = name.into_string().ok()?;
+                        Some((name, value.to_string_lossy().into_owned()))
+                    })
+                    .collect();
+                figment = merge_env(figment, &vars)?;
+                HostEnv::process()
+            }
+            EnvInput::Vars(vars) => {
+                figment = merge_env(figment, vars)?;
+                HostEnv::from_vars(vars)
+            }
+        };
+        Ok((figment, host_env))
+    }
+}
+
+impl Default for ConfigSources {
+    /// The same as [`ConfigSources::new`]: defaults and the process environment.
+    fn default() -> Self {
+        ConfigSources::new()
+    }
+}
+
+impl fmt::Debug for ConfigSources {
+    /// Names the files and counts the variables; values (which may hold passwords) are not shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let layers: Vec<String> = self
+            .layers
+            .iter()
+            .map(|layer| match layer {
+                Layer::Toml(path) => format!("TOML file {}", path.display()),
+                Layer::Figment(_) => "figment".to_owned(),
+            })
+            .collect();
+        let env = match &self.env {
+            EnvInput::Off => "off".to_owned(),
+            EnvInput::Process => "process environment".to_owned(),
+            EnvInput::Vars(vars) => format!("{} given variables", vars.len()),
+        };
+        f.debug_struct("ConfigSources")
+            .field("layers", &layers)
+            .field("env", &env)
+            .finish()
+    }
+}
+
+/// The variables the defaults read: `POD_NAME` and `HOSTNAME` for `instance-id`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostEnv {
+    pub(crate) pod_name: Option<String>,
+    pub(crate) hostname: Option<String>,
+}
+
+impl HostEnv {
+    pub(crate) fn process() -> Self {
+        let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+        HostEnv {
+            pod_name: var("POD_NAME"),
+            hostname: var("HOSTNAME"),
+        }
+    }
+
+    fn from_vars(vars: &BTreeMap<String, String>) -> Self {
+        let var = |name| vars.get(name).filter(|v| !v.is_empty()).cloned();
+        HostEnv {
+            pod_name: var("POD_NAME"),
+            hostname: var("HOSTNAME"),
+        }
+    }
+}
+
+/// A TOML file, read and parsed up front so a missing or broken file is reported by path.
+struct TomlFile {
+    path: PathBuf,
+    data: Map<Profile, Dict>,
+}
+
+impl TomlFile {
+    fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ConfigError::MissingFile {
+                path: path.to_owned(),
+            },
+            _ => ConfigError::UnreadableFile {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            },
+        })?;
+        let data = Toml::string(&text)
+            .data()
+            .map_err(|e| ConfigError::InvalidToml {
+                path: path.to_owned(),
+                message: one_line_message(&e),
+            })?;
+        Ok(TomlFile {
+            path: path.to_owned(),
+            data,
+        })
+    }
+}
+
+impl Provider for TomlFile {
+    fn metadata(&self) -> Metadata {
+        Metadata::from("TOML file", self.path.as_path())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(self.data.clone())
+    }
+}
+
+/// A figment error on one line: for parse errors the position and the problem, without the
+/// quoted source line (which could hold a password); URL passwords redacted.
+pub(crate) fn one_line_message(error: &figment::Error) -> String {
+    let text = match &error.kind {
+        figment::error::Kind::Message(message) => message.clone(),
+        _ => error.to_string(),
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let message = match (lines.first(), lines.last()) {
+        (Some(first), Some(last)) if lines.len() > 1 && first.starts_with("TOML parse error") => {
+            format!("{first}: {last}")
+        }
+        _ => lines.join(" "),
+    };
+    redact_text(&message).into_owned()
+}
+
+/// One environment variable that sets one key. Its metadata carries the variable's name, so
+/// errors and [`Origin`](super::Origin) name the exact variable.
+struct EnvVar {
+    name: String,
+    key: &'static str,
+    value: String,
+}
+
+impl Provider for EnvVar {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(ENV_PROVIDER).source(self.name.clone())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Serialized::default(self.key, &self.value).data()
+    }
+}
+
+/// Maps the variables named in the key table onto their keys, rejecting unknown
+/// `TELCO_PLATFORM_LOCK_*` variables and keys set twice with different values.
+fn merge_env(
+    mut figment: Figment,
+    vars: &BTreeMap<String, String>,
+) -> Result<Figment, ConfigError> {
+    let names: BTreeMap<String, &'static KeySpec> = KEYS
+        .iter()
+        .chain(SPRING_KEYS)
+        .flat_map(|spec| spec.env_names().into_iter().map(move |name| (name, spec)))
+        .collect();
+    let mut by_key: BTreeMap<&'static str, Vec<(&String, &String)>> = BTreeMap::new();
+    for (name, value) in vars {
+        if let Some(spec) = names.get(name) {
+            by_key.entry(spec.name).or_default().push((name, value));
+        } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
+            return Err(ConfigError::UnknownEnvVar {
+                variable: name.clone(),
+                value: if looks_secret(rest) {
+                    "***".to_owned()
+                } else {
+                    quote(value)
+                },
+                hint: unknown_key_hint(rest, true),
+                known: known_env_names(),
+            });
+        }
+    }
+    for spec in KEYS.iter().chain(SPRING_KEYS) {
+        let Some(set) = by_key.get(spec.name) else {
+            continue;
+        };
+        // Strict form first: it is first in `env_names`, and names sort `_` before letters.
+        let mut set = set.clone();
+        set.sort_by_key(|(name, _)| spec.env_names().iter().position(|n| n == *name));
+        let (name, value) = set[0];
+        if let Some((other, other_value)) = set.get(1).filter(|(_, v)| *v != value) {
+            return Err(ConfigError::ConflictingEnv {
+                key: spec.name.to_owned(),
+                first: name.clone(),
+                first_value: quote(value),
+                second: (*other).clone(),
+                second_value: quote(other_value),
+            });
+        }
+        figment = figment.merge(EnvVar {
+            name: name.clone(),
+            key: spec.name,
+            value: value.clone(),
+        });
+    }
+    Ok(figment)
+}

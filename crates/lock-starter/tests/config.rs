@@ -1,0 +1,1095 @@
+//! Loading `telco.platform.lock.*`: defaults, TOML files, the environment (injected, so the tests
+//! run in parallel), the Spring fallback, and the message of every rejected value.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use lock_starter::config::{
+    ConfigError, ConfigSources, KEYS, LockSettings, Origin, RedisAddress, SPRING_KEYS, ValueKind,
+};
+
+/// A temporary directory for TOML files.
+struct Files {
+    dir: tempfile::TempDir,
+}
+
+impl Files {
+    fn new() -> Self {
+        Files {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Messages as they would read with the file under `config/`, for the documentation.
+    fn as_config_dir(&self, message: &str) -> String {
+        message.replace(&self.dir.path().display().to_string(), "config")
+    }
+}
+
+fn env(vars: &[(&str, &str)]) -> ConfigSources {
+    ConfigSources::new().env_from(vars.iter().copied())
+}
+
+fn load(sources: &ConfigSources) -> LockSettings {
+    LockSettings::load(sources).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn load_err(sources: &ConfigSources) -> ConfigError {
+    match LockSettings::load(sources) {
+        Ok(settings) => panic!("expected an error, loaded {settings:?}"),
+        Err(e) => e,
+    }
+}
+
+fn toml_origin(path: &Path) -> String {
+    format!("TOML file {}", path.display())
+}
+
+fn assert_mentions(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(
+            message.contains(part),
+            "message does not mention {part:?}:\n{message}"
+        );
+    }
+}
+
+#[test]
+fn defaults_apply_when_nothing_is_set() {
+    let settings = load(&env(&[
+        ("POD_NAME", "billing-7f9c"),
+        ("HOSTNAME", "node-3"),
+    ]));
+    assert!(settings.enabled);
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://localhost:6379",
+        "default address"
+    );
+    assert_eq!(settings.redis.command_timeout, Duration::from_secs(2));
+    assert_eq!(settings.wait_time, Duration::from_secs(5));
+    assert_eq!(settings.watchdog_timeout, Duration::from_secs(30));
+    assert_eq!(settings.key_prefix, "lock:");
+    assert_eq!(settings.instance_id, "billing-7f9c");
+    for spec in KEYS.iter().filter(|s| !s.name.ends_with("instance-id")) {
+        assert_eq!(
+            settings.source_of(spec.name),
+            Some(&Origin::Default),
+            "{}",
+            spec.name
+        );
+    }
+    assert_eq!(
+        settings.source_of("instance-id"),
+        Some(&Origin::DefaultFromEnv("POD_NAME".into()))
+    );
+    assert_eq!(
+        settings.describe("instance-id").unwrap(),
+        "telco.platform.lock.instance-id = \"billing-7f9c\" from default, environment variable POD_NAME"
+    );
+}
+
+#[test]
+fn instance_id_falls_back_to_hostname_then_the_host_name() {
+    let settings = load(&env(&[("POD_NAME", ""), ("HOSTNAME", "node-3")]));
+    assert_eq!(settings.instance_id, "node-3");
+    assert_eq!(
+        settings.source_of("instance-id"),
+        Some(&Origin::DefaultFromEnv("HOSTNAME".into()))
+    );
+
+    let settings = load(&env(&[]));
+    assert!(!settings.instance_id.is_empty());
+    assert_eq!(
+        settings.source_of("instance-id"),
+        Some(&Origin::DefaultFromHostname)
+    );
+}
+
+const FULL_TOML: &str = r#"
+[telco.platform.lock]
+enabled = false
+wait-time = "250ms"
+watchdog-timeout = "1m30s"
+key-prefix = "locks/"
+instance-id = "billing-7f9c"
+
+[telco.platform.lock.redis]
+address = "redis://redis.internal:6380/2"
+command-timeout = "500ms"
+"#;
+
+#[test]
+fn toml_file_sets_every_key() {
+    let files = Files::new();
+    let path = files.write("app.toml", FULL_TOML);
+    let settings = load(&env(&[]).toml_file(&path));
+    assert!(!settings.enabled);
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://redis.internal:6380/2"
+    );
+    assert_eq!(settings.redis.address.database(), 2);
+    assert_eq!(settings.redis.command_timeout, Duration::from_millis(500));
+    assert_eq!(settings.wait_time, Duration::from_millis(250));
+    assert_eq!(settings.watchdog_timeout, Duration::from_secs(90));
+    assert_eq!(settings.key_prefix, "locks/");
+    assert_eq!(settings.instance_id, "billing-7f9c");
+    for spec in KEYS {
+        let origin = settings.source_of(spec.name).unwrap();
+        assert_eq!(origin.to_string(), toml_origin(&path), "{}", spec.name);
+    }
+}
+
+#[test]
+fn later_files_win_and_other_sections_are_ignored() {
+    let files = Files::new();
+    let first = files.write(
+        "base.toml",
+        r#"
+        [server]
+        port = 8080
+        [spring.datasource]
+        url = "jdbc:postgresql://db/app"
+        [spring.data.redis]
+        password = "ignored-by-the-lock"
+        [telco.platform.lock]
+        wait-time = "1s"
+        watchdog-timeout = "10s"
+        [telco.platform.other]
+        anything = true
+        "#,
+    );
+    let second = files.write(
+        "override.toml",
+        "[telco.platform.lock]\nwait-time = \"2s\"\n",
+    );
+    let settings = load(&env(&[]).toml_file(&first).toml_file(&second));
+    assert_eq!(settings.wait_time, Duration::from_secs(2));
+    assert_eq!(settings.watchdog_timeout, Duration::from_secs(10));
+    assert_eq!(
+        settings.source_of("wait-time").unwrap().to_string(),
+        toml_origin(&second)
+    );
+    assert_eq!(
+        settings.source_of("watchdog-timeout").unwrap().to_string(),
+        toml_origin(&first)
+    );
+}
+
+#[test]
+fn environment_overrides_toml() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[telco.platform.lock]\nwait-time = \"5s\"\nkey-prefix = \"app:\"\n",
+    );
+    let sources = env(&[])
+        .toml_file(&path)
+        .env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "250ms")]);
+    let settings = load(&sources);
+    assert_eq!(settings.wait_time, Duration::from_millis(250));
+    assert_eq!(
+        settings.source_of("wait-time"),
+        Some(&Origin::Env("TELCO_PLATFORM_LOCK_WAIT_TIME".into()))
+    );
+    assert_eq!(settings.key_prefix, "app:");
+    assert_eq!(
+        settings.source_of("key-prefix").unwrap().to_string(),
+        toml_origin(&path)
+    );
+}
+
+/// A valid value of every key, as the environment would give it.
+fn sample(kind: ValueKind, name: &str) -> &'static str {
+    match (kind, name) {
+        (ValueKind::Bool, _) => "false",
+        (ValueKind::RedisUrl, _) => "redis://env-redis:7000",
+        (ValueKind::Duration, _) => "1500ms",
+        (_, n) if n.ends_with("key-prefix") => "env:",
+        (_, n) if n.ends_with("host") => "env-host",
+        (_, n) if n.ends_with("port") => "7001",
+        _ => "env-instance",
+    }
+}
+
+#[test]
+fn every_environment_form_of_every_key_works() {
+    for spec in KEYS {
+        let names = spec.env_names();
+        if spec.name.contains('-') {
+            assert_eq!(names.len(), 2, "{}: strict and relaxed forms", spec.name);
+        }
+        for name in names {
+            let value = sample(spec.kind, spec.name);
+            let settings = load(&env(&[(&name, value)]));
+            let shown = settings.describe(spec.name).unwrap();
+            assert!(
+                shown.ends_with(&format!("from environment variable {name}")),
+                "{shown}"
+            );
+            let expected = match spec.kind {
+                ValueKind::Duration => "1s 500ms".to_owned(),
+                ValueKind::Text => format!("{value:?}"),
+                _ => value.to_owned(),
+            };
+            assert!(shown.contains(&format!("= {expected} ")), "{shown}");
+        }
+    }
+    // The relaxed forms named in the brief, explicitly.
+    let settings = load(&env(&[
+        ("TELCO_PLATFORM_LOCK_WAITTIME", "1s"),
+        ("TELCO_PLATFORM_LOCK_WATCHDOGTIMEOUT", "20s"),
+        ("TELCO_PLATFORM_LOCK_REDIS_COMMANDTIMEOUT", "3s"),
+        ("TELCO_PLATFORM_LOCK_KEYPREFIX", "k:"),
+        ("TELCO_PLATFORM_LOCK_INSTANCEID", "pod-a"),
+        ("TELCO_PLATFORM_LOCK_ENABLED", "FALSE"),
+    ]));
+    assert_eq!(settings.wait_time, Duration::from_secs(1));
+    assert_eq!(settings.watchdog_timeout, Duration::from_secs(20));
+    assert_eq!(settings.redis.command_timeout, Duration::from_secs(3));
+    assert_eq!(settings.key_prefix, "k:");
+    assert_eq!(settings.instance_id, "pod-a");
+    assert!(!settings.enabled);
+}
+
+#[test]
+fn both_forms_with_one_value_are_fine_and_with_two_are_an_error() {
+    let same = load(&env(&[
+        ("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s"),
+        ("TELCO_PLATFORM_LOCK_WAITTIME", "2s"),
+    ]));
+    assert_eq!(same.wait_time, Duration::from_secs(2));
+
+    let error = load_err(&env(&[
+        ("TELCO_PLATFORM_LOCK_WAITTIME", "3s"),
+        ("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s"),
+    ]));
+    assert_eq!(
+        error.to_string(),
+        "telco.platform.lock.wait-time is set twice in the environment with different values: \
+         TELCO_PLATFORM_LOCK_WAIT_TIME = \"2s\" and TELCO_PLATFORM_LOCK_WAITTIME = \"3s\"; \
+         accepted: set only one of them (both name the same key)"
+    );
+    assert_eq!(error.key(), Some("telco.platform.lock.wait-time"));
+}
+
+#[test]
+fn disabled_says_where_it_was_switched_off() {
+    let settings = load(&env(&[("TELCO_PLATFORM_LOCK_ENABLED", "false")]));
+    assert!(!settings.enabled);
+    assert_eq!(
+        settings.describe("enabled").unwrap(),
+        "telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED"
+    );
+    assert_eq!(
+        settings.source_of("telco.platform.lock.enabled"),
+        settings.source_of("enabled")
+    );
+    assert_eq!(settings.source_of("lease-time"), None);
+}
+
+#[test]
+fn spring_host_and_port_are_the_fallback_address() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[spring.data.redis]\nhost = \"redis.internal\"\nport = 6380\n",
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://redis.internal:6380"
+    );
+    assert_eq!(
+        settings.source_of("redis.address").unwrap().to_string(),
+        format!(
+            "spring.data.redis.host from {0} and spring.data.redis.port from {0}",
+            toml_origin(&path)
+        )
+    );
+
+    // Host alone: port 6379. Port alone: host localhost. From the environment as well.
+    let host_only = load(&env(&[("SPRING_DATA_REDIS_HOST", "10.0.0.7")]));
+    assert_eq!(host_only.redis.address.expose(), "redis://10.0.0.7:6379");
+    assert_eq!(
+        host_only.source_of("redis.address"),
+        Some(&Origin::SpringFallback {
+            host: Box::new(Origin::Env("SPRING_DATA_REDIS_HOST".into())),
+            port: Box::new(Origin::Default),
+        })
+    );
+    let port_only = load(&env(&[("SPRING_DATA_REDIS_PORT", "6390")]));
+    assert_eq!(port_only.redis.address.expose(), "redis://localhost:6390");
+    let ipv6 = load(&env(&[("SPRING_DATA_REDIS_HOST", "::1")]));
+    assert_eq!(ipv6.redis.address.expose(), "redis://[::1]:6379");
+}
+
+#[test]
+fn the_lock_address_wins_over_spring() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        r#"
+        [telco.platform.lock.redis]
+        address = "redis://lock-redis:6379"
+        [spring.data.redis]
+        host = "cache-redis"
+        port = "not even a port"
+        "#,
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(settings.redis.address.expose(), "redis://lock-redis:6379");
+    assert_eq!(
+        settings.source_of("redis.address").unwrap().to_string(),
+        toml_origin(&path)
+    );
+    // The environment's Spring host does not beat the file's lock address either.
+    let settings = load(
+        &env(&[])
+            .toml_file(&path)
+            .env_from([("SPRING_DATA_REDIS_HOST", "env-redis")]),
+    );
+    assert_eq!(settings.redis.address.expose(), "redis://lock-redis:6379");
+}
+
+/// One rejected configuration and what its message must name.
+struct Case {
+    what: &'static str,
+    sources: ConfigSources,
+    key: String,
+    value: &'static str,
+    origin: String,
+    accepted: &'static str,
+    problem: &'static str,
+}
+
+fn env_case(
+    what: &'static str,
+    var: &'static str,
+    value: &'static str,
+    key: &str,
+    shown: &'static str,
+    accepted: &'static str,
+    problem: &'static str,
+) -> Case {
+    Case {
+        what,
+        sources: env(&[(var, value)]),
+        key: key.to_owned(),
+        value: shown,
+        origin: format!("environment variable {var}"),
+        accepted,
+        problem,
+    }
+}
+
+const DURATION_FORMS: &str = "accepted: a duration with a unit, such as 5s, 250ms or 1m30s";
+
+#[test]
+fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
+    let files = Files::new();
+    let bare = files.write("bare.toml", "[telco.platform.lock]\nwait-time = 5\n");
+    let brace = files.write(
+        "brace.toml",
+        "[telco.platform.lock]\nkey-prefix = \"lock{\"\n",
+    );
+    let not_table = files.write(
+        "not-table.toml",
+        "[telco.platform.lock]\nredis = \"redis://h:6379\"\n",
+    );
+    let bad_bool = files.write("bool.toml", "[telco.platform.lock]\nenabled = \"yes\"\n");
+    let port = files.write("port.toml", "[spring.data.redis]\nport = 70000\n");
+    let float = files.write("float.toml", "[telco.platform.lock]\nwait-time = 1.5\n");
+    let number_id = files.write("id.toml", "[telco.platform.lock]\ninstance-id = 42\n");
+    let lock_number = files.write("lock.toml", "[telco.platform]\nlock = 5\n");
+    let tab = files.write(
+        "tab.toml",
+        "[telco.platform.lock]\nkey-prefix = \"a\\tb\"\n",
+    );
+    let toml_case = |what, path: &PathBuf, key: &str, value, accepted, problem| Case {
+        what,
+        sources: env(&[]).toml_file(path),
+        key: key.to_owned(),
+        value,
+        origin: toml_origin(path),
+        accepted,
+        problem,
+    };
+    let cases = vec![
+        env_case(
+            "not a duration",
+            "TELCO_PLATFORM_LOCK_WAIT_TIME",
+            "5 parsecs",
+            "telco.platform.lock.wait-time",
+            "\"5 parsecs\"",
+            "from 0 ms to 1 h",
+            "not a duration (unknown unit \"parsecs\")",
+        ),
+        env_case(
+            "bare number from the environment",
+            "TELCO_PLATFORM_LOCK_WATCHDOGTIMEOUT",
+            "5",
+            "telco.platform.lock.watchdog-timeout",
+            "\"5\"",
+            DURATION_FORMS,
+            "a unit is required (ms, s or m)",
+        ),
+        toml_case(
+            "bare number from TOML",
+            &bare,
+            "telco.platform.lock.wait-time",
+            "5",
+            DURATION_FORMS,
+            "a unit is required (ms, s or m)",
+        ),
+        env_case(
+            "zero watchdog timeout",
+            "TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT",
+            "0s",
+            "telco.platform.lock.watchdog-timeout",
+            "\"0s\"",
+            "from 1 s to 1 h",
+            "zero is not accepted",
+        ),
+        env_case(
+            "watchdog timeout too short",
+            "TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT",
+            "500ms",
+            "telco.platform.lock.watchdog-timeout",
+            "\"500ms\"",
+            "from 1 s to 1 h",
+            "shorter than the minimum",
+        ),
+        env_case(
+            "wait over an hour",
+            "TELCO_PLATFORM_LOCK_WAIT_TIME",
+            "61m",
+            "telco.platform.lock.wait-time",
+            "\"61m\"",
+            "from 0 ms to 1 h",
+            "longer than the maximum",
+        ),
+        env_case(
+            "negative wait",
+            "TELCO_PLATFORM_LOCK_WAIT_TIME",
+            "-5s",
+            "telco.platform.lock.wait-time",
+            "\"-5s\"",
+            "from 0 ms to 1 h",
+            "negative durations are not accepted",
+        ),
+        env_case(
+            "command timeout zero",
+            "TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT",
+            "0ms",
+            "telco.platform.lock.redis.command-timeout",
+            "\"0ms\"",
+            "from 10 ms to 60 s",
+            "zero is not accepted",
+        ),
+        env_case(
+            "command timeout too long",
+            "TELCO_PLATFORM_LOCK_REDIS_COMMANDTIMEOUT",
+            "2m",
+            "telco.platform.lock.redis.command-timeout",
+            "\"2m\"",
+            "from 10 ms to 60 s",
+            "longer than the maximum",
+        ),
+        env_case(
+            "bad URL",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis://redis.internal:99999",
+            "telco.platform.lock.redis.address",
+            "\"redis://redis.internal:99999\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "not a URL (invalid port number)",
+        ),
+        env_case(
+            "no scheme",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "localhost:6379",
+            "telco.platform.lock.redis.address",
+            "\"localhost:6379\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "not a Redis URL",
+        ),
+        env_case(
+            "unsupported scheme",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "rediss://redis.internal:6380",
+            "telco.platform.lock.redis.address",
+            "\"rediss://redis.internal:6380\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "rediss:// is not supported yet",
+        ),
+        env_case(
+            "sentinel not yet",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis-sentinel://s1:26379",
+            "telco.platform.lock.redis.address",
+            "\"redis-sentinel://s1:26379\"",
+            "redis-cluster://",
+            "redis-sentinel:// is not supported yet",
+        ),
+        env_case(
+            "foreign scheme",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "http://redis.internal",
+            "telco.platform.lock.redis.address",
+            "\"http://redis.internal\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "the scheme http:// is not a Redis scheme",
+        ),
+        toml_case(
+            "key prefix with a brace",
+            &brace,
+            "telco.platform.lock.key-prefix",
+            "\"lock{\"",
+            "1 to 64 bytes without braces ({ }), whitespace or control characters",
+            "it contains a brace",
+        ),
+        env_case(
+            "key prefix with a space",
+            "TELCO_PLATFORM_LOCK_KEY_PREFIX",
+            "my lock:",
+            "telco.platform.lock.key-prefix",
+            "\"my lock:\"",
+            "1 to 64 bytes",
+            "it contains whitespace",
+        ),
+        env_case(
+            "empty instance id",
+            "TELCO_PLATFORM_LOCK_INSTANCE_ID",
+            "",
+            "telco.platform.lock.instance-id",
+            "\"\"",
+            "a host or pod name, 1 to 128 bytes",
+            "must not be empty",
+        ),
+        toml_case(
+            "not a boolean",
+            &bad_bool,
+            "telco.platform.lock.enabled",
+            "\"yes\"",
+            "accepted: true or false",
+            "not a boolean",
+        ),
+        toml_case(
+            "redis as a string",
+            &not_table,
+            "telco.platform.lock.redis",
+            "\"redis://h:6379\"",
+            "a table [telco.platform.lock.redis] with the keys address, command-timeout",
+            "not a table",
+        ),
+        toml_case(
+            "spring port out of range",
+            &port,
+            "spring.data.redis.port",
+            "70000",
+            "a port number from 1 to 65535",
+            "not a port number",
+        ),
+        toml_case(
+            "a float for a duration",
+            &float,
+            "telco.platform.lock.wait-time",
+            "1.5",
+            DURATION_FORMS,
+            "a unit is required (ms, s or m)",
+        ),
+        toml_case(
+            "a number for a string",
+            &number_id,
+            "telco.platform.lock.instance-id",
+            "42",
+            "a host or pod name",
+            "not a string (quote it)",
+        ),
+        toml_case(
+            "the section itself not a table",
+            &lock_number,
+            "telco.platform.lock",
+            "5",
+            "a table [telco.platform.lock] with the keys enabled, redis.address,",
+            "not a table",
+        ),
+        toml_case(
+            "a control character, shown escaped",
+            &tab,
+            "telco.platform.lock.key-prefix",
+            "\"a\\tb\"",
+            "1 to 64 bytes",
+            "it contains a control character",
+        ),
+        env_case(
+            "spring host with a slash",
+            "SPRING_DATA_REDIS_HOST",
+            "redis/0",
+            "spring.data.redis.host",
+            "\"redis/0\"",
+            "a host name or IP address",
+            "not a host name or IP address",
+        ),
+    ];
+    for case in cases {
+        let error = load_err(&case.sources);
+        let message = error.to_string();
+        assert_mentions(
+            &message,
+            &[
+                &format!("{} = {} (from {}): ", case.key, case.value, case.origin),
+                case.accepted,
+                case.problem,
+            ],
+        );
+        assert!(message.contains("accepted: "), "{}: {message}", case.what);
+        assert_eq!(error.key(), Some(case.key.as_str()), "{}", case.what);
+        assert_eq!(
+            error.origin().map(ToString::to_string),
+            Some(case.origin.clone()),
+            "{}",
+            case.what
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_in_toml_are_rejected_with_a_suggestion() {
+    let files = Files::new();
+    let path = files.write("app.toml", "[telco.platform.lock]\nwait-tme = \"5s\"\n");
+    let error = load_err(&env(&[]).toml_file(&path));
+    let message = error.to_string();
+    assert_mentions(
+        &message,
+        &[
+            "unknown key telco.platform.lock.wait-tme = \"5s\"",
+            &format!("(from {})", toml_origin(&path)),
+            "did you mean telco.platform.lock.wait-time?",
+            "Known keys: telco.platform.lock.{enabled, redis.address, redis.command-timeout, \
+             wait-time, watchdog-timeout, key-prefix, instance-id}",
+        ],
+    );
+    assert!(matches!(error, ConfigError::UnknownKey { .. }));
+
+    // Nested sections are checked too.
+    let nested = files.write(
+        "nested.toml",
+        "[telco.platform.lock.redis]\naddres = \"redis://h\"\n",
+    );
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&nested)),
+        &[
+            "unknown key telco.platform.lock.redis.addres",
+            "did you mean telco.platform.lock.redis.address?",
+        ],
+    );
+    // A key nothing resembles gets the list only.
+    let stranger = files.write("stranger.toml", "[telco.platform.lock]\ncolour = \"red\"\n");
+    let message = error_message(&env(&[]).toml_file(&stranger));
+    assert_mentions(
+        &message,
+        &[
+            "unknown key telco.platform.lock.colour = \"red\" (from",
+            "). Known keys: ",
+        ],
+    );
+    assert!(!message.contains("did you mean"), "{message}");
+    // A whole unknown table is shown by its keys only.
+    let table = files.write(
+        "table.toml",
+        "[telco.platform.lock.retry]\nattempts = 3\nsecret = \"x\"\n",
+    );
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&table)),
+        &["unknown key telco.platform.lock.retry = a table {attempts, secret} (from TOML file"],
+    );
+}
+
+fn error_message(sources: &ConfigSources) -> String {
+    load_err(sources).to_string()
+}
+
+#[test]
+fn unknown_environment_variables_are_rejected_with_a_suggestion() {
+    let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_WAIT_TME", "5s")]));
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "unknown environment variable TELCO_PLATFORM_LOCK_WAIT_TME = \"5s\"",
+            "did you mean TELCO_PLATFORM_LOCK_WAIT_TIME?",
+            "Known variables: TELCO_PLATFORM_LOCK_ENABLED, ",
+            "SPRING_DATA_REDIS_PORT",
+        ],
+    );
+    assert_eq!(error.key(), Some("TELCO_PLATFORM_LOCK_WAIT_TME"));
+    // Other prefixes are none of the lock's business.
+    load(&env(&[
+        ("TELCO_PLATFORM_BILLING_X", "1"),
+        ("SPRING_DATA_REDIS_PASSWORD", "pw"),
+    ]));
+}
+
+#[test]
+fn lease_time_is_unknown_and_says_leases_are_chosen_per_call() {
+    let files = Files::new();
+    let path = files.write("app.toml", "[telco.platform.lock]\nlease-time = \"30s\"\n");
+    let error = load_err(&env(&[]).toml_file(&path));
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "unknown key telco.platform.lock.lease-time = \"30s\"",
+            &toml_origin(&path),
+            "there is deliberately no lease-time key",
+            "Lease::Watchdog",
+            "Lease::Fixed(duration)",
+            "Known keys:",
+        ],
+    );
+    for var in [
+        "TELCO_PLATFORM_LOCK_LEASE_TIME",
+        "TELCO_PLATFORM_LOCK_LEASETIME",
+    ] {
+        assert_mentions(
+            &error_message(&env(&[(var, "30s")])),
+            &[var, "\"30s\"", "Lease::Watchdog", "Lease::Fixed(duration)"],
+        );
+    }
+}
+
+#[test]
+fn a_missing_explicit_file_is_an_error_naming_it() {
+    let error = load_err(&env(&[]).toml_file("config/does-not-exist.toml"));
+    assert_eq!(
+        error.to_string(),
+        "TOML file config/does-not-exist.toml does not exist; it was given as a configuration \
+         source, so create it or stop passing it (accepted: a path to an existing TOML file)"
+    );
+    assert!(matches!(error, ConfigError::MissingFile { .. }));
+}
+
+#[test]
+fn a_broken_file_is_an_error_naming_it_without_quoting_its_lines() {
+    let files = Files::new();
+    let path = files.write(
+        "broken.toml",
+        "[telco.platform.lock.redis]\naddress = \"redis://app:hunter2@h\n",
+    );
+    let message = error_message(&env(&[]).toml_file(&path));
+    assert_mentions(
+        &message,
+        &[&format!(
+            "TOML file {} is not valid TOML: TOML parse error at line 2",
+            path.display()
+        )],
+    );
+    assert!(!message.contains("hunter2"), "{message}");
+    assert!(!message.contains('\n'), "one line: {message}");
+}
+
+const SECRET: &str = "hunter2";
+
+fn assert_no_secret(text: &str) {
+    assert!(!text.contains(SECRET), "password shown: {text}");
+}
+
+#[test]
+fn passwords_never_appear_in_settings_or_errors() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[telco.platform.lock.redis]\naddress = \"redis://app:hunter2@redis.internal:6379/1\"\n",
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://app:hunter2@redis.internal:6379/1",
+        "the client gets the password"
+    );
+    assert_eq!(
+        settings.redis.address.to_string(),
+        "redis://app:***@redis.internal:6379/1"
+    );
+    assert_no_secret(&format!("{settings:?}"));
+    assert_no_secret(&format!("{:?}", settings.redis));
+    assert_no_secret(&settings.describe("redis.address").unwrap());
+    assert!(format!("{settings:?}").contains("redis://app:***@redis.internal:6379/1"));
+
+    // Every way a bad address with a password can fail.
+    for address in [
+        "redis://app:hunter2@redis.internal:0",
+        "redis://app:hunter2@redis.internal:99999",
+        "redis://app:hun/ter2@redis.internal",
+        "rediss://app:hunter2@redis.internal",
+        "app:hunter2@redis.internal:6379",
+        "redis://app:hunter2@redis.internal/0?timeout=1",
+    ] {
+        let secret_free = address.replace("hun/ter2", SECRET);
+        let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)]));
+        for text in [error.to_string(), format!("{error:?}")] {
+            assert_no_secret(&text);
+            assert!(!text.contains("hun/ter2"), "{text}");
+            assert!(
+                text.contains("app:***@redis.internal"),
+                "{secret_free}: {text}"
+            );
+        }
+    }
+    // A misspelt address variable: its value is shown, redacted.
+    let typo = load_err(&env(&[(
+        "TELCO_PLATFORM_LOCK_REDIS_ADDRES",
+        "redis://app:hunter2@redis.internal",
+    )]));
+    for text in [typo.to_string(), format!("{typo:?}")] {
+        assert_no_secret(&text);
+        assert_mentions(
+            &text,
+            &[
+                "app:***@redis.internal",
+                "TELCO_PLATFORM_LOCK_REDIS_ADDRESS?",
+            ],
+        );
+    }
+    // Unknown keys that look like secrets are not shown at all.
+    let unknown = files.write(
+        "unknown.toml",
+        "[telco.platform.lock.redis]\npassword = \"hunter2\"\n",
+    );
+    let error = load_err(&env(&[]).toml_file(&unknown));
+    for text in [error.to_string(), format!("{error:?}")] {
+        assert_no_secret(&text);
+        assert_mentions(
+            &text,
+            &[
+                "telco.platform.lock.redis.password",
+                "***",
+                "redis://[user[:password]@]host",
+            ],
+        );
+    }
+    let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_REDIS_PASSWORD", SECRET)]));
+    assert_no_secret(&error.to_string());
+    assert_no_secret(&format!("{error:?}"));
+    // The sources' Debug shows no values.
+    let sources = env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://a:hunter2@h")]);
+    assert_no_secret(&format!("{sources:?}"));
+}
+
+#[test]
+fn a_consumer_figment_is_read_like_a_file() {
+    let figment = Figment::new()
+        .merge(Toml::string("[telco.platform.lock]\nwait-time = \"3s\"\n"))
+        .merge(Serialized::default(
+            "telco.platform.lock.key-prefix",
+            "svc:",
+        ));
+    let settings = LockSettings::from_figment(&figment).unwrap();
+    assert_eq!(settings.wait_time, Duration::from_secs(3));
+    assert_eq!(settings.key_prefix, "svc:");
+    assert_eq!(
+        settings.source_of("wait-time").unwrap().to_string(),
+        "TOML source string"
+    );
+    assert!(
+        settings
+            .source_of("key-prefix")
+            .unwrap()
+            .to_string()
+            .contains("tests/config.rs"),
+        "code location of the provider"
+    );
+
+    // Layered with the starter's own sources: the environment still wins.
+    let sources = ConfigSources::from_figment(figment.clone())
+        .env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "4s")]);
+    assert_eq!(load(&sources).wait_time, Duration::from_secs(4));
+
+    // Its unknown keys and bad values are rejected like a file's.
+    let bad = figment.merge(Serialized::default("telco.platform.lock.wait-time", "5"));
+    assert_mentions(
+        &LockSettings::from_figment(&bad).unwrap_err().to_string(),
+        &[
+            "telco.platform.lock.wait-time = \"5\"",
+            "a unit is required",
+        ],
+    );
+    let unknown = Figment::from(Serialized::default("telco.platform.lock.lease-time", "5s"));
+    assert_mentions(
+        &LockSettings::from_figment(&unknown)
+            .unwrap_err()
+            .to_string(),
+        &["unknown key telco.platform.lock.lease-time", "Lease::Fixed"],
+    );
+}
+
+fn workspace_file(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(relative)
+}
+
+#[test]
+fn the_example_file_loads_and_documents_the_true_defaults() {
+    let path = workspace_file("config/lock.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let defaults = load(&env(&[("POD_NAME", "billing-7f9c")]));
+    let as_is = load(
+        &env(&[])
+            .toml_file(&path)
+            .env_from([("POD_NAME", "billing-7f9c")]),
+    );
+    assert_same_values(&as_is, &defaults);
+
+    // Every key is listed; uncommenting every `# key = value` line changes nothing.
+    for spec in KEYS.iter().chain(SPRING_KEYS) {
+        let name = spec.name.rsplit('.').next().unwrap();
+        assert!(
+            text.contains(&format!("# {name} = ")),
+            "config/lock.toml lists {}",
+            spec.name
+        );
+    }
+    let uncommented: String = text
+        .lines()
+        .map(|line| match line.strip_prefix("# ") {
+            Some(rest) if rest.contains(" = ") || rest.starts_with('[') => rest,
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let files = Files::new();
+    let copy = files.write("lock.toml", &uncommented);
+    let explicit = load(
+        &env(&[])
+            .toml_file(&copy)
+            .env_from([("POD_NAME", "ignored")]),
+    );
+    assert_eq!(
+        explicit.instance_id, "billing-7f9c",
+        "the file's example id"
+    );
+    assert_same_values(&explicit, &defaults);
+    for spec in KEYS {
+        assert_eq!(
+            explicit.source_of(spec.name).unwrap().to_string(),
+            toml_origin(&copy),
+            "{} is set by the uncommented file",
+            spec.name
+        );
+    }
+}
+
+fn assert_same_values(a: &LockSettings, b: &LockSettings) {
+    assert_eq!(a.enabled, b.enabled);
+    assert_eq!(a.redis, b.redis);
+    assert_eq!(a.wait_time, b.wait_time);
+    assert_eq!(a.watchdog_timeout, b.watchdog_timeout);
+    assert_eq!(a.key_prefix, b.key_prefix);
+    assert_eq!(a.instance_id, b.instance_id);
+}
+
+#[test]
+fn the_documentation_lists_every_key_and_quotes_real_messages() {
+    let docs = std::fs::read_to_string(workspace_file("docs/configuration.md")).unwrap();
+    for spec in KEYS.iter().chain(SPRING_KEYS) {
+        let row = docs
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{}` |", spec.name)))
+            .unwrap_or_else(|| panic!("no table row for {}", spec.name));
+        for name in spec.env_names() {
+            assert!(row.contains(&format!("`{name}`")), "{name} in {row}");
+        }
+    }
+    let files = Files::new();
+    let app = files.write("app.toml", "[telco.platform.lock]\nwait-tme = \"5s\"\n");
+    let lease = files.write(
+        "lease.toml",
+        "[telco.platform.lock]\nlease-time = \"30s\"\n",
+    );
+    let brace = files.write(
+        "prefix.toml",
+        "[telco.platform.lock]\nkey-prefix = \"lock{\"\n",
+    );
+    let examples = [
+        error_message(&env(&[("TELCO_PLATFORM_LOCK_WAIT_TIME", "5 parsecs")])),
+        error_message(&env(&[("TELCO_PLATFORM_LOCK_WAITTIME", "5")])),
+        error_message(&env(&[("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "0s")])),
+        error_message(&env(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "rediss://app:hunter2@redis.internal:6380",
+        )])),
+        error_message(&env(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "localhost:6379",
+        )])),
+        error_message(&env(&[
+            ("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s"),
+            ("TELCO_PLATFORM_LOCK_WAITTIME", "3s"),
+        ])),
+        error_message(&env(&[("TELCO_PLATFORM_LOCK_WAIT_TME", "5s")])),
+        files.as_config_dir(&error_message(&env(&[]).toml_file(&app))),
+        files.as_config_dir(&error_message(&env(&[]).toml_file(&lease))),
+        files.as_config_dir(&error_message(&env(&[]).toml_file(&brace))),
+        error_message(&env(&[]).toml_file("config/does-not-exist.toml")),
+    ];
+    let mut missing = Vec::new();
+    for example in &examples {
+        if !docs.contains(example.as_str()) {
+            missing.push(example.as_str());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/configuration.md does not quote these messages:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn addresses_parse_outside_configuration_too() {
+    let address: RedisAddress = "redis://:hunter2@h:6379/3".parse().unwrap();
+    assert_eq!(address.to_string(), "redis://:***@h:6379/3");
+    assert_eq!(address.database(), 3);
+    assert!(address.has_password());
+    assert_eq!(address.username(), None);
+}
+
+#[test]
+fn errors_and_settings_cross_threads_and_fit_error_chains() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<ConfigError>();
+    assert_send_sync::<LockSettings>();
+    assert_send_sync::<ConfigSources>();
+    let error: Box<dyn std::error::Error + Send + Sync> =
+        Box::new(load_err(&env(&[("TELCO_PLATFORM_LOCK_ENABLED", "maybe")])));
+    assert!(error.to_string().contains("TELCO_PLATFORM_LOCK_ENABLED"));
+}
+
+#[test]
+fn a_failing_consumer_figment_is_reported_on_one_line() {
+    let figment = Figment::from(Toml::string(
+        "[telco.platform.lock.redis]\naddress = \"redis://app:hunter2@h\n",
+    ));
+    let error = LockSettings::from_figment(&figment).unwrap_err();
+    assert!(matches!(error, ConfigError::Source { .. }), "{error:?}");
+    let message = error.to_string();
+    assert_no_secret(&message);
+    assert!(!message.contains('\n'), "{message}");
+    assert_mentions(
+        &message,
+        &[
+            "a configuration source of the supplied figment failed",
+            "line 2",
+        ],
+    );
+}

@@ -1,0 +1,394 @@
+//! [`RedisServer`], its builder and the backend choice.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::timeout;
+
+use crate::TestkitError;
+use crate::error::BACKEND_ENV;
+use crate::local::LocalServer;
+use crate::resp::{self, Reply};
+
+/// Default deadline for a server to answer after it was started; generous because parallel tests
+/// on a small, loaded machine can delay a fresh process by seconds.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Deadline for one [`RedisServer::cmd`] round trip.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where a [`RedisServer`] runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// `LOCK_TESTKIT_BACKEND` (`auto`, `local`, `docker`) decides; unset or `auto` means: a Docker
+    /// container when the `docker` feature is on and a Docker engine answers, otherwise the local
+    /// `redis-server` binary.
+    #[default]
+    Auto,
+    /// A `redis-server` child process of the test process. Supports every operation.
+    Local,
+    /// A Docker container (needs the `docker` feature and a running engine). `pid()` is `None`
+    /// and `restart()` is not supported.
+    Docker,
+}
+
+impl Backend {
+    /// Resolves `Auto` against the environment; `Auto` is returned only when Docker may be tried.
+    fn resolve(self) -> Result<Backend, TestkitError> {
+        if self != Backend::Auto {
+            return Ok(self);
+        }
+        match std::env::var(BACKEND_ENV) {
+            Err(_) => Ok(Backend::Auto),
+            Ok(value) => match value.trim().to_ascii_lowercase().as_str() {
+                "" | "auto" => Ok(Backend::Auto),
+                "local" => Ok(Backend::Local),
+                "docker" => Ok(Backend::Docker),
+                _ => Err(TestkitError::InvalidBackend { value }),
+            },
+        }
+    }
+}
+
+/// Configures a [`RedisServer`] before starting it; get one from [`RedisServer::builder`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_testkit::TestkitError> {
+/// let server = lock_testkit::RedisServer::builder()
+///     .arg("--maxmemory")
+///     .arg("1mb")
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .start().await"]
+pub struct RedisServerBuilder {
+    args: Vec<String>,
+    binary: Option<PathBuf>,
+    backend: Backend,
+    startup_timeout: Duration,
+}
+
+impl RedisServerBuilder {
+    fn new() -> Self {
+        Self {
+            args: Vec::new(),
+            binary: None,
+            backend: Backend::Auto,
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+        }
+    }
+
+    /// Appends one command-line argument for redis-server, after the testkit's own
+    /// (`--port`, `--bind 127.0.0.1`, `--save ""`, `--appendonly no`, `--dir`, `--daemonize no`).
+    /// Later arguments win, so do not override `--port`, `--bind`, `--dir` or `--daemonize`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends several command-line arguments; see [`arg`](Self::arg).
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// The redis-server binary to run (local backend). Default: `$LOCK_TESTKIT_REDIS_SERVER`,
+    /// else `redis-server` from `PATH`.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Where the server runs; default [`Backend::Auto`].
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// How long to wait for a started (or restarted) server to answer; default
+    /// [`DEFAULT_STARTUP_TIMEOUT`].
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Starts the server and waits until it answers.
+    ///
+    /// # Errors
+    /// [`TestkitError::RedisServerNotOnPath`] when the binary is missing, and the other start-up
+    /// variants (with the server's log tail) when it does not come up.
+    pub async fn start(self) -> Result<RedisServer, TestkitError> {
+        match self.backend.resolve()? {
+            Backend::Local => self.start_local().await,
+            Backend::Docker => self.start_docker().await,
+            Backend::Auto => {
+                #[cfg(feature = "docker")]
+                if crate::docker::engine_answers().await {
+                    return self.start_docker().await;
+                }
+                self.start_local().await
+            }
+        }
+    }
+
+    async fn start_local(self) -> Result<RedisServer, TestkitError> {
+        let binary = self.binary.map(OsString::from);
+        let (local, port) = LocalServer::start(binary, self.args, self.startup_timeout).await?;
+        Ok(RedisServer {
+            host: "127.0.0.1".to_owned(),
+            port,
+            paused: AtomicBool::new(false),
+            inner: Inner::Local(local),
+        })
+    }
+
+    #[cfg(feature = "docker")]
+    async fn start_docker(self) -> Result<RedisServer, TestkitError> {
+        let (container, host, port) =
+            crate::docker::DockerServer::start(self.args, self.startup_timeout).await?;
+        Ok(RedisServer {
+            host,
+            port,
+            paused: AtomicBool::new(false),
+            inner: Inner::Docker(container),
+        })
+    }
+
+    #[cfg(not(feature = "docker"))]
+    async fn start_docker(self) -> Result<RedisServer, TestkitError> {
+        Err(TestkitError::DockerFeatureDisabled)
+    }
+}
+
+/// A private Redis server for one test: its own port, its own empty dataset, no persistence.
+///
+/// By default a `redis-server` child process on a free `127.0.0.1` port with its own temp dir
+/// (see [`Backend`] for Docker). Dropping it SIGKILLs the server, waits for it to exit and removes
+/// the temp dir; if the test process dies without dropping it, the kernel kills the server too
+/// (Linux, `PR_SET_PDEATHSIG`).
+///
+/// Many servers may run at once, from parallel test threads and parallel test processes.
+pub struct RedisServer {
+    /// Host to connect to: `127.0.0.1`, or the Docker host.
+    host: String,
+    port: u16,
+    paused: AtomicBool,
+    inner: Inner,
+}
+
+enum Inner {
+    Local(LocalServer),
+    #[cfg(feature = "docker")]
+    Docker(crate::docker::DockerServer),
+}
+
+impl RedisServer {
+    /// Starts a local-or-Docker server with default settings (see [`Backend::Auto`]) and waits
+    /// until it answers `PING`.
+    ///
+    /// # Errors
+    /// See [`RedisServerBuilder::start`].
+    pub async fn start() -> Result<RedisServer, TestkitError> {
+        Self::builder().start().await
+    }
+
+    /// A builder for extra redis-server arguments, the binary, the backend or the start-up
+    /// deadline.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::new()
+    }
+
+    /// The URL clients connect to, `redis://127.0.0.1:<port>`. Stays the same across
+    /// [`kill`](Self::kill) and [`restart`](Self::restart).
+    pub fn url(&self) -> String {
+        if self.host.contains(':') {
+            format!("redis://[{}]:{}", self.host, self.port)
+        } else {
+            format!("redis://{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id; `None` after [`kill`](Self::kill) and for Docker containers.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.inner {
+            Inner::Local(local) => local.pid(),
+            #[cfg(feature = "docker")]
+            Inner::Docker(_) => None,
+        }
+    }
+
+    /// The server's working directory (its log is `redis-server.log` there); `None` for Docker.
+    /// Removed when the server is dropped.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.inner {
+            Inner::Local(local) => Some(local.dir()),
+            #[cfg(feature = "docker")]
+            Inner::Docker(_) => None,
+        }
+    }
+
+    /// Freezes the server (SIGSTOP; `docker pause` for containers). It keeps its socket and its
+    /// clients' connections, which connect and send but get no reply, like a server stuck in a
+    /// long GC pause or a stalled VM. Returns once the kernel reports the process stopped.
+    /// While paused, [`cmd`](Self::cmd) fails fast with [`TestkitError::Paused`].
+    ///
+    /// # Errors
+    /// [`TestkitError::NotRunning`] after [`kill`](Self::kill); [`TestkitError::Signal`] if the
+    /// signal could not be sent.
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        match &self.inner {
+            Inner::Local(local) => local.set_stopped(true, self.port)?,
+            #[cfg(feature = "docker")]
+            Inner::Docker(docker) => docker.set_paused(true, self.port)?,
+        }
+        self.paused.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Thaws a [`pause`](Self::pause)d server (SIGCONT; `docker unpause`); it then answers what
+    /// its clients sent meanwhile. Harmless on a server that is not paused.
+    ///
+    /// # Errors
+    /// As for [`pause`](Self::pause).
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        match &self.inner {
+            Inner::Local(local) => local.set_stopped(false, self.port)?,
+            #[cfg(feature = "docker")]
+            Inner::Docker(docker) => docker.set_paused(false, self.port)?,
+        }
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Kills the server (SIGKILL, no shutdown, no save) and waits until the process is gone, so
+    /// that new connections to [`port`](Self::port) are refused when this returns. For Docker,
+    /// stops the container with no grace period. A no-op on a server already killed.
+    ///
+    /// # Errors
+    /// [`TestkitError::Io`] if the process could not be signalled or did not exit in time;
+    /// [`TestkitError::Docker`] if the engine refused to stop the container.
+    pub async fn kill(&mut self) -> Result<(), TestkitError> {
+        match &mut self.inner {
+            Inner::Local(local) => local.kill(self.port).await?,
+            #[cfg(feature = "docker")]
+            Inner::Docker(docker) => docker.kill().await?,
+        }
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Starts the server again on the same port with an empty dataset (nothing is persisted),
+    /// killing it first if it still runs, and waits until it answers `PING`. The temp dir and the
+    /// log are kept. Local backend only.
+    ///
+    /// # Errors
+    /// [`TestkitError::PortTaken`] if another process holds the port for the whole start-up
+    /// deadline; [`TestkitError::Unsupported`] for Docker; the start-up variants otherwise.
+    pub async fn restart(&mut self) -> Result<(), TestkitError> {
+        match &mut self.inner {
+            Inner::Local(local) => local.restart(self.port).await?,
+            #[cfg(feature = "docker")]
+            Inner::Docker(_) => {
+                return Err(TestkitError::Unsupported {
+                    operation: "restart",
+                    reason: "Docker may publish a restarted container on a different host port",
+                });
+            }
+        }
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Sends one command on a fresh connection and returns the reply as text, rendered like
+    /// `redis-cli --raw`: simple and bulk strings as their content, integers as digits
+    /// (`"0"`), nil as `""`, arrays one element per line with nested arrays flattened
+    /// (`PUBSUB NUMSUB ch` → `"ch\n0"`). `INFO` text keeps its `\r\n` line ends
+    /// ([`str::lines`] handles them). Arguments are sent as binary-safe bulk strings, so no
+    /// quoting is needed.
+    ///
+    /// Each call uses its own connection (a normal client), which `CLIENT KILL TYPE normal` skips
+    /// (Redis spares the caller by default) and which is closed with `QUIT` before `cmd`
+    /// returns, so earlier calls never linger in `CLIENT LIST`, `INFO clients` or a later
+    /// `CLIENT KILL` count.
+    ///
+    /// # Errors
+    /// [`TestkitError::Redis`] for an error reply; [`TestkitError::Paused`] /
+    /// [`TestkitError::NotRunning`] without trying; [`TestkitError::CommandTimeout`] after
+    /// [`COMMAND_TIMEOUT`]; [`TestkitError::Connection`] if the connection fails.
+    pub async fn cmd(&self, args: &[&str]) -> Result<String, TestkitError> {
+        if args.is_empty() {
+            return Err(TestkitError::EmptyCommand);
+        }
+        if !self.is_running() {
+            return Err(TestkitError::NotRunning { port: self.port });
+        }
+        if self.paused.load(Ordering::SeqCst) {
+            return Err(TestkitError::Paused { port: self.port });
+        }
+        let command = || args.join(" ");
+        let reply = timeout(COMMAND_TIMEOUT, resp::request(&self.host, self.port, args))
+            .await
+            .map_err(|_| TestkitError::CommandTimeout {
+                port: self.port,
+                command: command(),
+                timeout: COMMAND_TIMEOUT,
+            })?
+            .map_err(|source| TestkitError::Connection {
+                port: self.port,
+                command: command(),
+                source,
+            })?;
+        match reply {
+            Reply::Error(message) => Err(TestkitError::Redis {
+                port: self.port,
+                command: command(),
+                message,
+            }),
+            reply => Ok(reply.to_text()),
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        match &self.inner {
+            Inner::Local(local) => local.is_running(),
+            #[cfg(feature = "docker")]
+            Inner::Docker(docker) => docker.is_running(),
+        }
+    }
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = f.debug_struct("RedisServer");
+        out.field("url", &self.url())
+            .field("running", &self.is_running())
+            .field("paused", &self.paused.load(Ordering::SeqCst));
+        match &self.inner {
+            Inner::Local(local) => out
+                .field("backend", &Backend::Local)
+                .field("pid", &local.pid())
+                .field("binary", local.binary())
+                .field("dir", &local.dir()),
+            #[cfg(feature = "docker")]
+            Inner::Docker(docker) => out
+                .field("backend", &Backend::Docker)
+                .field("container", &docker.id()),
+        };
+        out.finish()
+    }
+}
