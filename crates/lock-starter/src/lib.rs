@@ -33,6 +33,8 @@ mod builder;
 pub mod config;
 
 pub use builder::{LockStarter, LockStarterBuilder, StartError};
+/// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
+pub use figment;
 pub use lock_core::{
     AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
     LockError, LockErrorCode, LockHandle, LostReason, ReleaseOutcome,

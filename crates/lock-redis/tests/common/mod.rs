@@ -15,12 +15,14 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Slack for upper bounds on a loaded 2-core machine.
 pub const SLACK: Duration = Duration::from_secs(5);
 
+/// A private redis-server for one test.
 pub async fn server() -> RedisServer {
     RedisServer::start()
         .await
         .expect("redis-server did not start")
 }
 
+/// Client settings for `server`: short watchdog and command timeouts.
 pub fn config(server: &RedisServer) -> RedisLockConfig {
     RedisLockConfig::new(server.url())
         .watchdog_timeout(WATCHDOG)
@@ -29,6 +31,7 @@ pub fn config(server: &RedisServer) -> RedisLockConfig {
         .instance_id("test-pod")
 }
 
+/// A connected client of `server`.
 pub async fn client(server: &RedisServer) -> RedisLock {
     RedisLock::connect(config(server)).await.expect("connect")
 }
@@ -45,6 +48,7 @@ pub async fn command_calls(server: &RedisServer) -> HashMap<String, u64> {
         .collect()
 }
 
+/// How many more times `cmd` ran in `after` than in `before`.
 pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, cmd: &str) -> u64 {
     after.get(cmd).copied().unwrap_or(0) - before.get(cmd).copied().unwrap_or(0)
 }

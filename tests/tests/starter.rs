@@ -1,0 +1,172 @@
+//! The starter as a service sees it: configuration in, a working lock out; the disabled mode;
+//! the override point.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use lock_starter::figment::Figment;
+use lock_starter::figment::providers::{Format, Toml};
+use lock_starter::prelude::*;
+use lock_starter::{InMemoryLock, StartError};
+use lock_testkit::RedisServer;
+
+fn config(toml: &str) -> Figment {
+    Figment::from(Toml::string(toml))
+}
+
+/// Connected clients as Redis counts them (the testkit's own connection included).
+async fn connected_clients(redis: &RedisServer) -> u64 {
+    let info = redis.cmd(&["INFO", "clients"]).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("connected_clients in INFO clients")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_starter_guards_a_section_on_real_redis() {
+    let redis = RedisServer::start().await.unwrap();
+    let starter = LockStarter::builder()
+        .figment(config(&format!(
+            "[telco.platform.lock]\nwait-time = \"250ms\"\ninstance-id = \"billing-7f9c\"\n\
+             [telco.platform.lock.redis]\naddress = \"{}\"\n",
+            redis.url()
+        )))
+        .build()
+        .await
+        .unwrap();
+    assert!(starter.is_enabled());
+    assert_eq!(starter.settings().wait_time, Duration::from_millis(250));
+    let lock = starter.lock().unwrap();
+    let invoices = lock
+        .with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1204 })
+        .await
+        .unwrap();
+    assert_eq!(invoices, 1204);
+
+    // The configured wait time and instance id are what a contender sees.
+    let held = lock
+        .acquire("bill-run:2026-12", Lease::Watchdog)
+        .await
+        .unwrap();
+    assert!(held.owner().starts_with("billing-7f9c/"));
+    let err = lock
+        .acquire("bill-run:2026-12", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    assert_eq!(err.details()["holder"], held.owner());
+    assert!(err.details()["waitedMs"].parse::<u64>().unwrap() >= 250);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
+    let redis = RedisServer::start().await.unwrap();
+    let baseline = connected_clients(&redis).await;
+    let starter = LockStarter::builder()
+        .figment(config(&format!(
+            "[telco.platform.lock]\nenabled = false\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
+            redis.url()
+        )))
+        .build()
+        .await
+        .unwrap();
+    assert!(!starter.is_enabled());
+    let err = starter.lock().unwrap_err();
+    assert_eq!(err.code(), LockErrorCode::LockDisabled);
+    assert_eq!(err.http_status(), 503);
+    let text = err.to_string();
+    assert!(
+        text.contains("telco.platform.lock.enabled = false"),
+        "{text}"
+    );
+    assert!(text.contains("no Redis connection"), "{text}");
+    assert_eq!(
+        connected_clients(&redis).await,
+        baseline,
+        "a disabled starter connected to Redis"
+    );
+}
+
+mockall::mock! {
+    Lock {}
+    impl std::fmt::Debug for Lock {
+        fn fmt<'a>(&self, f: &mut std::fmt::Formatter<'a>) -> std::fmt::Result;
+    }
+    #[async_trait::async_trait]
+    impl DistributedLock for Lock {
+        async fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<LockHandle, LockError>;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_replaces_the_redis_lock_entirely() {
+    let redis = RedisServer::start().await.unwrap();
+    let baseline = connected_clients(&redis).await;
+    let mut mock = MockLock::new();
+    mock.expect_acquire_with()
+        .withf(|key, options| key == "reaper" && options.wait_time() == Some(Duration::ZERO))
+        .times(1)
+        .returning(|key, _| Err(LockError::backend_unavailable(key, "from the mock")));
+    let starter = LockStarter::builder()
+        .figment(config(&format!(
+            "[telco.platform.lock.redis]\naddress = \"{}\"\n",
+            redis.url()
+        )))
+        .lock(Arc::new(mock))
+        .build()
+        .await
+        .unwrap();
+    let runs = AtomicU32::new(0);
+    let err = starter
+        .lock()
+        .unwrap()
+        .with_lock_opts(
+            "reaper",
+            AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+            || async { runs.fetch_add(1, Ordering::SeqCst) },
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("from the mock"), "{err}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        connected_clients(&redis).await,
+        baseline,
+        "the override still connected to Redis"
+    );
+
+    // The in-memory lock is the override a service's unit tests use.
+    let starter = LockStarter::builder()
+        .figment(Figment::new())
+        .lock(Arc::new(InMemoryLock::new()))
+        .build()
+        .await
+        .unwrap();
+    let value = starter
+        .lock()
+        .unwrap()
+        .with_lock("k", Lease::Watchdog, || async { 7 })
+        .await
+        .unwrap();
+    assert_eq!(value, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configuration_fails_start_up_naming_key_value_and_source() {
+    let err = LockStarter::builder()
+        .figment(config(
+            "[telco.platform.lock]\nwatchdog-timeout = \"5 parsecs\"\n",
+        ))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StartError::Config(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("telco.platform.lock.watchdog-timeout"),
+        "{text}"
+    );
+    assert!(text.contains("5 parsecs"), "{text}");
+    assert!(text.contains("accepted"), "{text}");
+}
