@@ -52,3 +52,8 @@ pub mod prelude {
         LockErrorCode, LockHandle, LockStarter, ReleaseOutcome,
     };
 }
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
