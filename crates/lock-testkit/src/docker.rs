@@ -38,6 +38,7 @@ impl DockerServer {
         args: Vec<String>,
         startup_timeout: Duration,
     ) -> Result<(DockerServer, String, u16), TestkitError> {
+        let password = crate::server::password_in(&args);
         let docker_error = |action: &str, e: &dyn std::fmt::Display| TestkitError::Docker {
             action: action.to_owned(),
             message: e.to_string(),
@@ -73,7 +74,7 @@ impl DockerServer {
         loop {
             let probe = timeout(
                 Duration::from_secs(2),
-                resp::request(&host, port, &["PING"]),
+                resp::request(&host, port, password.as_deref(), &["PING"]),
             )
             .await;
             if let Ok(Ok(Reply::Simple(pong))) = probe {
@@ -112,7 +113,7 @@ impl DockerServer {
             return Err(TestkitError::NotRunning { port });
         }
         let verb = if paused { "pause" } else { "unpause" };
-        let endpoint = Endpoint::from_env().ok_or_else(|| TestkitError::Unsupported {
+        let endpoint = Endpoint::from_env().ok_or(TestkitError::Unsupported {
             operation: if paused { "pause" } else { "resume" },
             reason: "the Docker host is reached over TLS, which this testkit's pause/unpause call does not speak",
         })?;

@@ -22,7 +22,7 @@
 //! use lock_testkit::RedisServer;
 //!
 //! #[tokio::test]
-//! async fn a_lock_survives_nothing_when_redis_restarts() -> Result<(), Box<dyn std::error::Error>> {
+//! async fn a_restart_loses_every_key() -> Result<(), Box<dyn std::error::Error>> {
 //!     let mut redis = RedisServer::start().await?;
 //!     let url = redis.url(); // "redis://127.0.0.1:<port>": hand this to the client under test
 //!

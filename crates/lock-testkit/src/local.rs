@@ -41,6 +41,8 @@ pub(crate) struct LocalServer {
     process: Option<Process>,
     binary: OsString,
     args: Vec<String>,
+    /// From `--requirepass` in `args`: readiness probes authenticate with it.
+    password: Option<String>,
     startup_timeout: Duration,
     log_path: PathBuf,
     dir: TempDir,
@@ -71,6 +73,7 @@ impl LocalServer {
         let mut server = LocalServer {
             process: None,
             binary,
+            password: crate::server::password_in(&args),
             args,
             startup_timeout,
             log_path,
@@ -212,15 +215,28 @@ impl LocalServer {
             }
             let probe = timeout(
                 PROBE_TIMEOUT,
-                resp::request("127.0.0.1", port, &["INFO", "server"]),
+                resp::request(
+                    "127.0.0.1",
+                    port,
+                    self.password.as_deref(),
+                    &["INFO", "server"],
+                ),
             )
             .await;
-            if let Ok(Ok(Reply::Bulk(Some(info)))) = probe {
-                // Whoever answers must be *our* process: if another test's server won the race
-                // for this port, ours fails to bind and exits, which the next round notices.
-                if info_process_id(&info) == Some(pid) {
-                    return Ok(Launch::Ready(process));
+            // Whoever answers must be *our* process: if another test's server won the race for
+            // this port, ours fails to bind and exits, which the next round notices.
+            let ours = match probe {
+                Ok(Ok(Reply::Bulk(Some(info)))) => info_process_id(&info) == Some(pid),
+                // INFO refused (an ACL, a renamed command, a password we could not guess): our
+                // own log saying it listens proves the answer came from our process, as no two
+                // servers can listen on one port.
+                Ok(Ok(Reply::Error(_))) => {
+                    read_from(&self.log_path, log_offset).contains("Ready to accept connections")
                 }
+                _ => false,
+            };
+            if ours {
+                return Ok(Launch::Ready(process));
             }
             if started.elapsed() >= self.startup_timeout {
                 drop(process); // SIGKILL + reap before we quote the log

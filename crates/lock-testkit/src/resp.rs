@@ -123,23 +123,39 @@ fn line_at(buf: &[u8], pos: usize) -> Option<(&[u8], usize)> {
 
 /// Connects to `host:port`, sends `args` as one command and returns its reply.
 ///
-/// A `QUIT` is pipelined behind the command and the connection is read until the server closes
-/// it, so when this returns the server has already freed the client: it no longer shows up in
-/// `CLIENT LIST`, `INFO clients` or a `CLIENT KILL` count of a later call.
+/// With a `password`, an `AUTH` is pipelined in front of the command; if it is refused, its
+/// error reply is returned instead of the command's.
+///
+/// After the reply, the client half-closes the connection and reads until the server closes its
+/// side, which Redis does only once it has freed the client: when this returns, the connection
+/// no longer shows up in `CLIENT LIST`, `INFO clients` or a `CLIENT KILL` count of a later call.
+/// (A pipelined `QUIT` would do the same but show up in `INFO commandstats`.)
 ///
 /// No timeout here: callers wrap this in `tokio::time::timeout`.
-pub(crate) async fn request(host: &str, port: u16, args: &[&str]) -> io::Result<Reply> {
+pub(crate) async fn request(
+    host: &str,
+    port: u16,
+    password: Option<&str>,
+    args: &[&str],
+) -> io::Result<Reply> {
     let mut stream = TcpStream::connect((host, port)).await?;
     stream.set_nodelay(true)?;
-    let mut out = encode(args);
-    out.extend_from_slice(&encode(&["QUIT"]));
+    let mut out = Vec::new();
+    if let Some(password) = password {
+        out.extend_from_slice(&encode(&["AUTH", password]));
+    }
+    out.extend_from_slice(&encode(args));
     stream.write_all(&out).await?;
 
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 4096];
-    let reply = loop {
-        if let Some((reply, _)) = parse(&buf).map_err(invalid_data)? {
-            break reply;
+    let mut replies = Vec::new();
+    let wanted = if password.is_some() { 2 } else { 1 };
+    while replies.len() < wanted {
+        if let Some((reply, used)) = parse(&buf).map_err(invalid_data)? {
+            buf.drain(..used);
+            replies.push(reply);
+            continue;
         }
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
@@ -149,10 +165,15 @@ pub(crate) async fn request(host: &str, port: u16, args: &[&str]) -> io::Result<
             ));
         }
         buf.extend_from_slice(&chunk[..n]);
-    };
-    // Then the `+OK` of `QUIT`, then end of stream once the server has freed the client.
+    }
+    // Half-close; the server sees end of stream, frees the client and closes its side.
+    stream.shutdown().await?;
     while stream.read(&mut chunk).await? != 0 {}
-    Ok(reply)
+    let reply = replies.pop().expect("at least one reply");
+    match replies.pop() {
+        Some(auth @ Reply::Error(_)) => Ok(auth),
+        _ => Ok(reply),
+    }
 }
 
 fn invalid_data(message: String) -> io::Error {

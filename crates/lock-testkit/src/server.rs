@@ -31,8 +31,9 @@ pub enum Backend {
     Auto,
     /// A `redis-server` child process of the test process. Supports every operation.
     Local,
-    /// A Docker container (needs the `docker` feature and a running engine). `pid()` is `None`
-    /// and `restart()` is not supported.
+    /// A Docker container (needs the `docker` feature and a running engine; image `redis:7.0`).
+    /// `pid()` and `dir()` are `None`, `restart()` is not supported, and the server must be
+    /// dropped inside a tokio runtime (testcontainers removes the container from its `Drop`).
     Docker,
 }
 
@@ -143,8 +144,10 @@ impl RedisServerBuilder {
 
     async fn start_local(self) -> Result<RedisServer, TestkitError> {
         let binary = self.binary.map(OsString::from);
+        let password = password_in(&self.args);
         let (local, port) = LocalServer::start(binary, self.args, self.startup_timeout).await?;
         Ok(RedisServer {
+            password,
             host: "127.0.0.1".to_owned(),
             port,
             paused: AtomicBool::new(false),
@@ -154,13 +157,15 @@ impl RedisServerBuilder {
 
     #[cfg(feature = "docker")]
     async fn start_docker(self) -> Result<RedisServer, TestkitError> {
+        let password = password_in(&self.args);
         let (container, host, port) =
             crate::docker::DockerServer::start(self.args, self.startup_timeout).await?;
         Ok(RedisServer {
+            password,
             host,
             port,
             paused: AtomicBool::new(false),
-            inner: Inner::Docker(container),
+            inner: Inner::Docker(Box::new(container)),
         })
     }
 
@@ -182,6 +187,8 @@ pub struct RedisServer {
     /// Host to connect to: `127.0.0.1`, or the Docker host.
     host: String,
     port: u16,
+    /// From `--requirepass` among the builder's arguments; `cmd` authenticates with it.
+    password: Option<String>,
     paused: AtomicBool,
     inner: Inner,
 }
@@ -189,7 +196,7 @@ pub struct RedisServer {
 enum Inner {
     Local(LocalServer),
     #[cfg(feature = "docker")]
-    Docker(crate::docker::DockerServer),
+    Docker(Box<crate::docker::DockerServer>),
 }
 
 impl RedisServer {
@@ -321,10 +328,14 @@ impl RedisServer {
     /// ([`str::lines`] handles them). Arguments are sent as binary-safe bulk strings, so no
     /// quoting is needed.
     ///
+    /// When the builder was given `--requirepass <password>`, each call authenticates first
+    /// (a refused `AUTH` is returned as the error).
+    ///
     /// Each call uses its own connection (a normal client), which `CLIENT KILL TYPE normal` skips
-    /// (Redis spares the caller by default) and which is closed with `QUIT` before `cmd`
-    /// returns, so earlier calls never linger in `CLIENT LIST`, `INFO clients` or a later
-    /// `CLIENT KILL` count.
+    /// (Redis spares the caller by default) and which the server has closed and forgotten when
+    /// `cmd` returns: earlier calls never linger in `CLIENT LIST`, `INFO clients` or a later
+    /// `CLIENT KILL` count. `INFO commandstats` counts the commands sent with `cmd` (and `INFO`
+    /// itself, and `AUTH` with a password), nothing else.
     ///
     /// # Errors
     /// [`TestkitError::Redis`] for an error reply; [`TestkitError::Paused`] /
@@ -341,18 +352,21 @@ impl RedisServer {
             return Err(TestkitError::Paused { port: self.port });
         }
         let command = || args.join(" ");
-        let reply = timeout(COMMAND_TIMEOUT, resp::request(&self.host, self.port, args))
-            .await
-            .map_err(|_| TestkitError::CommandTimeout {
-                port: self.port,
-                command: command(),
-                timeout: COMMAND_TIMEOUT,
-            })?
-            .map_err(|source| TestkitError::Connection {
-                port: self.port,
-                command: command(),
-                source,
-            })?;
+        let reply = timeout(
+            COMMAND_TIMEOUT,
+            resp::request(&self.host, self.port, self.password.as_deref(), args),
+        )
+        .await
+        .map_err(|_| TestkitError::CommandTimeout {
+            port: self.port,
+            command: command(),
+            timeout: COMMAND_TIMEOUT,
+        })?
+        .map_err(|source| TestkitError::Connection {
+            port: self.port,
+            command: command(),
+            source,
+        })?;
         match reply {
             Reply::Error(message) => Err(TestkitError::Redis {
                 port: self.port,
@@ -370,6 +384,15 @@ impl RedisServer {
             Inner::Docker(docker) => docker.is_running(),
         }
     }
+}
+
+/// The value of the last `--requirepass` among redis-server arguments, if any.
+pub(crate) fn password_in(args: &[String]) -> Option<String> {
+    args.windows(2)
+        .rev()
+        .find(|pair| pair[0] == "--requirepass")
+        .map(|pair| pair[1].clone())
+        .filter(|password| !password.is_empty())
 }
 
 impl fmt::Debug for RedisServer {

@@ -63,25 +63,57 @@ async fn ping_on(conn: &mut TcpStream, within: Duration) -> Option<String> {
     read_reply(conn, within).await
 }
 
+/// Reads one line-terminated reply, giving up (`None`) when nothing complete came within `within`.
 async fn read_reply(conn: &mut TcpStream, within: Duration) -> Option<String> {
-    let mut buf = vec![0u8; 64];
-    match timeout(within, conn.read(&mut buf)).await {
-        Ok(Ok(n)) => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
-        Ok(Err(e)) => panic!("reading the reply failed: {e}"),
-        Err(_) => None,
-    }
+    let mut reply = Vec::new();
+    let read_line = async {
+        let mut buf = [0u8; 64];
+        while !reply.ends_with(b"\r\n") {
+            let n = conn.read(&mut buf).await.expect("reading the reply");
+            assert!(n > 0, "the server closed the connection");
+            reply.extend_from_slice(&buf[..n]);
+        }
+    };
+    timeout(within, read_line).await.ok()?;
+    Some(String::from_utf8_lossy(&reply).into_owned())
+}
+
+#[test]
+fn servers_can_be_shared_across_tasks_and_threads() {
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+    assert_send_sync::<RedisServer>();
+    assert_send_sync::<TestkitError>();
 }
 
 #[tokio::test]
 async fn a_started_server_answers_ping_on_its_url() {
-    let redis = local_server().await;
+    // The default path: `Backend::Auto` (the local binary here; Docker only with the `docker`
+    // feature and an engine that answers).
+    let redis = RedisServer::start().await.expect("redis-server starts");
     assert_eq!(redis.cmd(&["PING"]).await.unwrap(), "PONG");
-    assert_eq!(redis.url(), format!("redis://127.0.0.1:{}", redis.port()));
-    assert!(redis.pid().is_some());
-    let log = redis.dir().unwrap().join("redis-server.log");
+    assert!(redis.url().starts_with("redis://"), "{}", redis.url());
     assert!(
-        log.exists(),
-        "the server's output is captured in {}",
+        redis.url().ends_with(&format!(":{}", redis.port())),
+        "{}",
+        redis.url()
+    );
+}
+
+#[tokio::test]
+async fn a_local_server_has_a_pid_a_loopback_url_and_a_log() {
+    let redis = local_server().await;
+    assert_eq!(redis.url(), format!("redis://127.0.0.1:{}", redis.port()));
+    let pid = redis.pid().expect("a local server has a pid");
+    let info = redis.cmd(&["INFO", "server"]).await.unwrap();
+    assert!(
+        info.lines().any(|l| l == format!("process_id:{pid}")),
+        "{info}"
+    );
+    let log = redis.dir().unwrap().join("redis-server.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("Ready to accept connections"),
+        "{}:\n{text}",
         log.display()
     );
 }
@@ -127,6 +159,17 @@ async fn cmd_renders_replies_as_text() {
             .any(|l| l.starts_with("cmdstat_incr:calls=1,")),
         "{stats}"
     );
+    // Only what the test sent is counted (the testkit sends no QUIT or other extra command).
+    let counted: Vec<&str> = stats
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_")?.split(':').next())
+        .collect();
+    for name in &counted {
+        assert!(
+            ["set", "get", "incr", "pubsub|numsub", "client|kill", "info"].contains(name),
+            "unexpected command {name} in {stats}"
+        );
+    }
 
     let err = redis.cmd(&["NO-SUCH-COMMAND"]).await.unwrap_err();
     assert!(matches!(err, TestkitError::Redis { .. }), "{err:?}");
@@ -160,6 +203,36 @@ async fn builder_arguments_reach_the_server() {
         redis.cmd(&["CONFIG", "GET", "appendonly"]).await.unwrap(),
         "appendonly\nno"
     );
+}
+
+#[tokio::test]
+async fn a_password_protected_server_starts_and_cmd_authenticates() {
+    let redis = RedisServer::builder()
+        .backend(Backend::Local)
+        .args(["--requirepass", "s3cret"])
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(redis.cmd(&["PING"]).await.unwrap(), "PONG");
+    // Clients without the password are refused, as the test wanted.
+    let mut conn = TcpStream::connect(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
+    let reply = ping_on(&mut conn, GENEROUS).await.unwrap();
+    assert!(reply.starts_with("-NOAUTH"), "{reply}");
+}
+
+#[tokio::test]
+async fn a_server_whose_info_is_refused_still_starts() {
+    // INFO renamed away: the readiness probe's INFO gets an error reply, and the testkit falls
+    // back to the server's own log to know that the answer came from its process.
+    let redis = RedisServer::builder()
+        .backend(Backend::Local)
+        .args(["--rename-command", "INFO", ""])
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(redis.cmd(&["PING"]).await.unwrap(), "PONG");
 }
 
 #[tokio::test]
@@ -251,6 +324,42 @@ async fn restart_of_a_running_server_kills_it_first() {
     redis.restart().await.unwrap();
     assert!(process_is_gone(first_pid));
     assert_eq!(redis.cmd(&["DBSIZE"]).await.unwrap(), "0");
+}
+
+#[tokio::test]
+async fn restart_waits_for_a_port_that_someone_else_holds_briefly() {
+    let mut redis = local_server().await;
+    redis.kill().await.unwrap();
+    // Another process grabs the port while the server is down, and lets go a little later.
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", redis.port())).unwrap();
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(squatter);
+    };
+    let (restarted, ()) = tokio::join!(redis.restart(), release);
+    restarted.unwrap();
+    assert_eq!(redis.cmd(&["PING"]).await.unwrap(), "PONG");
+}
+
+#[tokio::test]
+async fn restart_gives_up_on_a_port_held_for_the_whole_startup_timeout() {
+    let startup_timeout = Duration::from_secs(5);
+    let mut redis = RedisServer::builder()
+        .backend(Backend::Local)
+        .startup_timeout(startup_timeout)
+        .start()
+        .await
+        .unwrap();
+    redis.kill().await.unwrap();
+    let _squatter = std::net::TcpListener::bind(("127.0.0.1", redis.port())).unwrap();
+    match redis.restart().await {
+        Err(TestkitError::PortTaken { port, waited }) => {
+            assert_eq!(port, redis.port());
+            assert!(waited >= startup_timeout, "{waited:?}");
+        }
+        other => panic!("expected PortTaken, got {other:?}"),
+    }
+    assert_eq!(redis.pid(), None);
 }
 
 #[tokio::test]
@@ -351,22 +460,24 @@ fn a_server_dies_with_a_test_process_that_never_dropped_it() {
         .spawn()
         .unwrap();
     let stdout = BufReader::new(child.stdout.take().unwrap());
-    let pid: u32 = stdout
+    // libtest prints the test name on the same line: `test helper_... ... REDIS_PID=123 ...`.
+    let report = stdout
         .lines()
         .map_while(Result::ok)
-        // libtest prints the test name on the same line: `test helper_... ... REDIS_PID=123`.
         .find_map(|line| {
             line.split_once("REDIS_PID=")
-                .map(|(_, pid)| pid.trim().to_owned())
+                .map(|(_, rest)| rest.to_owned())
         })
-        .expect("the helper printed the server's pid")
-        .parse()
-        .unwrap();
+        .expect("the helper printed the server's pid");
+    let (pid, dir) = report.split_once(" REDIS_DIR=").expect("pid and dir");
+    let pid: u32 = pid.parse().unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "helper exited with {status}");
     wait_until("the orphaned redis-server is killed", || {
         process_is_gone(pid)
     });
+    // Nothing removed the dead helper's temp dir: do not litter /tmp on every run.
+    std::fs::remove_dir_all(dir.trim()).unwrap();
 }
 
 #[test]
@@ -380,34 +491,70 @@ fn helper_start_then_exit_without_drop() {
         .build()
         .unwrap();
     let redis = runtime.block_on(local_server());
-    println!("REDIS_PID={}", redis.pid().unwrap());
+    println!(
+        "REDIS_PID={} REDIS_DIR={}",
+        redis.pid().unwrap(),
+        redis.dir().unwrap().display()
+    );
     // Exit without running any destructor, as a crashed or killed test process would.
     std::process::exit(0);
 }
 
-#[test]
-fn a_missing_redis_server_on_path_says_how_to_install_it() {
-    let output = child_test("helper_start_with_empty_path")
-        .env("PATH", "/nonexistent")
+/// Runs `RedisServer::start()` (default builder) in a child process with `env` changes applied
+/// and returns what it reported: `STARTED`, or the error's message.
+fn start_in_child(configure: impl FnOnce(&mut Command)) -> String {
+    let mut command = child_test("helper_report_start_outcome");
+    command
         .env_remove(lock_testkit::BINARY_ENV)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "helper failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .env_remove(lock_testkit::BACKEND_ENV);
+    configure(&mut command);
+    let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        stdout.contains("CHECKED_NOT_ON_PATH"),
-        "the helper ran:\n{stdout}"
+        output.status.success(),
+        "helper failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let (_, outcome) = stdout
+        .split_once("OUTCOME=")
+        .unwrap_or_else(|| panic!("the helper reported an outcome:\n{stdout}"));
+    outcome.split("=END").next().unwrap().to_owned()
+}
+
+#[test]
+fn a_missing_redis_server_on_path_says_how_to_install_it() {
+    let outcome = start_in_child(|c| {
+        c.env("PATH", "/nonexistent");
+    });
+    assert_eq!(
+        outcome,
+        "redis-server is not on PATH: install it with `apt-get install -y redis-server` \
+         (or run scripts/test.sh, which installs it)"
     );
 }
 
 #[test]
-#[ignore = "helper: runs only in the child process of a_missing_redis_server_on_path_says_how_to_install_it"]
-fn helper_start_with_empty_path() {
+fn an_unknown_backend_variable_is_reported() {
+    let outcome = start_in_child(|c| {
+        c.env(lock_testkit::BACKEND_ENV, "podman");
+    });
+    assert!(
+        outcome.starts_with("LOCK_TESTKIT_BACKEND is `podman`"),
+        "{outcome}"
+    );
+}
+
+#[test]
+fn the_local_backend_can_be_forced_from_the_environment() {
+    let outcome = start_in_child(|c| {
+        c.env(lock_testkit::BACKEND_ENV, "local");
+    });
+    assert_eq!(outcome, "STARTED");
+}
+
+#[test]
+#[ignore = "helper: runs only in child processes started by start_in_child"]
+fn helper_report_start_outcome() {
     if std::env::var_os(CHILD_ENV).is_none() {
         return;
     }
@@ -415,16 +562,9 @@ fn helper_start_with_empty_path() {
         .enable_all()
         .build()
         .unwrap();
-    let err = runtime
-        .block_on(RedisServer::builder().backend(Backend::Local).start())
-        .unwrap_err();
-    assert!(matches!(err, TestkitError::RedisServerNotOnPath), "{err:?}");
-    let message = err.to_string();
-    assert!(message.contains("redis-server is not on PATH"), "{message}");
-    assert!(
-        message.contains("apt-get install -y redis-server"),
-        "{message}"
-    );
-    assert!(message.contains("scripts/test.sh"), "{message}");
-    println!("CHECKED_NOT_ON_PATH");
+    let outcome = match runtime.block_on(RedisServer::start()) {
+        Ok(_server) => "STARTED".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    println!("OUTCOME={outcome}=END");
 }
