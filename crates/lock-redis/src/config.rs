@@ -153,26 +153,45 @@ fn rename(error: LockError, setting: &'static str) -> LockError {
     }
 }
 
-/// Checks a key prefix: 1 to 64 bytes, no braces (they would move the hash tag), whitespace or
-/// control characters.
+/// Longest accepted key prefix, in bytes: 64.
+pub const MAX_KEY_PREFIX_BYTES: usize = 64;
+
+/// What is wrong with a key prefix, if anything. Accepted: 1 to [`MAX_KEY_PREFIX_BYTES`] bytes,
+/// no braces (they would move the Redis Cluster hash tag), whitespace or control characters.
+pub fn key_prefix_problem(prefix: &str) -> Option<String> {
+    if prefix.is_empty() {
+        Some("it is empty".to_owned())
+    } else if prefix.len() > MAX_KEY_PREFIX_BYTES {
+        Some(format!(
+            "it is {} bytes long, more than {MAX_KEY_PREFIX_BYTES}",
+            prefix.len()
+        ))
+    } else if prefix.contains(['{', '}']) {
+        Some("it contains a brace, which would move the Redis Cluster hash tag".to_owned())
+    } else if prefix.chars().any(char::is_control) {
+        Some("it contains a control character".to_owned())
+    } else if prefix.chars().any(char::is_whitespace) {
+        Some("it contains whitespace".to_owned())
+    } else {
+        None
+    }
+}
+
+/// Checks a key prefix (see [`key_prefix_problem`]).
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `key-prefix`.
 pub fn validate_key_prefix(prefix: &str) -> Result<(), LockError> {
-    let problem = if prefix.is_empty() || prefix.len() > 64 {
-        "must be 1 to 64 bytes"
-    } else if prefix.contains(['{', '}']) {
-        "must not contain braces (they would change the Redis Cluster hash tag)"
-    } else if prefix.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        "must not contain whitespace or control characters"
-    } else {
-        return Ok(());
-    };
-    Err(LockError::InvalidArgument {
-        name: "key-prefix",
-        value: format!("{prefix:?}"),
-        problem: problem.to_owned(),
-    })
+    match key_prefix_problem(prefix) {
+        None => Ok(()),
+        Some(problem) => Err(LockError::InvalidArgument {
+            name: "key-prefix",
+            value: format!("{prefix:?}"),
+            problem: format!(
+                "{problem}; accepted: 1 to {MAX_KEY_PREFIX_BYTES} bytes without braces, whitespace or control characters"
+            ),
+        }),
+    }
 }
 
 /// Replaces the password of a URL-like address with `***`; leaves anything else untouched.

@@ -66,8 +66,8 @@ use tokio::time::Instant;
 
 pub use config::{
     DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_WAIT_TIME,
-    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, RedisLockConfig,
-    TOMBSTONE_TTL, validate_key_prefix,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT,
+    RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
 pub use error::RedisFailure;
 pub use watchdog::RENEW_BATCH;

@@ -13,27 +13,27 @@ pub const ENV_PREFIX: &str = "TELCO_PLATFORM_LOCK_";
 pub const DEFAULT_ENABLED: bool = true;
 /// Default of `telco.platform.lock.redis.address` when neither `spring.data.redis.host` nor
 /// `spring.data.redis.port` is set: `redis://localhost:6379`.
-pub const DEFAULT_REDIS_ADDRESS: &str = "redis://localhost:6379";
+pub const DEFAULT_REDIS_ADDRESS: &str = lock_redis::DEFAULT_ADDRESS;
 /// Default of `spring.data.redis.host` when only the port is set: `localhost`.
 pub const DEFAULT_SPRING_HOST: &str = "localhost";
 /// Default of `spring.data.redis.port` when only the host is set: 6379.
 pub const DEFAULT_SPRING_PORT: u16 = 6379;
 /// Default of `telco.platform.lock.redis.command-timeout`: 2 s.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = lock_redis::DEFAULT_COMMAND_TIMEOUT;
 /// Shortest accepted `telco.platform.lock.redis.command-timeout`: 10 ms.
-pub const MIN_COMMAND_TIMEOUT: Duration = Duration::from_millis(10);
+pub const MIN_COMMAND_TIMEOUT: Duration = lock_redis::MIN_COMMAND_TIMEOUT;
 /// Longest accepted `telco.platform.lock.redis.command-timeout`: 60 s.
-pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+pub const MAX_COMMAND_TIMEOUT: Duration = lock_redis::MAX_COMMAND_TIMEOUT;
 /// Default of `telco.platform.lock.wait-time`: 5 s (the same as [`lock_core::DEFAULT_WAIT_TIME`]).
 /// Accepted: 0 (one attempt) to [`lock_core::MAX_WAIT`] (1 h).
 pub const DEFAULT_WAIT_TIME: Duration = lock_core::DEFAULT_WAIT_TIME;
 /// Default of `telco.platform.lock.watchdog-timeout`: 30 s (renewed every 10 s). Accepted:
 /// [`lock_core::MIN_WATCHDOG_TIMEOUT`] (1 s) to [`lock_core::MAX_WATCHDOG_TIMEOUT`] (1 h).
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = lock_redis::DEFAULT_WATCHDOG_TIMEOUT;
 /// Default of `telco.platform.lock.key-prefix`: `lock:`.
-pub const DEFAULT_KEY_PREFIX: &str = "lock:";
+pub const DEFAULT_KEY_PREFIX: &str = lock_redis::DEFAULT_KEY_PREFIX;
 /// Longest accepted `telco.platform.lock.key-prefix`, in bytes: 64.
-pub const MAX_KEY_PREFIX_BYTES: usize = 64;
+pub const MAX_KEY_PREFIX_BYTES: usize = lock_redis::MAX_KEY_PREFIX_BYTES;
 
 /// What kind of value a key takes; decides how its text is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,8 @@ use super::error::ConfigError;
 use super::keys::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_SPRING_HOST,
     DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS, KeySpec,
-    MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT, PREFIX, known_keys,
-    looks_secret, spec, unknown_key_hint,
+    MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, PREFIX, known_keys, looks_secret, spec,
+    unknown_key_hint,
 };
 use super::origin::{Origin, Origins};
 use super::sources::{HostEnv, one_line_message};
@@ -106,7 +106,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
     let key_prefix = match reader.find(spec("key-prefix")) {
         Some(found) => {
             let prefix = found.text()?;
-            if let Some(problem) = key_prefix_problem(&prefix) {
+            if let Some(problem) = lock_redis::key_prefix_problem(&prefix) {
                 return Err(found.invalid(problem));
             }
             take(found.spec, found.origin);
@@ -172,25 +172,6 @@ fn core_problem(error: LockError) -> String {
             .unwrap_or_default()
             .to_owned(),
         other => other.to_string(),
-    }
-}
-
-fn key_prefix_problem(prefix: &str) -> Option<String> {
-    if prefix.is_empty() {
-        Some("it is empty".to_owned())
-    } else if prefix.len() > MAX_KEY_PREFIX_BYTES {
-        Some(format!(
-            "it is {} bytes long, more than {MAX_KEY_PREFIX_BYTES}",
-            prefix.len()
-        ))
-    } else if prefix.contains(['{', '}']) {
-        Some("it contains a brace, which would move the Redis Cluster hash tag".to_owned())
-    } else if prefix.chars().any(char::is_control) {
-        Some("it contains a control character".to_owned())
-    } else if prefix.chars().any(char::is_whitespace) {
-        Some("it contains whitespace".to_owned())
-    } else {
-        None
     }
 }
 
