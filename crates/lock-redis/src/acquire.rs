@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::RedisFailure;
-use crate::inner::Inner;
+use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
 
 /// The holder of a key as the acquire script reported it.
@@ -43,8 +43,11 @@ impl Drop for Acquisition<'_> {
     fn drop(&mut self) {
         if self.outcome_unknown {
             tracing::debug!(lock_key = self.name, owner = %self.owner, "releasing a grant of unknown outcome");
-            self.inner
-                .release_in_background(self.name.to_owned(), std::mem::take(&mut self.owner));
+            self.inner.release_in_background(
+                self.name.to_owned(),
+                std::mem::take(&mut self.owner),
+                BackgroundRelease::OutcomeUnknown,
+            );
         }
     }
 }
@@ -143,7 +146,7 @@ impl<'a> Acquisition<'a> {
             .acquire
             .evalsha_with_reload(&self.inner.client, redis_key.as_str(), args)
             .await
-            .map_err(|e| self.failed(RedisFailure::command("acquire script", e)))?;
+            .map_err(|e| self.failed(self.inner.failure("acquire script", e)))?;
 
         match reply.as_slice() {
             [granted, token] if granted.as_i64() == Some(1) => {

@@ -83,6 +83,12 @@ impl RedisLockConfig {
         }
     }
 
+    /// Replaces the Redis address (`redis://[user[:password]@]host[:port][/db]`).
+    pub fn address(mut self, address: impl Into<String>) -> Self {
+        self.address = address.into();
+        self
+    }
+
     /// Timeout of every Redis command, also of connecting. Default 2 s; 10 ms to 60 s. An
     /// acquire returns at most this long after its wait time.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {

@@ -19,6 +19,7 @@ fn reconnect_policy() -> ReconnectPolicy {
 pub(crate) fn build_clients(
     config: &RedisLockConfig,
 ) -> Result<(Client, SubscriberClient), LockError> {
+    check_scheme(config)?;
     let mut fred_config =
         Config::from_url(&config.address).map_err(|e| LockError::InvalidArgument {
             name: "redis.address",
@@ -51,10 +52,91 @@ pub(crate) fn build_clients(
     Ok((client, subscriber))
 }
 
+/// Only single-server `redis://` is supported and tested so far.
+fn check_scheme(config: &RedisLockConfig) -> Result<(), LockError> {
+    let scheme = config.address.split_once("://").map(|(scheme, _)| scheme);
+    let problem = match scheme {
+        Some("redis") => return Ok(()),
+        Some("rediss" | "redis-sentinel" | "redis-cluster") => {
+            format!("{}:// is not supported yet", scheme.unwrap_or_default())
+        }
+        _ => "not a redis:// URL".to_owned(),
+    };
+    Err(LockError::InvalidArgument {
+        name: "redis.address",
+        value: config.redacted_address(),
+        problem: format!("{problem}; accepted: redis://[user[:password]@]host[:port][/db]"),
+    })
+}
+
 fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
     LockError::InvalidArgument {
         name: "redis.address",
         value: config.redacted_address(),
         problem: scrub(error.details(), &config.address),
+    }
+}
+
+/// What the command connection last reported: the latest connection error, cleared when it
+/// (re)connects. A command that times out while the client is disconnected is reported with
+/// this error ("connection refused", "WRONGPASS …"), not as a bare timeout, so on-call sees the
+/// cause.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Health {
+    /// Starts following `client`'s error and reconnect events. The task ends with the client.
+    pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, address: &RedisLockConfig) {
+        let health = std::sync::Arc::downgrade(self);
+        let mut errors = client.error_rx();
+        let mut reconnects = client.reconnect_rx();
+        let address = address.address.clone();
+        tokio::spawn(async move {
+            loop {
+                let update = tokio::select! {
+                    error = errors.recv() => match error {
+                        Ok((error, _)) => Some(scrub(&describe(&error), &address)),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => return,
+                    },
+                    reconnect = reconnects.recv() => match reconnect {
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                        Err(_) => return,
+                    },
+                };
+                let Some(health) = health.upgrade() else {
+                    return;
+                };
+                *health.lock() = update;
+            }
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.last_error.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The last connection error, if the client has not connected since.
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.lock().clone()
+    }
+}
+
+/// A connection error as one readable phrase: fred renders I/O errors with `Debug`
+/// (`Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`); keep the message.
+fn describe(error: &Error) -> String {
+    let details = error.details();
+    match error.kind() {
+        ErrorKind::IO => {
+            let message = details
+                .split_once("message: \"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map_or(details, |(message, _)| message);
+            format!("connection failed: {message}")
+        }
+        ErrorKind::Auth => format!("authentication failed: {details}"),
+        _ => error.to_string(),
     }
 }

@@ -16,6 +16,15 @@ pub enum RedisFailure {
         #[source]
         source: fred::error::Error,
     },
+    /// The client is disconnected and its last connection attempt failed (refused, no route,
+    /// authentication failed, …); the command was never answered.
+    #[error("Redis is unreachable: {last_error} ({operation} was not answered)")]
+    Unreachable {
+        /// What was being done.
+        operation: &'static str,
+        /// The last connection error, e.g. `Connection refused (os error 111)` or `WRONGPASS …`.
+        last_error: String,
+    },
     /// Redis answered something the protocol does not expect.
     #[error("{operation} returned an unexpected reply: {problem}")]
     Protocol {

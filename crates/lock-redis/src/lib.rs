@@ -123,6 +123,8 @@ impl RedisLock {
         let owners = OwnerTokens::new(&config.instance_id)?;
         let (client, subscriber) = connection::build_clients(&config)?;
         let scripts = Scripts::new();
+        let health = Arc::new(connection::Health::default());
+        health.follow(&client, &config);
         // Detached: the connection tasks end with `quit`, sent when the lock is dropped.
         drop(client.connect());
         drop(subscriber.connect());
@@ -138,7 +140,8 @@ impl RedisLock {
             ),
             Err(_) => tracing::warn!(
                 address = %config.redacted_address(),
-                "Redis did not answer within the command timeout; acquisitions fail closed until it does"
+                last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
+                "Redis is not reachable yet; acquisitions fail closed until it is"
             ),
         }
         let inner = Arc::new(Inner {
@@ -149,6 +152,7 @@ impl RedisLock {
             owners,
             watchdog: Default::default(),
             runtime: tokio::runtime::Handle::current(),
+            health,
             config,
         });
         tokio::spawn(watchdog::run(
@@ -182,7 +186,7 @@ impl RedisLock {
     pub async fn ping(&self) -> Result<Duration, LockError> {
         let started = Instant::now();
         let _: String = self.inner.client.ping(None).await.map_err(|e| {
-            LockError::backend_unavailable("<health>", RedisFailure::command("PING", e))
+            LockError::backend_unavailable("<health>", self.inner.failure("PING", e))
         })?;
         Ok(started.elapsed())
     }
@@ -214,7 +218,9 @@ impl DistributedLock for RedisLock {
             // Dropping `acquisition` releases any grant the interrupted attempt may have made.
             Err(_) => Err(LockError::backend_unavailable(
                 key,
-                RedisFailure::Timeout { budget },
+                self.inner
+                    .unreachable("acquire")
+                    .unwrap_or(RedisFailure::Timeout { budget }),
             )),
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
 
-use crate::inner::Inner;
+use crate::inner::{BackgroundRelease, Inner};
 
 /// The release side of one grant: owner-checked, and it stops the watchdog first.
 #[derive(Debug)]
@@ -37,6 +37,6 @@ impl LeaseRelease for RedisRelease {
         let RedisRelease {
             inner, name, owner, ..
         } = *self;
-        inner.release_in_background(name, owner);
+        inner.release_in_background(name, owner, BackgroundRelease::Dropped);
     }
 }

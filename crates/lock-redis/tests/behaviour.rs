@@ -212,6 +212,65 @@ async fn fails_closed_when_redis_refuses_commands() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_timeout() {
+    // Nothing listens: connection refused.
+    let mut redis = server().await;
+    let lock = client(&redis).await;
+    redis.kill().await.unwrap();
+    let err = lock
+        .try_acquire("refused", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("unreachable") && text.contains("refused"),
+        "{text}"
+    );
+
+    // A wrong password: every connection attempt fails authentication.
+    let redis = lock_testkit::RedisServer::builder()
+        .args(["--requirepass", "right"])
+        .start()
+        .await
+        .unwrap();
+    let address = redis.url().replace("redis://", "redis://:wrong@");
+    let lock = RedisLock::connect(common::config(&redis).address(&address))
+        .await
+        .unwrap();
+    let err = lock
+        .try_acquire("wrong-password", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("unreachable") && text.contains("WRONGPASS"),
+        "{text}"
+    );
+    assert!(!text.contains(":wrong@"), "the password leaked: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_addresses_are_rejected_by_name() {
+    for (address, expected) in [
+        ("rediss://h:6379", "rediss:// is not supported yet"),
+        (
+            "redis-cluster://h:6379",
+            "redis-cluster:// is not supported yet",
+        ),
+        ("http://h", "not a redis:// URL"),
+    ] {
+        let err = RedisLock::connect(lock_redis::RedisLockConfig::new(address).instance_id("t"))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("redis.address") && text.contains(expected),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_never_deletes_a_lock_another_owner_holds() {
     let redis = server().await;
     let lock = client(&redis).await;

@@ -25,7 +25,14 @@ use lock_starter::prelude::*;
 use serde_json::{Value, json};
 
 #[derive(Debug, Parser)]
-#[command(about = "Run the bill run of one billing period, on exactly one pod")]
+#[command(
+    about = "Run the bill run of one billing period, on exactly one pod",
+    after_help = "Configuration: TELCO_PLATFORM_LOCK_* environment variables (e.g. \
+TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379), over --config. \
+See docs/configuration.md.\n\
+Exit codes: 0 run completed or already completed, 75 lock not acquired (fail closed), \
+78 bad configuration or lock disabled, 1 lease lost or stale write refused."
+)]
 struct Args {
     /// Billing period to run, e.g. 2026-11.
     #[arg(long, default_value = "2026-11")]
@@ -42,14 +49,21 @@ struct Args {
     /// TOML configuration file (the environment overrides it).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Wait until this Unix time (ms) before acquiring, so pods started one by one race for
+    /// real (used by the demo).
+    #[arg(long, hide = true)]
+    start_at_unix_ms: Option<u64>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // fred warns about routine shutdown steps; its errors still show.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,fred=error".into()),
         )
         .init();
     let args = Args::parse();
@@ -74,6 +88,10 @@ async fn main() -> ExitCode {
     let _ = POD.set(starter.settings().instance_id.clone());
     let ledger = Ledger::new(&args.ledger);
     let key = format!("bill-run:{}", args.period);
+    if let Some(start_at) = args.start_at_unix_ms {
+        let wait_ms = start_at.saturating_sub(now_us() / 1000);
+        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    }
     emit("started", json!({ "key": key }));
 
     let handle = match lock.acquire(&key, Lease::Watchdog).await {
@@ -195,9 +213,7 @@ static POD: OnceLock<String> = OnceLock::new();
 /// One JSON event on stdout: wall-clock microseconds (shared by every process on the host),
 /// the pod, the event and its fields.
 fn emit(event: &str, mut fields: Value) {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+    let micros = now_us();
     let pod = POD.get().cloned().unwrap_or_default();
     if let Value::Object(map) = &mut fields {
         map.insert("t_us".into(), micros.into());
@@ -205,4 +221,10 @@ fn emit(event: &str, mut fields: Value) {
         map.insert("event".into(), event.into());
     }
     println!("{fields}");
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }

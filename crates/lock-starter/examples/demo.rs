@@ -34,6 +34,14 @@ const SECOND_WAIT: &str = "15s";
 const KILL_AFTER_BATCHES: u64 = 3;
 /// Nothing in the demo should take this long; if it does, something hangs.
 const DEADLINE: Duration = Duration::from_secs(90);
+/// Pods of one round start acquiring at the same instant, this long after they are spawned
+/// (so process start-up does not decide the race).
+const START_DELAY: Duration = Duration::from_millis(1500);
+/// The demo's keys get their own prefix, so it never touches a real service's locks.
+const KEY_PREFIX: &str = "platform-lock-demo:";
+/// How late after the crash the takeover may come: one watchdog timeout plus slack for a
+/// loaded machine.
+const TAKEOVER_BOUND: Duration = Duration::from_secs(3 + 2);
 
 #[derive(Debug, Clone)]
 struct Event {
@@ -77,15 +85,35 @@ async fn run() -> Result<bool, String> {
     println!();
     println!("Round 1: three pods are triggered at once (wait-time {FIRST_WAIT})");
     let mut pods: BTreeMap<String, Child> = BTreeMap::new();
+    let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
     for n in 1..=3 {
         let name = format!("pod-{n}");
-        let child = spawn_pod(&pod_binary, &name, &address, FIRST_WAIT, ledger.path(), &tx)?;
+        let child = spawn_pod(
+            &pod_binary,
+            &name,
+            &address,
+            FIRST_WAIT,
+            start_at,
+            ledger.path(),
+            &tx,
+        )?;
         pods.insert(name, child);
     }
 
     // Let the winner write a few batches, then crash it.
+    let mut exited = 0;
     let winner = loop {
         let event = next_event(&mut rx).await?;
+        if event.event == "exited" {
+            exited += 1;
+            if exited == 3 {
+                return Err(
+                    "every pod exited before the bill run got going (see their output above)"
+                        .into(),
+                );
+            }
+            continue;
+        }
         timeline.show(&event);
         let done = event.fields["batch"].as_u64().map(|b| b + 1);
         let is_kill_point = event.event == "batch_done" && done == Some(KILL_AFTER_BATCHES);
@@ -111,6 +139,10 @@ async fn run() -> Result<bool, String> {
 
     println!();
     println!("Round 2: two pods are triggered again (a scheduler retry; wait-time {SECOND_WAIT})");
+    println!(
+        "  {winner}'s lease is still in Redis but no longer renewed: it lapses within {WATCHDOG_TIMEOUT}"
+    );
+    let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
     for n in 4..=5 {
         let name = format!("pod-{n}");
         let child = spawn_pod(
@@ -118,6 +150,7 @@ async fn run() -> Result<bool, String> {
             &name,
             &address,
             SECOND_WAIT,
+            start_at,
             ledger.path(),
             &tx,
         )?;
@@ -128,6 +161,9 @@ async fn run() -> Result<bool, String> {
         .await
         .map_err(|_| "a pod hangs: no event for 90 s".to_owned())?
     {
+        if event.event == "exited" {
+            continue;
+        }
         timeline.show(&event);
         timeline.events.push(event);
     }
@@ -178,6 +214,7 @@ fn spawn_pod(
     name: &str,
     address: &str,
     wait_time: &str,
+    start_at_unix_ms: u64,
     ledger: &Path,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<Child, String> {
@@ -185,14 +222,34 @@ fn spawn_pod(
         .args(["--period", PERIOD, "--batches", &BATCHES.to_string()])
         .args(["--batch-time", BATCH_TIME, "--ledger"])
         .arg(ledger)
+        .arg(format!("--start-at-unix-ms={start_at_unix_ms}"))
         .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)
         .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", name)
         .env("TELCO_PLATFORM_LOCK_WAIT_TIME", wait_time)
         .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", WATCHDOG_TIMEOUT)
+        .env("TELCO_PLATFORM_LOCK_KEY_PREFIX", KEY_PREFIX)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("spawn {name}: {e}"))?;
+    // The pod's log lines join the timeline, labelled with the pod.
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (log_events, log_name) = (events.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let event = Event {
+                t_us: now_us(),
+                pod: log_name.clone(),
+                event: "log".into(),
+                fields: Value::String(line),
+            };
+            if log_events.send(event).is_err() {
+                return;
+            }
+        }
+    });
     let stdout = child.stdout.take().expect("piped stdout");
     let (events, name) = (events.clone(), name.to_owned());
     tokio::spawn(async move {
@@ -216,6 +273,12 @@ fn spawn_pod(
                 return;
             }
         }
+        let _ = events.send(Event {
+            t_us: now_us(),
+            pod: name,
+            event: "exited".into(),
+            fields: Value::Null,
+        });
     });
     Ok(child)
 }
@@ -283,10 +346,17 @@ fn describe(event: &Event) -> String {
         ),
         "releasing" => "work done, releasing".into(),
         "released" => format!("release: {}", f["outcome"].as_str().unwrap_or("?")),
-        "lease_lost" => format!("LEASE LOST: {}", f["reason"]),
-        "write_refused" => format!("ledger refused a stale write: {}", f["reason"]),
-        "config_error" => format!("configuration error: {}", f["message"]),
+        "lease_lost" => format!("LEASE LOST: {}", f["reason"].as_str().unwrap_or("?")),
+        "write_refused" => format!(
+            "ledger refused a stale write: {}",
+            f["reason"].as_str().unwrap_or("?")
+        ),
+        "config_error" => format!(
+            "configuration error: {}",
+            f["message"].as_str().unwrap_or("?")
+        ),
         "output" => f.as_str().unwrap_or_default().to_owned(),
+        "log" => format!("log: {}", f.as_str().unwrap_or_default()),
         other => other.to_owned(),
     }
 }
@@ -332,8 +402,9 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
         format!("the other two failed closed naming {winner} as the holder ({losers} did)"),
     );
 
-    // Holding intervals: from "acquired" (after the grant) to "releasing" (before the release)
-    // or the SIGKILL. Both ends err towards a shorter hold, so an overlap seen here is real.
+    // Holding intervals: from "acquired" (printed after the grant) to "releasing" (printed before
+    // the release call) or the SIGKILL. A pod works only inside its interval, so two intervals
+    // overlapping means two pods ran the bill run at once.
     let mut holds: Vec<(u64, u64, &str)> = Vec::new();
     for acquired in events.iter().filter(|e| e.event == "acquired") {
         let end = events
@@ -369,14 +440,17 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
         .iter()
         .find(|e| e.event == "acquired" && killed_at.is_some_and(|k| e.t_us > k));
     match (killed_at, takeover) {
-        (Some(killed), Some(next)) => report(
-            true,
-            format!(
-                "{} took over {:.2}s after {winner} crashed (the lease lapses within watchdog-timeout {WATCHDOG_TIMEOUT})",
-                next.pod,
-                (next.t_us - killed) as f64 / 1e6
-            ),
-        ),
+        (Some(killed), Some(next)) => {
+            let lapse = Duration::from_micros(next.t_us - killed);
+            report(
+                lapse <= TAKEOVER_BOUND,
+                format!(
+                    "{} took over {:.2}s after {winner} crashed (bound: watchdog-timeout {WATCHDOG_TIMEOUT} + 2 s slack)",
+                    next.pod,
+                    lapse.as_secs_f64()
+                ),
+            )
+        }
         _ => report(false, "no pod took the run over after the crash".into()),
     }
 
@@ -388,7 +462,7 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
     report(
         tokens.windows(2).all(|w| w[0] < w[1]),
         format!(
-            "fencing tokens increased with every grant ({} grants)",
+            "fencing tokens increased with every grant ({} grants; they count up from the Redis clock in µs)",
             tokens.len()
         ),
     );

@@ -18,7 +18,13 @@ use clap::Parser;
 use lock_starter::prelude::*;
 
 #[derive(Debug, Parser)]
-#[command(about = "Reap expired MSISDN reservations; one replica per tick")]
+#[command(
+    about = "Reap expired MSISDN reservations; one replica per tick",
+    after_help = "Configuration: TELCO_PLATFORM_LOCK_* environment variables (e.g. \
+TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379). See docs/configuration.md.\n\
+Exit codes: 0 all ticks ran (a tick another replica swept, or Redis was down, is skipped), \
+1 an unexpected lock error, 2 bad arguments, 78 bad configuration or lock disabled."
+)]
 struct Args {
     /// Number of ticks to run before exiting.
     #[arg(long, default_value_t = 5)]
@@ -38,11 +44,20 @@ struct Args {
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+            // fred warns about routine shutdown steps; its errors still show.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,fred=error".into()),
         )
         .init();
     let args = Args::parse();
+    // A bad lease is a bug in the caller, not a reason to skip ticks: refuse it up front.
+    let lease = Lease::Fixed(args.lease);
+    if let Err(error) = lease.validate() {
+        eprintln!("--lease: {error}");
+        return ExitCode::from(2);
+    }
     let lock = match LockStarter::builder().build().await.map(|s| s.lock()) {
         Ok(Ok(lock)) => lock,
         Ok(Err(error)) => {
@@ -57,7 +72,7 @@ async fn main() -> ExitCode {
     let mut ticks = tokio::time::interval(args.every);
     for tick in 1..=args.ticks {
         ticks.tick().await;
-        let options = AcquireOptions::new(Lease::Fixed(args.lease)).wait(Duration::ZERO);
+        let options = AcquireOptions::new(lease).wait(Duration::ZERO);
         let swept = lock
             .with_lock_opts("msisdn-reaper", options, || sweep(tick, args.sweep_time))
             .await;
@@ -67,8 +82,12 @@ async fn main() -> ExitCode {
                 Some(AcquireFailure::HeldByAnotherOwner { holder, .. }) => {
                     println!("tick {tick}: skipped, {holder} is sweeping")
                 }
-                // Redis down: skip the tick (fail closed); the next tick tries again.
-                _ => println!("tick {tick}: skipped, {error}"),
+                // Redis down or slow: skip the tick (fail closed); the next tick tries again.
+                Some(_) => println!("tick {tick}: skipped, {error}"),
+                None => {
+                    eprintln!("tick {tick}: {error}");
+                    return ExitCode::FAILURE;
+                }
             },
         }
     }
