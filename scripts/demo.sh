@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 if [ -z "${TELCO_PLATFORM_LOCK_REDIS_ADDRESS:-}" ]; then
   scripts/ensure-redis.sh
 fi
-echo "Building the demo (first build takes a minute or two)..." >&2
+echo "Building the demo (the first build takes a few minutes)..." >&2
 cargo build --quiet -p lock-starter --examples
 exec "${CARGO_TARGET_DIR:-target}/debug/examples/demo" "$@"

@@ -140,7 +140,7 @@ pub enum LockError {
     },
     /// A duration or other argument is out of range; nothing was sent to the backend. Code
     /// `LOCK_INVALID_ARGUMENT`.
-    #[error("invalid {name} {value}: {problem}")]
+    #[error("invalid {name} {value}{}: {problem}", for_lock(.key.as_deref()))]
     InvalidArgument {
         /// The argument or setting, e.g. `lease` or `wait`.
         name: &'static str,
@@ -148,6 +148,8 @@ pub enum LockError {
         value: String,
         /// What is wrong and what is accepted.
         problem: String,
+        /// The lock the call was for, when the argument came with one.
+        key: Option<String>,
     },
     /// The lock is switched off by configuration. Code `LOCK_DISABLED`.
     #[error(
@@ -184,7 +186,8 @@ impl LockError {
             LockError::AcquisitionFailed { key, .. }
             | LockError::ReleaseFailed { key, .. }
             | LockError::InvalidKey { key, .. } => Some(key),
-            LockError::InvalidArgument { .. } | LockError::Disabled { .. } => None,
+            LockError::InvalidArgument { key, .. } => key.as_deref(),
+            LockError::Disabled { .. } => None,
         }
     }
 
@@ -235,6 +238,39 @@ impl LockError {
         details
     }
 
+    /// An [`LockError::InvalidArgument`] not tied to a lock key (see [`LockError::for_key`]).
+    pub fn invalid_argument(
+        name: &'static str,
+        value: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        LockError::InvalidArgument {
+            name,
+            value: value.into(),
+            problem: problem.into(),
+            key: None,
+        }
+    }
+
+    /// Names the lock an [`LockError::InvalidArgument`] was for; other errors are returned
+    /// unchanged.
+    pub fn for_key(self, lock_key: &str) -> Self {
+        match self {
+            LockError::InvalidArgument {
+                name,
+                value,
+                problem,
+                key: None,
+            } => LockError::InvalidArgument {
+                name,
+                value,
+                problem,
+                key: Some(lock_key.to_owned()),
+            },
+            other => other,
+        }
+    }
+
     /// Shorthand for an [`LockError::AcquisitionFailed`] caused by the backend.
     pub fn backend_unavailable(key: impl Into<String>, cause: impl Into<BoxError>) -> Self {
         LockError::AcquisitionFailed {
@@ -244,6 +280,11 @@ impl LockError {
             },
         }
     }
+}
+
+fn for_lock(key: Option<&str>) -> String {
+    key.map(|key| format!(" for lock `{key}`"))
+        .unwrap_or_default()
 }
 
 fn fmt_ttl(ttl: Option<Duration>) -> String {
@@ -301,13 +342,16 @@ mod tests {
 
     #[test]
     fn invalid_arguments_are_500_and_name_the_argument() {
-        let err = LockError::InvalidArgument {
-            name: "lease",
-            value: "0 ms".into(),
-            problem: "must be at least 100 ms".into(),
-        };
+        let err = LockError::invalid_argument("lease", "0ms", "accepted: 100ms to 7days");
         assert_eq!(err.code().as_str(), "LOCK_INVALID_ARGUMENT");
         assert_eq!(err.http_status(), 500);
         assert_eq!(err.details()["argument"], "lease");
+        assert!(!err.details().contains_key("lockKey"));
+        let err = err.for_key("bill-run:2026-11");
+        assert_eq!(err.details()["lockKey"], "bill-run:2026-11");
+        assert_eq!(
+            err.to_string(),
+            "invalid lease 0ms for lock `bill-run:2026-11`: accepted: 100ms to 7days"
+        );
     }
 }

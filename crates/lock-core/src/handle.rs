@@ -232,8 +232,25 @@ impl fmt::Debug for LockHandle {
             .field("lease", &self.lease)
             .field("owner", &self.owner)
             .field("fencing_token", &self.fencing_token)
-            .field("status", &self.state.status())
+            .field("status", &format_args!("{}", describe(self.state.status())))
             .finish()
+    }
+}
+
+/// `held (valid for 2980 ms)`, `released`, `lost: …` — readable in logs, unlike an `Instant`.
+fn describe(status: LeaseStatus) -> String {
+    match status {
+        LeaseStatus::Held { valid_until: None } => "held".to_owned(),
+        LeaseStatus::Held {
+            valid_until: Some(deadline),
+        } => format!(
+            "held (valid for {} ms)",
+            deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+        ),
+        LeaseStatus::Released => "released".to_owned(),
+        LeaseStatus::Lost(reason) => format!("lost: {reason}"),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{LockError, fmt_ms};
+use crate::error::LockError;
 
 /// The shortest accepted fixed lease: 100 ms. Shorter leases would end within a few round trips,
 /// before the caller could do anything useful under them.
@@ -92,23 +92,16 @@ fn check_range(
     if (min..=max).contains(&value) {
         return Ok(());
     }
-    Err(LockError::InvalidArgument {
+    Err(LockError::invalid_argument(
         name,
-        value: fmt_ms(value),
-        problem: format!("accepted: {} to {}", humanize(min), humanize(max)),
-    })
+        humanize(value),
+        format!("accepted: {} to {}", humanize(min), humanize(max)),
+    ))
 }
 
+/// `1h 30m`, `250ms`, `7days`, `0s`: humantime's notation, which the configuration also reads.
 fn humanize(d: Duration) -> String {
-    if d.is_zero() {
-        "0 ms".to_owned()
-    } else if d.subsec_nanos() == 0 && d.as_secs() % 3600 == 0 && d.as_secs() >= 3600 {
-        format!("{} h", d.as_secs() / 3600)
-    } else if d.subsec_nanos() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        fmt_ms(d)
-    }
+    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]
@@ -127,7 +120,7 @@ mod tests {
         ] {
             let text = Lease::Fixed(bad).validate().unwrap_err().to_string();
             assert!(text.starts_with("invalid lease"), "{text}");
-            assert!(text.contains("accepted: 100 ms to 168 h"), "{text}");
+            assert!(text.contains("accepted: 100ms to 7days"), "{text}");
         }
     }
 
@@ -138,7 +131,10 @@ mod tests {
         let text = validate_wait(MAX_WAIT + Duration::from_millis(1))
             .unwrap_err()
             .to_string();
-        assert!(text.contains("invalid wait 3600001 ms"), "{text}");
+        assert!(
+            text.contains("invalid wait 1h 1ms: accepted: 0s to 1h"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -148,7 +144,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            text.contains("watchdog-timeout") && text.contains("1 s to 1 h"),
+            text.contains("invalid watchdog-timeout 500ms: accepted: 1s to 1h"),
             "{text}"
         );
     }

@@ -55,9 +55,9 @@ impl AcquireOptions {
     /// [`LockError::InvalidKey`] or [`LockError::InvalidArgument`] (code `LOCK_INVALID_ARGUMENT`).
     pub fn validate(&self, key: &str) -> Result<(), LockError> {
         crate::key::validate_key(key)?;
-        self.lease.validate()?;
+        self.lease.validate().map_err(|e| e.for_key(key))?;
         if let Some(wait) = self.wait {
-            crate::lease::validate_wait(wait)?;
+            crate::lease::validate_wait(wait).map_err(|e| e.for_key(key))?;
         }
         Ok(())
     }

@@ -62,11 +62,11 @@ pub fn validate_instance_id(instance_id: &str) -> Result<(), LockError> {
     } else {
         return Ok(());
     };
-    Err(LockError::InvalidArgument {
-        name: "instance-id",
-        value: format!("{instance_id:?}"),
-        problem: format!("{problem}; accepted: a host or pod name, 1 to 128 bytes"),
-    })
+    Err(LockError::invalid_argument(
+        "instance-id",
+        format!("{instance_id:?}"),
+        format!("{problem}; accepted: a host or pod name, 1 to 128 bytes"),
+    ))
 }
 
 #[cfg(test)]

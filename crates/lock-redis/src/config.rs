@@ -134,11 +134,11 @@ impl RedisLockConfig {
     /// checked when connecting.
     pub fn validate(&self) -> Result<(), LockError> {
         if !(MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&self.command_timeout) {
-            return Err(LockError::InvalidArgument {
-                name: "command-timeout",
-                value: format!("{} ms", self.command_timeout.as_millis()),
-                problem: "accepted: 10 ms to 60 s".to_owned(),
-            });
+            return Err(LockError::invalid_argument(
+                "command-timeout",
+                format!("{} ms", self.command_timeout.as_millis()),
+                "accepted: 10 ms to 60 s",
+            ));
         }
         validate_wait(self.wait_time).map_err(|e| rename(e, "wait-time"))?;
         validate_watchdog_timeout(self.watchdog_timeout)?;
@@ -150,11 +150,9 @@ impl RedisLockConfig {
 
 fn rename(error: LockError, setting: &'static str) -> LockError {
     match error {
-        LockError::InvalidArgument { value, problem, .. } => LockError::InvalidArgument {
-            name: setting,
-            value,
-            problem,
-        },
+        LockError::InvalidArgument { value, problem, .. } => {
+            LockError::invalid_argument(setting, value, problem)
+        }
         other => other,
     }
 }
@@ -190,13 +188,13 @@ pub fn key_prefix_problem(prefix: &str) -> Option<String> {
 pub fn validate_key_prefix(prefix: &str) -> Result<(), LockError> {
     match key_prefix_problem(prefix) {
         None => Ok(()),
-        Some(problem) => Err(LockError::InvalidArgument {
-            name: "key-prefix",
-            value: format!("{prefix:?}"),
-            problem: format!(
+        Some(problem) => Err(LockError::invalid_argument(
+            "key-prefix",
+            format!("{prefix:?}"),
+            format!(
                 "{problem}; accepted: 1 to {MAX_KEY_PREFIX_BYTES} bytes without braces, whitespace or control characters"
             ),
-        }),
+        )),
     }
 }
 

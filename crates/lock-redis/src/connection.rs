@@ -20,15 +20,16 @@ pub(crate) fn build_clients(
     config: &RedisLockConfig,
 ) -> Result<(Client, SubscriberClient), LockError> {
     check_scheme(config)?;
-    let mut fred_config =
-        Config::from_url(&config.address).map_err(|e| LockError::InvalidArgument {
-            name: "redis.address",
-            value: config.redacted_address(),
-            problem: format!(
+    let mut fred_config = Config::from_url(&config.address).map_err(|e| {
+        LockError::invalid_argument(
+            "redis.address",
+            config.redacted_address(),
+            format!(
                 "{}; accepted: redis://[user[:password]@]host[:port][/db]",
                 scrub(e.details(), &config.address)
             ),
-        })?;
+        )
+    })?;
     // Keep retrying the first connection too: a service may start while Redis is down, and its
     // acquisitions fail closed until Redis answers.
     fred_config.fail_fast = false;
@@ -62,19 +63,19 @@ fn check_scheme(config: &RedisLockConfig) -> Result<(), LockError> {
         }
         _ => "not a redis:// URL".to_owned(),
     };
-    Err(LockError::InvalidArgument {
-        name: "redis.address",
-        value: config.redacted_address(),
-        problem: format!("{problem}; accepted: redis://[user[:password]@]host[:port][/db]"),
-    })
+    Err(LockError::invalid_argument(
+        "redis.address",
+        config.redacted_address(),
+        format!("{problem}; accepted: redis://[user[:password]@]host[:port][/db]"),
+    ))
 }
 
 fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
-    LockError::InvalidArgument {
-        name: "redis.address",
-        value: config.redacted_address(),
-        problem: scrub(error.details(), &config.address),
-    }
+    LockError::invalid_argument(
+        "redis.address",
+        config.redacted_address(),
+        scrub(error.details(), &config.address),
+    )
 }
 
 /// What the command connection last reported: the latest connection error, cleared when it

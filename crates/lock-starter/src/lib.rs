@@ -36,8 +36,10 @@ pub use builder::{LockStarter, LockStarterBuilder, StartError};
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use lock_core::{
-    AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
-    LockError, LockErrorCode, LockHandle, LostReason, ReleaseOutcome,
+    AcquireFailure, AcquireOptions, DEFAULT_WAIT_TIME, DistributedLock, DistributedLockExt,
+    InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LostReason,
+    MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
+    ReleaseOutcome,
 };
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
@@ -48,8 +50,8 @@ pub mod redis {
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
-        LockErrorCode, LockHandle, LockStarter, ReleaseOutcome,
+        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
+        LockError, LockErrorCode, LockHandle, LockStarter, LostReason, ReleaseOutcome,
     };
 }
 
