@@ -295,6 +295,18 @@ fn disabled_says_where_it_was_switched_off() {
         settings.source_of("enabled")
     );
     assert_eq!(settings.source_of("lease-time"), None);
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+
+    let files = Files::new();
+    let path = files.write("app.toml", "[telco.platform.lock]\nenabled = false\n");
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(
+        settings.describe("enabled").unwrap(),
+        format!(
+            "telco.platform.lock.enabled = false from {}",
+            toml_origin(&path)
+        )
+    );
 }
 
 #[test]
@@ -506,13 +518,58 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             "longer than the maximum",
         ),
         env_case(
-            "bad URL",
+            "port out of range",
             "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
             "redis://redis.internal:99999",
             "telco.platform.lock.redis.address",
             "\"redis://redis.internal:99999\"",
             "accepted: redis://[user[:password]@]host[:port][/db]",
-            "not a URL (invalid port number)",
+            "the port is not a number from 1 to 65535",
+        ),
+        env_case(
+            "port out of range, with a password",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis://:pw@host:99999",
+            "telco.platform.lock.redis.address",
+            "\"redis://:***@host:99999\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "the port is not a number from 1 to 65535",
+        ),
+        env_case(
+            "empty address",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "",
+            "telco.platform.lock.redis.address",
+            "\"\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "empty; a Redis URL is required",
+        ),
+        env_case(
+            "a host without scheme",
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis.internal",
+            "telco.platform.lock.redis.address",
+            "\"redis.internal\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "not a Redis URL (no scheme://)",
+        ),
+        env_case(
+            "spring URL with an unsupported scheme",
+            "SPRING_DATA_REDIS_URL",
+            "rediss://app:pw@cache.internal:6380",
+            "spring.data.redis.url",
+            "\"rediss://app:***@cache.internal:6380\"",
+            "accepted: redis://[user[:password]@]host[:port][/db]",
+            "rediss:// is not supported yet",
+        ),
+        env_case(
+            "empty spring URL",
+            "SPRING_DATA_REDIS_URL",
+            " ",
+            "spring.data.redis.url",
+            "\" \"",
+            "(rediss://, redis-sentinel:// and redis-cluster:// are recognised but not supported yet)",
+            "empty; a Redis URL is required",
         ),
         env_case(
             "no scheme",
@@ -829,6 +886,7 @@ fn passwords_never_appear_in_settings_or_errors() {
     for address in [
         "redis://app:hunter2@redis.internal:0",
         "redis://app:hunter2@redis.internal:99999",
+        "redis://app:hunter2@redis.internal:port",
         "redis://app:hun/ter2@redis.internal",
         "rediss://app:hunter2@redis.internal",
         "app:hunter2@redis.internal:6379",
@@ -1041,8 +1099,43 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
         files.as_config_dir(&error_message(&env(&[]).toml_file(&lease))),
         files.as_config_dir(&error_message(&env(&[]).toml_file(&brace))),
         error_message(&env(&[]).toml_file("config/does-not-exist.toml")),
+        error_message(&env(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis://:hunter2@redis.internal:99999",
+        )])),
+        error_message(&env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "")])),
+        error_message(&env(&[(
+            "SPRING_DATA_REDIS_URL",
+            "rediss://app:hunter2@cache.internal:6380",
+        )])),
+        error_message(&env(&[("TELCO_PLATFORM_LOCK_REDIS_PWD", "hunter2")])),
+    ];
+    let shared = files.write(
+        "shared.toml",
+        "[telco.platform.lok]\nwait-time = \"2s\"\nkey-prefix = \"billing:\"\n\
+         [telco.platform.log]\nlevel = \"debug\"\n",
+    );
+    let spring = env(&[
+        ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+        ("SPRING_DATA_REDIS_PASSWORD", "hunter2"),
+        ("SPRING_DATA_REDIS_DATABASE", "3"),
+    ]);
+    let url = load(&env(&[(
+        "SPRING_DATA_REDIS_URL",
+        "redis://app:hunter2@cache.internal:6380/2",
+    )]));
+    let warnings = [
+        files.as_config_dir(&load(&env(&[]).toml_file(&shared)).warnings().join("\n")),
+        load(&env(&[("TELCO_PLATFROM_LOCK_WAIT_TIME", "2s")])).warnings()[0].clone(),
+        load(&spring).warnings()[0].clone(),
+        url.describe("redis.address").unwrap(),
     ];
     let mut missing = Vec::new();
+    for example in &warnings {
+        if !docs.contains(example.as_str()) {
+            missing.push(example.as_str());
+        }
+    }
     for example in &examples {
         if !docs.contains(example.as_str()) {
             missing.push(example.as_str());
@@ -1053,6 +1146,13 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
         "docs/configuration.md does not quote these messages:\n{}",
         missing.join("\n")
     );
+    // LockSettings has no Display (only its Debug redacts); RedisAddress has one.
+    let docs_text = docs.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        !docs_text.contains("`Display` and `Debug` of the settings"),
+        "docs/configuration.md claims a Display the settings do not have"
+    );
+    assert!(docs_text.contains("`LockSettings` and `RedisSettings` have no `Display`"));
 }
 
 #[test]
@@ -1091,5 +1191,416 @@ fn a_failing_consumer_figment_is_reported_on_one_line() {
             "a configuration source of the supplied figment failed",
             "line 2",
         ],
+    );
+}
+
+const NEAR_MISS_END: &str = "is ignored: the lock reads its settings only under telco.platform.lock; did you mean \
+     telco.platform.lock?";
+
+#[test]
+fn a_misspelt_lock_section_is_a_warning_naming_it_and_its_source() {
+    let files = Files::new();
+    let lok = files.write(
+        "lok.toml",
+        "[telco.platform.lok]\nwait-time = \"2s\"\nkey-prefix = \"app:\"\n",
+    );
+    let settings = load(&env(&[]).toml_file(&lok));
+    assert_eq!(settings.wait_time, Duration::from_secs(5), "not read");
+    assert_eq!(
+        settings.warnings(),
+        [format!(
+            "section telco.platform.lok (keys key-prefix, wait-time; from {}) {NEAR_MISS_END}",
+            toml_origin(&lok)
+        )]
+    );
+
+    // A misspelt segment higher up: the section is named down to where `lock` would be.
+    let platfrom = files.write(
+        "platfrom.toml",
+        "[telco.platfrom.lock.redis]\naddress = \"redis://lock-redis:6380\"\n",
+    );
+    let settings = load(&env(&[]).toml_file(&platfrom));
+    assert_eq!(settings.redis.address.expose(), "redis://localhost:6379");
+    assert_eq!(
+        settings.warnings(),
+        [format!(
+            "section telco.platfrom.lock (keys redis.address; from {}) {NEAR_MISS_END}",
+            toml_origin(&platfrom)
+        )]
+    );
+
+    // More misspellings, each one warning; the value is never shown.
+    for (section, shown) in [
+        ("[telco.platform.lcok]", "section telco.platform.lcok "),
+        ("[telco.platform.locks]", "section telco.platform.locks "),
+        ("[telco.platform.Lock]", "section telco.platform.Lock "),
+        ("[Telco.Platform.Lock]", "section Telco.Platform.Lock "),
+        ("[telco.platformlock]", "section telco.platformlock "),
+        ("[telco_platform_lock]", "section telco_platform_lock "),
+        ("[telko.platform.lock]", "section telko.platform.lock "),
+        (
+            "[\"telco.platform.lock\"]",
+            "section \"telco.platform.lock\" ",
+        ),
+    ] {
+        let path = files.write("typo.toml", &format!("{section}\nwait-time = \"2s\"\n"));
+        let settings = load(&env(&[]).toml_file(&path));
+        let [warning] = settings.warnings() else {
+            panic!(
+                "{section}: one warning expected, got {:?}",
+                settings.warnings()
+            );
+        };
+        assert!(warning.starts_with(shown), "{section}: {warning}");
+        assert!(warning.ends_with(NEAR_MISS_END), "{section}: {warning}");
+        assert!(!warning.contains("2s"), "{section}: {warning}");
+    }
+
+    // A key instead of a section, and an empty section.
+    let key = files.write("key.toml", "[telco.platform]\nlok = \"x\"\n");
+    assert_eq!(
+        load(&env(&[]).toml_file(&key)).warnings(),
+        [format!(
+            "key telco.platform.lok (from {}) {NEAR_MISS_END}",
+            toml_origin(&key)
+        )]
+    );
+    let empty = files.write("empty.toml", "[telco.platform.lok]\n");
+    let settings = load(&env(&[]).toml_file(&empty));
+    assert_eq!(settings.warnings().len(), 1, "{:?}", settings.warnings());
+    assert!(
+        settings.warnings()[0].starts_with("section telco.platform.lok (empty; from "),
+        "{:?}",
+        settings.warnings()
+    );
+}
+
+#[test]
+fn other_sections_next_to_the_lock_are_not_warned_about() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        r#"
+        [server]
+        port = 8080
+        [telecom]
+        region = "eu"
+        [telco.platform.log]
+        level = "debug"
+        [telco.platform.logs]
+        dir = "/var/log"
+        [telco.platform.kafka]
+        brokers = "kafka:9092"
+        [telco.platform.outbox]
+        enabled = true
+        [telco.platform.locking-service]
+        url = "http://x"
+        [telco.platfrom.kafka]
+        brokers = "kafka:9092"
+        [telco.billing.lock]
+        enabled = true
+        [telco.platform.lock]
+        wait-time = "1s"
+        "#,
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(settings.wait_time, Duration::from_secs(1));
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+}
+
+#[test]
+fn a_misspelt_section_in_a_consumer_figment_is_a_warning_too() {
+    let figment = Figment::new()
+        .merge(Toml::string("[telco.platform.lok]\nwait-time = \"3s\"\n"))
+        .merge(Serialized::default(
+            "telco.platfrom.lock.key-prefix",
+            "svc:",
+        ));
+    let settings = LockSettings::from_figment(&figment).unwrap();
+    assert_eq!(settings.wait_time, Duration::from_secs(5));
+    assert_eq!(settings.key_prefix, "lock:");
+    let warnings = settings.warnings();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_eq!(
+        warnings[0],
+        format!(
+            "section telco.platform.lok (keys wait-time; from TOML source string) {NEAR_MISS_END}"
+        )
+    );
+    assert!(
+        warnings[1].starts_with("section telco.platfrom.lock (keys key-prefix; from "),
+        "{}",
+        warnings[1]
+    );
+    assert!(warnings[1].contains("tests/config.rs"), "{}", warnings[1]);
+    // Through ConfigSources as well.
+    let sources = ConfigSources::from_figment(figment).env_from([("POD_NAME", "p")]);
+    assert_eq!(load(&sources).warnings(), warnings);
+}
+
+#[test]
+fn a_misspelt_lock_variable_is_a_warning_naming_it_without_its_value() {
+    let settings = load(&env(&[
+        ("TELCO_PLATFROM_LOCK_WAIT_TIME", "2s"),
+        ("telco_platform_lock_key_prefix", "app:"),
+        ("TELCO_PLATFORM_LOG_LEVEL", "debug"),
+        ("TELCO_PLATFORM_KAFKA_BROKERS", "kafka:9092"),
+        ("TELCO_PLATFORM_OUTBOX_ENABLED", "true"),
+    ]));
+    assert_eq!(settings.wait_time, Duration::from_secs(5));
+    assert_eq!(
+        settings.warnings(),
+        [
+            "environment variable TELCO_PLATFROM_LOCK_WAIT_TIME is ignored: the lock reads only \
+             variables starting with TELCO_PLATFORM_LOCK_; did you mean \
+             TELCO_PLATFORM_LOCK_WAIT_TIME?",
+            "environment variable telco_platform_lock_key_prefix is ignored: the lock reads only \
+             variables starting with TELCO_PLATFORM_LOCK_; did you mean \
+             TELCO_PLATFORM_LOCK_KEY_PREFIX?",
+        ]
+    );
+}
+
+#[test]
+fn unread_spring_variables_are_a_warning_naming_them_without_their_values() {
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+        ("SPRING_DATA_REDIS_PASSWORD", SECRET),
+        ("SPRING_DATA_REDIS_USERNAME", "app"),
+        ("SPRING_DATA_REDIS_DATABASE", "3"),
+        ("SPRING_DATA_REDIS_SSL_ENABLED", "true"),
+        ("SPRING_DATA_REDIS_TIMEOUT", "5s"),
+    ]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://redis.internal:6379"
+    );
+    assert_eq!(
+        settings.warnings(),
+        [
+            "the lock's Redis address is built from spring.data.redis.host/port only, so these \
+             Spring settings are ignored by the lock: environment variable \
+             SPRING_DATA_REDIS_DATABASE, environment variable SPRING_DATA_REDIS_PASSWORD, \
+             environment variable SPRING_DATA_REDIS_SSL_ENABLED, environment variable \
+             SPRING_DATA_REDIS_TIMEOUT, environment variable SPRING_DATA_REDIS_USERNAME. Set \
+             telco.platform.lock.redis.address (redis://[user[:password]@]host[:port][/db]) if \
+             the lock needs them"
+        ]
+    );
+    assert_no_secret(&format!("{settings:?}"));
+
+    // Sentinel settings without a host: the default address, and a warning saying so.
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster"),
+        ("SPRING_DATA_REDIS_SENTINEL_NODES", "s1:26379,s2:26379"),
+        ("SPRING_DATA_REDIS_SENTINEL_PASSWORD", SECRET),
+    ]));
+    assert_eq!(settings.redis.address.expose(), "redis://localhost:6379");
+    assert_eq!(
+        settings.warnings(),
+        [
+            "the lock's Redis address is the default redis://localhost:6379 (none of \
+             telco.platform.lock.redis.address, spring.data.redis.url, spring.data.redis.host \
+             and spring.data.redis.port is set), so these Spring settings are ignored by the \
+             lock: environment variable SPRING_DATA_REDIS_SENTINEL_MASTER, environment variable \
+             SPRING_DATA_REDIS_SENTINEL_NODES, environment variable \
+             SPRING_DATA_REDIS_SENTINEL_PASSWORD. Set telco.platform.lock.redis.address \
+             (redis://[user[:password]@]host[:port][/db]) if the lock needs them"
+        ]
+    );
+
+    // The lock's own address: the Spring settings are not the lock's business.
+    let settings = load(&env(&[
+        (
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis://lock-redis:6379",
+        ),
+        ("SPRING_DATA_REDIS_PASSWORD", SECRET),
+        ("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:6379"),
+    ]));
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+}
+
+#[test]
+fn unread_spring_keys_in_toml_are_a_warning_naming_them_and_their_source() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[spring.data.redis]\nhost = \"redis.internal\"\npassword = \"hunter2\"\n\
+         [spring.data.redis.ssl]\nenabled = true\n",
+    );
+    let settings = load(
+        &env(&[])
+            .toml_file(&path)
+            .env_from([("SPRING_DATA_REDIS_DATABASE", "2")]),
+    );
+    assert_eq!(
+        settings.warnings(),
+        [format!(
+            "the lock's Redis address is built from spring.data.redis.host/port only, so these \
+             Spring settings are ignored by the lock: spring.data.redis.password (from {0}), \
+             spring.data.redis.ssl.enabled (from {0}), environment variable \
+             SPRING_DATA_REDIS_DATABASE. Set telco.platform.lock.redis.address \
+             (redis://[user[:password]@]host[:port][/db]) if the lock needs them",
+            toml_origin(&path)
+        )]
+    );
+    assert_no_secret(&settings.warnings().join(" "));
+}
+
+#[test]
+fn spring_url_is_the_first_fallback_and_reports_its_origin() {
+    let settings = load(&env(&[
+        (
+            "SPRING_DATA_REDIS_URL",
+            "redis://app:hunter2@cache.internal:6380/2",
+        ),
+        ("SPRING_DATA_REDIS_HOST", "ignored-host"),
+        ("SPRING_DATA_REDIS_PORT", "7000"),
+    ]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://app:hunter2@cache.internal:6380/2"
+    );
+    assert_eq!(
+        settings.source_of("redis.address"),
+        Some(&Origin::SpringUrl(Box::new(Origin::Env(
+            "SPRING_DATA_REDIS_URL".into()
+        ))))
+    );
+    assert_eq!(
+        settings.describe("redis.address").unwrap(),
+        "telco.platform.lock.redis.address = redis://app:***@cache.internal:6380/2 from \
+         spring.data.redis.url from environment variable SPRING_DATA_REDIS_URL"
+    );
+    // Host and port are overridden by the URL, as in Spring Boot: no warning about them.
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+
+    // From a file; the lock's own address still wins over it.
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[spring.data.redis]\nurl = \"redis://cache.internal:6381\"\nhost = \"other\"\n",
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://cache.internal:6381"
+    );
+    assert_eq!(
+        settings.source_of("redis.address").unwrap().to_string(),
+        format!("spring.data.redis.url from {}", toml_origin(&path))
+    );
+    let settings =
+        load(&env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://lock:6379")]).toml_file(&path));
+    assert_eq!(settings.redis.address.expose(), "redis://lock:6379");
+
+    // Settings the URL does not override are still named.
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_URL", "redis://cache.internal:6380"),
+        ("SPRING_DATA_REDIS_PASSWORD", SECRET),
+        ("SPRING_DATA_REDIS_SSL_ENABLED", "true"),
+    ]));
+    assert_eq!(
+        settings.warnings(),
+        [
+            "the lock's Redis address is taken from spring.data.redis.url, so these Spring \
+             settings are ignored by the lock: environment variable \
+             SPRING_DATA_REDIS_SSL_ENABLED. Set telco.platform.lock.redis.address \
+             (redis://[user[:password]@]host[:port][/db]) if the lock needs them"
+        ]
+    );
+
+    // Checked exactly like the address, password redacted.
+    let error = load_err(&env(&[(
+        "SPRING_DATA_REDIS_URL",
+        "redis://app:hunter2@cache.internal:99999",
+    )]));
+    assert_eq!(
+        error.to_string(),
+        "spring.data.redis.url = \"redis://app:***@cache.internal:99999\" (from environment \
+         variable SPRING_DATA_REDIS_URL): the port is not a number from 1 to 65535; accepted: \
+         redis://[user[:password]@]host[:port][/db], e.g. redis://localhost:6379 (rediss://, \
+         redis-sentinel:// and redis-cluster:// are recognised but not supported yet)"
+    );
+    assert_eq!(error.key(), Some("spring.data.redis.url"));
+    assert_no_secret(&format!("{error:?}"));
+}
+
+#[test]
+fn secret_looking_unknown_names_hide_their_values_and_real_keys_do_not() {
+    for var in [
+        "TELCO_PLATFORM_LOCK_REDIS_PWD",
+        "TELCO_PLATFORM_LOCK_REDIS_PASSWD",
+        "TELCO_PLATFORM_LOCK_REDIS_PASS",
+        "TELCO_PLATFORM_LOCK_API_KEY",
+        "TELCO_PLATFORM_LOCK_KEY",
+        "TELCO_PLATFORM_LOCK_REDIS_CREDENTIALS",
+        "TELCO_PLATFORM_LOCK_AUTH",
+        "TELCO_PLATFORM_LOCK_TOKEN",
+        "TELCO_PLATFORM_LOCK_CLIENT_SECRET",
+    ] {
+        let error = load_err(&env(&[(var, SECRET)]));
+        assert_no_secret(&format!("{error:?}"));
+        assert_mentions(
+            &error.to_string(),
+            &[&format!("unknown environment variable {var} = ***: ")],
+        );
+    }
+    let files = Files::new();
+    for (line, key) in [
+        (
+            "[telco.platform.lock.redis]\npwd = \"hunter2\"",
+            "telco.platform.lock.redis.pwd",
+        ),
+        (
+            "[telco.platform.lock]\napi-key = \"hunter2\"",
+            "telco.platform.lock.api-key",
+        ),
+        (
+            "[telco.platform.lock.redis]\nauth = \"hunter2\"",
+            "telco.platform.lock.redis.auth",
+        ),
+    ] {
+        let path = files.write("secret.toml", line);
+        let error = load_err(&env(&[]).toml_file(&path));
+        for text in [error.to_string(), format!("{error:?}")] {
+            assert_no_secret(&text);
+        }
+        assert_mentions(
+            &error.to_string(),
+            &[&format!("unknown key {key} = *** (from")],
+        );
+    }
+    // The password-like spelling points at the address.
+    let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_REDIS_PWD", SECRET)]));
+    assert_mentions(
+        &error.to_string(),
+        &["all go into TELCO_PLATFORM_LOCK_REDIS_ADDRESS"],
+    );
+
+    // A misspelt key-prefix is not a secret: its value is shown, with the suggestion.
+    let path = files.write(
+        "prefix.toml",
+        "[telco.platform.lock]\nkey-prefx = \"app:\"\n",
+    );
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&path)),
+        &[
+            "unknown key telco.platform.lock.key-prefx = \"app:\"",
+            "did you mean telco.platform.lock.key-prefix?",
+        ],
+    );
+    assert_mentions(
+        &error_message(&env(&[("TELCO_PLATFORM_LOCK_KEY_PREFX", "app:")])),
+        &[
+            "TELCO_PLATFORM_LOCK_KEY_PREFX = \"app:\"",
+            "did you mean TELCO_PLATFORM_LOCK_KEY_PREFIX?",
+        ],
+    );
+    // The real key shows its value when it is rejected.
+    assert_mentions(
+        &error_message(&env(&[("TELCO_PLATFORM_LOCK_KEY_PREFIX", "a b")])),
+        &["telco.platform.lock.key-prefix = \"a b\" (from environment variable"],
     );
 }

@@ -46,6 +46,21 @@ impl InvalidAddress {
 /// The default Redis port, used when the address names none: 6379.
 pub const DEFAULT_REDIS_PORT: u16 = 6379;
 
+/// Why the `url` crate rejected a text, in the terms of a Redis address.
+fn url_problem(error: url::ParseError) -> String {
+    match error {
+        url::ParseError::InvalidPort => "the port is not a number from 1 to 65535".to_owned(),
+        url::ParseError::RelativeUrlWithoutBase => "not a Redis URL (no scheme://)".to_owned(),
+        url::ParseError::EmptyHost => "the host is missing".to_owned(),
+        url::ParseError::InvalidIpv4Address => "the host is not a valid IPv4 address".to_owned(),
+        url::ParseError::InvalidIpv6Address => "the host is not a valid IPv6 address".to_owned(),
+        url::ParseError::InvalidDomainCharacter => {
+            "the host contains a character not allowed in a host name".to_owned()
+        }
+        other => format!("not a URL ({other})"),
+    }
+}
+
 impl RedisAddress {
     /// Parses and checks an address.
     ///
@@ -54,12 +69,16 @@ impl RedisAddress {
     /// Special characters in the user or password must be percent-encoded (`@` as `%40`).
     ///
     /// # Errors
-    /// [`InvalidAddress`] when the text is not a URL, uses another scheme (`rediss://`,
-    /// `redis-sentinel://` and `redis-cluster://` are recognised but not supported yet), has no
-    /// host, port 0, a path other than a database number, a query or a fragment.
+    /// [`InvalidAddress`] when the text is empty (or blank), is not a URL, uses another scheme
+    /// (`rediss://`, `redis-sentinel://` and `redis-cluster://` are recognised but not
+    /// supported yet), has no host, a port outside 1 to 65535, a path other than a database
+    /// number, a query or a fragment.
     pub fn parse(text: &str) -> Result<RedisAddress, InvalidAddress> {
-        let url =
-            Url::parse(text.trim()).map_err(|e| InvalidAddress::new(format!("not a URL ({e})")))?;
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(InvalidAddress::new("empty; a Redis URL is required"));
+        }
+        let url = Url::parse(text).map_err(|e| InvalidAddress::new(url_problem(e)))?;
         match url.scheme() {
             "redis" => {}
             scheme @ ("rediss" | "redis-sentinel" | "redis-cluster") => {
@@ -80,7 +99,9 @@ impl RedisAddress {
             return Err(InvalidAddress::new("the host is missing"));
         }
         if url.port() == Some(0) {
-            return Err(InvalidAddress::new("port 0 is not accepted"));
+            return Err(InvalidAddress::new(
+                "port 0 is not accepted; the port must be a number from 1 to 65535",
+            ));
         }
         if url.query().is_some() {
             return Err(InvalidAddress::new(
@@ -275,14 +296,27 @@ mod tests {
             ("redis-cluster://h", "not supported yet"),
             ("redis://", "host is missing"),
             ("redis:///0", "host is missing"),
-            ("redis://h:0", "port 0"),
-            ("redis://h:99999", "not a URL (invalid port number)"),
+            (
+                "redis://h:0",
+                "port 0 is not accepted; the port must be a number from 1 to 65535",
+            ),
+            (
+                "redis://h:99999",
+                "the port is not a number from 1 to 65535",
+            ),
+            (
+                "redis://:pw@h:99999",
+                "the port is not a number from 1 to 65535",
+            ),
+            ("redis://h:port", "the port is not a number from 1 to 65535"),
             ("redis://h/16x", "not a database number"),
             ("redis://h/256", "not a database number"),
             ("redis://h/0/1", "not a database number"),
             ("redis://h?password=x", "query"),
             ("redis://h#x", "fragment"),
-            ("", "not a URL"),
+            ("", "empty; a Redis URL is required"),
+            ("  ", "empty; a Redis URL is required"),
+            ("redis.internal", "not a Redis URL (no scheme://)"),
         ] {
             let problem = RedisAddress::parse(text).unwrap_err().to_string();
             assert!(problem.contains(reason), "{text}: {problem}");

@@ -11,8 +11,8 @@ pub const ENV_PREFIX: &str = "TELCO_PLATFORM_LOCK_";
 
 /// Default of `telco.platform.lock.enabled`: `true`.
 pub const DEFAULT_ENABLED: bool = true;
-/// Default of `telco.platform.lock.redis.address` when neither `spring.data.redis.host` nor
-/// `spring.data.redis.port` is set: `redis://localhost:6379`.
+/// Default of `telco.platform.lock.redis.address` when none of `spring.data.redis.url`,
+/// `spring.data.redis.host` and `spring.data.redis.port` is set: `redis://localhost:6379`.
 pub const DEFAULT_REDIS_ADDRESS: &str = lock_redis::DEFAULT_ADDRESS;
 /// Default of `spring.data.redis.host` when only the port is set: `localhost`.
 pub const DEFAULT_SPRING_HOST: &str = "localhost";
@@ -73,6 +73,11 @@ pub struct KeySpec {
     pub accepted: &'static str,
 }
 
+/// What `telco.platform.lock.redis.address` and `spring.data.redis.url` accept.
+const ADDRESS_ACCEPTED: &str = "redis://[user[:password]@]host[:port][/db], e.g. \
+                                redis://localhost:6379 (rediss://, redis-sentinel:// and \
+                                redis-cluster:// are recognised but not supported yet)";
+
 macro_rules! duration_accepted {
     ($range:literal) => {
         concat!(
@@ -95,11 +100,10 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec {
         name: "telco.platform.lock.redis.address",
         kind: ValueKind::RedisUrl,
-        default: "from spring.data.redis.host/port if either is set, else redis://localhost:6379",
+        default: "from spring.data.redis.url, else from spring.data.redis.host/port if either \
+                  is set, else redis://localhost:6379",
         meaning: "Where Redis is: host, port, credentials and database of a single Redis server.",
-        accepted: "redis://[user[:password]@]host[:port][/db], e.g. redis://localhost:6379 \
-                   (rediss://, redis-sentinel:// and redis-cluster:// are recognised but not \
-                   supported yet)",
+        accepted: ADDRESS_ACCEPTED,
     },
     KeySpec {
         name: "telco.platform.lock.redis.command-timeout",
@@ -142,8 +146,18 @@ pub const KEYS: &[KeySpec] = &[
 ];
 
 /// The Spring Boot keys read as a fallback for `telco.platform.lock.redis.address` (only when
-/// the address itself is not set). Other keys under `spring.data.redis` are ignored.
+/// the address itself is not set): `spring.data.redis.url` first, else `host`/`port`. Other keys
+/// under `spring.data.redis` are not read; when they are set and a fallback is used, a warning
+/// names them.
 pub const SPRING_KEYS: &[KeySpec] = &[
+    KeySpec {
+        name: "spring.data.redis.url",
+        kind: ValueKind::RedisUrl,
+        default: "none",
+        meaning: "Redis URL shared with the service's other Redis clients; used for the lock when \
+                  telco.platform.lock.redis.address is not set, before spring.data.redis.host/port.",
+        accepted: ADDRESS_ACCEPTED,
+    },
     KeySpec {
         name: "spring.data.redis.host",
         kind: ValueKind::Host,
@@ -229,10 +243,12 @@ pub(crate) fn known_keys() -> String {
 /// The canonical variable of every key, for "known variables" lists.
 pub(crate) fn known_env_names() -> String {
     let names: Vec<String> = KEYS.iter().map(KeySpec::env_name).collect();
+    let spring: Vec<String> = SPRING_KEYS.iter().map(KeySpec::env_name).collect();
     format!(
         "{} (each also without the underscores that stand for dashes, e.g. \
-         TELCO_PLATFORM_LOCK_WAITTIME), SPRING_DATA_REDIS_HOST, SPRING_DATA_REDIS_PORT",
-        names.join(", ")
+         TELCO_PLATFORM_LOCK_WAITTIME), {}",
+        names.join(", "),
+        spring.join(", ")
     )
 }
 
@@ -264,8 +280,8 @@ pub(crate) fn unknown_key_hint(unknown: &str, as_env: bool) -> Option<String> {
             "telco.platform.lock.redis.address"
         };
         if [
-            "host", "hostname", "port", "user", "username", "password", "pass", "database", "db",
-            "url", "uri",
+            "host", "hostname", "port", "user", "username", "password", "pass", "passwd", "pwd",
+            "auth", "database", "db", "url", "uri",
         ]
         .contains(&rest)
         {
@@ -312,12 +328,86 @@ fn suggest(norm: &str) -> Option<&'static KeySpec> {
         .map(|(_, spec)| spec)
 }
 
-/// Whether an unknown key's value may be a secret and must not be shown.
+/// Whether an unknown key's value may be a secret and must not be shown. `name` is a key or a
+/// variable name (any case and separators).
+///
+/// Hidden: names containing `pass` (`password`, `passwd`, `passphrase`), `pwd`, `secret`,
+/// `token`, `credential`, `auth`, `private`, `apikey`, `accesskey` or `signingkey`, and names
+/// whose last segment is `key`, `pw` or `pin` (`redis.key`, `TELCO_PLATFORM_LOCK_KEY`). Not
+/// hidden: other names with `key` in them (`key-prefix`, or a misspelt `key-prefx`), so a
+/// wrong prefix is still shown.
 pub(crate) fn looks_secret(name: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "credential",
+        "auth",
+        "private",
+        "apikey",
+        "accesskey",
+        "signingkey",
+    ];
+    const SEGMENTS: &[&str] = &["key", "pw", "pin"];
     let norm = normalize(name);
-    ["pass", "secret", "token", "credential", "auth"]
-        .iter()
-        .any(|word| norm.contains(word))
+    WORDS.iter().any(|word| norm.contains(word))
+        || name
+            .rsplit(|c: char| !c.is_ascii_alphanumeric())
+            .next()
+            .is_some_and(|last| SEGMENTS.iter().any(|word| last.eq_ignore_ascii_case(word)))
+}
+
+/// The segments of [`PREFIX`]: `telco`, `platform`, `lock`.
+pub(crate) const PREFIX_SEGMENTS: [&str; 3] = ["telco", "platform", "lock"];
+
+/// How similar a name must be to a segment of `telco.platform.lock` to count as a misspelling
+/// of it, as strsim's normalized Damerau-Levenshtein similarity of the [`normalize`]d names: one
+/// edit in `telco` or `lock` (`lok`, `lcok`, `locks`), two in `platform` (`platfrom`,
+/// `pltfrom`). `log`, `logs`, `kafka`, `outbox` and `telecom` stay below it.
+pub(crate) const NEAR_MISS_SIMILARITY: f64 = 0.75;
+
+/// Whether `segment`, found where the path `telco.platform.lock` has its segment number
+/// `depth`, is a misspelling of that segment, or of it and the following ones run together
+/// (`platformlock`, `telco_platform_lock`). Also true for a different case or separators
+/// (`Lock`). Returns how many segments of the prefix it stands for, counted from the start:
+/// `Some(2)` for `platfrom` at depth 1, `Some(3)` for `platformlock` at depth 1.
+///
+/// The caller handles the exact segment; this is for names that differ from it.
+pub(crate) fn near_miss_segment(segment: &str, depth: usize) -> Option<usize> {
+    let got = normalize(segment);
+    if got.is_empty() || depth >= PREFIX_SEGMENTS.len() {
+        return None;
+    }
+    (depth + 1..=PREFIX_SEGMENTS.len())
+        .map(|end| {
+            let want = PREFIX_SEGMENTS[depth..end].concat();
+            (strsim::normalized_damerau_levenshtein(&got, &want), end)
+        })
+        .filter(|(similarity, _)| *similarity >= NEAR_MISS_SIMILARITY)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, end)| end)
+}
+
+/// If the environment variable `name` looks like a misspelt `TELCO_PLATFORM_LOCK_…` variable
+/// (`TELCO_PLATFROM_LOCK_WAIT_TIME`, `telco_platform_lock_wait_time`), the name it was probably
+/// meant to have. `None` for the exact prefix (those variables are checked as keys) and for
+/// anything else.
+pub(crate) fn env_near_miss(name: &str) -> Option<String> {
+    let segments: Vec<&str> = name.split('_').collect();
+    let (mut depth, mut pos, mut missed) = (0, 0, false);
+    while depth < PREFIX_SEGMENTS.len() {
+        let segment = segments.get(pos)?;
+        if *segment == PREFIX_SEGMENTS[depth].to_ascii_uppercase() {
+            depth += 1;
+        } else {
+            depth = near_miss_segment(segment, depth)?;
+            missed = true;
+        }
+        pos += 1;
+    }
+    let rest = segments[pos..].join("_");
+    (missed && !rest.is_empty()).then(|| format!("{ENV_PREFIX}{}", rest.to_ascii_uppercase()))
 }
 
 #[cfg(test)]
@@ -428,5 +518,149 @@ mod tests {
             unknown_key_hint("WAIT_TME", true).unwrap(),
             "did you mean TELCO_PLATFORM_LOCK_WAIT_TIME?"
         );
+    }
+
+    #[test]
+    fn the_prefix_segments_are_the_prefix() {
+        assert_eq!(PREFIX_SEGMENTS.join("."), PREFIX);
+    }
+
+    #[test]
+    fn near_misses_of_the_section_are_close_and_other_sections_are_not() {
+        // (segment, depth in telco.platform.lock) → segments it stands for.
+        for (segment, depth, end) in [
+            ("lok", 2, 3),
+            ("lcok", 2, 3),
+            ("lokc", 2, 3),
+            ("locks", 2, 3),
+            ("Lock", 2, 3),
+            ("LOCK", 2, 3),
+            ("platfrom", 1, 2),
+            ("platfom", 1, 2),
+            ("pltfrom", 1, 2),
+            ("Platform", 1, 2),
+            ("platform-lock", 1, 3),
+            ("platformlock", 1, 3),
+            ("telko", 0, 1),
+            ("telco_platform_lock", 0, 3),
+            ("telco.platform.lock", 0, 3),
+        ] {
+            assert_eq!(
+                near_miss_segment(segment, depth),
+                Some(end),
+                "{segment} at {depth}"
+            );
+        }
+        for (segment, depth) in [
+            ("log", 2),
+            ("logs", 2),
+            ("kafka", 2),
+            ("outbox", 2),
+            ("locking", 2),
+            ("locale", 2),
+            ("loki", 2),
+            ("cache", 2),
+            ("", 2),
+            ("billing", 1),
+            ("payments", 1),
+            ("telecom", 0),
+            ("tracing", 0),
+            ("server", 0),
+            ("spring", 0),
+            ("lock", 3),
+        ] {
+            assert_eq!(
+                near_miss_segment(segment, depth),
+                None,
+                "{segment} at {depth}"
+            );
+        }
+    }
+
+    #[test]
+    fn misspelt_lock_variables_are_recognised() {
+        for (name, meant) in [
+            (
+                "TELCO_PLATFROM_LOCK_WAIT_TIME",
+                "TELCO_PLATFORM_LOCK_WAIT_TIME",
+            ),
+            (
+                "TELCO_PLATFORM_LOK_REDIS_ADDRESS",
+                "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            ),
+            ("TELCO_PLATFORMLOCK_ENABLED", "TELCO_PLATFORM_LOCK_ENABLED"),
+            (
+                "telco_platform_lock_wait_time",
+                "TELCO_PLATFORM_LOCK_WAIT_TIME",
+            ),
+            (
+                "TELKO_PLATFORM_LOCK_KEY_PREFIX",
+                "TELCO_PLATFORM_LOCK_KEY_PREFIX",
+            ),
+        ] {
+            assert_eq!(env_near_miss(name).as_deref(), Some(meant), "{name}");
+        }
+        for name in [
+            "TELCO_PLATFORM_LOCK_WAIT_TIME",
+            "TELCO_PLATFORM_LOG_LEVEL",
+            "TELCO_PLATFORM_KAFKA_BROKERS",
+            "TELCO_PLATFORM_OUTBOX_ENABLED",
+            "TELCO_PLATFORM_LOK",
+            "TELCO_BILLING_X",
+            "SPRING_DATA_REDIS_HOST",
+            "PATH",
+            "TELCO",
+        ] {
+            assert_eq!(env_near_miss(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn secret_looking_names_hide_their_values() {
+        for name in [
+            "password",
+            "redis.password",
+            "redis.pwd",
+            "REDIS_PWD",
+            "passwd",
+            "pass",
+            "passphrase",
+            "secret",
+            "client-secret",
+            "token",
+            "auth-token",
+            "credentials",
+            "credential",
+            "auth",
+            "private-key",
+            "api-key",
+            "API_KEY",
+            "apiKey",
+            "access-key",
+            "signing_key",
+            "key",
+            "redis.key",
+            "KEY",
+            "redis.pw",
+            "pin",
+        ] {
+            assert!(looks_secret(name), "{name} looks secret");
+        }
+        for name in [
+            "key-prefix",
+            "key-prefx",
+            "KEY_PREFX",
+            "keyprefix",
+            "wait-tme",
+            "colour",
+            "redis.adress",
+            "redis.host",
+            "instance-id",
+            "lease-time",
+            "keys",
+            "ping",
+        ] {
+            assert!(!looks_secret(name), "{name} does not look secret");
+        }
     }
 }

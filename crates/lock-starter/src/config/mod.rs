@@ -4,7 +4,7 @@
 //! | key | default | accepted |
 //! |---|---|---|
 //! | `telco.platform.lock.enabled` | `true` | `true` / `false` |
-//! | `telco.platform.lock.redis.address` | from `spring.data.redis.host`/`port`, else `redis://localhost:6379` | `redis://[user[:password]@]host[:port][/db]` |
+//! | `telco.platform.lock.redis.address` | from `spring.data.redis.url`, else `spring.data.redis.host`/`port`, else `redis://localhost:6379` | `redis://[user[:password]@]host[:port][/db]` |
 //! | `telco.platform.lock.redis.command-timeout` | `2s` | 10 ms to 60 s |
 //! | `telco.platform.lock.wait-time` | `5s` | 0 ms (one attempt) to 1 h |
 //! | `telco.platform.lock.watchdog-timeout` | `30s` | 1 s to 1 h |
@@ -16,7 +16,12 @@
 //!
 //! Durations take a unit (`5s`, `250ms`, `1m30s`). Environment variables are named after the
 //! keys: `TELCO_PLATFORM_LOCK_WAIT_TIME`, or Spring's relaxed `TELCO_PLATFORM_LOCK_WAITTIME`.
-//! Every error names the key, the value, where it came from and what is accepted:
+//! Every error names the key, the value, where it came from and what is accepted. Settings that
+//! are set but not read — a section that looks like a misspelt `telco.platform.lock`
+//! (`telco.platform.lok`), or `spring.data.redis` keys the address does not use — are not
+//! errors, since a file is shared with other settings: they are logged as warnings and kept in
+//! [`LockSettings::warnings`].
+//!
 //!
 //! ```
 //! use lock_starter::config::{ConfigSources, LockSettings};
@@ -76,13 +81,16 @@ pub struct LockSettings {
     pub instance_id: String,
     /// Where each value came from; [`Origins::default`] (all defaults) for settings built by hand.
     pub origins: Origins,
+    /// What [`LockSettings::load`] warned about (see [`LockSettings::warnings`]); empty for
+    /// settings built by hand.
+    pub warnings: Vec<String>,
 }
 
 /// `telco.platform.lock.redis.*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// `telco.platform.lock.redis.address`. Default: from `spring.data.redis.host`/`port` if
-    /// either is set, else `redis://localhost:6379`.
+    /// `telco.platform.lock.redis.address`. Default: from `spring.data.redis.url` if set, else
+    /// from `spring.data.redis.host`/`port` if either is set, else `redis://localhost:6379`.
     pub address: RedisAddress,
     /// `telco.platform.lock.redis.command-timeout`: timeout of every Redis command. Default 2 s;
     /// 10 ms to 60 s.
@@ -99,6 +107,9 @@ impl LockSettings {
     /// both its environment forms with different values; a failing consumer figment; an unknown
     /// key under `telco.platform.lock`; then each key of [`KEYS`] in table order with a value
     /// that is not accepted (the Spring keys with `redis.address`).
+    ///
+    /// Settings that are set but not read are warnings, not errors: each is logged with
+    /// `tracing::warn!` and kept in [`LockSettings::warnings`].
     pub fn load(sources: &ConfigSources) -> Result<LockSettings, ConfigError> {
         let (figment, host_env) = sources.build()?;
         resolve::resolve(&figment, &host_env)
@@ -113,6 +124,36 @@ impl LockSettings {
     /// gives [`ConfigError::Source`].
     pub fn from_figment(figment: &Figment) -> Result<LockSettings, ConfigError> {
         resolve::resolve(figment, &sources::HostEnv::process())
+    }
+
+    /// The warnings of loading, each also logged with `tracing::warn!` when found, in this
+    /// order:
+    ///
+    /// - an environment variable that looks like a misspelt `TELCO_PLATFORM_LOCK_…` one
+    ///   (`TELCO_PLATFROM_LOCK_WAIT_TIME`);
+    /// - a section or key that looks like a misspelt `telco.platform.lock` (`telco.platform.lok`,
+    ///   `telco.platfrom.lock.redis`, `Telco.Platform.Lock`), naming it, its keys and its source;
+    ///   clearly different sections (`telco.platform.log`, `telco.platform.kafka`) are left
+    ///   alone;
+    /// - `spring.data.redis` keys or `SPRING_DATA_REDIS_*` variables that are set while the
+    ///   address does not come from `telco.platform.lock.redis.address`, but are not used for
+    ///   it (`password`, `database`, `sentinel.*`, …), by name and source, never by value.
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    ///
+    /// use lock_starter::figment::{Figment, providers::Serialized};
+    ///
+    /// let figment = Figment::from(Serialized::default(
+    ///     "telco.platform.lok.wait-time",
+    ///     "2s",
+    /// ));
+    /// let settings = LockSettings::load(&ConfigSources::from_figment(figment)).unwrap();
+    /// assert!(settings.warnings()[0].starts_with("section telco.platform.lok (keys wait-time; "));
+    /// assert!(settings.warnings()[0].ends_with("did you mean telco.platform.lock?"));
+    /// ```
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Where `key` came from; `key` is the full name or the name relative to

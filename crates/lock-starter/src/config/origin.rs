@@ -13,7 +13,8 @@ use super::keys::{KEYS, key_spec};
 pub(crate) const ENV_PROVIDER: &str = "environment variable";
 
 /// Where a setting's value came from. `Display` reads as the end of "from …":
-/// `default`, `TOML file config/app.toml`, `environment variable TELCO_PLATFORM_LOCK_WAIT_TIME`.
+/// `default`, `TOML file config/app.toml`, `environment variable TELCO_PLATFORM_LOCK_WAIT_TIME`,
+/// `spring.data.redis.url from environment variable SPRING_DATA_REDIS_URL`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Origin {
@@ -33,6 +34,8 @@ pub enum Origin {
     },
     /// An environment variable, by its exact name.
     Env(String),
+    /// `redis.address` taken from `spring.data.redis.url`, which came from the origin inside.
+    SpringUrl(Box<Origin>),
     /// `redis.address` built from `spring.data.redis.host` and `spring.data.redis.port`.
     SpringFallback {
         /// Where the host came from.
@@ -99,6 +102,7 @@ impl fmt::Display for Origin {
             Origin::DefaultFromHostname => f.write_str("default, the host name"),
             Origin::File { format, path } => write!(f, "{format} {}", path.display()),
             Origin::Env(var) => write!(f, "environment variable {var}"),
+            Origin::SpringUrl(url) => write!(f, "spring.data.redis.url from {url}"),
             Origin::SpringFallback { host, port } => write!(
                 f,
                 "spring.data.redis.host from {host} and spring.data.redis.port from {port}"

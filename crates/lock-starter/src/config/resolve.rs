@@ -1,5 +1,5 @@
 //! Reading the merged figment into [`LockSettings`]: unknown keys, value parsing, bounds, the
-//! Spring fallback and the defaults.
+//! Spring fallback, the defaults, and warnings about settings the lock does not read.
 
 use std::time::Duration;
 
@@ -12,17 +12,32 @@ use lock_core::{
 use super::address::{RedisAddress, redact_text};
 use super::error::ConfigError;
 use super::keys::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_SPRING_HOST,
-    DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS, KeySpec,
-    MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, PREFIX, known_keys, looks_secret, spec,
-    unknown_key_hint,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_REDIS_ADDRESS,
+    DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS,
+    KeySpec, MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, PREFIX, PREFIX_SEGMENTS, known_keys,
+    looks_secret, near_miss_segment, spec, unknown_key_hint,
 };
 use super::origin::{Origin, Origins};
-use super::sources::{HostEnv, one_line_message};
+use super::sources::{HostEnv, SPRING_ENV_PREFIX, one_line_message};
 use super::{LockSettings, RedisSettings};
 
 /// The longest value shown in a message, in characters.
 const SHOWN_CHARS: usize = 120;
+
+/// The most keys a warning lists.
+const LISTED_KEYS: usize = 10;
+
+/// Warnings found while loading: each is logged with `tracing::warn!` when found, and kept for
+/// [`LockSettings::warnings`].
+#[derive(Default)]
+struct Warnings(Vec<String>);
+
+impl Warnings {
+    fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.0.push(message);
+    }
+}
 
 /// A string as messages show it: quoted and escaped, cut after 120 characters, passwords
 /// redacted.
@@ -64,6 +79,11 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         });
     }
     let reader = Reader { figment };
+    let mut warnings = Warnings::default();
+    for message in &host_env.near_misses {
+        warnings.warn(message.clone());
+    }
+    reader.warn_near_misses(&mut warnings);
     reader.check_unknown_keys()?;
 
     let mut origins = Origins::default();
@@ -78,7 +98,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         None => DEFAULT_ENABLED,
     };
 
-    let (address, origin) = reader.address()?;
+    let (address, origin) = reader.address(host_env, &mut warnings)?;
     take(spec("redis.address"), origin);
 
     let command_timeout = reader.duration(
@@ -142,6 +162,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         key_prefix,
         instance_id,
         origins,
+        warnings: warnings.0,
     };
     for spec in KEYS {
         if let Some(line) = settings.describe(spec.name) {
@@ -279,19 +300,30 @@ impl Reader<'_> {
         Ok(duration)
     }
 
-    /// `redis.address`, or the Spring fallback, or the default.
-    fn address(&self) -> Result<(RedisAddress, Origin), ConfigError> {
+    /// `redis.address`, or the Spring fallback (`url`, else `host`/`port`), or the default.
+    fn address(
+        &self,
+        host_env: &HostEnv,
+        warnings: &mut Warnings,
+    ) -> Result<(RedisAddress, Origin), ConfigError> {
         if let Some(found) = self.find(spec("redis.address")) {
             let address =
                 RedisAddress::parse(&found.text()?).map_err(|e| found.invalid(e.problem()))?;
             return Ok((address, found.origin));
         }
+        if let Some(found) = self.find(spec("spring.data.redis.url")) {
+            let address =
+                RedisAddress::parse(&found.text()?).map_err(|e| found.invalid(e.problem()))?;
+            self.warn_unread_spring(SpringUse::Url, host_env, warnings);
+            return Ok((address, Origin::SpringUrl(Box::new(found.origin))));
+        }
         let host = self.find(spec("spring.data.redis.host"));
         let port = self.find(spec("spring.data.redis.port"));
         if host.is_none() && port.is_none() {
+            self.warn_unread_spring(SpringUse::Nothing, host_env, warnings);
             return Ok((RedisAddress::default(), Origin::Default));
         }
-        self.warn_ignored_spring_keys();
+        self.warn_unread_spring(SpringUse::HostPort, host_env, warnings);
         let port_number = match &port {
             Some(found) => spring_port(found)?,
             None => DEFAULT_SPRING_PORT,
@@ -334,22 +366,142 @@ impl Reader<'_> {
         Ok((address, origin))
     }
 
-    fn warn_ignored_spring_keys(&self) {
-        if let Ok(Value::Dict(_, dict)) = self.figment.find_value("spring.data.redis") {
-            let ignored: Vec<&str> = dict
-                .keys()
-                .map(String::as_str)
-                .filter(|k| !matches!(*k, "host" | "port"))
-                .collect();
-            if !ignored.is_empty() {
-                tracing::warn!(
-                    "the lock's Redis address is taken from spring.data.redis.host/port only; \
-                     spring.data.redis.{{{}}} are ignored. Set telco.platform.lock.redis.address \
-                     (redis://[user[:password]@]host[:port][/db]) if the lock needs them",
-                    ignored.join(", ")
-                );
+    /// Warns about the `spring.data.redis` keys and `SPRING_DATA_REDIS_*` variables that are set
+    /// but not used for the address (`password`, `database`, `sentinel.*`, …), naming each key
+    /// with its source or each variable, never a value.
+    fn warn_unread_spring(&self, used: SpringUse, host_env: &HostEnv, warnings: &mut Warnings) {
+        // With the URL, Spring Boot itself ignores host, port, username, password and database.
+        let used_keys: &[&str] = match used {
+            SpringUse::Url => &["url", "host", "port", "username", "password", "database"],
+            SpringUse::HostPort => &["host", "port"],
+            SpringUse::Nothing => &[],
+        };
+        let mut unread = Vec::new();
+        if let Ok(section @ Value::Dict(..)) = self.figment.find_value("spring.data.redis") {
+            for (relative, value) in leaves(&section) {
+                if used_keys.contains(&relative.as_str()) {
+                    continue;
+                }
+                let full = format!("spring.data.redis.{relative}");
+                unread.push(match self.origin(value, &full) {
+                    Origin::Env(var) => format!("environment variable {var}"),
+                    origin => format!("{full} (from {origin})"),
+                });
             }
         }
+        for var in &host_env.spring_unread {
+            let key = var
+                .strip_prefix(SPRING_ENV_PREFIX)
+                .unwrap_or(var)
+                .to_ascii_lowercase();
+            if !used_keys.contains(&key.as_str()) {
+                unread.push(format!("environment variable {var}"));
+            }
+        }
+        if unread.is_empty() {
+            return;
+        }
+        let address = match used {
+            SpringUse::Url => "is taken from spring.data.redis.url".to_owned(),
+            SpringUse::HostPort => "is built from spring.data.redis.host/port only".to_owned(),
+            SpringUse::Nothing => format!(
+                "is the default {DEFAULT_REDIS_ADDRESS} (none of {}, spring.data.redis.url, \
+                 spring.data.redis.host and spring.data.redis.port is set)",
+                spec("redis.address").name
+            ),
+        };
+        warnings.warn(format!(
+            "the lock's Redis address {address}, so these Spring settings are ignored by the \
+             lock: {}. Set {} (redis://[user[:password]@]host[:port][/db]) if the lock needs them",
+            unread.join(", "),
+            spec("redis.address").name
+        ));
+    }
+
+    /// Warns about every path that is not `telco.platform.lock` but looks like a misspelling of
+    /// it (`telco.platform.lok`, `telco.platfrom.lock`, `Telco.Platform.Lock`): nothing under it
+    /// is read. Other sections (`telco.platform.log`) are none of the lock's business.
+    fn warn_near_misses(&self, warnings: &mut Warnings) {
+        if let Ok(Value::Dict(_, root)) = self.figment.find_value("") {
+            self.near_misses_in(&root, "", 0, false, warnings);
+        }
+    }
+
+    /// Walks the paths of `dict` that follow `telco.platform.lock` from segment `depth` on,
+    /// exactly or misspelt; `missed` says whether one before was misspelt.
+    fn near_misses_in(
+        &self,
+        dict: &Dict,
+        path: &str,
+        depth: usize,
+        missed: bool,
+        warnings: &mut Warnings,
+    ) {
+        for (name, value) in dict {
+            let (reached, missed) = if name == PREFIX_SEGMENTS[depth] {
+                (depth + 1, missed)
+            } else if let Some(end) = near_miss_segment(name, depth) {
+                (end, true)
+            } else {
+                continue;
+            };
+            let shown = if name.contains(['.', ' ']) || name.is_empty() {
+                format!("{name:?}")
+            } else {
+                name.clone()
+            };
+            let full = if path.is_empty() {
+                shown
+            } else {
+                format!("{path}.{shown}")
+            };
+            if reached == PREFIX_SEGMENTS.len() {
+                if missed {
+                    warnings.warn(self.near_miss_warning(&full, value));
+                }
+            } else if let Value::Dict(_, inner) = value {
+                self.near_misses_in(inner, &full, reached, missed, warnings);
+            }
+        }
+    }
+
+    /// `section telco.platform.lok (keys wait-time; from TOML file app.toml) is ignored: …`.
+    fn near_miss_warning(&self, path: &str, value: &Value) -> String {
+        let leaves = leaves(value);
+        let mut origins: Vec<String> = Vec::new();
+        for (relative, leaf) in &leaves {
+            let origin = self.origin(leaf, &format!("{path}.{relative}")).to_string();
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+        }
+        if origins.is_empty() {
+            origins.push(self.origin(value, path).to_string());
+        }
+        let origins = origins.join(", ");
+        let what = match value {
+            Value::Dict(..) if leaves.is_empty() => {
+                format!("section {path} (empty; from {origins})")
+            }
+            Value::Dict(..) => {
+                let mut keys: Vec<&str> = leaves
+                    .iter()
+                    .take(LISTED_KEYS)
+                    .map(|(relative, _)| relative.as_str())
+                    .collect();
+                let more = leaves.len().saturating_sub(LISTED_KEYS);
+                let more = format!("{more} more");
+                if leaves.len() > LISTED_KEYS {
+                    keys.push(&more);
+                }
+                format!("section {path} (keys {}; from {origins})", keys.join(", "))
+            }
+            _ => format!("key {path} (from {origins})"),
+        };
+        format!(
+            "{what} is ignored: the lock reads its settings only under {PREFIX}; did you mean \
+             {PREFIX}?"
+        )
     }
 
     /// Every key under `telco.platform.lock` must be in the key table.
@@ -410,6 +562,43 @@ impl Reader<'_> {
     fn origin(&self, value: &Value, path: &str) -> Origin {
         Origin::from_metadata(self.figment.get_metadata(value.tag()), path)
     }
+}
+
+/// Which Spring keys gave the address.
+#[derive(Clone, Copy)]
+enum SpringUse {
+    /// `spring.data.redis.url`.
+    Url,
+    /// `spring.data.redis.host` and/or `port`.
+    HostPort,
+    /// None: the address is the default.
+    Nothing,
+}
+
+/// Every value under the table `value` that is not a table (or is an empty one), with its
+/// dotted path relative to `value`, in key order. Empty when `value` is not a table.
+fn leaves(value: &Value) -> Vec<(String, &Value)> {
+    fn walk<'a>(value: &'a Value, path: String, out: &mut Vec<(String, &'a Value)>) {
+        match value {
+            Value::Dict(_, dict) if !dict.is_empty() => {
+                for (name, inner) in dict {
+                    let inner_path = if path.is_empty() {
+                        name.clone()
+                    } else {
+                        format!("{path}.{name}")
+                    };
+                    walk(inner, inner_path, out);
+                }
+            }
+            _ => out.push((path, value)),
+        }
+    }
+    let mut out = Vec::new();
+    if matches!(value, Value::Dict(..)) {
+        walk(value, String::new(), &mut out);
+        out.retain(|(path, _)| !path.is_empty());
+    }
+    out
 }
 
 fn spring_port(found: &Found) -> Result<u16, ConfigError> {

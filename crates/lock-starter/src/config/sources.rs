@@ -11,7 +11,8 @@ use figment::{Figment, Metadata, Profile, Provider};
 use super::address::redact_text;
 use super::error::ConfigError;
 use super::keys::{
-    ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, known_env_names, looks_secret, unknown_key_hint,
+    ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, env_near_miss, known_env_names, looks_secret,
+    unknown_key_hint,
 };
 use super::origin::ENV_PROVIDER;
 use super::resolve::quote;
@@ -140,11 +141,11 @@ impl ConfigSources {
                     })
                     .collect();
                 figment = merge_env(figment, &vars)?;
-                HostEnv::process()
+                HostEnv::process().noting(&vars)
             }
             EnvInput::Vars(vars) => {
                 figment = merge_env(figment, vars)?;
-                HostEnv::from_vars(vars)
+                HostEnv::from_vars(vars).noting(vars)
             }
         };
         Ok((figment, host_env))
@@ -181,12 +182,21 @@ impl fmt::Debug for ConfigSources {
     }
 }
 
-/// The variables the defaults read: `POD_NAME` and `HOSTNAME` for `instance-id`.
+/// What the settings need from the environment besides the keys: the variables the defaults
+/// read (`POD_NAME` and `HOSTNAME` for `instance-id`), and the variables the lock does not read
+/// but warns about. The latter two are empty when the environment is not read.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HostEnv {
     pub(crate) pod_name: Option<String>,
     pub(crate) hostname: Option<String>,
+    /// Warnings for variables that look like a misspelt `TELCO_PLATFORM_LOCK_` prefix.
+    pub(crate) near_misses: Vec<String>,
+    /// The `SPRING_DATA_REDIS_*` variables that set no key the lock reads (names only).
+    pub(crate) spring_unread: Vec<String>,
 }
+
+/// The start of every Spring Boot Redis variable.
+pub(crate) const SPRING_ENV_PREFIX: &str = "SPRING_DATA_REDIS_";
 
 impl HostEnv {
     pub(crate) fn process() -> Self {
@@ -194,6 +204,7 @@ impl HostEnv {
         HostEnv {
             pod_name: var("POD_NAME"),
             hostname: var("HOSTNAME"),
+            ..HostEnv::default()
         }
     }
 
@@ -202,7 +213,25 @@ impl HostEnv {
         HostEnv {
             pod_name: var("POD_NAME"),
             hostname: var("HOSTNAME"),
+            ..HostEnv::default()
         }
+    }
+
+    /// Notes the variables worth a warning: near misses of `TELCO_PLATFORM_LOCK_` and unread
+    /// `SPRING_DATA_REDIS_*` variables. Only names are kept, never values.
+    fn noting(mut self, vars: &BTreeMap<String, String>) -> Self {
+        let read: Vec<String> = SPRING_KEYS.iter().flat_map(KeySpec::env_names).collect();
+        for name in vars.keys() {
+            if let Some(meant) = env_near_miss(name) {
+                self.near_misses.push(format!(
+                    "environment variable {name} is ignored: the lock reads only variables \
+                     starting with {ENV_PREFIX}; did you mean {meant}?"
+                ));
+            } else if name.starts_with(SPRING_ENV_PREFIX) && !read.contains(name) {
+                self.spring_unread.push(name.clone());
+            }
+        }
+        self
     }
 }
 

@@ -1,0 +1,68 @@
+//! The warnings of loading are logged with `tracing::warn!` as well as kept in
+//! `LockSettings::warnings`. Its own test binary: a scoped subscriber (`with_default`) is only
+//! reliable when no other test thread registers the same callsites concurrently, because
+//! `tracing` caches each callsite's interest globally.
+
+use std::sync::{Arc, Mutex};
+
+use lock_starter::config::{ConfigSources, LockSettings};
+
+/// A writer that keeps what is written.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn warnings_are_logged_as_they_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.toml");
+    std::fs::write(&path, "[telco.platform.lok]\nwait-time = \"2s\"\n").unwrap();
+    let sources = ConfigSources::new()
+        .env_from([
+            ("SPRING_DATA_REDIS_PASSWORD", "hunter2"),
+            ("TELCO_PLATFROM_LOCK_ENABLED", "false"),
+        ])
+        .toml_file(&path);
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let settings = tracing::subscriber::with_default(subscriber, || {
+        LockSettings::load(&sources).unwrap_or_else(|e| panic!("{e}"))
+    });
+    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+
+    let warnings = settings.warnings();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings[0].starts_with("environment variable TELCO_PLATFROM_LOCK_ENABLED "));
+    assert!(warnings[1].starts_with("section telco.platform.lok (keys wait-time; from TOML file"));
+    assert!(warnings[2].contains("environment variable SPRING_DATA_REDIS_PASSWORD"));
+    let lines: Vec<&str> = logged.lines().collect();
+    assert_eq!(
+        lines.len(),
+        warnings.len(),
+        "one line per warning:\n{logged}"
+    );
+    for (line, warning) in lines.iter().zip(warnings) {
+        assert!(
+            line.contains(" WARN ") && line.ends_with(warning.as_str()),
+            "{warning:?} not logged as a warning:\n{logged}"
+        );
+    }
+    assert!(!logged.contains("hunter2"), "{logged}");
+    assert!(!logged.contains("false"), "no values: {logged}");
+}
