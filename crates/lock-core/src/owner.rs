@@ -48,7 +48,8 @@ impl OwnerTokens {
     }
 }
 
-/// Checks an instance id: 1 to 128 bytes, no control characters.
+/// Checks an instance id: 1 to 128 bytes, no control characters and no `|` (it separates the
+/// fields of the value a backend stores).
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `instance-id`.
@@ -59,13 +60,17 @@ pub fn validate_instance_id(instance_id: &str) -> Result<(), LockError> {
         "must be at most 128 bytes"
     } else if instance_id.chars().any(char::is_control) {
         "must not contain control characters"
+    } else if instance_id.contains('|') {
+        "must not contain |"
     } else {
         return Ok(());
     };
     Err(LockError::invalid_argument(
         "instance-id",
         format!("{instance_id:?}"),
-        format!("{problem}; accepted: a host or pod name, 1 to 128 bytes"),
+        format!(
+            "{problem}; accepted: a host or pod name, 1 to 128 bytes, no control characters or |"
+        ),
     ))
 }
 
@@ -86,7 +91,7 @@ mod tests {
 
     #[test]
     fn bad_instance_ids_are_rejected() {
-        for bad in ["", "a\nb", &"x".repeat(129)] {
+        for bad in ["", "a\nb", "pod|7", &"x".repeat(129)] {
             let text = OwnerTokens::new(bad).unwrap_err().to_string();
             assert!(text.contains("instance-id"), "{text}");
         }

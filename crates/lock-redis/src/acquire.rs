@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use lock_core::{AcquireFailure, Lease, LeaseState, LockError, LockHandle};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::RedisFailure;
@@ -64,9 +63,9 @@ impl<'a> Acquisition<'a> {
     }
 
     /// Tries once; if the key is held and `wait` allows, subscribes to its release channel,
-    /// tries once more (a release published before the subscription was confirmed would
-    /// otherwise be missed), then waits for a release or the holder's TTL, whichever comes first,
-    /// and tries again, until `wait` is spent.
+    /// tries once more when the subscription is confirmed (a release published before that
+    /// would otherwise be missed), then waits for a release or the holder's TTL, whichever comes
+    /// first, and tries again, until `wait` is spent.
     pub(crate) async fn run(&mut self, wait: Duration) -> Result<LockHandle, LockError> {
         let started = Instant::now();
         let deadline = started + wait;
@@ -78,19 +77,23 @@ impl<'a> Acquisition<'a> {
             return Err(self.held(holder, started));
         }
 
+        // Subscribe, and wait for the confirmation no longer than it would take the holder's
+        // lease to run out: a slow or dead pub/sub connection costs at most that, and the
+        // subscription's driver wakes us if it confirms later.
         let channel = self.inner.keys.release_channel(self.name);
-        let subscription = match self.inner.subscriptions.subscribe(&channel).await {
-            Ok(subscription) => Some(subscription),
-            Err(error) => {
-                tracing::warn!(lock_key = self.name, %error, "no release notifications; waiting for the holder's TTL instead");
-                None
-            }
-        };
-        let never = Notify::new();
-        let releases = subscription.as_ref().map_or(&never, |s| s.notify());
+        let mut subscription = self.inner.subscriptions.subscribe(&channel);
+        let bound = holder
+            .ttl
+            .map_or(deadline, |ttl| deadline.min(Instant::now() + ttl));
+        if !subscription.confirmed_by(bound).await {
+            tracing::debug!(
+                lock_key = self.name,
+                "release subscription not confirmed yet; waiting for the holder's TTL meanwhile"
+            );
+        }
         loop {
             // Armed before the attempt, so a release between the attempt and the wait wakes us.
-            let released = releases.notified();
+            let released = subscription.releases().notified();
             tokio::pin!(released);
             released.as_mut().enable();
 

@@ -1,7 +1,11 @@
 //! The fred clients behind a lock: one multiplexed connection for commands, one for pub/sub.
 
+use std::time::Duration;
+
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
+use fred::types::CustomCommand;
+use fred::types::config::UnresponsiveConfig;
 use lock_core::LockError;
 
 use crate::config::{RedisLockConfig, scrub};
@@ -47,10 +51,40 @@ pub(crate) fn build_clients(
             conn.tcp.nodelay = Some(true);
         });
     let client = builder.build().map_err(|e| invalid_address(config, &e))?;
+    // The pub/sub connection idles between waits, so a middlebox may drop it silently; a
+    // subscription left unanswered that long marks it dead and fred replaces it (commands on
+    // the command connection are never re-sent this way).
+    builder.with_connection_config(|conn| {
+        conn.unresponsive = UnresponsiveConfig {
+            max_timeout: Some(config.command_timeout * 2),
+            interval: (config.command_timeout / 2).max(Duration::from_millis(5)),
+        };
+    });
     let subscriber = builder
         .build_subscriber_client()
         .map_err(|e| invalid_address(config, &e))?;
     Ok((client, subscriber))
+}
+
+/// Warns when Redis may evict lock keys: every lock key has a TTL, so any policy but
+/// `noeviction` (`allkeys-*` and `volatile-*` alike) can drop a held lock under memory pressure,
+/// and its holder learns it only at the next renewal. Silent when `CONFIG` is not allowed (as on
+/// many managed services).
+pub(crate) async fn check_eviction_policy(client: &Client) {
+    let command = CustomCommand::new_static("CONFIG", None, false);
+    let reply: Result<Vec<String>, Error> = client
+        .custom(command, vec!["GET", "maxmemory-policy"])
+        .await;
+    if let Ok(reply) = reply {
+        if let [_, policy] = reply.as_slice() {
+            if policy != "noeviction" {
+                tracing::warn!(
+                    maxmemory_policy = %policy,
+                    "Redis may evict held lock keys under memory pressure; use maxmemory-policy noeviction for the lock's Redis"
+                );
+            }
+        }
+    }
 }
 
 /// Only single-server `redis://` is supported and tested so far.

@@ -9,9 +9,10 @@
 //!   Cluster. Braces in names are percent-encoded inside the tag.
 //! - **Acquire** is one `EVALSHA` of `acquire.lua` when uncontended: it grants (setting the TTL
 //!   and a fencing token) or reports the holder and its TTL. A waiting caller subscribes to the
-//!   release channel (sharded pub/sub), tries once more, then sleeps until a release message or
-//!   the holder's TTL, whichever is first — no fixed-interval polling. Subscriptions are shared
-//!   per channel per client and taken down with the last waiter.
+//!   release channel (sharded pub/sub), tries once more when the subscription is confirmed, then
+//!   sleeps until a release message or the holder's TTL, whichever is first — no fixed-interval
+//!   polling. Subscriptions are shared per channel per client, re-established after reconnects,
+//!   and taken down with the last waiter.
 //! - **Release** is one `EVALSHA` of `release.lua`: owner-checked, it leaves a short tombstone
 //!   (the last fencing token) and publishes the release.
 //! - **Watchdog.** Watchdog leases are renewed every third of the watchdog timeout, all of a
@@ -128,11 +129,19 @@ impl RedisLock {
         // Detached: the connection tasks end with `quit`, sent when the lock is dropped.
         drop(client.connect());
         drop(subscriber.connect());
+        if config.command_timeout > config.watchdog_timeout / 3 {
+            tracing::warn!(
+                command_timeout_ms = config.command_timeout.as_millis() as u64,
+                watchdog_timeout_ms = config.watchdog_timeout.as_millis() as u64,
+                "command-timeout is longer than a third of watchdog-timeout: one slow renewal can outlast a watchdog lease"
+            );
+        }
         match tokio::time::timeout(config.command_timeout, client.wait_for_connect()).await {
             Ok(Ok(())) => {
                 if let Err(error) = scripts.load(&client).await {
                     tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
                 }
+                connection::check_eviction_policy(&client).await;
             }
             Ok(Err(error)) => tracing::warn!(
                 address = %config.redacted_address(), %error,

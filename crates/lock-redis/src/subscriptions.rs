@@ -1,187 +1,264 @@
-//! Release notifications: one shared subscription per channel per client, counted, and always
-//! taken down when the last waiter goes — including a waiter whose future was dropped.
+//! Release notifications: one shared subscription per channel per client, counted, kept alive
+//! across reconnects, and taken down when the last waiter goes — including a waiter whose future
+//! was dropped.
 //!
-//! Two tasks run per client:
-//! - the *manager* applies subscribe / unsubscribe requests one at a time, in order, so a
-//!   `SUNSUBSCRIBE` can never overtake a later `SSUBSCRIBE` of the same channel;
-//! - the *dispatcher* turns incoming messages into wake-ups of the channel's waiters, and wakes
-//!   everyone after a reconnect or a lagging receive, since messages may have been missed.
+//! Each channel with waiters has a *driver* task that owns its subscription: it subscribes
+//! (retrying with backoff until it succeeds), re-subscribes after a reconnect, and unsubscribes
+//! once the last waiter has left. One driver per channel keeps a channel's `SSUBSCRIBE` and
+//! `SUNSUBSCRIBE` in order; separate drivers keep a slow channel from delaying the others.
+//! Waiters never block on the subscription longer than they choose: they wait for its
+//! confirmation with their own deadline, and the driver wakes them when it confirms later.
+//!
+//! A *dispatcher* task turns incoming messages into wake-ups of the channel's waiters, and marks
+//! every subscription unconfirmed after a reconnect (the server forgot them).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
 
-type Waiters = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
-
-enum Request {
-    Subscribe {
-        channel: String,
-        reply: oneshot::Sender<Result<Arc<Notify>, Error>>,
-    },
-    Unsubscribe {
-        channel: String,
-    },
-}
+/// First retry delay of a failed `SSUBSCRIBE`; doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(2);
 
 /// The subscription manager of one client.
 #[derive(Debug)]
 pub(crate) struct Subscriptions {
-    requests: mpsc::UnboundedSender<Request>,
-    waiters: Waiters,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    subscriber: SubscriberClient,
+    channels: Mutex<HashMap<String, Channel>>,
+    /// Bumped on every (re)connect of the subscriber connection: a confirmation obtained in an
+    /// older generation may have been lost with its connection.
+    generation: AtomicU64,
+    runtime: tokio::runtime::Handle,
+}
+
+#[derive(Debug)]
+struct Channel {
+    waiters: usize,
+    /// Woken on every message of the channel and whenever the subscription is (re)confirmed.
+    releases: Arc<Notify>,
+    /// Whether the server has confirmed the subscription in the current generation.
+    confirmed: watch::Sender<bool>,
+    /// Pokes the driver: the last waiter left, or the connection was re-established.
+    driver: Arc<Notify>,
 }
 
 /// A counted interest in one channel; dropping it gives the interest back.
 #[derive(Debug)]
 pub(crate) struct Subscription {
+    shared: Arc<Shared>,
     channel: String,
-    notify: Arc<Notify>,
-    requests: mpsc::UnboundedSender<Request>,
+    releases: Arc<Notify>,
+    confirmed: watch::Receiver<bool>,
 }
 
 impl Subscription {
-    /// Woken (`notify_waiters`) on every message of the channel and after reconnects.
-    pub(crate) fn notify(&self) -> &Notify {
-        &self.notify
+    /// Woken (`notify_waiters`) on every message of the channel and when the subscription is
+    /// (re)confirmed — after which a release can no longer go unnoticed, so re-check the key.
+    pub(crate) fn releases(&self) -> &Notify {
+        &self.releases
+    }
+
+    /// Waits until the server has confirmed the subscription, or `deadline`. Returns whether it
+    /// is confirmed.
+    pub(crate) async fn confirmed_by(&mut self, deadline: Instant) -> bool {
+        tokio::time::timeout_at(deadline, self.confirmed.wait_for(|confirmed| *confirmed))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        // Unbounded send: never blocks, works from any thread. If the manager is gone, so is
-        // the connection and its subscriptions.
-        let _ = self.requests.send(Request::Unsubscribe {
-            channel: std::mem::take(&mut self.channel),
-        });
+        let mut channels = self.shared.channels();
+        if let Some(channel) = channels.get_mut(&self.channel) {
+            channel.waiters -= 1;
+            if channel.waiters == 0 {
+                channel.driver.notify_one();
+            }
+        }
     }
 }
 
 impl Subscriptions {
-    /// Starts the manager and dispatcher tasks on the current runtime. They stop, and the
-    /// subscriber connection quits, once this and every [`Subscription`] are dropped.
+    /// Starts the dispatcher on the current runtime.
     pub(crate) fn start(subscriber: SubscriberClient) -> Self {
-        let (requests, rx) = mpsc::unbounded_channel();
-        let waiters: Waiters = Arc::default();
-        let dispatcher = tokio::spawn(dispatch(subscriber.clone(), Arc::clone(&waiters)));
-        let resubscriber = subscriber.manage_subscriptions();
-        tokio::spawn(manage(subscriber, rx, Arc::clone(&waiters), async move {
-            dispatcher.abort();
-            resubscriber.abort();
-        }));
-        Subscriptions { requests, waiters }
+        let shared = Arc::new(Shared {
+            subscriber,
+            channels: Mutex::default(),
+            generation: AtomicU64::new(0),
+            runtime: tokio::runtime::Handle::current(),
+        });
+        tokio::spawn(dispatch(
+            Arc::downgrade(&shared),
+            shared.subscriber.message_rx(),
+            shared.subscriber.reconnect_rx(),
+        ));
+        Subscriptions { shared }
     }
 
-    /// Subscribes to `channel` (or joins the existing subscription) and returns once the server
-    /// has confirmed it, so a release published from now on wakes the caller.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription, Error> {
-        let (reply, confirmed) = oneshot::channel();
-        let gone = || Error::new(ErrorKind::Canceled, "the subscription manager has stopped");
-        self.requests
-            .send(Request::Subscribe {
-                channel: channel.to_owned(),
-                reply,
-            })
-            .map_err(|_| gone())?;
-        let notify = confirmed.await.map_err(|_| gone())??;
-        Ok(Subscription {
+    /// Registers interest in `channel`, subscribing to it if this is its first waiter. Returns at
+    /// once; use [`Subscription::confirmed_by`] to wait for the server's confirmation.
+    pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+        let mut channels = self.shared.channels();
+        let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
+            let entry = Channel {
+                waiters: 0,
+                releases: Arc::default(),
+                confirmed: watch::Sender::new(false),
+                driver: Arc::default(),
+            };
+            self.shared.runtime.spawn(drive(
+                Arc::clone(&self.shared),
+                channel.to_owned(),
+                Arc::clone(&entry.driver),
+            ));
+            entry
+        });
+        entry.waiters += 1;
+        Subscription {
+            shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
-            notify,
-            requests: self.requests.clone(),
-        })
+            releases: Arc::clone(&entry.releases),
+            confirmed: entry.confirmed.subscribe(),
+        }
     }
 
-    /// Channels with at least one local waiter (for tests and diagnostics).
+    /// Channels this client is subscribed to or still taking down (for tests and diagnostics).
     pub(crate) fn active_channels(&self) -> Vec<String> {
-        lock(&self.waiters).keys().cloned().collect()
+        self.shared.channels().keys().cloned().collect()
     }
 }
 
-fn lock(waiters: &Waiters) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
-    // Only inserts and removes happen under this lock; a panic cannot leave it inconsistent.
-    waiters.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-async fn manage(
-    subscriber: SubscriberClient,
-    mut requests: mpsc::UnboundedReceiver<Request>,
-    waiters: Waiters,
-    on_exit: impl Future<Output = ()>,
-) {
-    let mut counts: HashMap<String, usize> = HashMap::new();
-    while let Some(request) = requests.recv().await {
-        match request {
-            Request::Subscribe { channel, reply } => {
-                let count = counts.get(&channel).copied().unwrap_or(0);
-                if count == 0 {
-                    if let Err(error) = subscriber.ssubscribe(channel.as_str()).await {
-                        let _ = reply.send(Err(error));
-                        continue;
-                    }
-                }
-                let notify = Arc::clone(lock(&waiters).entry(channel.clone()).or_default());
-                counts.insert(channel.clone(), count + 1);
-                if reply.send(Ok(notify)).is_err() {
-                    // The waiter was dropped while we subscribed: give its interest back.
-                    release(&subscriber, &mut counts, &waiters, channel).await;
-                }
-            }
-            Request::Unsubscribe { channel } => {
-                release(&subscriber, &mut counts, &waiters, channel).await;
-            }
-        }
-    }
-    on_exit.await;
-    let _ = subscriber.quit().await;
-}
-
-async fn release(
-    subscriber: &SubscriberClient,
-    counts: &mut HashMap<String, usize>,
-    waiters: &Waiters,
-    channel: String,
-) {
-    let Some(count) = counts.get_mut(&channel) else {
-        return;
-    };
-    *count -= 1;
-    if *count > 0 {
-        return;
-    }
-    counts.remove(&channel);
-    lock(waiters).remove(&channel);
-    if let Err(error) = subscriber.sunsubscribe(channel.as_str()).await {
-        // The channel stays subscribed on the server until the connection closes; harmless,
-        // messages for it find no waiter.
-        tracing::debug!(%channel, %error, "SUNSUBSCRIBE failed");
+impl Drop for Subscriptions {
+    fn drop(&mut self) {
+        // No acquisition can be waiting any more (they borrow the client), so every driver is
+        // taking its channel down; the connection can go.
+        let subscriber = self.shared.subscriber.clone();
+        self.shared.runtime.spawn(async move {
+            let _ = subscriber.quit().await;
+        });
     }
 }
 
-async fn dispatch(subscriber: SubscriberClient, waiters: Waiters) {
-    let mut messages = subscriber.message_rx();
-    let mut reconnects = subscriber.reconnect_rx();
-    let wake_all = |waiters: &Waiters| {
-        for notify in lock(waiters).values() {
-            notify.notify_waiters();
-        }
-    };
+impl Shared {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        // Plain field updates only; a panic cannot leave the map inconsistent.
+        self.channels.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Owns one channel's subscription until its last waiter has left.
+async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
+    let mut retry = FIRST_RETRY;
     loop {
-        tokio::select! {
-            message = messages.recv() => match message {
-                Ok(message) => {
-                    if let Some(notify) = lock(&waiters).get(&*message.channel) {
-                        notify.notify_waiters();
-                    }
+        let (wanted, confirmed) = {
+            let channels = shared.channels();
+            let entry = &channels[&channel];
+            (entry.waiters > 0, *entry.confirmed.borrow())
+        };
+        if !wanted {
+            // Unconfirmed from here on, so a waiter arriving meanwhile waits for the
+            // re-subscription instead of trusting one that is being taken down.
+            shared.channels()[&channel].confirmed.send_replace(false);
+            if let Err(error) = shared.subscriber.sunsubscribe(channel.as_str()).await {
+                // It stays subscribed on the server until the connection closes: harmless,
+                // its messages find no waiter.
+                tracing::debug!(%channel, %error, "SUNSUBSCRIBE failed");
+            }
+            let mut channels = shared.channels();
+            if channels[&channel].waiters == 0 {
+                channels.remove(&channel);
+                return;
+            }
+            // A waiter arrived while we unsubscribed: subscribe again.
+            continue;
+        }
+        if confirmed {
+            // Subscribed and wanted: sleep until the last waiter leaves or a reconnect.
+            poke.notified().await;
+            continue;
+        }
+        let generation = shared.generation.load(Ordering::SeqCst);
+        match shared.subscriber.ssubscribe(channel.as_str()).await {
+            Ok(()) if shared.generation.load(Ordering::SeqCst) == generation => {
+                retry = FIRST_RETRY;
+                let channels = shared.channels();
+                let entry = &channels[&channel];
+                entry.confirmed.send_replace(true);
+                // Releases published before the confirmation were missed: have waiters look.
+                entry.releases.notify_waiters();
+            }
+            // Confirmed on a connection that has since been replaced: subscribe again.
+            Ok(()) => {}
+            Err(error) => {
+                tracing::debug!(%channel, %error, retry_in_ms = retry.as_millis(), "SSUBSCRIBE failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(retry) => {}
+                    () = poke.notified() => {}
                 }
-                Err(RecvError::Lagged(_)) => wake_all(&waiters),
+                retry = (retry * 2).min(MAX_RETRY);
+            }
+        }
+    }
+}
+
+/// Wakes waiters on messages; after a (re)connect marks every subscription unconfirmed so its
+/// driver subscribes again.
+async fn dispatch(
+    shared: Weak<Shared>,
+    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    mut reconnects: tokio::sync::broadcast::Receiver<Server>,
+) {
+    loop {
+        enum Event {
+            Message(String),
+            WakeAll,
+            Reconnected,
+        }
+        let event = tokio::select! {
+            message = messages.recv() => match message {
+                Ok(message) => Event::Message(message.channel.to_string()),
+                Err(RecvError::Lagged(_)) => Event::WakeAll,
                 Err(RecvError::Closed) => return,
             },
             reconnect = reconnects.recv() => match reconnect {
-                Ok(_) | Err(RecvError::Lagged(_)) => wake_all(&waiters),
+                Ok(_) | Err(RecvError::Lagged(_)) => Event::Reconnected,
                 Err(RecvError::Closed) => return,
             },
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if matches!(event, Event::Reconnected) {
+            shared.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        let channels = shared.channels();
+        match event {
+            Event::Message(channel) => {
+                if let Some(entry) = channels.get(&channel) {
+                    entry.releases.notify_waiters();
+                }
+            }
+            // Messages may have been dropped: everyone re-checks.
+            Event::WakeAll => channels.values().for_each(|c| c.releases.notify_waiters()),
+            Event::Reconnected => {
+                for entry in channels.values() {
+                    entry.confirmed.send_replace(false);
+                    entry.driver.notify_one();
+                }
+            }
         }
     }
 }

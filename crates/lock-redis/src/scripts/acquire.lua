@@ -4,9 +4,10 @@
 -- ARGV[1]  the owner token of this acquisition (unique per acquisition)
 -- ARGV[2]  the lease TTL in milliseconds
 --
--- The key holds "H|<fencing token>|<owner>" while held and "R|<fencing token>|<owner>" for a
--- short while after a release (a tombstone: it keeps the last fencing token and the releasing
--- owner).
+-- The key holds "H|<fencing token>|<owner>" while held — "H|<token>|<owner>|<previous owner>"
+-- when the grant replaced a tombstone — and "R|<fencing token>|<owner>" for a short while after
+-- a release (a tombstone: it keeps the last fencing token and the releasing owner). Owner tokens
+-- never contain "|".
 --
 -- Returns
 --   {1, token}          granted; token is the fencing token of this grant
@@ -23,8 +24,9 @@
 -- also carries the order across a restart without persistence.
 local value = redis.call('GET', KEYS[1])
 local last = 0
+local previous = ''
 if value then
-  local state, token, owner = string.match(value, '^([HR])|(%d+)|(.*)$')
+  local state, token, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
   if not state then
     return redis.error_reply('LOCKVALUE the key ' .. KEYS[1] .. ' holds a value that is not a lock')
   end
@@ -39,8 +41,10 @@ if value then
     return {0, owner, redis.call('PTTL', KEYS[1])}
   end
   last = tonumber(token)
+  -- Remembered so that a re-sent release of the previous owner still reports "released".
+  previous = '|' .. owner
 end
 local now = redis.call('TIME')
 local token = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-redis.call('SET', KEYS[1], 'H|' .. string.format('%.0f', token) .. '|' .. ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], 'H|' .. string.format('%.0f', token) .. '|' .. ARGV[1] .. previous, 'PX', ARGV[2])
 return {1, token}

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Release a lock if, and only if, this owner holds it.
 --
 -- KEYS[1]  the lock key
@@ -10,13 +11,23 @@
 --
 -- Instead of deleting the key it leaves a tombstone "R|<token>|<owner>" for ARGV[3] ms. The
 -- tombstone keeps the fencing token counting up, and makes the script idempotent: a re-sent copy
--- finds its own tombstone and reports the first outcome (1) without publishing again.
+-- finds its own tombstone — or, if a waiter took the key in between, its owner token as the new
+-- grant's previous owner — and reports the first outcome (1) without publishing again.
+--
+-- allow-oom: a release must work when Redis is at maxmemory (noeviction); the tombstone takes the
+-- place of the held value, so it needs no more memory.
 local value = redis.call('GET', KEYS[1])
 if not value then
   return 0
 end
-local state, token, owner = string.match(value, '^([HR])|(%d+)|(.*)$')
-if not state or owner ~= ARGV[1] then
+local state, token, owner, previous = string.match(value, '^([HR])|(%d+)|([^|]*)|?([^|]*)$')
+if not state then
+  return 0
+end
+if owner ~= ARGV[1] then
+  if state == 'H' and previous == ARGV[1] then
+    return 1
+  end
   return 0
 end
 if state == 'R' then

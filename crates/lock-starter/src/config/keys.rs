@@ -141,7 +141,7 @@ pub const KEYS: &[KeySpec] = &[
         kind: ValueKind::Text,
         default: "environment variable POD_NAME, else HOSTNAME, else the host name",
         meaning: "Readable part of every owner token, so on-call can see which pod holds a key.",
-        accepted: "a host or pod name, 1 to 128 bytes, no control characters",
+        accepted: "a host or pod name, 1 to 128 bytes, no control characters or |",
     },
 ];
 

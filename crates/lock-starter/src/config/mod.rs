@@ -9,7 +9,7 @@
 //! | `telco.platform.lock.wait-time` | `5s` | 0 ms (one attempt) to 1 h |
 //! | `telco.platform.lock.watchdog-timeout` | `30s` | 1 s to 1 h |
 //! | `telco.platform.lock.key-prefix` | `lock:` | 1 to 64 bytes, no braces, whitespace or control characters |
-//! | `telco.platform.lock.instance-id` | `POD_NAME`, else `HOSTNAME`, else the host name | 1 to 128 bytes, no control characters |
+//! | `telco.platform.lock.instance-id` | `POD_NAME`, else `HOSTNAME`, else the host name | 1 to 128 bytes, no control characters or `\|` |
 //!
 //! [`KEYS`] is the table itself; `docs/configuration.md` explains every key. There is no
 //! `lease-time` key: the lease is chosen per call (`Lease::Watchdog` or `Lease::Fixed`).
