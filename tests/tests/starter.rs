@@ -95,7 +95,8 @@ mockall::mock! {
     }
     #[async_trait::async_trait]
     impl DistributedLock for Lock {
-        async fn acquire_with(&self, key: &str, options: AcquireOptions) -> Result<LockHandle, LockError>;
+        fn namespace(&self) -> &str;
+        async fn acquire_lease(&self, key: &str, options: AcquireOptions) -> Result<LockHandle, LockError>;
     }
 }
 
@@ -104,7 +105,8 @@ async fn an_override_replaces_the_redis_lock_entirely() {
     let redis = RedisServer::start().await.unwrap();
     let baseline = connected_clients(&redis).await;
     let mut mock = MockLock::new();
-    mock.expect_acquire_with()
+    mock.expect_namespace().return_const("mock".to_owned());
+    mock.expect_acquire_lease()
         .withf(|key, options| key == "reaper" && options.wait_time() == Some(Duration::ZERO))
         .times(1)
         .returning(|key, _| Err(LockError::backend_unavailable(key, "from the mock")));

@@ -373,6 +373,93 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
     drop(held);
 }
 
+/// Inside a `with_lock` scope the task re-enters the key it holds — nested `with_lock` and
+/// `acquire` return at once on the outer lease, also from inside a scope of another key — while
+/// other tasks contend, and the lease ends with the outer scope.
+pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
+    let key = unique_key("reentrant");
+    let other_key = unique_key("reentrant-other");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let (a2, b2, key2, other2) = (
+        Arc::clone(&a),
+        Arc::clone(&b),
+        key.clone(),
+        other_key.clone(),
+    );
+    let outer_token = a
+        .with_lock(&key, Lease::Watchdog, || async move {
+            let value = a2
+                .with_lock_opts(&key2, wait(Duration::ZERO), || async { 7 })
+                .await
+                .expect("a nested with_lock of the held key must re-enter");
+            assert_eq!(value, 7);
+
+            let nested = a2
+                .try_acquire(&key2, Lease::Fixed(Duration::from_millis(100)))
+                .await
+                .expect("a nested acquire of the held key must re-enter");
+            assert!(nested.is_reentrant() && nested.is_held());
+            assert_eq!(nested.hold_count(), 2);
+            assert_eq!(nested.lease(), Lease::Watchdog, "the outer lease is kept");
+
+            // Re-entry also works from inside a scope of another key.
+            let token = nested.fencing_token();
+            let (a3, key3) = (Arc::clone(&a2), key2.clone());
+            let again = a2
+                .with_lock(&other2, Lease::Watchdog, || async move {
+                    a3.try_acquire(&key3, Lease::Watchdog)
+                        .await
+                        .map(|h| h.fencing_token())
+                })
+                .await
+                .unwrap()
+                .expect("re-entry from inside another key's scope");
+            assert_eq!(again, token);
+
+            // Another task contends, whichever client it uses.
+            let (b3, key3) = (Arc::clone(&b2), key2.clone());
+            let contended =
+                tokio::spawn(
+                    async move { b3.try_acquire(&key3, Lease::Watchdog).await.map(|_| ()) },
+                )
+                .await
+                .unwrap();
+            assert!(contended.is_err(), "another task got a held lock");
+            let (a3, key3) = (Arc::clone(&a2), key2.clone());
+            let contended =
+                tokio::spawn(
+                    async move { a3.try_acquire(&key3, Lease::Watchdog).await.map(|_| ()) },
+                )
+                .await
+                .unwrap();
+            assert!(
+                contended.is_err(),
+                "another task of the same client got a held lock"
+            );
+
+            assert_eq!(nested.release().await.unwrap(), ReleaseOutcome::Released);
+            let (b3, key3) = (Arc::clone(&b2), key2.clone());
+            let still_held =
+                tokio::spawn(async move { b3.try_acquire(&key3, Lease::Watchdog).await.is_err() })
+                    .await
+                    .unwrap();
+            assert!(
+                still_held,
+                "releasing the nested handle released the outer lease"
+            );
+            token
+        })
+        .await
+        .unwrap();
+    // The scope is over: the lease is released, and re-entry no longer applies.
+    let after = a.try_acquire(&key, Lease::Watchdog).await.unwrap();
+    assert!(!after.is_reentrant());
+    assert!(after.fencing_token() > outer_token);
+    drop(after);
+    let other = b.acquire_with(&other_key, wait(LONG_WAIT)).await.unwrap();
+    drop(other);
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh factory from
 /// `$factory` (an expression evaluating to a future of a [`LockFactory`]). The calling crate needs
 /// `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
@@ -390,6 +477,7 @@ macro_rules! conformance_tests {
             fencing_tokens_increase,
             invalid_arguments_are_rejected,
             with_lock_runs_only_when_granted,
+            with_lock_is_reentrant_for_its_task,
         );
     };
     (@each $factory:expr; $($check:ident),+ $(,)?) => {

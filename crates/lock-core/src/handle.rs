@@ -4,6 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use tokio::sync::watch;
@@ -223,6 +224,11 @@ pub struct LockHandle {
     fencing_token: u64,
     state: LeaseState,
     release: Option<Box<dyn LeaseRelease>>,
+    /// Holds of this lease by the task: 1, plus one per live nested (re-entrant) handle.
+    holds: Arc<AtomicUsize>,
+    /// A re-entrant handle on an outer scope's lease: releasing or dropping it gives its hold
+    /// back and leaves the lease alone.
+    nested: bool,
 }
 
 impl fmt::Debug for LockHandle {
@@ -233,6 +239,8 @@ impl fmt::Debug for LockHandle {
             .field("owner", &self.owner)
             .field("fencing_token", &self.fencing_token)
             .field("status", &format_args!("{}", describe(self.state.status())))
+            .field("hold_count", &self.hold_count())
+            .field("nested", &self.nested)
             .finish()
     }
 }
@@ -271,7 +279,53 @@ impl LockHandle {
             fencing_token,
             state,
             release: Some(release),
+            holds: Arc::new(AtomicUsize::new(1)),
+            nested: false,
         }
+    }
+
+    /// A re-entrant handle on an outer scope's lease (see `reentrant`).
+    pub(crate) fn nested(
+        key: &str,
+        lease: Lease,
+        owner: String,
+        fencing_token: u64,
+        state: LeaseState,
+        holds: Arc<AtomicUsize>,
+        release: Box<dyn LeaseRelease>,
+    ) -> Self {
+        LockHandle {
+            key: key.to_owned(),
+            lease,
+            owner,
+            fencing_token,
+            state,
+            release: Some(release),
+            holds,
+            nested: true,
+        }
+    }
+
+    pub(crate) fn lease_state(&self) -> &LeaseState {
+        &self.state
+    }
+
+    pub(crate) fn holds(&self) -> Arc<AtomicUsize> {
+        Arc::clone(&self.holds)
+    }
+
+    /// How many times the current task holds this lease: 1, plus one for each live nested
+    /// handle taken inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope of the
+    /// same key.
+    pub fn hold_count(&self) -> usize {
+        self.holds.load(Ordering::SeqCst)
+    }
+
+    /// Whether this handle re-entered a lease its task already held in a
+    /// [`with_lock`](crate::DistributedLockExt::with_lock) scope. Such a handle shares that
+    /// lease (owner, fencing token, status); releasing it only gives its hold back.
+    pub fn is_reentrant(&self) -> bool {
+        self.nested
     }
 
     /// The lock key as the caller gave it.
@@ -325,7 +379,9 @@ impl LockHandle {
     /// confirm the release; the lease then ends at its TTL.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let was_held = self.state.is_held();
-        self.state.mark_released();
+        if !self.nested {
+            self.state.mark_released();
+        }
         match self.release.take() {
             Some(release) => {
                 let outcome = release.release().await?;
@@ -345,7 +401,9 @@ impl LockHandle {
 impl Drop for LockHandle {
     fn drop(&mut self) {
         if let Some(release) = self.release.take() {
-            self.state.mark_released();
+            if !self.nested {
+                self.state.mark_released();
+            }
             release.release_in_background();
         }
     }

@@ -49,6 +49,7 @@ mod lease;
 mod lock;
 mod memory;
 mod owner;
+mod reentrant;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

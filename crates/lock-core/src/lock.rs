@@ -86,26 +86,64 @@ impl AcquireOptions {
 ///   token for that key.
 /// - **Validation.** Bad keys and durations are rejected before any backend call, with
 ///   `LOCK_INVALID_ARGUMENT`.
+/// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`] scope, an acquisition of the same
+///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
+///   re-enters: it returns at once with a nested handle on the held lease
+///   ([`LockHandle::is_reentrant`]), without a backend call; the outer lease, owner and fencing
+///   token are kept, and the lease and wait of the nested call are ignored. Any other
+///   acquisition — another task, or outside such a scope — contends.
 ///
 /// The lock is a lease, not a proof: a holder paused longer than its lease can still act after
 /// losing it. Pass the fencing token to the store you write to when that matters.
 ///
 /// The trait is object safe; services hold it as `Arc<dyn DistributedLock>`. Closure-based
 /// helpers live in [`DistributedLockExt`], implemented for every `DistributedLock`.
+///
+/// # Implementing
+/// Implement [`namespace`](DistributedLock::namespace) and
+/// [`acquire_lease`](DistributedLock::acquire_lease); the provided
+/// [`acquire_with`](DistributedLock::acquire_with) validates the arguments and handles re-entry
+/// before calling `acquire_lease`. Run the conformance suite against the result.
 #[async_trait]
 pub trait DistributedLock: Send + Sync + fmt::Debug {
-    /// Acquires `key` with the given options, waiting up to the wait time for a held key.
+    /// The lock space this lock guards: two locks with the same namespace guard the same keys
+    /// (same backend, same key prefix); re-entry is decided per namespace and key. For example
+    /// `redis://cache:6379/0 lock:`. Never contains credentials.
+    fn namespace(&self) -> &str;
+
+    /// The implementation hook: waits for and grants a lease on `key`. Called by
+    /// [`acquire_with`](DistributedLock::acquire_with) only, after the key and options were
+    /// validated and re-entry ruled out; callers use `acquire_with`.
     ///
     /// # Errors
-    /// - [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`): not granted; its reason
-    ///   tells contention (holder, TTL) from an unavailable backend.
-    /// - [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`):
-    ///   rejected before any backend call.
-    async fn acquire_with(
+    /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`) when not granted.
+    async fn acquire_lease(
         &self,
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError>;
+
+    /// Acquires `key` with the given options, waiting up to the wait time for a held key (the
+    /// per-call wait, else the configured default; 0 = one attempt). Returns no later than the
+    /// wait time plus one backend command timeout.
+    ///
+    /// # Errors
+    /// - [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503): not granted;
+    ///   its reason tells contention (holder, TTL) from an unavailable backend. The critical
+    ///   section must not run.
+    /// - [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`,
+    ///   HTTP 500): rejected before any backend call.
+    async fn acquire_with(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<LockHandle, LockError> {
+        options.validate(key)?;
+        if let Some(nested) = crate::reentrant::enter(self.namespace(), key) {
+            return Ok(nested);
+        }
+        self.acquire_lease(key, options).await
+    }
 
     /// Acquires `key` with `lease`, waiting up to the configured wait time.
     ///
@@ -133,7 +171,12 @@ pub trait DistributedLockExt: DistributedLock {
     /// The section does not run unless the lock was granted. The lock is released when the
     /// section's future completes, and also if it panics or is dropped (in the background). A
     /// failed release is logged, not returned: the work is done and its value is yours; the lease
-    /// ends at its TTL.
+    /// ends at its TTL. So is a lease that ran out before the section finished (a `WARN` says
+    /// another owner may have run concurrently); use [`DistributedLock::acquire`] and
+    /// [`LockHandle::lost`] to react to that.
+    ///
+    /// Inside the section, the same task acquiring the same key again (with `with_lock` or
+    /// `acquire`) re-enters: see the `# Contract` of [`DistributedLock`].
     ///
     /// ```
     /// # use lock_core::{DistributedLockExt, InMemoryLock, Lease};
@@ -182,7 +225,12 @@ pub trait DistributedLockExt: DistributedLock {
     {
         async move {
             let handle = self.acquire_with(key, options).await?;
-            let value = critical_section().await;
+            if handle.is_reentrant() {
+                // The outer scope holds the lease and releases it.
+                return Ok(critical_section().await);
+            }
+            let value =
+                crate::reentrant::scope(self.namespace(), &handle, critical_section()).await;
             let still_held = handle.is_held();
             match handle.release().await {
                 Ok(ReleaseOutcome::Released) => {}

@@ -15,6 +15,8 @@ use crate::lease::{Lease, validate_wait};
 use crate::lock::{AcquireOptions, DistributedLock};
 use crate::owner::OwnerTokens;
 
+static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
+
 /// The default wait time of an [`InMemoryLock`]: 5 s, as `telco.platform.lock.wait-time`.
 pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 
@@ -46,6 +48,8 @@ pub struct InMemoryLock {
 
 #[derive(Debug)]
 struct Shared {
+    /// `in-memory:<n>`: each lock table is its own lock space.
+    namespace: String,
     table: Mutex<HashMap<String, Entry>>,
     released: Notify,
     next_fencing_token: AtomicU64,
@@ -75,6 +79,7 @@ impl InMemoryLock {
     pub fn new() -> Self {
         InMemoryLock {
             shared: Arc::new(Shared {
+                namespace: format!("in-memory:{}", NEXT_TABLE.fetch_add(1, Ordering::Relaxed)),
                 table: Mutex::new(HashMap::new()),
                 released: Notify::new(),
                 next_fencing_token: AtomicU64::new(1),
@@ -177,12 +182,15 @@ impl Shared {
 
 #[async_trait]
 impl DistributedLock for InMemoryLock {
-    async fn acquire_with(
+    fn namespace(&self) -> &str {
+        &self.shared.namespace
+    }
+
+    async fn acquire_lease(
         &self,
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        options.validate(key)?;
         let wait = options.wait_time().unwrap_or(self.wait_time);
         let started = Instant::now();
         let deadline = started + wait;

@@ -15,6 +15,8 @@ use crate::watchdog::Registry;
 
 #[derive(Debug)]
 pub(crate) struct Inner {
+    /// The lock space, e.g. `redis://cache:6379/0 lock:` (password redacted).
+    pub(crate) namespace: String,
     pub(crate) client: Client,
     pub(crate) subscriptions: Subscriptions,
     pub(crate) scripts: Scripts,

@@ -154,6 +154,7 @@ impl RedisLock {
             ),
         }
         let inner = Arc::new(Inner {
+            namespace: format!("{} {}", config.redacted_address(), config.key_prefix),
             client,
             subscriptions: Subscriptions::start(subscriber),
             scripts,
@@ -213,12 +214,15 @@ impl RedisLock {
 
 #[async_trait]
 impl DistributedLock for RedisLock {
-    async fn acquire_with(
+    fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    async fn acquire_lease(
         &self,
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        options.validate(key)?;
         let wait = options.wait_time().unwrap_or(self.inner.config.wait_time);
         let budget = wait + self.inner.config.command_timeout;
         let mut acquisition = Acquisition::new(&self.inner, key, options.lease());

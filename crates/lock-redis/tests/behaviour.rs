@@ -52,6 +52,38 @@ async fn uncontended_acquire_and_release_are_one_round_trip_each() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_entering_a_held_key_costs_no_round_trip() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let nested_round_trips = lock
+        .with_lock("reentrant", lease, || async {
+            let before = command_calls(&redis).await;
+            let value = lock
+                .with_lock("reentrant", Lease::Watchdog, || async { 1 })
+                .await
+                .unwrap();
+            let handle = lock.acquire("reentrant", Lease::Watchdog).await.unwrap();
+            assert!(handle.is_reentrant() && value == 1);
+            assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+            let after = command_calls(&redis).await;
+            round_trips(&before, &after)
+        })
+        .await
+        .unwrap();
+    // Only the INFO calls of this test itself.
+    assert!(
+        nested_round_trips.iter().all(|(cmd, _)| cmd == "info"),
+        "{nested_round_trips:?}"
+    );
+    assert_eq!(
+        lock.watchdog_lease_count(),
+        0,
+        "re-entry registered a renewal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_renews_many_leases_in_one_call_per_tick() {
     let redis = server().await;
     let lock = client(&redis).await;
