@@ -82,8 +82,20 @@ impl AcquireOptions {
 ///   holder's process lives and ends within one watchdog timeout after it dies.
 /// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
 ///   frees a lock another owner holds now. Dropping a handle releases in the background.
-/// - **Fencing.** Each grant carries a fencing token strictly greater than every earlier grant's
-///   token for that key.
+/// - **Fencing.** Each grant carries a fencing token ([`LockHandle::fencing_token`], a `u64`)
+///   strictly greater than every earlier grant's token for that key, whichever client or process
+///   received it.
+/// - **Owners.** Every acquisition has its own owner token ([`LockHandle::owner`]), starting with
+///   the readable instance id; a release — even a late, retried one — only ever frees the grant
+///   made for its own acquisition.
+/// - **Lost leases.** [`LockHandle::is_held`] turns false and [`LockHandle::lost`] fires when a
+///   renewal finds the key gone or taken, or when the local monotonic deadline (last confirmed
+///   expiry minus a safety margin) passes without a confirmed renewal — before the backend can
+///   grant the key to anyone else, as long as it does not lose the key. Renewal never re-creates
+///   a missing key; after a release, `lost()` never fires.
+/// - **Outcome unknown.** An acquisition that fails, times out or whose future is dropped at any
+///   await point leaves no grant behind beyond one lease, no subscription and no renewal: a
+///   grant it may have caused is released (owner-checked) in the background.
 /// - **Validation.** Bad keys and durations are rejected before any backend call, with
 ///   `LOCK_INVALID_ARGUMENT`.
 /// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`] scope, an acquisition of the same

@@ -1,4 +1,4 @@
-//! Adversarial: acquisitions whose outcome is unknown — timed out against a frozen Redis,
+//! Acquisitions whose outcome is unknown — timed out against a frozen Redis,
 //! cancelled by the caller mid-flight, or cut by `CLIENT KILL` — must not leave a key held by
 //! nobody for the rest of a long lease.
 

@@ -1,4 +1,4 @@
-//! Adversarial: mutual exclusion under many tasks and clients, short leases and aggressive
+//! Mutual exclusion under many tasks and clients, short leases and aggressive
 //! cancellation (acquire futures dropped at random points), optionally with connections killed
 //! and the server paused underneath. Afterwards nothing may be left behind: no subscriptions, no
 //! watchdog registrations, no key held by nobody, no key without a TTL.
@@ -201,8 +201,8 @@ async fn check_nothing_left(redis: &RedisServer, locks: &[RedisLock]) {
 }
 
 async fn run(faults: bool, seed: u64) {
-    // ADVERSARIAL_SEED=<n> explores other schedules.
-    let seed = std::env::var("ADVERSARIAL_SEED")
+    // EXCLUSION_SEED=<n> explores other schedules.
+    let seed = std::env::var("EXCLUSION_SEED")
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .map_or(seed, |s| s.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);

@@ -1,4 +1,4 @@
-//! Adversarial: key, prefix and instance-id edge cases round-tripping through Redis — braces,
+//! Key, prefix and instance-id edge cases round-tripping through Redis — braces,
 //! `%`, unicode, 512-byte names, owner tokens containing `|`, `/`, braces and spaces.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Adversarial: dropping handles and clients — outside a runtime, after the runtime is gone, and
+//! Dropping handles and clients — outside a runtime, after the runtime is gone, and
 //! while Redis is down — must neither panic nor leave connections or leases behind.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Adversarial: the release subscriptions when the pub/sub connection drops and reconnects.
+//! The release subscriptions when the pub/sub connection drops and reconnects.
 //!
 //! A client waiting on several keys has one `SSUBSCRIBE` per release channel. Its pub/sub
 //! connection is killed (`CLIENT KILL TYPE pubsub` — what an idle timeout in a proxy, NAT or

@@ -1,4 +1,4 @@
-//! Adversarial: a reply lost on the wire. A TCP proxy forwards a command to Redis, swallows the
+//! A reply lost on the wire. A TCP proxy forwards a command to Redis, swallows the
 //! reply and then closes the connection; fred reconnects and re-sends the in-flight command, so
 //! Redis runs the script twice. The scripts claim to be idempotent per owner token.
 

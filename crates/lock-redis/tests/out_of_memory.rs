@@ -1,4 +1,4 @@
-//! Adversarial: Redis at `maxmemory` with the default `noeviction` policy. Redis still answers
+//! Redis at `maxmemory` with the default `noeviction` policy. Redis still answers
 //! every command; it only refuses commands that may grow memory (`SET`, …) with `-OOM`.
 //!
 //! New grants must fail closed — fine. But a release *frees* memory, and Redis would accept a

@@ -1,4 +1,4 @@
-//! Adversarial: the lost-lease signal. The key is deleted or overwritten behind the holder's
+//! The lost-lease signal. The key is deleted or overwritten behind the holder's
 //! back, or Redis is frozen past the watchdog timeout: `lost()` must fire, `is_held()` must turn
 //! false, and — for the freeze — both before another client can be granted the key.
 

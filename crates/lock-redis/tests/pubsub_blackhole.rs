@@ -1,4 +1,4 @@
-//! Adversarial: the pub/sub connection is silently dead while the command connection works.
+//! The pub/sub connection is silently dead while the command connection works.
 //!
 //! This is what an idle TCP connection through a NAT, firewall or load balancer with an idle
 //! timeout looks like: the pub/sub connection of a client idles whenever nobody waits (the
