@@ -1,18 +1,56 @@
 //! The causes lock-redis attaches to fail-closed errors.
 
+use std::fmt;
 use std::time::Duration;
 
 /// What went wrong talking to Redis; carried as the `source` of a
-/// [`LockError`](lock_core::LockError).
+/// [`LockError`](lock_core::LockError) — of `AcquisitionFailed` (reason `backend_unavailable`)
+/// and of `ReleaseFailed`.
+///
+/// Walk [`std::error::Error::source`] from the `LockError` and downcast to find it:
+///
+/// ```
+/// use lock_redis::RedisFailure;
+///
+/// /// The refusal's stable name (`read_only`, `out_of_memory`, …) if Redis refused the call.
+/// fn refusal(error: &lock_core::LockError) -> Option<&'static str> {
+///     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+///     while let Some(e) = cause {
+///         if let Some(failure) = e.downcast_ref::<RedisFailure>() {
+///             return failure.refusal().map(|refusal| refusal.as_str());
+///         }
+///         cause = e.source();
+///     }
+///     None
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisFailure {
-    /// A command failed: connection refused or lost, timed out, or Redis answered with an error.
+    /// Redis answered the command with an error reply: it refused it. `refusal` says why and
+    /// what on-call can do; `message` is Redis' own text. A refused acquisition wrote nothing
+    /// (Redis refuses before the acquire script's only write); after a refused release the lease
+    /// ends at its TTL.
+    #[error("Redis refused the {operation}: {} ({message}); {}", .refusal.meaning(), .refusal.remedy())]
+    Refused {
+        /// What was being done, e.g. `acquire script`, `release script`.
+        operation: &'static str,
+        /// Why Redis refused, from the error code at the start of its reply (`WRONGTYPE`,
+        /// `READONLY`, `OOM`, …).
+        refusal: Refusal,
+        /// Redis' error reply as received, e.g. `READONLY You can't write against a read only
+        /// replica.` (errors raised inside a script end with `script: <sha>, on
+        /// @user_script:<line>.`).
+        message: String,
+    },
+    /// A command failed on the client side: the connection was lost, the command timed out or
+    /// was cancelled, or the reply could not be read. Redis' error replies are
+    /// [`RedisFailure::Refused`] instead.
     #[error("{operation} failed: {source}")]
     Command {
         /// What was being done, e.g. `acquire script`.
         operation: &'static str,
-        /// fred's error (kind and Redis' message).
+        /// fred's error (kind and message).
         #[source]
         source: fred::error::Error,
     },
@@ -42,11 +80,368 @@ pub enum RedisFailure {
 }
 
 impl RedisFailure {
+    /// Why Redis refused the command, for [`RedisFailure::Refused`]; `None` for every other
+    /// failure (unreachable, timed out, …).
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            RedisFailure::Refused { refusal, .. } => Some(*refusal),
+            _ => None,
+        }
+    }
+
+    /// [`RedisFailure::Refused`] when `error` is an error reply from Redis, else
+    /// [`RedisFailure::Command`].
     pub(crate) fn command(operation: &'static str, source: fred::error::Error) -> Self {
-        RedisFailure::Command { operation, source }
+        match Refusal::of_reply(&source) {
+            Some(refusal) => RedisFailure::Refused {
+                operation,
+                refusal,
+                message: source.details().trim().to_owned(),
+            },
+            None => RedisFailure::Command { operation, source },
+        }
     }
 
     pub(crate) fn protocol(operation: &'static str, problem: &'static str) -> Self {
         RedisFailure::Protocol { operation, problem }
+    }
+}
+
+/// Why Redis refused a command: the error code its reply starts with. Stable names for
+/// dashboards and alerts via [`Refusal::as_str`] (`wrong_type`, `read_only`, …); `Display` prints
+/// the same name.
+///
+/// Every refusal fails closed: an acquisition fails with `LOCK_ACQUISITION_FAILED` (reason
+/// `backend_unavailable`, never `held_by_another_owner`) and its critical section does not run;
+/// a release fails with `LOCK_RELEASE_FAILED` and the lease ends at its TTL. Retrying helps only
+/// for the transient ones ([`Busy`](Refusal::Busy), [`Loading`](Refusal::Loading), often
+/// [`OutOfMemory`](Refusal::OutOfMemory) and [`ReadOnly`](Refusal::ReadOnly) during a failover);
+/// the others need on-call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// `WRONGTYPE`: the lock's key holds a Redis value of another type (a hash, a list, …), so
+    /// another program uses the key. The key is left alone. On-call: change
+    /// `telco.platform.lock.key-prefix`, or remove the key if nothing needs it.
+    WrongType,
+    /// `LOCKVALUE` (raised by the lock's acquire script): the lock's key holds a string that is
+    /// not a lock value (`H|…` or `R|…`), so another program writes the key. The key is left
+    /// alone. On-call: as for [`WrongType`](Refusal::WrongType).
+    NotALock,
+    /// `READONLY`: the server is a read-only replica — the address points at a replica, or the
+    /// primary was demoted (a failover) while the client stayed connected. On-call: point
+    /// `telco.platform.lock.redis.address` at the primary.
+    ReadOnly,
+    /// `OOM`: Redis is at `maxmemory` with `maxmemory-policy noeviction` and refuses commands
+    /// that may use more memory. New grants are refused; releases and watchdog renewals still
+    /// work. On-call: free memory or raise `maxmemory`.
+    OutOfMemory,
+    /// `BUSY`: Redis is running a script or function longer than `busy-reply-threshold` and
+    /// answers nothing else until it ends. On-call: find it and end it with `SCRIPT KILL` or
+    /// `FUNCTION KILL`.
+    Busy,
+    /// `NOAUTH` or `WRONGPASS`: Redis requires authentication and did not accept this client's
+    /// credentials. On-call: put the right user and password in
+    /// `telco.platform.lock.redis.address`.
+    NoAuth,
+    /// `NOPERM` (or an ACL error raised inside a script): the Redis user lacks an ACL permission
+    /// the lock needs — a command, the lock's keys or its channels. On-call: grant them (see
+    /// docs/design.md, "Fail closed").
+    NoPermission,
+    /// `LOADING`: Redis is still loading its dataset into memory (after a restart or a full
+    /// resynchronisation). Transient; acquisitions succeed once loading completes.
+    Loading,
+    /// `MASTERDOWN`: the server is a replica that lost its link to the primary and is configured
+    /// not to serve stale data (`replica-serve-stale-data no`). On-call: point the address at the
+    /// primary, or repair replication.
+    MasterDown,
+    /// `NOREPLICAS`: Redis refuses writes because fewer replicas than `min-replicas-to-write` are
+    /// connected. On-call: restore the replicas, or lower `min-replicas-to-write`.
+    NoReplicas,
+    /// `MISCONF`: Redis stopped accepting writes because its last RDB save failed
+    /// (`stop-writes-on-bgsave-error`). On-call: fix the disk Redis saves to (see its log).
+    PersistenceFailed,
+    /// Any other error reply (`ERR …`, `NOSCRIPT` after a reload, …). On-call: read the message
+    /// and the Redis server log.
+    Other,
+}
+
+impl Refusal {
+    /// The stable name: `wrong_type`, `not_a_lock`, `read_only`, `out_of_memory`, `busy`,
+    /// `no_auth`, `no_permission`, `loading`, `master_down`, `no_replicas`,
+    /// `persistence_failed` or `other`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refusal::WrongType => "wrong_type",
+            Refusal::NotALock => "not_a_lock",
+            Refusal::ReadOnly => "read_only",
+            Refusal::OutOfMemory => "out_of_memory",
+            Refusal::Busy => "busy",
+            Refusal::NoAuth => "no_auth",
+            Refusal::NoPermission => "no_permission",
+            Refusal::Loading => "loading",
+            Refusal::MasterDown => "master_down",
+            Refusal::NoReplicas => "no_replicas",
+            Refusal::PersistenceFailed => "persistence_failed",
+            Refusal::Other => "other",
+        }
+    }
+
+    /// What Redis refused, for the `Display` of [`RedisFailure::Refused`].
+    const fn meaning(self) -> &'static str {
+        match self {
+            Refusal::WrongType => "the lock key holds a value of another type",
+            Refusal::NotALock => "the lock key holds a string that is not a lock value",
+            Refusal::ReadOnly => "the server is a read-only replica",
+            Refusal::OutOfMemory => {
+                "Redis is at maxmemory (maxmemory-policy noeviction) and refuses writes"
+            }
+            Refusal::Busy => "Redis is busy running a long script or function",
+            Refusal::NoAuth => "Redis did not accept this client's credentials",
+            Refusal::NoPermission => "the Redis user lacks an ACL permission the lock needs",
+            Refusal::Loading => "Redis is still loading its dataset",
+            Refusal::MasterDown => "the replica has lost its link to the primary",
+            Refusal::NoReplicas => "fewer replicas than min-replicas-to-write are connected",
+            Refusal::PersistenceFailed => "Redis stopped accepting writes after a failed RDB save",
+            Refusal::Other => "Redis answered with an error",
+        }
+    }
+
+    /// What on-call can do, for the `Display` of [`RedisFailure::Refused`].
+    const fn remedy(self) -> &'static str {
+        match self {
+            Refusal::WrongType | Refusal::NotALock => {
+                "another program uses this key: change telco.platform.lock.key-prefix, or remove the key if nothing needs it"
+            }
+            Refusal::ReadOnly => {
+                "point telco.platform.lock.redis.address at the primary (after a failover, the new primary)"
+            }
+            Refusal::OutOfMemory => {
+                "free memory or raise maxmemory; held locks can still be released and renewed"
+            }
+            Refusal::Busy => {
+                "end the script with SCRIPT KILL (or FUNCTION KILL), or wait for it; Redis answers nothing else meanwhile"
+            }
+            Refusal::NoAuth => {
+                "put the right user and password in telco.platform.lock.redis.address (redis://user:password@host:port)"
+            }
+            Refusal::NoPermission => {
+                "grant the lock's Redis user EVALSHA, SCRIPT LOAD, SSUBSCRIBE and the keys and channels under telco.platform.lock.key-prefix (ACL SETUSER)"
+            }
+            Refusal::Loading => "wait: Redis answers once the dataset is loaded",
+            Refusal::MasterDown => {
+                "point telco.platform.lock.redis.address at the primary, or repair replication"
+            }
+            Refusal::NoReplicas => "restore the replicas, or lower min-replicas-to-write",
+            Refusal::PersistenceFailed => {
+                "fix the disk Redis saves to (see the Redis log); writes resume after a successful save"
+            }
+            Refusal::Other => "see the message and the Redis server log",
+        }
+    }
+
+    /// The refusal in `error` if it is an error reply from Redis (fred keeps Redis' text as the
+    /// error's details), `None` for the client's own errors (I/O, timeout, cancelled, parse, …).
+    pub(crate) fn of_reply(error: &fred::error::Error) -> Option<Refusal> {
+        use fred::error::ErrorKind;
+        // The kinds fred gives to error replies (see fred's `pretty_error`).
+        let from_redis = matches!(
+            error.kind(),
+            ErrorKind::Unknown
+                | ErrorKind::InvalidArgument
+                | ErrorKind::InvalidCommand
+                | ErrorKind::Auth
+                | ErrorKind::Cluster
+                | ErrorKind::Config
+        );
+        if from_redis {
+            Refusal::of_message(error.details())
+        } else {
+            None
+        }
+    }
+
+    /// Classifies a Redis error reply by the code it starts with; `None` if `message` does not
+    /// look like one (no upper-case code first).
+    ///
+    /// Redis 7 sends an error raised inside a script with its own code and a suffix
+    /// (`WRONGTYPE … script: <sha>, on @user_script:25.`); earlier versions wrap it (`ERR Error
+    /// running script (call to f_<sha>): @user_script:25: WRONGTYPE …`), so inside an `ERR` the
+    /// wrapped code is looked for too.
+    pub(crate) fn of_message(message: &str) -> Option<Refusal> {
+        let message = message.trim_start().trim_start_matches('-');
+        let code = message.split_whitespace().next()?;
+        if let Some(refusal) = Refusal::of_code(code) {
+            return Some(refusal);
+        }
+        let is_code = code.len() >= 2
+            && code
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if !is_code {
+            return None;
+        }
+        if code == "ERR" {
+            // Pre-7 wrapping: the wrapped error follows one or more `@user_script:<line>: `.
+            let wrapped = message
+                .split(": ")
+                .skip(1)
+                .filter_map(|part| part.trim_start_matches('-').split_whitespace().next())
+                .find_map(Refusal::of_code);
+            if let Some(refusal) = wrapped {
+                return Some(refusal);
+            }
+            // An ACL denial inside a script (Redis 7.0 and earlier).
+            if message.contains("The user executing the script can't") {
+                return Some(Refusal::NoPermission);
+            }
+        }
+        Some(Refusal::Other)
+    }
+
+    fn of_code(code: &str) -> Option<Refusal> {
+        Some(match code {
+            "WRONGTYPE" => Refusal::WrongType,
+            "LOCKVALUE" => Refusal::NotALock,
+            "READONLY" => Refusal::ReadOnly,
+            "OOM" => Refusal::OutOfMemory,
+            "BUSY" => Refusal::Busy,
+            "NOAUTH" | "WRONGPASS" => Refusal::NoAuth,
+            "NOPERM" => Refusal::NoPermission,
+            "LOADING" => Refusal::Loading,
+            "MASTERDOWN" => Refusal::MasterDown,
+            "NOREPLICAS" => Refusal::NoReplicas,
+            "MISCONF" => Refusal::PersistenceFailed,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fred::error::{Error, ErrorKind};
+
+    /// Replies as Redis 7.0.15 sends them (and, where noted, earlier versions).
+    #[test]
+    fn real_replies_are_classified_by_their_code() {
+        let cases = [
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value script: 78d70b325955cd53240ad731ececbefc2ca57153, on @user_script:25.",
+                Refusal::WrongType,
+            ),
+            (
+                // Redis 6 and earlier wrap errors raised inside scripts.
+                "ERR Error running script (call to f_78d70b325955cd53240ad731ececbefc2ca57153): @user_script:25: WRONGTYPE Operation against a key holding the wrong kind of value",
+                Refusal::WrongType,
+            ),
+            (
+                "ERR Error running script (call to f_78d7): @user_script:49: @user_script: 49: -OOM command not allowed when used memory > 'maxmemory'.",
+                Refusal::OutOfMemory,
+            ),
+            (
+                "LOCKVALUE the key lock:{nl} holds a value that is not a lock",
+                Refusal::NotALock,
+            ),
+            (
+                "READONLY You can't write against a read only replica. script: 78d7, on @user_script:49.",
+                Refusal::ReadOnly,
+            ),
+            (
+                "READONLY You can't write against a read only replica.",
+                Refusal::ReadOnly,
+            ),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'. script: 78d7, on @user_script:49.",
+                Refusal::OutOfMemory,
+            ),
+            (
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+                Refusal::Busy,
+            ),
+            ("NOAUTH Authentication required.", Refusal::NoAuth),
+            (
+                "WRONGPASS invalid username-password pair or user is disabled.",
+                Refusal::NoAuth,
+            ),
+            (
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+                Refusal::NoPermission,
+            ),
+            (
+                "ERR The user executing the script can't run this command or subcommand script: 78d7, on @user_script:49.",
+                Refusal::NoPermission,
+            ),
+            (
+                "LOADING Redis is loading the dataset in memory",
+                Refusal::Loading,
+            ),
+            (
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+                Refusal::MasterDown,
+            ),
+            (
+                "NOREPLICAS Not enough good replicas to write.",
+                Refusal::NoReplicas,
+            ),
+            (
+                "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+                Refusal::PersistenceFailed,
+            ),
+            (
+                "NOSCRIPT No matching script. Please use EVAL.",
+                Refusal::Other,
+            ),
+            (
+                "ERR Error running script (call to f_78d7): @user_script:3: user_script:3: attempt to compare nil with number",
+                Refusal::Other,
+            ),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(Refusal::of_message(message), Some(expected), "{message}");
+        }
+    }
+
+    #[test]
+    fn client_side_errors_are_not_refusals() {
+        for error in [
+            Error::new(ErrorKind::Timeout, "Request timed out."),
+            Error::new(ErrorKind::IO, "Connection reset by peer (os error 104)"),
+            Error::new(ErrorKind::Canceled, "Canceled."),
+            Error::new(ErrorKind::Parse, "Could not convert to array."),
+            Error::new(ErrorKind::Unknown, "Missing lua script contents."),
+        ] {
+            assert_eq!(Refusal::of_reply(&error), None, "{error:?}");
+            assert!(matches!(
+                RedisFailure::command("acquire script", error),
+                RedisFailure::Command { .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_what_was_refused_and_what_to_do() {
+        let failure = RedisFailure::command(
+            "acquire script",
+            Error::new(
+                ErrorKind::InvalidArgument,
+                "WRONGTYPE Operation against a key holding the wrong kind of value script: 78d7, on @user_script:25.",
+            ),
+        );
+        assert_eq!(failure.refusal(), Some(Refusal::WrongType));
+        assert_eq!(
+            failure.to_string(),
+            "Redis refused the acquire script: the lock key holds a value of another type \
+             (WRONGTYPE Operation against a key holding the wrong kind of value script: 78d7, \
+             on @user_script:25.); another program uses this key: change \
+             telco.platform.lock.key-prefix, or remove the key if nothing needs it"
+        );
+        assert_eq!(Refusal::WrongType.to_string(), "wrong_type");
     }
 }

@@ -43,17 +43,21 @@ pub(crate) enum BackgroundRelease {
 
 impl Inner {
     /// The cause to report for a failed command: "unreachable" with the connection error when
-    /// the client is disconnected, else the command's own error.
+    /// the client is disconnected (the command timed out, was cancelled, lost its connection or
+    /// met the connection's authentication error); [`RedisFailure::Refused`] with its
+    /// [`Refusal`](crate::error::Refusal) when Redis answered with an error reply (`WRONGTYPE`,
+    /// `READONLY`, `OOM`, `BUSY`, …); else the command's own error.
     pub(crate) fn failure(&self, operation: &'static str, error: Error) -> RedisFailure {
         match self.unreachable(operation) {
             Some(unreachable)
                 if matches!(
                     error.kind(),
-                    ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::IO
+                    ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::IO | ErrorKind::Auth
                 ) =>
             {
                 unreachable
             }
+            // `command` tells Redis' error replies (→ `Refused`) from the client's own errors.
             _ => RedisFailure::command(operation, error),
         }
     }

@@ -70,7 +70,7 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT,
     RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
-pub use error::RedisFailure;
+pub use error::{RedisFailure, Refusal};
 pub use watchdog::RENEW_BATCH;
 
 use crate::acquire::Acquisition;

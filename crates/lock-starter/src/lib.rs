@@ -44,7 +44,7 @@ pub use lock_core::{
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
-    pub use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+    pub use lock_redis::{RedisFailure, RedisLock, RedisLockConfig, Refusal};
 }
 
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
