@@ -45,7 +45,11 @@ async fn redis_time_us(redis: &RedisServer) -> u64 {
 async fn stored_grant(redis: &RedisServer, redis_key: &str) -> (u64, String) {
     let value = redis.cmd(&["GET", redis_key]).await.unwrap();
     let mut fields = value.split('|');
-    assert_eq!(fields.next(), Some("H"), "{redis_key} is not held: {value:?}");
+    assert_eq!(
+        fields.next(),
+        Some("H"),
+        "{redis_key} is not held: {value:?}"
+    );
     let token = fields.next().unwrap().parse().unwrap();
     (token, fields.next().unwrap().to_owned())
 }
@@ -308,9 +312,14 @@ async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
     redis.restart().await.unwrap();
     assert_eq!(dbsize(&redis).await, 0);
     // The client reconnects in the background (100 ms doubling to 2 s).
-    let reconnected =
-        eventually(Duration::from_secs(20), || async { lock.ping().await.is_ok() }).await;
-    assert!(reconnected, "the client did not reconnect after the restart");
+    let reconnected = eventually(Duration::from_secs(20), || async {
+        lock.ping().await.is_ok()
+    })
+    .await;
+    assert!(
+        reconnected,
+        "the client did not reconnect after the restart"
+    );
 
     let lease = Lease::Fixed(Duration::from_secs(30));
     for (name, before) in names.iter().zip(before) {
@@ -337,4 +346,51 @@ async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
         );
     }
     drop(held);
+}
+
+/// KNOWN GAP (reported, not fixed): design.md allows the Redis clock to step back by up to the
+/// tombstone TTL "also across a restart without persistence". After a step back of `s`, tokens
+/// count up from the last one and run up to `s` ahead of the clock; if the key is then lost
+/// (restart without persistence, failover, eviction) before the clock catches up, the next grant
+/// takes the clock's value — below the earlier token. Simulated exactly: a tombstone 5 s ahead
+/// of the clock is the state a 5 s step back leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap: a clock step back inside the tombstone TTL followed by a key loss reorders tokens"]
+async fn a_clock_step_back_followed_by_a_restart_keeps_tokens_increasing() {
+    const NAME: &str = "fence:step-back";
+    let mut redis = server().await;
+    let lock = client(&redis).await;
+    let redis_key = lock.redis_key(NAME);
+    let ahead = redis_time_us(&redis).await + 5_000_000;
+    redis
+        .cmd(&[
+            "SET",
+            &redis_key,
+            &format!("R|{ahead}|earlier-pod/0000000000000000/7"),
+            "PX",
+            &TOMBSTONE_TTL.as_millis().to_string(),
+        ])
+        .await
+        .unwrap();
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let before = lock.try_acquire(NAME, lease).await.unwrap();
+    let before_token = before.fencing_token();
+    assert_eq!(before_token, ahead + 1);
+    drop(before);
+    redis.kill().await.unwrap();
+    redis.restart().await.unwrap();
+    let after = loop {
+        match lock.try_acquire(NAME, lease).await {
+            Ok(handle) => break handle,
+            Err(err) if err.details()["reason"] == "backend_unavailable" => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(err) => panic!("after the restart: {err}"),
+        }
+    };
+    assert!(
+        after.fencing_token() > before_token,
+        "token went backwards across the restart: {} after {before_token}",
+        after.fencing_token()
+    );
 }
