@@ -437,6 +437,21 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
                 "another task of the same client got a held lock"
             );
 
+            // Two futures of this task racing for a third key: only code inside a section
+            // re-enters, so the sibling contends like anyone else.
+            let race_key = format!("{key2}:race");
+            let one = a2.with_lock_opts(&race_key, wait(Duration::ZERO), || {
+                tokio::time::sleep(Duration::from_millis(300))
+            });
+            let two = a2.with_lock_opts(&race_key, wait(Duration::ZERO), || {
+                tokio::time::sleep(Duration::from_millis(300))
+            });
+            let (one, two) = tokio::join!(one, two);
+            assert!(
+                one.is_ok() != two.is_ok(),
+                "both or neither of two sibling futures got {race_key}: {one:?} / {two:?}"
+            );
+
             assert_eq!(nested.release().await.unwrap(), ReleaseOutcome::Released);
             let (b3, key3) = (Arc::clone(&b2), key2.clone());
             let still_held =

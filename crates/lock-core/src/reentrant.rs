@@ -5,9 +5,8 @@
 //! The scope is a Tokio task-local, so it follows the task, not the thread: code the section
 //! `tokio::spawn`s runs in another task and contends like any other holder.
 
-use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 
@@ -16,15 +15,13 @@ use crate::handle::{LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
 use crate::lease::Lease;
 
 tokio::task_local! {
-    static HELD: RefCell<Vec<Held>>;
+    /// The leases held by the `with_lock` scopes enclosing the future being polled.
+    static HELD: Vec<Held>;
 }
-
-static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
 /// A lease held by a `with_lock` scope of the current task.
 #[derive(Debug, Clone)]
 struct Held {
-    scope: u64,
     namespace: Arc<str>,
     key: String,
     lease: Lease,
@@ -38,7 +35,6 @@ struct Held {
 /// `namespace` and the lease is still held.
 pub(crate) fn enter(namespace: &str, key: &str) -> Option<LockHandle> {
     HELD.try_with(|held| {
-        let held = held.borrow();
         let outer = held
             .iter()
             .rev()
@@ -60,14 +56,14 @@ pub(crate) fn enter(namespace: &str, key: &str) -> Option<LockHandle> {
     .flatten()
 }
 
-/// Runs `section` with `handle`'s lease registered for re-entry in the current task.
+/// Runs `section` with `handle`'s lease registered for re-entry — visible while `section`
+/// itself is polled, not to other futures of the task (a `join!` sibling contends).
 pub(crate) async fn scope<T>(
     namespace: &str,
     handle: &LockHandle,
     section: impl Future<Output = T>,
 ) -> T {
     let held = Held {
-        scope: NEXT_SCOPE.fetch_add(1, Ordering::Relaxed),
         namespace: namespace.into(),
         key: handle.key().to_owned(),
         lease: handle.lease(),
@@ -76,24 +72,10 @@ pub(crate) async fn scope<T>(
         state: handle.lease_state().clone(),
         holds: handle.holds(),
     };
-    let scope = held.scope;
-    let pushed = HELD.try_with(|stack| stack.borrow_mut().push(held.clone()));
-    if pushed.is_err() {
-        // The task's first scope.
-        return HELD.scope(RefCell::new(vec![held]), section).await;
-    }
-    // Already inside another key's scope: add ours for as long as the section runs, also if
-    // the section's future is dropped half-way.
-    let _pop = PopOnDrop(scope);
-    section.await
-}
-
-struct PopOnDrop(u64);
-
-impl Drop for PopOnDrop {
-    fn drop(&mut self) {
-        let _ = HELD.try_with(|stack| stack.borrow_mut().retain(|h| h.scope != self.0));
-    }
+    // Scopes nest: the inner one sees the leases of the enclosing ones, too.
+    let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
+    stack.push(held);
+    HELD.scope(stack, section).await
 }
 
 /// Releasing a nested handle only gives its hold back; the outer scope releases the lease.
