@@ -17,7 +17,9 @@ use crate::lease::Lease;
 #[must_use = "a release that found the lease gone means the critical section may have overlapped another holder"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// This owner still held the lock; it is now free and waiters were woken.
+    /// This owner still held the lock; it is now free and waiters were woken. For a re-entrant
+    /// handle ([`LockHandle::is_reentrant`]): its hold was given back and the lease stays with
+    /// the enclosing `with_lock` section, which releases it.
     Released,
     /// The lease had already ended (expired, lost, or taken over); nothing was deleted, and
     /// whoever holds the key now keeps it.
@@ -33,6 +35,9 @@ pub enum LostReason {
     Expired,
     /// A renewal found the key gone or held by another owner.
     NotOwner,
+    /// This re-entrant handle outlived the `with_lock` section it was taken in; the section
+    /// ended and its lease was released.
+    ScopeEnded,
 }
 
 impl fmt::Display for LostReason {
@@ -40,6 +45,9 @@ impl fmt::Display for LostReason {
         f.write_str(match self {
             LostReason::Expired => "the lease ran out without a confirmed renewal",
             LostReason::NotOwner => "the key was gone or held by another owner at renewal",
+            LostReason::ScopeEnded => {
+                "the with_lock section this re-entrant handle was taken in has ended and released the lease"
+            }
         })
     }
 }
@@ -229,6 +237,8 @@ pub struct LockHandle {
     /// A re-entrant handle on an outer scope's lease: releasing or dropping it gives its hold
     /// back and leaves the lease alone.
     nested: bool,
+    /// For a re-entrant handle: turns true when the outer section has ended.
+    scope_ended: Option<watch::Receiver<bool>>,
 }
 
 impl fmt::Debug for LockHandle {
@@ -281,10 +291,12 @@ impl LockHandle {
             release: Some(release),
             holds: Arc::new(AtomicUsize::new(1)),
             nested: false,
+            scope_ended: None,
         }
     }
 
     /// A re-entrant handle on an outer scope's lease (see `reentrant`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn nested(
         key: &str,
         lease: Lease,
@@ -292,6 +304,7 @@ impl LockHandle {
         fencing_token: u64,
         state: LeaseState,
         holds: Arc<AtomicUsize>,
+        scope_ended: watch::Receiver<bool>,
         release: Box<dyn LeaseRelease>,
     ) -> Self {
         LockHandle {
@@ -303,7 +316,15 @@ impl LockHandle {
             release: Some(release),
             holds,
             nested: true,
+            scope_ended: Some(scope_ended),
         }
+    }
+
+    /// Whether this re-entrant handle's section has ended (always false for other handles).
+    fn scope_has_ended(&self) -> bool {
+        self.scope_ended
+            .as_ref()
+            .is_some_and(|ended| *ended.borrow())
     }
 
     pub(crate) fn lease_state(&self) -> &LeaseState {
@@ -318,7 +339,11 @@ impl LockHandle {
     /// handle taken inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope of the
     /// same key.
     pub fn hold_count(&self) -> usize {
-        self.holds.load(Ordering::SeqCst)
+        if self.scope_has_ended() {
+            0
+        } else {
+            self.holds.load(Ordering::SeqCst)
+        }
     }
 
     /// Whether this handle re-entered a lease its task already held in a
@@ -355,12 +380,17 @@ impl LockHandle {
     /// Whether the lease is held now: not released, not lost, and its local deadline (last
     /// confirmed expiry minus a safety margin) not passed.
     pub fn is_held(&self) -> bool {
-        self.state.is_held()
+        matches!(self.status(), LeaseStatus::Held { .. })
     }
 
-    /// The current lease status.
+    /// The current lease status. A re-entrant handle whose section has ended reports
+    /// `Lost(ScopeEnded)`.
     pub fn status(&self) -> LeaseStatus {
-        self.state.status()
+        let status = self.state.status();
+        if self.scope_has_ended() && !matches!(status, LeaseStatus::Lost(_)) {
+            return LeaseStatus::Lost(LostReason::ScopeEnded);
+        }
+        status
     }
 
     /// A future that completes when the lease is lost: a renewal found the key gone or owned by
@@ -368,7 +398,18 @@ impl LockHandle {
     /// completes after a release. It owns what it needs, so it can be spawned or kept after the
     /// handle moves.
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
-        self.state.lost()
+        let lost = self.state.lost();
+        let scope_ended = self.scope_ended.clone();
+        async move {
+            let Some(mut ended) = scope_ended else {
+                return lost.await;
+            };
+            tokio::select! {
+                reason = lost => reason,
+                // The outer section ended: the lease is released, or about to be.
+                Ok(_) = ended.wait_for(|ended| *ended) => LostReason::ScopeEnded,
+            }
+        }
     }
 
     /// Releases the lock (owner-checked) and reports whether the lease was still held. Renewal
@@ -378,7 +419,7 @@ impl LockHandle {
     /// [`LockError::ReleaseFailed`] (code `LOCK_RELEASE_FAILED`) when the backend could not
     /// confirm the release; the lease then ends at its TTL.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
-        let was_held = self.state.is_held();
+        let was_held = self.is_held();
         if !self.nested {
             self.state.mark_released();
         }

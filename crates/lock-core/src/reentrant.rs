@@ -2,13 +2,20 @@
 //! acquiring the same key of the same lock again gets a nested handle on the lease it already
 //! holds — no backend call, the outer lease kept — instead of waiting for itself.
 //!
-//! The scope is a Tokio task-local, so it follows the task, not the thread: code the section
-//! `tokio::spawn`s runs in another task and contends like any other holder.
+//! The scope is a Tokio task-local set while the section's future is polled, and each entry
+//! also records the task id: code the section spawns (`tokio::spawn`, `spawn_local` driven from
+//! inside it) and sibling futures (`join!`) run as other futures or tasks and contend like any
+//! other holder.
+//!
+//! A nested handle can outlive its section (moved out, or into a spawned task). When the section
+//! ends, the outer `with_lock` releases the lease, and the nested handle reports that as lost
+//! ([`LostReason::ScopeEnded`](crate::LostReason::ScopeEnded)).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use tokio::sync::watch;
 
 use crate::error::LockError;
 use crate::handle::{LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
@@ -22,6 +29,9 @@ tokio::task_local! {
 /// A lease held by a `with_lock` scope of the current task.
 #[derive(Debug, Clone)]
 struct Held {
+    task: Option<tokio::task::Id>,
+    /// Turns true when the scope's section has ended (completed, panicked or was dropped).
+    ended: watch::Receiver<bool>,
     namespace: Arc<str>,
     key: String,
     lease: Lease,
@@ -35,10 +45,10 @@ struct Held {
 /// `namespace` and the lease is still held.
 pub(crate) fn enter(namespace: &str, key: &str) -> Option<LockHandle> {
     HELD.try_with(|held| {
-        let outer = held
-            .iter()
-            .rev()
-            .find(|h| &*h.namespace == namespace && h.key == key && h.state.is_held())?;
+        let task = tokio::task::try_id();
+        let outer = held.iter().rev().find(|h| {
+            h.task == task && &*h.namespace == namespace && h.key == key && h.state.is_held()
+        })?;
         outer.holds.fetch_add(1, Ordering::SeqCst);
         Some(LockHandle::nested(
             &outer.key,
@@ -47,6 +57,7 @@ pub(crate) fn enter(namespace: &str, key: &str) -> Option<LockHandle> {
             outer.fencing_token,
             outer.state.clone(),
             Arc::clone(&outer.holds),
+            outer.ended.clone(),
             Box::new(NestedRelease {
                 holds: Arc::clone(&outer.holds),
             }),
@@ -63,7 +74,10 @@ pub(crate) async fn scope<T>(
     handle: &LockHandle,
     section: impl Future<Output = T>,
 ) -> T {
+    let (ended, ended_rx) = watch::channel(false);
     let held = Held {
+        task: tokio::task::try_id(),
+        ended: ended_rx,
         namespace: namespace.into(),
         key: handle.key().to_owned(),
         lease: handle.lease(),
@@ -75,7 +89,17 @@ pub(crate) async fn scope<T>(
     // Scopes nest: the inner one sees the leases of the enclosing ones, too.
     let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
     stack.push(held);
+    // Told on every way out of the section, before the caller releases the lease.
+    let _ended = EndOnDrop(ended);
     HELD.scope(stack, section).await
+}
+
+struct EndOnDrop(watch::Sender<bool>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
 }
 
 /// Releasing a nested handle only gives its hold back; the outer scope releases the lease.
@@ -84,14 +108,24 @@ struct NestedRelease {
     holds: Arc<AtomicUsize>,
 }
 
+impl NestedRelease {
+    fn give_back(&self) {
+        // Saturating: the outer handle may already be gone with its count.
+        let _ = self
+            .holds
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+    }
+}
+
 #[async_trait]
 impl LeaseRelease for NestedRelease {
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
-        self.holds.fetch_sub(1, Ordering::SeqCst);
+        self.give_back();
+        // The handle reports NotHeld instead when its scope had already ended.
         Ok(ReleaseOutcome::Released)
     }
 
     fn release_in_background(self: Box<Self>) {
-        self.holds.fetch_sub(1, Ordering::SeqCst);
+        self.give_back();
     }
 }

@@ -5,7 +5,6 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::CustomCommand;
-use fred::types::config::UnresponsiveConfig;
 use lock_core::LockError;
 
 use crate::config::{RedisLockConfig, scrub};
@@ -14,6 +13,22 @@ use crate::config::{RedisLockConfig, scrub};
 /// must never leave the client permanently disconnected.
 fn reconnect_policy() -> ReconnectPolicy {
     ReconnectPolicy::new_exponential(0, 100, 2_000, 2)
+}
+
+/// The lock space of an address and key prefix: `redis://<host>:<port>/<db> <prefix>`, the same
+/// however the address was written (default port and database filled in, user and password
+/// left out). Host names are compared as written: `localhost` and `127.0.0.1` differ.
+pub(crate) fn namespace(config: &RedisLockConfig) -> String {
+    let parsed = Config::from_url(&config.address).ok();
+    let server = parsed
+        .as_ref()
+        .and_then(|c| c.server.hosts().into_iter().next())
+        .map_or_else(
+            || config.redacted_address(),
+            |s| format!("{}:{}", s.host, s.port),
+        );
+    let database = parsed.and_then(|c| c.database).unwrap_or(0);
+    format!("redis://{server}/{database} {}", config.key_prefix)
 }
 
 /// Builds (does not connect) the command client and the subscriber client.
@@ -49,17 +64,16 @@ pub(crate) fn build_clients(
             conn.connection_timeout = config.command_timeout;
             conn.internal_command_timeout = config.command_timeout;
             conn.tcp.nodelay = Some(true);
+            // An idle connection a middlebox dropped silently is found within about a minute
+            // (30 s idle, then 3 probes 10 s apart) instead of the kernel's two hours.
+            conn.tcp.keepalive = Some(
+                socket2::TcpKeepalive::new()
+                    .with_time(Duration::from_secs(30))
+                    .with_interval(Duration::from_secs(10))
+                    .with_retries(3),
+            );
         });
     let client = builder.build().map_err(|e| invalid_address(config, &e))?;
-    // The pub/sub connection idles between waits, so a middlebox may drop it silently; a
-    // subscription left unanswered that long marks it dead and fred replaces it (commands on
-    // the command connection are never re-sent this way).
-    builder.with_connection_config(|conn| {
-        conn.unresponsive = UnresponsiveConfig {
-            max_timeout: Some(config.command_timeout * 2),
-            interval: (config.command_timeout / 2).max(Duration::from_millis(5)),
-        };
-    });
     let subscriber = builder
         .build_subscriber_client()
         .map_err(|e| invalid_address(config, &e))?;

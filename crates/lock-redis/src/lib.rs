@@ -154,7 +154,7 @@ impl RedisLock {
             ),
         }
         let inner = Arc::new(Inner {
-            namespace: format!("{} {}", config.redacted_address(), config.key_prefix),
+            namespace: connection::namespace(&config),
             client,
             subscriptions: Subscriptions::start(subscriber),
             scripts,

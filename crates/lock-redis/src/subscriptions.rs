@@ -192,17 +192,27 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
         }
         let generation = shared.generation.load(Ordering::SeqCst);
         match shared.subscriber.ssubscribe(channel.as_str()).await {
-            Ok(()) if shared.generation.load(Ordering::SeqCst) == generation => {
+            Ok(()) => {
                 retry = FIRST_RETRY;
+                // Compared under the lock the dispatcher bumps it under, so a reconnect cannot
+                // slip between the check and the confirmation.
                 let channels = shared.channels();
-                let entry = &channels[&channel];
-                entry.confirmed.send_replace(true);
-                // Releases published before the confirmation were missed: have waiters look.
-                entry.releases.notify_waiters();
+                if shared.generation.load(Ordering::SeqCst) == generation {
+                    let entry = &channels[&channel];
+                    entry.confirmed.send_replace(true);
+                    // Releases published before the confirmation were missed: have waiters look.
+                    entry.releases.notify_waiters();
+                }
+                // Otherwise it was confirmed on a connection since replaced: subscribe again.
             }
-            // Confirmed on a connection that has since been replaced: subscribe again.
-            Ok(()) => {}
             Err(error) => {
+                if error.kind() == &ErrorKind::Timeout {
+                    // fred's unresponsive-connection check skips pub/sub commands, so a
+                    // connection a middlebox silently dropped would be retried forever: replace
+                    // it (its reconnect re-subscribes every channel).
+                    tracing::debug!(%channel, "SSUBSCRIBE timed out; replacing the pub/sub connection");
+                    let _ = shared.subscriber.force_reconnection().await;
+                }
                 tracing::debug!(%channel, %error, retry_in_ms = retry.as_millis(), "SSUBSCRIBE failed; retrying");
                 tokio::select! {
                     () = tokio::time::sleep(retry) => {}
@@ -241,10 +251,10 @@ async fn dispatch(
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        let channels = shared.channels();
         if matches!(event, Event::Reconnected) {
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
-        let channels = shared.channels();
         match event {
             Event::Message(channel) => {
                 if let Some(entry) = channels.get(&channel) {
