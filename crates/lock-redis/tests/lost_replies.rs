@@ -1,106 +1,36 @@
-//! A reply lost on the wire. A TCP proxy forwards a command to Redis, swallows the
+//! A reply lost on the wire. A [`FaultProxy`] forwards a command to Redis, swallows the
 //! reply and then closes the connection; fred reconnects and re-sends the in-flight command, so
 //! Redis runs the script twice. The scripts claim to be idempotent per owner token.
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testkit::RedisServer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 
-/// One-shot trap: the next client→server chunk containing `marker` is forwarded, its reply is
-/// swallowed, and the connection is closed 150 ms later.
-#[derive(Clone, Default)]
-struct Trap(Arc<Mutex<Option<Vec<u8>>>>);
+/// How long the proxy keeps a trapped connection open (swallowing the reply) before closing it:
+/// long enough for Redis to run the command.
+const CLOSE_AFTER: Duration = Duration::from_millis(150);
 
-impl Trap {
-    fn arm(&self, marker: &str) {
-        *self.0.lock().unwrap() = Some(marker.as_bytes().to_vec());
-    }
-    fn is_armed(&self) -> bool {
-        self.0.lock().unwrap().is_some()
-    }
-    fn hit(&self, chunk: &[u8]) -> bool {
-        let mut armed = self.0.lock().unwrap();
-        let hit = armed
-            .as_ref()
-            .is_some_and(|m| chunk.windows(m.len()).any(|w| w == m.as_slice()));
-        if hit {
-            *armed = None;
-        }
-        hit
-    }
+/// Arms the proxy's one-shot trap: the next client→server chunk containing `marker` is
+/// forwarded, its reply is swallowed, and the connection is closed [`CLOSE_AFTER`] later.
+fn arm(proxy: &FaultProxy, marker: &str) {
+    proxy.arm_trap(
+        marker.as_bytes(),
+        TrapAction::SwallowReplyThenClose(CLOSE_AFTER),
+    );
 }
 
-async fn proxy(upstream: u16, trap: Trap) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let trap = trap.clone();
-            tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                    return;
-                };
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let (cut_tx, mut cut_rx) = tokio::sync::watch::channel(false);
-                let up = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match cr.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        let trapped = trap.hit(&buf[..n]);
-                        if sw.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                        if trapped {
-                            let _ = cut_tx.send(true);
-                            // Let Redis run it, then drop both sides.
-                            tokio::time::sleep(Duration::from_millis(150)).await;
-                            return;
-                        }
-                    }
-                });
-                let down = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        tokio::select! {
-                            read = sr.read(&mut buf) => {
-                                let n = match read { Ok(0) | Err(_) => return, Ok(n) => n };
-                                if *cut_rx.borrow() { continue; }
-                                if cw.write_all(&buf[..n]).await.is_err() { return; }
-                            }
-                            changed = cut_rx.changed() => {
-                                if changed.is_err() { return; }
-                            }
-                        }
-                    }
-                });
-                // When the upstream half ends after a trap, abort the other half: both sockets
-                // close and fred sees the connection drop.
-                let _ = up.await;
-                down.abort();
-            });
-        }
-    });
-    port
-}
-
-async fn setup() -> (RedisServer, Trap, RedisLock) {
+async fn setup() -> (RedisServer, FaultProxy, RedisLock) {
     let redis = server().await;
-    let trap = Trap::default();
-    let port = proxy(redis.port(), trap.clone()).await;
+    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
     let lock = RedisLock::connect(
-        RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+        RedisLockConfig::new(proxy.url())
             .watchdog_timeout(Duration::from_secs(3))
             .command_timeout(Duration::from_secs(2))
             .wait_time(Duration::from_secs(2))
@@ -109,19 +39,19 @@ async fn setup() -> (RedisServer, Trap, RedisLock) {
     .await
     .unwrap();
     lock.ping().await.unwrap();
-    (redis, trap, lock)
+    (redis, proxy, lock)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_reply_was_lost_is_granted_once_with_the_stored_token() {
-    let (redis, trap, lock) = setup().await;
+    let (redis, proxy, lock) = setup().await;
     let before = command_calls(&redis).await;
-    trap.arm("retry-acquire");
+    arm(&proxy, "retry-acquire");
     let handle = lock
         .acquire("retry-acquire", Lease::Fixed(Duration::from_secs(60)))
         .await
         .expect("the re-sent acquire must find its own grant");
-    assert!(!trap.is_armed(), "the trap never fired");
+    assert!(!proxy.trap_armed(), "the trap never fired");
     let after = command_calls(&redis).await;
     assert!(
         delta(&before, &after, "evalsha") >= 2,
@@ -141,15 +71,15 @@ async fn an_acquire_whose_reply_was_lost_is_granted_once_with_the_stored_token()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_reports_released() {
-    let (redis, trap, lock) = setup().await;
+    let (redis, proxy, lock) = setup().await;
     let handle = lock
         .acquire("retry-release", Lease::Fixed(Duration::from_secs(60)))
         .await
         .unwrap();
     let before = command_calls(&redis).await;
-    trap.arm(&lock.release_channel("retry-release"));
+    arm(&proxy, &lock.release_channel("retry-release"));
     let outcome = handle.release().await.unwrap();
-    assert!(!trap.is_armed(), "the trap never fired");
+    assert!(!proxy.trap_armed(), "the trap never fired");
     let after = command_calls(&redis).await;
     assert!(
         delta(&before, &after, "evalsha") >= 2,
@@ -166,7 +96,7 @@ async fn a_release_whose_reply_was_lost_reports_released() {
 /// overlapped. `with_lock` logs a false "another owner may have run concurrently" warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_took_over() {
-    let (redis, trap, lock) = setup().await;
+    let (redis, proxy, lock) = setup().await;
     let handle = lock
         .acquire("retry-takeover", Lease::Fixed(Duration::from_secs(60)))
         .await
@@ -188,10 +118,10 @@ async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_t
         })
         .await
     );
-    trap.arm(&channel);
+    arm(&proxy, &channel);
     assert!(handle.is_held());
     let outcome = handle.release().await.unwrap();
-    assert!(!trap.is_armed(), "the trap never fired");
+    assert!(!proxy.trap_armed(), "the trap never fired");
     let taken = waiter
         .await
         .unwrap()
@@ -208,12 +138,12 @@ async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_t
 /// A watchdog renewal whose reply was lost is re-sent; the lease stays held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_whose_reply_was_lost_keeps_the_lease() {
-    let (redis, trap, lock) = setup().await;
+    let (redis, proxy, lock) = setup().await;
     let handle = lock.acquire("retry-renew", Lease::Watchdog).await.unwrap();
     let before = command_calls(&redis).await;
-    trap.arm("retry-renew");
+    arm(&proxy, "retry-renew");
     assert!(
-        common::eventually(Duration::from_secs(10), || async { !trap.is_armed() }).await,
+        common::eventually(Duration::from_secs(10), || async { !proxy.trap_armed() }).await,
         "no renewal passed the proxy"
     );
     // Two more ticks (1 s each).

@@ -6,81 +6,28 @@
 //! then on everything sent on it vanishes without an error — fred configures no TCP keepalive.
 //! The design's answer is "no release notifications; waiting for the holder's TTL instead".
 //!
-//! A small TCP proxy sits between the client and Redis and black-holes any connection that sends
-//! `SSUBSCRIBE` (both directions: nothing forwarded, nothing closed).
+//! A [`FaultProxy`] sits between the client and Redis and black-holes any connection that sends
+//! `SSUBSCRIBE` (after that command: both directions, nothing forwarded, nothing closed).
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::server;
 use lock_core::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::{RedisLock, RedisLockConfig};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
-/// Starts a proxy to `127.0.0.1:upstream`; returns its port.
-async fn blackhole_proxy(upstream: u16) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((client, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                    return;
-                };
-                let dead = Arc::new(AtomicBool::new(false));
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let up_dead = Arc::clone(&dead);
-                let up = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match cr.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        let chunk = &buf[..n];
-                        if chunk
-                            .windows(10)
-                            .any(|w| w.eq_ignore_ascii_case(b"SSUBSCRIBE"))
-                        {
-                            up_dead.store(true, Ordering::SeqCst);
-                        }
-                        if up_dead.load(Ordering::SeqCst) {
-                            continue; // swallowed
-                        }
-                        if sw.write_all(chunk).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                let down = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match sr.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if dead.load(Ordering::SeqCst) {
-                            continue;
-                        }
-                        if cw.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                let _ = tokio::join!(up, down);
-            });
-        }
-    });
-    port
+/// A proxy to `redis` that black-holes every connection that sends `SSUBSCRIBE`: the command
+/// reaches Redis, then nothing more is forwarded on that connection, either way, and nothing is
+/// closed.
+async fn blackhole_proxy(redis: &RedisServer) -> FaultProxy {
+    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
+    proxy.arm_trap_repeating(b"SSUBSCRIBE", TrapAction::Blackhole);
+    proxy
 }
 
 const WAIT: Duration = Duration::from_secs(3);
@@ -93,10 +40,10 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead() {
     let redis = server().await;
-    let proxy = blackhole_proxy(redis.port()).await;
+    let proxy = blackhole_proxy(&redis).await;
     let holder = common::client(&redis).await;
     let waiter = RedisLock::connect(
-        RedisLockConfig::new(format!("redis://127.0.0.1:{proxy}"))
+        RedisLockConfig::new(proxy.url())
             .watchdog_timeout(Duration::from_secs(1))
             .command_timeout(COMMAND_TIMEOUT)
             .wait_time(WAIT)
@@ -157,10 +104,10 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
     let redis = server().await;
-    let proxy = blackhole_proxy(redis.port()).await;
+    let proxy = blackhole_proxy(&redis).await;
     let holder = common::client(&redis).await;
     let waiter = RedisLock::connect(
-        RedisLockConfig::new(format!("redis://127.0.0.1:{proxy}"))
+        RedisLockConfig::new(proxy.url())
             .command_timeout(Duration::from_secs(2))
             .instance_id("waiter-behind-nat"),
     )
@@ -197,10 +144,10 @@ async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_ones() {
     let redis = server().await;
-    let proxy = blackhole_proxy(redis.port()).await;
+    let proxy = blackhole_proxy(&redis).await;
     let holder = common::client(&redis).await;
     let waiter = RedisLock::connect(
-        RedisLockConfig::new(format!("redis://127.0.0.1:{proxy}"))
+        RedisLockConfig::new(proxy.url())
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("waiter-behind-nat"),
     )

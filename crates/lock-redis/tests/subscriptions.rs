@@ -3,16 +3,12 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testkit::RedisServer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
 async fn shard_channels(redis: &RedisServer) -> Vec<String> {
@@ -27,75 +23,16 @@ async fn shard_channels(redis: &RedisServer) -> Vec<String> {
     channels
 }
 
-/// A TCP proxy to `127.0.0.1:upstream` that silently black-holes the *first* connection that
-/// sends `SSUBSCRIBE` (nothing forwarded either way, nothing closed: a NAT or load balancer that
-/// forgot an idle connection and drops its packets) and forwards every other connection. Returns
-/// its port and the number of connections it accepted.
-async fn forget_first_pubsub_connection_proxy(upstream: u16) -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let black_holed_one = Arc::new(AtomicBool::new(false));
-    let counter = Arc::clone(&accepted);
-    tokio::spawn(async move {
-        loop {
-            let Ok((client, _)) = listener.accept().await else {
-                return;
-            };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let black_holed_one = Arc::clone(&black_holed_one);
-            tokio::spawn(async move {
-                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-                    return;
-                };
-                let dead = Arc::new(AtomicBool::new(false));
-                let (mut cr, mut cw) = client.into_split();
-                let (mut sr, mut sw) = server.into_split();
-                let up_dead = Arc::clone(&dead);
-                let up = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match cr.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        let chunk = &buf[..n];
-                        if !up_dead.load(Ordering::SeqCst)
-                            && chunk
-                                .windows(10)
-                                .any(|w| w.eq_ignore_ascii_case(b"SSUBSCRIBE"))
-                            && !black_holed_one.swap(true, Ordering::SeqCst)
-                        {
-                            up_dead.store(true, Ordering::SeqCst);
-                        }
-                        if up_dead.load(Ordering::SeqCst) {
-                            continue; // swallowed
-                        }
-                        if sw.write_all(chunk).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                let down = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match sr.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if dead.load(Ordering::SeqCst) {
-                            continue;
-                        }
-                        if cw.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-                let _ = tokio::join!(up, down);
-            });
-        }
-    });
-    (port, accepted)
+/// A proxy to `redis` that silently black-holes the *first* connection that sends `SSUBSCRIBE`
+/// (the command reaches Redis, then nothing more is forwarded either way and nothing is closed:
+/// a NAT or load balancer that forgot an idle connection and drops its packets) and forwards
+/// every other connection. Its `connections_accepted()` counts the connections made through it.
+async fn forget_first_pubsub_connection_proxy(redis: &RedisServer) -> FaultProxy {
+    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
+    proxy.arm_trap(b"SSUBSCRIBE", TrapAction::Blackhole);
+    proxy
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -113,10 +50,10 @@ async fn forget_first_pubsub_connection_proxy(upstream: u16) -> (u16, Arc<Atomic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters_again() {
     let redis = server().await;
-    let (proxy, accepted) = forget_first_pubsub_connection_proxy(redis.port()).await;
+    let proxy = forget_first_pubsub_connection_proxy(&redis).await;
     let holder = client(&redis).await;
     let waiter = RedisLock::connect(
-        RedisLockConfig::new(format!("redis://127.0.0.1:{proxy}"))
+        RedisLockConfig::new(proxy.url())
             .watchdog_timeout(common::WATCHDOG)
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("waiter-behind-nat"),
@@ -125,8 +62,8 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
     .unwrap();
     waiter.ping().await.unwrap();
     // The command connection and the pub/sub connection are both up.
-    assert!(eventually(SLACK, || async { accepted.load(Ordering::SeqCst) >= 2 }).await);
-    let connections_before = accepted.load(Ordering::SeqCst);
+    assert!(eventually(SLACK, || async { proxy.connections_accepted() >= 2 }).await);
+    let connections_before = proxy.connections_accepted();
 
     let held = holder
         .acquire("dead-pubsub", Lease::Fixed(Duration::from_secs(60)))
@@ -153,7 +90,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
          after the release; the pub/sub connection was never replaced (the proxy accepted {} new \
          connection(s) since the waiter started)",
         result.as_ref().map(|h| h.owner().to_owned()),
-        accepted.load(Ordering::SeqCst) - connections_before
+        proxy.connections_accepted() - connections_before
     );
 }
 

@@ -51,7 +51,7 @@ pub mod redis {
 pub mod prelude {
     pub use crate::{
         AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
-        LockError, LockErrorCode, LockHandle, LockStarter, LostReason, ReleaseOutcome,
+        LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter, LostReason, ReleaseOutcome,
     };
 }
 

@@ -11,6 +11,8 @@
 //!   connections), [`restart`](RedisServer::restart) (same port, empty dataset).
 //! - [`cmd`](RedisServer::cmd) sends one command and returns the reply as text, for assertions
 //!   such as `DBSIZE`, `PUBSUB NUMSUB` or `INFO commandstats`.
+//! - Network faults: a [`FaultProxy`] (module [`proxy`]) between the client under test and the
+//!   server adds latency, resets connections, partitions, refuses connections, or loses a reply.
 //! - Dropping the server kills it and removes its temp dir; if the test process dies first, the
 //!   kernel kills the server (Linux).
 //!
@@ -37,9 +39,26 @@
 //! } // dropped: the server is killed, its temp dir removed
 //! # fn main() {}
 //! ```
+//!
+//! ## Proving a lock under faults
+//!
+//! Three modules check a lock the way coordination systems are checked (Jepsen-style): every
+//! process of a fault test records what it invoked and what came back into a [`history`]
+//! ([`history::Recorder`], one JSON-lines file per process, timestamps on the host's shared
+//! `CLOCK_MONOTONIC` in ns); critical sections write to the [`fenced`] reference resource
+//! ([`fenced::FencedResource`], a per-key register shared by processes through files that
+//! accepts only strictly increasing fencing tokens); after the run, [`checker::check`] reads the
+//! merged history ([`history::load`]) and the resource's accepted-write log and reports
+//! duplicate or misordered tokens, acknowledged writes lost or applied twice, stale writes
+//! accepted, two processes believing they held a key at once (explained by `lost()` or by the
+//! fence, or not), and failures without an allowed error code. These modules do not need Redis.
 
+pub mod checker;
 mod error;
+pub mod fenced;
+pub mod history;
 mod local;
+pub mod proxy;
 mod resp;
 mod server;
 
@@ -47,6 +66,7 @@ mod server;
 mod docker;
 
 pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
+pub use proxy::{FaultProxy, TrapAction};
 pub use server::{
     Backend, COMMAND_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RedisServer, RedisServerBuilder,
 };

@@ -1,0 +1,81 @@
+//! The stress runner: many real worker processes on one key, one fault injected over and over,
+//! the history checked afterwards. Prints one Markdown table row per fault (the table of
+//! docs/reliability.md) and the problems found; exits 1 if any.
+//!
+//! ```text
+//! cargo run --release -p platform-lock-tests --bin lock-stress -- --duration 60s
+//! cargo run --release -p platform-lock-tests --bin lock-stress -- --fault pause-holder --workers 16 --duration 10m
+//! ```
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use platform_lock_tests::stress::{Fault, Scenario, TABLE_HEADER, run};
+
+#[derive(Debug, Parser)]
+#[command(about = "Stress the lock with real worker processes under injected faults")]
+struct Args {
+    /// Faults to run, one run each (default: all).
+    #[arg(long, value_enum)]
+    fault: Vec<Fault>,
+    /// Worker processes per run.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// How long each run's workers keep starting iterations, e.g. 60s or 10m.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    duration: Duration,
+    /// The workers' watchdog timeout.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    watchdog_timeout: Duration,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let worker = match std::env::current_exe() {
+        Ok(me) => me.with_file_name("lock-worker"),
+        Err(e) => {
+            eprintln!("cannot find my own executable: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !worker.exists() {
+        eprintln!(
+            "{} not found: build it with `cargo build -p platform-lock-tests --bins` (cargo run builds it with this one)",
+            worker.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let faults = if args.fault.is_empty() {
+        Fault::ALL.to_vec()
+    } else {
+        args.fault.clone()
+    };
+    println!("{TABLE_HEADER}");
+    let mut failed = false;
+    for fault in faults {
+        let mut scenario = Scenario::short(fault, &worker);
+        scenario.workers = args.workers;
+        scenario.duration = args.duration;
+        scenario.watchdog_timeout = args.watchdog_timeout;
+        match run(&scenario).await {
+            Ok(result) => {
+                println!("{}", result.table_row());
+                for problem in result.problems() {
+                    failed = true;
+                    eprintln!("  {fault}: {problem}");
+                }
+            }
+            Err(e) => {
+                failed = true;
+                eprintln!("  {fault}: could not run: {e}");
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,521 @@
+//! One stress run: start Redis (and a fault proxy), start the workers, inject the fault until the
+//! run's time is up, then check the history.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use lock_testkit::RedisServer;
+use lock_testkit::checker::{self, Report};
+use lock_testkit::fenced::FencedResource;
+use lock_testkit::history::{self, Event, Op, Phase, Recorder, monotonic_ns};
+use lock_testkit::proxy::FaultProxy;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::time::{Instant, sleep};
+
+use super::Fault;
+
+/// Error codes a worker may record: fail-closed lock errors, a stale write the fenced resource
+/// rejected, a release that found its lease gone.
+const ALLOWED_CODES: [&str; 4] = [
+    "LOCK_ACQUISITION_FAILED",
+    "LOCK_RELEASE_FAILED",
+    "STALE",
+    "NOT_HELD",
+];
+/// The key prefix of the memory filler in the eviction fault: the only keys allowed without TTL.
+const FILLER: &str = "filler:";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The fault to inject.
+    pub fault: Fault,
+    /// Worker processes (default 8).
+    pub workers: usize,
+    /// How long workers start new iterations.
+    pub duration: Duration,
+    /// Iterations per worker at most.
+    pub iterations: u64,
+    /// `telco.platform.lock.watchdog-timeout` of the workers (their lease is the watchdog's).
+    pub watchdog_timeout: Duration,
+    /// `telco.platform.lock.redis.command-timeout` of the workers.
+    pub command_timeout: Duration,
+    /// Wait time of each acquire.
+    pub wait: Duration,
+    /// Time between two injections of the fault.
+    pub fault_every: Duration,
+    /// The `lock-worker` executable.
+    pub worker_binary: PathBuf,
+    /// The lock key.
+    pub key: String,
+}
+
+impl Scenario {
+    /// The short form `cargo test` runs: 8 workers for 5 s, watchdog 1 s.
+    pub fn short(fault: Fault, worker_binary: impl Into<PathBuf>) -> Scenario {
+        Scenario {
+            fault,
+            workers: 8,
+            duration: Duration::from_secs(5),
+            iterations: u64::MAX,
+            watchdog_timeout: Duration::from_secs(1),
+            command_timeout: Duration::from_millis(300),
+            wait: Duration::from_secs(2),
+            fault_every: match fault {
+                Fault::ScriptFlush => Duration::from_millis(100),
+                Fault::PauseHolder | Fault::PauseRedis | Fault::RestartRedis => {
+                    Duration::from_millis(1500)
+                }
+                _ => Duration::from_millis(600),
+            },
+            worker_binary: worker_binary.into(),
+            key: "stress".into(),
+        }
+    }
+}
+
+/// What a run did and found.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The fault injected.
+    pub fault: Fault,
+    /// Iterations started by all workers (acquire invocations).
+    pub iterations: u64,
+    /// Times the fault was injected.
+    pub faults_injected: u64,
+    /// The checker's verdict on the history.
+    pub report: Report,
+    /// Keys left without a TTL at the end (filler keys excepted).
+    pub keys_without_ttl: Vec<String>,
+    /// For each killed holder: how long until someone else was granted the key.
+    pub recoveries: Vec<Duration>,
+    /// The bound those recoveries are held to: the lease TTL plus 1 s.
+    pub recovery_bound: Duration,
+    /// Workers that exited abnormally without being killed by the run.
+    pub worker_failures: Vec<String>,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl RunResult {
+    /// Everything that makes the run a failure.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = self.report.violations();
+        problems.extend(
+            self.keys_without_ttl
+                .iter()
+                .map(|k| format!("key without TTL left behind: {k}")),
+        );
+        problems.extend(
+            self.recoveries
+                .iter()
+                .filter(|r| **r > self.recovery_bound)
+                .map(|r| {
+                    format!(
+                        "the lock stayed taken {} ms after its holder was killed (bound {} ms)",
+                        r.as_millis(),
+                        self.recovery_bound.as_millis()
+                    )
+                }),
+        );
+        problems.extend(self.worker_failures.iter().cloned());
+        if self.fault != Fault::None && self.faults_injected == 0 {
+            problems.push("the fault was never injected".into());
+        }
+        if self.report.grants == 0 {
+            problems.push("no lock was ever granted".into());
+        }
+        problems
+    }
+
+    /// One Markdown table row: fault | iterations | faults | grants | overlaps (explained) |
+    /// stale writes rejected | keys leaked | recovery max | verdict.
+    pub fn table_row(&self) -> String {
+        let overlaps = self.report.overlaps.len();
+        let explained = self.report.overlaps.iter().filter(|o| o.explained).count();
+        let recovery = self
+            .recoveries
+            .iter()
+            .max()
+            .map_or("–".to_owned(), |r| format!("{} ms", r.as_millis()));
+        let problems = self.problems();
+        format!(
+            "| {} | {} | {} | {} | {} ({} explained) | {} | {} | {} | {} |",
+            self.fault,
+            self.iterations,
+            self.faults_injected,
+            self.report.grants,
+            overlaps,
+            explained,
+            self.report.stale_writes_rejected,
+            self.keys_without_ttl.len(),
+            recovery,
+            if problems.is_empty() {
+                "ok".to_owned()
+            } else {
+                format!("**{} problems**", problems.len())
+            }
+        )
+    }
+}
+
+/// The header matching [`RunResult::table_row`].
+pub const TABLE_HEADER: &str = "| fault | iterations | faults injected | grants | overlapping beliefs | stale writes rejected | keys leaked | lock free after kill (max) | verdict |\n|---|---|---|---|---|---|---|---|---|";
+
+struct Worker {
+    name: String,
+    child: Child,
+    killed: bool,
+}
+
+/// Runs `scenario` and checks its history.
+///
+/// # Errors
+/// A description of what could not be set up (Redis, the proxy, a worker process).
+pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().map_err(|e| format!("run directory: {e}"))?;
+    let mut builder = RedisServer::builder();
+    if scenario.fault == Fault::Evict {
+        builder = builder.args(["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]);
+    }
+    let mut redis = builder.start().await.map_err(|e| e.to_string())?;
+    let proxy = if scenario.fault.needs_proxy() {
+        Some(
+            FaultProxy::start(("127.0.0.1", redis.port()))
+                .await
+                .map_err(|e| format!("fault proxy: {e}"))?,
+        )
+    } else {
+        None
+    };
+    let address = proxy.as_ref().map_or_else(|| redis.url(), FaultProxy::url);
+    let controller = Recorder::create(&dir.path().join("history"), "controller")
+        .map_err(|e| format!("history: {e}"))?;
+    FencedResource::open(&dir.path().join("resource")).map_err(|e| format!("resource: {e}"))?;
+
+    let mut workers = Vec::new();
+    for i in 0..scenario.workers {
+        workers.push(spawn_worker(
+            scenario,
+            dir.path(),
+            &address,
+            &format!("worker-{i}"),
+            scenario.duration,
+        )?);
+    }
+
+    let redis_key = format!("lock:{{{}}}", scenario.key);
+    let stop_at = started + scenario.duration;
+    let mut faults_injected = 0;
+    let mut evicted_before = 0;
+    let mut last_look = monotonic_ns();
+    let mut replacements = 0;
+    while Instant::now() + scenario.fault_every < stop_at {
+        sleep(scenario.fault_every).await;
+        let injected = match scenario.fault {
+            Fault::None => false,
+            Fault::KillHolder => {
+                let Some(victim) = holder(&redis, &redis_key, &workers).await else {
+                    continue;
+                };
+                let worker = &mut workers[victim];
+                let _ = worker.child.start_kill();
+                let _ = worker.child.wait().await;
+                worker.killed = true;
+                record_crash(&controller, &worker.name, &scenario.key);
+                replacements += 1;
+                let name = format!("{}.r{replacements}", worker.name);
+                let remaining = stop_at.saturating_duration_since(Instant::now());
+                workers.push(spawn_worker(
+                    scenario,
+                    dir.path(),
+                    &address,
+                    &name,
+                    remaining,
+                )?);
+                true
+            }
+            Fault::PauseHolder => {
+                let Some(victim) = holder(&redis, &redis_key, &workers).await else {
+                    continue;
+                };
+                let pid = workers[victim].child.id().map(|p| Pid::from_raw(p as i32));
+                if let Some(pid) = pid {
+                    let _ = kill(pid, Signal::SIGSTOP);
+                    sleep(scenario.watchdog_timeout * 3 / 2).await;
+                    let _ = kill(pid, Signal::SIGCONT);
+                }
+                pid.is_some()
+            }
+            Fault::PauseRedis => {
+                redis.pause().map_err(|e| e.to_string())?;
+                sleep(scenario.watchdog_timeout * 3 / 2).await;
+                redis.resume().map_err(|e| e.to_string())?;
+                true
+            }
+            Fault::RestartRedis => {
+                let from = monotonic_ns();
+                redis.kill().await.map_err(|e| e.to_string())?;
+                redis.restart().await.map_err(|e| e.to_string())?;
+                record_key_loss(&controller, &scenario.key, from);
+                true
+            }
+            Fault::ClientKill => {
+                let normal = redis.cmd(&["CLIENT", "KILL", "TYPE", "normal"]).await;
+                let pubsub = redis.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]).await;
+                normal.is_ok() || pubsub.is_ok()
+            }
+            Fault::ScriptFlush => redis.cmd(&["SCRIPT", "FLUSH"]).await.is_ok(),
+            Fault::Evict => {
+                for i in 0..8 {
+                    let filler = format!("{FILLER}{}", faults_injected * 8 + i);
+                    let _ = redis.cmd(&["SETRANGE", &filler, "262143", "x"]).await;
+                }
+                let evicted = evicted_keys(&redis).await;
+                if evicted > evicted_before {
+                    // Evictions since the last look may have hit the lock key: a data loss,
+                    // somewhere in that window.
+                    record_key_loss(&controller, &scenario.key, last_look);
+                    evicted_before = evicted;
+                }
+                last_look = monotonic_ns();
+                true
+            }
+            Fault::Latency => {
+                if let Some(proxy) = &proxy {
+                    let ms = 5 + (monotonic_ns() / 1000) % 76;
+                    proxy.set_latency(Duration::from_millis(ms));
+                    sleep(scenario.fault_every / 2).await;
+                    proxy.set_latency(Duration::ZERO);
+                }
+                true
+            }
+            Fault::DropConnections => {
+                if let Some(proxy) = &proxy {
+                    proxy.drop_connections();
+                }
+                true
+            }
+        };
+        faults_injected += u64::from(injected);
+    }
+
+    let worker_failures = finish(&mut workers, scenario).await;
+    let events = history::load(&dir.path().join("history")).map_err(|e| format!("history: {e}"))?;
+    let resource =
+        FencedResource::open(&dir.path().join("resource")).map_err(|e| format!("resource: {e}"))?;
+    let accepted = resource.accepted().map_err(|e| format!("resource: {e}"))?;
+    let mut report = checker::check(&events, &accepted, &ALLOWED_CODES);
+    explain_key_losses(&mut report, &events, scenario.fault);
+    let recovery_bound = scenario.watchdog_timeout + Duration::from_secs(1);
+    let keys_without_ttl = keys_without_ttl(&redis).await;
+    Ok(RunResult {
+        fault: scenario.fault,
+        iterations: events
+            .iter()
+            .filter(|e| e.op == Op::Acquire && e.phase == Phase::Invoke)
+            .count() as u64,
+        faults_injected,
+        report,
+        keys_without_ttl,
+        recoveries: recoveries(&events),
+        recovery_bound,
+        worker_failures,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn spawn_worker(
+    scenario: &Scenario,
+    dir: &Path,
+    address: &str,
+    name: &str,
+    duration: Duration,
+) -> Result<Worker, String> {
+    let log = std::fs::File::create(dir.join(format!("{name}.log")))
+        .map_err(|e| format!("{name} log: {e}"))?;
+    let child = Command::new(&scenario.worker_binary)
+        .arg("--run-dir")
+        .arg(dir)
+        .args(["--key", &scenario.key])
+        .arg(format!("--duration={}ms", duration.as_millis()))
+        .arg(format!("--iterations={}", scenario.iterations))
+        .arg(format!("--wait={}ms", scenario.wait.as_millis()))
+        .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)
+        .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", name)
+        .env(
+            "TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT",
+            format!("{}ms", scenario.watchdog_timeout.as_millis()),
+        )
+        .env(
+            "TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT",
+            format!("{}ms", scenario.command_timeout.as_millis()),
+        )
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn {name} ({}): {e}", scenario.worker_binary.display()))?;
+    Ok(Worker {
+        name: name.to_owned(),
+        child,
+        killed: false,
+    })
+}
+
+/// The worker holding the key now, read from Redis (`H|<token>|<owner>…`, owner
+/// `<instance id>/…`).
+async fn holder(redis: &RedisServer, redis_key: &str, workers: &[Worker]) -> Option<usize> {
+    let value = redis.cmd(&["GET", redis_key]).await.ok()?;
+    let owner = value.strip_prefix("H|")?.split('|').nth(1)?;
+    let name = owner.split('/').next()?;
+    workers.iter().position(|w| w.name == name && !w.killed)
+}
+
+/// Marks that Redis may have lost `key` somewhere between `from` and now (ns): a `Crash` of the
+/// process `redis` at now, with the window's start in `value`.
+fn record_key_loss(controller: &Recorder, key: &str, from: u64) {
+    let _ = controller.record(Event {
+        process: "redis".to_owned(),
+        t_ns: monotonic_ns(),
+        op: Op::Crash,
+        phase: Phase::Complete,
+        key: key.to_owned(),
+        token: None,
+        ok: None,
+        code: None,
+        reason: Some("key loss".to_owned()),
+        value: i64::try_from(from).ok(),
+    });
+}
+
+fn record_crash(controller: &Recorder, process: &str, key: &str) {
+    let _ = controller.record(Event {
+        process: process.to_owned(),
+        t_ns: monotonic_ns(),
+        op: Op::Crash,
+        phase: Phase::Complete,
+        key: key.to_owned(),
+        token: None,
+        ok: None,
+        code: None,
+        reason: None,
+        value: None,
+    });
+}
+
+async fn evicted_keys(redis: &RedisServer) -> u64 {
+    let info = redis.cmd(&["INFO", "stats"]).await.unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("evicted_keys:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits for the workers to finish their last iteration (killing any that hang) and reports the
+/// ones that failed on their own.
+async fn finish(workers: &mut [Worker], scenario: &Scenario) -> Vec<String> {
+    let deadline =
+        Instant::now() + scenario.wait + scenario.watchdog_timeout * 4 + Duration::from_secs(20);
+    let mut failures = Vec::new();
+    for worker in workers.iter_mut() {
+        if worker.killed {
+            continue;
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, worker.child.wait()).await {
+            Ok(Ok(status)) if status.success() => {}
+            Ok(Ok(status)) => failures.push(format!("{} exited with {status}", worker.name)),
+            Ok(Err(e)) => failures.push(format!("{}: {e}", worker.name)),
+            Err(_) => {
+                let _ = worker.child.start_kill();
+                failures.push(format!("{} hung at the end of the run", worker.name));
+            }
+        }
+    }
+    failures
+}
+
+/// For each killed holder: the time from its SIGKILL to the next grant of the key to anyone.
+fn recoveries(events: &[Event]) -> Vec<Duration> {
+    let mut recoveries = Vec::new();
+    for crash in events
+        .iter()
+        .filter(|e| e.op == Op::Crash && e.process != "redis")
+    {
+        // Only a holder at the time of the kill counts: its last acquire was granted and it had
+        // not started a release.
+        let last = events
+            .iter()
+            .rfind(|e| e.process == crash.process && e.t_ns <= crash.t_ns && e.op != Op::Crash);
+        let was_holding = last.is_some_and(|e| {
+            (e.op == Op::Acquire && e.phase == Phase::Complete && e.ok == Some(true))
+                || (e.op == Op::Write)
+        });
+        if !was_holding {
+            continue;
+        }
+        let next_grant = events.iter().find(|e| {
+            e.t_ns > crash.t_ns
+                && e.op == Op::Acquire
+                && e.phase == Phase::Complete
+                && e.ok == Some(true)
+        });
+        if let Some(next) = next_grant {
+            recoveries.push(Duration::from_nanos(next.t_ns - crash.t_ns));
+        }
+    }
+    recoveries
+}
+
+/// When Redis lost keys (restart without persistence, eviction), two holders can believe they
+/// hold the key at once: the lock cannot know. Such overlaps are explained by the loss if a
+/// data-loss window lies between the two grants.
+fn explain_key_losses(report: &mut Report, events: &[Event], fault: Fault) {
+    if !fault.loses_keys() {
+        return;
+    }
+    // (window start, window end) in ns.
+    let losses: Vec<(u64, u64)> = events
+        .iter()
+        .filter(|e| e.op == Op::Crash && e.process == "redis")
+        .map(|e| (e.value.map_or(e.t_ns, |v| v as u64), e.t_ns))
+        .collect();
+    let granted_at: BTreeMap<(String, u64), u64> = events
+        .iter()
+        .filter(|e| e.op == Op::Acquire && e.phase == Phase::Complete && e.ok == Some(true))
+        .filter_map(|e| Some(((e.process.clone(), e.token?), e.t_ns)))
+        .collect();
+    for overlap in report.overlaps.iter_mut().filter(|o| !o.explained) {
+        let first = granted_at.get(&(overlap.first.clone(), overlap.first_token));
+        let second = granted_at.get(&(overlap.second.clone(), overlap.second_token));
+        if let (Some(first), Some(second)) = (first, second) {
+            if losses.iter().any(|(from, to)| from < second && to > first) {
+                overlap.explained = true;
+                overlap.explanation = "Redis lost the key between the two grants".into();
+            }
+        }
+    }
+}
+
+async fn keys_without_ttl(redis: &RedisServer) -> Vec<String> {
+    let mut leaked = Vec::new();
+    let Ok(keys) = redis.cmd(&["KEYS", "*"]).await else {
+        return leaked;
+    };
+    for key in keys
+        .lines()
+        .filter(|k| !k.is_empty() && !k.starts_with(FILLER))
+    {
+        if redis.cmd(&["PTTL", key]).await.ok().as_deref() == Some("-1") {
+            leaked.push(key.to_owned());
+        }
+    }
+    leaked
+}
