@@ -3,8 +3,9 @@
 //! docs/reliability.md) and the problems found; exits 1 if any.
 //!
 //! ```text
-//! cargo run --release -p platform-lock-tests --bin lock-stress -- --duration 60s
-//! cargo run --release -p platform-lock-tests --bin lock-stress -- --fault pause-holder --workers 16 --duration 10m
+//! scripts/soak.sh                      # every fault, 10 minutes each
+//! scripts/soak.sh --duration 30s
+//! scripts/soak.sh --fault pause-holder --workers 16 --duration 1h
 //! ```
 
 use std::process::ExitCode;
@@ -22,8 +23,9 @@ struct Args {
     /// Worker processes per run.
     #[arg(long, default_value_t = 8)]
     workers: usize,
-    /// How long each run's workers keep starting iterations, e.g. 60s or 10m.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    /// How long each run's workers keep starting iterations, e.g. 60s or 10m (the last value
+    /// given wins, so scripts/soak.sh's default can be overridden).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s", overrides_with = "duration")]
     duration: Duration,
     /// The workers' watchdog timeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
@@ -42,7 +44,7 @@ async fn main() -> ExitCode {
     };
     if !worker.exists() {
         eprintln!(
-            "{} not found: build it with `cargo build -p platform-lock-tests --bins` (cargo run builds it with this one)",
+            "{} not found: build both with `cargo build --release -p platform-lock-tests --bins` (scripts/soak.sh does)",
             worker.display()
         );
         return ExitCode::FAILURE;

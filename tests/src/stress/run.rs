@@ -132,8 +132,7 @@ impl RunResult {
         problems
     }
 
-    /// One Markdown table row: fault | iterations | faults | grants | overlaps (explained) |
-    /// stale writes rejected | keys leaked | recovery max | verdict.
+    /// One Markdown table row, the columns of [`TABLE_HEADER`].
     pub fn table_row(&self) -> String {
         let overlaps = self.report.overlaps.len();
         let explained = self.report.overlaps.iter().filter(|o| o.explained).count();
@@ -144,14 +143,19 @@ impl RunResult {
             .map_or("–".to_owned(), |r| format!("{} ms", r.as_millis()));
         let problems = self.problems();
         format!(
-            "| {} | {} | {} | {} | {} ({} explained) | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} ({} explained) | {} | {} | {} | {} | {} |",
             self.fault,
             self.iterations,
             self.faults_injected,
             self.report.grants,
+            self.report.duplicate_tokens.len() + self.report.order_violations.len(),
+            self.report.acked_writes,
             overlaps,
             explained,
             self.report.stale_writes_rejected,
+            self.report.stale_writes_accepted.len()
+                + self.report.acked_writes_missing.len()
+                + self.report.acked_writes_duplicated.len(),
             self.keys_without_ttl.len(),
             recovery,
             if problems.is_empty() {
@@ -164,7 +168,7 @@ impl RunResult {
 }
 
 /// The header matching [`RunResult::table_row`].
-pub const TABLE_HEADER: &str = "| fault | iterations | faults injected | grants | overlapping beliefs | stale writes rejected | keys leaked | lock free after kill (max) | verdict |\n|---|---|---|---|---|---|---|---|---|";
+pub const TABLE_HEADER: &str = "| fault | iterations | faults injected | grants | duplicate or out-of-order tokens | acked writes | overlapping beliefs | stale writes rejected | stale accepted / acked lost or doubled | keys leaked | lock free after kill (max) | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|";
 
 struct Worker {
     name: String,
