@@ -81,6 +81,17 @@ pub enum AcquireFailure {
         #[source]
         cause: BoxError,
     },
+    /// The grant was not acknowledged by enough replicas in time (the backend's `min-replicas` /
+    /// `replica-sync-timeout` settings), so it was handed back: a failover could have lost it.
+    #[error(
+        "the grant reached {acknowledged} of the {required} replicas required in time; it was released"
+    )]
+    ReplicationUnconfirmed {
+        /// Replicas that had to acknowledge the grant.
+        required: u32,
+        /// Replicas that did.
+        acknowledged: u32,
+    },
     /// The grant arrived so late that its lease had already run out on the local clock, so it was
     /// handed back instead of being reported as held.
     #[error("the grant arrived after its {} lease had run out (backend too slow); it was released", fmt_ms(*.lease))]
@@ -92,11 +103,12 @@ pub enum AcquireFailure {
 
 impl AcquireFailure {
     /// The stable `reason` value of the details map: `held_by_another_owner`,
-    /// `backend_unavailable` or `lease_expired_before_grant`.
+    /// `backend_unavailable`, `replication_unconfirmed` or `lease_expired_before_grant`.
     pub const fn reason(&self) -> &'static str {
         match self {
             AcquireFailure::HeldByAnotherOwner { .. } => "held_by_another_owner",
             AcquireFailure::BackendUnavailable { .. } => "backend_unavailable",
+            AcquireFailure::ReplicationUnconfirmed { .. } => "replication_unconfirmed",
             AcquireFailure::LeaseExpiredBeforeGrant { .. } => "lease_expired_before_grant",
         }
     }
@@ -202,7 +214,7 @@ impl LockError {
     /// A details map for problem bodies and structured logs. Keys are camelCase and stable:
     /// `code`, `lockKey`, `reason` (see [`AcquireFailure::reason`], or `release_failed`,
     /// `invalid_key`, `invalid_argument`, `disabled`), and where known `holder`, `holderTtlMs`,
-    /// `waitedMs`, `argument`, `message`.
+    /// `waitedMs`, `requiredReplicas`, `acknowledgedReplicas`, `argument`, `message`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::new();
         details.insert("code", self.code().as_str().to_owned());
@@ -223,6 +235,14 @@ impl LockError {
                         details.insert("holderTtlMs", ttl.as_millis().to_string());
                     }
                     details.insert("waitedMs", waited.as_millis().to_string());
+                }
+                if let AcquireFailure::ReplicationUnconfirmed {
+                    required,
+                    acknowledged,
+                } = reason
+                {
+                    details.insert("requiredReplicas", required.to_string());
+                    details.insert("acknowledgedReplicas", acknowledged.to_string());
                 }
                 reason.reason()
             }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
+use fred::types::ClusterHash;
 use lock_core::{AcquireFailure, Lease, LeaseState, LockError, LockHandle};
 use tokio::time::Instant;
 
@@ -159,6 +160,11 @@ impl<'a> Acquisition<'a> {
                         "fencing token is not an integer",
                     ))
                 })?;
+                if self.inner.config.min_replicas > 0 {
+                    // Still "outcome unknown" until confirmed: dropping the acquisition on any
+                    // early return below hands the grant back.
+                    self.confirm_replication(&redis_key).await?;
+                }
                 let valid_until = sent + ttl - crate::safety_margin(ttl);
                 if Instant::now() >= valid_until {
                     // Stay "outcome unknown": dropping the acquisition hands the grant back.
@@ -193,6 +199,43 @@ impl<'a> Acquisition<'a> {
                 "unexpected reply shape",
             ))),
         }
+    }
+
+    /// `WAIT min-replicas replica-sync-timeout` on the connection that ran the acquire script
+    /// (in a Cluster: the node serving the key's slot), so a failover cannot lose a reported
+    /// grant.
+    ///
+    /// # Errors
+    /// `replication_unconfirmed` when too few replicas acknowledged in time;
+    /// `backend_unavailable` when `WAIT` failed.
+    async fn confirm_replication(&self, redis_key: &str) -> Result<(), LockError> {
+        let config = &self.inner.config;
+        let options = Options {
+            cluster_hash: Some(ClusterHash::Custom(fred::util::redis_keyslot(
+                redis_key.as_bytes(),
+            ))),
+            timeout: Some(config.replica_sync_timeout + config.command_timeout),
+            ..Options::default()
+        };
+        let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);
+        let acknowledged: i64 = self
+            .inner
+            .client
+            .with_options(&options)
+            .wait(i64::from(config.min_replicas), timeout_ms)
+            .await
+            .map_err(|e| self.failed(self.inner.failure("WAIT for replicas", e)))?;
+        let acknowledged = u32::try_from(acknowledged).unwrap_or(0);
+        if acknowledged < config.min_replicas {
+            return Err(LockError::AcquisitionFailed {
+                key: self.name.to_owned(),
+                reason: AcquireFailure::ReplicationUnconfirmed {
+                    required: config.min_replicas,
+                    acknowledged,
+                },
+            });
+        }
+        Ok(())
     }
 
     fn handle(&self, redis_key: String, token: u64, valid_until: Instant) -> LockHandle {

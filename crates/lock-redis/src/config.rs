@@ -1,6 +1,7 @@
 //! Settings of a [`crate::RedisLock`].
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::{LockError, validate_instance_id, validate_wait, validate_watchdog_timeout};
@@ -19,6 +20,15 @@ pub const DEFAULT_KEY_PREFIX: &str = "lock:";
 pub const MIN_COMMAND_TIMEOUT: Duration = Duration::from_millis(10);
 /// Longest accepted command timeout: 60 s.
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default number of replicas that must acknowledge a grant: 0 (no `WAIT`).
+pub const DEFAULT_MIN_REPLICAS: u32 = 0;
+/// Most replicas a grant can be made to wait for: 16.
+pub const MAX_MIN_REPLICAS: u32 = 16;
+/// Default time a grant waits for its replica acknowledgements: 1 s.
+pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest accepted replica-sync timeout: 10 s.
+pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a released key keeps its tombstone (last fencing token, releasing owner): 10 s.
 ///
 /// The fencing token is floored by the Redis server clock; the tombstone covers clock steps
@@ -45,6 +55,9 @@ pub struct RedisLockConfig {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) key_prefix: String,
     pub(crate) instance_id: String,
+    pub(crate) min_replicas: u32,
+    pub(crate) replica_sync_timeout: Duration,
+    pub(crate) tls_ca_file: Option<PathBuf>,
 }
 
 impl fmt::Debug for RedisLockConfig {
@@ -56,6 +69,9 @@ impl fmt::Debug for RedisLockConfig {
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("key_prefix", &self.key_prefix)
             .field("instance_id", &self.instance_id)
+            .field("min_replicas", &self.min_replicas)
+            .field("replica_sync_timeout", &self.replica_sync_timeout)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -80,7 +96,33 @@ impl RedisLockConfig {
                 .iter()
                 .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
                 .unwrap_or_else(|| "unknown-instance".to_owned()),
+            min_replicas: DEFAULT_MIN_REPLICAS,
+            replica_sync_timeout: DEFAULT_REPLICA_SYNC_TIMEOUT,
+            tls_ca_file: None,
         }
+    }
+
+    /// Replicas that must acknowledge a grant (Redis `WAIT`, on the connection that ran the
+    /// acquire script) before it is reported; fewer acknowledgements within
+    /// [`replica_sync_timeout`](Self::replica_sync_timeout) release the grant and fail closed
+    /// (reason `replication_unconfirmed`). Default 0 (no `WAIT`); 0 to 16.
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.min_replicas = replicas;
+        self
+    }
+
+    /// How long a grant waits for [`min_replicas`](Self::min_replicas) acknowledgements.
+    /// Default 1 s; 1 ms to 10 s. Adds to the longest time an acquire can take.
+    pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_sync_timeout = timeout;
+        self
+    }
+
+    /// A PEM file of CA certificates to trust for `rediss://` addresses instead of the
+    /// system's roots.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
     }
 
     /// Replaces the Redis address (`redis://[user[:password]@]host[:port][/db]`).
@@ -144,6 +186,22 @@ impl RedisLockConfig {
         validate_watchdog_timeout(self.watchdog_timeout)?;
         validate_key_prefix(&self.key_prefix)?;
         validate_instance_id(&self.instance_id)?;
+        if self.min_replicas > MAX_MIN_REPLICAS {
+            return Err(LockError::invalid_argument(
+                "min-replicas",
+                self.min_replicas.to_string(),
+                "accepted: 0 to 16",
+            ));
+        }
+        if self.replica_sync_timeout.is_zero()
+            || self.replica_sync_timeout > MAX_REPLICA_SYNC_TIMEOUT
+        {
+            return Err(LockError::invalid_argument(
+                "replica-sync-timeout",
+                format!("{} ms", self.replica_sync_timeout.as_millis()),
+                "accepted: 1 ms to 10 s",
+            ));
+        }
         Ok(())
     }
 }

@@ -15,20 +15,39 @@ fn reconnect_policy() -> ReconnectPolicy {
     ReconnectPolicy::new_exponential(0, 100, 2_000, 2)
 }
 
-/// The lock space of an address and key prefix: `redis://<host>:<port>/<db> <prefix>`, the same
-/// however the address was written (default port and database filled in, user and password
-/// left out). Host names are compared as written: `localhost` and `127.0.0.1` differ.
+/// What the addresses accept, quoted in errors.
+pub(crate) const ACCEPTED_ADDRESSES: &str = "redis://[user[:password]@]host[:port][/db], \
+redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name[&node=host:port…], \
+redis-cluster://[user[:password]@]host:port[?node=host:port…], each also with TLS as rediss…://";
+
+/// The lock space of an address and key prefix, the same however the address was written
+/// (default port and database filled in, user and password left out, cluster and sentinel
+/// nodes sorted): `redis://<host>:<port>/<db> <prefix>`,
+/// `redis-sentinel://<service>/<db> <prefix>` or `redis-cluster://<nodes> <prefix>`. Host names
+/// are compared as written: `localhost` and `127.0.0.1` differ.
 pub(crate) fn namespace(config: &RedisLockConfig) -> String {
-    let parsed = Config::from_url(&config.address).ok();
-    let server = parsed
-        .as_ref()
-        .and_then(|c| c.server.hosts().into_iter().next())
-        .map_or_else(
-            || config.redacted_address(),
-            |s| format!("{}:{}", s.host, s.port),
-        );
-    let database = parsed.and_then(|c| c.database).unwrap_or(0);
-    format!("redis://{server}/{database} {}", config.key_prefix)
+    let Ok(parsed) = Config::from_url(&config.address) else {
+        return format!("{} {}", config.redacted_address(), config.key_prefix);
+    };
+    let database = parsed.database.unwrap_or(0);
+    let place = match &parsed.server {
+        ServerConfig::Clustered { hosts, .. } => {
+            let mut nodes: Vec<String> = hosts
+                .iter()
+                .map(|s| format!("{}:{}", s.host, s.port))
+                .collect();
+            nodes.sort();
+            format!("redis-cluster://{}", nodes.join(","))
+        }
+        ServerConfig::Sentinel { service_name, .. } => {
+            format!("redis-sentinel://{service_name}/{database}")
+        }
+        other => match other.hosts().first() {
+            Some(s) => format!("redis://{}:{}/{database}", s.host, s.port),
+            None => config.redacted_address(),
+        },
+    };
+    format!("{place} {}", config.key_prefix)
 }
 
 /// Builds (does not connect) the command client and the subscriber client.
@@ -39,12 +58,15 @@ pub(crate) fn build_clients(
     config: &RedisLockConfig,
 ) -> Result<(Client, SubscriberClient), LockError> {
     check_scheme(config)?;
-    let mut fred_config = Config::from_url(&config.address).map_err(|e| {
+    // TLS is set up here rather than by fred's URL parser, which would load the system's roots
+    // even when a CA file is configured (and fail where the system has none).
+    let (plain_address, tls) = without_tls(&config.address);
+    let mut fred_config = Config::from_url(&plain_address).map_err(|e| {
         LockError::invalid_argument(
             "redis.address",
             config.redacted_address(),
             format!(
-                "{}; accepted: redis://[user[:password]@]host[:port][/db]",
+                "{}; accepted: {ACCEPTED_ADDRESSES}",
                 scrub(e.details(), &config.address)
             ),
         )
@@ -52,6 +74,31 @@ pub(crate) fn build_clients(
     // Keep retrying the first connection too: a service may start while Redis is down, and its
     // acquisitions fail closed until Redis answers.
     fred_config.fail_fast = false;
+    fred_config.tls = match (&config.tls_ca_file, tls) {
+        (Some(ca_file), false) => {
+            return Err(LockError::invalid_argument(
+                "redis.tls.ca-file",
+                ca_file.display().to_string(),
+                "a CA file only applies to TLS addresses (rediss://, rediss-sentinel://, rediss-cluster://)",
+            ));
+        }
+        (Some(ca_file), true) => Some(tls_with_ca(ca_file)?),
+        (None, true) => Some(
+            fred::types::config::TlsConnector::default_rustls()
+                .map_err(|e| {
+                    LockError::invalid_argument(
+                        "redis.address",
+                        config.redacted_address(),
+                        format!(
+                            "TLS with the system's CA certificates is not available ({}); set telco.platform.lock.redis.tls.ca-file",
+                            e.details()
+                        ),
+                    )
+                })?
+                .into(),
+        ),
+        (None, false) => None,
+    };
 
     let mut builder = Builder::from_config(fred_config);
     builder
@@ -101,21 +148,69 @@ pub(crate) async fn check_eviction_policy(client: &Client) {
     }
 }
 
-/// Only single-server `redis://` is supported and tested so far.
+/// The URL schemes the lock supports.
 fn check_scheme(config: &RedisLockConfig) -> Result<(), LockError> {
     let scheme = config.address.split_once("://").map(|(scheme, _)| scheme);
-    let problem = match scheme {
-        Some("redis") => return Ok(()),
-        Some("rediss" | "redis-sentinel" | "redis-cluster") => {
-            format!("{}:// is not supported yet", scheme.unwrap_or_default())
-        }
-        _ => "not a redis:// URL".to_owned(),
-    };
+    if let Some(
+        "redis" | "rediss" | "redis-sentinel" | "rediss-sentinel" | "redis-cluster"
+        | "rediss-cluster",
+    ) = scheme
+    {
+        return Ok(());
+    }
     Err(LockError::invalid_argument(
         "redis.address",
         config.redacted_address(),
-        format!("{problem}; accepted: redis://[user[:password]@]host[:port][/db]"),
+        format!("not a Redis URL; accepted: {ACCEPTED_ADDRESSES}"),
     ))
+}
+
+/// The address with its TLS scheme replaced by the plain one, and whether it had TLS.
+fn without_tls(address: &str) -> (String, bool) {
+    for (tls, plain) in [
+        ("rediss-sentinel://", "redis-sentinel://"),
+        ("rediss-cluster://", "redis-cluster://"),
+        ("rediss://", "redis://"),
+    ] {
+        if let Some(rest) = address.strip_prefix(tls) {
+            return (format!("{plain}{rest}"), true);
+        }
+    }
+    (address.to_owned(), false)
+}
+
+/// A rustls configuration trusting exactly the CA certificates in `path` (PEM).
+fn tls_with_ca(path: &std::path::Path) -> Result<fred::types::config::TlsConfig, LockError> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    let invalid = |problem: String| {
+        LockError::invalid_argument("redis.tls.ca-file", path.display().to_string(), problem)
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
+        invalid(format!(
+            "cannot read it: {e}; accepted: a readable PEM file of CA certificates"
+        ))
+    })?;
+    for cert in certs {
+        let cert = cert.map_err(|e| invalid(format!("not PEM: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| invalid(format!("not a usable CA certificate: {e}")))?;
+    }
+    if roots.is_empty() {
+        return Err(invalid(
+            "it holds no certificate; accepted: a PEM file of CA certificates".into(),
+        ));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(client.into())
 }
 
 fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {

@@ -66,8 +66,9 @@ use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, OwnerTok
 use tokio::time::Instant;
 
 pub use config::{
-    DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_WAIT_TIME,
-    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT,
+    DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
+    DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT,
+    MAX_KEY_PREFIX_BYTES, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT,
     RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
 pub use error::{RedisFailure, Refusal};
@@ -153,10 +154,11 @@ impl RedisLock {
                 "Redis is not reachable yet; acquisitions fail closed until it is"
             ),
         }
+        let subscriptions = Subscriptions::start(subscriber, &client);
         let inner = Arc::new(Inner {
             namespace: connection::namespace(&config),
             client,
-            subscriptions: Subscriptions::start(subscriber),
+            subscriptions,
             scripts,
             keys: KeyLayout::new(&config.key_prefix),
             owners,
@@ -223,8 +225,12 @@ impl DistributedLock for RedisLock {
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        let wait = options.wait_time().unwrap_or(self.inner.config.wait_time);
-        let budget = wait + self.inner.config.command_timeout;
+        let config = &self.inner.config;
+        let wait = options.wait_time().unwrap_or(config.wait_time);
+        let mut budget = wait + config.command_timeout;
+        if config.min_replicas > 0 {
+            budget += config.replica_sync_timeout + config.command_timeout;
+        }
         let mut acquisition = Acquisition::new(&self.inner, key, options.lease());
         match tokio::time::timeout(budget, acquisition.run(wait)).await {
             Ok(result) => result,

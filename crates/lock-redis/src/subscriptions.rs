@@ -92,8 +92,9 @@ impl Drop for Subscription {
 }
 
 impl Subscriptions {
-    /// Starts the dispatcher on the current runtime.
-    pub(crate) fn start(subscriber: SubscriberClient) -> Self {
+    /// Starts the dispatcher on the current runtime. `commands` is the client's command
+    /// connection: its Cluster topology changes (a slot moved, a failover) also re-subscribe.
+    pub(crate) fn start(subscriber: SubscriberClient, commands: &Client) -> Self {
         let shared = Arc::new(Shared {
             subscriber,
             channels: Mutex::default(),
@@ -104,6 +105,10 @@ impl Subscriptions {
             Arc::downgrade(&shared),
             shared.subscriber.message_rx(),
             shared.subscriber.reconnect_rx(),
+            [
+                shared.subscriber.cluster_change_rx(),
+                commands.cluster_change_rx(),
+            ],
         ));
         Subscriptions { shared }
     }
@@ -224,12 +229,15 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
     }
 }
 
-/// Wakes waiters on messages; after a (re)connect marks every subscription unconfirmed so its
-/// driver subscribes again.
+/// Wakes waiters on messages; after a (re)connect or a Cluster topology change (a shard
+/// channel's subscription lives on the node serving its slot, and Redis drops it when the slot
+/// moves) marks every subscription unconfirmed so its driver subscribes again.
 async fn dispatch(
     shared: Weak<Shared>,
     mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
     mut reconnects: tokio::sync::broadcast::Receiver<Server>,
+    [mut subscriber_topology, mut command_topology]: [tokio::sync::broadcast::Receiver<Vec<fred::types::ClusterStateChange>>;
+        2],
 ) {
     loop {
         enum Event {
@@ -247,6 +255,9 @@ async fn dispatch(
                 Ok(_) | Err(RecvError::Lagged(_)) => Event::Reconnected,
                 Err(RecvError::Closed) => return,
             },
+            // A closed topology stream (never on a single server) only disables its branch.
+            Ok(_) = subscriber_topology.recv() => Event::Reconnected,
+            Ok(_) = command_topology.recv() => Event::Reconnected,
         };
         let Some(shared) = shared.upgrade() else {
             return;

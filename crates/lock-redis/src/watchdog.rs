@@ -1,7 +1,7 @@
 //! The watchdog: renews every watchdog lease of one client, every third of the watchdog timeout,
-//! in batched script calls — not one call per lock per tick.
+//! in batched script calls — not one call per lock per tick (one per hash slot on a Cluster).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -88,7 +88,19 @@ async fn renew_all(inner: &Inner) {
     }
     let ttl = inner.config.watchdog_timeout;
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    for batch in leases.chunks(RENEW_BATCH) {
+    // A script may only touch keys of one hash slot on a Cluster: one call per slot there, one
+    // call per batch of any keys on a single server.
+    let mut groups: BTreeMap<u16, Vec<(u64, Renewal)>> = BTreeMap::new();
+    let clustered = inner.client.is_clustered();
+    for lease in leases {
+        let slot = if clustered {
+            fred::util::redis_keyslot(lease.1.redis_key.as_bytes())
+        } else {
+            0
+        };
+        groups.entry(slot).or_default().push(lease);
+    }
+    for batch in groups.values().flat_map(|group| group.chunks(RENEW_BATCH)) {
         let keys: Vec<&str> = batch.iter().map(|(_, r)| r.redis_key.as_str()).collect();
         let mut args: Vec<Value> = Vec::with_capacity(batch.len() + 1);
         args.push(ttl_ms.into());

@@ -282,23 +282,35 @@ async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_tim
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unsupported_addresses_are_rejected_by_name() {
-    for (address, expected) in [
-        ("rediss://h:6379", "rediss:// is not supported yet"),
+async fn bad_addresses_and_tls_files_are_rejected_by_name() {
+    let ca = std::env::temp_dir().join(format!("no-such-ca-{}.pem", std::process::id()));
+    for (config, setting, expected) in [
         (
-            "redis-cluster://h:6379",
-            "redis-cluster:// is not supported yet",
+            lock_redis::RedisLockConfig::new("http://h"),
+            "redis.address",
+            "not a Redis URL",
         ),
-        ("http://h", "not a redis:// URL"),
+        (
+            lock_redis::RedisLockConfig::new("redis-sentinel://h:26379"),
+            "redis.address",
+            "sentinelServiceName",
+        ),
+        (
+            lock_redis::RedisLockConfig::new("rediss://h:6379").tls_ca_file(&ca),
+            "redis.tls.ca-file",
+            "cannot read it",
+        ),
+        (
+            lock_redis::RedisLockConfig::new("redis://h:6379").tls_ca_file(&ca),
+            "redis.tls.ca-file",
+            "only applies to TLS addresses",
+        ),
     ] {
-        let err = RedisLock::connect(lock_redis::RedisLockConfig::new(address).instance_id("t"))
+        let err = RedisLock::connect(config.instance_id("t"))
             .await
             .unwrap_err();
         let text = err.to_string();
-        assert!(
-            text.contains("redis.address") && text.contains(expected),
-            "{text}"
-        );
+        assert!(text.contains(setting) && text.contains(expected), "{text}");
     }
 }
 

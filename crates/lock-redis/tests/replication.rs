@@ -1,0 +1,111 @@
+//! Replica-acknowledged grants (`min-replicas`, `replica-sync-timeout`) on a primary with one
+//! replica: a grant is reported only once enough replicas have it; otherwise it is handed back
+//! and the acquisition fails closed with its own reason.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{SLACK, command_calls, delta, eventually};
+use lock_core::{DistributedLock, Lease, LockErrorCode, ReleaseOutcome};
+use lock_redis::RedisLock;
+use lock_testkit::RedisServer;
+
+/// A primary and a replica of it, the replica fully synced.
+async fn primary_with_replica() -> (RedisServer, RedisServer) {
+    let primary = common::server().await;
+    let replica = common::server().await;
+    replica
+        .cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()])
+        .await
+        .unwrap();
+    let synced = eventually(Duration::from_secs(30), || async {
+        replica
+            .cmd(&["INFO", "replication"])
+            .await
+            .is_ok_and(|info| info.contains("master_link_status:up"))
+    })
+    .await;
+    assert!(synced, "the replica never synced");
+    (primary, replica)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
+    let (primary, replica) = primary_with_replica().await;
+    let lock = RedisLock::connect(common::config(&primary).min_replicas(1))
+        .await
+        .unwrap();
+    let before = command_calls(&primary).await;
+    let handle = lock
+        .acquire("replicated", Lease::Fixed(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let after = command_calls(&primary).await;
+    assert_eq!(delta(&before, &after, "evalsha"), 1);
+    assert_eq!(delta(&before, &after, "wait"), 1);
+    // The replica has the grant at the moment it is reported.
+    let on_replica = replica
+        .cmd(&["GET", &lock.redis_key("replicated")])
+        .await
+        .unwrap();
+    assert!(on_replica.contains(handle.owner()), "{on_replica}");
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
+    let (primary, _replica) = primary_with_replica().await;
+    let lock = RedisLock::connect(
+        common::config(&primary)
+            .min_replicas(2)
+            .replica_sync_timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    let err = lock
+        .acquire("unreplicated", Lease::Fixed(Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed);
+    let details = err.details();
+    assert_eq!(details["reason"], "replication_unconfirmed", "{err}");
+    assert_eq!(details["requiredReplicas"], "2");
+    assert_eq!(details["acknowledgedReplicas"], "1");
+    // Handed back at once (not held for its 60 s lease): someone else gets it.
+    let other = RedisLock::connect(common::config(&primary)).await.unwrap();
+    let handed_back = eventually(SLACK, || async {
+        other
+            .try_acquire("unreplicated", Lease::Watchdog)
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(handed_back, "the unconfirmed grant was not released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_makes_grants_fail_closed_within_the_sync_timeout() {
+    let (primary, replica) = primary_with_replica().await;
+    let lock = RedisLock::connect(
+        common::config(&primary)
+            .min_replicas(1)
+            .replica_sync_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    replica.pause().unwrap();
+    let started = tokio::time::Instant::now();
+    let err = lock.acquire("cut-off", Lease::Watchdog).await.unwrap_err();
+    assert_eq!(err.details()["reason"], "replication_unconfirmed", "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "did not wait for the replica"
+    );
+    replica.resume().unwrap();
+    let recovered = eventually(Duration::from_secs(20), || async {
+        lock.try_acquire("cut-off", Lease::Watchdog).await.is_ok()
+    })
+    .await;
+    assert!(recovered, "grants did not recover with the replica");
+}
