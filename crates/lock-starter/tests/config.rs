@@ -7,7 +7,8 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use lock_starter::config::{
-    ConfigError, ConfigSources, KEYS, LockSettings, Origin, RedisAddress, SPRING_KEYS, ValueKind,
+    ConfigError, ConfigSources, KEYS, LockSettings, Origin, RedisAddress, SPRING_KEYS, Topology,
+    ValueKind,
 };
 
 /// A temporary directory for TOML files.
@@ -114,6 +115,7 @@ fn instance_id_falls_back_to_hostname_then_the_host_name() {
     );
 }
 
+/// Every key, `{ca}` standing for the path of a CA file.
 const FULL_TOML: &str = r#"
 [telco.platform.lock]
 enabled = false
@@ -123,20 +125,30 @@ key-prefix = "locks/"
 instance-id = "billing-7f9c"
 
 [telco.platform.lock.redis]
-address = "redis://redis.internal:6380/2"
+address = "rediss://redis.internal:6380/2"
 command-timeout = "500ms"
+tls.ca-file = "{ca}"
 "#;
+
+/// A PEM file as the CA-file check wants it (the certificate itself is not parsed here).
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
 
 #[test]
 fn toml_file_sets_every_key() {
     let files = Files::new();
-    let path = files.write("app.toml", FULL_TOML);
+    let ca = files.write("ca.pem", CA_PEM);
+    let path = files.write(
+        "app.toml",
+        &FULL_TOML.replace("{ca}", &ca.display().to_string()),
+    );
     let settings = load(&env(&[]).toml_file(&path));
     assert!(!settings.enabled);
     assert_eq!(
         settings.redis.address.expose(),
-        "redis://redis.internal:6380/2"
+        "rediss://redis.internal:6380/2"
     );
+    assert!(settings.redis.address.tls());
+    assert_eq!(settings.redis.tls_ca_file.as_deref(), Some(ca.as_path()));
     assert_eq!(settings.redis.address.database(), 2);
     assert_eq!(settings.redis.command_timeout, Duration::from_millis(500));
     assert_eq!(settings.wait_time, Duration::from_millis(250));
@@ -208,29 +220,43 @@ fn environment_overrides_toml() {
     );
 }
 
-/// A valid value of every key, as the environment would give it.
-fn sample(kind: ValueKind, name: &str) -> &'static str {
+/// A valid value of every key, as the environment would give it (`ca` for a CA file).
+fn sample(kind: ValueKind, name: &str, ca: &str) -> String {
     match (kind, name) {
         (ValueKind::Bool, _) => "false",
         (ValueKind::RedisUrl, _) => "redis://env-redis:7000",
         (ValueKind::Duration, _) => "1500ms",
+        (ValueKind::Path, _) => ca,
         (_, n) if n.ends_with("key-prefix") => "env:",
         (_, n) if n.ends_with("host") => "env-host",
         (_, n) if n.ends_with("port") => "7001",
         _ => "env-instance",
     }
+    .to_owned()
 }
 
 #[test]
 fn every_environment_form_of_every_key_works() {
+    let files = Files::new();
+    let ca = files.write("ca.pem", CA_PEM).display().to_string();
     for spec in KEYS {
         let names = spec.env_names();
         if spec.name.contains('-') {
             assert_eq!(names.len(), 2, "{}: strict and relaxed forms", spec.name);
         }
         for name in names {
-            let value = sample(spec.kind, spec.name);
-            let settings = load(&env(&[(&name, value)]));
+            let value = sample(spec.kind, spec.name, &ca);
+            let value = value.as_str();
+            // A CA file needs a TLS address.
+            let tls = (
+                "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+                "rediss://env-redis:7000",
+            );
+            let mut vars = vec![(name.as_str(), value)];
+            if spec.kind == ValueKind::Path {
+                vars.push(tls);
+            }
+            let settings = load(&env(&vars));
             let shown = settings.describe(spec.name).unwrap();
             assert!(
                 shown.ends_with(&format!("from environment variable {name}")),
@@ -238,7 +264,7 @@ fn every_environment_form_of_every_key_works() {
             );
             let expected = match spec.kind {
                 ValueKind::Duration => "1s 500ms".to_owned(),
-                ValueKind::Text => format!("{value:?}"),
+                ValueKind::Text | ValueKind::Path => format!("{value:?}"),
                 _ => value.to_owned(),
             };
             assert!(shown.contains(&format!("= {expected} ")), "{shown}");
@@ -252,6 +278,8 @@ fn every_environment_form_of_every_key_works() {
         ("TELCO_PLATFORM_LOCK_KEYPREFIX", "k:"),
         ("TELCO_PLATFORM_LOCK_INSTANCEID", "pod-a"),
         ("TELCO_PLATFORM_LOCK_ENABLED", "FALSE"),
+        ("TELCO_PLATFORM_LOCK_REDIS_TLS_CAFILE", &ca),
+        ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "rediss://h:6380"),
     ]));
     assert_eq!(settings.wait_time, Duration::from_secs(1));
     assert_eq!(settings.watchdog_timeout, Duration::from_secs(20));
@@ -259,6 +287,14 @@ fn every_environment_form_of_every_key_works() {
     assert_eq!(settings.key_prefix, "k:");
     assert_eq!(settings.instance_id, "pod-a");
     assert!(!settings.enabled);
+    assert_eq!(
+        settings
+            .redis
+            .tls_ca_file
+            .as_ref()
+            .map(|p| p.display().to_string()),
+        Some(ca)
+    );
 }
 
 #[test]
@@ -335,8 +371,13 @@ fn spring_host_and_port_are_the_fallback_address() {
     assert_eq!(
         host_only.source_of("redis.address"),
         Some(&Origin::SpringFallback {
-            host: Box::new(Origin::Env("SPRING_DATA_REDIS_HOST".into())),
-            port: Box::new(Origin::Default),
+            keys: vec![
+                (
+                    "spring.data.redis.host".into(),
+                    Origin::Env("SPRING_DATA_REDIS_HOST".into())
+                ),
+                ("spring.data.redis.port".into(), Origin::Default),
+            ],
         })
     );
     let port_only = load(&env(&[("SPRING_DATA_REDIS_PORT", "6390")]));
@@ -405,6 +446,14 @@ fn env_case(
 }
 
 const DURATION_FORMS: &str = "accepted: a duration with a unit, such as 5s, 250ms or 1m30s";
+
+/// What the address accepts, as every message about it ends.
+const ADDRESS_ACCEPTED: &str = "redis://[user[:password]@]host[:port][/db] (one server); \
+     redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name\
+     [&node=host:port…][&sentinelUsername=user][&sentinelPassword=password] (Sentinel, port \
+     26379 when omitted); redis-cluster://[user[:password]@]host[:port][?node=host:port…] \
+     (Cluster, database 0 only); rediss://, rediss-sentinel:// and rediss-cluster:// for TLS; \
+     ports 1 to 65535, databases 0 to 255";
 
 #[test]
 fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
@@ -554,13 +603,13 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             "not a Redis URL (no scheme://)",
         ),
         env_case(
-            "spring URL with an unsupported scheme",
+            "spring URL: sentinel without its service name",
             "SPRING_DATA_REDIS_URL",
-            "rediss://app:pw@cache.internal:6380",
+            "rediss-sentinel://app:pw@s1:26379",
             "spring.data.redis.url",
-            "\"rediss://app:***@cache.internal:6380\"",
-            "accepted: redis://[user[:password]@]host[:port][/db]",
-            "rediss:// is not supported yet",
+            "\"rediss-sentinel://app:***@s1:26379\"",
+            "redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name",
+            "sentinelServiceName is missing",
         ),
         env_case(
             "empty spring URL",
@@ -568,7 +617,7 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             " ",
             "spring.data.redis.url",
             "\" \"",
-            "(rediss://, redis-sentinel:// and redis-cluster:// are recognised but not supported yet)",
+            "rediss://, rediss-sentinel:// and rediss-cluster:// for TLS",
             "empty; a Redis URL is required",
         ),
         env_case(
@@ -581,22 +630,22 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             "not a Redis URL",
         ),
         env_case(
-            "unsupported scheme",
+            "another client's scheme",
             "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
-            "rediss://redis.internal:6380",
+            "valkeys://redis.internal:6380",
             "telco.platform.lock.redis.address",
-            "\"rediss://redis.internal:6380\"",
+            "\"valkeys://redis.internal:6380\"",
             "accepted: redis://[user[:password]@]host[:port][/db]",
-            "rediss:// is not supported yet",
+            "the scheme valkeys:// is not a Redis scheme",
         ),
         env_case(
-            "sentinel not yet",
+            "sentinel without its service name",
             "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
             "redis-sentinel://s1:26379",
             "telco.platform.lock.redis.address",
             "\"redis-sentinel://s1:26379\"",
             "redis-cluster://",
-            "redis-sentinel:// is not supported yet",
+            "sentinelServiceName is missing",
         ),
         env_case(
             "foreign scheme",
@@ -646,7 +695,8 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             &not_table,
             "telco.platform.lock.redis",
             "\"redis://h:6379\"",
-            "a table [telco.platform.lock.redis] with the keys address, command-timeout",
+            "a table [telco.platform.lock.redis] with the keys address, command-timeout, \
+             tls.ca-file",
             "not a table",
         ),
         toml_case(
@@ -734,7 +784,7 @@ fn unknown_keys_in_toml_are_rejected_with_a_suggestion() {
             &format!("(from {})", toml_origin(&path)),
             "did you mean telco.platform.lock.wait-time?",
             "Known keys: telco.platform.lock.{enabled, redis.address, redis.command-timeout, \
-             wait-time, watchdog-timeout, key-prefix, instance-id}",
+             redis.tls.ca-file, wait-time, watchdog-timeout, key-prefix, instance-id}",
         ],
     );
     assert!(matches!(error, ConfigError::UnknownKey { .. }));
@@ -888,9 +938,15 @@ fn passwords_never_appear_in_settings_or_errors() {
         "redis://app:hunter2@redis.internal:99999",
         "redis://app:hunter2@redis.internal:port",
         "redis://app:hun/ter2@redis.internal",
-        "rediss://app:hunter2@redis.internal",
+        "rediss://app:hunter2@redis.internal?node=a:1",
         "app:hunter2@redis.internal:6379",
         "redis://app:hunter2@redis.internal/0?timeout=1",
+        "redis-sentinel://app:hunter2@redis.internal",
+        "rediss-sentinel://app:hunter2@redis.internal?sentinelServiceName=m\
+         &sentinelPassword=hunter2&node=bad",
+        "redis-sentinel://app:hunter2@redis.internal?sentinelServiceName=m&password=hunter2",
+        "redis-cluster://app:hunter2@redis.internal/2",
+        "rediss-cluster://app:hunter2@redis.internal?node=b:1&sentinelPassword=hunter2",
     ] {
         let secret_free = address.replace("hun/ter2", SECRET);
         let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)]));
@@ -901,6 +957,29 @@ fn passwords_never_appear_in_settings_or_errors() {
                 text.contains("app:***@redis.internal"),
                 "{secret_free}: {text}"
             );
+        }
+    }
+    // A sentinelPassword alone: the parameter's value is hidden, in settings and in errors.
+    let sentinel = load(&env(&[(
+        "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+        "redis-sentinel://s1:26379?sentinelServiceName=m&sentinelPassword=hunter2",
+    )]));
+    assert_no_secret(&format!("{sentinel:?}"));
+    assert_no_secret(&sentinel.describe("redis.address").unwrap());
+    assert_eq!(
+        sentinel.redis.address.to_string(),
+        "redis-sentinel://s1:26379?sentinelServiceName=m&sentinelPassword=***"
+    );
+    for address in [
+        "redis-sentinel://s1:26379?sentinelServiceName=m&sentinelPassword=hunter2&timeout=1",
+        "redis-sentinel://s1:99999?sentinelServiceName=m&sentinelPassword=hunter2",
+        "redis-sentinel://s1?sentinelPassword=hunter2",
+        "redis://s1?sentinelPassword=hunter2",
+    ] {
+        let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)]));
+        for text in [error.to_string(), format!("{error:?}")] {
+            assert_no_secret(&text);
+            assert!(text.contains("sentinelPassword=***"), "{address}: {text}");
         }
     }
     // A misspelt address variable: its value is shown, redacted.
@@ -996,6 +1075,40 @@ fn workspace_file(relative: &str) -> PathBuf {
         .join(relative)
 }
 
+/// The keys whose line in `config/lock.toml` is an example rather than the default: uncommenting
+/// them would change the address (or, for the CA file, need a TLS address and a real file).
+const EXAMPLE_ONLY: &[&str] = &[
+    "telco.platform.lock.redis.tls.ca-file",
+    "spring.data.redis.username",
+    "spring.data.redis.password",
+    "spring.data.redis.sentinel.master",
+    "spring.data.redis.sentinel.nodes",
+    "spring.data.redis.cluster.nodes",
+];
+
+/// The commented-out `# key = value` lines of an example file: line index and full key name,
+/// the section taken from the last `[section]` or `# [section]` line above.
+fn commented_keys(text: &str) -> Vec<(usize, String)> {
+    let mut section = String::new();
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let bare = line.strip_prefix("# ").unwrap_or(line);
+        if let Some(name) = bare.strip_prefix('[').and_then(|b| b.strip_suffix(']')) {
+            section = name.to_owned();
+        } else if let Some(rest) = line.strip_prefix("# ") {
+            if let Some((key, _)) = rest.split_once(" = ") {
+                let plain = key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+                if plain {
+                    keys.push((i, format!("{section}.{key}")));
+                }
+            }
+        }
+    }
+    keys
+}
+
 #[test]
 fn the_example_file_loads_and_documents_the_true_defaults() {
     let path = workspace_file("config/lock.toml");
@@ -1007,19 +1120,31 @@ fn the_example_file_loads_and_documents_the_true_defaults() {
             .env_from([("POD_NAME", "billing-7f9c")]),
     );
     assert_same_values(&as_is, &defaults);
+    assert!(as_is.warnings().is_empty(), "{:?}", as_is.warnings());
 
-    // Every key is listed; uncommenting every `# key = value` line changes nothing.
+    // Every key is listed, in its section; uncommenting every `# key = value` line that shows a
+    // default changes nothing.
+    let listed = commented_keys(&text);
     for spec in KEYS.iter().chain(SPRING_KEYS) {
-        let name = spec.name.rsplit('.').next().unwrap();
         assert!(
-            text.contains(&format!("# {name} = ")),
-            "config/lock.toml lists {}",
+            listed.iter().any(|(_, key)| key == spec.name),
+            "config/lock.toml lists {} (found {listed:?})",
             spec.name
         );
     }
+    let examples: Vec<usize> = listed
+        .iter()
+        .filter(|(_, key)| EXAMPLE_ONLY.contains(&key.as_str()))
+        .map(|(i, _)| *i)
+        .collect();
     let uncommented: String = text
         .lines()
-        .map(|line| match line.strip_prefix("# ") {
+        .enumerate()
+        .map(|(i, line)| match line.strip_prefix("# ") {
+            Some(rest) if examples.contains(&i) => {
+                assert!(rest.contains(" = "));
+                line
+            }
             Some(rest) if rest.contains(" = ") || rest.starts_with('[') => rest,
             _ => line,
         })
@@ -1037,13 +1162,124 @@ fn the_example_file_loads_and_documents_the_true_defaults() {
         "the file's example id"
     );
     assert_same_values(&explicit, &defaults);
-    for spec in KEYS {
+    for spec in KEYS.iter().filter(|s| !EXAMPLE_ONLY.contains(&s.name)) {
         assert_eq!(
             explicit.source_of(spec.name).unwrap().to_string(),
             toml_origin(&copy),
             "{} is set by the uncommented file",
             spec.name
         );
+    }
+
+    // The example lines are valid too: the CA file with a TLS address, and each Spring
+    // deployment on its own.
+    let ca = files.write("ca.pem", CA_PEM);
+    let line_of = |key: &str| {
+        let (i, _) = listed.iter().find(|(_, k)| k == key).unwrap();
+        text.lines()
+            .nth(*i)
+            .unwrap()
+            .strip_prefix("# ")
+            .unwrap()
+            .to_owned()
+    };
+    let (_, ca_example) = line_of("telco.platform.lock.redis.tls.ca-file")
+        .split_once(" = ")
+        .map(|(k, v)| (k.to_owned(), v.trim_matches('"').to_owned()))
+        .unwrap();
+    assert!(ca_example.ends_with(".pem"), "{ca_example}");
+    let tls = files.write(
+        "tls.toml",
+        &format!(
+            "[telco.platform.lock.redis]\naddress = \"rediss://h:6380\"\ntls.ca-file = {:?}\n",
+            ca.display().to_string()
+        ),
+    );
+    assert!(load(&env(&[]).toml_file(&tls)).redis.tls_ca_file.is_some());
+    for keys in [
+        &["sentinel.master", "sentinel.nodes", "username", "password"][..],
+        &["cluster.nodes", "username", "password"][..],
+    ] {
+        let lines: Vec<String> = keys
+            .iter()
+            .map(|k| line_of(&format!("spring.data.redis.{k}")))
+            .collect();
+        let spring = files.write(
+            "spring.toml",
+            &format!("[spring.data.redis]\n{}\n", lines.join("\n")),
+        );
+        let settings = load(&env(&[]).toml_file(&spring));
+        assert_ne!(settings.redis.address.topology(), &Topology::Single);
+    }
+}
+
+/// A file under `config/`, loaded on its own.
+fn load_example(name: &str) -> LockSettings {
+    load(&env(&[("POD_NAME", "p")]).toml_file(workspace_file(&format!("config/{name}"))))
+}
+
+/// An example file with its address line removed and its Spring Boot form (the `# [section]`
+/// and `# key = value` lines after `# --- Spring Boot form`) uncommented.
+fn spring_form_of(name: &str) -> String {
+    let text = std::fs::read_to_string(workspace_file(&format!("config/{name}"))).unwrap();
+    let (lock, spring) = text
+        .split_once("# --- Spring Boot form")
+        .unwrap_or_else(|| panic!("config/{name} has a Spring Boot form"));
+    let lock: Vec<&str> = lock
+        .lines()
+        .filter(|line| !line.starts_with("address = "))
+        .collect();
+    let spring: Vec<&str> = spring
+        .lines()
+        .skip(1) // the rest of the marker line
+        .map(|line| match line.strip_prefix("# ") {
+            Some(rest) if rest.starts_with('[') || rest.contains(" = ") => rest,
+            _ => line,
+        })
+        .collect();
+    format!("{}\n{}", lock.join("\n"), spring.join("\n"))
+}
+
+#[test]
+fn the_sentinel_and_cluster_examples_load_and_match_their_spring_forms() {
+    let sentinel = load_example("sentinel.toml");
+    assert_eq!(
+        sentinel.redis.address.topology(),
+        &Topology::Sentinel {
+            service_name: "mymaster".into()
+        }
+    );
+    assert_eq!(sentinel.redis.address.nodes().len(), 3);
+    assert!(sentinel.warnings().is_empty(), "{:?}", sentinel.warnings());
+
+    let cluster = load_example("cluster.toml");
+    assert_eq!(cluster.redis.address.topology(), &Topology::Cluster);
+    assert_eq!(cluster.redis.address.nodes().len(), 3);
+    assert!(cluster.warnings().is_empty(), "{:?}", cluster.warnings());
+
+    // Each file's Spring Boot form builds the very same address.
+    let files = Files::new();
+    for (name, settings) in [("sentinel.toml", &sentinel), ("cluster.toml", &cluster)] {
+        let spring = files.write(name, &spring_form_of(name));
+        let from_spring = load(&env(&[("POD_NAME", "p")]).toml_file(&spring));
+        assert_eq!(
+            from_spring.redis.address.expose(),
+            settings.redis.address.expose(),
+            "{name}"
+        );
+        assert!(
+            matches!(
+                from_spring.source_of("redis.address"),
+                Some(Origin::SpringFallback { .. })
+            ),
+            "{name}"
+        );
+        assert!(
+            from_spring.warnings().is_empty(),
+            "{:?}",
+            from_spring.warnings()
+        );
+        assert_eq!(from_spring.wait_time, settings.wait_time, "{name}");
     }
 }
 
@@ -1084,12 +1320,48 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
         error_message(&env(&[("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "0s")])),
         error_message(&env(&[(
             "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
-            "rediss://app:hunter2@redis.internal:6380",
+            "redis-sentinel://app:hunter2@s1:26379/1",
         )])),
         error_message(&env(&[(
             "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
             "localhost:6379",
         )])),
+        error_message(&env(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis-cluster://c1:7000?node=c2:7001&timeout=5",
+        )])),
+        error_message(&env(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "rediss-sentinel://s1?sentinelServiceName=mymaster&sentinelPassword=hunter2&node=s2",
+        )])),
+        error_message(&env(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE",
+            "/etc/ssl/certs/redis-ca.pem",
+        )])),
+        files.as_config_dir(&error_message(&env(&[
+            (
+                "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+                "rediss://redis.internal:6380",
+            ),
+            (
+                "TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE",
+                &files.dir.path().join("redis-ca.pem").display().to_string(),
+            ),
+        ]))),
+        error_message(&env(&[("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster")])),
+        error_message(&env(&[
+            ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+            ("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster"),
+            ("SPRING_DATA_REDIS_SENTINEL_NODES", "s1:26379,s2:26379"),
+        ])),
+        error_message(&env(&[
+            ("SPRING_DATA_REDIS_URL", "redis://cache.internal:6379"),
+            ("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:7000,c2:7001"),
+        ])),
+        error_message(&env(&[
+            ("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:7000,c2:7001"),
+            ("SPRING_DATA_REDIS_DATABASE", "2"),
+        ])),
         error_message(&env(&[
             ("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s"),
             ("TELCO_PLATFORM_LOCK_WAITTIME", "3s"),
@@ -1106,7 +1378,7 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
         error_message(&env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "")])),
         error_message(&env(&[(
             "SPRING_DATA_REDIS_URL",
-            "rediss://app:hunter2@cache.internal:6380",
+            "rediss-cluster://app:hunter2@cache.internal:6380/1",
         )])),
         error_message(&env(&[("TELCO_PLATFORM_LOCK_REDIS_PWD", "hunter2")])),
     ];
@@ -1118,8 +1390,16 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
     let spring = env(&[
         ("SPRING_DATA_REDIS_HOST", "redis.internal"),
         ("SPRING_DATA_REDIS_PASSWORD", "hunter2"),
-        ("SPRING_DATA_REDIS_DATABASE", "3"),
+        ("SPRING_DATA_REDIS_TIMEOUT", "3s"),
     ]);
+    let sentinel = load(&env(&[
+        ("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster"),
+        (
+            "SPRING_DATA_REDIS_SENTINEL_NODES",
+            "s1:26379,s2:26379,s3:26379",
+        ),
+        ("SPRING_DATA_REDIS_PASSWORD", "hunter2"),
+    ]));
     let url = load(&env(&[(
         "SPRING_DATA_REDIS_URL",
         "redis://app:hunter2@cache.internal:6380/2",
@@ -1129,6 +1409,7 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
         load(&env(&[("TELCO_PLATFROM_LOCK_WAIT_TIME", "2s")])).warnings()[0].clone(),
         load(&spring).warnings()[0].clone(),
         url.describe("redis.address").unwrap(),
+        sentinel.describe("redis.address").unwrap(),
     ];
     let mut missing = Vec::new();
     for example in &warnings {
@@ -1153,6 +1434,46 @@ fn the_documentation_lists_every_key_and_quotes_real_messages() {
         "docs/configuration.md claims a Display the settings do not have"
     );
     assert!(docs_text.contains("`LockSettings` and `RedisSettings` have no `Display`"));
+
+    // Every TOML example under "Deployments" loads (the CA file replaced by a real one), and
+    // together they show each topology and TLS.
+    let deployments = docs
+        .split_once("\n## Deployments\n")
+        .expect("docs/configuration.md has a Deployments section")
+        .1;
+    let deployments = deployments.split("\n## ").next().unwrap();
+    let ca = files.write("ca.pem", CA_PEM);
+    let mut seen = Vec::new();
+    for (i, block) in deployments.split("```toml\n").skip(1).enumerate() {
+        let block = block.split("```").next().unwrap();
+        let block = block.replace("/etc/ssl/certs/redis-ca.pem", &ca.display().to_string());
+        let path = files.write(&format!("deployment-{i}.toml"), &block);
+        let settings = LockSettings::load(&env(&[]).toml_file(&path))
+            .unwrap_or_else(|e| panic!("Deployments example {i}:\n{block}\n{e}"));
+        assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+        let address = &settings.redis.address;
+        seen.push((
+            address.topology().clone(),
+            address.tls(),
+            settings.redis.tls_ca_file.is_some(),
+        ));
+    }
+    for topology in [
+        Topology::Single,
+        Topology::Sentinel {
+            service_name: "mymaster".into(),
+        },
+        Topology::Cluster,
+    ] {
+        assert!(
+            seen.iter().any(|(t, ..)| *t == topology),
+            "{topology:?} in {seen:?}"
+        );
+    }
+    assert!(
+        seen.iter().any(|(_, tls, ca)| *tls && *ca),
+        "TLS with a CA file: {seen:?}"
+    );
 }
 
 #[test]
@@ -1366,50 +1687,69 @@ fn unread_spring_variables_are_a_warning_naming_them_without_their_values() {
     let settings = load(&env(&[
         ("SPRING_DATA_REDIS_HOST", "redis.internal"),
         ("SPRING_DATA_REDIS_PASSWORD", SECRET),
-        ("SPRING_DATA_REDIS_USERNAME", "app"),
-        ("SPRING_DATA_REDIS_DATABASE", "3"),
-        ("SPRING_DATA_REDIS_SSL_ENABLED", "true"),
         ("SPRING_DATA_REDIS_TIMEOUT", "5s"),
+        ("SPRING_DATA_REDIS_CLIENT_TYPE", "lettuce"),
+        ("SPRING_DATA_REDIS_SSL_BUNDLE", "redis"),
     ]));
     assert_eq!(
         settings.redis.address.expose(),
-        "redis://redis.internal:6379"
+        "redis://:hunter2@redis.internal:6379"
     );
     assert_eq!(
         settings.warnings(),
         [
-            "the lock's Redis address is built from spring.data.redis.host/port only, so these \
-             Spring settings are ignored by the lock: environment variable \
-             SPRING_DATA_REDIS_DATABASE, environment variable SPRING_DATA_REDIS_PASSWORD, \
-             environment variable SPRING_DATA_REDIS_SSL_ENABLED, environment variable \
-             SPRING_DATA_REDIS_TIMEOUT, environment variable SPRING_DATA_REDIS_USERNAME. Set \
-             telco.platform.lock.redis.address (redis://[user[:password]@]host[:port][/db]) if \
-             the lock needs them"
+            "the lock's Redis address is built from spring.data.redis.host/port (with username, \
+             password, database and ssl.enabled), so these Spring settings are ignored by the \
+             lock: environment variable SPRING_DATA_REDIS_CLIENT_TYPE, environment variable \
+             SPRING_DATA_REDIS_SSL_BUNDLE, environment variable SPRING_DATA_REDIS_TIMEOUT. Set \
+             telco.platform.lock.redis.address if the lock needs them"
         ]
     );
     assert_no_secret(&format!("{settings:?}"));
+    assert_no_secret(&settings.warnings().join(" "));
 
-    // Sentinel settings without a host: the default address, and a warning saying so.
+    // Sentinel settings: the sentinels' own password is not read, and said so.
     let settings = load(&env(&[
         ("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster"),
         ("SPRING_DATA_REDIS_SENTINEL_NODES", "s1:26379,s2:26379"),
         ("SPRING_DATA_REDIS_SENTINEL_PASSWORD", SECRET),
     ]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis-sentinel://s1:26379?sentinelServiceName=mymaster&node=s2:26379"
+    );
+    assert_eq!(
+        settings.warnings(),
+        [
+            "the lock's Redis address is built from spring.data.redis.sentinel.master/nodes \
+             (with username, password, database and ssl.enabled), so these Spring settings are \
+             ignored by the lock: environment variable SPRING_DATA_REDIS_SENTINEL_PASSWORD. Set \
+             telco.platform.lock.redis.address if the lock needs them"
+        ]
+    );
+
+    // Nothing the address can be built from: the default, and a warning saying so.
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_TIMEOUT", "5s"),
+        ("SPRING_DATA_REDIS_SENTINEL_PASSWORD", SECRET),
+    ]));
     assert_eq!(settings.redis.address.expose(), "redis://localhost:6379");
+    assert_eq!(settings.source_of("redis.address"), Some(&Origin::Default));
     assert_eq!(
         settings.warnings(),
         [
             "the lock's Redis address is the default redis://localhost:6379 (none of \
-             telco.platform.lock.redis.address, spring.data.redis.url, spring.data.redis.host \
-             and spring.data.redis.port is set), so these Spring settings are ignored by the \
-             lock: environment variable SPRING_DATA_REDIS_SENTINEL_MASTER, environment variable \
-             SPRING_DATA_REDIS_SENTINEL_NODES, environment variable \
-             SPRING_DATA_REDIS_SENTINEL_PASSWORD. Set telco.platform.lock.redis.address \
-             (redis://[user[:password]@]host[:port][/db]) if the lock needs them"
+             telco.platform.lock.redis.address and the spring.data.redis keys url, host, port, \
+             username, password, database, ssl.enabled, sentinel.master, sentinel.nodes and \
+             cluster.nodes is set), so these Spring settings are ignored by the lock: \
+             environment variable SPRING_DATA_REDIS_SENTINEL_PASSWORD, environment variable \
+             SPRING_DATA_REDIS_TIMEOUT. Set telco.platform.lock.redis.address if the lock needs \
+             them"
         ]
     );
 
-    // The lock's own address: the Spring settings are not the lock's business.
+    // The lock's own address: the Spring settings are not the lock's business, not even
+    // contradictory ones.
     let settings = load(&env(&[
         (
             "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
@@ -1417,8 +1757,11 @@ fn unread_spring_variables_are_a_warning_naming_them_without_their_values() {
         ),
         ("SPRING_DATA_REDIS_PASSWORD", SECRET),
         ("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:6379"),
+        ("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster"),
+        ("SPRING_DATA_REDIS_HOST", "h"),
     ]));
     assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+    assert_eq!(settings.redis.address.expose(), "redis://lock-redis:6379");
 }
 
 #[test]
@@ -1427,7 +1770,7 @@ fn unread_spring_keys_in_toml_are_a_warning_naming_them_and_their_source() {
     let path = files.write(
         "app.toml",
         "[spring.data.redis]\nhost = \"redis.internal\"\npassword = \"hunter2\"\n\
-         [spring.data.redis.ssl]\nenabled = true\n",
+         timeout = \"5s\"\n[spring.data.redis.ssl]\nenabled = true\nbundle = \"redis\"\n",
     );
     let settings = load(
         &env(&[])
@@ -1435,13 +1778,16 @@ fn unread_spring_keys_in_toml_are_a_warning_naming_them_and_their_source() {
             .env_from([("SPRING_DATA_REDIS_DATABASE", "2")]),
     );
     assert_eq!(
+        settings.redis.address.expose(),
+        "rediss://:hunter2@redis.internal:6379/2"
+    );
+    assert_eq!(
         settings.warnings(),
         [format!(
-            "the lock's Redis address is built from spring.data.redis.host/port only, so these \
-             Spring settings are ignored by the lock: spring.data.redis.password (from {0}), \
-             spring.data.redis.ssl.enabled (from {0}), environment variable \
-             SPRING_DATA_REDIS_DATABASE. Set telco.platform.lock.redis.address \
-             (redis://[user[:password]@]host[:port][/db]) if the lock needs them",
+            "the lock's Redis address is built from spring.data.redis.host/port (with username, \
+             password, database and ssl.enabled), so these Spring settings are ignored by the \
+             lock: spring.data.redis.ssl.bundle (from {0}), spring.data.redis.timeout (from {0}). \
+             Set telco.platform.lock.redis.address if the lock needs them",
             toml_origin(&path)
         )]
     );
@@ -1506,8 +1852,8 @@ fn spring_url_is_the_first_fallback_and_reports_its_origin() {
         [
             "the lock's Redis address is taken from spring.data.redis.url, so these Spring \
              settings are ignored by the lock: environment variable \
-             SPRING_DATA_REDIS_SSL_ENABLED. Set telco.platform.lock.redis.address \
-             (redis://[user[:password]@]host[:port][/db]) if the lock needs them"
+             SPRING_DATA_REDIS_SSL_ENABLED. Set telco.platform.lock.redis.address if the lock \
+             needs them"
         ]
     );
 
@@ -1518,10 +1864,11 @@ fn spring_url_is_the_first_fallback_and_reports_its_origin() {
     )]));
     assert_eq!(
         error.to_string(),
-        "spring.data.redis.url = \"redis://app:***@cache.internal:99999\" (from environment \
-         variable SPRING_DATA_REDIS_URL): the port is not a number from 1 to 65535; accepted: \
-         redis://[user[:password]@]host[:port][/db], e.g. redis://localhost:6379 (rediss://, \
-         redis-sentinel:// and redis-cluster:// are recognised but not supported yet)"
+        format!(
+            "spring.data.redis.url = \"redis://app:***@cache.internal:99999\" (from environment \
+             variable SPRING_DATA_REDIS_URL): the port is not a number from 1 to 65535; \
+             accepted: {ADDRESS_ACCEPTED}"
+        )
     );
     assert_eq!(error.key(), Some("spring.data.redis.url"));
     assert_no_secret(&format!("{error:?}"));
@@ -1602,5 +1949,788 @@ fn secret_looking_unknown_names_hide_their_values_and_real_keys_do_not() {
     assert_mentions(
         &error_message(&env(&[("TELCO_PLATFORM_LOCK_KEY_PREFIX", "a b")])),
         &["telco.platform.lock.key-prefix = \"a b\" (from environment variable"],
+    );
+}
+
+#[test]
+fn every_accepted_address_form_parses_with_its_topology() {
+    let sentinel = |name: &str| Topology::Sentinel {
+        service_name: name.to_owned(),
+    };
+    for (text, topology, tls, nodes, db) in [
+        ("redis://redis.internal", Topology::Single, false, 1, 0),
+        (
+            "rediss://app:pw@redis.internal:6380/2",
+            Topology::Single,
+            true,
+            1,
+            2,
+        ),
+        (
+            "redis-sentinel://s1:26379?sentinelServiceName=mymaster",
+            sentinel("mymaster"),
+            false,
+            1,
+            0,
+        ),
+        (
+            "redis-sentinel://app:pw@s1/3?sentinelServiceName=mymaster&node=s2:26379\
+             &node=s3:26379&sentinelUsername=sentinel-user&sentinelPassword=spw",
+            sentinel("mymaster"),
+            false,
+            3,
+            3,
+        ),
+        (
+            "rediss-sentinel://s1:26379?node=s2:26379&sentinelServiceName=orders",
+            sentinel("orders"),
+            true,
+            2,
+            0,
+        ),
+        (
+            "redis-cluster://c1:7000?node=c2:7001&node=c3:7002",
+            Topology::Cluster,
+            false,
+            3,
+            0,
+        ),
+        ("redis-cluster://c1:7000/0", Topology::Cluster, false, 1, 0),
+        (
+            "rediss-cluster://app:pw@c1:7000?node=10.0.0.2:7001",
+            Topology::Cluster,
+            true,
+            2,
+            0,
+        ),
+    ] {
+        for sources in [
+            env(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", text)]),
+            env(&[("SPRING_DATA_REDIS_URL", text)]),
+        ] {
+            let settings = load(&sources);
+            let address = &settings.redis.address;
+            assert_eq!(address.expose(), text);
+            assert_eq!(address.topology(), &topology, "{text}");
+            assert_eq!(address.tls(), tls, "{text}");
+            assert_eq!(address.nodes().len(), nodes, "{text}");
+            assert_eq!(address.database(), db, "{text}");
+            assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+        }
+    }
+    // From a TOML file as well, with the sentinel port defaulted.
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[telco.platform.lock.redis]\n\
+         address = \"redis-sentinel://s1?sentinelServiceName=mymaster&node=s2:26380\"\n",
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(
+        settings.redis.address.nodes(),
+        [("s1".to_owned(), 26379), ("s2".to_owned(), 26380)]
+    );
+}
+
+#[test]
+fn every_bad_url_names_key_value_source_and_what_is_accepted() {
+    let files = Files::new();
+    let toml = files.write(
+        "app.toml",
+        "[telco.platform.lock.redis]\n\
+         address = \"redis-cluster://app:hunter2@c1:7000/2?node=c2:7001\"\n",
+    );
+    let error = load_err(&env(&[]).toml_file(&toml));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "telco.platform.lock.redis.address = \"redis-cluster://app:***@c1:7000/2?node=c2:7001\" \
+             (from {}): a Redis Cluster has only database 0, so the path /2 is not accepted; \
+             leave the path out; accepted: {ADDRESS_ACCEPTED}",
+            toml_origin(&toml)
+        )
+    );
+    for (address, shown, problem) in [
+        (
+            "redis-sentinel://app:hunter2@s1:26379/1",
+            "redis-sentinel://app:***@s1:26379/1",
+            "sentinelServiceName is missing; a sentinel address needs \
+             ?sentinelServiceName=<master name> (the name the sentinels know the primary by, \
+             e.g. mymaster)",
+        ),
+        (
+            "redis-sentinel://s1?sentinelServiceName=",
+            "redis-sentinel://s1?sentinelServiceName=",
+            "sentinelServiceName is empty",
+        ),
+        (
+            "redis-cluster://c1:7000?node=c2:7001&timeout=5",
+            "redis-cluster://c1:7000?node=c2:7001&timeout=5",
+            "unknown query parameter timeout (redis-cluster:// takes node)",
+        ),
+        (
+            "rediss-sentinel://s1?sentinelServiceName=m&sentinelPassword=hunter2&node=s2",
+            "rediss-sentinel://s1?sentinelServiceName=m&sentinelPassword=***&node=s2",
+            "node=s2: the port is missing; host:port is required; each node= is host:port",
+        ),
+        (
+            "redis-cluster://c1?node=c2:65536",
+            "redis-cluster://c1?node=c2:65536",
+            "node=c2:65536: the port is not a number from 1 to 65535",
+        ),
+        (
+            "redis-cluster://c1:0",
+            "redis-cluster://c1:0",
+            "port 0 is not accepted",
+        ),
+        (
+            "rediss-sentinel://s1:70000?sentinelServiceName=m",
+            "rediss-sentinel://s1:70000?sentinelServiceName=m",
+            "the port is not a number from 1 to 65535",
+        ),
+        (
+            "rediss-cluster://c1?node=[::1]:7000",
+            "rediss-cluster://c1?node=[::1]:7000",
+            "node=\"[::1]:7000\": an IPv6 address is not accepted here",
+        ),
+        (
+            "redis://h:6379?node=h2:6379",
+            "redis://h:6379?node=h2:6379",
+            "the query parameter node is only accepted with redis-sentinel:// and \
+             redis-cluster://",
+        ),
+        (
+            "redis-cluster://c1?sentinelServiceName=m",
+            "redis-cluster://c1?sentinelServiceName=m",
+            "the query parameter sentinelServiceName is only accepted with redis-sentinel://",
+        ),
+        (
+            "redis-sentinel://s1?sentinelServiceName=m&SentinelPassword=hunter2",
+            "redis-sentinel://s1?sentinelServiceName=m&SentinelPassword=***",
+            "unknown query parameter SentinelPassword (did you mean sentinelPassword?)",
+        ),
+        (
+            "redis-sentinel:///0?sentinelServiceName=m",
+            "redis-sentinel:///0?sentinelServiceName=m",
+            "the host is missing",
+        ),
+        (
+            "rediss+unix:///run/redis.sock",
+            "rediss+unix:///run/redis.sock",
+            "Unix sockets (rediss+unix://) are not supported",
+        ),
+    ] {
+        for (var, key) in [
+            (
+                "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+                "telco.platform.lock.redis.address",
+            ),
+            ("SPRING_DATA_REDIS_URL", "spring.data.redis.url"),
+        ] {
+            let error = load_err(&env(&[(var, address)]));
+            let message = error.to_string();
+            assert_mentions(
+                &message,
+                &[
+                    &format!("{key} = {shown:?} (from environment variable {var}): {problem}"),
+                    &format!("; accepted: {ADDRESS_ACCEPTED}"),
+                ],
+            );
+            assert_eq!(error.key(), Some(key));
+            assert_eq!(
+                error.origin().map(ToString::to_string),
+                Some(format!("environment variable {var}"))
+            );
+            assert_no_secret(&message);
+            assert_no_secret(&format!("{error:?}"));
+        }
+    }
+}
+
+#[test]
+fn spring_sentinel_keys_build_a_sentinel_address() {
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        r#"
+        [spring.data.redis]
+        username = "app"
+        database = 2
+        [spring.data.redis.sentinel]
+        master = "mymaster"
+        nodes = "s1:26379, s2:26380,10.0.0.3:26379"
+        [spring.data.redis.ssl]
+        enabled = true
+        "#,
+    );
+    let settings = load(&env(&[("SPRING_DATA_REDIS_PASSWORD", "p@ss:w/rd")]).toml_file(&path));
+    let address = &settings.redis.address;
+    assert_eq!(
+        address.expose(),
+        "rediss-sentinel://app:p%40ss%3Aw%2Frd@s1:26379/2?sentinelServiceName=mymaster\
+         &node=s2:26380&node=10.0.0.3:26379"
+    );
+    assert_eq!(
+        address.topology(),
+        &Topology::Sentinel {
+            service_name: "mymaster".into()
+        }
+    );
+    assert!(address.tls());
+    assert_eq!(address.database(), 2);
+    let file = || Origin::File {
+        format: "TOML file".into(),
+        path: path.clone(),
+    };
+    assert_eq!(
+        settings.source_of("redis.address"),
+        Some(&Origin::SpringFallback {
+            keys: vec![
+                ("spring.data.redis.sentinel.master".into(), file()),
+                ("spring.data.redis.sentinel.nodes".into(), file()),
+                ("spring.data.redis.username".into(), file()),
+                (
+                    "spring.data.redis.password".into(),
+                    Origin::Env("SPRING_DATA_REDIS_PASSWORD".into())
+                ),
+                ("spring.data.redis.database".into(), file()),
+                ("spring.data.redis.ssl.enabled".into(), file()),
+            ]
+        })
+    );
+    let toml = toml_origin(&path);
+    assert_eq!(
+        settings.describe("redis.address").unwrap(),
+        format!(
+            "telco.platform.lock.redis.address = rediss-sentinel://app:***@s1:26379/2?\
+             sentinelServiceName=mymaster&node=s2:26380&node=10.0.0.3:26379 from \
+             spring.data.redis.sentinel.master from {toml}, spring.data.redis.sentinel.nodes \
+             from {toml}, spring.data.redis.username from {toml}, spring.data.redis.password \
+             from environment variable SPRING_DATA_REDIS_PASSWORD, spring.data.redis.database \
+             from {toml} and spring.data.redis.ssl.enabled from {toml}"
+        )
+    );
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+    assert!(!format!("{settings:?}").contains("p%40ss"));
+
+    // From the environment only, one sentinel, a master name that needs encoding.
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_SENTINEL_MASTER", "orders primary"),
+        (
+            "SPRING_DATA_REDIS_SENTINEL_NODES",
+            "sentinel.internal:26379",
+        ),
+        ("SPRING_DATA_REDIS_SSL_ENABLED", "false"),
+    ]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis-sentinel://sentinel.internal:26379?sentinelServiceName=orders+primary"
+    );
+    assert_eq!(
+        settings.redis.address.topology(),
+        &Topology::Sentinel {
+            service_name: "orders primary".into()
+        }
+    );
+    assert_eq!(
+        settings.source_of("redis.address").unwrap().to_string(),
+        "spring.data.redis.sentinel.master from environment variable \
+         SPRING_DATA_REDIS_SENTINEL_MASTER, spring.data.redis.sentinel.nodes from environment \
+         variable SPRING_DATA_REDIS_SENTINEL_NODES and spring.data.redis.ssl.enabled from \
+         environment variable SPRING_DATA_REDIS_SSL_ENABLED"
+    );
+}
+
+#[test]
+fn spring_cluster_keys_build_a_cluster_address() {
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:7000,c2:7001,c3:7002"),
+        ("SPRING_DATA_REDIS_USERNAME", "app"),
+        ("SPRING_DATA_REDIS_PASSWORD", SECRET),
+        ("SPRING_DATA_REDIS_SSL_ENABLED", "TRUE"),
+        ("SPRING_DATA_REDIS_DATABASE", "0"),
+    ]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "rediss-cluster://app:hunter2@c1:7000?node=c2:7001&node=c3:7002"
+    );
+    assert_eq!(settings.redis.address.topology(), &Topology::Cluster);
+    let var = |name: &str| Origin::Env(name.into());
+    assert_eq!(
+        settings.source_of("redis.address"),
+        Some(&Origin::SpringFallback {
+            keys: vec![
+                (
+                    "spring.data.redis.cluster.nodes".into(),
+                    var("SPRING_DATA_REDIS_CLUSTER_NODES")
+                ),
+                (
+                    "spring.data.redis.username".into(),
+                    var("SPRING_DATA_REDIS_USERNAME")
+                ),
+                (
+                    "spring.data.redis.password".into(),
+                    var("SPRING_DATA_REDIS_PASSWORD")
+                ),
+                (
+                    "spring.data.redis.database".into(),
+                    var("SPRING_DATA_REDIS_DATABASE")
+                ),
+                (
+                    "spring.data.redis.ssl.enabled".into(),
+                    var("SPRING_DATA_REDIS_SSL_ENABLED")
+                ),
+            ]
+        })
+    );
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+    assert_no_secret(&format!("{settings:?}"));
+    assert_no_secret(&settings.describe("redis.address").unwrap());
+
+    // A TOML array, one node.
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[spring.data.redis.cluster]\nnodes = [\"c1:7000\", \" c2:7001 \"]\n",
+    );
+    assert_eq!(
+        load(&env(&[]).toml_file(&path)).redis.address.expose(),
+        "redis-cluster://c1:7000?node=c2:7001"
+    );
+    let one = load(&env(&[("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:7000")]));
+    assert_eq!(one.redis.address.expose(), "redis-cluster://c1:7000");
+}
+
+#[test]
+fn spring_credentials_database_and_tls_apply_to_host_and_port() {
+    let settings = load(&env(&[
+        ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+        ("SPRING_DATA_REDIS_PORT", "6380"),
+        ("SPRING_DATA_REDIS_USERNAME", "app"),
+        ("SPRING_DATA_REDIS_PASSWORD", SECRET),
+        ("SPRING_DATA_REDIS_DATABASE", "3"),
+        ("SPRING_DATA_REDIS_SSL_ENABLED", "true"),
+    ]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "rediss://app:hunter2@redis.internal:6380/3"
+    );
+    assert_eq!(settings.redis.address.topology(), &Topology::Single);
+    assert_eq!(
+        settings.describe("redis.address").unwrap(),
+        "telco.platform.lock.redis.address = rediss://app:***@redis.internal:6380/3 from \
+         spring.data.redis.host from environment variable SPRING_DATA_REDIS_HOST, \
+         spring.data.redis.port from environment variable SPRING_DATA_REDIS_PORT, \
+         spring.data.redis.username from environment variable SPRING_DATA_REDIS_USERNAME, \
+         spring.data.redis.password from environment variable SPRING_DATA_REDIS_PASSWORD, \
+         spring.data.redis.database from environment variable SPRING_DATA_REDIS_DATABASE and \
+         spring.data.redis.ssl.enabled from environment variable SPRING_DATA_REDIS_SSL_ENABLED"
+    );
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+
+    // A password alone: Spring Boot's localhost:6379, with it.
+    let settings = load(&env(&[("SPRING_DATA_REDIS_PASSWORD", SECRET)]));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "redis://:hunter2@localhost:6379"
+    );
+    assert_eq!(
+        settings.source_of("redis.address"),
+        Some(&Origin::SpringFallback {
+            keys: vec![
+                ("spring.data.redis.host".into(), Origin::Default),
+                ("spring.data.redis.port".into(), Origin::Default),
+                (
+                    "spring.data.redis.password".into(),
+                    Origin::Env("SPRING_DATA_REDIS_PASSWORD".into())
+                ),
+            ]
+        })
+    );
+    // Database 0 and an empty password add nothing; TLS off is redis://.
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[spring.data.redis]\nhost = \"h\"\ndatabase = 0\npassword = \"\"\n\
+         [spring.data.redis.ssl]\nenabled = false\n",
+    );
+    assert_eq!(
+        load(&env(&[]).toml_file(&path)).redis.address.expose(),
+        "redis://h:6379"
+    );
+}
+
+#[test]
+fn bad_spring_combinations_fail_naming_the_keys() {
+    const COMBINATIONS: &str = "accepted: one of spring.data.redis.url; \
+         spring.data.redis.host/port; spring.data.redis.sentinel.master with \
+         spring.data.redis.sentinel.nodes; spring.data.redis.cluster.nodes (the last three with \
+         spring.data.redis.username, password, database and ssl.enabled; a cluster with \
+         database 0 only) — or telco.platform.lock.redis.address, which wins over every Spring \
+         key";
+    let master = ("SPRING_DATA_REDIS_SENTINEL_MASTER", "mymaster");
+    let sentinels = ("SPRING_DATA_REDIS_SENTINEL_NODES", "s1:26379,s2:26379");
+    let cluster = ("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:7000,c2:7001");
+    for (vars, key, var, value, problem, accepted) in [
+        (
+            vec![master],
+            "spring.data.redis.sentinel.master",
+            "SPRING_DATA_REDIS_SENTINEL_MASTER",
+            "\"mymaster\"",
+            "spring.data.redis.sentinel.nodes is not set; a Sentinel address needs both the \
+             master name and the sentinels",
+            COMBINATIONS,
+        ),
+        (
+            vec![sentinels],
+            "spring.data.redis.sentinel.nodes",
+            "SPRING_DATA_REDIS_SENTINEL_NODES",
+            "\"s1:26379,s2:26379\"",
+            "spring.data.redis.sentinel.master is not set; a Sentinel address needs both the \
+             master name and the sentinels",
+            COMBINATIONS,
+        ),
+        (
+            vec![master, sentinels, cluster],
+            "spring.data.redis.cluster.nodes",
+            "SPRING_DATA_REDIS_CLUSTER_NODES",
+            "\"c1:7000,c2:7001\"",
+            "spring.data.redis.sentinel.master (from environment variable \
+             SPRING_DATA_REDIS_SENTINEL_MASTER) is set too; a deployment is either Sentinel or \
+             Cluster, so set only one of them",
+            COMBINATIONS,
+        ),
+        (
+            vec![sentinels, cluster],
+            "spring.data.redis.cluster.nodes",
+            "SPRING_DATA_REDIS_CLUSTER_NODES",
+            "\"c1:7000,c2:7001\"",
+            "spring.data.redis.sentinel.nodes (from environment variable \
+             SPRING_DATA_REDIS_SENTINEL_NODES) is set too; a deployment is either Sentinel or \
+             Cluster",
+            COMBINATIONS,
+        ),
+        (
+            vec![cluster, ("SPRING_DATA_REDIS_DATABASE", "3")],
+            "spring.data.redis.database",
+            "SPRING_DATA_REDIS_DATABASE",
+            "\"3\"",
+            "a Redis Cluster has only database 0, and spring.data.redis.cluster.nodes (from \
+             environment variable SPRING_DATA_REDIS_CLUSTER_NODES) is set",
+            "accepted: a database number from 0 to 255 (0 only with \
+             spring.data.redis.cluster.nodes)",
+        ),
+        (
+            vec![
+                master,
+                sentinels,
+                ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+            ],
+            "spring.data.redis.host",
+            "SPRING_DATA_REDIS_HOST",
+            "\"redis.internal\"",
+            "spring.data.redis.sentinel.nodes (from environment variable \
+             SPRING_DATA_REDIS_SENTINEL_NODES) is set too; host/port name one server and the \
+             nodes a Sentinel group, so which Redis the lock should use is ambiguous: remove \
+             spring.data.redis.host/port, or set telco.platform.lock.redis.address",
+            COMBINATIONS,
+        ),
+        (
+            vec![cluster, ("SPRING_DATA_REDIS_PORT", "6379")],
+            "spring.data.redis.port",
+            "SPRING_DATA_REDIS_PORT",
+            "\"6379\"",
+            "spring.data.redis.cluster.nodes (from environment variable \
+             SPRING_DATA_REDIS_CLUSTER_NODES) is set too; host/port name one server and the \
+             nodes a Redis Cluster",
+            COMBINATIONS,
+        ),
+        (
+            vec![
+                master,
+                sentinels,
+                ("SPRING_DATA_REDIS_URL", "redis://app:hunter2@cache:6379"),
+            ],
+            "spring.data.redis.url",
+            "SPRING_DATA_REDIS_URL",
+            "\"redis://app:***@cache:6379\"",
+            "spring.data.redis.sentinel.master (from environment variable \
+             SPRING_DATA_REDIS_SENTINEL_MASTER) is set too, so which Redis the lock should use \
+             is ambiguous (Spring Boot would use the Sentinel settings and ignore the URL); \
+             remove one, or set telco.platform.lock.redis.address",
+            COMBINATIONS,
+        ),
+        (
+            vec![cluster, ("SPRING_DATA_REDIS_URL", "redis://cache:6379")],
+            "spring.data.redis.url",
+            "SPRING_DATA_REDIS_URL",
+            "\"redis://cache:6379\"",
+            "spring.data.redis.cluster.nodes (from environment variable \
+             SPRING_DATA_REDIS_CLUSTER_NODES) is set too, so which Redis the lock should use is \
+             ambiguous (Spring Boot would use the Cluster settings and ignore the URL)",
+            COMBINATIONS,
+        ),
+        (
+            vec![
+                master,
+                ("SPRING_DATA_REDIS_SENTINEL_NODES", "s1:26379,,s2:26379"),
+            ],
+            "spring.data.redis.sentinel.nodes",
+            "SPRING_DATA_REDIS_SENTINEL_NODES",
+            "\"s1:26379,,s2:26379\"",
+            "entry 2 (\"\"): empty; host:port is required",
+            "accepted: comma-separated host:port pairs, e.g. s1:26379,s2:26379",
+        ),
+        (
+            vec![("SPRING_DATA_REDIS_CLUSTER_NODES", "c1:7000,c2")],
+            "spring.data.redis.cluster.nodes",
+            "SPRING_DATA_REDIS_CLUSTER_NODES",
+            "\"c1:7000,c2\"",
+            "entry 2 (\"c2\"): the port is missing; host:port is required",
+            "(host names or IPv4 addresses, ports 1 to 65535; in TOML also an array of strings)",
+        ),
+        (
+            vec![("SPRING_DATA_REDIS_CLUSTER_NODES", "[::1]:7000")],
+            "spring.data.redis.cluster.nodes",
+            "SPRING_DATA_REDIS_CLUSTER_NODES",
+            "\"[::1]:7000\"",
+            "entry 1 (\"[::1]:7000\"): an IPv6 address is not accepted here",
+            "accepted: comma-separated host:port pairs",
+        ),
+        (
+            vec![("SPRING_DATA_REDIS_CLUSTER_NODES", " ")],
+            "spring.data.redis.cluster.nodes",
+            "SPRING_DATA_REDIS_CLUSTER_NODES",
+            "\" \"",
+            "empty; at least one host:port is required",
+            "accepted: comma-separated host:port pairs",
+        ),
+        (
+            vec![("SPRING_DATA_REDIS_SENTINEL_MASTER", " "), sentinels],
+            "spring.data.redis.sentinel.master",
+            "SPRING_DATA_REDIS_SENTINEL_MASTER",
+            "\" \"",
+            "empty; the master name is required",
+            "accepted: a Sentinel master name, e.g. mymaster",
+        ),
+        (
+            vec![
+                ("SPRING_DATA_REDIS_HOST", "h"),
+                ("SPRING_DATA_REDIS_DATABASE", "256"),
+            ],
+            "spring.data.redis.database",
+            "SPRING_DATA_REDIS_DATABASE",
+            "\"256\"",
+            "not a database number from 0 to 255",
+            "accepted: a database number from 0 to 255",
+        ),
+        (
+            vec![("SPRING_DATA_REDIS_SSL_ENABLED", "yes")],
+            "spring.data.redis.ssl.enabled",
+            "SPRING_DATA_REDIS_SSL_ENABLED",
+            "\"yes\"",
+            "not a boolean",
+            "accepted: true or false",
+        ),
+    ] {
+        let error = load_err(&env(&vars));
+        let message = error.to_string();
+        assert_mentions(
+            &message,
+            &[
+                &format!("{key} = {value} (from environment variable {var}): {problem}"),
+                accepted,
+            ],
+        );
+        assert_eq!(error.key(), Some(key), "{message}");
+        assert_eq!(
+            error.origin().map(ToString::to_string),
+            Some(format!("environment variable {var}")),
+            "{message}"
+        );
+        assert_no_secret(&message);
+    }
+
+    // A password is never shown, even when it is the value in error.
+    let files = Files::new();
+    let path = files.write(
+        "app.toml",
+        "[spring.data.redis]\nhost = \"h\"\npassword = 1234\n",
+    );
+    let error = load_err(&env(&[]).toml_file(&path));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "spring.data.redis.password = *** (from {}): not a string (quote it); accepted: a \
+             password string (special characters are percent-encoded into the URL)",
+            toml_origin(&path)
+        )
+    );
+    // In TOML, an array of nodes must hold strings.
+    let path = files.write(
+        "nodes.toml",
+        "[spring.data.redis.cluster]\nnodes = [\"c1:7000\", 7001]\n",
+    );
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&path)),
+        &[
+            "spring.data.redis.cluster.nodes = an array of 2 items (from TOML file",
+            "an entry of the array is not a string",
+        ],
+    );
+}
+
+#[test]
+fn the_ca_file_needs_tls_and_a_readable_pem_file() {
+    let files = Files::new();
+    let ca = files.write("ca.pem", CA_PEM);
+    let ca_text = ca.display().to_string();
+    let tls = (
+        "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+        "rediss://redis.internal:6380",
+    );
+
+    let settings = load(&env(&[
+        tls,
+        ("TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE", &ca_text),
+    ]));
+    assert_eq!(settings.redis.tls_ca_file.as_deref(), Some(ca.as_path()));
+    assert_eq!(
+        settings.source_of("redis.tls.ca-file"),
+        Some(&Origin::Env("TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE".into()))
+    );
+    assert_eq!(
+        settings.describe("redis.tls.ca-file").unwrap(),
+        format!(
+            "telco.platform.lock.redis.tls.ca-file = {ca_text:?} from environment variable \
+             TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE"
+        )
+    );
+    let default = load(&env(&[tls]));
+    assert_eq!(default.redis.tls_ca_file, None);
+    assert_eq!(
+        default.describe("redis.tls.ca-file").unwrap(),
+        "telco.platform.lock.redis.tls.ca-file = none (the system's root certificates) from \
+         default"
+    );
+
+    // With a TLS address built from Spring keys, and from a TOML file.
+    let path = files.write(
+        "app.toml",
+        &format!(
+            "[telco.platform.lock.redis.tls]\nca-file = {ca_text:?}\n\
+             [spring.data.redis]\nhost = \"redis.internal\"\nssl.enabled = true\n"
+        ),
+    );
+    let settings = load(&env(&[]).toml_file(&path));
+    assert_eq!(
+        settings.redis.address.expose(),
+        "rediss://redis.internal:6379"
+    );
+    assert_eq!(settings.redis.tls_ca_file.as_deref(), Some(ca.as_path()));
+
+    // Without TLS: both keys named, with their sources.
+    let error = load_err(&env(&[("TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE", &ca_text)]));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "telco.platform.lock.redis.tls.ca-file = {ca_text:?} (from environment variable \
+             TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE): telco.platform.lock.redis.address = \
+             redis://localhost:6379 (from default) does not use TLS, so a CA file would not be \
+             used; use rediss://, rediss-sentinel:// or rediss-cluster:// (or \
+             spring.data.redis.ssl.enabled = true for an address built from Spring keys), or \
+             remove telco.platform.lock.redis.tls.ca-file; accepted: a path (relative to the \
+             working directory) to a readable PEM file with at least one CA certificate, \
+             together with a rediss://, rediss-sentinel:// or rediss-cluster:// address"
+        )
+    );
+    assert_eq!(error.key(), Some("telco.platform.lock.redis.tls.ca-file"));
+    let error = load_err(&env(&[
+        ("TELCO_PLATFORM_LOCK_REDIS_TLS_CAFILE", ca_text.as_str()),
+        (
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis-sentinel://:hunter2@s1?sentinelServiceName=m",
+        ),
+    ]));
+    assert_mentions(
+        &error.to_string(),
+        &[
+            "(from environment variable TELCO_PLATFORM_LOCK_REDIS_TLS_CAFILE): \
+             telco.platform.lock.redis.address = redis-sentinel://:***@s1?sentinelServiceName=m \
+             (from environment variable TELCO_PLATFORM_LOCK_REDIS_ADDRESS) does not use TLS",
+        ],
+    );
+    assert_no_secret(&error.to_string());
+
+    // The file itself.
+    let dir = files.dir.path().display().to_string();
+    let not_pem = files.write("ca.der", "\u{30}\u{82}binary");
+    let missing = files.dir.path().join("missing.pem").display().to_string();
+    let not_pem = not_pem.display().to_string();
+    for (value, problem) in [
+        (missing.as_str(), "the file does not exist"),
+        (
+            "certs/none-such.pem",
+            "the file does not exist (relative to the working directory ",
+        ),
+        (dir.as_str(), "it is a directory, not a file"),
+        (
+            not_pem.as_str(),
+            "the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)",
+        ),
+        ("", "empty; a path is required"),
+    ] {
+        let error = load_err(&env(&[
+            tls,
+            ("TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE", value),
+        ]));
+        assert_mentions(
+            &error.to_string(),
+            &[
+                &format!(
+                    "telco.platform.lock.redis.tls.ca-file = {value:?} (from environment \
+                     variable TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE): {problem}"
+                ),
+                "; accepted: a path (relative to the working directory) to a readable PEM file",
+            ],
+        );
+    }
+    // Not a string, and a tls that is not a table.
+    let number = files.write(
+        "number.toml",
+        "[telco.platform.lock.redis]\naddress = \"rediss://h\"\ntls.ca-file = 5\n",
+    );
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&number)),
+        &[
+            "telco.platform.lock.redis.tls.ca-file = 5 (from TOML file",
+            "not a string (quote it)",
+        ],
+    );
+    let flat = files.write("flat.toml", "[telco.platform.lock.redis]\ntls = true\n");
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&flat)),
+        &[
+            "telco.platform.lock.redis.tls = true (from TOML file",
+            "not a table; accepted: a table [telco.platform.lock.redis.tls] with the keys ca-file",
+        ],
+    );
+    // A TLS switch that does not exist points at the scheme.
+    let enabled = files.write(
+        "enabled.toml",
+        "[telco.platform.lock.redis.tls]\nenabled = true\n",
+    );
+    assert_mentions(
+        &error_message(&env(&[]).toml_file(&enabled)),
+        &[
+            "unknown key telco.platform.lock.redis.tls.enabled = true (from TOML file",
+            "TLS is chosen by the scheme of telco.platform.lock.redis.address (rediss://, \
+             rediss-sentinel://, rediss-cluster://); the only TLS key is \
+             telco.platform.lock.redis.tls.ca-file",
+        ],
+    );
+    assert_mentions(
+        &error_message(&env(&[("TELCO_PLATFORM_LOCK_REDIS_SSL", "true")])),
+        &["the only TLS key is TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE"],
     );
 }

@@ -29,7 +29,7 @@ fn warnings_are_logged_as_they_are_kept() {
     std::fs::write(&path, "[telco.platform.lok]\nwait-time = \"2s\"\n").unwrap();
     let sources = ConfigSources::new()
         .env_from([
-            ("SPRING_DATA_REDIS_PASSWORD", "hunter2"),
+            ("SPRING_DATA_REDIS_SENTINEL_PASSWORD", "hunter2"),
             ("TELCO_PLATFROM_LOCK_ENABLED", "false"),
         ])
         .toml_file(&path);
@@ -50,7 +50,7 @@ fn warnings_are_logged_as_they_are_kept() {
     assert_eq!(warnings.len(), 3, "{warnings:?}");
     assert!(warnings[0].starts_with("environment variable TELCO_PLATFROM_LOCK_ENABLED "));
     assert!(warnings[1].starts_with("section telco.platform.lok (keys wait-time; from TOML file"));
-    assert!(warnings[2].contains("environment variable SPRING_DATA_REDIS_PASSWORD"));
+    assert!(warnings[2].contains("environment variable SPRING_DATA_REDIS_SENTINEL_PASSWORD"));
     let lines: Vec<&str> = logged.lines().collect();
     assert_eq!(
         lines.len(),

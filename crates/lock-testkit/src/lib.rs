@@ -15,6 +15,13 @@
 //!   server adds latency, resets connections, partitions, refuses connections, or loses a reply.
 //! - Dropping the server kills it and removes its temp dir; if the test process dies first, the
 //!   kernel kills the server (Linux).
+//! - Topologies of several processes: a [`RedisCluster`] (module [`cluster`]; three masters with
+//!   one replica each, manual failover, master crash, slot migration) and a [`RedisSentinel`]
+//!   (module [`sentinel`]; master, replica and three Sentinels, manual failover, master crash,
+//!   a replica cut off from its master), each with the URL a cluster or Sentinel client takes.
+//! - TLS: [`TestCertificates`] (module [`tls`]) makes a CA and a server certificate;
+//!   [`RedisServerBuilder::tls`] opens a TLS port next to the plain one
+//!   ([`RedisServer::tls_url`]).
 //!
 //! `redis-server` must be installed (`apt-get install -y redis-server`, or `scripts/test.sh`).
 //! With the `docker` feature, servers run in Docker containers when an engine answers; see
@@ -54,19 +61,25 @@
 //! fence, or not), and failures without an allowed error code. These modules do not need Redis.
 
 pub mod checker;
+pub mod cluster;
 mod error;
 pub mod fenced;
 pub mod history;
 mod local;
 pub mod proxy;
 mod resp;
+pub mod sentinel;
 mod server;
+pub mod tls;
 
 #[cfg(feature = "docker")]
 mod docker;
 
+pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
 pub use proxy::{FaultProxy, TrapAction};
+pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{
     Backend, COMMAND_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RedisServer, RedisServerBuilder,
 };
+pub use tls::TestCertificates;

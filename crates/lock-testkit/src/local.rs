@@ -43,6 +43,8 @@ pub(crate) struct LocalServer {
     args: Vec<String>,
     /// From `--requirepass` in `args`: readiness probes authenticate with it.
     password: Option<String>,
+    /// Passed as redis-server's first argument (a Sentinel needs one it can rewrite).
+    config_file: Option<PathBuf>,
     startup_timeout: Duration,
     log_path: PathBuf,
     dir: TempDir,
@@ -56,11 +58,14 @@ enum Launch {
 }
 
 impl LocalServer {
-    /// Starts redis-server on a free loopback port and waits until it answers.
+    /// Starts redis-server on a free loopback port (or on `fixed_port`, one attempt) and waits
+    /// until it answers.
     pub(crate) async fn start(
         binary: Option<OsString>,
         args: Vec<String>,
         startup_timeout: Duration,
+        fixed_port: Option<u16>,
+        config_file: Option<PathBuf>,
     ) -> Result<(LocalServer, u16), TestkitError> {
         let binary = binary
             .or_else(|| std::env::var_os(BINARY_ENV).filter(|b| !b.is_empty()))
@@ -74,20 +79,29 @@ impl LocalServer {
             process: None,
             binary,
             password: crate::server::password_in(&args),
+            config_file,
             args,
             startup_timeout,
             log_path,
             dir,
         };
-        for _ in 0..PORT_ATTEMPTS {
-            let port = free_port()?;
+        let attempts = if fixed_port.is_some() {
+            1
+        } else {
+            PORT_ATTEMPTS
+        };
+        for _ in 0..attempts {
+            let port = match fixed_port {
+                Some(port) => port,
+                None => free_port()?,
+            };
             if let Launch::Ready(process) = server.launch(port).await? {
                 server.process = Some(process);
                 return Ok((server, port));
             }
         }
         Err(TestkitError::NoFreePort {
-            attempts: PORT_ATTEMPTS,
+            attempts,
             log_tail: log_tail(&server.log_path, 0),
         })
     }
@@ -183,6 +197,9 @@ impl LocalServer {
             .map_err(|e| TestkitError::io("duplicate the log file handle", e))?;
 
         let mut command = Command::new(&self.binary);
+        if let Some(config_file) = &self.config_file {
+            command.arg(config_file);
+        }
         command
             .arg("--port")
             .arg(port.to_string())

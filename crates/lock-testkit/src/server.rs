@@ -12,6 +12,7 @@ use crate::TestkitError;
 use crate::error::BACKEND_ENV;
 use crate::local::LocalServer;
 use crate::resp::{self, Reply};
+use crate::tls::TestCertificates;
 
 /// Default deadline for a server to answer after it was started; generous because parallel tests
 /// on a small, loaded machine can delay a fresh process by seconds.
@@ -73,6 +74,9 @@ pub struct RedisServerBuilder {
     binary: Option<PathBuf>,
     backend: Backend,
     startup_timeout: Duration,
+    port: Option<u16>,
+    config_file: Option<PathBuf>,
+    tls: Option<TestCertificates>,
 }
 
 impl RedisServerBuilder {
@@ -82,6 +86,9 @@ impl RedisServerBuilder {
             binary: None,
             backend: Backend::Auto,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            port: None,
+            config_file: None,
+            tls: None,
         }
     }
 
@@ -123,13 +130,45 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Listens on exactly this TCP port instead of a free one the testkit picks (local backend
+    /// only; with [`Backend::Auto`] it means local). For callers that must know the port before
+    /// the server starts, e.g. to name a file after it. Only one attempt is made: if another
+    /// process holds the port, start fails with [`TestkitError::NoFreePort`] (`attempts: 1`) and
+    /// the caller picks another.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Passes this config file as redis-server's first argument (local backend only; with
+    /// [`Backend::Auto`] it means local). The testkit's and the builder's command-line arguments
+    /// still follow it and win over it. Needed by a Sentinel (`--sentinel`), which rewrites its
+    /// config file; the caller owns the file and must keep it while the server runs.
+    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_file = Some(path.into());
+        self
+    }
+
+    /// Also listens for TLS on a second free port, with `certs`' server certificate and no
+    /// client certificates required (`--tls-port`, `--tls-cert-file`, `--tls-key-file`,
+    /// `--tls-ca-cert-file`, `--tls-auth-clients no`); the plain port stays open, so
+    /// [`RedisServer::cmd`] works as before. Connect with [`RedisServer::tls_url`], trusting
+    /// `certs.ca`. Local backend only (with [`Backend::Auto`] it means local); redis-server must
+    /// be built with TLS. Keep `certs`' directory while the server runs.
+    pub fn tls(mut self, certs: &TestCertificates) -> Self {
+        self.tls = Some(certs.clone());
+        self
+    }
+
     /// Starts the server and waits until it answers.
     ///
     /// # Errors
     /// [`TestkitError::RedisServerNotOnPath`] when the binary is missing, and the other start-up
     /// variants (with the server's log tail) when it does not come up.
     pub async fn start(self) -> Result<RedisServer, TestkitError> {
+        let local_only = self.port.is_some() || self.config_file.is_some() || self.tls.is_some();
         match self.backend.resolve()? {
+            Backend::Auto if local_only => self.start_local().await,
             Backend::Local => self.start_local().await,
             Backend::Docker => self.start_docker().await,
             Backend::Auto => {
@@ -145,11 +184,39 @@ impl RedisServerBuilder {
     async fn start_local(self) -> Result<RedisServer, TestkitError> {
         let binary = self.binary.map(OsString::from);
         let password = password_in(&self.args);
-        let (local, port) = LocalServer::start(binary, self.args, self.startup_timeout).await?;
+        let mut tls_attempts = 0;
+        let (local, port, tls_port) = loop {
+            let (mut args, mut tls_port) = (self.args.clone(), None);
+            if let Some(certs) = &self.tls {
+                let free = crate::tls::free_tls_port()
+                    .map_err(|e| TestkitError::io("bind 127.0.0.1:0 to find a free TLS port", e))?;
+                args.extend(certs.server_args(free));
+                tls_port = Some(free);
+            }
+            let started = LocalServer::start(
+                binary.clone(),
+                args,
+                self.startup_timeout,
+                self.port,
+                self.config_file.clone(),
+            )
+            .await;
+            match started {
+                Ok((local, port)) => break (local, port, tls_port),
+                // Every attempt failed to bind: the TLS port may be the one someone else took.
+                Err(TestkitError::NoFreePort { .. })
+                    if tls_port.is_some() && tls_attempts + 1 < crate::tls::TLS_PORT_ATTEMPTS =>
+                {
+                    tls_attempts += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Ok(RedisServer {
             password,
             host: "127.0.0.1".to_owned(),
             port,
+            tls_port,
             paused: AtomicBool::new(false),
             inner: Inner::Local(local),
         })
@@ -157,6 +224,19 @@ impl RedisServerBuilder {
 
     #[cfg(feature = "docker")]
     async fn start_docker(self) -> Result<RedisServer, TestkitError> {
+        if self.tls.is_some() {
+            return Err(TestkitError::Unsupported {
+                operation: "tls",
+                reason: "the Docker backend does not mount the test certificates",
+            });
+        }
+        if self.port.is_some() || self.config_file.is_some() {
+            return Err(TestkitError::Unsupported {
+                operation: "port/config_file",
+                reason: "Docker publishes a container on a host port of its own choosing and \
+                         cannot see the host's files",
+            });
+        }
         let password = password_in(&self.args);
         let (container, host, port) =
             crate::docker::DockerServer::start(self.args, self.startup_timeout).await?;
@@ -164,6 +244,7 @@ impl RedisServerBuilder {
             password,
             host,
             port,
+            tls_port: None,
             paused: AtomicBool::new(false),
             inner: Inner::Docker(Box::new(container)),
         })
@@ -187,6 +268,8 @@ pub struct RedisServer {
     /// Host to connect to: `127.0.0.1`, or the Docker host.
     host: String,
     port: u16,
+    /// The `--tls-port`, when started with [`RedisServerBuilder::tls`].
+    tls_port: Option<u16>,
     /// From `--requirepass` among the builder's arguments; `cmd` authenticates with it.
     password: Option<String>,
     paused: AtomicBool,
@@ -228,6 +311,24 @@ impl RedisServer {
     /// The TCP port the server listens on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port, when started with [`RedisServerBuilder::tls`]; stays the same across
+    /// [`kill`](Self::kill) and [`restart`](Self::restart).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// The TLS URL, `rediss://127.0.0.1:<tls port>`, for a server started with
+    /// [`RedisServerBuilder::tls`]. The certificate is valid for `127.0.0.1` and `localhost`.
+    ///
+    /// # Panics
+    /// If the server was started without [`RedisServerBuilder::tls`].
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .tls_port
+            .expect("tls_url: start the server with RedisServer::builder().tls(&certs)");
+        format!("rediss://{}:{port}", self.host)
     }
 
     /// The server's process id; `None` after [`kill`](Self::kill) and for Docker containers.
@@ -342,6 +443,13 @@ impl RedisServer {
     /// [`TestkitError::NotRunning`] without trying; [`TestkitError::CommandTimeout`] after
     /// [`COMMAND_TIMEOUT`]; [`TestkitError::Connection`] if the connection fails.
     pub async fn cmd(&self, args: &[&str]) -> Result<String, TestkitError> {
+        self.reply(args).await.map(|reply| reply.to_text())
+    }
+
+    /// [`cmd`](Self::cmd) without the text rendering: the reply as parsed (never
+    /// [`Reply::Error`], which becomes [`TestkitError::Redis`]), for callers in this crate that
+    /// need the structure of nested arrays.
+    pub(crate) async fn reply(&self, args: &[&str]) -> Result<Reply, TestkitError> {
         if args.is_empty() {
             return Err(TestkitError::EmptyCommand);
         }
@@ -373,7 +481,7 @@ impl RedisServer {
                 command: command(),
                 message,
             }),
-            reply => Ok(reply.to_text()),
+            reply => Ok(reply),
         }
     }
 
@@ -399,6 +507,7 @@ impl fmt::Debug for RedisServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut out = f.debug_struct("RedisServer");
         out.field("url", &self.url())
+            .field("tls_port", &self.tls_port)
             .field("running", &self.is_running())
             .field("paused", &self.paused.load(Ordering::SeqCst));
         match &self.inner {

@@ -1,29 +1,73 @@
-//! The Redis address: parsing with the `url` crate, and keeping the password out of every message.
+//! The Redis address: parsing with the `url` crate, and keeping passwords out of every message.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use url::Url;
+use url::form_urlencoded;
 
-/// Where Redis is: a `redis://[user[:password]@]host[:port][/db]` URL.
+use super::keys::looks_secret;
+
+/// Where Redis is: a URL naming one server, a Sentinel group or a Cluster, with credentials,
+/// database and TLS, in the forms fred 10's `Config::from_url` reads:
 ///
-/// `Display` and `Debug` replace the password with `***`; [`RedisAddress::expose`] gives the full
-/// URL for the Redis client and nothing else should.
+/// - `redis://[user[:password]@]host[:port][/db]`: one server;
+/// - `redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name[&node=host:port…][&sentinelUsername=user][&sentinelPassword=password]`:
+///   a primary found through Sentinel — `host:port` and every `node=` are sentinels (port
+///   26379 when omitted), the user and password are the primary's, `sentinelUsername` and
+///   `sentinelPassword` the sentinels' own;
+/// - `redis-cluster://[user[:password]@]host[:port][?node=host:port…]`: a Redis Cluster, found
+///   from these seed nodes; database 0 only;
+/// - `rediss://`, `rediss-sentinel://`, `rediss-cluster://`: the same over TLS.
+///
+/// `Display` and `Debug` replace the password (and a `sentinelPassword`) with `***`;
+/// [`RedisAddress::expose`] gives the full URL for the Redis client and nothing else should.
 ///
 /// ```
-/// use lock_starter::config::RedisAddress;
+/// use lock_starter::config::{RedisAddress, Topology};
 ///
 /// let address = RedisAddress::parse("redis://app:s3cret@redis.internal:6380/2").unwrap();
 /// assert_eq!(address.to_string(), "redis://app:***@redis.internal:6380/2");
 /// assert_eq!(address.expose(), "redis://app:s3cret@redis.internal:6380/2");
 /// assert_eq!((address.host(), address.port(), address.database()), ("redis.internal", 6380, 2));
+/// assert_eq!(address.topology(), &Topology::Single);
+///
+/// let sentinel = RedisAddress::parse(
+///     "rediss-sentinel://:s3cret@s1:26379/1?sentinelServiceName=mymaster&node=s2:26379",
+/// )
+/// .unwrap();
+/// assert_eq!(sentinel.topology(), &Topology::Sentinel { service_name: "mymaster".into() });
+/// assert!(sentinel.tls());
+/// assert_eq!(sentinel.nodes(), [("s1".to_owned(), 26379), ("s2".to_owned(), 26379)]);
+/// assert_eq!(
+///     sentinel.to_string(),
+///     "rediss-sentinel://:***@s1:26379/1?sentinelServiceName=mymaster&node=s2:26379"
+/// );
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct RedisAddress {
     url: Url,
+    topology: Topology,
 }
 
-/// Why a text is not an accepted Redis address. Its `Display` never contains the password.
+/// How the Redis servers of a [`RedisAddress`] are deployed, from its scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One server: `redis://`, `rediss://`.
+    Single,
+    /// A primary found through Sentinel: `redis-sentinel://`, `rediss-sentinel://`.
+    Sentinel {
+        /// The name the sentinels know the primary by (`sentinelServiceName`, Spring's
+        /// `spring.data.redis.sentinel.master`).
+        service_name: String,
+    },
+    /// A Redis Cluster: `redis-cluster://`, `rediss-cluster://`.
+    Cluster,
+}
+
+/// Why a text is not an accepted Redis address. Its `Display` never contains a password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{problem}")]
 pub struct InvalidAddress {
@@ -43,8 +87,52 @@ impl InvalidAddress {
     }
 }
 
-/// The default Redis port, used when the address names none: 6379.
+/// The default Redis port, used when a single-server or cluster address names none: 6379.
 pub const DEFAULT_REDIS_PORT: u16 = 6379;
+
+/// The default Sentinel port, used when a sentinel address names none: 26379.
+pub const DEFAULT_SENTINEL_PORT: u16 = 26379;
+
+/// The query parameter naming another node: a sentinel, or a cluster seed node.
+const NODE: &str = "node";
+/// The query parameter naming the primary a Sentinel group watches.
+const SERVICE_NAME: &str = "sentinelServiceName";
+/// The query parameter with the user for the sentinels themselves.
+const SENTINEL_USERNAME: &str = "sentinelUsername";
+/// The query parameter with the password for the sentinels themselves.
+const SENTINEL_PASSWORD: &str = "sentinelPassword";
+
+/// The accepted schemes, with their kind of deployment and whether they use TLS.
+const SCHEMES: [(&str, Kind, bool); 6] = [
+    ("redis", Kind::Single, false),
+    ("rediss", Kind::Single, true),
+    ("redis-sentinel", Kind::Sentinel, false),
+    ("rediss-sentinel", Kind::Sentinel, true),
+    ("redis-cluster", Kind::Cluster, false),
+    ("rediss-cluster", Kind::Cluster, true),
+];
+
+/// What [`SCHEMES`] lists, as messages name it.
+const SCHEME_LIST: &str = "redis://, rediss://, redis-sentinel://, rediss-sentinel://, \
+                           redis-cluster:// and rediss-cluster://";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Single,
+    Sentinel,
+    Cluster,
+}
+
+impl Kind {
+    /// The query parameters an address of this kind accepts.
+    fn parameters(self) -> &'static [&'static str] {
+        match self {
+            Kind::Single => &[],
+            Kind::Sentinel => &[NODE, SERVICE_NAME, SENTINEL_USERNAME, SENTINEL_PASSWORD],
+            Kind::Cluster => &[NODE],
+        }
+    }
+}
 
 /// Why the `url` crate rejected a text, in the terms of a Redis address.
 fn url_problem(error: url::ParseError) -> String {
@@ -61,40 +149,87 @@ fn url_problem(error: url::ParseError) -> String {
     }
 }
 
+/// A name as messages show it: as is when it is plain, quoted otherwise.
+fn shown_name(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        name.to_owned()
+    } else {
+        format!("{name:?}")
+    }
+}
+
+/// Checks a `host:port` (a `node=` value, an entry of Spring's `sentinel.nodes` or
+/// `cluster.nodes`) and returns its parts, or what is wrong with it.
+///
+/// The Redis client splits it at its one colon, so IPv6 addresses are not accepted here.
+pub(crate) fn parse_host_port(text: &str) -> Result<(&str, u16), String> {
+    if text.is_empty() {
+        return Err("empty; host:port is required".to_owned());
+    }
+    if text.starts_with('[') || text.matches(':').count() > 1 {
+        return Err(
+            "an IPv6 address is not accepted here (the Redis client reads host:port with one \
+             colon); use a host name or an IPv4 address"
+                .to_owned(),
+        );
+    }
+    let Some((host, port)) = text.split_once(':') else {
+        return Err("the port is missing; host:port is required".to_owned());
+    };
+    if host.is_empty() {
+        return Err("the host is missing".to_owned());
+    }
+    if host
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || "/@?#\\[]%&=,\"'".contains(c))
+    {
+        return Err("the host contains a character not allowed in a host name".to_owned());
+    }
+    let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    match port.parse::<u16>() {
+        Ok(port) if digits && port > 0 => Ok((host, port)),
+        _ => Err("the port is not a number from 1 to 65535".to_owned()),
+    }
+}
+
 impl RedisAddress {
     /// Parses and checks an address.
     ///
-    /// Accepted: `redis://[user[:password]@]host[:port][/db]` — port 1 to 65535 (default 6379),
-    /// database 0 to 255 (default 0); `redis://:password@host` (password only) is accepted too.
-    /// Special characters in the user or password must be percent-encoded (`@` as `%40`).
+    /// Accepted: `redis://`, `rediss://` (TLS), `redis-sentinel://`, `rediss-sentinel://`,
+    /// `redis-cluster://` and `rediss-cluster://` URLs (see [`RedisAddress`]): a host, port 1 to
+    /// 65535 (default 6379; 26379 for Sentinel), database 0 to 255 (default 0; a cluster has
+    /// database 0 only), `node=host:port` for Sentinel and Cluster, `sentinelServiceName` (required),
+    /// `sentinelUsername` and `sentinelPassword` for Sentinel. `redis://:password@host`
+    /// (password only) is accepted too. Special characters in the user or password must be
+    /// percent-encoded (`@` as `%40`).
     ///
     /// # Errors
-    /// [`InvalidAddress`] when the text is empty (or blank), is not a URL, uses another scheme
-    /// (`rediss://`, `redis-sentinel://` and `redis-cluster://` are recognised but not
-    /// supported yet), has no host, a port outside 1 to 65535, a path other than a database
-    /// number, a query or a fragment.
+    /// [`InvalidAddress`] when the text is empty (or blank), is not a URL, uses another scheme,
+    /// has no host, a port outside 1 to 65535, a path other than a database number (a cluster
+    /// address: other than 0), a query parameter its scheme does not take (named), a `node=`
+    /// that is not `host:port`, a sentinel address without `sentinelServiceName`, or a
+    /// fragment.
     pub fn parse(text: &str) -> Result<RedisAddress, InvalidAddress> {
         let text = text.trim();
         if text.is_empty() {
             return Err(InvalidAddress::new("empty; a Redis URL is required"));
         }
         let url = Url::parse(text).map_err(|e| InvalidAddress::new(url_problem(e)))?;
-        match url.scheme() {
-            "redis" => {}
-            scheme @ ("rediss" | "redis-sentinel" | "redis-cluster") => {
-                return Err(InvalidAddress::new(format!(
-                    "{scheme}:// is not supported yet"
-                )));
-            }
-            _ if !text.contains("://") => {
-                return Err(InvalidAddress::new("not a Redis URL (no scheme://)"));
-            }
-            scheme => {
-                return Err(InvalidAddress::new(format!(
-                    "the scheme {scheme}:// is not a Redis scheme"
-                )));
-            }
-        }
+        let Some(&(_, kind, _)) = SCHEMES.iter().find(|(s, ..)| *s == url.scheme()) else {
+            return Err(InvalidAddress::new(match url.scheme() {
+                _ if !text.contains("://") => "not a Redis URL (no scheme://)".to_owned(),
+                scheme if scheme.ends_with("+unix") => {
+                    format!("Unix sockets ({scheme}://) are not supported; use {SCHEME_LIST}")
+                }
+                scheme => {
+                    format!("the scheme {scheme}:// is not a Redis scheme; use {SCHEME_LIST}")
+                }
+            }));
+        };
         if url.host_str().is_none_or(str::is_empty) {
             return Err(InvalidAddress::new("the host is missing"));
         }
@@ -103,81 +238,261 @@ impl RedisAddress {
                 "port 0 is not accepted; the port must be a number from 1 to 65535",
             ));
         }
-        if url.query().is_some() {
-            return Err(InvalidAddress::new(
-                "query parameters (?…) are not accepted",
-            ));
-        }
         if url.fragment().is_some() {
             return Err(InvalidAddress::new("a fragment (#…) is not accepted"));
         }
-        let address = RedisAddress { url };
-        match address.path_database() {
-            Some(Ok(_)) | None => Ok(address),
-            Some(Err(())) => Err(InvalidAddress::new(format!(
-                "the path {:?} is not a database number from 0 to 255",
-                address.url.path()
-            ))),
+        match path_database(url.path()) {
+            Some(Err(())) => {
+                return Err(InvalidAddress::new(format!(
+                    "the path {:?} is not a database number from 0 to 255",
+                    url.path()
+                )));
+            }
+            Some(Ok(db)) if db != 0 && kind == Kind::Cluster => {
+                return Err(InvalidAddress::new(format!(
+                    "a Redis Cluster has only database 0, so the path /{db} is not accepted; \
+                     leave the path out"
+                )));
+            }
+            _ => {}
         }
+        let topology = check_query(&url, kind)?;
+        Ok(RedisAddress { url, topology })
     }
 
-    /// The full URL, password included, for the Redis client. Do not log it.
+    /// The full URL, passwords included, for the Redis client. Do not log it.
     pub fn expose(&self) -> &str {
         self.url.as_str()
     }
 
-    /// The host name or IP address (IPv6 in brackets).
+    /// Whether the servers are one server, a Sentinel group or a Cluster.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Whether the connections use TLS: `rediss://`, `rediss-sentinel://`, `rediss-cluster://`.
+    pub fn tls(&self) -> bool {
+        SCHEMES
+            .iter()
+            .any(|(scheme, _, tls)| *tls && *scheme == self.url.scheme())
+    }
+
+    /// The host name or IP address of the URL (IPv6 in brackets): the server, the first
+    /// sentinel or the first cluster seed node.
     pub fn host(&self) -> &str {
         self.url.host_str().unwrap_or_default()
     }
 
-    /// The port; 6379 when the address names none.
+    /// The port of the URL; when it names none, 26379 for a sentinel address and 6379
+    /// otherwise.
     pub fn port(&self) -> u16 {
-        self.url.port().unwrap_or(DEFAULT_REDIS_PORT)
+        self.url.port().unwrap_or(match self.topology {
+            Topology::Sentinel { .. } => DEFAULT_SENTINEL_PORT,
+            _ => DEFAULT_REDIS_PORT,
+        })
     }
 
-    /// The database number; 0 when the address names none.
+    /// Every server the address names, as `(host, port)`: the URL's host and port, then each
+    /// `node=` in order. One entry for a single server; the sentinels for Sentinel; the seed
+    /// nodes for Cluster.
+    pub fn nodes(&self) -> Vec<(String, u16)> {
+        let mut nodes = vec![(self.host().to_owned(), self.port())];
+        for (name, value) in self.url.query_pairs() {
+            if name != NODE {
+                continue;
+            }
+            if let Ok((host, port)) = parse_host_port(&value) {
+                nodes.push((host.to_owned(), port));
+            }
+        }
+        nodes
+    }
+
+    /// The database number; 0 when the address names none (always 0 for a cluster).
     pub fn database(&self) -> u8 {
-        match self.path_database() {
+        match path_database(self.url.path()) {
             Some(Ok(db)) => db,
             _ => 0,
         }
     }
 
-    /// The user name (Redis 6 ACL), if the address has one.
+    /// The user name (Redis 6 ACL), if the address has one: of the server, or for Sentinel of
+    /// the primary and replicas.
     pub fn username(&self) -> Option<&str> {
         Some(self.url.username()).filter(|user| !user.is_empty())
     }
 
-    /// Whether the address carries a password.
+    /// Whether the address carries a password (in its user part).
     pub fn has_password(&self) -> bool {
         self.url.password().is_some()
     }
 
-    /// `None` for no path or `/`, the database for `/N`, `Err` for anything else.
-    fn path_database(&self) -> Option<Result<u8, ()>> {
-        let path = self.url.path();
-        let db = path.strip_prefix('/').unwrap_or(path);
-        if db.is_empty() {
-            return None;
-        }
-        let digits = !db.is_empty() && db.bytes().all(|b| b.is_ascii_digit());
-        Some(if digits {
-            db.parse().map_err(|_| ())
-        } else {
-            Err(())
-        })
+    /// The `sentinelUsername` of a sentinel address, if any.
+    pub fn sentinel_username(&self) -> Option<String> {
+        self.query_value(SENTINEL_USERNAME)
+    }
+
+    /// Whether a sentinel address carries a `sentinelPassword`.
+    pub fn has_sentinel_password(&self) -> bool {
+        self.query_value(SENTINEL_PASSWORD).is_some()
+    }
+
+    fn query_value(&self, wanted: &str) -> Option<String> {
+        self.url
+            .query_pairs()
+            .find(|(name, _)| name == wanted)
+            .map(|(_, value)| value.into_owned())
     }
 
     fn redacted(&self) -> Cow<'_, str> {
-        if self.url.password().is_none() {
+        let query = self.url.query().and_then(redact_query);
+        if self.url.password().is_none() && query.is_none() {
             return Cow::Borrowed(self.url.as_str());
         }
         let mut url = self.url.clone();
-        // Only fails for URLs without a host, which `parse` rejects.
-        let _ = url.set_password(Some("***"));
+        if url.password().is_some() {
+            // Only fails for URLs without a host, which `parse` rejects.
+            let _ = url.set_password(Some("***"));
+        }
+        if let Some(query) = query {
+            url.set_query(Some(&query));
+        }
         Cow::Owned(url.into())
     }
+}
+
+/// `None` for no path or `/`, the database for `/N`, `Err` for anything else.
+fn path_database(path: &str) -> Option<Result<u8, ()>> {
+    let db = path.strip_prefix('/').unwrap_or(path);
+    if db.is_empty() {
+        return None;
+    }
+    Some(if db.bytes().all(|b| b.is_ascii_digit()) {
+        db.parse().map_err(|_| ())
+    } else {
+        Err(())
+    })
+}
+
+/// Checks the query parameters against what `kind` accepts; the topology they describe.
+fn check_query(url: &Url, kind: Kind) -> Result<Topology, InvalidAddress> {
+    let scheme = format!("{}://", url.scheme());
+    let only_with_sentinel = |name: &str| {
+        InvalidAddress::new(format!(
+            "the query parameter {name} is only accepted with redis-sentinel:// and \
+             rediss-sentinel://; {} names {}",
+            scheme,
+            match kind {
+                Kind::Single => "one server",
+                Kind::Sentinel => "a Sentinel group",
+                Kind::Cluster => "a Redis Cluster",
+            }
+        ))
+    };
+    let mut service_name: Option<String> = None;
+    let mut seen: Vec<String> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
+    for (name, value) in url.query_pairs() {
+        let name = name.as_ref();
+        let known = [NODE, SERVICE_NAME, SENTINEL_USERNAME, SENTINEL_PASSWORD];
+        if !known.contains(&name) {
+            let hint = known
+                .iter()
+                .find(|k| k.eq_ignore_ascii_case(name))
+                .map(|k| format!(" (did you mean {k}?)"))
+                .unwrap_or_default();
+            unknown.push(format!("{}{hint}", shown_name(name)));
+            continue;
+        }
+        if !kind.parameters().contains(&name) {
+            // Only a single-server address lacks `node`; only Sentinel takes the others.
+            if name == NODE {
+                return Err(InvalidAddress::new(format!(
+                    "the query parameter node is only accepted with redis-sentinel:// and \
+                     redis-cluster:// (and their rediss forms); {} names one server",
+                    scheme
+                )));
+            }
+            return Err(only_with_sentinel(name));
+        }
+        if name != NODE {
+            if seen.iter().any(|s| s == name) {
+                return Err(InvalidAddress::new(format!(
+                    "the query parameter {name} is given twice; give it once"
+                )));
+            }
+            seen.push(name.to_owned());
+        }
+        match name {
+            NODE => {
+                if let Err(problem) = parse_host_port(&value) {
+                    return Err(InvalidAddress::new(format!(
+                        "node={}: {problem}; each node= is host:port",
+                        shown_name(&value)
+                    )));
+                }
+            }
+            SERVICE_NAME => {
+                if value.trim().is_empty() {
+                    return Err(InvalidAddress::new(
+                        "sentinelServiceName is empty; it names the primary the sentinels \
+                         watch (Sentinel's master name, e.g. mymaster)",
+                    ));
+                }
+                service_name = Some(value.into_owned());
+            }
+            _ => {}
+        }
+    }
+    if !unknown.is_empty() {
+        let accepted = match kind.parameters() {
+            [] => format!("{} takes none", scheme),
+            names => format!("{} takes {}", scheme, names.join(", ")),
+        };
+        return Err(InvalidAddress::new(format!(
+            "unknown query parameter{} {} ({accepted})",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", ")
+        )));
+    }
+    Ok(match kind {
+        Kind::Single => Topology::Single,
+        Kind::Cluster => Topology::Cluster,
+        Kind::Sentinel => Topology::Sentinel {
+            service_name: service_name.ok_or_else(|| {
+                InvalidAddress::new(
+                    "sentinelServiceName is missing; a sentinel address needs \
+                     ?sentinelServiceName=<master name> (the name the sentinels know the \
+                     primary by, e.g. mymaster)",
+                )
+            })?,
+        },
+    })
+}
+
+/// The query with the value of every secret-looking parameter (`sentinelPassword`) as `***`;
+/// `None` when there is none.
+fn redact_query(query: &str) -> Option<String> {
+    let mut changed = false;
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((raw_name, _)) if looks_secret(&decoded_name(raw_name)) => {
+                changed = true;
+                format!("{raw_name}=***")
+            }
+            _ => part.to_owned(),
+        })
+        .collect();
+    changed.then(|| parts.join("&"))
+}
+
+/// A query parameter's name, percent- and `+`-decoded.
+fn decoded_name(raw: &str) -> String {
+    form_urlencoded::parse(raw.as_bytes())
+        .next()
+        .map(|(name, _)| name.into_owned())
+        .unwrap_or_default()
 }
 
 impl Default for RedisAddress {
@@ -186,12 +501,13 @@ impl Default for RedisAddress {
         RedisAddress {
             url: Url::parse(super::keys::DEFAULT_REDIS_ADDRESS)
                 .expect("the default address parses"),
+            topology: Topology::Single,
         }
     }
 }
 
 impl fmt::Display for RedisAddress {
-    /// The URL with the password replaced by `***`.
+    /// The URL with the password and a `sentinelPassword` replaced by `***`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
     }
@@ -214,48 +530,81 @@ impl std::str::FromStr for RedisAddress {
     }
 }
 
+/// Whether `c` ends a URL written in free text: a blank or a quote.
+fn ends_url(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '"' | '\'' | '`')
+}
+
 /// Replaces passwords in free text with `***`: in every `scheme://user:password@` and, for text
-/// without `://`, in a leading `user:password@`. Errs on the side of hiding too much: everything
-/// from the first `:` of the user part up to the last `@` before the next blank or quote goes.
+/// without `://`, in a leading `user:password@`; and the value of every query parameter whose
+/// name looks secret (`?sentinelPassword=…`, `&password=…`). Errs on the side of hiding too
+/// much: everything from the first `:` of the user part up to the last `@` before the next
+/// blank or quote goes.
 pub(crate) fn redact_text(text: &str) -> Cow<'_, str> {
-    if !text.contains('@') {
+    let mut hidden: Vec<Range<usize>> = Vec::new();
+    if text.contains('@') {
+        let mut found_scheme = false;
+        for (at, _) in text.match_indices("://") {
+            found_scheme = true;
+            hidden.extend(userinfo_password(text, at + 3));
+        }
+        if !found_scheme {
+            let quotes = text.len() - text.trim_start_matches(['"', '\'', '`']).len();
+            hidden.extend(userinfo_password(text, quotes));
+        }
+    }
+    if text.contains('=') {
+        secret_query_values(text, &mut hidden);
+    }
+    if hidden.is_empty() {
         return Cow::Borrowed(text);
     }
+    hidden.sort_by_key(|range| (range.start, range.end));
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    let mut found_scheme = false;
-    while let Some(at) = rest.find("://") {
-        found_scheme = true;
-        let (head, tail) = rest.split_at(at + 3);
-        out.push_str(head);
-        rest = redact_userinfo(tail, &mut out);
+    let mut last = 0;
+    for range in hidden {
+        if range.start < last {
+            // Overlaps the one before, already replaced.
+            last = last.max(range.end);
+            continue;
+        }
+        out.push_str(&text[last..range.start]);
+        out.push_str("***");
+        last = range.end;
     }
-    if !found_scheme {
-        let quotes = rest.len() - rest.trim_start_matches(['"', '\'', '`']).len();
-        out.push_str(&rest[..quotes]);
-        rest = redact_userinfo(&rest[quotes..], &mut out);
-    }
-    out.push_str(rest);
+    out.push_str(&text[last..]);
     Cow::Owned(out)
 }
 
-/// Copies a leading `user:password@` of `text` to `out` as `user:***@` and returns the rest.
-fn redact_userinfo<'a>(text: &'a str, out: &mut String) -> &'a str {
-    let end = text
-        .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
-        .unwrap_or(text.len());
-    let Some(at) = text[..end].rfind('@') else {
-        return text;
-    };
-    let userinfo = &text[..at];
-    match userinfo.find(':') {
-        Some(colon) => {
-            out.push_str(&userinfo[..colon]);
-            out.push_str(":***");
+/// The password of a `user:password@` starting at `start`: from after the first `:` up to the
+/// last `@` before the next blank or quote.
+fn userinfo_password(text: &str, start: usize) -> Option<Range<usize>> {
+    let rest = &text[start..];
+    let end = rest.find(ends_url).unwrap_or(rest.len());
+    let at = rest[..end].rfind('@')?;
+    let colon = rest[..at].find(':')?;
+    Some(start + colon + 1..start + at)
+}
+
+/// The values of `?name=value` / `&name=value` whose name looks secret.
+fn secret_query_values(text: &str, hidden: &mut Vec<Range<usize>>) {
+    let name_end = |c: char| ends_url(c) || matches!(c, '=' | '&' | '?' | '#');
+    let value_end = |c: char| ends_url(c) || matches!(c, '&' | '#');
+    let mut from = 0;
+    while let Some(pos) = text[from..].find(['?', '&']) {
+        let start = from + pos + 1;
+        let rest = &text[start..];
+        let name_len = rest.find(name_end).unwrap_or(rest.len());
+        from = start;
+        if !rest[name_len..].starts_with('=') || !looks_secret(&decoded_name(&rest[..name_len])) {
+            continue;
         }
-        None => out.push_str(userinfo),
+        let value_start = start + name_len + 1;
+        let value = &text[value_start..];
+        let value_len = value.find(value_end).unwrap_or(value.len());
+        hidden.push(value_start..value_start + value_len);
+        from = value_start + value_len;
     }
-    &text[at..]
 }
 
 #[cfg(test)]
@@ -277,25 +626,104 @@ mod tests {
             ("redis://:pw@h/", "h", 6379, 0, None),
             ("redis://app@h:1/255", "h", 1, 255, Some("app")),
             ("redis://[::1]:7000", "[::1]", 7000, 0, None),
+            ("rediss://app:pw@h:6380/1", "h", 6380, 1, Some("app")),
+            ("redis://h?", "h", 6379, 0, None),
         ] {
             let address = RedisAddress::parse(text).unwrap();
             assert_eq!(address.host(), host, "{text}");
             assert_eq!(address.port(), port, "{text}");
             assert_eq!(address.database(), db, "{text}");
             assert_eq!(address.username(), user, "{text}");
+            assert_eq!(address.topology(), &Topology::Single, "{text}");
+            assert_eq!(address.tls(), text.starts_with("rediss"), "{text}");
+            assert_eq!(address.nodes(), [(host.to_owned(), port)], "{text}");
         }
+    }
+
+    #[test]
+    fn accepts_the_sentinel_and_cluster_forms() {
+        let sentinel = |name: &str| Topology::Sentinel {
+            service_name: name.to_owned(),
+        };
+        for (text, topology, tls, nodes, db) in [
+            (
+                "redis-sentinel://s1?sentinelServiceName=mymaster",
+                sentinel("mymaster"),
+                false,
+                vec![("s1", 26379)],
+                0,
+            ),
+            (
+                "rediss-sentinel://app:pw@s1:26380/2?sentinelServiceName=m&node=s2:26381\
+                 &node=10.0.0.3:26379&sentinelUsername=sen&sentinelPassword=spw",
+                sentinel("m"),
+                true,
+                vec![("s1", 26380), ("s2", 26381), ("10.0.0.3", 26379)],
+                2,
+            ),
+            (
+                "redis-sentinel://s1:26379?node=s2:26379&sentinelServiceName=my%20master",
+                sentinel("my master"),
+                false,
+                vec![("s1", 26379), ("s2", 26379)],
+                0,
+            ),
+            (
+                "redis-cluster://c1:7000?node=c2:7001&node=c3:7002",
+                Topology::Cluster,
+                false,
+                vec![("c1", 7000), ("c2", 7001), ("c3", 7002)],
+                0,
+            ),
+            (
+                "rediss-cluster://:pw@c1/0",
+                Topology::Cluster,
+                true,
+                vec![("c1", 6379)],
+                0,
+            ),
+            (
+                "redis-cluster://c1:7000/",
+                Topology::Cluster,
+                false,
+                vec![("c1", 7000)],
+                0,
+            ),
+        ] {
+            let address = RedisAddress::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(address.topology(), &topology, "{text}");
+            assert_eq!(address.tls(), tls, "{text}");
+            let nodes: Vec<(String, u16)> =
+                nodes.iter().map(|(h, p)| ((*h).to_owned(), *p)).collect();
+            assert_eq!(address.nodes(), nodes, "{text}");
+            assert_eq!(address.database(), db, "{text}");
+            assert_eq!(address.expose(), text, "{text}");
+        }
+        let full = RedisAddress::parse(
+            "redis-sentinel://s1?sentinelServiceName=m&sentinelUsername=sen&sentinelPassword=x",
+        )
+        .unwrap();
+        assert_eq!(full.sentinel_username().as_deref(), Some("sen"));
+        assert!(full.has_sentinel_password());
+        assert!(!full.has_password());
     }
 
     #[test]
     fn rejects_with_a_reason() {
         for (text, reason) in [
             ("localhost:6379", "not a Redis URL"),
-            ("http://x", "not a Redis scheme"),
-            ("rediss://h", "not supported yet"),
-            ("redis-sentinel://h", "not supported yet"),
-            ("redis-cluster://h", "not supported yet"),
+            (
+                "http://x",
+                "the scheme http:// is not a Redis scheme; use redis://, ",
+            ),
+            ("valkey://x", "the scheme valkey:// is not a Redis scheme"),
+            (
+                "redis+unix:///tmp/r.sock",
+                "Unix sockets (redis+unix://) are not supported",
+            ),
             ("redis://", "host is missing"),
             ("redis:///0", "host is missing"),
+            ("redis-cluster:///0", "host is missing"),
             (
                 "redis://h:0",
                 "port 0 is not accepted; the port must be a number from 1 to 65535",
@@ -312,14 +740,109 @@ mod tests {
             ("redis://h/16x", "not a database number"),
             ("redis://h/256", "not a database number"),
             ("redis://h/0/1", "not a database number"),
-            ("redis://h?password=x", "query"),
+            (
+                "redis://h?password=x",
+                "unknown query parameter password (redis:// takes none)",
+            ),
+            (
+                "redis://h?timeout=1&x=2",
+                "unknown query parameters timeout, x (redis:// takes none)",
+            ),
+            (
+                "redis://h?node=a:1",
+                "the query parameter node is only accepted with redis-sentinel:// and \
+                 redis-cluster://",
+            ),
+            (
+                "rediss://h?sentinelServiceName=m",
+                "the query parameter sentinelServiceName is only accepted with \
+                 redis-sentinel:// and rediss-sentinel://; rediss:// names one server",
+            ),
+            (
+                "redis-cluster://h?sentinelServiceName=m",
+                "sentinelServiceName is only accepted with redis-sentinel:// and \
+                 rediss-sentinel://; redis-cluster:// names a Redis Cluster",
+            ),
+            (
+                "redis-cluster://h?sentinelPassword=m",
+                "sentinelPassword is only accepted with redis-sentinel://",
+            ),
             ("redis://h#x", "fragment"),
             ("", "empty; a Redis URL is required"),
             ("  ", "empty; a Redis URL is required"),
             ("redis.internal", "not a Redis URL (no scheme://)"),
+            (
+                "redis-sentinel://s1:26379",
+                "sentinelServiceName is missing; a sentinel address needs \
+                 ?sentinelServiceName=<master name>",
+            ),
+            (
+                "redis-sentinel://s1?sentinelServiceName=",
+                "sentinelServiceName is empty",
+            ),
+            (
+                "redis-sentinel://s1?sentinelServiceName=a&sentinelServiceName=b",
+                "the query parameter sentinelServiceName is given twice",
+            ),
+            (
+                "redis-sentinel://s1?sentinelservicename=m",
+                "unknown query parameter sentinelservicename (did you mean \
+                 sentinelServiceName?) (redis-sentinel:// takes node, sentinelServiceName, \
+                 sentinelUsername, sentinelPassword)",
+            ),
+            (
+                "redis-sentinel://s1?sentinelServiceName=m&node=s2",
+                "node=s2: the port is missing; host:port is required; each node= is host:port",
+            ),
+            (
+                "redis-cluster://c1?node=c2:0",
+                "node=c2:0: the port is not a number from 1 to 65535",
+            ),
+            (
+                "redis-cluster://c1?node=c2:70000",
+                "node=c2:70000: the port is not a number from 1 to 65535",
+            ),
+            (
+                "redis-cluster://c1?node=:7000",
+                "node=:7000: the host is missing",
+            ),
+            (
+                "redis-cluster://c1?node=",
+                "node=\"\": empty; host:port is required",
+            ),
+            (
+                "redis-cluster://c1?node=[::1]:7000",
+                "an IPv6 address is not accepted here",
+            ),
+            (
+                "redis-cluster://c1?node=c2:7001&timeout=5",
+                "unknown query parameter timeout (redis-cluster:// takes node)",
+            ),
+            (
+                "redis-cluster://c1:7000/3",
+                "a Redis Cluster has only database 0, so the path /3 is not accepted",
+            ),
+            (
+                "rediss-cluster://c1/x",
+                "the path \"/x\" is not a database number",
+            ),
         ] {
-            let problem = RedisAddress::parse(text).unwrap_err().to_string();
+            let problem = match RedisAddress::parse(text) {
+                Ok(address) => panic!("{text}: accepted as {address:?}"),
+                Err(e) => e.to_string(),
+            };
             assert!(problem.contains(reason), "{text}: {problem}");
+        }
+    }
+
+    #[test]
+    fn host_port_entries() {
+        assert_eq!(parse_host_port("s1:26379"), Ok(("s1", 26379)));
+        assert_eq!(parse_host_port("10.0.0.7:1"), Ok(("10.0.0.7", 1)));
+        for bad in [
+            "s1", "s1:", "s1:+1", "s1: 1", "s 1:1", "s1:65536", "a@b:1", "::1",
+        ] {
+            assert!(parse_host_port(bad).is_err(), "{bad}");
         }
     }
 
@@ -335,6 +858,32 @@ mod tests {
         let only = RedisAddress::parse("redis://:hunter2@h").unwrap();
         assert_eq!(only.to_string(), "redis://:***@h");
         assert!(!RedisAddress::default().to_string().contains("***"));
+
+        let sentinel = RedisAddress::parse(
+            "rediss-sentinel://app:hunter2@s1/1?sentinelServiceName=m&sentinelUsername=sen\
+             &sentinelPassword=hunter2&node=s2:26379",
+        )
+        .unwrap();
+        let shown = "rediss-sentinel://app:***@s1/1?sentinelServiceName=m&sentinelUsername=sen\
+                     &sentinelPassword=***&node=s2:26379";
+        assert_eq!(sentinel.to_string(), shown);
+        assert_eq!(format!("{sentinel:?}"), format!("RedisAddress({shown:?})"));
+        assert!(sentinel.expose().contains("sentinelPassword=hunter2"));
+        // A percent-encoded parameter name is the parameter (the client decodes it too), and
+        // is redacted as such.
+        let encoded = RedisAddress::parse(
+            "redis-sentinel://s1?sentinelServiceName=m&sentinel%50assword=hunter2",
+        )
+        .unwrap();
+        assert!(encoded.has_sentinel_password());
+        assert_eq!(
+            encoded.to_string(),
+            "redis-sentinel://s1?sentinelServiceName=m&sentinel%50assword=***"
+        );
+        assert_eq!(
+            redact_text(encoded.expose()),
+            "redis-sentinel://s1?sentinelServiceName=m&sentinel%50assword=***"
+        );
     }
 
     #[test]
@@ -351,6 +900,25 @@ mod tests {
             ),
             ("redis://u@h", "redis://u@h"),
             ("no secrets here", "no secrets here"),
+            (
+                "redis-sentinel://s?sentinelServiceName=m&sentinelPassword=pw&node=a:1",
+                "redis-sentinel://s?sentinelServiceName=m&sentinelPassword=***&node=a:1",
+            ),
+            (
+                "\"redis://h?password=pw\" and x?token=t#f",
+                "\"redis://h?password=***\" and x?token=***#f",
+            ),
+            (
+                "redis://h?sentinelPassword=",
+                "redis://h?sentinelPassword=***",
+            ),
+            // A password with an `@` in the query, after a port: hidden whole.
+            ("redis://h:1?sentinelPassword=p@ss", "redis://h:***"),
+            (
+                "redis://u:pw@h?sentinelPassword=p2",
+                "redis://u:***@h?sentinelPassword=***",
+            ),
+            ("a=b&c=d", "a=b&c=d"),
         ] {
             assert_eq!(redact_text(text), expected, "{text}");
         }

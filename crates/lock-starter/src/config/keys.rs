@@ -51,6 +51,12 @@ pub enum ValueKind {
     Host,
     /// A TCP port, 1 to 65535.
     Port,
+    /// A path to a file.
+    Path,
+    /// A database number, 0 to 255.
+    Database,
+    /// Comma-separated `host:port` pairs (or, in TOML, an array of them).
+    HostPortList,
 }
 
 /// One row of the key table: a key, what it means, its default and what it accepts.
@@ -74,9 +80,23 @@ pub struct KeySpec {
 }
 
 /// What `telco.platform.lock.redis.address` and `spring.data.redis.url` accept.
-const ADDRESS_ACCEPTED: &str = "redis://[user[:password]@]host[:port][/db], e.g. \
-                                redis://localhost:6379 (rediss://, redis-sentinel:// and \
-                                redis-cluster:// are recognised but not supported yet)";
+const ADDRESS_ACCEPTED: &str = "redis://[user[:password]@]host[:port][/db] (one server); \
+     redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name\
+     [&node=host:port…][&sentinelUsername=user][&sentinelPassword=password] (Sentinel, port \
+     26379 when omitted); redis-cluster://[user[:password]@]host[:port][?node=host:port…] \
+     (Cluster, database 0 only); rediss://, rediss-sentinel:// and rediss-cluster:// for TLS; \
+     ports 1 to 65535, databases 0 to 255";
+
+/// What a Spring host/sentinel/cluster combination accepts.
+pub(crate) const SPRING_COMBINATIONS: &str = "one of spring.data.redis.url; \
+     spring.data.redis.host/port; spring.data.redis.sentinel.master with \
+     spring.data.redis.sentinel.nodes; spring.data.redis.cluster.nodes (the last three with \
+     spring.data.redis.username, password, database and ssl.enabled; a cluster with database 0 \
+     only) — or telco.platform.lock.redis.address, which wins over every Spring key";
+
+/// What `spring.data.redis.sentinel.nodes` and `spring.data.redis.cluster.nodes` accept.
+const NODES_ACCEPTED: &str = "comma-separated host:port pairs, e.g. s1:26379,s2:26379 (host \
+     names or IPv4 addresses, ports 1 to 65535; in TOML also an array of strings)";
 
 macro_rules! duration_accepted {
     ($range:literal) => {
@@ -100,9 +120,11 @@ pub const KEYS: &[KeySpec] = &[
     KeySpec {
         name: "telco.platform.lock.redis.address",
         kind: ValueKind::RedisUrl,
-        default: "from spring.data.redis.url, else from spring.data.redis.host/port if either \
-                  is set, else redis://localhost:6379",
-        meaning: "Where Redis is: host, port, credentials and database of a single Redis server.",
+        default: "from spring.data.redis.url, else built from the other spring.data.redis keys \
+                  (host/port, sentinel.master/nodes or cluster.nodes, with username, password, \
+                  database and ssl.enabled) if any is set, else redis://localhost:6379",
+        meaning: "Where Redis is — one server, a Sentinel group or a Cluster — with credentials, \
+                  database, and TLS by scheme.",
         accepted: ADDRESS_ACCEPTED,
     },
     KeySpec {
@@ -112,6 +134,17 @@ pub const KEYS: &[KeySpec] = &[
         meaning: "Timeout of every Redis command, and of connecting. An acquire returns at most \
                   this long after its wait time.",
         accepted: duration_accepted!("from 10 ms to 60 s"),
+    },
+    KeySpec {
+        name: "telco.platform.lock.redis.tls.ca-file",
+        kind: ValueKind::Path,
+        default: "none: the system's root certificates",
+        meaning: "PEM file of the CA certificates to trust for TLS instead of the system's roots; \
+                  read at start-up. Only with a TLS address (rediss://, rediss-sentinel://, \
+                  rediss-cluster://).",
+        accepted: "a path (relative to the working directory) to a readable PEM file with at \
+                   least one CA certificate, together with a rediss://, rediss-sentinel:// or \
+                   rediss-cluster:// address",
     },
     KeySpec {
         name: "telco.platform.lock.wait-time",
@@ -146,9 +179,11 @@ pub const KEYS: &[KeySpec] = &[
 ];
 
 /// The Spring Boot keys read as a fallback for `telco.platform.lock.redis.address` (only when
-/// the address itself is not set): `spring.data.redis.url` first, else `host`/`port`. Other keys
-/// under `spring.data.redis` are not read; when they are set and a fallback is used, a warning
-/// names them.
+/// the address itself is not set): `spring.data.redis.url` first; else an address built from
+/// `sentinel.master` and `sentinel.nodes`, or `cluster.nodes`, or `host`/`port`, with
+/// `username`, `password`, `database` and `ssl.enabled` applied. Other keys under
+/// `spring.data.redis` are not read; when they are set and a fallback is used, a warning names
+/// them.
 pub const SPRING_KEYS: &[KeySpec] = &[
     KeySpec {
         name: "spring.data.redis.url",
@@ -172,6 +207,61 @@ pub const SPRING_KEYS: &[KeySpec] = &[
         default: "6379",
         meaning: "Redis port, used with spring.data.redis.host.",
         accepted: "a port number from 1 to 65535",
+    },
+    KeySpec {
+        name: "spring.data.redis.username",
+        kind: ValueKind::Text,
+        default: "none",
+        meaning: "Redis user (ACL), put into an address built from the Spring keys.",
+        accepted: "a user name (special characters are percent-encoded into the URL)",
+    },
+    KeySpec {
+        name: "spring.data.redis.password",
+        kind: ValueKind::Text,
+        default: "none",
+        meaning: "Redis password, put into an address built from the Spring keys; shown as ***.",
+        accepted: "a password string (special characters are percent-encoded into the URL)",
+    },
+    KeySpec {
+        name: "spring.data.redis.database",
+        kind: ValueKind::Database,
+        default: "0",
+        meaning: "Database number of an address built from the Spring keys (a cluster has only \
+                  database 0).",
+        accepted: "a database number from 0 to 255 (0 only with spring.data.redis.cluster.nodes)",
+    },
+    KeySpec {
+        name: "spring.data.redis.ssl.enabled",
+        kind: ValueKind::Bool,
+        default: "false",
+        meaning: "TLS for an address built from the Spring keys: rediss://, rediss-sentinel://, \
+                  rediss-cluster://.",
+        accepted: "true or false",
+    },
+    KeySpec {
+        name: "spring.data.redis.sentinel.master",
+        kind: ValueKind::Text,
+        default: "none",
+        meaning: "Name of the primary the sentinels watch; with sentinel.nodes gives a \
+                  redis-sentinel:// address.",
+        accepted: "a Sentinel master name, e.g. mymaster, together with \
+                   spring.data.redis.sentinel.nodes",
+    },
+    KeySpec {
+        name: "spring.data.redis.sentinel.nodes",
+        kind: ValueKind::HostPortList,
+        default: "none",
+        meaning: "The sentinels, host:port, comma-separated; with sentinel.master gives a \
+                  redis-sentinel:// address.",
+        accepted: NODES_ACCEPTED,
+    },
+    KeySpec {
+        name: "spring.data.redis.cluster.nodes",
+        kind: ValueKind::HostPortList,
+        default: "none",
+        meaning: "Seed nodes of a Redis Cluster, host:port, comma-separated; gives a \
+                  redis-cluster:// address.",
+        accepted: NODES_ACCEPTED,
     },
 ];
 
@@ -290,13 +380,25 @@ pub(crate) fn unknown_key_hint(unknown: &str, as_env: bool) -> Option<String> {
                  redis://[user[:password]@]host[:port][/db]"
             ));
         }
-        if ["sentinel", "cluster", "nodes", "master"]
+        if ["sentinel", "cluster", "nodes", "node", "master"]
             .iter()
             .any(|word| rest.starts_with(word))
         {
             return Some(format!(
-                "Sentinel and Cluster are configured through {address} \
-                 (redis-sentinel://, redis-cluster://) and are not supported yet"
+                "Sentinel and Cluster are configured through {address}, as \
+                 redis-sentinel://host:26379?sentinelServiceName=mymaster&node=host2:26379 or \
+                 redis-cluster://host:6379?node=host2:6379"
+            ));
+        }
+        if (rest.starts_with("ssl") || rest.starts_with("tls")) && suggest(&norm).is_none() {
+            let ca_file = if as_env {
+                "TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE"
+            } else {
+                "telco.platform.lock.redis.tls.ca-file"
+            };
+            return Some(format!(
+                "TLS is chosen by the scheme of {address} (rediss://, rediss-sentinel://, \
+                 rediss-cluster://); the only TLS key is {ca_file}"
             ));
         }
     }

@@ -4,8 +4,9 @@
 //! | key | default | accepted |
 //! |---|---|---|
 //! | `telco.platform.lock.enabled` | `true` | `true` / `false` |
-//! | `telco.platform.lock.redis.address` | from `spring.data.redis.url`, else `spring.data.redis.host`/`port`, else `redis://localhost:6379` | `redis://[user[:password]@]host[:port][/db]` |
+//! | `telco.platform.lock.redis.address` | from `spring.data.redis.url`, else built from the other `spring.data.redis` keys, else `redis://localhost:6379` | `redis[s]://…`, `redis[s]-sentinel://…?sentinelServiceName=…`, `redis[s]-cluster://…` (see [`RedisAddress`]) |
 //! | `telco.platform.lock.redis.command-timeout` | `2s` | 10 ms to 60 s |
+//! | `telco.platform.lock.redis.tls.ca-file` | none: the system's root certificates | a readable PEM file, with a TLS address |
 //! | `telco.platform.lock.wait-time` | `5s` | 0 ms (one attempt) to 1 h |
 //! | `telco.platform.lock.watchdog-timeout` | `30s` | 1 s to 1 h |
 //! | `telco.platform.lock.key-prefix` | `lock:` | 1 to 64 bytes, no braces, whitespace or control characters |
@@ -20,7 +21,8 @@
 //! are set but not read — a section that looks like a misspelt `telco.platform.lock`
 //! (`telco.platform.lok`), or `spring.data.redis` keys the address does not use — are not
 //! errors, since a file is shared with other settings: they are logged as warnings and kept in
-//! [`LockSettings::warnings`].
+//! [`LockSettings::warnings`]. Spring keys that leave open which Redis is meant (Sentinel and
+//! Cluster together, host/port with nodes, the URL with nodes, half of Sentinel) are errors.
 //!
 //!
 //! ```
@@ -43,11 +45,14 @@ mod origin;
 mod resolve;
 mod sources;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::Figment;
 
-pub use address::{DEFAULT_REDIS_PORT, InvalidAddress, RedisAddress};
+pub use address::{
+    DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress, Topology,
+};
 pub use error::ConfigError;
 pub use keys::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_REDIS_ADDRESS,
@@ -89,12 +94,19 @@ pub struct LockSettings {
 /// `telco.platform.lock.redis.*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
-    /// `telco.platform.lock.redis.address`. Default: from `spring.data.redis.url` if set, else
-    /// from `spring.data.redis.host`/`port` if either is set, else `redis://localhost:6379`.
+    /// `telco.platform.lock.redis.address`: one server, a Sentinel group or a Cluster (see
+    /// [`RedisAddress::topology`]), TLS or not ([`RedisAddress::tls`]). Default: from
+    /// `spring.data.redis.url` if set, else built from `spring.data.redis.sentinel.*`,
+    /// `cluster.nodes` or `host`/`port` (with `username`, `password`, `database`,
+    /// `ssl.enabled`) if any is set, else `redis://localhost:6379`.
     pub address: RedisAddress,
     /// `telco.platform.lock.redis.command-timeout`: timeout of every Redis command. Default 2 s;
     /// 10 ms to 60 s.
     pub command_timeout: Duration,
+    /// `telco.platform.lock.redis.tls.ca-file`: PEM file of the CA certificates to trust for
+    /// TLS. `None` (the default): the system's root certificates. Only set with a TLS address;
+    /// the file existed, was readable and held a PEM certificate when the settings were loaded.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl LockSettings {
@@ -137,7 +149,8 @@ impl LockSettings {
     ///   alone;
     /// - `spring.data.redis` keys or `SPRING_DATA_REDIS_*` variables that are set while the
     ///   address does not come from `telco.platform.lock.redis.address`, but are not used for
-    ///   it (`password`, `database`, `sentinel.*`, …), by name and source, never by value.
+    ///   it (`timeout`, `sentinel.password`, `ssl.bundle`, … — and with `spring.data.redis.url`
+    ///   also `ssl.enabled`), by name and source, never by value.
     ///
     /// ```
     /// use lock_starter::config::{ConfigSources, LockSettings};
@@ -173,6 +186,10 @@ impl LockSettings {
             "enabled" => self.enabled.to_string(),
             "redis.address" => self.redis.address.to_string(),
             "redis.command-timeout" => duration(self.redis.command_timeout),
+            "redis.tls.ca-file" => match &self.redis.tls_ca_file {
+                Some(path) => resolve::quote(&path.display().to_string()),
+                None => "none (the system's root certificates)".to_owned(),
+            },
             "wait-time" => duration(self.wait_time),
             "watchdog-timeout" => duration(self.watchdog_timeout),
             "key-prefix" => resolve::quote(&self.key_prefix),

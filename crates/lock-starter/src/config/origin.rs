@@ -14,7 +14,10 @@ pub(crate) const ENV_PROVIDER: &str = "environment variable";
 
 /// Where a setting's value came from. `Display` reads as the end of "from …":
 /// `default`, `TOML file config/app.toml`, `environment variable TELCO_PLATFORM_LOCK_WAIT_TIME`,
-/// `spring.data.redis.url from environment variable SPRING_DATA_REDIS_URL`.
+/// `spring.data.redis.url from environment variable SPRING_DATA_REDIS_URL`,
+/// `spring.data.redis.sentinel.master from TOML file config/app.toml,
+/// spring.data.redis.sentinel.nodes from TOML file config/app.toml and
+/// spring.data.redis.password from environment variable SPRING_DATA_REDIS_PASSWORD`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Origin {
@@ -36,12 +39,13 @@ pub enum Origin {
     Env(String),
     /// `redis.address` taken from `spring.data.redis.url`, which came from the origin inside.
     SpringUrl(Box<Origin>),
-    /// `redis.address` built from `spring.data.redis.host` and `spring.data.redis.port`.
+    /// `redis.address` built from separate `spring.data.redis` keys: `host` and `port` (both
+    /// always listed, [`Origin::Default`] for one not set), or `sentinel.master` and
+    /// `sentinel.nodes`, or `cluster.nodes`; then whichever of `username`, `password`,
+    /// `database` and `ssl.enabled` are set.
     SpringFallback {
-        /// Where the host came from.
-        host: Box<Origin>,
-        /// Where the port came from.
-        port: Box<Origin>,
+        /// Each key used, by its full name, with where its value came from, in that order.
+        keys: Vec<(String, Origin)>,
     },
     /// Another figment provider, from a consumer's figment: its name and, when known, its
     /// location or the name it gives the key.
@@ -103,10 +107,17 @@ impl fmt::Display for Origin {
             Origin::File { format, path } => write!(f, "{format} {}", path.display()),
             Origin::Env(var) => write!(f, "environment variable {var}"),
             Origin::SpringUrl(url) => write!(f, "spring.data.redis.url from {url}"),
-            Origin::SpringFallback { host, port } => write!(
-                f,
-                "spring.data.redis.host from {host} and spring.data.redis.port from {port}"
-            ),
+            Origin::SpringFallback { keys } => {
+                for (i, (key, origin)) in keys.iter().enumerate() {
+                    let separator = match i {
+                        0 => "",
+                        i if i + 1 == keys.len() => " and ",
+                        _ => ", ",
+                    };
+                    write!(f, "{separator}{key} from {origin}")?;
+                }
+                Ok(())
+            }
             Origin::Provider(text) => f.write_str(text),
         }
     }

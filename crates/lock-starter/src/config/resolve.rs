@@ -1,6 +1,7 @@
 //! Reading the merged figment into [`LockSettings`]: unknown keys, value parsing, bounds, the
 //! Spring fallback, the defaults, and warnings about settings the lock does not read.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::value::{Dict, Value};
@@ -9,13 +10,13 @@ use lock_core::{
     LockError, MIN_WATCHDOG_TIMEOUT, validate_instance_id, validate_wait, validate_watchdog_timeout,
 };
 
-use super::address::{RedisAddress, redact_text};
+use super::address::{RedisAddress, parse_host_port, redact_text};
 use super::error::ConfigError;
 use super::keys::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_REDIS_ADDRESS,
     DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS,
-    KeySpec, MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, PREFIX, PREFIX_SEGMENTS, known_keys,
-    looks_secret, near_miss_segment, spec, unknown_key_hint,
+    KeySpec, MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, PREFIX, PREFIX_SEGMENTS,
+    SPRING_COMBINATIONS, known_keys, looks_secret, near_miss_segment, spec, unknown_key_hint,
 };
 use super::origin::{Origin, Origins};
 use super::sources::{HostEnv, SPRING_ENV_PREFIX, one_line_message};
@@ -98,8 +99,8 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         None => DEFAULT_ENABLED,
     };
 
-    let (address, origin) = reader.address(host_env, &mut warnings)?;
-    take(spec("redis.address"), origin);
+    let (address, address_origin) = reader.address(host_env, &mut warnings)?;
+    take(spec("redis.address"), address_origin.clone());
 
     let command_timeout = reader.duration(
         spec("redis.command-timeout"),
@@ -108,6 +109,13 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         |d| (MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&d),
         MIN_COMMAND_TIMEOUT,
     )?;
+    let tls_ca_file = match reader.ca_file(&address, &address_origin)? {
+        Some((path, origin)) => {
+            take(spec("redis.tls.ca-file"), origin);
+            Some(path)
+        }
+        None => None,
+    };
     let wait_time = reader.duration(
         spec("wait-time"),
         DEFAULT_WAIT_TIME,
@@ -156,6 +164,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         redis: RedisSettings {
             address,
             command_timeout,
+            tls_ca_file,
         },
         wait_time,
         watchdog_timeout,
@@ -208,10 +217,24 @@ struct Found {
 }
 
 impl Found {
+    /// The value as messages show it: `***` for a secret (`spring.data.redis.password`).
+    fn shown(&self) -> String {
+        if looks_secret(self.spec.name) {
+            "***".to_owned()
+        } else {
+            show(&self.value)
+        }
+    }
+
+    /// `key (from origin)`, for messages that name this key beside another.
+    fn named(&self) -> String {
+        format!("{} (from {})", self.spec.name, self.origin)
+    }
+
     fn invalid(&self, problem: impl Into<String>) -> ConfigError {
         ConfigError::InvalidValue {
             key: self.spec.name.to_owned(),
-            value: show(&self.value),
+            value: self.shown(),
             origin: Box::new(self.origin.clone()),
             problem: problem.into(),
             accepted: self.spec.accepted.to_owned(),
@@ -300,7 +323,8 @@ impl Reader<'_> {
         Ok(duration)
     }
 
-    /// `redis.address`, or the Spring fallback (`url`, else `host`/`port`), or the default.
+    /// `redis.address`, or the Spring fallback (`url`; else `sentinel.*`, `cluster.nodes` or
+    /// `host`/`port`, with `username`, `password`, `database` and `ssl.enabled`), or the default.
     fn address(
         &self,
         host_env: &HostEnv,
@@ -311,71 +335,87 @@ impl Reader<'_> {
                 RedisAddress::parse(&found.text()?).map_err(|e| found.invalid(e.problem()))?;
             return Ok((address, found.origin));
         }
-        if let Some(found) = self.find(spec("spring.data.redis.url")) {
+        let spring = Spring::find(self);
+        spring.check_combination()?;
+        if let Some(found) = &spring.url {
             let address =
                 RedisAddress::parse(&found.text()?).map_err(|e| found.invalid(e.problem()))?;
             self.warn_unread_spring(SpringUse::Url, host_env, warnings);
-            return Ok((address, Origin::SpringUrl(Box::new(found.origin))));
+            return Ok((address, Origin::SpringUrl(Box::new(found.origin.clone()))));
         }
-        let host = self.find(spec("spring.data.redis.host"));
-        let port = self.find(spec("spring.data.redis.port"));
-        if host.is_none() && port.is_none() {
+        let used = if spring.master.is_some() {
+            SpringUse::Sentinel
+        } else if spring.cluster_nodes.is_some() {
+            SpringUse::Cluster
+        } else if spring.host.is_some() || spring.port.is_some() || spring.extras().next().is_some()
+        {
+            SpringUse::HostPort
+        } else {
             self.warn_unread_spring(SpringUse::Nothing, host_env, warnings);
             return Ok((RedisAddress::default(), Origin::Default));
+        };
+        let built = spring.build(used)?;
+        self.warn_unread_spring(used, host_env, warnings);
+        Ok(built)
+    }
+
+    /// `telco.platform.lock.redis.tls.ca-file`: only with a TLS address; the file must exist,
+    /// be readable and hold a PEM certificate.
+    fn ca_file(
+        &self,
+        address: &RedisAddress,
+        address_origin: &Origin,
+    ) -> Result<Option<(PathBuf, Origin)>, ConfigError> {
+        let Some(found) = self.find(spec("redis.tls.ca-file")) else {
+            return Ok(None);
+        };
+        let text = found.text()?;
+        if text.trim().is_empty() {
+            return Err(found.invalid("empty; a path is required"));
         }
-        self.warn_unread_spring(SpringUse::HostPort, host_env, warnings);
-        let port_number = match &port {
-            Some(found) => spring_port(found)?,
-            None => DEFAULT_SPRING_PORT,
-        };
-        let (host_name, host_found) = match &host {
-            Some(found) => (found.text()?, Some(found)),
-            None => (DEFAULT_SPRING_HOST.to_owned(), None),
-        };
-        let bad_host = |problem: String| match host_found {
-            Some(found) => found.invalid(problem),
-            None => ConfigError::InvalidValue {
-                key: spec("spring.data.redis.host").name.to_owned(),
-                value: quote(DEFAULT_SPRING_HOST),
-                origin: Box::new(Origin::Default),
-                problem,
-                accepted: spec("spring.data.redis.host").accepted.to_owned(),
-            },
-        };
-        if host_name.is_empty()
-            || host_name
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control() || "/@?#\\".contains(c))
-        {
-            return Err(bad_host("not a host name or IP address".to_owned()));
+        if !address.tls() {
+            return Err(found.invalid(format!(
+                "{} = {address} (from {address_origin}) does not use TLS, so a CA file would \
+                 not be used; use rediss://, rediss-sentinel:// or rediss-cluster:// (or \
+                 spring.data.redis.ssl.enabled = true for an address built from Spring keys), \
+                 or remove {}",
+                spec("redis.address").name,
+                spec("redis.tls.ca-file").name,
+            )));
         }
-        let bracketed = if host_name.contains(':') && !host_name.starts_with('[') {
-            format!("[{host_name}]")
-        } else {
-            host_name
+        let path = PathBuf::from(&text);
+        let relative = || match std::env::current_dir() {
+            Ok(dir) if path.is_relative() => {
+                format!(" (relative to the working directory {})", dir.display())
+            }
+            _ => String::new(),
         };
-        let address = RedisAddress::parse(&format!("redis://{bracketed}:{port_number}"))
-            .map_err(|e| bad_host(e.problem().to_owned()))?;
-        let origin_of = |found: &Option<Found>| {
-            Box::new(found.as_ref().map_or(Origin::Default, |f| f.origin.clone()))
+        let contents = match std::fs::read(&path) {
+            Ok(contents) => contents,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(found.invalid(format!("the file does not exist{}", relative())));
+            }
+            Err(_) if path.is_dir() => {
+                return Err(found.invalid("it is a directory, not a file"));
+            }
+            Err(e) => {
+                return Err(found.invalid(format!("the file cannot be read: {e}")));
+            }
         };
-        let origin = Origin::SpringFallback {
-            host: origin_of(&host),
-            port: origin_of(&port),
-        };
-        Ok((address, origin))
+        let pem = String::from_utf8_lossy(&contents);
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            return Err(found.invalid(
+                "the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)",
+            ));
+        }
+        Ok(Some((path, found.origin)))
     }
 
     /// Warns about the `spring.data.redis` keys and `SPRING_DATA_REDIS_*` variables that are set
-    /// but not used for the address (`password`, `database`, `sentinel.*`, …), naming each key
-    /// with its source or each variable, never a value.
+    /// but not used for the address (`timeout`, `sentinel.password`, `client-type`, …), naming
+    /// each key with its source or each variable, never a value.
     fn warn_unread_spring(&self, used: SpringUse, host_env: &HostEnv, warnings: &mut Warnings) {
-        // With the URL, Spring Boot itself ignores host, port, username, password and database.
-        let used_keys: &[&str] = match used {
-            SpringUse::Url => &["url", "host", "port", "username", "password", "database"],
-            SpringUse::HostPort => &["host", "port"],
-            SpringUse::Nothing => &[],
-        };
+        let used_keys = used.keys();
         let mut unread = Vec::new();
         if let Ok(section @ Value::Dict(..)) = self.figment.find_value("spring.data.redis") {
             for (relative, value) in leaves(&section) {
@@ -393,7 +433,8 @@ impl Reader<'_> {
             let key = var
                 .strip_prefix(SPRING_ENV_PREFIX)
                 .unwrap_or(var)
-                .to_ascii_lowercase();
+                .to_ascii_lowercase()
+                .replace('_', ".");
             if !used_keys.contains(&key.as_str()) {
                 unread.push(format!("environment variable {var}"));
             }
@@ -403,16 +444,25 @@ impl Reader<'_> {
         }
         let address = match used {
             SpringUse::Url => "is taken from spring.data.redis.url".to_owned(),
-            SpringUse::HostPort => "is built from spring.data.redis.host/port only".to_owned(),
+            SpringUse::HostPort => "is built from spring.data.redis.host/port (with username, \
+                                    password, database and ssl.enabled)"
+                .to_owned(),
+            SpringUse::Sentinel => "is built from spring.data.redis.sentinel.master/nodes (with \
+                                    username, password, database and ssl.enabled)"
+                .to_owned(),
+            SpringUse::Cluster => "is built from spring.data.redis.cluster.nodes (with username, \
+                                   password, database 0 and ssl.enabled)"
+                .to_owned(),
             SpringUse::Nothing => format!(
-                "is the default {DEFAULT_REDIS_ADDRESS} (none of {}, spring.data.redis.url, \
-                 spring.data.redis.host and spring.data.redis.port is set)",
+                "is the default {DEFAULT_REDIS_ADDRESS} (none of {} and the spring.data.redis \
+                 keys url, host, port, username, password, database, ssl.enabled, \
+                 sentinel.master, sentinel.nodes and cluster.nodes is set)",
                 spec("redis.address").name
             ),
         };
         warnings.warn(format!(
             "the lock's Redis address {address}, so these Spring settings are ignored by the \
-             lock: {}. Set {} (redis://[user[:password]@]host[:port][/db]) if the lock needs them",
+             lock: {}. Set {} if the lock needs them",
             unread.join(", "),
             spec("redis.address").name
         ));
@@ -569,10 +619,323 @@ impl Reader<'_> {
 enum SpringUse {
     /// `spring.data.redis.url`.
     Url,
-    /// `spring.data.redis.host` and/or `port`.
+    /// `spring.data.redis.host`/`port`, with the extras.
     HostPort,
+    /// `spring.data.redis.sentinel.master` and `sentinel.nodes`, with the extras.
+    Sentinel,
+    /// `spring.data.redis.cluster.nodes`, with the extras.
+    Cluster,
     /// None: the address is the default.
     Nothing,
+}
+
+impl SpringUse {
+    /// The keys, relative to `spring.data.redis`, that this way of building the address reads
+    /// (or, for the URL, that Spring Boot itself ignores then): they are not warned about.
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            // With the URL, Spring Boot itself ignores host, port, username, password and
+            // database.
+            SpringUse::Url => &["url", "host", "port", "username", "password", "database"],
+            SpringUse::HostPort => &[
+                "host",
+                "port",
+                "username",
+                "password",
+                "database",
+                "ssl.enabled",
+            ],
+            SpringUse::Sentinel => &[
+                "sentinel.master",
+                "sentinel.nodes",
+                "username",
+                "password",
+                "database",
+                "ssl.enabled",
+            ],
+            SpringUse::Cluster => &[
+                "cluster.nodes",
+                "username",
+                "password",
+                "database",
+                "ssl.enabled",
+            ],
+            SpringUse::Nothing => &[],
+        }
+    }
+}
+
+/// The `spring.data.redis` keys the address can be built from, as found.
+struct Spring {
+    url: Option<Found>,
+    host: Option<Found>,
+    port: Option<Found>,
+    master: Option<Found>,
+    sentinel_nodes: Option<Found>,
+    cluster_nodes: Option<Found>,
+    username: Option<Found>,
+    password: Option<Found>,
+    database: Option<Found>,
+    ssl: Option<Found>,
+}
+
+impl Spring {
+    fn find(reader: &Reader<'_>) -> Spring {
+        let find = |relative: &str| reader.find(spec(&format!("spring.data.redis.{relative}")));
+        Spring {
+            url: find("url"),
+            host: find("host"),
+            port: find("port"),
+            master: find("sentinel.master"),
+            sentinel_nodes: find("sentinel.nodes"),
+            cluster_nodes: find("cluster.nodes"),
+            username: find("username"),
+            password: find("password"),
+            database: find("database"),
+            ssl: find("ssl.enabled"),
+        }
+    }
+
+    /// `username`, `password`, `database`, `ssl.enabled`: those that are set.
+    fn extras(&self) -> impl Iterator<Item = &Found> {
+        [&self.username, &self.password, &self.database, &self.ssl]
+            .into_iter()
+            .flatten()
+    }
+
+    /// Rejects the combinations that leave open which Redis is meant: the URL with Sentinel or
+    /// Cluster keys, Sentinel with Cluster, half of Sentinel, host/port with nodes.
+    fn check_combination(&self) -> Result<(), ConfigError> {
+        let sentinel = self.master.as_ref().or(self.sentinel_nodes.as_ref());
+        let conflict = |found: &Found, problem: String| ConfigError::InvalidValue {
+            key: found.spec.name.to_owned(),
+            value: found.shown(),
+            origin: Box::new(found.origin.clone()),
+            problem,
+            accepted: SPRING_COMBINATIONS.to_owned(),
+        };
+        if let Some(url) = &self.url {
+            if let Some(other) = sentinel.or(self.cluster_nodes.as_ref()) {
+                let kind = if sentinel.is_some() {
+                    "Sentinel"
+                } else {
+                    "Cluster"
+                };
+                return Err(conflict(
+                    url,
+                    format!(
+                        "{} is set too, so which Redis the lock should use is ambiguous (Spring \
+                         Boot would use the {kind} settings and ignore the URL); remove one, or \
+                         set {}",
+                        other.named(),
+                        spec("redis.address").name
+                    ),
+                ));
+            }
+        }
+        if let (Some(sentinel), Some(cluster)) = (sentinel, &self.cluster_nodes) {
+            return Err(conflict(
+                cluster,
+                format!(
+                    "{} is set too; a deployment is either Sentinel or Cluster, so set only one \
+                     of them",
+                    sentinel.named()
+                ),
+            ));
+        }
+        match (&self.master, &self.sentinel_nodes) {
+            (Some(master), None) => {
+                return Err(conflict(
+                    master,
+                    format!(
+                        "{} is not set; a Sentinel address needs both the master name and the \
+                         sentinels",
+                        spec("spring.data.redis.sentinel.nodes").name
+                    ),
+                ));
+            }
+            (None, Some(nodes)) => {
+                return Err(conflict(
+                    nodes,
+                    format!(
+                        "{} is not set; a Sentinel address needs both the master name and the \
+                         sentinels",
+                        spec("spring.data.redis.sentinel.master").name
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        let nodes = self.sentinel_nodes.as_ref().or(self.cluster_nodes.as_ref());
+        if let (Some(server), Some(nodes)) = (self.host.as_ref().or(self.port.as_ref()), nodes) {
+            return Err(conflict(
+                server,
+                format!(
+                    "{} is set too; host/port name one server and the nodes a {}, so which \
+                     Redis the lock should use is ambiguous: remove spring.data.redis.host/port, \
+                     or set {}",
+                    nodes.named(),
+                    if self.sentinel_nodes.is_some() {
+                        "Sentinel group"
+                    } else {
+                        "Redis Cluster"
+                    },
+                    spec("redis.address").name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The address built from the keys of `used` (not `Url` or `Nothing`), with its origin.
+    fn build(&self, used: SpringUse) -> Result<(RedisAddress, Origin), ConfigError> {
+        let username = self.optional_text(&self.username)?;
+        let password = self.optional_text(&self.password)?;
+        let database = match &self.database {
+            Some(found) => spring_database(found)?,
+            None => 0,
+        };
+        let tls = match &self.ssl {
+            Some(found) => found.bool()?,
+            None => false,
+        };
+        let s = if tls { "s" } else { "" };
+        let mut keys: Vec<(String, Origin)> = Vec::new();
+        let mut note =
+            |found: &Found| keys.push((found.spec.name.to_owned(), found.origin.clone()));
+        let (scheme, first, query, blame) = match used {
+            SpringUse::Sentinel => {
+                let (master, nodes) = (self.master.as_ref(), self.sentinel_nodes.as_ref());
+                let (Some(master), Some(nodes)) = (master, nodes) else {
+                    unreachable!("checked by check_combination");
+                };
+                let name = master.text()?;
+                let name = name.trim();
+                if name.is_empty() || name.chars().any(char::is_control) {
+                    return Err(master.invalid(if name.is_empty() {
+                        "empty; the master name is required"
+                    } else {
+                        "it contains a control character"
+                    }));
+                }
+                let mut nodes_list = spring_nodes(nodes)?;
+                let first = nodes_list.remove(0);
+                note(master);
+                note(nodes);
+                let service: String =
+                    url::form_urlencoded::byte_serialize(name.as_bytes()).collect();
+                let mut query = format!("sentinelServiceName={service}");
+                for (host, port) in &nodes_list {
+                    query.push_str(&format!("&node={host}:{port}"));
+                }
+                (format!("redis{s}-sentinel"), first, Some(query), nodes)
+            }
+            SpringUse::Cluster => {
+                let Some(nodes) = self.cluster_nodes.as_ref() else {
+                    unreachable!("cluster is chosen when its nodes are set");
+                };
+                if let Some(found) = self.database.as_ref().filter(|_| database != 0) {
+                    return Err(found.invalid(format!(
+                        "a Redis Cluster has only database 0, and {} is set",
+                        nodes.named()
+                    )));
+                }
+                let mut nodes_list = spring_nodes(nodes)?;
+                let first = nodes_list.remove(0);
+                note(nodes);
+                let query = (!nodes_list.is_empty()).then(|| {
+                    nodes_list
+                        .iter()
+                        .map(|(host, port)| format!("node={host}:{port}"))
+                        .collect::<Vec<_>>()
+                        .join("&")
+                });
+                (format!("redis{s}-cluster"), first, query, nodes)
+            }
+            _ => {
+                let host = self.spring_host()?;
+                let port = match &self.port {
+                    Some(found) => spring_port(found)?,
+                    None => DEFAULT_SPRING_PORT,
+                };
+                let default_origin = |found: &Option<Found>| {
+                    found.as_ref().map_or(Origin::Default, |f| f.origin.clone())
+                };
+                keys.push((
+                    spec("spring.data.redis.host").name.to_owned(),
+                    default_origin(&self.host),
+                ));
+                keys.push((
+                    spec("spring.data.redis.port").name.to_owned(),
+                    default_origin(&self.port),
+                ));
+                let blame = self.host.as_ref().or(self.port.as_ref());
+                let blame = blame.or_else(|| self.extras().next());
+                let Some(blame) = blame else {
+                    unreachable!("host/port is chosen when one of its keys is set");
+                };
+                (format!("redis{s}"), (host, port), None, blame)
+            }
+        };
+        for found in self.extras() {
+            keys.push((found.spec.name.to_owned(), found.origin.clone()));
+        }
+        let (host, port) = first;
+        let bracketed = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let mut url = url::Url::parse(&format!("{scheme}://{bracketed}:{port}"))
+            .map_err(|e| blame.invalid(format!("not a host name or IP address ({e})")))?;
+        // Only fails for URLs without a host, which the line above rules out.
+        if let Some(username) = &username {
+            let _ = url.set_username(username);
+        }
+        if let Some(password) = &password {
+            let _ = url.set_password(Some(password));
+        }
+        if database != 0 {
+            url.set_path(&format!("/{database}"));
+        }
+        url.set_query(query.as_deref());
+        let address = RedisAddress::parse(url.as_str()).map_err(|e| blame.invalid(e.problem()))?;
+        Ok((address, Origin::SpringFallback { keys }))
+    }
+
+    /// A text key's value; `None` when it is not set or empty.
+    fn optional_text(&self, found: &Option<Found>) -> Result<Option<String>, ConfigError> {
+        Ok(match found {
+            Some(found) => Some(found.text()?).filter(|text| !text.is_empty()),
+            None => None,
+        })
+    }
+
+    /// `spring.data.redis.host`, `localhost` when not set; checked.
+    fn spring_host(&self) -> Result<String, ConfigError> {
+        let (host_name, host_found) = match &self.host {
+            Some(found) => (found.text()?, Some(found)),
+            None => (DEFAULT_SPRING_HOST.to_owned(), None),
+        };
+        if host_name.is_empty()
+            || host_name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || "/@?#\\".contains(c))
+        {
+            let problem = "not a host name or IP address".to_owned();
+            return Err(match host_found {
+                Some(found) => found.invalid(problem),
+                None => ConfigError::InvalidValue {
+                    key: spec("spring.data.redis.host").name.to_owned(),
+                    value: quote(DEFAULT_SPRING_HOST),
+                    origin: Box::new(Origin::Default),
+                    problem,
+                    accepted: spec("spring.data.redis.host").accepted.to_owned(),
+                },
+            });
+        }
+        Ok(host_name)
+    }
 }
 
 /// Every value under the table `value` that is not a table (or is an empty one), with its
@@ -599,6 +962,52 @@ fn leaves(value: &Value) -> Vec<(String, &Value)> {
         out.retain(|(path, _)| !path.is_empty());
     }
     out
+}
+
+/// `sentinel.nodes` or `cluster.nodes`: a comma-separated string or an array of strings, each
+/// `host:port`; at least one.
+fn spring_nodes(found: &Found) -> Result<Vec<(String, u16)>, ConfigError> {
+    let entries: Vec<String> = match &found.value {
+        Value::String(_, text) => text.split(',').map(|e| e.trim().to_owned()).collect(),
+        Value::Array(_, items) => {
+            let mut entries = Vec::new();
+            for item in items {
+                match item {
+                    Value::String(_, text) => entries.push(text.trim().to_owned()),
+                    _ => return Err(found.invalid("an entry of the array is not a string")),
+                }
+            }
+            entries
+        }
+        _ => return Err(found.invalid("not a string of host:port pairs (quote it)")),
+    };
+    if entries.iter().all(String::is_empty) {
+        return Err(found.invalid("empty; at least one host:port is required"));
+    }
+    let mut nodes = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        match parse_host_port(entry) {
+            Ok((host, port)) => nodes.push((host.to_owned(), port)),
+            Err(problem) => {
+                return Err(found.invalid(format!("entry {} ({entry:?}): {problem}", i + 1)));
+            }
+        }
+    }
+    Ok(nodes)
+}
+
+/// `spring.data.redis.database`: a number from 0 to 255, in TOML or as text.
+fn spring_database(found: &Found) -> Result<u8, ConfigError> {
+    let number = match &found.value {
+        Value::Num(_, num) => num
+            .to_u128()
+            .or_else(|| num.to_i128().and_then(|n| u128::try_from(n).ok())),
+        Value::String(_, text) => text.trim().parse::<u128>().ok(),
+        _ => None,
+    };
+    number
+        .and_then(|n| u8::try_from(n).ok())
+        .ok_or_else(|| found.invalid("not a database number from 0 to 255"))
 }
 
 fn spring_port(found: &Found) -> Result<u16, ConfigError> {

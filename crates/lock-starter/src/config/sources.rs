@@ -351,12 +351,19 @@ fn merge_env(
         set.sort_by_key(|(name, _)| spec.env_names().iter().position(|n| n == *name));
         let (name, value) = set[0];
         if let Some((other, other_value)) = set.get(1).filter(|(_, v)| *v != value) {
+            let shown = |value: &str| {
+                if looks_secret(spec.name) {
+                    "***".to_owned()
+                } else {
+                    quote(value)
+                }
+            };
             return Err(ConfigError::ConflictingEnv {
                 key: spec.name.to_owned(),
                 first: name.clone(),
-                first_value: quote(value),
+                first_value: shown(value),
                 second: (*other).clone(),
-                second_value: quote(other_value),
+                second_value: shown(other_value),
             });
         }
         figment = figment.merge(EnvVar {
