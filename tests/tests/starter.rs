@@ -172,3 +172,54 @@ async fn bad_configuration_fails_start_up_naming_key_value_and_source() {
     assert!(text.contains("5 parsecs"), "{text}");
     assert!(text.contains("accepted"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_acknowledgement_keys_reach_the_redis_lock() {
+    // No replica: with min-replicas = 1 every grant must be handed back, so the acquisition
+    // failing with replication_unconfirmed proves both keys were passed on.
+    let redis = RedisServer::start().await.unwrap();
+    let starter = LockStarter::builder()
+        .figment(config(&format!(
+            "[telco.platform.lock]\nmin-replicas = 1\nreplica-sync-timeout = \"50ms\"\n\
+             wait-time = \"0s\"\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
+            redis.url()
+        )))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(starter.settings().min_replicas, 1);
+    let lock = starter.lock().unwrap();
+    let err = lock
+        .acquire("bill-run:2026-11", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.details()["reason"], "replication_unconfirmed", "{err}");
+    assert_eq!(err.details()["requiredReplicas"], "1", "{err}");
+    assert_eq!(err.details()["acknowledgedReplicas"], "0", "{err}");
+    // The grant was handed back: the key is free (no lease left behind).
+    let key = redis.cmd(&["KEYS", "*bill-run*"]).await.unwrap();
+    assert!(!key.contains("H|"), "{key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tls_ca_file_key_reaches_the_redis_lock() {
+    let certs = lock_testkit::TestCertificates::generate_temp().unwrap();
+    let redis = RedisServer::builder().tls(&certs).start().await.unwrap();
+    let starter = LockStarter::builder()
+        .figment(config(&format!(
+            "[telco.platform.lock.redis]\naddress = \"{}\"\ntls.ca-file = \"{}\"\n",
+            redis.tls_url(),
+            certs.ca.display()
+        )))
+        .build()
+        .await
+        .unwrap();
+    let lock = starter.lock().unwrap();
+    // Without the CA file the system roots would reject the test CA and this would fail.
+    let answer = lock
+        .with_lock("tls-section", Lease::Watchdog, || async { 42 })
+        .await
+        .unwrap();
+    assert_eq!(answer, 42);
+}

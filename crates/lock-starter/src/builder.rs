@@ -168,10 +168,16 @@ impl LockStarterBuilder {
 
 /// The lock-redis settings for validated starter settings.
 fn redis_config(settings: &LockSettings) -> RedisLockConfig {
-    RedisLockConfig::new(settings.redis.address.expose())
+    let config = RedisLockConfig::new(settings.redis.address.expose())
         .command_timeout(settings.redis.command_timeout)
         .wait_time(settings.wait_time)
         .watchdog_timeout(settings.watchdog_timeout)
+        .min_replicas(settings.min_replicas)
+        .replica_sync_timeout(settings.replica_sync_timeout)
         .key_prefix(settings.key_prefix.clone())
-        .instance_id(settings.instance_id.clone())
+        .instance_id(settings.instance_id.clone());
+    match &settings.redis.tls_ca_file {
+        Some(path) => config.tls_ca_file(path.clone()),
+        None => config,
+    }
 }

@@ -121,6 +121,8 @@ const FULL_TOML: &str = r#"
 enabled = false
 wait-time = "250ms"
 watchdog-timeout = "1m30s"
+min-replicas = 1
+replica-sync-timeout = "250ms"
 key-prefix = "locks/"
 instance-id = "billing-7f9c"
 
@@ -153,6 +155,8 @@ fn toml_file_sets_every_key() {
     assert_eq!(settings.redis.command_timeout, Duration::from_millis(500));
     assert_eq!(settings.wait_time, Duration::from_millis(250));
     assert_eq!(settings.watchdog_timeout, Duration::from_secs(90));
+    assert_eq!(settings.min_replicas, 1);
+    assert_eq!(settings.replica_sync_timeout, Duration::from_millis(250));
     assert_eq!(settings.key_prefix, "locks/");
     assert_eq!(settings.instance_id, "billing-7f9c");
     for spec in KEYS {
@@ -227,6 +231,7 @@ fn sample(kind: ValueKind, name: &str, ca: &str) -> String {
         (ValueKind::RedisUrl, _) => "redis://env-redis:7000",
         (ValueKind::Duration, _) => "1500ms",
         (ValueKind::Path, _) => ca,
+        (ValueKind::Count, _) => "2",
         (_, n) if n.ends_with("key-prefix") => "env:",
         (_, n) if n.ends_with("host") => "env-host",
         (_, n) if n.ends_with("port") => "7001",
@@ -784,7 +789,8 @@ fn unknown_keys_in_toml_are_rejected_with_a_suggestion() {
             &format!("(from {})", toml_origin(&path)),
             "did you mean telco.platform.lock.wait-time?",
             "Known keys: telco.platform.lock.{enabled, redis.address, redis.command-timeout, \
-             redis.tls.ca-file, wait-time, watchdog-timeout, key-prefix, instance-id}",
+             redis.tls.ca-file, wait-time, watchdog-timeout, min-replicas, \
+             replica-sync-timeout, key-prefix, instance-id}",
         ],
     );
     assert!(matches!(error, ConfigError::UnknownKey { .. }));
@@ -2733,4 +2739,78 @@ fn the_ca_file_needs_tls_and_a_readable_pem_file() {
         &error_message(&env(&[("TELCO_PLATFORM_LOCK_REDIS_SSL", "true")])),
         &["the only TLS key is TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE"],
     );
+}
+
+#[test]
+fn replica_counts_and_sync_timeouts_out_of_bounds_are_named() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "TELCO_PLATFORM_LOCK_MIN_REPLICAS",
+            "17",
+            "larger than the maximum",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_MIN_REPLICAS",
+            "-1",
+            "negative numbers are not accepted",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_MIN_REPLICAS",
+            "two",
+            "not a whole number",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_MIN_REPLICAS",
+            "1.5",
+            "not a whole number",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_REPLICA_SYNC_TIMEOUT",
+            "0s",
+            "zero is not accepted",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_REPLICA_SYNC_TIMEOUT",
+            "11s",
+            "longer than the maximum",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_REPLICA_SYNC_TIMEOUT",
+            "500",
+            "a unit is required",
+        ),
+    ];
+    for (name, value, problem) in cases {
+        let message = error_message(&env(&[(name, value)]));
+        let key = if name.ends_with("REPLICAS") {
+            "telco.platform.lock.min-replicas"
+        } else {
+            "telco.platform.lock.replica-sync-timeout"
+        };
+        let accepted = if name.ends_with("REPLICAS") {
+            "accepted: a whole number from 0 to 16"
+        } else {
+            "from 1 ms to 10 s"
+        };
+        assert_mentions(
+            &message,
+            &[
+                key,
+                &format!("(from environment variable {name})"),
+                problem,
+                accepted,
+            ],
+        );
+    }
+    // A TOML integer and the environment's digits are the same value.
+    let files = Files::new();
+    let path = files.write("app.toml", "[telco.platform.lock]\nmin-replicas = 2\n");
+    assert_eq!(load(&env(&[]).toml_file(&path)).min_replicas, 2);
+    assert_eq!(
+        load(&env(&[("TELCO_PLATFORM_LOCK_MINREPLICAS", " 3 ")])).min_replicas,
+        3
+    );
+    let defaults = load(&env(&[]));
+    assert_eq!(defaults.min_replicas, 0);
+    assert_eq!(defaults.replica_sync_timeout, Duration::from_secs(1));
 }

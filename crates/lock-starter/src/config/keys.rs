@@ -34,6 +34,17 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = lock_redis::DEFAULT_WATCHDOG_TIME
 pub const DEFAULT_KEY_PREFIX: &str = lock_redis::DEFAULT_KEY_PREFIX;
 /// Longest accepted `telco.platform.lock.key-prefix`, in bytes: 64.
 pub const MAX_KEY_PREFIX_BYTES: usize = lock_redis::MAX_KEY_PREFIX_BYTES;
+/// Default of `telco.platform.lock.min-replicas`: 0 (a grant is reported without waiting for
+/// replicas).
+pub const DEFAULT_MIN_REPLICAS: u32 = lock_redis::DEFAULT_MIN_REPLICAS;
+/// Largest accepted `telco.platform.lock.min-replicas`: 16.
+pub const MAX_MIN_REPLICAS: u32 = lock_redis::MAX_MIN_REPLICAS;
+/// Default of `telco.platform.lock.replica-sync-timeout`: 1 s.
+pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = lock_redis::DEFAULT_REPLICA_SYNC_TIMEOUT;
+/// Shortest accepted `telco.platform.lock.replica-sync-timeout`: 1 ms.
+pub const MIN_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_millis(1);
+/// Longest accepted `telco.platform.lock.replica-sync-timeout`: 10 s.
+pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = lock_redis::MAX_REPLICA_SYNC_TIMEOUT;
 
 /// What kind of value a key takes; decides how its text is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +66,8 @@ pub enum ValueKind {
     Path,
     /// A database number, 0 to 255.
     Database,
+    /// A whole number of things (replicas), with the key's bounds.
+    Count,
     /// Comma-separated `host:port` pairs (or, in TOML, an array of them).
     HostPortList,
 }
@@ -161,6 +174,23 @@ pub const KEYS: &[KeySpec] = &[
         meaning: "TTL of watchdog leases (Lease::Watchdog), renewed every third of it; a crashed \
                   holder's lock frees itself within this long.",
         accepted: duration_accepted!("from 1 s to 1 h"),
+    },
+    KeySpec {
+        name: "telco.platform.lock.min-replicas",
+        kind: ValueKind::Count,
+        default: "0",
+        meaning: "Replicas that must acknowledge a grant (Redis WAIT on the connection that ran \
+                  the acquire) before it is reported; with fewer, the grant is handed back and \
+                  the acquire fails closed with reason replication_unconfirmed. 0 sends no WAIT.",
+        accepted: "a whole number from 0 to 16",
+    },
+    KeySpec {
+        name: "telco.platform.lock.replica-sync-timeout",
+        kind: ValueKind::Duration,
+        default: "1s",
+        meaning: "How long a grant waits for min-replicas acknowledgements; only used when \
+                  min-replicas is above 0, and adds to the longest time an acquire can take.",
+        accepted: duration_accepted!("from 1 ms to 10 s"),
     },
     KeySpec {
         name: "telco.platform.lock.key-prefix",

@@ -9,6 +9,8 @@
 //! | `telco.platform.lock.redis.tls.ca-file` | none: the system's root certificates | a readable PEM file, with a TLS address |
 //! | `telco.platform.lock.wait-time` | `5s` | 0 ms (one attempt) to 1 h |
 //! | `telco.platform.lock.watchdog-timeout` | `30s` | 1 s to 1 h |
+//! | `telco.platform.lock.min-replicas` | `0` | 0 to 16 |
+//! | `telco.platform.lock.replica-sync-timeout` | `1s` | 1 ms to 10 s |
 //! | `telco.platform.lock.key-prefix` | `lock:` | 1 to 64 bytes, no braces, whitespace or control characters |
 //! | `telco.platform.lock.instance-id` | `POD_NAME`, else `HOSTNAME`, else the host name | 1 to 128 bytes, no control characters or `\|` |
 //!
@@ -55,10 +57,11 @@ pub use address::{
 };
 pub use error::ConfigError;
 pub use keys::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_REDIS_ADDRESS,
-    DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT,
-    ENV_PREFIX, KEYS, KeySpec, MAX_COMMAND_TIMEOUT, MAX_KEY_PREFIX_BYTES, MIN_COMMAND_TIMEOUT,
-    PREFIX, SPRING_KEYS, ValueKind, key_spec,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
+    DEFAULT_REDIS_ADDRESS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT,
+    DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, ENV_PREFIX, KEYS, KeySpec, MAX_COMMAND_TIMEOUT,
+    MAX_KEY_PREFIX_BYTES, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT,
+    MIN_REPLICA_SYNC_TIMEOUT, PREFIX, SPRING_KEYS, ValueKind, key_spec,
 };
 pub use origin::{Origin, Origins};
 pub use sources::ConfigSources;
@@ -78,6 +81,12 @@ pub struct LockSettings {
     /// `telco.platform.lock.watchdog-timeout`: TTL of watchdog leases, renewed every third.
     /// Default 30 s; 1 s to 1 h.
     pub watchdog_timeout: Duration,
+    /// `telco.platform.lock.min-replicas`: replicas that must acknowledge a grant (Redis
+    /// `WAIT`) before it is reported. Default 0 (no `WAIT`); 0 to 16.
+    pub min_replicas: u32,
+    /// `telco.platform.lock.replica-sync-timeout`: how long a grant waits for `min_replicas`
+    /// acknowledgements. Default 1 s; 1 ms to 10 s.
+    pub replica_sync_timeout: Duration,
     /// `telco.platform.lock.key-prefix`: prefix of every Redis key. Default `lock:`; 1 to 64
     /// bytes, no braces, whitespace or control characters.
     pub key_prefix: String,
@@ -192,6 +201,8 @@ impl LockSettings {
             },
             "wait-time" => duration(self.wait_time),
             "watchdog-timeout" => duration(self.watchdog_timeout),
+            "min-replicas" => self.min_replicas.to_string(),
+            "replica-sync-timeout" => duration(self.replica_sync_timeout),
             "key-prefix" => resolve::quote(&self.key_prefix),
             "instance-id" => resolve::quote(&self.instance_id),
             _ => return None,

@@ -13,10 +13,12 @@ use lock_core::{
 use super::address::{RedisAddress, parse_host_port, redact_text};
 use super::error::ConfigError;
 use super::keys::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_REDIS_ADDRESS,
-    DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS,
-    KeySpec, MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, PREFIX, PREFIX_SEGMENTS,
-    SPRING_COMBINATIONS, known_keys, looks_secret, near_miss_segment, spec, unknown_key_hint,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
+    DEFAULT_REDIS_ADDRESS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT,
+    DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS, KeySpec, MAX_COMMAND_TIMEOUT,
+    MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_REPLICA_SYNC_TIMEOUT,
+    PREFIX, PREFIX_SEGMENTS, SPRING_COMBINATIONS, known_keys, looks_secret, near_miss_segment,
+    spec, unknown_key_hint,
 };
 use super::origin::{Origin, Origins};
 use super::sources::{HostEnv, SPRING_ENV_PREFIX, one_line_message};
@@ -131,6 +133,22 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         MIN_WATCHDOG_TIMEOUT,
     )?;
 
+    let min_replicas = match reader.find(spec("min-replicas")) {
+        Some(found) => {
+            let replicas = found.count(MAX_MIN_REPLICAS)?;
+            take(found.spec, found.origin);
+            replicas
+        }
+        None => DEFAULT_MIN_REPLICAS,
+    };
+    let replica_sync_timeout = reader.duration(
+        spec("replica-sync-timeout"),
+        DEFAULT_REPLICA_SYNC_TIMEOUT,
+        &mut take,
+        |d| (MIN_REPLICA_SYNC_TIMEOUT..=MAX_REPLICA_SYNC_TIMEOUT).contains(&d),
+        MIN_REPLICA_SYNC_TIMEOUT,
+    )?;
+
     let key_prefix = match reader.find(spec("key-prefix")) {
         Some(found) => {
             let prefix = found.text()?;
@@ -168,6 +186,8 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         },
         wait_time,
         watchdog_timeout,
+        min_replicas,
+        replica_sync_timeout,
         key_prefix,
         instance_id,
         origins,
@@ -247,6 +267,24 @@ impl Found {
             Value::String(_, text) if text.trim().eq_ignore_ascii_case("true") => Ok(true),
             Value::String(_, text) if text.trim().eq_ignore_ascii_case("false") => Ok(false),
             _ => Err(self.invalid("not a boolean")),
+        }
+    }
+
+    /// A whole number from 0 to `max`: a TOML integer, or its digits in a string (the
+    /// environment).
+    fn count(&self, max: u32) -> Result<u32, ConfigError> {
+        let number = match &self.value {
+            Value::Num(_, num) => num
+                .to_i128()
+                .or_else(|| num.to_u128().and_then(|n| i128::try_from(n).ok())),
+            Value::String(_, text) => text.trim().parse::<i128>().ok(),
+            _ => None,
+        };
+        match number {
+            Some(n) if n < 0 => Err(self.invalid("negative numbers are not accepted")),
+            Some(n) if n > i128::from(max) => Err(self.invalid("larger than the maximum")),
+            Some(n) => Ok(u32::try_from(n).expect("bounded by max")),
+            None => Err(self.invalid("not a whole number")),
         }
     }
 
