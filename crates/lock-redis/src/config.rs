@@ -163,7 +163,8 @@ impl RedisLockConfig {
         self
     }
 
-    /// The address with any password replaced by `***`, for logs and messages.
+    /// The address with any password — the user's, and secret-looking query parameters such as
+    /// `sentinelPassword` — replaced by `***`, for logs and messages.
     pub fn redacted_address(&self) -> String {
         redact(&self.address)
     }
@@ -256,43 +257,127 @@ pub fn validate_key_prefix(prefix: &str) -> Result<(), LockError> {
     }
 }
 
-/// Replaces the password of a URL-like address with `***`; leaves anything else untouched.
+/// Replaces the secrets of a URL-like address with `***`: the password of its user part, and
+/// the value of every query parameter whose name looks secret (`sentinelPassword`); leaves
+/// anything else untouched.
+///
+/// The user part ends at the last `@` before the first `?` that follows an `@`, so a password
+/// with an unencoded `@`, `/`, `?` or `#` is hidden whole (the client rejects such an address,
+/// and its error must not show the pieces). It errs on the side of hiding: in an address without
+/// a user part, an `@` in a query value hides everything before it.
 pub(crate) fn redact(address: &str) -> String {
     let Some(scheme_end) = address.find("://") else {
         return address.to_owned();
     };
     let rest = &address[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return address.to_owned();
+    let (shown, tail) = match userinfo_end(rest) {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let shown = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                // `redis://secret@host`: a lone user part may be a password.
+                None => "***".to_owned(),
+            };
+            (shown, &rest[at..])
+        }
+        None => (String::new(), rest),
     };
-    let userinfo = &rest[..at];
-    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-    let shown = if userinfo.contains(':') {
-        format!("{user}:***")
-    } else {
-        // `redis://secret@host` is the password-only form.
-        "***".to_owned()
-    };
-    format!("{}{shown}{}", &address[..scheme_end + 3], &rest[at..])
+    format!(
+        "{}{shown}{}",
+        &address[..scheme_end + 3],
+        redact_query(tail)
+    )
 }
 
-/// Removes the password of `address` from `text` (a client error message may quote the URL).
+/// Where the user part of `rest` (an address after its `scheme://`) ends: the index of its `@`.
+fn userinfo_end(rest: &str) -> Option<usize> {
+    let first_at = rest.find('@')?;
+    let query = rest[first_at..]
+        .find('?')
+        .map_or(rest.len(), |i| first_at + i);
+    rest[..query].rfind('@')
+}
+
+/// `tail` (what follows the user part) with the values of secret-looking query parameters
+/// replaced by `***`.
+fn redact_query(tail: &str) -> String {
+    let Some(question) = tail.find('?') else {
+        return tail.to_owned();
+    };
+    let (before, query) = tail.split_at(question + 1);
+    let (query, fragment) = query.split_at(query.find('#').unwrap_or(query.len()));
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if is_secret_parameter(name) => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{before}{}{fragment}", query.join("&"))
+}
+
+/// Whether a query parameter's name (as written, possibly percent-encoded) looks like it holds
+/// a secret: `sentinelPassword`, `password`, `token`, `secret`, ….
+fn is_secret_parameter(name: &str) -> bool {
+    let name = percent_decode(name).to_ascii_lowercase();
+    ["pass", "pwd", "secret", "token", "credential", "auth"]
+        .iter()
+        .any(|secret| name.contains(secret))
+}
+
+/// `text` with `%XX` escapes decoded (invalid escapes kept as written; invalid UTF-8 replaced).
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Removes the secrets of `address` from `text` (a client error message may quote the URL, or a
+/// password as written or percent-decoded).
 pub(crate) fn scrub(text: &str, address: &str) -> String {
-    let redacted = redact(address);
-    let mut text = text.replace(address, &redacted);
-    if let Some(password) = password_of(address) {
-        text = text.replace(password, "***");
+    let mut text = text.replace(address, &redact(address));
+    for secret in secrets_of(address) {
+        text = text.replace(&secret, "***");
     }
     text
 }
 
-fn password_of(address: &str) -> Option<&str> {
-    let rest = &address[address.find("://")? + 3..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let userinfo = &authority[..authority.rfind('@')?];
-    let password = userinfo.split_once(':').map_or(userinfo, |(_, p)| p);
-    (!password.is_empty()).then_some(password)
+/// The secrets in `address`, each as written and percent-decoded, longest first: the password
+/// of its user part (or a lone user part, which may be a password) and the values of
+/// secret-looking query parameters.
+fn secrets_of(address: &str) -> Vec<String> {
+    let Some(scheme_end) = address.find("://") else {
+        return Vec::new();
+    };
+    let rest = &address[scheme_end + 3..];
+    let mut written = Vec::new();
+    let tail = match userinfo_end(rest) {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            written.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
+            &rest[at..]
+        }
+        None => rest,
+    };
+    if let Some(question) = tail.find('?') {
+        let query = &tail[question + 1..];
+        let query = &query[..query.find('#').unwrap_or(query.len())];
+        for pair in query.split('&') {
+            if let Some((name, value)) = pair.split_once('=') {
+                if is_secret_parameter(name) {
+                    written.push(value);
+                }
+            }
+        }
+    }
+    let mut secrets: Vec<String> = written
+        .into_iter()
+        .flat_map(|secret| [secret.to_owned(), percent_decode(secret)])
+        .filter(|secret| !secret.is_empty())
+        .collect();
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets.dedup();
+    secrets
 }
 
 #[cfg(test)]
@@ -314,6 +399,37 @@ mod tests {
         );
         let config = RedisLockConfig::new("redis://app:hunter2@db:6379");
         assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn sentinel_passwords_and_odd_passwords_never_show() {
+        let sentinel = "redis-sentinel://u:pw1@h:26379/0?sentinelServiceName=m&sentinelUsername=s&sentinelPassword=pw2&node=h2:1";
+        assert_eq!(
+            redact(sentinel),
+            "redis-sentinel://u:***@h:26379/0?sentinelServiceName=m&sentinelUsername=s&sentinelPassword=***&node=h2:1"
+        );
+        assert_eq!(
+            redact("redis-sentinel://h?sentinel%50assword=pw2#x"),
+            "redis-sentinel://h?sentinel%50assword=***#x"
+        );
+        // Unencoded `/`, `?` or `@` in a password: hidden whole.
+        assert_eq!(redact("redis://u:pa/ss@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(
+            redact("redis://u:pa?ss@h:1?sentinelServiceName=m"),
+            "redis://u:***@h:1?sentinelServiceName=m"
+        );
+        assert_eq!(
+            redact("redis://u:p@ss@h?sentinelUsername=a@b"),
+            "redis://u:***@h?sentinelUsername=a@b"
+        );
+        // Percent-encoded: hidden as written and as decoded.
+        let encoded = "redis://u:s3%40cret@h:1?sentinelPassword=t%2Fop";
+        assert_eq!(
+            scrub(&format!("{encoded} s3@cret s3%40cret t/op t%2Fop"), encoded),
+            "redis://u:***@h:1?sentinelPassword=*** *** *** *** ***"
+        );
+        let config = RedisLockConfig::new(sentinel);
+        assert!(!format!("{config:?}").contains("pw"), "{config:?}");
     }
 
     #[test]

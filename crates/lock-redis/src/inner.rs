@@ -1,13 +1,14 @@
 //! The state one client shares between its lock, its handles and its background tasks.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use fred::prelude::*;
 use lock_core::{LockError, OwnerTokens, ReleaseOutcome};
 
 use crate::config::{RedisLockConfig, TOMBSTONE_TTL};
 use crate::connection::Health;
-use crate::error::RedisFailure;
+use crate::error::{RedisFailure, Refusal};
 use crate::keys::KeyLayout;
 use crate::scripts::Scripts;
 use crate::subscriptions::Subscriptions;
@@ -29,6 +30,9 @@ pub(crate) struct Inner {
     /// The runtime the client was created on: background releases are spawned here, so dropping
     /// a handle works from any thread.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Set while both connections are being moved off a demoted master (see
+    /// [`Inner::follow_if_demoted`]).
+    pub(crate) following_master: Arc<AtomicBool>,
 }
 
 /// Why a release runs in the background.
@@ -48,6 +52,7 @@ impl Inner {
     /// [`Refusal`](crate::error::Refusal) when Redis answered with an error reply (`WRONGTYPE`,
     /// `READONLY`, `OOM`, `BUSY`, …); else the command's own error.
     pub(crate) fn failure(&self, operation: &'static str, error: Error) -> RedisFailure {
+        self.follow_if_demoted(&error);
         match self.unreachable(operation) {
             Some(unreachable)
                 if matches!(
@@ -60,6 +65,36 @@ impl Inner {
             // `command` tells Redis' error replies (→ `Refused`) from the client's own errors.
             _ => RedisFailure::command(operation, error),
         }
+    }
+
+    /// Through Sentinel, a `READONLY` reply means the node this client is connected to was
+    /// demoted to a replica without closing its connections (a manual failover before the
+    /// Sentinels reconfigure the old master, the `FAILOVER` command, a `REPLICAOF`): fred would
+    /// keep using it, and every write would fail until something closed the connection. Reconnect
+    /// both connections — fred asks the Sentinels for the current master and checks its `ROLE` —
+    /// the pub/sub one too, since releases published on the new master never reach a replica's
+    /// subscribers. One reconnection at a time; a no-op for other errors and other deployments.
+    pub(crate) fn follow_if_demoted(&self, error: &Error) {
+        if !self.client.uses_sentinels()
+            || Refusal::of_reply(error) != Some(Refusal::ReadOnly)
+            || self.following_master.swap(true, Ordering::SeqCst)
+        {
+            return;
+        }
+        tracing::warn!(
+            "the Redis master was demoted to a replica (READONLY); reconnecting to the master the Sentinels name"
+        );
+        let client = self.client.clone();
+        let subscriber = self.subscriptions.subscriber().clone();
+        let following = Arc::clone(&self.following_master);
+        self.runtime.spawn(async move {
+            let (commands, pubsub) =
+                tokio::join!(client.force_reconnection(), subscriber.force_reconnection());
+            if let Err(error) = commands.and(pubsub) {
+                tracing::debug!(%error, "reconnecting after READONLY failed");
+            }
+            following.store(false, Ordering::SeqCst);
+        });
     }
 
     /// [`RedisFailure::Unreachable`] if the client is disconnected after a failed connection

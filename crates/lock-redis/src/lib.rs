@@ -166,6 +166,7 @@ impl RedisLock {
             runtime: tokio::runtime::Handle::current(),
             health,
             config,
+            following_master: Default::default(),
         });
         tokio::spawn(watchdog::run(
             Arc::downgrade(&inner),

@@ -3,8 +3,9 @@
 //! was dropped.
 //!
 //! Each channel with waiters has a *driver* task that owns its subscription: it subscribes
-//! (retrying with backoff until it succeeds), re-subscribes after a reconnect, and unsubscribes
-//! once the last waiter has left. One driver per channel keeps a channel's `SSUBSCRIBE` and
+//! (retrying with backoff until it succeeds), re-subscribes after a reconnect — and on a Cluster
+//! re-sends it every second, since a slot migration drops it silently — and unsubscribes once
+//! the last waiter has left. One driver per channel keeps a channel's `SSUBSCRIBE` and
 //! `SUNSUBSCRIBE` in order; separate drivers keep a slow channel from delaying the others.
 //! Waiters never block on the subscription longer than they choose: they wait for its
 //! confirmation with their own deadline, and the driver wakes them when it confirms later.
@@ -26,6 +27,9 @@ use tokio::time::Instant;
 /// First retry delay of a failed `SSUBSCRIBE`; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
+/// On a Cluster, how often a confirmed subscription with waiters is sent again (see [`drive`]):
+/// the longest a waiter stays deaf after its slot moved to another master.
+const CLUSTER_RESUBSCRIBE: Duration = Duration::from_secs(1);
 
 /// The subscription manager of one client.
 #[derive(Debug)]
@@ -140,6 +144,11 @@ impl Subscriptions {
         }
     }
 
+    /// The pub/sub connection.
+    pub(crate) fn subscriber(&self) -> &SubscriberClient {
+        &self.shared.subscriber
+    }
+
     /// Channels this client is subscribed to or still taking down (for tests and diagnostics).
     pub(crate) fn active_channels(&self) -> Vec<String> {
         self.shared.channels().keys().cloned().collect()
@@ -192,7 +201,27 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
         }
         if confirmed {
             // Subscribed and wanted: sleep until the last waiter leaves or a reconnect.
-            poke.notified().await;
+            if !shared.subscriber.is_clustered() {
+                poke.notified().await;
+                continue;
+            }
+            // On a Cluster, a master that loses the channel's slot (a slot migration) drops the
+            // subscription with a push message that fred swallows, and nothing else tells us:
+            // the waiters would sleep until the holder's TTL. So the subscription is sent again
+            // every CLUSTER_RESUBSCRIBE: a no-op on the master that still serves the slot; one
+            // that does not answers MOVED, after which fred re-reads the topology and reports a
+            // Cluster change, and the dispatcher re-subscribes every channel and wakes its
+            // waiters to re-check.
+            tokio::select! {
+                () = poke.notified() => continue,
+                () = tokio::time::sleep(CLUSTER_RESUBSCRIBE) => {}
+            }
+            if let Err(error) = shared.subscriber.ssubscribe(channel.as_str()).await {
+                tracing::debug!(%channel, %error, "re-sent SSUBSCRIBE failed; subscribing again");
+                if let Some(entry) = shared.channels().get(&channel) {
+                    entry.confirmed.send_replace(false);
+                }
+            }
             continue;
         }
         let generation = shared.generation.load(Ordering::SeqCst);

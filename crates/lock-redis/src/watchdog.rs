@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use fred::prelude::*;
+use fred::types::ClusterHash;
 use lock_core::{LeaseState, LostReason};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -87,7 +88,6 @@ async fn renew_all(inner: &Inner) {
         return;
     }
     let ttl = inner.config.watchdog_timeout;
-    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     // A script may only touch keys of one hash slot on a Cluster: one call per slot there, one
     // call per batch of any keys on a single server.
     let mut groups: BTreeMap<u16, Vec<(u64, Renewal)>> = BTreeMap::new();
@@ -100,43 +100,97 @@ async fn renew_all(inner: &Inner) {
         };
         groups.entry(slot).or_default().push(lease);
     }
-    for batch in groups.values().flat_map(|group| group.chunks(RENEW_BATCH)) {
-        let keys: Vec<&str> = batch.iter().map(|(_, r)| r.redis_key.as_str()).collect();
-        let mut args: Vec<Value> = Vec::with_capacity(batch.len() + 1);
-        args.push(ttl_ms.into());
-        args.extend(batch.iter().map(|(_, r)| Value::from(r.owner.as_str())));
-        let sent = Instant::now();
-        let reply: Result<Vec<i64>, Error> = inner
-            .scripts
-            .renew
-            .evalsha_with_reload(&inner.client, keys, args)
-            .await;
-        match reply {
-            Ok(renewed) if renewed.len() == batch.len() => {
-                let valid_until = sent + ttl - crate::safety_margin(ttl);
-                for ((id, renewal), ok) in batch.iter().zip(renewed) {
-                    let still_ours = ok == 1 && renewal.state.confirm(valid_until);
-                    if !still_ours {
-                        if ok != 1 {
-                            renewal.state.mark_lost(LostReason::NotOwner);
-                            tracing::warn!(
-                                redis_key = %renewal.redis_key,
-                                owner = %renewal.owner,
-                                "watchdog found the lease gone or taken over; the holder is told via lost()"
-                            );
-                        }
-                        inner.watchdog.unregister(*id);
-                    }
-                }
-            }
-            Ok(renewed) => tracing::warn!(
+    for (slot, group) in &groups {
+        for batch in group.chunks(RENEW_BATCH) {
+            renew_batch(inner, *slot, batch, ttl).await;
+        }
+    }
+}
+
+/// Renews one batch of keys (all in `slot` on a Cluster) with one script call.
+async fn renew_batch(inner: &Inner, slot: u16, batch: &[(u64, Renewal)], ttl: Duration) {
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let keys: Vec<&str> = batch.iter().map(|(_, r)| r.redis_key.as_str()).collect();
+    let mut args: Vec<Value> = Vec::with_capacity(batch.len() + 1);
+    args.push(ttl_ms.into());
+    args.extend(batch.iter().map(|(_, r)| Value::from(r.owner.as_str())));
+    let sent = Instant::now();
+    let reply: Result<Vec<i64>, Error> = inner
+        .scripts
+        .renew
+        .evalsha_with_reload(&inner.client, keys, args)
+        .await;
+    let renewed = match reply {
+        Ok(renewed) if renewed.len() == batch.len() => renewed,
+        Ok(renewed) => {
+            tracing::warn!(
                 expected = batch.len(),
                 got = renewed.len(),
                 "watchdog renewal returned a malformed reply; leases lapse unless the next tick succeeds"
-            ),
-            // Leases keep their old local deadline; if no renewal gets through before it, the
-            // holders' lost() fires.
-            Err(error) => tracing::warn!(%error, leases = batch.len(), "watchdog renewal failed"),
+            );
+            return;
+        }
+        // Leases keep their old local deadline; if no renewal gets through before it, the
+        // holders' lost() fires.
+        Err(error) => {
+            inner.follow_if_demoted(&error);
+            tracing::warn!(%error, leases = batch.len(), "watchdog renewal failed");
+            return;
+        }
+    };
+    // With min-replicas, a renewal counts only once the replicas have it too: a failover
+    // promotes a replica, and its copy of the key expires at the last renewal it received. An
+    // unconfirmed renewal leaves the old local deadline, so lost() fires before that copy can
+    // expire and be granted to someone else.
+    let replicated = renewal_replicated(inner, slot).await;
+    let valid_until = sent + ttl - crate::safety_margin(ttl);
+    for ((id, renewal), ok) in batch.iter().zip(renewed) {
+        if ok != 1 {
+            renewal.state.mark_lost(LostReason::NotOwner);
+            tracing::warn!(
+                redis_key = %renewal.redis_key,
+                owner = %renewal.owner,
+                "watchdog found the lease gone or taken over; the holder is told via lost()"
+            );
+            inner.watchdog.unregister(*id);
+        } else if replicated && !renewal.state.confirm(valid_until) {
+            // Released or lost locally since the snapshot.
+            inner.watchdog.unregister(*id);
+        }
+    }
+}
+
+/// Whether the renewal just sent is on `min-replicas` replicas (`WAIT` on the same connection,
+/// to the node serving `slot`); `true` without `min-replicas`.
+async fn renewal_replicated(inner: &Inner, slot: u16) -> bool {
+    let config = &inner.config;
+    if config.min_replicas == 0 {
+        return true;
+    }
+    let options = Options {
+        cluster_hash: Some(ClusterHash::Custom(slot)),
+        timeout: Some(config.replica_sync_timeout + config.command_timeout),
+        ..Options::default()
+    };
+    let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);
+    let acknowledged: Result<i64, Error> = inner
+        .client
+        .with_options(&options)
+        .wait(i64::from(config.min_replicas), timeout_ms)
+        .await;
+    match acknowledged {
+        Ok(n) if n >= i64::from(config.min_replicas) => true,
+        Ok(n) => {
+            tracing::warn!(
+                required = config.min_replicas,
+                acknowledged = n,
+                "watchdog renewal not acknowledged by enough replicas; the leases keep their old deadline"
+            );
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%error, "WAIT after a watchdog renewal failed; the leases keep their old deadline");
+            false
         }
     }
 }

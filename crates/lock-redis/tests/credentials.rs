@@ -1,0 +1,405 @@
+//! Credentials: `AUTH` with a user and password (an ACL user) and with a password only
+//! (`requirepass`), also over TLS; a wrong or missing password fails closed saying so
+//! (`WRONGPASS` / `NOAUTH`). In every case no password ever shows — not in an error's `Display`,
+//! `Debug` or `details()`, not in the `Debug` of `RedisLockConfig` or `RedisLock`, and not in
+//! anything logged at `TRACE`, the lock's own `tracing` events and the Redis client's (fred
+//! logs with the `log` crate; the subscriber below bridges it into the same capture).
+//!
+//! Every secret of this file contains [`MARK`]; every test ends by checking that nothing it
+//! printed, formatted or logged contains it. The log capture is process-wide (one global
+//! subscriber, so `tracing`'s per-callsite interest cache cannot hide events of parallel tests).
+
+mod common;
+
+use std::error::Error as _;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::{COMMAND_TIMEOUT, SLACK, eventually};
+use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
+use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+use lock_testkit::RedisServer;
+use lock_testkit::tls::TestCertificates;
+use tokio::time::Instant;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// In every secret below, and nowhere else.
+const MARK: &str = "Pa55";
+/// The ACL user's password.
+const PASSWORD: &str = "s3cr3t-Pa55-word";
+/// A password with an `@`, written percent-encoded in URLs.
+const AT_PASSWORD: &str = "s3cr3t@Pa55:w/rd";
+/// [`AT_PASSWORD`] percent-encoded.
+const AT_PASSWORD_IN_URL: &str = "s3cr3t%40Pa55%3Aw%2Frd";
+/// A wrong password.
+const WRONG: &str = "wr0ng-Pa55-word";
+/// The password of the sentinels in a `sentinelPassword` query parameter.
+const SENTINEL_PASSWORD: &str = "sentinel-Pa55-word";
+const USER: &str = "app";
+
+/// A writer that keeps what is written.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Everything logged at `TRACE` by this test process, `log` records included.
+fn logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish()
+            .try_init()
+            .expect("the global subscriber (and the log bridge) is set once");
+        captured
+    })
+}
+
+/// `text` shows no secret.
+#[track_caller]
+fn assert_no_secret(what: &str, text: &str) {
+    assert!(
+        !text.contains(MARK) && !text.contains("s3cr3t"),
+        "a password shows in {what}: {text}"
+    );
+}
+
+/// The error shows no secret in `Display`, `Debug`, `details()` or any source's `Display`.
+#[track_caller]
+fn assert_error_has_no_secret(error: &LockError) {
+    assert_no_secret("the error's Display", &error.to_string());
+    assert_no_secret("the error's Debug", &format!("{error:?}"));
+    assert_no_secret("the error's details", &format!("{:?}", error.details()));
+    let mut cause = error.source();
+    while let Some(source) = cause {
+        assert_no_secret("a source's Display", &source.to_string());
+        cause = source.source();
+    }
+}
+
+/// Nothing logged so far in this process shows a secret, and at `TRACE` there was plenty of
+/// output to look at.
+#[track_caller]
+fn assert_logs_have_no_secret() {
+    let logged = logs().text();
+    assert!(
+        logged.contains("TRACE") || logged.contains("DEBUG"),
+        "no logs captured"
+    );
+    assert_no_secret("the logs", &logged);
+}
+
+/// A server with the user `app` (password `password`, every command, key and channel).
+async fn server_with_user(password: &str) -> RedisServer {
+    logs();
+    let redis = common::server().await;
+    add_user(&redis, password).await;
+    redis
+}
+
+async fn add_user(redis: &RedisServer, password: &str) {
+    redis
+        .cmd(&[
+            "ACL",
+            "SETUSER",
+            USER,
+            "on",
+            &format!(">{password}"),
+            "~*",
+            "&*",
+            "+@all",
+        ])
+        .await
+        .unwrap();
+}
+
+/// `redis://<userinfo>@127.0.0.1:<port>`.
+fn url_with(redis: &RedisServer, userinfo: &str) -> String {
+    redis
+        .url()
+        .replace("redis://", &format!("redis://{userinfo}@"))
+}
+
+/// Acquire, a second client waiting on the release (pub/sub connection authenticated too),
+/// release: the lock works with `config`. Checks that both clients' connections are logged in
+/// as `user` (`CLIENT LIST`).
+async fn the_lock_works(redis: &RedisServer, config: RedisLockConfig, user: &str) {
+    let holder = RedisLock::connect(config.clone()).await.unwrap();
+    let waiter = RedisLock::connect(config.clone()).await.unwrap();
+    holder.ping().await.unwrap();
+    waiter.ping().await.unwrap();
+    assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+    assert_no_secret("RedisLock's Debug", &format!("{holder:?}"));
+    assert_no_secret("the config's redacted address", &config.redacted_address());
+    assert_no_secret("the namespace", holder.namespace());
+
+    let held = holder
+        .acquire("credentials", Lease::Watchdog)
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        waiter.acquire_with("credentials", options).await
+    });
+    let channel = holder.release_channel("credentials");
+    let subscribed = eventually(SLACK, || async {
+        redis
+            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+            .await
+            .unwrap()
+            == format!("{channel}\n1")
+    })
+    .await;
+    assert!(subscribed, "the waiter never subscribed");
+    // Commands and pub/sub connections of both clients, each logged in as `user`.
+    let clients = redis.cmd(&["CLIENT", "LIST"]).await.unwrap();
+    let as_user = clients
+        .lines()
+        .filter(|l| l.contains(&format!(" user={user} ")))
+        .count();
+    assert!(as_user >= 4, "{clients}");
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let handle = waiting.await.unwrap().unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_and_password_authenticate() {
+    let redis = server_with_user(PASSWORD).await;
+    let address = url_with(&redis, &format!("{USER}:{PASSWORD}"));
+    the_lock_works(&redis, common::config(&redis).address(address), USER).await;
+    assert_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percent_encoded_password_authenticates_and_never_shows() {
+    let redis = server_with_user(AT_PASSWORD).await;
+    let address = url_with(&redis, &format!("{USER}:{AT_PASSWORD_IN_URL}"));
+    let config = common::config(&redis).address(&address);
+    assert!(!config.redacted_address().contains("%40"));
+    the_lock_works(&redis, config, USER).await;
+    assert_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_alone_authenticates_against_requirepass() {
+    logs();
+    let redis = RedisServer::builder()
+        .args(["--requirepass", PASSWORD])
+        .start()
+        .await
+        .unwrap();
+    let address = url_with(&redis, &format!(":{PASSWORD}"));
+    the_lock_works(&redis, common::config(&redis).address(address), "default").await;
+    assert_logs_have_no_secret();
+}
+
+/// The `RedisFailure` behind a lock error.
+fn redis_failure(error: &LockError) -> &RedisFailure {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(failure) = e.downcast_ref::<RedisFailure>() {
+            return failure;
+        }
+        cause = e.source();
+    }
+    panic!("no RedisFailure behind {error:?}")
+}
+
+/// Acquires with `config` and expects it to fail closed (`backend_unavailable`) within the wait
+/// time plus one command timeout, the error naming `expected` (`WRONGPASS`, `NOAUTH`) and
+/// showing no secret. Nothing is written.
+async fn fails_closed_naming(redis: &RedisServer, config: RedisLockConfig, expected: &str) {
+    let started = Instant::now();
+    let lock = RedisLock::connect(config.clone()).await.unwrap();
+    assert!(started.elapsed() < COMMAND_TIMEOUT + SLACK, "connect hung");
+    assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let error = lock
+        .acquire_with("auth", AcquireOptions::new(Lease::Watchdog).wait(wait))
+        .await
+        .expect_err("acquired with bad credentials");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed <= wait + COMMAND_TIMEOUT + SLACK,
+        "took {elapsed:?}"
+    );
+    assert_eq!(
+        error.code(),
+        LockErrorCode::LockAcquisitionFailed,
+        "{error}"
+    );
+    assert_eq!(error.http_status(), 503);
+    let details = error.details();
+    assert_eq!(details["reason"], "backend_unavailable", "{error}");
+    let text = error.to_string();
+    assert!(text.contains(expected), "{expected} not named: {text}");
+    assert!(
+        matches!(
+            redis_failure(&error),
+            RedisFailure::Unreachable { .. } | RedisFailure::Refused { .. }
+        ),
+        "{error:?}"
+    );
+    assert_error_has_no_secret(&error);
+    let key = lock.redis_key("auth");
+    assert_eq!(redis.cmd(&["EXISTS", &key]).await.unwrap(), "0");
+    // `ping` fails the same way.
+    let ping = lock.ping().await.expect_err("PING with bad credentials");
+    assert_error_has_no_secret(&ping);
+    eprintln!("{expected}: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_closed_naming_wrongpass() {
+    let redis = server_with_user(PASSWORD).await;
+    let user_wrong = url_with(&redis, &format!("{USER}:{WRONG}"));
+    fails_closed_naming(
+        &redis,
+        common::config(&redis).address(user_wrong),
+        "WRONGPASS",
+    )
+    .await;
+    // The right password of another user, percent-encoded.
+    let encoded_wrong = url_with(&redis, &format!("nobody:{AT_PASSWORD_IN_URL}"));
+    fails_closed_naming(
+        &redis,
+        common::config(&redis).address(encoded_wrong),
+        "WRONGPASS",
+    )
+    .await;
+    assert_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_or_missing_password_against_requirepass_fails_closed() {
+    logs();
+    let redis = RedisServer::builder()
+        .args(["--requirepass", PASSWORD])
+        .start()
+        .await
+        .unwrap();
+    let wrong = url_with(&redis, &format!(":{WRONG}"));
+    fails_closed_naming(&redis, common::config(&redis).address(wrong), "WRONGPASS").await;
+    fails_closed_naming(&redis, common::config(&redis), "NOAUTH").await;
+    assert_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_a_user_and_password_works() {
+    logs();
+    let certs = TestCertificates::generate_temp().unwrap();
+    let redis = RedisServer::builder().tls(&certs).start().await.unwrap();
+    add_user(&redis, AT_PASSWORD).await;
+    let address = redis.tls_url().replace(
+        "rediss://",
+        &format!("rediss://{USER}:{AT_PASSWORD_IN_URL}@"),
+    );
+    let config = common::config(&redis)
+        .address(address)
+        .tls_ca_file(&certs.ca);
+    the_lock_works(&redis, config.clone(), USER).await;
+    // Every connection of the user is on the TLS port.
+    let clients = redis.cmd(&["CLIENT", "LIST"]).await.unwrap();
+    let tls_port = format!(":{}", redis.tls_port().unwrap());
+    for line in clients
+        .lines()
+        .filter(|l| l.contains(&format!(" user={USER} ")))
+    {
+        assert!(
+            line.contains(&format!("laddr=127.0.0.1{tls_port} ")),
+            "{line}"
+        );
+    }
+    // A wrong password over TLS fails closed the same way.
+    let wrong = redis
+        .tls_url()
+        .replace("rediss://", &format!("rediss://{USER}:{WRONG}@"));
+    fails_closed_naming(&redis, config.address(wrong), "WRONGPASS").await;
+    assert_logs_have_no_secret();
+}
+
+/// Addresses with passwords that the client rejects, or cannot reach: the error and everything
+/// logged meanwhile show no password — the user's, nor a Sentinel's `sentinelPassword`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_and_unreachable_addresses_show_no_password() {
+    logs();
+    // A port nobody listens on: a listener bound and dropped.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let rejected = [
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:99999"),
+        format!("redis://{USER}:{AT_PASSWORD_IN_URL}@127.0.0.1:99999"),
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:{closed}/notadb"),
+        format!("redis://{USER}:{AT_PASSWORD_IN_URL}@127.0.0.1:{closed}/notadb"),
+        format!("redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:{closed}"),
+        format!("http://{USER}:{PASSWORD}@127.0.0.1:{closed}"),
+        format!(
+            "redis-cluster://{USER}:{PASSWORD}@127.0.0.1:{closed}?node=127.0.0.1:bad&sentinelPassword={SENTINEL_PASSWORD}"
+        ),
+    ];
+    for address in rejected {
+        let config = RedisLockConfig::new(&address).instance_id("test-pod");
+        assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+        match RedisLock::connect(config).await {
+            Err(error) => {
+                assert_error_has_no_secret(&error);
+                eprintln!("{error}");
+            }
+            Ok(lock) => panic!("{} was accepted", lock.config().redacted_address()),
+        }
+    }
+    let unreachable = [
+        format!("redis://{USER}:{PASSWORD}@127.0.0.1:{closed}/0"),
+        format!("redis://:{AT_PASSWORD_IN_URL}@127.0.0.1:{closed}"),
+        format!(
+            "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:{closed}/0?sentinelServiceName=m&sentinelPassword={SENTINEL_PASSWORD}"
+        ),
+        format!(
+            "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:{closed}?sentinelServiceName=m&sentinelUsername=s&sentinelPassword={SENTINEL_PASSWORD}&node=127.0.0.1:{closed}"
+        ),
+    ];
+    for address in unreachable {
+        let config = RedisLockConfig::new(&address)
+            .instance_id("test-pod")
+            .command_timeout(Duration::from_millis(500));
+        assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+        assert_no_secret("the redacted address", &config.redacted_address());
+        let lock = RedisLock::connect(config).await.unwrap();
+        assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));
+        assert_no_secret("the namespace", lock.namespace());
+        let error = lock
+            .acquire_with(
+                "unreachable",
+                AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+            )
+            .await
+            .unwrap_err();
+        assert_error_has_no_secret(&error);
+    }
+    assert_logs_have_no_secret();
+}

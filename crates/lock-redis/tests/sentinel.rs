@@ -1,0 +1,462 @@
+//! The Redis lock through Sentinel (`redis-sentinel://…`): the conformance suite on one
+//! deployment, and failovers — a manual `SENTINEL FAILOVER` and a killed master — with a watchdog
+//! lock held, a fixed-lease lock held and a waiter on each during the failover.
+//!
+//! Afterwards the clients follow the new master (acquisitions succeed within down-after plus a
+//! few seconds; the times are printed) — also after `SENTINEL FAILOVER`, where the old master is
+//! demoted under the clients' open connections and answers `READONLY` — the holder keeps its
+//! lease or learns through `lost()`, the waiters' subscriptions follow to the new master (each
+//! gets its lock on the release, not at the 60 s TTL), and no two holders ever overlap (checked
+//! at every grant, and with the fencing tokens).
+//!
+//! Key losses (a replica promoted without a grant) are in `sentinel_key_loss.rs`.
+
+mod sentinel_common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_core::conformance::{self, LockFactory};
+use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_redis::RedisLock;
+use lock_testkit::RedisSentinel;
+use sentinel_common::{
+    COMMAND_TIMEOUT, GENEROUS, Ledger, LostWatch, RECOVERY, WATCHDOG, config, connect, describe,
+    eventually, value,
+};
+use tokio::time::Instant;
+
+// ---- 1. conformance ---------------------------------------------------------------------------
+
+/// Clients of one Sentinel deployment, with the short watchdog the suite wants.
+struct ThroughSentinel {
+    url: String,
+}
+
+/// Watchdog timeout for the conformance suite (it waits past it).
+const SUITE_WATCHDOG: Duration = Duration::from_secs(1);
+
+#[async_trait::async_trait]
+impl LockFactory for ThroughSentinel {
+    async fn client(&self) -> Arc<dyn DistributedLock> {
+        let config = lock_redis::RedisLockConfig::new(self.url.clone())
+            .watchdog_timeout(SUITE_WATCHDOG)
+            .wait_time(Duration::from_secs(2))
+            .command_timeout(COMMAND_TIMEOUT)
+            .instance_id("sentinel-pod");
+        Arc::new(RedisLock::connect(config).await.unwrap())
+    }
+
+    fn watchdog_timeout(&self) -> Duration {
+        SUITE_WATCHDOG
+    }
+
+    fn command_timeout(&self) -> Duration {
+        COMMAND_TIMEOUT
+    }
+}
+
+/// Every check of the suite, in turn, on one deployment (each `#[tokio::test]` has its own
+/// runtime, and a deployment is five processes: one test runs them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_passes_through_sentinel() {
+    let sentinel = RedisSentinel::start().await.expect("the deployment starts");
+    let factory = ThroughSentinel {
+        url: sentinel.url(),
+    };
+    let started = Instant::now();
+    macro_rules! run {
+        ($($check:ident),+ $(,)?) => {$(
+            let check = Instant::now();
+            conformance::$check(&factory).await;
+            eprintln!("sentinel conformance {}: {:?}", stringify!($check), check.elapsed());
+        )+};
+    }
+    run!(
+        mutual_exclusion,
+        wait_time_is_honoured,
+        zero_wait_is_one_attempt,
+        fixed_lease_expires,
+        watchdog_keeps_the_lock_past_its_timeout,
+        dropping_a_handle_frees_the_lock,
+        releasing_an_expired_lease_spares_the_new_holder,
+        fencing_tokens_increase,
+        invalid_arguments_are_rejected,
+        with_lock_runs_only_when_granted,
+        with_lock_is_reentrant_for_its_task,
+    );
+    eprintln!("sentinel conformance total: {:?}", started.elapsed());
+    // The suite ran against the deployment's master, not some other Redis.
+    let keys = sentinel.master().cmd(&["DBSIZE"]).await.unwrap();
+    assert_ne!(
+        keys.trim(),
+        "0",
+        "no lock key was ever written to the master"
+    );
+}
+
+// ---- 2./3. failovers with locks held and waiters waiting ---------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failover {
+    /// `SENTINEL FAILOVER`: the replica is promoted, the old master turned into its replica.
+    Manual,
+    /// SIGKILL of the master: the Sentinels notice after down-after and promote the replica.
+    KillMaster,
+}
+
+/// A holder's handle, shared with the waiters so that each can check, at the moment it is
+/// granted, that the holder no longer believes it holds the lock. `None` once the holder has
+/// started releasing it.
+type Shared = Arc<Mutex<Option<LockHandle>>>;
+
+/// Waits for `name` (long waits, retried after fail-closed errors during the failover) until
+/// granted; at the grant, asserts the other holder is not holding, and records the grant.
+/// Returns the handle, the instant of the grant, and the failures seen.
+async fn wait_for(
+    lock: RedisLock,
+    name: &'static str,
+    holder: Shared,
+    ledger: Ledger,
+) -> (LockHandle, Instant, Vec<String>) {
+    let started = Instant::now();
+    let mut failures: Vec<String> = Vec::new();
+    loop {
+        match lock
+            .acquire_with(name, AcquireOptions::new(Lease::Watchdog).wait(GENEROUS))
+            .await
+        {
+            Ok(handle) => {
+                let at = Instant::now();
+                if let Some(other) = holder.lock().unwrap().as_ref() {
+                    assert!(
+                        !other.is_held(),
+                        "`{name}` granted to the waiter (token {}) while the holder (token {}) still holds it",
+                        handle.fencing_token(),
+                        other.fencing_token()
+                    );
+                }
+                ledger.record(&handle);
+                return (handle, at, failures);
+            }
+            Err(error) => {
+                let failure = describe(&error);
+                if !failures.contains(&failure) {
+                    failures.push(failure);
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < 2 * GENEROUS,
+            "the waiter on `{name}` never got it; failures: {failures:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How the probe client saw the failover.
+#[derive(Debug)]
+struct Probe {
+    /// The lock name of the grant that counts as "recovered".
+    name: String,
+    /// That grant, still held (60 s lease).
+    handle: LockHandle,
+    /// From the start of the failover to that grant.
+    recovered_after: Duration,
+    /// From the start of the first failed attempt to that grant (zero if none failed).
+    unavailable_for: Duration,
+    failures: Vec<String>,
+}
+
+/// One-attempt acquisitions, every 50 ms from `started` on, until one succeeds after the
+/// failover has been observed: after a failed attempt, or once `done` is set (the testkit's
+/// failover call returned) — a client that follows without a visible error still counts. Each
+/// attempt uses a fresh name (`<prefix>:<n>`), so a release lost in the failover cannot make a
+/// later attempt wait for an earlier grant.
+async fn probe(lock: &RedisLock, prefix: &str, started: Instant, done: &Mutex<bool>) -> Probe {
+    let mut first_failure: Option<Instant> = None;
+    let mut failures: Vec<String> = Vec::new();
+    for attempt in 0.. {
+        let name = format!("{prefix}:{attempt}");
+        let name = name.as_str();
+        let done_before = *done.lock().unwrap();
+        let attempt_started = Instant::now();
+        let attempt = lock
+            .acquire_with(
+                name,
+                AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::ZERO),
+            )
+            .await;
+        match attempt {
+            Ok(handle) if first_failure.is_some() || done_before => {
+                let now = Instant::now();
+                return Probe {
+                    name: name.to_owned(),
+                    handle,
+                    recovered_after: now - started,
+                    unavailable_for: first_failure.map_or(Duration::ZERO, |at| now - at),
+                    failures,
+                };
+            }
+            Ok(handle) => {
+                let _ = handle.release().await;
+            }
+            Err(error) => {
+                first_failure.get_or_insert(attempt_started);
+                let failure = describe(&error);
+                if !failures.contains(&failure) {
+                    failures.push(failure);
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < GENEROUS + RECOVERY,
+            "no acquisition succeeded {:?} after the failover started; failures: {failures:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    unreachable!("the attempts are counted without end")
+}
+
+/// The scenario of both failover tests.
+async fn locks_survive(kind: Failover) {
+    const WATCHED: &str = "sentinel:watchdog";
+    const FIXED: &str = "sentinel:fixed";
+    const PROBE: &str = "sentinel:probe";
+    let label = match kind {
+        Failover::Manual => "SENTINEL FAILOVER",
+        Failover::KillMaster => "killed master",
+    };
+    let mut sentinel = RedisSentinel::start().await.expect("the deployment starts");
+    let ledger = Ledger::default();
+    let holder = connect(config(&sentinel)).await;
+    // One client waits for both locks: its subscriptions must all move to the new master.
+    let waiter = connect(config(&sentinel)).await;
+    let prober = connect(config(&sentinel)).await;
+
+    // A watchdog lock and a 60 s fixed lock, both on the replica before the failover starts.
+    let watched = holder.acquire(WATCHED, Lease::Watchdog).await.unwrap();
+    let fixed = holder
+        .acquire(FIXED, Lease::Fixed(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    ledger.record(&watched);
+    ledger.record(&fixed);
+    let (watched_token, fixed_token) = (watched.fencing_token(), fixed.fencing_token());
+    let watched_lost = LostWatch::start(&watched);
+    for (name, owner) in [(WATCHED, watched.owner()), (FIXED, fixed.owner())] {
+        let key = holder.redis_key(name);
+        let replicated = eventually(RECOVERY, || async {
+            value(sentinel.replica(), &key).await.contains(owner)
+        })
+        .await;
+        assert!(replicated, "`{name}` never reached the replica");
+    }
+    let watched: Shared = Arc::new(Mutex::new(Some(watched)));
+    let fixed: Shared = Arc::new(Mutex::new(Some(fixed)));
+
+    // A waiter on each, subscribed to its release channel before the failover.
+    let watch_waiting = tokio::spawn(wait_for(
+        waiter.clone(),
+        WATCHED,
+        Arc::clone(&watched),
+        ledger.clone(),
+    ));
+    let fixed_waiting = tokio::spawn(wait_for(
+        waiter.clone(),
+        FIXED,
+        Arc::clone(&fixed),
+        ledger.clone(),
+    ));
+    let subscribed = eventually(RECOVERY, || async {
+        waiter.subscribed_channels().len() == 2
+    })
+    .await;
+    assert!(subscribed, "the waiters never subscribed");
+
+    // --- the failover, with a client probing all along ---------------------------------------
+    let old_master = sentinel.master().port();
+    let started = Instant::now();
+    let done = Mutex::new(false);
+    let failover = async {
+        let promoted = match kind {
+            Failover::Manual => sentinel.failover().await,
+            Failover::KillMaster => sentinel.kill_master().await,
+        }
+        .expect("the failover completes");
+        *done.lock().unwrap() = true;
+        (promoted, started.elapsed())
+    };
+    let ((promoted, failover_took), probe) =
+        tokio::join!(failover, probe(&prober, PROBE, started, &done));
+    assert_ne!(promoted, old_master);
+    assert_eq!(sentinel.master().port(), promoted);
+    eprintln!(
+        "sentinel {label}: failover settled after {failover_took:?}; first acquisition after \
+         {:?} (unavailable for {:?}; failures meanwhile: {:?})",
+        probe.recovered_after, probe.unavailable_for, probe.failures
+    );
+    assert!(
+        probe.recovered_after <= failover_took + RECOVERY,
+        "acquisitions recovered only {:?} after the failover started (it settled after \
+         {failover_took:?})",
+        probe.recovered_after
+    );
+    // The probe's grant is on the new master.
+    let probe_value = value(sentinel.master(), &prober.redis_key(&probe.name)).await;
+    assert!(
+        probe_value.contains(probe.handle.owner()),
+        "the probe was granted, but the new master holds `{probe_value}`"
+    );
+    ledger.record(&probe.handle);
+    // Clients that were connected before the failover follow too.
+    let (fresh, took, failures) = sentinel_common::acquire_until_granted(
+        &holder,
+        "sentinel:holder-probe",
+        Lease::Fixed(Duration::from_secs(10)),
+        RECOVERY,
+    )
+    .await;
+    eprintln!(
+        "sentinel {label}: the holder's client acquired after {:?} more (failures {failures:?})",
+        took
+    );
+    ledger.record(&fresh);
+    assert_eq!(fresh.release().await.unwrap(), ReleaseOutcome::Released);
+
+    // --- after a crash, the waiters' release subscriptions are on the new master --------------
+    // (Both of the waiting client's connections broke with the old master. After a demotion, its
+    // connections stay up: its contended attempts are answered — "held" — by the demoted node
+    // until one of them needs to write, meets READONLY and moves both; at the latest at the first
+    // attempt after the release, a holder's TTL later. Checked below: both waiters get their
+    // locks well before the 60 s lease would have ended.)
+    if kind == Failover::KillMaster {
+        let channels = [
+            waiter.release_channel(WATCHED),
+            waiter.release_channel(FIXED),
+        ];
+        let mut args = vec!["PUBSUB", "SHARDNUMSUB"];
+        args.extend(channels.iter().map(String::as_str));
+        let resubscribed = eventually(RECOVERY, || async {
+            // "<channel>\n<count>\n<channel>\n<count>"
+            let reply = sentinel.master().cmd(&args).await.unwrap_or_default();
+            reply.lines().count() == 4
+                && reply
+                    .lines()
+                    .skip(1)
+                    .step_by(2)
+                    .all(|count| count.trim().parse::<u64>().is_ok_and(|n| n >= 1))
+        })
+        .await;
+        assert!(
+            resubscribed,
+            "the waiters' subscriptions did not move to the new master"
+        );
+    }
+
+    // --- the watchdog holder: kept its lease (renewed on the new master) or told via lost() ---
+    let redis_key = holder.redis_key(WATCHED);
+    let mut last_pttl = sentinel_common::pttl(sentinel.master(), &redis_key).await;
+    let mut renewed_on_new_master = false;
+    let outcome_by = Instant::now() + WATCHDOG + RECOVERY;
+    while Instant::now() < outcome_by && watched_lost.fired().is_none() {
+        let pttl = sentinel_common::pttl(sentinel.master(), &redis_key).await;
+        if pttl > last_pttl {
+            renewed_on_new_master = true;
+            break;
+        }
+        last_pttl = pttl;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept = match watched_lost.fired() {
+        Some((_, reason)) => {
+            eprintln!("sentinel {label}: the watchdog holder lost its lease: {reason:?}");
+            false
+        }
+        None => {
+            assert!(
+                renewed_on_new_master,
+                "the watchdog holder neither renewed on the new master nor learned of a loss"
+            );
+            let stored = value(sentinel.master(), &redis_key).await;
+            assert!(
+                stored.contains(&format!("|{watched_token}|")),
+                "renewed, but the new master holds `{stored}`"
+            );
+            eprintln!(
+                "sentinel {label}: the watchdog holder kept its lease (renewed on the new master)"
+            );
+            true
+        }
+    };
+
+    // --- release both; each waiter gets its lock, with a higher token --------------------------
+    let released = Instant::now();
+    let handle = watched.lock().unwrap().take().unwrap();
+    let outcome = handle.release().await.unwrap();
+    assert_eq!(
+        outcome,
+        if kept {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::NotHeld
+        }
+    );
+    let handle = fixed.lock().unwrap().take().unwrap();
+    assert_eq!(
+        handle.release().await.unwrap(),
+        ReleaseOutcome::Released,
+        "the 60 s lease did not survive the failover"
+    );
+    let (watch_handle, watch_at, watch_failures) = tokio::time::timeout(GENEROUS, watch_waiting)
+        .await
+        .expect("the watchdog waiter never got the lock")
+        .expect("the watchdog waiter failed");
+    let (fixed_handle, fixed_at, fixed_failures) = tokio::time::timeout(GENEROUS, fixed_waiting)
+        .await
+        .expect("the fixed-lease waiter never got the lock")
+        .expect("the fixed-lease waiter failed");
+    eprintln!(
+        "sentinel {label}: waiters granted {:?} (watchdog lock) and {:?} (60 s lock) after the \
+         releases; failures while waiting: {watch_failures:?} / {fixed_failures:?}",
+        watch_at.saturating_duration_since(released),
+        fixed_at.saturating_duration_since(released)
+    );
+    // The 60 s lease's waiter last saw a TTL of tens of seconds: only a release message from the
+    // new master, or its client's re-subscription there (after which waiters re-check), can have
+    // woken it this early.
+    assert!(
+        fixed_at.saturating_duration_since(released) < Duration::from_secs(20),
+        "the waiter on the fixed lease did not wake on its release"
+    );
+    assert!(watch_handle.fencing_token() > watched_token);
+    assert!(fixed_handle.fencing_token() > fixed_token);
+    for (name, handle) in [(WATCHED, &watch_handle), (FIXED, &fixed_handle)] {
+        let stored = value(sentinel.master(), &waiter.redis_key(name)).await;
+        assert!(stored.contains(handle.owner()), "`{name}` holds `{stored}`");
+    }
+    ledger.assert_tokens_unique_and_increasing();
+    assert_eq!(
+        watch_handle.release().await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        fixed_handle.release().await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    assert_eq!(
+        probe.handle.release().await.unwrap(),
+        ReleaseOutcome::Released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_waiters_survive_a_manual_sentinel_failover() {
+    locks_survive(Failover::Manual).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_waiters_survive_a_killed_master() {
+    locks_survive(Failover::KillMaster).await;
+}

@@ -1,0 +1,403 @@
+//! Passwords through the starter: in `telco.platform.lock.redis.address` (also percent-encoded,
+//! also a Sentinel's `sentinelPassword`) or in `spring.data.redis.password`, they reach Redis
+//! (a real redis-server with an ACL user) but never `LockSettings`' or `LockStarter`'s `Debug`,
+//! a `ConfigError`, a `StartError`, or anything logged at `TRACE` while loading and building —
+//! the starter's, lock-redis' and the Redis client's own logs (fred logs with the `log` crate,
+//! bridged into the same capture).
+//!
+//! Every secret here contains [`MARK`]. The log capture is one global subscriber for the whole
+//! test binary, so `tracing`'s per-callsite interest cache cannot hide events of parallel tests;
+//! each test checks everything captured so far.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::Serialized;
+use lock_starter::config::{ConfigError, ConfigSources, LockSettings};
+use lock_starter::prelude::*;
+use lock_starter::{LockStarter, StartError};
+use lock_testkit::RedisServer;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// In every secret below, and nowhere else.
+const MARK: &str = "Pa55";
+const PASSWORD: &str = "s3cr3t-Pa55-word";
+/// A password with `@`, `:` and `/`, percent-encoded in URLs.
+const AT_PASSWORD: &str = "s3cr3t@Pa55:w/rd";
+const AT_PASSWORD_IN_URL: &str = "s3cr3t%40Pa55%3Aw%2Frd";
+const SENTINEL_PASSWORD: &str = "sentinel-Pa55-word";
+const USER: &str = "app";
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Everything logged at `TRACE` in this test binary, `log` records included.
+fn logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .finish()
+            .try_init()
+            .expect("the global subscriber is set once");
+        captured
+    })
+}
+
+#[track_caller]
+fn assert_no_secret(what: &str, text: &str) {
+    assert!(
+        !text.contains(MARK) && !text.contains("s3cr3t"),
+        "a password shows in {what}: {text}"
+    );
+}
+
+/// Nothing logged so far in this test binary shows a secret.
+#[track_caller]
+fn assert_logs_have_no_secret() {
+    assert_no_secret("the logs", &logs().text());
+}
+
+/// [`assert_logs_have_no_secret`], after a start that built the Redis lock: the capture holds
+/// the starter's `DEBUG` lines and the Redis client's own `TRACE` output.
+#[track_caller]
+fn assert_start_logs_have_no_secret() {
+    let logged = logs().text();
+    assert!(
+        logged.contains("DEBUG lock_starter::") && logged.contains("TRACE fred::"),
+        "the starter's and the Redis client's logs were not captured"
+    );
+    assert_logs_have_no_secret();
+}
+
+fn figment(pairs: &[(&str, &str)]) -> Figment {
+    pairs.iter().fold(Figment::new(), |figment, (key, value)| {
+        figment.merge(Serialized::default(key, value))
+    })
+}
+
+/// A fast-failing start: a short command timeout for unreachable addresses.
+fn with_short_timeout(pairs: &[(&str, &str)]) -> Figment {
+    figment(pairs).merge(Serialized::default(
+        "telco.platform.lock.redis.command-timeout",
+        "300ms",
+    ))
+}
+
+async fn build(figment: Figment) -> Result<LockStarter, StartError> {
+    logs();
+    LockStarter::builder().figment(figment).build().await
+}
+
+/// A redis-server with the user `app`, password `password`, all commands, keys and channels.
+async fn server_with_user(password: &str) -> RedisServer {
+    let redis = RedisServer::start().await.unwrap();
+    redis
+        .cmd(&[
+            "ACL",
+            "SETUSER",
+            USER,
+            "on",
+            &format!(">{password}"),
+            "~*",
+            "&*",
+            "+@all",
+        ])
+        .await
+        .unwrap();
+    redis
+}
+
+/// `starter`'s lock works against `redis` (its connections logged in as `user`) and nothing
+/// about it shows a password.
+async fn works_without_showing(starter: &LockStarter, redis: &RedisServer, user: &str) {
+    assert_no_secret("LockStarter's Debug", &format!("{starter:?}"));
+    assert_no_secret("LockSettings' Debug", &format!("{:?}", starter.settings()));
+    assert_no_secret(
+        "the described address",
+        &starter.settings().describe("redis.address").unwrap(),
+    );
+    let lock = starter.lock().unwrap();
+    assert_no_secret("the namespace", lock.namespace());
+    let handle = lock
+        .acquire("starter-credentials", Lease::Watchdog)
+        .await
+        .unwrap();
+    assert_no_secret("the handle's Debug", &format!("{handle:?}"));
+    let clients = redis.cmd(&["CLIENT", "LIST"]).await.unwrap();
+    assert!(
+        clients.contains(&format!(" user={user} ")),
+        "not logged in as {user}: {clients}"
+    );
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_address_reaches_redis_and_nothing_else() {
+    let redis = server_with_user(PASSWORD).await;
+    let address = redis
+        .url()
+        .replace("redis://", &format!("redis://{USER}:{PASSWORD}@"));
+    let starter = build(figment(&[("telco.platform.lock.redis.address", &address)]))
+        .await
+        .unwrap();
+    works_without_showing(&starter, &redis, USER).await;
+    assert!(format!("{starter:?}").contains(&format!("{USER}:***@")));
+    assert_start_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percent_encoded_password_reaches_redis_and_nothing_else() {
+    let redis = server_with_user(AT_PASSWORD).await;
+    let address = redis
+        .url()
+        .replace("redis://", &format!("redis://{USER}:{AT_PASSWORD_IN_URL}@"));
+    let starter = build(figment(&[("telco.platform.lock.redis.address", &address)]))
+        .await
+        .unwrap();
+    works_without_showing(&starter, &redis, USER).await;
+    assert_start_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_username_and_password_reach_redis_and_nothing_else() {
+    let redis = server_with_user(AT_PASSWORD).await;
+    let port = redis.port().to_string();
+    let starter = build(figment(&[
+        ("spring.data.redis.host", "127.0.0.1"),
+        ("spring.data.redis.port", &port),
+        ("spring.data.redis.username", USER),
+        ("spring.data.redis.password", AT_PASSWORD),
+    ]))
+    .await
+    .unwrap();
+    works_without_showing(&starter, &redis, USER).await;
+    assert_start_logs_have_no_secret();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spring_password_alone_authenticates_against_requirepass() {
+    logs();
+    let redis = RedisServer::builder()
+        .args(["--requirepass", PASSWORD])
+        .start()
+        .await
+        .unwrap();
+    let port = redis.port().to_string();
+    let starter = build(figment(&[
+        ("spring.data.redis.host", "127.0.0.1"),
+        ("spring.data.redis.port", &port),
+        ("spring.data.redis.password", PASSWORD),
+    ]))
+    .await
+    .unwrap();
+    works_without_showing(&starter, &redis, "default").await;
+    assert_start_logs_have_no_secret();
+}
+
+/// A wrong password: the start succeeds (Redis may come later), acquisitions fail closed
+/// naming `WRONGPASS`, and neither password shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_closed_without_showing_either_password() {
+    let redis = server_with_user(PASSWORD).await;
+    let address = redis
+        .url()
+        .replace("redis://", &format!("redis://{USER}:wr0ng-Pa55-word@"));
+    let starter = build(figment(&[("telco.platform.lock.redis.address", &address)]))
+        .await
+        .unwrap();
+    assert_no_secret("LockStarter's Debug", &format!("{starter:?}"));
+    let lock = starter.lock().unwrap();
+    let error = lock
+        .acquire_with(
+            "wrong-password",
+            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(500)),
+        )
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("WRONGPASS"), "{text}");
+    assert_no_secret("the error", &text);
+    assert_no_secret("the error's Debug", &format!("{error:?}"));
+    assert_no_secret("the error's details", &format!("{:?}", error.details()));
+    assert_start_logs_have_no_secret();
+}
+
+fn load_err(pairs: &[(&str, &str)]) -> ConfigError {
+    logs();
+    match LockSettings::load(&ConfigSources::from_figment(figment(pairs))) {
+        Ok(settings) => panic!("accepted: {settings:?}"),
+        Err(error) => error,
+    }
+}
+
+/// Bad configurations with a password present: the error names the problem, never the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_errors_show_no_password() {
+    let address = "telco.platform.lock.redis.address";
+    let bad: Vec<Vec<(&str, String)>> = vec![
+        vec![(
+            address,
+            format!("redis://{USER}:{PASSWORD}@127.0.0.1:99999"),
+        )],
+        vec![(
+            address,
+            format!("redis://{USER}:{AT_PASSWORD_IN_URL}@127.0.0.1:99999"),
+        )],
+        vec![(
+            address,
+            format!("redis://{USER}:{AT_PASSWORD_IN_URL}@127.0.0.1:port"),
+        )],
+        vec![(
+            address,
+            format!("redis://{USER}:{AT_PASSWORD}@127.0.0.1:6379"),
+        )],
+        vec![(address, format!("redis://{USER}:{PASSWORD}@127.0.0.1/x"))],
+        vec![(
+            address,
+            format!(
+                "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:26379?sentinelPassword={SENTINEL_PASSWORD}"
+            ),
+        )],
+        vec![(
+            address,
+            format!(
+                "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:99999?sentinelServiceName=m&sentinelPassword={SENTINEL_PASSWORD}"
+            ),
+        )],
+        vec![(
+            address,
+            format!(
+                "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:26379?sentinelServiceName=m&sentinelPassword={SENTINEL_PASSWORD}&bogus=1"
+            ),
+        )],
+        vec![
+            ("spring.data.redis.host", "127.0.0.1".into()),
+            ("spring.data.redis.port", "99999".into()),
+            ("spring.data.redis.password", PASSWORD.into()),
+        ],
+        vec![
+            ("spring.data.redis.host", "bad host".into()),
+            ("spring.data.redis.username", USER.into()),
+            ("spring.data.redis.password", AT_PASSWORD.into()),
+        ],
+        vec![
+            (
+                "spring.data.redis.url",
+                format!("redis://{USER}:{PASSWORD}@h:99999"),
+            ),
+            ("spring.data.redis.password", PASSWORD.into()),
+        ],
+        vec![
+            ("spring.data.redis.sentinel.master", "m".into()),
+            ("spring.data.redis.sentinel.nodes", "127.0.0.1:bad".into()),
+            ("spring.data.redis.password", PASSWORD.into()),
+            (
+                "spring.data.redis.sentinel.password",
+                SENTINEL_PASSWORD.into(),
+            ),
+        ],
+        vec![
+            ("spring.data.redis.cluster.nodes", "127.0.0.1:99999".into()),
+            ("spring.data.redis.password", PASSWORD.into()),
+        ],
+        vec![
+            (address, format!("redis://{USER}:{PASSWORD}@127.0.0.1:6379")),
+            ("telco.platform.lock.wait-time", "5 parsecs".into()),
+        ],
+        vec![("telco.platform.lock.redis.password", PASSWORD.into())],
+    ];
+    for pairs in bad {
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let error = load_err(&pairs);
+        assert_no_secret("a ConfigError", &error.to_string());
+        assert_no_secret("a ConfigError's Debug", &format!("{error:?}"));
+        let start = build(figment(&pairs)).await.unwrap_err();
+        assert_no_secret("a StartError", &start.to_string());
+        assert_no_secret("a StartError's Debug", &format!("{start:?}"));
+        eprintln!("{error}");
+    }
+    assert_logs_have_no_secret();
+}
+
+/// Sentinel addresses with a user's and a Sentinel's password, Sentinels unreachable: the start
+/// succeeds (a warning that Redis is not reachable, naming the address), and neither the
+/// settings, the starter, the lock, its errors nor the logs show either password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_addresses_show_no_password() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for address in [
+        format!(
+            "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:{closed}?sentinelServiceName=m&sentinelPassword={SENTINEL_PASSWORD}"
+        ),
+        format!(
+            "redis-sentinel://{USER}:{AT_PASSWORD_IN_URL}@127.0.0.1:{closed}/0?sentinelServiceName=m&sentinelUsername=s&sentinelPassword={SENTINEL_PASSWORD}"
+        ),
+        format!(
+            "redis-sentinel://127.0.0.1:{closed}?sentinelPassword={SENTINEL_PASSWORD}&sentinelServiceName=m"
+        ),
+    ] {
+        let starter = build(with_short_timeout(&[(
+            "telco.platform.lock.redis.address",
+            &address,
+        )]))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_no_secret("LockStarter's Debug", &format!("{starter:?}"));
+        assert_no_secret("LockSettings' Debug", &format!("{:?}", starter.settings()));
+        let lock = starter.lock().unwrap();
+        assert_no_secret("the namespace", lock.namespace());
+        let error = lock
+            .acquire_with(
+                "sentinel",
+                AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+            )
+            .await
+            .unwrap_err();
+        assert_no_secret("the error", &error.to_string());
+        assert_no_secret("the error's Debug", &format!("{error:?}"));
+    }
+    // The same through the Spring keys.
+    let nodes = format!("127.0.0.1:{closed}");
+    let starter = build(with_short_timeout(&[
+        ("spring.data.redis.sentinel.master", "m"),
+        ("spring.data.redis.sentinel.nodes", &nodes),
+        ("spring.data.redis.username", USER),
+        ("spring.data.redis.password", AT_PASSWORD),
+        ("spring.data.redis.sentinel.password", SENTINEL_PASSWORD),
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_no_secret("LockStarter's Debug", &format!("{starter:?}"));
+    assert_no_secret(
+        "the warnings",
+        &format!("{:?}", starter.settings().warnings()),
+    );
+    assert_start_logs_have_no_secret();
+}
