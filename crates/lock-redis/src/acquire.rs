@@ -261,3 +261,28 @@ impl<'a> Acquisition<'a> {
         )
     }
 }
+
+/// Warns at connect when `min-replicas` asks for more replicas than the primary has: every
+/// acquisition would then fail closed with `replication_unconfirmed`. Checked on one server and
+/// through Sentinel (`INFO replication` of the primary); a Cluster's shards are not asked.
+/// Silent when `INFO` is refused.
+pub(crate) async fn check_replica_count(client: &Client, min_replicas: u32) {
+    if min_replicas == 0 || client.is_clustered() {
+        return;
+    }
+    let info: Result<String, Error> = client.info(Some(fred::types::InfoKind::Replication)).await;
+    let Ok(info) = info else {
+        return;
+    };
+    let connected = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.parse::<u32>().ok());
+    if let Some(connected) = connected.filter(|n| *n < min_replicas) {
+        tracing::warn!(
+            min_replicas,
+            connected_replicas = connected,
+            "telco.platform.lock.min-replicas asks for more replicas than the Redis primary has; acquisitions fail closed (replication_unconfirmed) until enough replicas are connected"
+        );
+    }
+}

@@ -269,8 +269,10 @@ pub(crate) fn redact(address: &str) -> String {
     let Some(scheme_end) = address.find("://") else {
         return address.to_owned();
     };
-    let rest = &address[scheme_end + 3..];
-    let (shown, tail) = match userinfo_end(rest) {
+    // Query secrets first, wherever the query starts: a secret value with an `@` in it must not
+    // be taken for the end of a user part and shown in pieces.
+    let rest = redact_query(&address[scheme_end + 3..]);
+    let (shown, tail) = match userinfo_end(&rest) {
         Some(at) => {
             let userinfo = &rest[..at];
             let shown = match userinfo.split_once(':') {
@@ -280,13 +282,9 @@ pub(crate) fn redact(address: &str) -> String {
             };
             (shown, &rest[at..])
         }
-        None => (String::new(), rest),
+        None => (String::new(), rest.as_str()),
     };
-    format!(
-        "{}{shown}{}",
-        &address[..scheme_end + 3],
-        redact_query(tail)
-    )
+    format!("{}{shown}{tail}", &address[..scheme_end + 3])
 }
 
 /// Where the user part of `rest` (an address after its `scheme://`) ends: the index of its `@`.
@@ -351,22 +349,16 @@ fn secrets_of(address: &str) -> Vec<String> {
     };
     let rest = &address[scheme_end + 3..];
     let mut written = Vec::new();
-    let tail = match userinfo_end(rest) {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            written.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
-            &rest[at..]
-        }
-        None => rest,
-    };
-    if let Some(question) = tail.find('?') {
-        let query = &tail[question + 1..];
-        let query = &query[..query.find('#').unwrap_or(query.len())];
-        for pair in query.split('&') {
-            if let Some((name, value)) = pair.split_once('=') {
-                if is_secret_parameter(name) {
-                    written.push(value);
-                }
+    if let Some(at) = userinfo_end(rest) {
+        let userinfo = &rest[..at];
+        written.push(userinfo.split_once(':').map_or(userinfo, |(_, p)| p));
+    }
+    // Every `name=value` after any `?` or `&`, so a query secret is found even where the user
+    // part above took in part of the query (a secret value with an `@`).
+    for pair in rest.split(['?', '&']).skip(1) {
+        if let Some((name, value)) = pair.split_once('=') {
+            if is_secret_parameter(name) {
+                written.push(&value[..value.find('#').unwrap_or(value.len())]);
             }
         }
     }
@@ -430,6 +422,14 @@ mod tests {
         );
         let config = RedisLockConfig::new(sentinel);
         assert!(!format!("{config:?}").contains("pw"), "{config:?}");
+        // An `@` in a query secret, with no user part: not taken for the end of one.
+        let at_in_query =
+            "redis-sentinel://127.0.0.1:1?sentinelServiceName=m&sentinelPassword=p@Pa55";
+        assert_eq!(
+            redact(at_in_query),
+            "redis-sentinel://127.0.0.1:1?sentinelServiceName=m&sentinelPassword=***"
+        );
+        assert_eq!(scrub("auth p@Pa55 failed", at_in_query), "auth *** failed");
     }
 
     #[test]

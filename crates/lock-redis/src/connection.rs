@@ -74,31 +74,7 @@ pub(crate) fn build_clients(
     // Keep retrying the first connection too: a service may start while Redis is down, and its
     // acquisitions fail closed until Redis answers.
     fred_config.fail_fast = false;
-    fred_config.tls = match (&config.tls_ca_file, tls) {
-        (Some(ca_file), false) => {
-            return Err(LockError::invalid_argument(
-                "redis.tls.ca-file",
-                ca_file.display().to_string(),
-                "a CA file only applies to TLS addresses (rediss://, rediss-sentinel://, rediss-cluster://)",
-            ));
-        }
-        (Some(ca_file), true) => Some(tls_with_ca(ca_file)?),
-        (None, true) => Some(
-            fred::types::config::TlsConnector::default_rustls()
-                .map_err(|e| {
-                    LockError::invalid_argument(
-                        "redis.address",
-                        config.redacted_address(),
-                        format!(
-                            "TLS with the system's CA certificates is not available ({}); set telco.platform.lock.redis.tls.ca-file",
-                            e.details()
-                        ),
-                    )
-                })?
-                .into(),
-        ),
-        (None, false) => None,
-    };
+    fred_config.tls = tls_config(config, tls)?;
 
     let mut builder = Builder::from_config(fred_config);
     builder
@@ -125,6 +101,43 @@ pub(crate) fn build_clients(
         .build_subscriber_client()
         .map_err(|e| invalid_address(config, &e))?;
     Ok((client, subscriber))
+}
+
+/// The TLS settings for the address (`tls`: it had a TLS scheme): the configured CA file, else
+/// the system's roots; none for a plain address.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] for a CA file with a plain address or an unusable CA file, or
+/// TLS without a CA file where the system has no roots.
+pub(crate) fn tls_config(
+    config: &RedisLockConfig,
+    tls: bool,
+) -> Result<Option<fred::types::config::TlsConfig>, LockError> {
+    Ok(match (&config.tls_ca_file, tls) {
+        (Some(ca_file), false) => {
+            return Err(LockError::invalid_argument(
+                "redis.tls.ca-file",
+                ca_file.display().to_string(),
+                "a CA file only applies to TLS addresses (rediss://, rediss-sentinel://, rediss-cluster://)",
+            ));
+        }
+        (Some(ca_file), true) => Some(tls_with_ca(ca_file)?),
+        (None, true) => Some(
+            fred::types::config::TlsConnector::default_rustls()
+                .map_err(|e| {
+                    LockError::invalid_argument(
+                        "redis.address",
+                        config.redacted_address(),
+                        format!(
+                            "TLS with the system's CA certificates is not available ({}); set telco.platform.lock.redis.tls.ca-file",
+                            e.details()
+                        ),
+                    )
+                })?
+                .into(),
+        ),
+        (None, false) => None,
+    })
 }
 
 /// Warns when Redis may evict lock keys: every lock key has a TTL, so any policy but
@@ -166,7 +179,7 @@ fn check_scheme(config: &RedisLockConfig) -> Result<(), LockError> {
 }
 
 /// The address with its TLS scheme replaced by the plain one, and whether it had TLS.
-fn without_tls(address: &str) -> (String, bool) {
+pub(crate) fn without_tls(address: &str) -> (String, bool) {
     for (tls, plain) in [
         ("rediss-sentinel://", "redis-sentinel://"),
         ("rediss-cluster://", "redis-cluster://"),

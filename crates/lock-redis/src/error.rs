@@ -161,6 +161,10 @@ pub enum Refusal {
     /// `MISCONF`: Redis stopped accepting writes because its last RDB save failed
     /// (`stop-writes-on-bgsave-error`). On-call: fix the disk Redis saves to (see its log).
     PersistenceFailed,
+    /// `MOVED` or `ASK` reaching the lock: the address is a single-server one
+    /// (`redis://`, `redis-sentinel://`) but the server is a Redis Cluster node, which sends the
+    /// key to another node. On-call: use a `redis-cluster://` address.
+    ClusterRedirect,
     /// Any other error reply (`ERR …`, `NOSCRIPT` after a reload, …). On-call: read the message
     /// and the Redis server log.
     Other,
@@ -169,7 +173,7 @@ pub enum Refusal {
 impl Refusal {
     /// The stable name: `wrong_type`, `not_a_lock`, `read_only`, `out_of_memory`, `busy`,
     /// `no_auth`, `no_permission`, `loading`, `master_down`, `no_replicas`,
-    /// `persistence_failed` or `other`.
+    /// `persistence_failed`, `cluster_redirect` or `other`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Refusal::WrongType => "wrong_type",
@@ -183,6 +187,7 @@ impl Refusal {
             Refusal::MasterDown => "master_down",
             Refusal::NoReplicas => "no_replicas",
             Refusal::PersistenceFailed => "persistence_failed",
+            Refusal::ClusterRedirect => "cluster_redirect",
             Refusal::Other => "other",
         }
     }
@@ -203,6 +208,9 @@ impl Refusal {
             Refusal::MasterDown => "the replica has lost its link to the primary",
             Refusal::NoReplicas => "fewer replicas than min-replicas-to-write are connected",
             Refusal::PersistenceFailed => "Redis stopped accepting writes after a failed RDB save",
+            Refusal::ClusterRedirect => {
+                "the server is a Redis Cluster node and sent the key to another node"
+            }
             Refusal::Other => "Redis answered with an error",
         }
     }
@@ -226,7 +234,7 @@ impl Refusal {
                 "put the right user and password in telco.platform.lock.redis.address (redis://user:password@host:port)"
             }
             Refusal::NoPermission => {
-                "grant the lock's Redis user EVALSHA, SCRIPT LOAD, SSUBSCRIBE and the keys and channels under telco.platform.lock.key-prefix (ACL SETUSER)"
+                "grant the lock's Redis user the minimal ACL of docs/design.md: EVALSHA, SCRIPT LOAD, SSUBSCRIBE, SUNSUBSCRIBE, the commands the scripts call (GET, SET, PEXPIRE, PTTL, TIME, SPUBLISH), WAIT with min-replicas, and the keys and channels under telco.platform.lock.key-prefix (ACL SETUSER)"
             }
             Refusal::Loading => "wait: Redis answers once the dataset is loaded",
             Refusal::MasterDown => {
@@ -235,6 +243,9 @@ impl Refusal {
             Refusal::NoReplicas => "restore the replicas, or lower min-replicas-to-write",
             Refusal::PersistenceFailed => {
                 "fix the disk Redis saves to (see the Redis log); writes resume after a successful save"
+            }
+            Refusal::ClusterRedirect => {
+                "use a redis-cluster:// (or rediss-cluster://) address for telco.platform.lock.redis.address"
             }
             Refusal::Other => "see the message and the Redis server log",
         }
@@ -312,6 +323,7 @@ impl Refusal {
             "MASTERDOWN" => Refusal::MasterDown,
             "NOREPLICAS" => Refusal::NoReplicas,
             "MISCONF" => Refusal::PersistenceFailed,
+            "MOVED" | "ASK" => Refusal::ClusterRedirect,
             _ => return None,
         })
     }
@@ -394,6 +406,8 @@ mod tests {
                 "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
                 Refusal::PersistenceFailed,
             ),
+            ("MOVED 14053 127.0.0.1:17204", Refusal::ClusterRedirect),
+            ("ASK 3999 127.0.0.1:7001", Refusal::ClusterRedirect),
             (
                 "NOSCRIPT No matching script. Please use EVAL.",
                 Refusal::Other,

@@ -88,9 +88,7 @@ impl Inner {
         let subscriber = self.subscriptions.subscriber().clone();
         let following = Arc::clone(&self.following_master);
         self.runtime.spawn(async move {
-            let (commands, pubsub) =
-                tokio::join!(client.force_reconnection(), subscriber.force_reconnection());
-            if let Err(error) = commands.and(pubsub) {
+            if let Err(error) = crate::sentinel_events::reconnect_both(&client, &subscriber).await {
                 tracing::debug!(%error, "reconnecting after READONLY failed");
             }
             following.store(false, Ordering::SeqCst);

@@ -53,6 +53,7 @@ mod inner;
 mod keys;
 mod release;
 mod scripts;
+mod sentinel_events;
 mod subscriptions;
 mod watchdog;
 
@@ -124,6 +125,7 @@ impl RedisLock {
         config.validate()?;
         let owners = OwnerTokens::new(&config.instance_id)?;
         let (client, subscriber) = connection::build_clients(&config)?;
+        let switches = sentinel_events::SwitchWatch::build(&config)?;
         let scripts = Scripts::new();
         let health = Arc::new(connection::Health::default());
         health.follow(&client, &config);
@@ -143,6 +145,7 @@ impl RedisLock {
                     tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
                 }
                 connection::check_eviction_policy(&client).await;
+                acquire::check_replica_count(&client, config.min_replicas).await;
             }
             Ok(Err(error)) => tracing::warn!(
                 address = %config.redacted_address(), %error,
@@ -168,6 +171,9 @@ impl RedisLock {
             config,
             following_master: Default::default(),
         });
+        if let Some(switches) = switches {
+            switches.start(Arc::downgrade(&inner), inner.config.address.clone());
+        }
         tokio::spawn(watchdog::run(
             Arc::downgrade(&inner),
             inner.config.watchdog_timeout / 3,

@@ -100,11 +100,16 @@ async fn renew_all(inner: &Inner) {
         };
         groups.entry(slot).or_default().push(lease);
     }
-    for (slot, group) in &groups {
-        for batch in group.chunks(RENEW_BATCH) {
-            renew_batch(inner, *slot, batch, ttl).await;
-        }
-    }
+    // All batches at once: on a Cluster each slot's renewal (and its WAIT with min-replicas)
+    // goes to that slot's master, and a shard whose replica stalls must not hold up the
+    // renewals of other shards past their deadline. Batches to one node still queue on its
+    // connection, in order.
+    let renewals = groups.iter().flat_map(|(slot, group)| {
+        group
+            .chunks(RENEW_BATCH)
+            .map(move |batch| renew_batch(inner, *slot, batch, ttl))
+    });
+    futures::future::join_all(renewals).await;
 }
 
 /// Renews one batch of keys (all in `slot` on a Cluster) with one script call.

@@ -628,6 +628,27 @@ async fn through_sentinel_as_the_acl_user() {
         "redis-sentinel://",
         &format!("redis-sentinel://{USER}:{PASSWORD_IN_URL}@"),
     ) + &format!("&sentinelUsername={SENTINEL_USER}&sentinelPassword=sentinel-Pa55");
+    // With the documented Sentinel grant the client follows +switch-master on every Sentinel.
+    let follower = RedisLock::connect(RedisLockConfig::new(&address).instance_id("acl-pod"))
+        .await
+        .unwrap();
+    let subscribed = eventually(SLACK * 6, || async {
+        let mut subscribed = 0;
+        for node in sentinel.sentinels() {
+            let clients = node.cmd(&["CLIENT", "LIST"]).await.unwrap();
+            subscribed += clients
+                .lines()
+                .filter(|l| l.contains(&format!("user={SENTINEL_USER} ")) && l.contains(" sub=1 "))
+                .count();
+        }
+        subscribed == sentinel.sentinels().len()
+    })
+    .await;
+    assert!(
+        subscribed,
+        "the client is not subscribed to +switch-master on every Sentinel"
+    );
+    drop(follower);
     round_trip(&address, "sentinel").await.unwrap();
     let refused = refused_on(sentinel.nodes()).await;
     assert!(refused.is_subset(&harmless()), "data nodes: {refused:?}");

@@ -109,3 +109,48 @@ async fn a_replica_cut_off_makes_grants_fail_closed_within_the_sync_timeout() {
     .await;
     assert!(recovered, "grants did not recover with the replica");
 }
+
+/// Logs written while `f` runs on this thread (the test's own task: `connect` logs from it).
+async fn logs_of<F: std::future::Future>(f: F) -> (F::Output, String) {
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    let output = f.await;
+    drop(guard);
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    (output, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_key() {
+    let (primary, _replica) = primary_with_replica().await;
+    let (lock, logged) =
+        logs_of(RedisLock::connect(common::config(&primary).min_replicas(2))).await;
+    lock.unwrap();
+    assert!(
+        logged.contains("telco.platform.lock.min-replicas")
+            && logged.contains("connected_replicas=1"),
+        "{logged}"
+    );
+    // Enough replicas: no warning.
+    let (lock, logged) =
+        logs_of(RedisLock::connect(common::config(&primary).min_replicas(1))).await;
+    lock.unwrap();
+    assert!(!logged.contains("min-replicas"), "{logged}");
+}

@@ -3,11 +3,15 @@
 //! lock held, a fixed-lease lock held and a waiter on each during the failover.
 //!
 //! Afterwards the clients follow the new master (acquisitions succeed within down-after plus a
-//! few seconds; the times are printed) — also after `SENTINEL FAILOVER`, where the old master is
-//! demoted under the clients' open connections and answers `READONLY` — the holder keeps its
-//! lease or learns through `lost()`, the waiters' subscriptions follow to the new master (each
-//! gets its lock on the release, not at the 60 s TTL), and no two holders ever overlap (checked
-//! at every grant, and with the fencing tokens).
+//! few seconds; the times are printed) — also after `SENTINEL FAILOVER`, where the old master
+//! stays a master for 10 to 20 s more and the clients move on the Sentinels' `+switch-master`
+//! event — the holder keeps its lease or learns through `lost()`, the waiters' subscriptions
+//! follow to the new master (each gets its lock on the release, not at the 60 s TTL), and no two
+//! holders ever overlap (checked at every grant, and with the fencing tokens).
+//!
+//! The split window of a manual failover — a client still on the old master, which accepts
+//! writes until the Sentinels demote it, while new clients use the new one — is checked on its
+//! own: the client must move before the old master is demoted.
 //!
 //! Key losses (a replica promoted without a grant) are in `sentinel_key_loss.rs`.
 
@@ -325,13 +329,11 @@ async fn locks_survive(kind: Failover) {
     ledger.record(&fresh);
     assert_eq!(fresh.release().await.unwrap(), ReleaseOutcome::Released);
 
-    // --- after a crash, the waiters' release subscriptions are on the new master --------------
-    // (Both of the waiting client's connections broke with the old master. After a demotion, its
-    // connections stay up: its contended attempts are answered — "held" — by the demoted node
-    // until one of them needs to write, meets READONLY and moves both; at the latest at the first
-    // attempt after the release, a holder's TTL later. Checked below: both waiters get their
-    // locks well before the 60 s lease would have ended.)
-    if kind == Failover::KillMaster {
+    // --- the waiters' release subscriptions are on the new master ------------------------------
+    // (After a crash both of the waiting client's connections broke with the old master. After
+    // `SENTINEL FAILOVER` the old master stays up — a master for 10 to 20 s more — and the client
+    // moves both connections on the Sentinels' `+switch-master`.)
+    {
         let channels = [
             waiter.release_channel(WATCHED),
             waiter.release_channel(FIXED),
@@ -459,4 +461,319 @@ async fn locks_and_waiters_survive_a_manual_sentinel_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_waiters_survive_a_killed_master() {
     locks_survive(Failover::KillMaster).await;
+}
+
+// ---- 4. the split window of a manual failover ---------------------------------------------------
+
+/// Unnamed normal clients of `server` other than the `CLIENT LIST` caller itself: the lock
+/// clients (the Sentinels name their connections, replication links are flagged `S`/`M`, and
+/// the testkit opens one connection per command).
+async fn lock_connections(server: &lock_testkit::RedisServer) -> Option<usize> {
+    let list = server.cmd(&["CLIENT", "LIST"]).await.ok()?;
+    Some(
+        list.lines()
+            .filter(|line| {
+                let field = |name: &str| {
+                    line.split(' ')
+                        .find_map(|f| f.strip_prefix(name))
+                        .unwrap_or("?")
+                };
+                field("name=").is_empty()
+                    && field("flags=") == "N"
+                    && field("cmd=") != "client|list"
+            })
+            .count(),
+    )
+}
+
+/// `ROLE` of `server`: `master` or `slave`.
+async fn role(server: &lock_testkit::RedisServer) -> String {
+    let role = server.cmd(&["ROLE"]).await.unwrap_or_default();
+    role.lines().next().unwrap_or_default().to_owned()
+}
+
+/// After `SENTINEL FAILOVER` the Sentinels promote the replica at once but demote the old master
+/// only 10 to 20 s later; meanwhile it answers `role:master` and takes writes. A client connected
+/// before the failover must move to the new master on the Sentinels' `+switch-master` event —
+/// while the old master is still a master — so that it and a fresh client never both hold a lock.
+/// Its watchdog lease is kept (renewed on the new master) or reported lost before anyone else
+/// can be granted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
+    const HELD: &str = "split:held";
+    const CONTENDED: &str = "split:contended";
+    const SENTINEL_USER: &str = "switch-follower";
+    const SENTINEL_PASSWORD: &str = "Sw1tch-Pa55";
+    let sentinel = RedisSentinel::start().await.expect("the deployment starts");
+    let ledger = Ledger::default();
+    let old = &sentinel.nodes()[0];
+    let new = &sentinel.nodes()[1];
+    assert_eq!(sentinel.master().port(), old.port());
+
+    // A reaches the Sentinels as a least-privilege Sentinel user (sentinelUsername and
+    // sentinelPassword), and its address also names a Sentinel that is down: neither may keep it
+    // from following.
+    for node in sentinel.sentinels() {
+        node.cmd(&[
+            "ACL",
+            "SETUSER",
+            SENTINEL_USER,
+            "reset",
+            "on",
+            &format!(">{SENTINEL_PASSWORD}"),
+            "-@all",
+            "+sentinel|get-master-addr-by-name",
+            "+sentinel|sentinels",
+            "+subscribe",
+            "&+switch-master",
+        ])
+        .await
+        .unwrap();
+    }
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!(
+        "{}&node=127.0.0.1:{dead_port}&sentinelUsername={SENTINEL_USER}&sentinelPassword={SENTINEL_PASSWORD}",
+        sentinel.url()
+    );
+    let connecting = Instant::now();
+    let a = connect(config(&sentinel).address(address)).await;
+    eprintln!("sentinel split: A connected in {:?}", connecting.elapsed());
+    let held = a.acquire(HELD, Lease::Watchdog).await.unwrap();
+    ledger.record(&held);
+    let held_token = held.fencing_token();
+    let held_lost = LostWatch::start(&held);
+    let held_key = a.redis_key(HELD);
+    let replicated = eventually(RECOVERY, || async {
+        value(new, &held_key).await.contains(held.owner())
+    })
+    .await;
+    assert!(replicated, "the held lease never reached the replica");
+    let on_old = eventually(RECOVERY, || async {
+        lock_connections(old).await == Some(2)
+    })
+    .await;
+    assert!(
+        on_old,
+        "A's two connections are not on the master before the failover"
+    );
+
+    // --- SENTINEL FAILOVER, with A acquiring fresh names all along -----------------------------
+    let started = Instant::now();
+    let done = Mutex::new(None::<Duration>);
+    let failover = async {
+        let promoted = sentinel.failover().await.expect("the failover completes");
+        *done.lock().unwrap() = Some(started.elapsed());
+        promoted
+    };
+    // A's first grant that lands on the new master.
+    let first_grant_on_new = async {
+        for attempt in 0.. {
+            let name = format!("split:probe:{attempt}");
+            if let Ok(handle) = a
+                .acquire_with(
+                    &name,
+                    AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::ZERO),
+                )
+                .await
+            {
+                // On the promoted node, and not on the old master while it is one (its writes
+                // reached the new node while that was its replica).
+                let key = a.redis_key(&name);
+                let owner = handle.owner();
+                let on_new = role(new).await == "master"
+                    && value(new, &key).await.contains(owner)
+                    && (!value(old, &key).await.contains(owner) || role(old).await != "master");
+                let _ = handle.release().await;
+                if on_new {
+                    return Some(started.elapsed());
+                }
+            }
+            if started.elapsed() > GENEROUS {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        unreachable!()
+    };
+    let (promoted, first_grant) = tokio::join!(failover, first_grant_on_new);
+    let first_grant = first_grant.expect("A was never granted a lock on the new master");
+    let failover_took = done
+        .lock()
+        .unwrap()
+        .expect("set when the failover returned");
+    assert_eq!(promoted, new.port());
+
+    // --- A's two connections move to the new master while the old one is still a master -----
+    let moved = eventually(RECOVERY, || async {
+        lock_connections(new).await == Some(2) && lock_connections(old).await == Some(0)
+    })
+    .await;
+    let moved_after = started.elapsed();
+    let old_role = role(old).await;
+    eprintln!(
+        "sentinel split: failover returned after {failover_took:?}; A's first grant on the new \
+         master after {first_grant:?}; both of A's connections seen on it after {moved_after:?} \
+         (old master then `{old_role}`)"
+    );
+    assert!(
+        moved,
+        "A's connections did not move to the new master within {RECOVERY:?} (new: {:?}, old: {:?})",
+        lock_connections(new).await,
+        lock_connections(old).await
+    );
+    assert_eq!(
+        old_role, "master",
+        "A moved only after the old master was demoted (READONLY), not on +switch-master"
+    );
+
+    // --- a fresh client B and A never both hold the same lock ----------------------------------
+    let b = connect(config(&sentinel)).await;
+    for round in 0..10 {
+        let options =
+            || AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::ZERO);
+        let (from_a, from_b) = tokio::join!(
+            a.acquire_with(CONTENDED, options()),
+            b.acquire_with(CONTENDED, options())
+        );
+        let (winner, loser) = match (from_a, from_b) {
+            (Ok(a_handle), Ok(b_handle)) => panic!(
+                "round {round}: `{CONTENDED}` granted to A (token {}) and to B (token {})",
+                a_handle.fencing_token(),
+                b_handle.fencing_token()
+            ),
+            (Ok(handle), Err(error)) | (Err(error), Ok(handle)) => (handle, error),
+            (Err(a_error), Err(b_error)) => panic!(
+                "round {round}: neither was granted: A {}, B {}",
+                describe(&a_error),
+                describe(&b_error)
+            ),
+        };
+        assert!(
+            describe(&loser).starts_with("held_by_another_owner"),
+            "round {round}: the other was refused with {}",
+            describe(&loser)
+        );
+        ledger.record(&winner);
+        assert_eq!(winner.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    let old_role_after = role(old).await;
+    eprintln!("sentinel split: contention rounds done; old master still `{old_role_after}`");
+
+    // --- the watchdog lease A held across the failover: kept, or lost() before B gets it ------
+    let outcome_by = Instant::now() + WATCHDOG + RECOVERY;
+    let kept = loop {
+        match b
+            .acquire_with(
+                HELD,
+                AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::ZERO),
+            )
+            .await
+        {
+            Ok(handle) => {
+                let granted = Instant::now();
+                let (lost_at, reason) = held_lost
+                    .fired()
+                    .expect("B was granted the lock A holds, and A's lost() never fired");
+                assert!(lost_at <= granted);
+                assert!(!held.is_held());
+                assert!(handle.fencing_token() > held_token);
+                eprintln!(
+                    "sentinel split: A's watchdog lease was lost ({reason:?}) before B got it"
+                );
+                ledger.record(&handle);
+                assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+                break false;
+            }
+            Err(error) => assert!(
+                describe(&error).starts_with("held_by_another_owner"),
+                "B's attempt on the held lock: {}",
+                describe(&error)
+            ),
+        }
+        // Held: once A renews it on the new master, it was kept.
+        let stored = value(new, &held_key).await;
+        if held_lost.fired().is_none()
+            && stored.contains(&format!("|{held_token}|"))
+            && sentinel_common::pttl(new, &held_key).await > (WATCHDOG * 2 / 3).as_millis() as i64
+            && held.is_held()
+        {
+            break true;
+        }
+        assert!(
+            Instant::now() < outcome_by,
+            "A's watchdog lease neither stayed renewed on the new master nor was reported lost"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if kept {
+        // Renewed on the new master: the PTTL goes back up at a renewal.
+        let mut last = sentinel_common::pttl(new, &held_key).await;
+        let renew_by = Instant::now() + WATCHDOG + RECOVERY;
+        let mut renewed = false;
+        while Instant::now() < renew_by && !renewed {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = sentinel_common::pttl(new, &held_key).await;
+            renewed = now > last;
+            last = now;
+        }
+        assert!(
+            renewed,
+            "A's watchdog lease is not renewed on the new master"
+        );
+        eprintln!("sentinel split: A's watchdog lease was kept (renewed on the new master)");
+        assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    } else {
+        drop(held);
+    }
+    ledger.assert_tokens_unique_and_increasing();
+
+    // --- A followed the Sentinels as the Sentinel user; the subscriptions end with the clients -
+    let followers = || async {
+        let mut count = 0;
+        for node in sentinel.sentinels() {
+            let list = node.cmd(&["CLIENT", "LIST"]).await.unwrap_or_default();
+            count += list.lines().filter(|line| line.contains(" sub=1 ")).count();
+        }
+        count
+    };
+    let users = || async {
+        let mut count = 0;
+        for node in sentinel.sentinels() {
+            let list = node.cmd(&["CLIENT", "LIST"]).await.unwrap_or_default();
+            count += list
+                .lines()
+                .filter(|line| {
+                    line.contains(&format!(" user={SENTINEL_USER} ")) && line.contains(" sub=1 ")
+                })
+                .count();
+        }
+        count
+    };
+    assert_eq!(
+        users().await,
+        3,
+        "A does not follow all three live Sentinels as its user"
+    );
+    // B's subscriptions start in the background when it connects.
+    let following = eventually(RECOVERY, || async {
+        users().await == 3 && followers().await == 6
+    })
+    .await;
+    assert!(
+        following,
+        "A and B do not follow the three live Sentinels ({} as the Sentinel user, {} in all)",
+        users().await,
+        followers().await
+    );
+    drop((a, b));
+    let ended = eventually(RECOVERY, || async { followers().await == 0 }).await;
+    assert!(
+        ended,
+        "{} subscriptions to +switch-master outlived their clients",
+        followers().await
+    );
 }

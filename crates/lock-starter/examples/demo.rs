@@ -24,6 +24,8 @@ use tokio::sync::mpsc;
 
 const PERIOD: &str = "2026-11";
 const WATCHDOG_TIMEOUT: &str = "3s";
+/// Redis command timeout of the pods: a third of the watchdog timeout.
+const COMMAND_TIMEOUT: &str = "1s";
 const BATCHES: u32 = 12;
 const BATCH_TIME: &str = "400ms";
 /// The first round's pods give up quickly: a retried trigger, not a queue.
@@ -227,6 +229,9 @@ fn spawn_pod(
         .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", name)
         .env("TELCO_PLATFORM_LOCK_WAIT_TIME", wait_time)
         .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", WATCHDOG_TIMEOUT)
+        // At most a third of the short watchdog timeout, so one slow renewal cannot outlast
+        // a lease (the library warns otherwise).
+        .env("TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT", COMMAND_TIMEOUT)
         .env("TELCO_PLATFORM_LOCK_KEY_PREFIX", KEY_PREFIX)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

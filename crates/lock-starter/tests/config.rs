@@ -2814,3 +2814,101 @@ fn replica_counts_and_sync_timeouts_out_of_bounds_are_named() {
     assert_eq!(defaults.min_replicas, 0);
     assert_eq!(defaults.replica_sync_timeout, Duration::from_secs(1));
 }
+
+/// Spring's user name and password go into the address percent-encoded whole, `%` included, so
+/// the Redis client (which percent-decodes the user part) gets them as written: `pa%41ss` stays
+/// `pa%41ss`, not `paAss`.
+#[test]
+fn spring_credentials_are_percent_encoded_whole() {
+    for (user, password, user_part) in [
+        ("app", "pa%41ss", "app:pa%2541ss"),
+        ("app", "100%", "app:100%25"),
+        ("app", "a+b", "app:a%2Bb"),
+        ("app", "p@ss:w/rd?#", "app:p%40ss%3Aw%2Frd%3F%23"),
+        ("app", "späß", "app:sp%C3%A4%C3%9F"),
+        ("app", "a b'\"`", "app:a%20b%27%22%60"),
+        ("us%41er", "x-y_z.~", "us%2541er:x-y_z.~"),
+        ("u@s:r", "pw", "u%40s%3Ar:pw"),
+    ] {
+        let settings = load(&env(&[
+            ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+            ("SPRING_DATA_REDIS_USERNAME", user),
+            ("SPRING_DATA_REDIS_PASSWORD", password),
+        ]));
+        let address = &settings.redis.address;
+        assert_eq!(
+            address.expose(),
+            format!("redis://{user_part}@redis.internal:6379"),
+            "{user:?}/{password:?}"
+        );
+        let user_shown = user_part.split(':').next().unwrap();
+        assert_eq!(
+            address.to_string(),
+            format!("redis://{user_shown}:***@redis.internal:6379")
+        );
+    }
+}
+
+/// The reviewer's case: a blank in the password of an address with a bad port. Everything
+/// from the user part's `:` to its last `@` is hidden, whatever it contains.
+#[test]
+fn a_password_with_a_blank_in_a_bad_address_is_hidden() {
+    let error = load_err(&env(&[(
+        "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+        "redis://app:hunter2 word@127.0.0.1:99999",
+    )]));
+    assert_eq!(
+        error.to_string(),
+        "telco.platform.lock.redis.address = \"redis://app:***@127.0.0.1:99999\" (from \
+         environment variable TELCO_PLATFORM_LOCK_REDIS_ADDRESS): the port is not a number \
+         from 1 to 65535; accepted: "
+            .to_owned()
+            + lock_starter::config::KEYS
+                .iter()
+                .find(|spec| spec.name == "telco.platform.lock.redis.address")
+                .unwrap()
+                .accepted
+    );
+    for password in [
+        "hunter2 x",
+        "x hunter2",
+        "hunter2`x",
+        "hunter2'x",
+        "x\"hunter2",
+        "hunter2\u{2028}x",
+        "hunter2\r\nx",
+        "hunter2#x",
+        "x?hunter2",
+        "x/hunter2",
+        "x://hunter2",
+        "x@hunter2",
+        "hunter2%zz",
+    ] {
+        for address in [
+            format!("redis://app:{password}@127.0.0.1:99999"),
+            format!("redis://app:{password}@127.0.0.1:port"),
+            format!("redis://app:{password}@127.0.0.1/x"),
+            format!("redis-sentinel://app:{password}@127.0.0.1:26379"),
+            format!("redis-sentinel://h?sentinelServiceName=m&sentinelPassword={password}&x=1"),
+            format!("redis://{password}@127.0.0.1/x"),
+            format!("app:{password}@127.0.0.1:6379"),
+        ] {
+            for vars in [
+                [("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address.as_str())],
+                [("SPRING_DATA_REDIS_URL", address.as_str())],
+            ] {
+                match LockSettings::load(&env(&vars)) {
+                    Err(error) => {
+                        assert_no_secret(&error.to_string());
+                        assert_no_secret(&format!("{error:?}"));
+                    }
+                    Ok(settings) => {
+                        assert_no_secret(&format!("{settings:?}"));
+                        assert_no_secret(&settings.describe("redis.address").unwrap());
+                        assert_no_secret(&format!("{:?}", settings.warnings()));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -401,3 +401,250 @@ async fn sentinel_addresses_show_no_password() {
     );
     assert_start_logs_have_no_secret();
 }
+
+/// Spring user names and passwords with `%` (also before two hex digits), `+`, `@`, `:`, `/`,
+/// `?`, `#`, blanks and non-ASCII letters reach Redis exactly as written: the starter
+/// percent-encodes every character but the unreserved ones, `%` included, and the Redis client
+/// decodes them. (Left as written, `pa%41ss` was sent as `paAss`: WRONGPASS.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spring_credentials_with_percent_and_other_characters_reach_redis_as_written() {
+    logs();
+    let redis = RedisServer::start().await.unwrap();
+    let port = redis.port().to_string();
+    let credentials = [
+        ("app", "pa%41ss"),
+        ("app", "100%"),
+        ("app", "a+b"),
+        ("app", "p@ss:w/rd?#"),
+        ("app", "späß"),
+        ("app", "%%41%zz%"),
+        ("app", "a b&c=d'\"`\\"),
+        ("app", "plain-ok"),
+        ("us%41er", "pa%41ss"),
+        ("100%", "x-Pa55-y"),
+        ("u+s@r:1/ä", "p%2Fw"),
+        ("app", "s3cr3t%41-Pa55"),
+    ];
+    for (user, password) in credentials {
+        redis
+            .cmd(&[
+                "ACL",
+                "SETUSER",
+                user,
+                "reset",
+                "on",
+                &format!(">{password}"),
+                "~*",
+                "&*",
+                "+@all",
+            ])
+            .await
+            .unwrap();
+        let starter = build(figment(&[
+            ("spring.data.redis.host", "127.0.0.1"),
+            ("spring.data.redis.port", &port),
+            ("spring.data.redis.username", user),
+            ("spring.data.redis.password", password),
+            ("telco.platform.lock.redis.command-timeout", "2s"),
+        ]))
+        .await
+        .unwrap_or_else(|e| panic!("{user:?}/{password:?}: {e}"));
+        let shown = format!(
+            "{starter:?} {:?}",
+            starter.settings().describe("redis.address")
+        );
+        assert!(
+            !shown.contains(password) && shown.contains("127.0.0.1"),
+            "{user:?}/{password:?}: {shown}"
+        );
+        let lock = starter.lock().unwrap();
+        let handle = lock
+            .acquire("spring-credentials", Lease::Watchdog)
+            .await
+            .unwrap_or_else(|e| panic!("{user:?}/{password:?}: {e}"));
+        let clients = redis.cmd(&["CLIENT", "LIST"]).await.unwrap();
+        assert!(
+            clients.contains(&format!(" user={user} ")),
+            "{user:?}/{password:?}: not logged in as {user}: {clients}"
+        );
+        assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+        drop(lock);
+        drop(starter);
+    }
+    assert_logs_have_no_secret();
+}
+
+/// A Spring password alone with `%` sequences authenticates against `requirepass`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spring_password_with_percent_alone_authenticates_against_requirepass() {
+    for password in ["pa%41ss", "100%", "Pa55%20%zz"] {
+        logs();
+        let redis = RedisServer::builder()
+            .args(["--requirepass", password])
+            .start()
+            .await
+            .unwrap();
+        let port = redis.port().to_string();
+        let starter = build(figment(&[
+            ("spring.data.redis.host", "127.0.0.1"),
+            ("spring.data.redis.port", &port),
+            ("spring.data.redis.password", password),
+        ]))
+        .await
+        .unwrap();
+        works_without_showing(&starter, &redis, "default").await;
+    }
+    assert_logs_have_no_secret();
+}
+
+/// Passwords with blanks, quotes, line separators, `#`, `?`, `/`, `@`, `://`, `%`, `&` in
+/// addresses (the lock's own and Spring's URL), malformed or not: no password shows in a
+/// `ConfigError` (`Display`, `Debug`), a `StartError`, the settings' `Debug`, `describe()`,
+/// the warnings or the logs. Everything from the user part's `:` to the last `@` is hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_passwords_in_any_address_never_show() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let passwords = [
+        "Pa55 word",
+        "pa ss-Pa55",
+        "Pa55`x",
+        "Pa55'x",
+        "pa\"Pa55",
+        "Pa55\u{2028}x",
+        "Pa55\nx",
+        "Pa55\tx",
+        "Pa55#x",
+        "Pa55?x",
+        "Pa55/x",
+        "Pa55\\x",
+        "x://Pa55",
+        "p@Pa55",
+        "Pa55%zzx",
+        "Pa55%41",
+        "Pa55&x=1",
+        "Pa55 x@y z",
+    ];
+    let addresses = [
+        "redis://app:{}@127.0.0.1:99999",
+        "redis://app:{}@127.0.0.1:port",
+        "redis://app:{}@127.0.0.1:{closed}",
+        "redis://app:{}@127.0.0.1:{closed}/x",
+        "redis://app:{}@127.0.0.1:{closed}/0?password=Pa55y",
+        "redis://app:{}@127.0.0.1:{closed}?bogus=1",
+        " redis://app:{}@127.0.0.1:{closed} x",
+        "redis://{}@127.0.0.1:{closed}",
+        "redis://{}@127.0.0.1:99999",
+        "rediss://:{}@127.0.0.1:{closed}",
+        "redis-sentinel://app:{}@127.0.0.1:{closed}",
+        "redis-sentinel://127.0.0.1:{closed}?sentinelServiceName=m&sentinelPassword={}&bogus=1",
+        "redis-sentinel://127.0.0.1:{closed}?sentinelServiceName=m&sentinelPassword={}",
+        "redis-sentinel://127.0.0.1:{closed}?sentinelServiceName=m&sentinel_password={}",
+        "redis-cluster://app:{}@127.0.0.1:{closed}/3",
+        "http://app:{}@127.0.0.1:{closed}",
+        "redis+unix://app:{}@/tmp/redis.sock",
+        "127.0.0.1:{closed}:app:{}@",
+        "app:{}@127.0.0.1:{closed}",
+    ];
+    for password in passwords {
+        for template in addresses {
+            let address = template
+                .replace("{closed}", &closed.to_string())
+                .replace("{}", password);
+            for key in ["telco.platform.lock.redis.address", "spring.data.redis.url"] {
+                let pairs = [(key, address.as_str())];
+                let what = format!("{key} = {address:?}");
+                let shown = match LockSettings::from_figment(&figment(&pairs)) {
+                    Err(error) => format!("{error} {error:?}"),
+                    Ok(settings) => format!(
+                        "{settings:?} {:?} {:?}",
+                        settings.describe("redis.address"),
+                        settings.warnings()
+                    ),
+                };
+                assert!(!shown.contains(MARK), "{what}: a password shows: {shown}");
+                match build(with_short_timeout(&pairs)).await {
+                    Err(error) => assert_no_secret(&what, &format!("{error} {error:?}")),
+                    Ok(starter) => assert_no_secret(&what, &format!("{starter:?}")),
+                }
+            }
+        }
+    }
+    assert_logs_have_no_secret();
+}
+
+/// Odd Spring passwords next to a malformed Spring key: the error names the key, not the
+/// password.
+#[test]
+fn odd_spring_passwords_next_to_bad_keys_never_show() {
+    for password in [
+        "Pa55 word",
+        "Pa55\"x",
+        "Pa55\u{2028}x",
+        "Pa55%41",
+        "x@Pa55:y",
+    ] {
+        for pairs in [
+            vec![
+                ("spring.data.redis.host", "127.0.0.1"),
+                ("spring.data.redis.port", "99999"),
+                ("spring.data.redis.username", password),
+                ("spring.data.redis.password", password),
+            ],
+            vec![
+                ("spring.data.redis.host", "bad host"),
+                ("spring.data.redis.password", password),
+            ],
+            vec![
+                ("spring.data.redis.sentinel.master", "m"),
+                ("spring.data.redis.sentinel.nodes", "127.0.0.1:bad"),
+                ("spring.data.redis.password", password),
+                ("spring.data.redis.sentinel.password", password),
+            ],
+            vec![
+                ("spring.data.redis.url", "redis://h:99999"),
+                ("spring.data.redis.password", password),
+            ],
+            vec![("telco.platform.lock.redis.password", password)],
+        ] {
+            let error = load_err(&pairs);
+            assert_no_secret("a ConfigError", &error.to_string());
+            assert_no_secret("a ConfigError's Debug", &format!("{error:?}"));
+        }
+    }
+    assert_logs_have_no_secret();
+}
+
+/// A user part without a password (often a password put in the user's place) shows as `***`,
+/// as the Redis lock shows it.
+#[test]
+fn a_lone_user_part_shows_as_stars() {
+    for pairs in [
+        vec![(
+            "telco.platform.lock.redis.address",
+            "rediss://Xk4PwLeak-Pa55@127.0.0.1:6380",
+        )],
+        vec![(
+            "spring.data.redis.url",
+            "rediss://Xk4PwLeak-Pa55@127.0.0.1:6380",
+        )],
+        vec![
+            ("spring.data.redis.host", "127.0.0.1"),
+            ("spring.data.redis.port", "6380"),
+            ("spring.data.redis.username", "Xk4PwLeak-Pa55"),
+            ("spring.data.redis.ssl.enabled", "true"),
+        ],
+    ] {
+        let settings = LockSettings::from_figment(&figment(&pairs)).unwrap();
+        let described = settings.describe("redis.address").unwrap();
+        assert!(
+            described.contains("= rediss://***@127.0.0.1:6380 from "),
+            "{described}"
+        );
+        assert_no_secret("LockSettings' Debug", &format!("{settings:?}"));
+        assert_no_secret("the warnings", &format!("{:?}", settings.warnings()));
+    }
+}

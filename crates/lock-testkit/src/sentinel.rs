@@ -421,19 +421,25 @@ impl RedisSentinel {
         Err(last.expect("a deployment has Sentinels"))
     }
 
-    /// Manual failover: `SENTINEL FAILOVER <name>` (asked again while a Sentinel answers
-    /// `INPROG` or `NOGOODSLAVE`), then waits until every Sentinel names the replica as master
-    /// and it answers `role:master`; then makes the old master its replica
-    /// (`REPLICAOF 127.0.0.1 <new master>`, which the Sentinels would send themselves only 10 to
-    /// 20 s later) and waits until it has synced and every Sentinel lists it as a replica.
-    /// Unlike a Cluster manual failover, writes the replica had not received yet are lost.
-    /// Returns the new master's port; [`master`](Self::master) and [`replica`](Self::replica)
-    /// swap. A replica [cut off](Self::cut_off_replica) before is reconnected once promoted.
+    /// Manual failover, as a real Sentinel does it: `SENTINEL FAILOVER <name>` (asked again
+    /// while a Sentinel answers `INPROG` or `NOGOODSLAVE`), then waits until every Sentinel names
+    /// the replica as master and it answers `role:master`. Returns the new master's port;
+    /// [`master`](Self::master) and [`replica`](Self::replica) swap. A replica
+    /// [cut off](Self::cut_off_replica) before is reconnected once promoted. Unlike a Cluster
+    /// manual failover, writes the replica had not received yet are lost.
+    ///
+    /// The old master is **not** demoted yet when this returns: the Sentinels send it `REPLICAOF`
+    /// only once it has reported `role:master` for about 8 s past the switch and they notice at
+    /// their next `INFO` of it (every 10 s), 10 to 20 s later. Until then it still answers
+    /// `role:master` and accepts writes from the clients still connected to it — the window in
+    /// which a client that does not follow the Sentinels' `+switch-master` events keeps using
+    /// it. [`wait_settled`](Self::wait_settled) waits for the Sentinels to demote it;
+    /// [`demote_old_master`](Self::demote_old_master) does it at once.
     ///
     /// # Errors
     /// [`TestkitError::Connection`] if the replica is killed or paused;
-    /// [`TestkitError::CommandTimeout`] (with the last state seen) if the deployment has not
-    /// settled within the settle timeout; the errors of [`RedisServer::cmd`].
+    /// [`TestkitError::CommandTimeout`] (with the last state seen) if the Sentinels have not
+    /// promoted it within the settle timeout; the errors of [`RedisServer::cmd`].
     pub async fn failover(&self) -> Result<u16, TestkitError> {
         let old = self.master.load(Ordering::SeqCst);
         let new = 1 - old;
@@ -468,18 +474,46 @@ impl RedisSentinel {
         })
         .await
         .map_err(|(waited, status)| self.timeout_error(&command, waited, &status))?;
-        // The Sentinels would turn the old master into a replica themselves, but only once it
-        // has reported `role:master` for 8 s past the switch, and notice it at their next INFO
-        // of it (every 10 s): 10 to 20 s. Do it now, the way they would.
-        let new_port = self.nodes[new].port().to_string();
-        self.nodes[old]
-            .cmd(&["REPLICAOF", "127.0.0.1", &new_port])
-            .await?;
-        self.wait_for("the old master to follow the new one", || self.settled(new))
-            .await
-            .map_err(|(waited, status)| self.timeout_error(&command, waited, &status))?;
         self.master.store(new, Ordering::SeqCst);
         Ok(self.nodes[new].port())
+    }
+
+    /// Demotes the old master after a [`failover`](Self::failover) at once, instead of waiting
+    /// 10 to 20 s for the Sentinels to: `REPLICAOF 127.0.0.1 <master>` on the
+    /// [`replica`](Self::replica), then waits as [`wait_settled`](Self::wait_settled) does.
+    ///
+    /// # Errors
+    /// [`TestkitError::Connection`] if the replica is killed or paused;
+    /// [`TestkitError::CommandTimeout`] if the deployment has not settled within the settle
+    /// timeout; the errors of [`RedisServer::cmd`].
+    pub async fn demote_old_master(&self) -> Result<(), TestkitError> {
+        let master = self.master.load(Ordering::SeqCst);
+        let command = format!("REPLICAOF 127.0.0.1 {}", self.nodes[master].port());
+        self.require_replica_up(&command).await?;
+        let port = self.nodes[master].port().to_string();
+        self.replica()
+            .cmd(&["REPLICAOF", "127.0.0.1", &port])
+            .await?;
+        self.wait_for("the old master to follow the new one", || {
+            self.settled(master)
+        })
+        .await
+        .map_err(|(waited, status)| self.timeout_error(&command, waited, &status))
+    }
+
+    /// Waits until the deployment has settled around [`master`](Self::master): every Sentinel
+    /// names it and lists the other node, if it runs, as a healthy replica, which has synced
+    /// with it. After a [`failover`](Self::failover) this is when the Sentinels have demoted the
+    /// old master themselves (10 to 20 s).
+    ///
+    /// # Errors
+    /// [`TestkitError::CommandTimeout`] (with the last state seen) if it has not settled within
+    /// the settle timeout.
+    pub async fn wait_settled(&self) -> Result<(), TestkitError> {
+        let master = self.master.load(Ordering::SeqCst);
+        self.wait_for("the deployment to settle", || self.settled(master))
+            .await
+            .map_err(|(waited, status)| self.timeout_error("wait_settled", waited, &status))
     }
 
     /// Crash of the master: SIGKILLs it and waits until the Sentinels have failed over on their

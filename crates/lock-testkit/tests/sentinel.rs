@@ -115,6 +115,22 @@ async fn a_sentinel_deployment_fails_over_loses_cut_off_writes_and_stops_on_drop
     );
     let role = sentinel.master().cmd(&["ROLE"]).await.unwrap();
     assert!(role.starts_with("master"), "{role}");
+    // As with a real Sentinel, the old master is not demoted yet: it still says it is master.
+    let role = sentinel.replica().cmd(&["ROLE"]).await.unwrap();
+    assert!(
+        role.starts_with("master"),
+        "old master right after failover: {role}"
+    );
+    // The Sentinels demote it themselves, 10 to 20 s later.
+    let settling = Instant::now();
+    sentinel
+        .wait_settled()
+        .await
+        .expect("the Sentinels demote the old master");
+    eprintln!(
+        "sentinel old master demoted by the Sentinels after {:?}",
+        settling.elapsed()
+    );
     let role = sentinel.replica().cmd(&["ROLE"]).await.unwrap();
     assert!(
         role.starts_with(&format!("slave\n127.0.0.1\n{second}\nconnected")),

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use url::Url;
 use url::form_urlencoded;
 
@@ -21,8 +22,10 @@ use super::keys::looks_secret;
 ///   from these seed nodes; database 0 only;
 /// - `rediss://`, `rediss-sentinel://`, `rediss-cluster://`: the same over TLS.
 ///
-/// `Display` and `Debug` replace the password (and a `sentinelPassword`) with `***`;
-/// [`RedisAddress::expose`] gives the full URL for the Redis client and nothing else should.
+/// `Display` and `Debug` replace the password (and a `sentinelPassword`) with `***`, and a user
+/// part without a password too (`redis://***@host`: it may be a password written in the user's
+/// place); [`RedisAddress::expose`] gives the full URL for the Redis client and nothing else
+/// should.
 ///
 /// ```
 /// use lock_starter::config::{RedisAddress, Topology};
@@ -205,7 +208,7 @@ impl RedisAddress {
     /// database 0 only), `node=host:port` for Sentinel and Cluster, `sentinelServiceName` (required),
     /// `sentinelUsername` and `sentinelPassword` for Sentinel. `redis://:password@host`
     /// (password only) is accepted too. Special characters in the user or password must be
-    /// percent-encoded (`@` as `%40`).
+    /// percent-encoded (`@` as `%40`, `%` as `%25`): the Redis client percent-decodes them.
     ///
     /// # Errors
     /// [`InvalidAddress`] when the text is empty (or blank), is not a URL, uses another scheme,
@@ -317,7 +320,7 @@ impl RedisAddress {
     }
 
     /// The user name (Redis 6 ACL), if the address has one: of the server, or for Sentinel of
-    /// the primary and replicas.
+    /// the primary and replicas; as written in the URL (percent-encoded).
     pub fn username(&self) -> Option<&str> {
         Some(self.url.username()).filter(|user| !user.is_empty())
     }
@@ -346,13 +349,17 @@ impl RedisAddress {
 
     fn redacted(&self) -> Cow<'_, str> {
         let query = self.url.query().and_then(redact_query);
-        if self.url.password().is_none() && query.is_none() {
+        let user_only = self.url.password().is_none() && !self.url.username().is_empty();
+        if self.url.password().is_none() && !user_only && query.is_none() {
             return Cow::Borrowed(self.url.as_str());
         }
         let mut url = self.url.clone();
+        // Only fail for URLs without a host, which `parse` rejects.
         if url.password().is_some() {
-            // Only fails for URLs without a host, which `parse` rejects.
             let _ = url.set_password(Some("***"));
+        } else if user_only {
+            // `redis://secret@host`: a lone user part may be a password in the user's place.
+            let _ = url.set_username("***");
         }
         if let Some(query) = query {
             url.set_query(Some(&query));
@@ -507,7 +514,8 @@ impl Default for RedisAddress {
 }
 
 impl fmt::Display for RedisAddress {
-    /// The URL with the password and a `sentinelPassword` replaced by `***`.
+    /// The URL with the password and a `sentinelPassword` replaced by `***` (a user part
+    /// without a password as a whole).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.redacted())
     }
@@ -530,27 +538,48 @@ impl std::str::FromStr for RedisAddress {
     }
 }
 
-/// Whether `c` ends a URL written in free text: a blank or a quote.
-fn ends_url(c: char) -> bool {
+/// `text` (a user name or password) for the user part of a URL: every character but the
+/// unreserved ones (`A-Z a-z 0-9 - . _ ~`) percent-encoded, `%` included, so the Redis client,
+/// which percent-decodes the user part, gets `text` exactly as written.
+pub(crate) fn encode_userinfo(text: &str) -> String {
+    const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    utf8_percent_encode(text, NOT_UNRESERVED).to_string()
+}
+
+/// Blanks and quotes that may come before an address in free text.
+fn leads_url(c: char) -> bool {
     c.is_whitespace() || matches!(c, '"' | '\'' | '`')
 }
 
-/// Replaces passwords in free text with `***`: in every `scheme://user:password@` and, for text
-/// without `://`, in a leading `user:password@`; and the value of every query parameter whose
-/// name looks secret (`?sentinelPassword=…`, `&password=…`). Errs on the side of hiding too
-/// much: everything from the first `:` of the user part up to the last `@` before the next
-/// blank or quote goes.
+/// Replaces passwords in free text with `***`, erring on the side of hiding too much. A password
+/// may contain anything (blanks, quotes, `/`, `?`, `#`, `@`, `://`, line separators), so nothing
+/// but the last `@` ends it:
+///
+/// - after every `scheme://`, the user part up to the last `@` of the whole text: from after its
+///   first `:` (`user:***@host`), or all of it when it has no `:` (`***@host`: a lone user part
+///   may be a password written in the user's place);
+/// - before the first `://` (or in text without one), the same for a `user:password@` from the
+///   start of the text (after leading blanks and quotes);
+/// - the value of every query parameter whose name looks secret (`?sentinelPassword=…`,
+///   `&password=…`), up to the next `&name=` or the end of the text.
 pub(crate) fn redact_text(text: &str) -> Cow<'_, str> {
     let mut hidden: Vec<Range<usize>> = Vec::new();
-    if text.contains('@') {
-        let mut found_scheme = false;
-        for (at, _) in text.match_indices("://") {
-            found_scheme = true;
-            hidden.extend(userinfo_password(text, at + 3));
+    if let Some(last_at) = text.rfind('@') {
+        let schemes: Vec<usize> = text.match_indices("://").map(|(at, _)| at).collect();
+        let before_scheme = schemes.first().map_or(text, |&first| &text[..first]);
+        if let Some(at) = before_scheme.rfind('@') {
+            let start = text.len() - text.trim_start_matches(leads_url).len();
+            hidden.extend(userinfo_secret(text, start.min(at), at));
         }
-        if !found_scheme {
-            let quotes = text.len() - text.trim_start_matches(['"', '\'', '`']).len();
-            hidden.extend(userinfo_password(text, quotes));
+        for scheme in schemes {
+            let start = scheme + "://".len();
+            if start <= last_at {
+                hidden.extend(userinfo_secret(text, start, last_at));
+            }
         }
     }
     if text.contains('=') {
@@ -576,20 +605,21 @@ pub(crate) fn redact_text(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// The password of a `user:password@` starting at `start`: from after the first `:` up to the
-/// last `@` before the next blank or quote.
-fn userinfo_password(text: &str, start: usize) -> Option<Range<usize>> {
-    let rest = &text[start..];
-    let end = rest.find(ends_url).unwrap_or(rest.len());
-    let at = rest[..end].rfind('@')?;
-    let colon = rest[..at].find(':')?;
-    Some(start + colon + 1..start + at)
+/// The secret of the user part `text[start..at]` (`at` is its `@`): after its first `:`, or all
+/// of it without one; `None` when that is empty.
+fn userinfo_secret(text: &str, start: usize, at: usize) -> Option<Range<usize>> {
+    let secret = match text[start..at].find(':') {
+        Some(colon) => start + colon + 1..at,
+        None => start..at,
+    };
+    (!secret.is_empty()).then_some(secret)
 }
 
-/// The values of `?name=value` / `&name=value` whose name looks secret.
+/// The values of `?name=value` / `&name=value` whose name looks secret: each up to the next
+/// `&` that starts another `name=` (a password may contain `&`, `#`, blanks, quotes), or to the
+/// end of the text.
 fn secret_query_values(text: &str, hidden: &mut Vec<Range<usize>>) {
-    let name_end = |c: char| ends_url(c) || matches!(c, '=' | '&' | '?' | '#');
-    let value_end = |c: char| ends_url(c) || matches!(c, '&' | '#');
+    let name_end = |c: char| leads_url(c) || matches!(c, '=' | '&' | '?' | '#');
     let mut from = 0;
     while let Some(pos) = text[from..].find(['?', '&']) {
         let start = from + pos + 1;
@@ -600,11 +630,24 @@ fn secret_query_values(text: &str, hidden: &mut Vec<Range<usize>>) {
             continue;
         }
         let value_start = start + name_len + 1;
-        let value = &text[value_start..];
-        let value_len = value.find(value_end).unwrap_or(value.len());
+        let value_len = next_parameter(&text[value_start..]);
         hidden.push(value_start..value_start + value_len);
         from = value_start + value_len;
     }
+}
+
+/// Where the next `&name=` in `text` starts (the index of its `&`), or the length of `text`.
+fn next_parameter(text: &str) -> usize {
+    text.match_indices('&')
+        .map(|(at, _)| at)
+        .find(|&at| {
+            let rest = &text[at + 1..];
+            let name_len = rest
+                .find(|c: char| leads_url(c) || matches!(c, '=' | '&' | '?' | '#'))
+                .unwrap_or(rest.len());
+            name_len > 0 && rest[name_len..].starts_with('=')
+        })
+        .unwrap_or(text.len())
 }
 
 #[cfg(test)]
@@ -894,19 +937,25 @@ mod tests {
             ("redis://u:p@w@h", "redis://u:***@h"),
             ("user:pass@localhost:6379", "user:***@localhost:6379"),
             ("\"user:pass@localhost\"", "\"user:***@localhost\""),
+            // Everything up to the last `@` of the text: too much rather than too little.
             (
                 "a \"redis://u:pw@h\" and tcp://x:y@z",
-                "a \"redis://u:***@h\" and tcp://x:***@z",
+                "a \"redis://u:***@z",
             ),
-            ("redis://u@h", "redis://u@h"),
+            // A lone user part may be a password in the user's place.
+            ("redis://u@h", "redis://***@h"),
+            ("rediss://Xk4PwLeak@h:6380", "rediss://***@h:6380"),
+            ("redis://@h", "redis://@h"),
+            ("redis://:@h", "redis://:@h"),
             ("no secrets here", "no secrets here"),
+            ("redis://h:1/0", "redis://h:1/0"),
             (
                 "redis-sentinel://s?sentinelServiceName=m&sentinelPassword=pw&node=a:1",
                 "redis-sentinel://s?sentinelServiceName=m&sentinelPassword=***&node=a:1",
             ),
             (
                 "\"redis://h?password=pw\" and x?token=t#f",
-                "\"redis://h?password=***\" and x?token=***#f",
+                "\"redis://h?password=***",
             ),
             (
                 "redis://h?sentinelPassword=",
@@ -919,8 +968,76 @@ mod tests {
                 "redis://u:***@h?sentinelPassword=***",
             ),
             ("a=b&c=d", "a=b&c=d"),
+            // Blanks, quotes, line separators, `#`, `?`, `/`, `://`, `%` in passwords.
+            ("redis://app:Pa55 word@h:99999", "redis://app:***@h:99999"),
+            ("redis://app:Pa55`x@h:99999", "redis://app:***@h:99999"),
+            ("redis://app:Pa55'x@h:99999", "redis://app:***@h:99999"),
+            ("redis://app:pa\"Pa55@h", "redis://app:***@h"),
+            ("redis://app:Pa55\u{2028}x@h", "redis://app:***@h"),
+            ("redis://app:Pa55\nx@h", "redis://app:***@h"),
+            ("redis://app:Pa55#x@h:6379", "redis://app:***@h:6379"),
+            ("redis://app:p@ss:w/rd?#@h", "redis://app:***@h"),
+            ("redis://app:x://Pa55@h:6379", "redis://app:***@h:6379"),
+            ("redis://app:Pa55%zzx@h", "redis://app:***@h"),
+            (" redis://app:Pa55x@h:6379 x", " redis://app:***@h:6379 x"),
+            ("redis://Pa55 x@h", "redis://***@h"),
+            // Before the scheme, or without one.
+            ("x:Pa55@redis://h", "x:***@redis://h"),
+            ("redis:/app:Pa55@h", "redis:***@h"),
+            ("' app:Pa55 x@h'", "' app:***@h'"),
+            // Query values: up to the next `&name=`, whatever they contain.
+            (
+                "redis-sentinel://h?sentinelServiceName=m&sentinelPassword=Pa55 x&bogus=1",
+                "redis-sentinel://h?sentinelServiceName=m&sentinelPassword=***&bogus=1",
+            ),
+            (
+                "redis-sentinel://h?sentinelPassword=a&b#c\"d&node=a:1",
+                "redis-sentinel://h?sentinelPassword=***&node=a:1",
+            ),
+            (
+                "redis-sentinel://h?sentinel_password=Pa55x&bogus=1",
+                "redis-sentinel://h?sentinel_password=***&bogus=1",
+            ),
+            (
+                "redis://app:Pa55x@h:6379/0?password=Pa55y",
+                "redis://app:***@h:6379/0?password=***",
+            ),
+            (
+                "redis://h?sentinel%50assword=Pa55&x=1",
+                "redis://h?sentinel%50assword=***&x=1",
+            ),
         ] {
             assert_eq!(redact_text(text), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn user_parts_are_encoded_whole() {
+        for (text, encoded) in [
+            ("plain-ok_1.2~", "plain-ok_1.2~"),
+            ("pa%41ss", "pa%2541ss"),
+            ("100%", "100%25"),
+            ("a+b", "a%2Bb"),
+            ("p@ss:w/rd?#", "p%40ss%3Aw%2Frd%3F%23"),
+            ("späß", "sp%C3%A4%C3%9F"),
+            ("a b&c=d'\"`", "a%20b%26c%3Dd%27%22%60"),
+        ] {
+            assert_eq!(encode_userinfo(text), encoded, "{text}");
+            let decoded = percent_encoding::percent_decode_str(encoded).decode_utf8();
+            assert_eq!(decoded.unwrap(), text);
+        }
+    }
+
+    #[test]
+    fn a_lone_user_part_shows_as_stars() {
+        let address = RedisAddress::parse("rediss://Xk4PwLeak@h:6380/1").unwrap();
+        assert_eq!(address.to_string(), "rediss://***@h:6380/1");
+        assert_eq!(
+            format!("{address:?}"),
+            r#"RedisAddress("rediss://***@h:6380/1")"#
+        );
+        assert_eq!(address.username(), Some("Xk4PwLeak"));
+        assert_eq!(address.expose(), "rediss://Xk4PwLeak@h:6380/1");
+        assert_eq!(redact_text(address.expose()), address.to_string().as_str());
     }
 }

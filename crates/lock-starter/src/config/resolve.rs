@@ -10,7 +10,7 @@ use lock_core::{
     LockError, MIN_WATCHDOG_TIMEOUT, validate_instance_id, validate_wait, validate_watchdog_timeout,
 };
 
-use super::address::{RedisAddress, parse_host_port, redact_text};
+use super::address::{RedisAddress, encode_userinfo, parse_host_port, redact_text};
 use super::error::ConfigError;
 use super::keys::{
     DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
@@ -926,12 +926,14 @@ impl Spring {
         };
         let mut url = url::Url::parse(&format!("{scheme}://{bracketed}:{port}"))
             .map_err(|e| blame.invalid(format!("not a host name or IP address ({e})")))?;
-        // Only fails for URLs without a host, which the line above rules out.
+        // The user and password go into the URL percent-encoded, every character but the
+        // unreserved ones (`%` too), so the Redis client, which percent-decodes them, sends them
+        // exactly as written. Only fails for URLs without a host, which the line above rules out.
         if let Some(username) = &username {
-            let _ = url.set_username(username);
+            let _ = url.set_username(&encode_userinfo(username));
         }
         if let Some(password) = &password {
-            let _ = url.set_password(Some(password));
+            let _ = url.set_password(Some(&encode_userinfo(password)));
         }
         if database != 0 {
             url.set_path(&format!("/{database}"));
