@@ -475,6 +475,47 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
     drop(other);
 }
 
+/// Runs every check of the suite in turn against one `factory`, for backends too costly to set up
+/// once per check (a Redis Cluster, a Sentinel deployment). Each check runs in a task of its
+/// own, so a failing check does not stop the others; its panic message goes to the test output.
+/// Returns the names of the failed checks: empty when all passed.
+///
+/// Keep the list in step with [`conformance_tests!`](crate::conformance_tests). Needs a
+/// multi-threaded Tokio runtime, as the checks do.
+pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
+    let mut failed = Vec::new();
+    macro_rules! run {
+        ($($check:ident),+ $(,)?) => {$(
+            let started = Instant::now();
+            let f = Arc::clone(&factory);
+            let outcome = tokio::spawn(async move { $check(&*f).await }).await;
+            tracing::info!(
+                check = stringify!($check),
+                passed = outcome.is_ok(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "conformance check"
+            );
+            if outcome.is_err() {
+                failed.push(stringify!($check));
+            }
+        )+};
+    }
+    run!(
+        mutual_exclusion,
+        wait_time_is_honoured,
+        zero_wait_is_one_attempt,
+        fixed_lease_expires,
+        watchdog_keeps_the_lock_past_its_timeout,
+        dropping_a_handle_frees_the_lock,
+        releasing_an_expired_lease_spares_the_new_holder,
+        fencing_tokens_increase,
+        invalid_arguments_are_rejected,
+        with_lock_runs_only_when_granted,
+        with_lock_is_reentrant_for_its_task,
+    );
+    failed
+}
+
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh factory from
 /// `$factory` (an expression evaluating to a future of a [`LockFactory`]). The calling crate needs
 /// `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.

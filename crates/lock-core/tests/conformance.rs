@@ -20,3 +20,31 @@ impl LockFactory for Memory {
 }
 
 lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });
+
+/// A backend that cannot even make a client: every check must fail.
+struct Broken;
+
+#[async_trait::async_trait]
+impl LockFactory for Broken {
+    async fn client(&self) -> Arc<dyn DistributedLock> {
+        panic!("no backend (expected by run_all_reports_each_failed_check)")
+    }
+
+    fn watchdog_timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_all_passes_on_a_correct_lock_and_names_each_failed_check() {
+    let passed = lock_core::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
+    assert_eq!(passed, Vec::<&str>::new());
+    let failed = lock_core::conformance::run_all(Arc::new(Broken)).await;
+    // One name per check, the same eleven the per-check macro expands to.
+    assert_eq!(failed.len(), 11, "{failed:?}");
+    assert!(failed.contains(&"mutual_exclusion"), "{failed:?}");
+    assert!(
+        failed.contains(&"with_lock_is_reentrant_for_its_task"),
+        "{failed:?}"
+    );
+}

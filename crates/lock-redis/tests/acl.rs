@@ -197,19 +197,12 @@ async fn the_conformance_suite_passes_as_the_minimal_acl_user() {
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
     redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let factory = AclUser(redis);
-
-    conformance::mutual_exclusion(&factory).await;
-    conformance::wait_time_is_honoured(&factory).await;
-    conformance::zero_wait_is_one_attempt(&factory).await;
-    conformance::fixed_lease_expires(&factory).await;
-    conformance::watchdog_keeps_the_lock_past_its_timeout(&factory).await;
-    conformance::dropping_a_handle_frees_the_lock(&factory).await;
-    conformance::releasing_an_expired_lease_spares_the_new_holder(&factory).await;
-    conformance::fencing_tokens_increase(&factory).await;
-    conformance::invalid_arguments_are_rejected(&factory).await;
-    conformance::with_lock_runs_only_when_granted(&factory).await;
-    conformance::with_lock_is_reentrant_for_its_task(&factory).await;
+    let factory = Arc::new(AclUser(redis));
+    let failed = conformance::run_all(Arc::clone(&factory) as Arc<dyn LockFactory>).await;
+    assert!(
+        failed.is_empty(),
+        "conformance checks failed as the ACL user: {failed:?}"
+    );
 
     let refused = refused(&factory.0).await;
     eprintln!("refused to the minimal ACL user: {refused:?}");
@@ -224,7 +217,7 @@ async fn the_conformance_suite_passes_as_the_minimal_acl_user() {
 /// and QUIT when the lock is dropped).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_optional_grants_redis_refuses_nothing() {
-    let (primary, replica) = primary_with_replica().await;
+    let (primary, replica) = common::primary_with_replica().await;
     let mut rules = documented_acl();
     rules.extend(optional_acl());
     set_user(&primary, &rules).await;
@@ -255,25 +248,6 @@ async fn with_the_optional_grants_redis_refuses_nothing() {
     );
     assert_eq!(refused(&primary).await, BTreeSet::new());
     drop(replica);
-}
-
-/// A primary and a replica of it, the replica fully synced.
-async fn primary_with_replica() -> (RedisServer, RedisServer) {
-    let primary = common::server().await;
-    let replica = common::server().await;
-    replica
-        .cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()])
-        .await
-        .unwrap();
-    let synced = eventually(Duration::from_secs(60), || async {
-        replica
-            .cmd(&["INFO", "replication"])
-            .await
-            .is_ok_and(|info| info.contains("master_link_status:up"))
-    })
-    .await;
-    assert!(synced, "the replica never synced");
-    (primary, replica)
 }
 
 /// `holder` takes `name` with a watchdog lease; `waiter` waits for it on its release channel
@@ -326,7 +300,7 @@ async fn holder_waiter_round(
 /// the script reload after `SCRIPT FLUSH`, all as the minimal ACL user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
-    let (primary, replica) = primary_with_replica().await;
+    let (primary, replica) = common::primary_with_replica().await;
     set_user(&primary, &documented_acl()).await;
     primary.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let holder = RedisLock::connect(user_config(&primary).min_replicas(1))
@@ -421,7 +395,7 @@ fn acl_without(rule: &str) -> Vec<String> {
 /// `+time`), the key pattern, and `+wait` with `min-replicas`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_permission_fails_closed_naming_noperm() {
-    let (primary, _replica) = primary_with_replica().await;
+    let (primary, _replica) = common::primary_with_replica().await;
     let cases: [(&str, Vec<String>, u32); 7] = [
         ("evalsha", acl_without("+evalsha"), 0),
         ("script-load", acl_without("+script|load"), 0),

@@ -229,37 +229,7 @@ impl LockFactory for ClusterFactory {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_on_the_cluster() {
     let cluster = cluster().await;
-    let factory = Arc::new(ClusterFactory { url: cluster.url() });
-    let mut failed = Vec::new();
-    macro_rules! run_checks {
-        ($($check:ident),+ $(,)?) => {$(
-            let started = Instant::now();
-            let f = Arc::clone(&factory);
-            let outcome = tokio::spawn(async move { conformance::$check(&*f).await }).await;
-            eprintln!(
-                "conformance on cluster: {} {} in {:?}",
-                stringify!($check),
-                if outcome.is_ok() { "passed" } else { "FAILED" },
-                started.elapsed()
-            );
-            if outcome.is_err() {
-                failed.push(stringify!($check));
-            }
-        )+};
-    }
-    run_checks!(
-        mutual_exclusion,
-        wait_time_is_honoured,
-        zero_wait_is_one_attempt,
-        fixed_lease_expires,
-        watchdog_keeps_the_lock_past_its_timeout,
-        dropping_a_handle_frees_the_lock,
-        releasing_an_expired_lease_spares_the_new_holder,
-        fencing_tokens_increase,
-        invalid_arguments_are_rejected,
-        with_lock_runs_only_when_granted,
-        with_lock_is_reentrant_for_its_task,
-    );
+    let failed = conformance::run_all(Arc::new(ClusterFactory { url: cluster.url() })).await;
     assert!(
         failed.is_empty(),
         "conformance checks failed on the Cluster: {failed:?}"

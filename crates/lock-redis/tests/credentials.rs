@@ -12,16 +12,15 @@
 mod common;
 
 use std::error::Error as _;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, eventually};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
 use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
+use lock_testkit::logs::CapturedLogs;
 use lock_testkit::tls::TestCertificates;
 use tokio::time::Instant;
-use tracing_subscriber::util::SubscriberInitExt;
 
 /// In every secret below, and nowhere else.
 const MARK: &str = "Pa55";
@@ -37,42 +36,9 @@ const WRONG: &str = "wr0ng-Pa55-word";
 const SENTINEL_PASSWORD: &str = "sentinel-Pa55-word";
 const USER: &str = "app";
 
-/// A writer that keeps what is written.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// Everything logged at `TRACE` by this test process, `log` records included.
-fn logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .finish()
-            .try_init()
-            .expect("the global subscriber (and the log bridge) is set once");
-        captured
-    })
+fn logs() -> &'static CapturedLogs {
+    CapturedLogs::global(tracing::Level::TRACE)
 }
 
 /// `text` shows no secret.

@@ -9,30 +9,11 @@ use std::time::Duration;
 use common::{SLACK, command_calls, delta, eventually};
 use lock_core::{DistributedLock, Lease, LockErrorCode, ReleaseOutcome};
 use lock_redis::RedisLock;
-use lock_testkit::RedisServer;
-
-/// A primary and a replica of it, the replica fully synced.
-async fn primary_with_replica() -> (RedisServer, RedisServer) {
-    let primary = common::server().await;
-    let replica = common::server().await;
-    replica
-        .cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()])
-        .await
-        .unwrap();
-    let synced = eventually(Duration::from_secs(30), || async {
-        replica
-            .cmd(&["INFO", "replication"])
-            .await
-            .is_ok_and(|info| info.contains("master_link_status:up"))
-    })
-    .await;
-    assert!(synced, "the replica never synced");
-    (primary, replica)
-}
+use lock_testkit::logs::CapturedLogs;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
-    let (primary, replica) = primary_with_replica().await;
+    let (primary, replica) = common::primary_with_replica().await;
     let lock = RedisLock::connect(common::config(&primary).min_replicas(1))
         .await
         .unwrap();
@@ -55,7 +36,7 @@ async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
-    let (primary, _replica) = primary_with_replica().await;
+    let (primary, _replica) = common::primary_with_replica().await;
     let lock = RedisLock::connect(
         common::config(&primary)
             .min_replicas(2)
@@ -86,7 +67,7 @@ async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_makes_grants_fail_closed_within_the_sync_timeout() {
-    let (primary, replica) = primary_with_replica().await;
+    let (primary, replica) = common::primary_with_replica().await;
     let lock = RedisLock::connect(
         common::config(&primary)
             .min_replicas(1)
@@ -112,34 +93,16 @@ async fn a_replica_cut_off_makes_grants_fail_closed_within_the_sync_timeout() {
 
 /// Logs written while `f` runs on this thread (the test's own task: `connect` logs from it).
 async fn logs_of<F: std::future::Future>(f: F) -> (F::Output, String) {
-    #[derive(Clone, Default)]
-    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
     let guard = tracing::subscriber::set_default(subscriber);
     let output = f.await;
     drop(guard);
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
-    (output, text)
+    (output, logs.text())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_key() {
-    let (primary, _replica) = primary_with_replica().await;
+    let (primary, _replica) = common::primary_with_replica().await;
     let (lock, logged) =
         logs_of(RedisLock::connect(common::config(&primary).min_replicas(2))).await;
     lock.unwrap();

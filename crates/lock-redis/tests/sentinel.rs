@@ -65,29 +65,14 @@ impl LockFactory for ThroughSentinel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_through_sentinel() {
     let sentinel = RedisSentinel::start().await.expect("the deployment starts");
-    let factory = ThroughSentinel {
-        url: sentinel.url(),
-    };
     let started = Instant::now();
-    macro_rules! run {
-        ($($check:ident),+ $(,)?) => {$(
-            let check = Instant::now();
-            conformance::$check(&factory).await;
-            eprintln!("sentinel conformance {}: {:?}", stringify!($check), check.elapsed());
-        )+};
-    }
-    run!(
-        mutual_exclusion,
-        wait_time_is_honoured,
-        zero_wait_is_one_attempt,
-        fixed_lease_expires,
-        watchdog_keeps_the_lock_past_its_timeout,
-        dropping_a_handle_frees_the_lock,
-        releasing_an_expired_lease_spares_the_new_holder,
-        fencing_tokens_increase,
-        invalid_arguments_are_rejected,
-        with_lock_runs_only_when_granted,
-        with_lock_is_reentrant_for_its_task,
+    let failed = conformance::run_all(Arc::new(ThroughSentinel {
+        url: sentinel.url(),
+    }))
+    .await;
+    assert!(
+        failed.is_empty(),
+        "conformance checks failed through Sentinel: {failed:?}"
     );
     eprintln!("sentinel conformance total: {:?}", started.elapsed());
     // The suite ran against the deployment's master, not some other Redis.

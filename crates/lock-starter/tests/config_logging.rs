@@ -3,24 +3,8 @@
 //! reliable when no other test thread registers the same callsites concurrently, because
 //! `tracing` caches each callsite's interest globally.
 
-use std::sync::{Arc, Mutex};
-
 use lock_starter::config::{ConfigSources, LockSettings};
-
-/// A writer that keeps what is written.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use lock_testkit::logs::CapturedLogs;
 
 #[test]
 fn warnings_are_logged_as_they_are_kept() {
@@ -34,17 +18,11 @@ fn warnings_are_logged_as_they_are_kept() {
         ])
         .toml_file(&path);
 
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
+    let (captured, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
     let settings = tracing::subscriber::with_default(subscriber, || {
         LockSettings::load(&sources).unwrap_or_else(|e| panic!("{e}"))
     });
-    let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logged = captured.text();
 
     let warnings = settings.warnings();
     assert_eq!(warnings.len(), 3, "{warnings:?}");

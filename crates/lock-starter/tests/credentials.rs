@@ -9,7 +9,6 @@
 //! test binary, so `tracing`'s per-callsite interest cache cannot hide events of parallel tests;
 //! each test checks everything captured so far.
 
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use figment::Figment;
@@ -18,7 +17,7 @@ use lock_starter::config::{ConfigError, ConfigSources, LockSettings};
 use lock_starter::prelude::*;
 use lock_starter::{LockStarter, StartError};
 use lock_testkit::RedisServer;
-use tracing_subscriber::util::SubscriberInitExt;
+use lock_testkit::logs::CapturedLogs;
 
 /// In every secret below, and nowhere else.
 const MARK: &str = "Pa55";
@@ -29,41 +28,9 @@ const AT_PASSWORD_IN_URL: &str = "s3cr3t%40Pa55%3Aw%2Frd";
 const SENTINEL_PASSWORD: &str = "sentinel-Pa55-word";
 const USER: &str = "app";
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// Everything logged at `TRACE` in this test binary, `log` records included.
-fn logs() -> &'static Captured {
-    static LOGS: OnceLock<Captured> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .finish()
-            .try_init()
-            .expect("the global subscriber is set once");
-        captured
-    })
+fn logs() -> &'static CapturedLogs {
+    CapturedLogs::global(tracing::Level::TRACE)
 }
 
 #[track_caller]

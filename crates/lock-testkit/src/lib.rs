@@ -19,6 +19,8 @@
 //!   one replica each, manual failover, master crash, slot migration) and a [`RedisSentinel`]
 //!   (module [`sentinel`]; master, replica and three Sentinels, manual failover, master crash,
 //!   a replica cut off from its master), each with the URL a cluster or Sentinel client takes.
+//! - Logs: [`logs::CapturedLogs`] keeps what a test logged, to check a warning appears or a
+//!   password does not.
 //! - TLS: [`TestCertificates`] (module [`tls`]) makes a CA and a server certificate;
 //!   [`RedisServerBuilder::tls`] opens a TLS port next to the plain one
 //!   ([`RedisServer::tls_url`]).
@@ -66,6 +68,7 @@ mod error;
 pub mod fenced;
 pub mod history;
 mod local;
+pub mod logs;
 pub mod proxy;
 mod resp;
 pub mod sentinel;

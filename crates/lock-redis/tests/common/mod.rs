@@ -22,6 +22,25 @@ pub async fn server() -> RedisServer {
         .expect("redis-server did not start")
 }
 
+/// A primary and a replica of it (`REPLICAOF`), the replica fully synced.
+pub async fn primary_with_replica() -> (RedisServer, RedisServer) {
+    let primary = server().await;
+    let replica = server().await;
+    replica
+        .cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()])
+        .await
+        .unwrap();
+    let synced = eventually(Duration::from_secs(60), || async {
+        replica
+            .cmd(&["INFO", "replication"])
+            .await
+            .is_ok_and(|info| info.contains("master_link_status:up"))
+    })
+    .await;
+    assert!(synced, "the replica never synced");
+    (primary, replica)
+}
+
 /// Client settings for `server`: short watchdog and command timeouts.
 pub fn config(server: &RedisServer) -> RedisLockConfig {
     RedisLockConfig::new(server.url())
