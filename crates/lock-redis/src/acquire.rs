@@ -47,12 +47,21 @@ impl Drop for Acquisition<'_> {
                 self.name.to_owned(),
                 std::mem::take(&mut self.owner),
                 BackgroundRelease::OutcomeUnknown,
+                self.ttl(),
             );
         }
     }
 }
 
 impl<'a> Acquisition<'a> {
+    /// The TTL the acquire script gives the key.
+    fn ttl(&self) -> Duration {
+        match self.lease {
+            Lease::Fixed(duration) => duration,
+            Lease::Watchdog => self.inner.config.watchdog_timeout,
+        }
+    }
+
     pub(crate) fn new(inner: &'a Arc<Inner>, name: &'a str, lease: Lease) -> Self {
         Acquisition {
             inner,
@@ -250,6 +259,7 @@ impl<'a> Acquisition<'a> {
             name: self.name.to_owned(),
             owner: self.owner.clone(),
             renewal,
+            ttl: self.ttl(),
         };
         LockHandle::new(
             self.name,

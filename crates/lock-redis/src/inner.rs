@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use fred::prelude::*;
 use lock_core::{LockError, OwnerTokens, ReleaseOutcome};
+use tokio::time::Instant;
 
 use crate::config::{RedisLockConfig, TOMBSTONE_TTL};
 use crate::connection::Health;
@@ -147,22 +149,55 @@ impl Inner {
         name: String,
         owner: String,
         why: BackgroundRelease,
+        ttl: Duration,
     ) {
         let inner = Arc::clone(self);
         self.runtime.spawn(async move {
-            match (inner.release(&name, &owner).await, why) {
-                (Ok(_), _) => {}
-                (Err(error), BackgroundRelease::Dropped) => tracing::warn!(
+            // Retried while Redis is unreachable or slow, so a grant left behind by an outage
+            // is freed as soon as Redis answers again rather than blocking the key for its whole
+            // TTL; given up once the grant would have expired anyway (at most a minute, so a
+            // client is not kept alive for a long fixed lease). A refusal is not retried.
+            let give_up = Instant::now() + ttl.min(BACKGROUND_RELEASE_RETRY);
+            let mut delay = Duration::from_millis(100);
+            let error = loop {
+                match inner.release(&name, &owner).await {
+                    Ok(_) => return,
+                    Err(error) if refused(&error) || Instant::now() + delay >= give_up => {
+                        break error;
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(2));
+                    }
+                }
+            };
+            match why {
+                BackgroundRelease::Dropped => tracing::warn!(
                     lock_key = %name, %owner, %error,
                     "release of a dropped lock handle failed; the lease ends at its TTL"
                 ),
-                (Err(error), BackgroundRelease::OutcomeUnknown) => tracing::debug!(
+                BackgroundRelease::OutcomeUnknown => tracing::debug!(
                     lock_key = %name, %owner, %error,
                     "clean-up of a possible grant failed; if it exists, it ends at its TTL"
                 ),
             }
         });
     }
+}
+
+/// The longest a background release is retried: 60 s.
+const BACKGROUND_RELEASE_RETRY: Duration = Duration::from_secs(60);
+
+/// Whether Redis itself refused (an error reply): retrying will not help.
+fn refused(error: &LockError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(failure) = e.downcast_ref::<RedisFailure>() {
+            return failure.refusal().is_some();
+        }
+        cause = e.source();
+    }
+    false
 }
 
 impl Drop for Inner {

@@ -1,6 +1,7 @@
 //! How a Redis [`LockHandle`](lock_core::LockHandle) gives its lock back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
@@ -15,6 +16,8 @@ pub(crate) struct RedisRelease {
     pub(crate) owner: String,
     /// The watchdog registration, for watchdog leases.
     pub(crate) renewal: Option<u64>,
+    /// The key's TTL at grant: how long a background release is worth retrying.
+    pub(crate) ttl: Duration,
 }
 
 impl RedisRelease {
@@ -35,8 +38,12 @@ impl LeaseRelease for RedisRelease {
     fn release_in_background(self: Box<Self>) {
         self.stop_renewal();
         let RedisRelease {
-            inner, name, owner, ..
+            inner,
+            name,
+            owner,
+            ttl,
+            ..
         } = *self;
-        inner.release_in_background(name, owner, BackgroundRelease::Dropped);
+        inner.release_in_background(name, owner, BackgroundRelease::Dropped, ttl);
     }
 }

@@ -153,3 +153,58 @@ async fn a_renewal_whose_reply_was_lost_keeps_the_lease() {
     assert!(handle.is_held(), "{:?}", handle.status());
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
+
+/// A grant made while Redis became unreachable: the acquire's reply is lost and the proxy then
+/// refuses connections for a while, so the acquisition fails with its outcome unknown and its
+/// clean-up release cannot reach Redis at first. The clean-up keeps trying, and frees the key
+/// soon after Redis is reachable again — not at the end of its 60 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_left_by_an_outage_is_freed_once_redis_is_back() {
+    let redis = server().await;
+    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
+    let lock = RedisLock::connect(
+        RedisLockConfig::new(proxy.url())
+            .command_timeout(Duration::from_millis(500))
+            .wait_time(Duration::ZERO)
+            .instance_id("outage-pod"),
+    )
+    .await
+    .unwrap();
+    lock.ping().await.unwrap();
+    let key = lock.redis_key("outage-grant");
+    arm(&proxy, "outage-grant");
+    proxy.refuse_new(true);
+    let error = lock
+        .acquire("outage-grant", Lease::Fixed(Duration::from_secs(60)))
+        .await
+        .expect_err("no reply, no reconnection: the acquisition fails");
+    assert!(!proxy.trap_armed(), "the trap never fired");
+    // Redis did grant it: the key is held by the failed acquisition's owner token.
+    let held = redis.cmd(&["GET", &key]).await.unwrap();
+    assert!(held.starts_with("H|"), "{held} ({error})");
+    // The outage's length (a fault held for a while, not a wait for an event): longer than a
+    // single clean-up attempt, each bounded by the command timeout.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        redis.cmd(&["GET", &key]).await.unwrap().starts_with("H|"),
+        "the grant was freed while Redis was unreachable?"
+    );
+    proxy.refuse_new(false);
+    let back = tokio::time::Instant::now();
+    let freed = common::eventually(Duration::from_secs(20), || async {
+        !redis.cmd(&["GET", &key]).await.unwrap().starts_with("H|")
+    })
+    .await;
+    assert!(
+        freed,
+        "the orphan grant was still held {:?} after Redis was reachable again (PTTL {})",
+        back.elapsed(),
+        redis.cmd(&["PTTL", &key]).await.unwrap()
+    );
+    eprintln!(
+        "orphan grant freed {:?} after Redis was back",
+        back.elapsed()
+    );
+}
