@@ -10,9 +10,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually};
@@ -20,36 +18,32 @@ use lock_core::conformance::{self, LockFactory};
 use lock_core::{AcquireOptions, DistributedLock, Lease, MAX_KEY_BYTES, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
-use tokio::sync::{Mutex, MutexGuard};
+use lock_testkit::shared::{Shared, Taken};
 use tokio::time::Instant;
 
-/// The cluster every test of this file uses, one test at a time; started by the first.
-static CLUSTER: Mutex<Option<RedisCluster>> = Mutex::const_new(None);
-/// The `#[tokio::test]`s of this file: the last to finish stops the cluster (a static is never
-/// dropped, and the nodes' temp dirs would stay behind). Keep it in step with the tests: too low
-/// costs a second cluster start, too high leaves the temp dirs behind.
-const TESTS: usize = 5;
-static FINISHED: AtomicUsize = AtomicUsize::new(0);
+/// The cluster every test of this file uses, one test at a time; started by the first, stopped
+/// by the last of its five tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(5);
 
 /// A deadline for events that take milliseconds on an idle machine.
 const GENEROUS: Duration = Duration::from_secs(30);
 
 /// Takes the shared cluster, starting it on first use.
-async fn cluster() -> SharedCluster {
-    let mut cluster = CLUSTER.lock().await;
-    if cluster.is_none() {
-        let started = Instant::now();
-        let started_cluster = RedisCluster::start()
-            .await
-            .expect("the Redis Cluster did not start");
-        eprintln!(
-            "cluster started in {:?}: {}",
-            started.elapsed(),
-            started_cluster.url()
-        );
-        *cluster = Some(started_cluster);
-    }
-    let cluster = SharedCluster(cluster);
+async fn cluster() -> Taken<RedisCluster> {
+    let cluster = CLUSTER
+        .take(|| async {
+            let started = Instant::now();
+            let cluster = RedisCluster::start()
+                .await
+                .expect("the Redis Cluster did not start");
+            eprintln!(
+                "cluster started in {:?}: {}",
+                started.elapsed(),
+                cluster.url()
+            );
+            cluster
+        })
+        .await;
     // A test that failed half-way (e.g. during a slot migration) leaves the next one a settled
     // cluster.
     cluster
@@ -57,32 +51,6 @@ async fn cluster() -> SharedCluster {
         .await
         .expect("the cluster did not settle");
     cluster
-}
-
-/// The shared cluster, taken for one test.
-struct SharedCluster(MutexGuard<'static, Option<RedisCluster>>);
-
-impl Deref for SharedCluster {
-    type Target = RedisCluster;
-
-    fn deref(&self) -> &RedisCluster {
-        self.0.as_ref().expect("started by cluster()")
-    }
-}
-
-impl DerefMut for SharedCluster {
-    fn deref_mut(&mut self) -> &mut RedisCluster {
-        self.0.as_mut().expect("started by cluster()")
-    }
-}
-
-impl Drop for SharedCluster {
-    fn drop(&mut self) {
-        // Also when the test failed: it is finished all the same.
-        if FINISHED.fetch_add(1, Ordering::SeqCst) + 1 == TESTS {
-            self.0.take();
-        }
-    }
 }
 
 /// Client settings for the cluster: the short timeouts of the other lock-redis tests.

@@ -8,8 +8,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -20,16 +18,12 @@ use lock_core::{
 };
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
-use tokio::sync::{Mutex, MutexGuard};
+use lock_testkit::shared::{Shared, Taken};
 use tokio::time::Instant;
 
-/// The cluster every test of this file uses, one test at a time; started by the first.
-static CLUSTER: Mutex<Option<RedisCluster>> = Mutex::const_new(None);
-/// The `#[tokio::test]`s of this file: the last to finish stops the cluster (a static is never
-/// dropped, and the nodes' temp dirs would stay behind). Keep it in step with the tests: too low
-/// costs a second cluster start, too high leaves the temp dirs behind.
-const TESTS: usize = 2;
-static FINISHED: AtomicUsize = AtomicUsize::new(0);
+/// The cluster every test of this file uses, one test at a time; started by the first, stopped
+/// by the last of its two tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(2);
 
 /// `cluster-node-timeout` of this file's cluster.
 const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -42,19 +36,19 @@ const GENEROUS: Duration = Duration::from_secs(30);
 /// seconds (the measured times are printed).
 const RECOVERY_BOUND: Duration = Duration::from_secs(30);
 
-async fn cluster() -> SharedCluster {
-    let mut cluster = CLUSTER.lock().await;
-    if cluster.is_none() {
-        let started = Instant::now();
-        let started_cluster = RedisCluster::builder()
-            .node_timeout(NODE_TIMEOUT)
-            .start()
-            .await
-            .expect("the Redis Cluster did not start");
-        eprintln!("cluster started in {:?}", started.elapsed());
-        *cluster = Some(started_cluster);
-    }
-    let cluster = SharedCluster(cluster);
+async fn cluster() -> Taken<RedisCluster> {
+    let cluster = CLUSTER
+        .take(|| async {
+            let started = Instant::now();
+            let cluster = RedisCluster::builder()
+                .node_timeout(NODE_TIMEOUT)
+                .start()
+                .await
+                .expect("the Redis Cluster did not start");
+            eprintln!("cluster started in {:?}", started.elapsed());
+            cluster
+        })
+        .await;
     // A test that failed half-way may have left a replica cut off (see the killed-master test).
     for node in cluster.nodes().iter().filter(|n| n.pid().is_some()) {
         let _ = node.cmd(&["CLIENT", "UNPAUSE"]).await;
@@ -64,32 +58,6 @@ async fn cluster() -> SharedCluster {
         .await
         .expect("the cluster did not settle");
     cluster
-}
-
-/// The shared cluster, taken for one test.
-struct SharedCluster(MutexGuard<'static, Option<RedisCluster>>);
-
-impl Deref for SharedCluster {
-    type Target = RedisCluster;
-
-    fn deref(&self) -> &RedisCluster {
-        self.0.as_ref().expect("started by cluster()")
-    }
-}
-
-impl DerefMut for SharedCluster {
-    fn deref_mut(&mut self) -> &mut RedisCluster {
-        self.0.as_mut().expect("started by cluster()")
-    }
-}
-
-impl Drop for SharedCluster {
-    fn drop(&mut self) {
-        // Also when the test failed: it is finished all the same.
-        if FINISHED.fetch_add(1, Ordering::SeqCst) + 1 == TESTS {
-            self.0.take();
-        }
-    }
 }
 
 fn config(cluster: &RedisCluster) -> RedisLockConfig {

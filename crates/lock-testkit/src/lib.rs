@@ -19,6 +19,8 @@
 //!   one replica each, manual failover, master crash, slot migration) and a [`RedisSentinel`]
 //!   (module [`sentinel`]; master, replica and three Sentinels, manual failover, master crash,
 //!   a replica cut off from its master), each with the URL a cluster or Sentinel client takes.
+//! - Topologies are costly to start: [`shared::Shared`] lets the tests of one binary take one
+//!   in turn, the last stopping it.
 //! - Logs: [`logs::CapturedLogs`] keeps what a test logged, to check a warning appears or a
 //!   password does not.
 //! - TLS: [`TestCertificates`] (module [`tls`]) makes a CA and a server certificate;
@@ -73,6 +75,7 @@ pub mod proxy;
 mod resp;
 pub mod sentinel;
 mod server;
+pub mod shared;
 pub mod tls;
 
 #[cfg(feature = "docker")]
