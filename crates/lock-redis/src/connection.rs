@@ -76,26 +76,7 @@ pub(crate) fn build_clients(
     fred_config.fail_fast = false;
     fred_config.tls = tls_config(config, tls)?;
 
-    let mut builder = Builder::from_config(fred_config);
-    builder
-        .set_policy(reconnect_policy())
-        .with_performance_config(|perf| {
-            // fred's default is no timeout at all; every command is bounded by ours.
-            perf.default_command_timeout = config.command_timeout;
-        })
-        .with_connection_config(|conn| {
-            conn.connection_timeout = config.command_timeout;
-            conn.internal_command_timeout = config.command_timeout;
-            conn.tcp.nodelay = Some(true);
-            // An idle connection a middlebox dropped silently is found within about a minute
-            // (30 s idle, then 3 probes 10 s apart) instead of the kernel's two hours.
-            conn.tcp.keepalive = Some(
-                socket2::TcpKeepalive::new()
-                    .with_time(Duration::from_secs(30))
-                    .with_interval(Duration::from_secs(10))
-                    .with_retries(3),
-            );
-        });
+    let builder = client_builder(fred_config, reconnect_policy(), config);
     let client = builder.build().map_err(|e| invalid_address(config, &e))?;
     let subscriber = builder
         .build_subscriber_client()
@@ -138,6 +119,35 @@ pub(crate) fn tls_config(
         ),
         (None, false) => None,
     })
+}
+
+/// A fred builder for `fred_config` with the lock's timeouts and TCP settings: every command
+/// and connection attempt bounded by the command timeout (fred's default is no timeout at all),
+/// `TCP_NODELAY`, and keepalive, so an idle connection a middlebox dropped silently is found
+/// within about a minute (30 s idle, then 3 probes 10 s apart) instead of the kernel's two hours.
+pub(crate) fn client_builder(
+    fred_config: Config,
+    policy: ReconnectPolicy,
+    config: &RedisLockConfig,
+) -> Builder {
+    let mut builder = Builder::from_config(fred_config);
+    builder
+        .set_policy(policy)
+        .with_performance_config(|perf| {
+            perf.default_command_timeout = config.command_timeout;
+        })
+        .with_connection_config(|conn| {
+            conn.connection_timeout = config.command_timeout;
+            conn.internal_command_timeout = config.command_timeout;
+            conn.tcp.nodelay = Some(true);
+            conn.tcp.keepalive = Some(
+                socket2::TcpKeepalive::new()
+                    .with_time(Duration::from_secs(30))
+                    .with_interval(Duration::from_secs(10))
+                    .with_retries(3),
+            );
+        });
+    builder
 }
 
 /// Warns when Redis may evict lock keys: every lock key has a TTL, so any policy but

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::config::{RedisLockConfig, scrub};
-use crate::connection::{tls_config, without_tls};
+use crate::connection::{client_builder, tls_config, without_tls};
 use crate::inner::Inner;
 
 /// The Sentinels' channel announcing a new master:
@@ -135,23 +135,7 @@ impl SwitchWatch {
                 fail_fast: false,
                 ..Config::default()
             };
-            let mut builder = Builder::from_config(sentinel_config);
-            builder
-                .set_policy(sentinel_policy())
-                .with_performance_config(|perf| {
-                    perf.default_command_timeout = config.command_timeout;
-                })
-                .with_connection_config(|conn| {
-                    conn.connection_timeout = config.command_timeout;
-                    conn.internal_command_timeout = config.command_timeout;
-                    conn.tcp.nodelay = Some(true);
-                    conn.tcp.keepalive = Some(
-                        socket2::TcpKeepalive::new()
-                            .with_time(Duration::from_secs(30))
-                            .with_interval(Duration::from_secs(10))
-                            .with_retries(3),
-                    );
-                });
+            let builder = client_builder(sentinel_config, sentinel_policy(), config);
             let subscriber = builder.build_subscriber_client().map_err(|e| {
                 LockError::invalid_argument(
                     "redis.address",
