@@ -7,21 +7,14 @@ use std::time::Duration;
 /// [`LockError`](lock_core::LockError) — of `AcquisitionFailed` (reason `backend_unavailable`)
 /// and of `ReleaseFailed`.
 ///
-/// Walk [`std::error::Error::source`] from the `LockError` and downcast to find it:
+/// [`RedisFailure::find`] gets it from a `LockError`:
 ///
 /// ```
 /// use lock_redis::RedisFailure;
 ///
 /// /// The refusal's stable name (`read_only`, `out_of_memory`, …) if Redis refused the call.
 /// fn refusal(error: &lock_core::LockError) -> Option<&'static str> {
-///     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-///     while let Some(e) = cause {
-///         if let Some(failure) = e.downcast_ref::<RedisFailure>() {
-///             return failure.refusal().map(|refusal| refusal.as_str());
-///         }
-///         cause = e.source();
-///     }
-///     None
+///     RedisFailure::find(error)?.refusal().map(|refusal| refusal.as_str())
 /// }
 /// ```
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +73,21 @@ pub enum RedisFailure {
 }
 
 impl RedisFailure {
+    /// The `RedisFailure` behind `error` — itself, or the first one met following
+    /// [`std::error::Error::source`] — e.g. the cause of a `LockError` with reason
+    /// `backend_unavailable`. `None` when no Redis call failed (contention, invalid arguments,
+    /// another backend).
+    pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a RedisFailure> {
+        let mut cause = Some(error);
+        while let Some(e) = cause {
+            if let Some(failure) = e.downcast_ref::<RedisFailure>() {
+                return Some(failure);
+            }
+            cause = e.source();
+        }
+        None
+    }
+
     /// Why Redis refused the command, for [`RedisFailure::Refused`]; `None` for every other
     /// failure (unreachable, timed out, …).
     pub fn refusal(&self) -> Option<Refusal> {
@@ -420,6 +428,24 @@ mod tests {
         for (message, expected) in cases {
             assert_eq!(Refusal::of_message(message), Some(expected), "{message}");
         }
+    }
+
+    #[test]
+    fn find_follows_the_source_chain() {
+        /// An error with a cause, as `LockError` carries a `RedisFailure`.
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] RedisFailure);
+
+        let outer = Outer(RedisFailure::Refused {
+            operation: "acquire script",
+            refusal: Refusal::ReadOnly,
+            message: "READONLY You can't write against a read only replica.".to_owned(),
+        });
+        let found = RedisFailure::find(&outer).expect("the failure behind the outer error");
+        assert_eq!(found.refusal(), Some(Refusal::ReadOnly));
+        let unrelated = std::io::Error::other("no Redis here");
+        assert!(RedisFailure::find(&unrelated).is_none());
     }
 
     #[test]

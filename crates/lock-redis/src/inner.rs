@@ -162,7 +162,10 @@ impl Inner {
             let error = loop {
                 match inner.release(&name, &owner).await {
                     Ok(_) => return,
-                    Err(error) if refused(&error) || Instant::now() + delay >= give_up => {
+                    Err(error)
+                        if RedisFailure::find(&error).is_some_and(|f| f.refusal().is_some())
+                            || Instant::now() + delay >= give_up =>
+                    {
                         break error;
                     }
                     Err(_) => {
@@ -187,18 +190,6 @@ impl Inner {
 
 /// The longest a background release is retried: 60 s.
 const BACKGROUND_RELEASE_RETRY: Duration = Duration::from_secs(60);
-
-/// Whether Redis itself refused (an error reply): retrying will not help.
-fn refused(error: &LockError) -> bool {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if let Some(failure) = e.downcast_ref::<RedisFailure>() {
-            return failure.refusal().is_some();
-        }
-        cause = e.source();
-    }
-    false
-}
 
 impl Drop for Inner {
     fn drop(&mut self) {

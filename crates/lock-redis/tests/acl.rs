@@ -15,7 +15,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::error::Error as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use lock_core::conformance::{self, LockFactory};
 use lock_core::{
     AcquireOptions, DistributedLock, Lease, LeaseStatus, LockError, LockErrorCode, ReleaseOutcome,
 };
-use lock_redis::{RedisFailure, RedisLock, RedisLockConfig, Refusal};
+use lock_redis::{RedisLock, RedisLockConfig, Refusal};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -342,23 +341,11 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     assert!(refused.is_subset(&harmless()), "{refused:?}");
 }
 
-/// Follows the source chain of `err` to the `RedisFailure`.
-fn redis_failure(err: &LockError) -> &RedisFailure {
-    let mut cause = err.source();
-    while let Some(error) = cause {
-        if let Some(failure) = error.downcast_ref::<RedisFailure>() {
-            return failure;
-        }
-        cause = error.source();
-    }
-    panic!("no RedisFailure behind {err:?}")
-}
-
 /// `err` is the typed `no_permission` refusal, its message names `NOPERM` (or Redis' ACL
 /// errors from inside a script: `can't run this command`, `can't publish to the channel`) and says what to grant; the password is not in it.
 fn assert_no_permission(err: &LockError, code: LockErrorCode) {
     assert_eq!(err.code(), code, "{err}");
-    let failure = redis_failure(err);
+    let failure = common::redis_failure(err);
     assert_eq!(failure.refusal(), Some(Refusal::NoPermission), "{err:?}");
     let text = err.to_string();
     assert!(

@@ -124,14 +124,7 @@ async fn a_single_server_address_on_a_cluster_node_says_to_use_redis_cluster() {
         .await
         .expect_err("a key of another node cannot be granted here");
     assert_eq!(error.details()["reason"], "backend_unavailable", "{error}");
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-    let mut refusal = None;
-    while let Some(e) = cause {
-        if let Some(failure) = e.downcast_ref::<lock_redis::RedisFailure>() {
-            refusal = failure.refusal();
-        }
-        cause = e.source();
-    }
+    let refusal = lock_redis::RedisFailure::find(&error).and_then(|f| f.refusal());
     assert_eq!(
         refusal,
         Some(lock_redis::Refusal::ClusterRedirect),

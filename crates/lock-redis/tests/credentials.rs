@@ -180,18 +180,6 @@ async fn a_password_alone_authenticates_against_requirepass() {
     assert_logs_have_no_secret();
 }
 
-/// The `RedisFailure` behind a lock error.
-fn redis_failure(error: &LockError) -> &RedisFailure {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if let Some(failure) = e.downcast_ref::<RedisFailure>() {
-            return failure;
-        }
-        cause = e.source();
-    }
-    panic!("no RedisFailure behind {error:?}")
-}
-
 /// Acquires with `config` and expects it to fail closed (`backend_unavailable`) within the wait
 /// time plus one command timeout, the error naming `expected` (`WRONGPASS`, `NOAUTH`) and
 /// showing no secret. Nothing is written.
@@ -223,7 +211,7 @@ async fn fails_closed_naming(redis: &RedisServer, config: RedisLockConfig, expec
     assert!(text.contains(expected), "{expected} not named: {text}");
     assert!(
         matches!(
-            redis_failure(&error),
+            common::redis_failure(&error),
             RedisFailure::Unreachable { .. } | RedisFailure::Refused { .. }
         ),
         "{error:?}"

@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::error::Error as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -68,25 +67,11 @@ async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     err
 }
 
-/// The `RedisFailure` found by following `std::error::Error::source` from `err`.
-fn redis_failure(err: &LockError) -> &RedisFailure {
-    let mut cause = err.source();
-    loop {
-        let Some(error) = cause else {
-            panic!("no RedisFailure in the source chain of {err:?}");
-        };
-        if let Some(failure) = error.downcast_ref::<RedisFailure>() {
-            return failure;
-        }
-        cause = error.source();
-    }
-}
-
 /// Follows `std::error::Error::source` from `err` to the `RedisFailure`, checks that it is a
 /// refusal named `expected` (`Refusal::as_str`) and that `Display` says Redis refused; returns
 /// Redis' message.
 fn assert_refused<'e>(err: &'e LockError, expected: &str) -> &'e str {
-    let failure = redis_failure(err);
+    let failure = common::redis_failure(err);
     let RedisFailure::Refused {
         refusal, message, ..
     } = failure
@@ -404,7 +389,7 @@ async fn a_client_without_the_password_fails_closed_naming_noauth() {
         .unwrap();
     let lock = client(&redis).await;
     let err = refused_acquire(&lock, "no-auth").await;
-    let failure = redis_failure(&err);
+    let failure = common::redis_failure(&err);
     match failure {
         RedisFailure::Unreachable { last_error, .. } => {
             assert!(last_error.contains("NOAUTH"), "{failure:?}")

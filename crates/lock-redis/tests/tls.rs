@@ -42,18 +42,6 @@ async fn connection_ports(server: &RedisServer) -> Vec<u16> {
         .collect()
 }
 
-/// The `RedisFailure` behind a lock error.
-fn redis_failure(error: &LockError) -> &RedisFailure {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if let Some(failure) = e.downcast_ref::<RedisFailure>() {
-            return failure;
-        }
-        cause = e.source();
-    }
-    panic!("no RedisFailure behind {error:?}")
-}
-
 /// Acquires `key` with `client` and expects it to fail closed — `LOCK_ACQUISITION_FAILED`,
 /// reason `backend_unavailable` — within the wait time plus one command timeout (plus slack).
 /// Nothing may be written. Returns the error.
@@ -209,7 +197,7 @@ fn assert_certificate_problem(error: &LockError) {
         "on-call cannot tell it is a certificate problem: {message}"
     );
     assert_eq!(error.details()["message"], message);
-    match redis_failure(error) {
+    match common::redis_failure(error) {
         RedisFailure::Unreachable { last_error, .. } => assert!(
             last_error.to_lowercase().contains("certificate"),
             "{last_error}"

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_core::LockError;
+use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 
 /// Watchdog timeout of test clients: short, so renewal and expiry happen within seconds.
@@ -86,4 +87,9 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     check().await
+}
+
+/// The `RedisFailure` behind a lock error; panics naming the error when there is none.
+pub fn redis_failure(error: &LockError) -> &RedisFailure {
+    RedisFailure::find(error).unwrap_or_else(|| panic!("no RedisFailure behind {error:?}"))
 }

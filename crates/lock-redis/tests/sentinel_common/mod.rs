@@ -92,22 +92,18 @@ pub async fn acquire_until_granted(
 /// `backend_unavailable` (`refused read_only`, `unreachable`, `timeout`, …), for reports.
 pub fn describe(error: &LockError) -> String {
     let reason = error.details().get("reason").cloned().unwrap_or_default();
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        if let Some(failure) = e.downcast_ref::<RedisFailure>() {
-            let kind = match failure.refusal() {
-                Some(refusal) => format!("refused {}", refusal.as_str()),
-                None => format!("{failure:?}")
-                    .split([' ', '{', '('])
-                    .next()
-                    .unwrap_or_default()
-                    .to_lowercase(),
-            };
-            return format!("{reason} ({kind})");
-        }
-        cause = e.source();
-    }
-    reason
+    let Some(failure) = RedisFailure::find(error) else {
+        return reason;
+    };
+    let kind = match failure.refusal() {
+        Some(refusal) => format!("refused {}", refusal.as_str()),
+        None => format!("{failure:?}")
+            .split([' ', '{', '('])
+            .next()
+            .unwrap_or_default()
+            .to_lowercase(),
+    };
+    format!("{reason} ({kind})")
 }
 
 /// When and why a handle's `lost()` fired.
