@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::error::LockError;
@@ -75,7 +75,14 @@ pub enum LeaseStatus {
 /// contradict each other.
 #[derive(Clone)]
 pub struct LeaseState {
-    tx: Arc<watch::Sender<LeaseStatus>>,
+    shared: Arc<SharedStatus>,
+}
+
+/// A mutex and a `Notify` rather than a `watch` channel: a service may hold tens of thousands of
+/// leases, and this is a tenth of a watch channel's size.
+struct SharedStatus {
+    status: std::sync::Mutex<LeaseStatus>,
+    changed: Notify,
 }
 
 impl fmt::Debug for LeaseState {
@@ -87,15 +94,35 @@ impl fmt::Debug for LeaseState {
 impl LeaseState {
     /// A newly granted lease, valid until `valid_until` (`None`: no deadline).
     pub fn new(valid_until: Option<Instant>) -> Self {
-        let (tx, _) = watch::channel(LeaseStatus::Held { valid_until });
-        LeaseState { tx: Arc::new(tx) }
+        LeaseState {
+            shared: Arc::new(SharedStatus {
+                status: std::sync::Mutex::new(LeaseStatus::Held { valid_until }),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    /// Applies `change` under the lock; wakes `lost()` waiters if it reports a change.
+    fn send_if_modified(&self, change: impl FnOnce(&mut LeaseStatus) -> bool) {
+        let modified = {
+            // A status is a plain value; a panic elsewhere cannot leave it half-written.
+            let mut status = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
+            change(&mut status)
+        };
+        if modified {
+            self.shared.changed.notify_waiters();
+        }
+    }
+
+    fn current(&self) -> LeaseStatus {
+        *self.shared.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The current status, with a passed deadline reported (and recorded) as
     /// [`LostReason::Expired`].
     pub fn status(&self) -> LeaseStatus {
         self.expire_if_due();
-        *self.tx.borrow()
+        self.current()
     }
 
     /// Whether the lease is held now: granted, not released, not lost, deadline not passed.
@@ -110,7 +137,7 @@ impl LeaseState {
     pub fn confirm(&self, valid_until: Instant) -> bool {
         self.expire_if_due();
         let mut still_held = false;
-        self.tx.send_if_modified(|status| match status {
+        self.send_if_modified(|status| match status {
             LeaseStatus::Held { valid_until: old } => {
                 still_held = true;
                 let newer = old.is_some_and(|old| valid_until > old);
@@ -126,7 +153,7 @@ impl LeaseState {
 
     /// Records that the lease was lost; no effect if it was already released or lost.
     pub fn mark_lost(&self, reason: LostReason) {
-        self.tx.send_if_modified(|status| match status {
+        self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
                 *status = LeaseStatus::Lost(reason);
                 true
@@ -138,7 +165,7 @@ impl LeaseState {
     /// Records that the holder released the lease; no effect if it was already lost. After this,
     /// `lost()` never fires.
     pub fn mark_released(&self) {
-        self.tx.send_if_modified(|status| match status {
+        self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
                 *status = LeaseStatus::Released;
                 true
@@ -149,7 +176,7 @@ impl LeaseState {
 
     fn expire_if_due(&self) {
         let now = Instant::now();
-        self.tx.send_if_modified(|status| match status {
+        self.send_if_modified(|status| match status {
             LeaseStatus::Held {
                 valid_until: Some(deadline),
             } if *deadline <= now => {
@@ -164,21 +191,20 @@ impl LeaseState {
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let state = self.clone();
         async move {
-            let mut rx = state.tx.subscribe();
             loop {
-                let status = *rx.borrow_and_update();
-                match status {
+                // Registered before the status is read, so a change in between still wakes us.
+                let changed = state.shared.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
+                match state.current() {
                     LeaseStatus::Lost(reason) => return reason,
                     LeaseStatus::Released => std::future::pending::<()>().await,
-                    LeaseStatus::Held { valid_until: None } => {
-                        // The sender lives in `state`, so `changed` only returns on a change.
-                        let _ = rx.changed().await;
-                    }
+                    LeaseStatus::Held { valid_until: None } => changed.await,
                     LeaseStatus::Held {
                         valid_until: Some(deadline),
                     } => {
                         tokio::select! {
-                            _ = rx.changed() => {}
+                            () = changed => {}
                             () = tokio::time::sleep_until(deadline) => state.expire_if_due(),
                         }
                     }

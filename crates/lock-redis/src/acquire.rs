@@ -72,63 +72,105 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    /// Tries once; if the key is held and `wait` allows, subscribes to its release channel,
+    /// Tries once; if the key is held and `wait` allows, joins the key's queue of this client's
+    /// waiters (subscribing to its release channel) and waits its turn: the head of the queue
     /// tries once more when the subscription is confirmed (a release published before that
-    /// would otherwise be missed), then waits for a release or the holder's TTL, whichever comes
-    /// first, and tries again, until `wait` is spent.
+    /// would otherwise be missed), then sleeps until it is woken (a release) or the holder's TTL
+    /// runs out, whichever comes first, and tries again, until `wait` is spent. When this client
+    /// already has waiters on the key, a new acquisition joins the end of the queue without
+    /// trying first, so they are served in order.
     pub(crate) async fn run(&mut self, wait: Duration) -> Result<LockHandle, LockError> {
         let started = Instant::now();
         let deadline = started + wait;
-        let mut holder = match self.attempt().await? {
-            Attempt::Granted(handle) => return Ok(handle),
-            Attempt::Held(holder) => holder,
-        };
-        if Instant::now() >= deadline {
-            return Err(self.held(holder, started));
-        }
-
-        // Subscribe, and wait for the confirmation no longer than it would take the holder's
-        // lease to run out: a slow or dead pub/sub connection costs at most that, and the
-        // subscription's driver wakes us if it confirms later.
         let channel = self.inner.keys.release_channel(self.name);
-        let mut subscription = self.inner.subscriptions.subscribe(&channel);
-        let bound = holder
-            .ttl
-            .map_or(deadline, |ttl| deadline.min(Instant::now() + ttl));
-        if !subscription.confirmed_by(bound).await {
-            tracing::debug!(
-                lock_key = self.name,
-                "release subscription not confirmed yet; waiting for the holder's TTL meanwhile"
-            );
-        }
-        loop {
-            // Armed before the attempt, so a release between the attempt and the wait wakes us.
-            let released = subscription.releases().notified();
-            tokio::pin!(released);
-            released.as_mut().enable();
-
-            holder = match self.attempt().await? {
+        let mut holder = None;
+        if wait.is_zero() || self.inner.subscriptions.waiters(&channel) == 0 {
+            match self.attempt().await? {
                 Attempt::Granted(handle) => return Ok(handle),
-                Attempt::Held(holder) => holder,
-            };
-            let now = Instant::now();
-            if now >= deadline {
+                Attempt::Held(held) => holder = Some(held),
+            }
+            if Instant::now() >= deadline {
                 return Err(self.held(holder, started));
             }
-            let wake_at = holder.ttl.map_or(deadline, |ttl| deadline.min(now + ttl));
+        }
+
+        let mut subscription = self.inner.subscriptions.subscribe(&channel);
+        // A head that found the lock held waits for the confirmation before trying again, no
+        // longer than it would take the holder's lease to run out: a slow or dead pub/sub
+        // connection costs at most that, and the subscription's driver wakes the head if it
+        // confirms later (so a head that has not tried yet need not wait for it at all).
+        if let Some(holder) = holder.as_ref().filter(|_| subscription.is_head()) {
+            let bound = holder
+                .ttl
+                .map_or(deadline, |ttl| deadline.min(Instant::now() + ttl));
+            if !subscription.confirmed_by(bound).await {
+                tracing::debug!(
+                    lock_key = self.name,
+                    "release subscription not confirmed yet; waiting for the holder's TTL meanwhile"
+                );
+            }
+        }
+        let mut try_now = subscription.is_head();
+        let mut wake_at = deadline;
+        loop {
+            if try_now {
+                match self.attempt().await? {
+                    Attempt::Granted(handle) => {
+                        let token = handle.fencing_token();
+                        subscription.leave_granted(Instant::now() + self.ttl(), token);
+                        return Ok(handle);
+                    }
+                    Attempt::Held(held) => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            return Err(self.held(Some(held), started));
+                        }
+                        wake_at = held.ttl.map_or(deadline, |ttl| deadline.min(now + ttl));
+                    }
+                }
+            }
+            // Only the head keeps a timer on the holder's TTL; the others sleep until they
+            // become the head or their wait is spent.
+            let was_head = subscription.is_head();
+            let sleep_until = if was_head { wake_at } else { deadline };
             tokio::select! {
-                () = &mut released => {}
-                () = tokio::time::sleep_until(wake_at) => {}
+                () = subscription.woken().notified() => {}
+                () = tokio::time::sleep_until(sleep_until) => {}
+            }
+            if Instant::now() >= deadline {
+                // The wait is spent: one last try, in or out of turn.
+                return match self.attempt().await? {
+                    Attempt::Granted(handle) => {
+                        let token = handle.fencing_token();
+                        subscription.leave_granted(Instant::now() + self.ttl(), token);
+                        Ok(handle)
+                    }
+                    Attempt::Held(held) => Err(self.held(Some(held), started)),
+                };
+            }
+            let is_head = subscription.is_head();
+            // Taken by every head, so a later wake-up never finds an old one.
+            let granted_until = is_head.then(|| subscription.take_granted_until()).flatten();
+            try_now = is_head;
+            if let Some(until) = granted_until.filter(|_| !was_head) {
+                // Just became the head after a head that was granted the lock: no point trying
+                // before that lease ends or is released.
+                wake_at = deadline.min(until);
+                try_now = false;
             }
         }
     }
 
-    fn held(&self, holder: Holder, started: Instant) -> LockError {
+    fn held(&self, holder: Option<Holder>, started: Instant) -> LockError {
+        let Holder { owner, ttl } = holder.unwrap_or(Holder {
+            owner: String::new(),
+            ttl: None,
+        });
         LockError::AcquisitionFailed {
             key: self.name.to_owned(),
             reason: AcquireFailure::HeldByAnotherOwner {
-                holder: holder.owner,
-                ttl: holder.ttl,
+                holder: owner,
+                ttl,
                 waited: started.elapsed(),
             },
         }

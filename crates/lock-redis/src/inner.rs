@@ -120,21 +120,36 @@ impl Inner {
         owner: &str,
     ) -> Result<ReleaseOutcome, LockError> {
         let redis_key = self.keys.lock_key(name);
+        let channel = self.keys.release_channel(name);
         let args: Vec<Value> = vec![
             owner.into(),
-            self.keys.release_channel(name).into(),
+            channel.as_str().into(),
             (TOMBSTONE_TTL.as_millis() as i64).into(),
         ];
-        let released: i64 = self
+        let release = self
             .scripts
             .release
-            .evalsha_with_reload(&self.client, redis_key, args)
-            .await
-            .map_err(|e| LockError::ReleaseFailed {
-                key: name.to_owned(),
-                cause: Box::new(self.failure("release script", e)),
-            })?;
+            .evalsha_with_reload(&self.client, redis_key, args);
+        let mut release = std::pin::pin!(release);
+        // The first poll queues the release on the connection. Waking this client's next waiter
+        // now lets its attempt travel right behind the release — Redis runs one connection's
+        // commands in order — so the lock changes hands in about one round trip instead of two.
+        // Should the release not free the lock, that attempt just finds it held.
+        let (released, woken_early) = match futures::poll!(release.as_mut()) {
+            std::task::Poll::Ready(result) => (result, false),
+            std::task::Poll::Pending => {
+                self.subscriptions.released(&channel);
+                (release.await, true)
+            }
+        };
+        let released: i64 = released.map_err(|e| LockError::ReleaseFailed {
+            key: name.to_owned(),
+            cause: Box::new(self.failure("release script", e)),
+        })?;
         Ok(if released == 1 {
+            if !woken_early {
+                self.subscriptions.released(&channel);
+            }
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::NotHeld

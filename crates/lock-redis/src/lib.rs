@@ -73,7 +73,8 @@ pub use config::{
     RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
 pub use error::{RedisFailure, Refusal};
-pub use watchdog::RENEW_BATCH;
+pub use scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+pub use watchdog::{RENEW_BATCH, WatchdogStats};
 
 use crate::acquire::Acquisition;
 use crate::inner::Inner;
@@ -213,6 +214,21 @@ impl RedisLock {
     /// Number of watchdog leases this client renews now.
     pub fn watchdog_lease_count(&self) -> usize {
         self.inner.watchdog.len()
+    }
+
+    /// What this client's watchdog has done since [`connect`](Self::connect): ticks that renewed
+    /// something, renewal script calls, and tick durations.
+    pub fn watchdog_stats(&self) -> WatchdogStats {
+        self.inner.watchdog.stats()
+    }
+
+    /// How many acquisitions of this client are waiting for lock `name` now. They are served in
+    /// arrival order: only the first tries the lock when it may be free, and a new acquisition
+    /// queues behind them instead of trying first.
+    pub fn queued_waiters(&self, name: &str) -> usize {
+        self.inner
+            .subscriptions
+            .waiters(&self.inner.keys.release_channel(name))
     }
 
     /// Release channels this client is subscribed to now (one per key with a local waiter).

@@ -3,6 +3,14 @@
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
+/// The Lua source of the acquire script (KEYS, ARGV and replies are documented in its header):
+/// for audits, and for benchmarks that run it with `redis-benchmark`.
+pub const ACQUIRE_SCRIPT: &str = include_str!("scripts/acquire.lua");
+/// The Lua source of the owner-checked release script.
+pub const RELEASE_SCRIPT: &str = include_str!("scripts/release.lua");
+/// The Lua source of the batched watchdog renewal script.
+pub const RENEW_SCRIPT: &str = include_str!("scripts/renew.lua");
+
 /// The three scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
 /// or a failover to a server that never saw them), so a warm call is one round trip.
 #[derive(Debug)]
@@ -15,9 +23,9 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            acquire: Script::from_lua(include_str!("scripts/acquire.lua")),
-            release: Script::from_lua(include_str!("scripts/release.lua")),
-            renew: Script::from_lua(include_str!("scripts/renew.lua")),
+            acquire: Script::from_lua(ACQUIRE_SCRIPT),
+            release: Script::from_lua(RELEASE_SCRIPT),
+            renew: Script::from_lua(RENEW_SCRIPT),
         }
     }
 

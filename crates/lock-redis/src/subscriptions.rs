@@ -1,6 +1,11 @@
-//! Release notifications: one shared subscription per channel per client, counted, kept alive
-//! across reconnects, and taken down when the last waiter goes — including a waiter whose future
-//! was dropped.
+//! Release notifications: one shared subscription per channel per client, kept alive across
+//! reconnects, and taken down when the last waiter goes — including a waiter whose future was
+//! dropped.
+//!
+//! The waiters of a channel form a FIFO queue, and only its *head* is woken (a release message,
+//! a release by this client, a (re)confirmed subscription): one attempt per release instead of
+//! one per waiter, and the client's waiters take the lock in the order they asked for it. A
+//! waiter that leaves — granted, timed out, failed or dropped — wakes the next one.
 //!
 //! Each channel with waiters has a *driver* task that owns its subscription: it subscribes
 //! (retrying with backoff until it succeeds), re-subscribes after a reconnect — and on a Cluster
@@ -13,7 +18,7 @@
 //! A *dispatcher* task turns incoming messages into wake-ups of the channel's waiters, and marks
 //! every subscription unconfirmed after a reconnect (the server forgot them).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -44,34 +49,87 @@ struct Shared {
     /// Bumped on every (re)connect of the subscriber connection: a confirmation obtained in an
     /// older generation may have been lost with its connection.
     generation: AtomicU64,
+    next_waiter: AtomicU64,
     runtime: tokio::runtime::Handle,
 }
 
 #[derive(Debug)]
 struct Channel {
-    waiters: usize,
-    /// Woken on every message of the channel and whenever the subscription is (re)confirmed.
-    releases: Arc<Notify>,
+    /// The waiters in arrival order; the front one is the head.
+    waiters: VecDeque<Waiter>,
+    /// Left by a head that was granted the lock, for the next head: until when the lease it got
+    /// lasts unless released (the next head's timer, instead of an attempt that would only find
+    /// the lock held).
+    granted_until: Option<Instant>,
+    /// The fencing token of the newest grant made to a waiter of this queue: a release message
+    /// with a lower token is about an older grant — usually one whose release already woke
+    /// the head — and wakes nobody.
+    newest_grant: u64,
     /// Whether the server has confirmed the subscription in the current generation.
     confirmed: watch::Sender<bool>,
     /// Pokes the driver: the last waiter left, or the connection was re-established.
     driver: Arc<Notify>,
 }
 
-/// A counted interest in one channel; dropping it gives the interest back.
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    wake: Arc<Notify>,
+}
+
+impl Channel {
+    /// Wakes the head (a stored permit if it is not sleeping right now, so nothing is lost).
+    fn wake_head(&self) {
+        if let Some(head) = self.waiters.front() {
+            head.wake.notify_one();
+        }
+    }
+}
+
+/// One waiter's place in a channel's queue; dropping it leaves the queue.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
-    releases: Arc<Notify>,
+    id: u64,
+    wake: Arc<Notify>,
     confirmed: watch::Receiver<bool>,
+    /// Whether the lock was granted to this waiter, for [`Drop`].
+    granted_until: Option<Instant>,
+    granted_token: u64,
 }
 
 impl Subscription {
-    /// Woken (`notify_waiters`) on every message of the channel and when the subscription is
-    /// (re)confirmed — after which a release can no longer go unnoticed, so re-check the key.
-    pub(crate) fn releases(&self) -> &Notify {
-        &self.releases
+    /// Woken (`notify_one`, so a wake-up while the waiter is busy is kept) when this waiter is
+    /// the head and the lock may be free: a release message, a release by this client, a
+    /// (re)confirmed subscription after which no release can go unnoticed, or a head before it
+    /// leaving. Never woken while it is not the head.
+    pub(crate) fn woken(&self) -> &Notify {
+        &self.wake
+    }
+
+    /// Whether this waiter is at the front of the queue: the one waiter that tries the lock.
+    pub(crate) fn is_head(&self) -> bool {
+        self.shared
+            .channels()
+            .get(&self.channel)
+            .and_then(|c| c.waiters.front())
+            .is_some_and(|w| w.id == self.id)
+    }
+
+    /// Takes what the previous head left when it was granted the lock: until when its lease
+    /// lasts. `None` when it left without the lock (the lock may be free: try it).
+    pub(crate) fn take_granted_until(&self) -> Option<Instant> {
+        self.shared
+            .channels()
+            .get_mut(&self.channel)
+            .and_then(|c| c.granted_until.take())
+    }
+
+    /// Leaves the queue after being granted the lock until `until`, with fencing token `token`.
+    pub(crate) fn leave_granted(mut self, until: Instant, token: u64) {
+        self.granted_until = Some(until);
+        self.granted_token = token;
     }
 
     /// Waits until the server has confirmed the subscription, or `deadline`. Returns whether it
@@ -86,11 +144,22 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = self.shared.channels();
-        if let Some(channel) = channels.get_mut(&self.channel) {
-            channel.waiters -= 1;
-            if channel.waiters == 0 {
-                channel.driver.notify_one();
-            }
+        let Some(channel) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        let was_head = channel.waiters.front().is_some_and(|w| w.id == self.id);
+        channel.waiters.retain(|w| w.id != self.id);
+        channel.newest_grant = channel.newest_grant.max(self.granted_token);
+        if channel.waiters.is_empty() {
+            channel.granted_until = None;
+            channel.newest_grant = 0;
+            channel.driver.notify_one();
+        } else if was_head {
+            // The next waiter takes over: it sleeps until this grant's lease ends or a release,
+            // or — when this head left without the lock — tries at once, since the release that
+            // woke this one may be unconsumed.
+            channel.granted_until = self.granted_until;
+            channel.wake_head();
         }
     }
 }
@@ -103,6 +172,7 @@ impl Subscriptions {
             subscriber,
             channels: Mutex::default(),
             generation: AtomicU64::new(0),
+            next_waiter: AtomicU64::new(0),
             runtime: tokio::runtime::Handle::current(),
         });
         tokio::spawn(dispatch(
@@ -117,14 +187,16 @@ impl Subscriptions {
         Subscriptions { shared }
     }
 
-    /// Registers interest in `channel`, subscribing to it if this is its first waiter. Returns at
-    /// once; use [`Subscription::confirmed_by`] to wait for the server's confirmation.
+    /// Joins the end of `channel`'s queue, subscribing to it if this is its first waiter.
+    /// Returns at once; use [`Subscription::confirmed_by`] to wait for the server's
+    /// confirmation.
     pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
         let mut channels = self.shared.channels();
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
             let entry = Channel {
-                waiters: 0,
-                releases: Arc::default(),
+                waiters: VecDeque::new(),
+                granted_until: None,
+                newest_grant: 0,
                 confirmed: watch::Sender::new(false),
                 driver: Arc::default(),
             };
@@ -135,12 +207,37 @@ impl Subscriptions {
             ));
             entry
         });
-        entry.waiters += 1;
+        let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let wake = Arc::new(Notify::new());
+        entry.waiters.push_back(Waiter {
+            id,
+            wake: Arc::clone(&wake),
+        });
         Subscription {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
-            releases: Arc::clone(&entry.releases),
+            id,
+            wake,
             confirmed: entry.confirmed.subscribe(),
+            granted_until: None,
+            granted_token: 0,
+        }
+    }
+
+    /// How many of this client's acquisitions are queued on `channel`. With any, a new
+    /// acquisition joins the end of the queue rather than trying first.
+    pub(crate) fn waiters(&self, channel: &str) -> usize {
+        self.shared
+            .channels()
+            .get(channel)
+            .map_or(0, |c| c.waiters.len())
+    }
+
+    /// Wakes the head of `channel`'s queue: this client released the lock, which it knows before
+    /// the release message comes back.
+    pub(crate) fn released(&self, channel: &str) {
+        if let Some(entry) = self.shared.channels().get(channel) {
+            entry.wake_head();
         }
     }
 
@@ -180,7 +277,7 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
         let (wanted, confirmed) = {
             let channels = shared.channels();
             let entry = &channels[&channel];
-            (entry.waiters > 0, *entry.confirmed.borrow())
+            (!entry.waiters.is_empty(), *entry.confirmed.borrow())
         };
         if !wanted {
             // Unconfirmed from here on, so a waiter arriving meanwhile waits for the
@@ -192,7 +289,7 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                 tracing::debug!(%channel, %error, "SUNSUBSCRIBE failed");
             }
             let mut channels = shared.channels();
-            if channels[&channel].waiters == 0 {
+            if channels[&channel].waiters.is_empty() {
                 channels.remove(&channel);
                 return;
             }
@@ -234,8 +331,8 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                 if shared.generation.load(Ordering::SeqCst) == generation {
                     let entry = &channels[&channel];
                     entry.confirmed.send_replace(true);
-                    // Releases published before the confirmation were missed: have waiters look.
-                    entry.releases.notify_waiters();
+                    // Releases published before the confirmation were missed: have the head look.
+                    entry.wake_head();
                 }
                 // Otherwise it was confirmed on a connection since replaced: subscribe again.
             }
@@ -270,13 +367,14 @@ async fn dispatch(
 ) {
     loop {
         enum Event {
-            Message(String),
+            /// A release message: its channel and the released grant's fencing token.
+            Message(String, Option<u64>),
             WakeAll,
             Reconnected,
         }
         let event = tokio::select! {
             message = messages.recv() => match message {
-                Ok(message) => Event::Message(message.channel.to_string()),
+                Ok(message) => Event::Message(message.channel.to_string(), message.value.as_u64()),
                 Err(RecvError::Lagged(_)) => Event::WakeAll,
                 Err(RecvError::Closed) => return,
             },
@@ -296,13 +394,15 @@ async fn dispatch(
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         match event {
-            Event::Message(channel) => {
+            Event::Message(channel, token) => {
                 if let Some(entry) = channels.get(&channel) {
-                    entry.releases.notify_waiters();
+                    if token.is_none_or(|token| token >= entry.newest_grant) {
+                        entry.wake_head();
+                    }
                 }
             }
-            // Messages may have been dropped: everyone re-checks.
-            Event::WakeAll => channels.values().for_each(|c| c.releases.notify_waiters()),
+            // Messages may have been dropped: every head re-checks.
+            Event::WakeAll => channels.values().for_each(Channel::wake_head),
             Event::Reconnected => {
                 for entry in channels.values() {
                     entry.confirmed.send_replace(false);

@@ -16,11 +16,29 @@ use crate::inner::Inner;
 /// Keys per renewal call: bounds the time one script holds the Redis thread (~a few µs a key).
 pub const RENEW_BATCH: usize = 500;
 
+/// What a client's watchdog has done since it started, from
+/// [`RedisLock::watchdog_stats`](crate::RedisLock::watchdog_stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchdogStats {
+    /// Ticks that had leases to renew (idle ticks are not counted).
+    pub ticks: u64,
+    /// Renewal script calls sent: one per [`RENEW_BATCH`] keys per tick (per hash slot on a
+    /// Cluster).
+    pub renewal_calls: u64,
+    /// Wall time of the last counted tick, from its snapshot of the leases until every renewal
+    /// reply (and `WAIT`, with min-replicas) was in.
+    pub last_tick: Duration,
+    /// The longest counted tick so far.
+    pub longest_tick: Duration,
+}
+
 /// The leases the watchdog renews.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     leases: Mutex<HashMap<u64, Renewal>>,
     next_id: AtomicU64,
+    stats: Mutex<WatchdogStats>,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +78,18 @@ impl Registry {
         self.leases().len()
     }
 
+    pub(crate) fn stats(&self) -> WatchdogStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record_tick(&self, calls: usize, took: Duration) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.ticks += 1;
+        stats.renewal_calls += calls as u64;
+        stats.last_tick = took;
+        stats.longest_tick = stats.longest_tick.max(took);
+    }
+
     fn snapshot(&self) -> Vec<(u64, Renewal)> {
         let mut leases = self.leases();
         // Leases released or lost since the last tick are dropped here.
@@ -83,6 +113,7 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
 
 /// One tick: renews every registered lease, [`RENEW_BATCH`] keys per call.
 async fn renew_all(inner: &Inner) {
+    let started = Instant::now();
     let leases = inner.watchdog.snapshot();
     if leases.is_empty() {
         return;
@@ -104,12 +135,17 @@ async fn renew_all(inner: &Inner) {
     // goes to that slot's master, and a shard whose replica stalls must not hold up the
     // renewals of other shards past their deadline. Batches to one node still queue on its
     // connection, in order.
-    let renewals = groups.iter().flat_map(|(slot, group)| {
-        group
-            .chunks(RENEW_BATCH)
-            .map(move |batch| renew_batch(inner, *slot, batch, ttl))
-    });
+    let renewals: Vec<_> = groups
+        .iter()
+        .flat_map(|(slot, group)| {
+            group
+                .chunks(RENEW_BATCH)
+                .map(move |batch| renew_batch(inner, *slot, batch, ttl))
+        })
+        .collect();
+    let calls = renewals.len();
     futures::future::join_all(renewals).await;
+    inner.watchdog.record_tick(calls, started.elapsed());
 }
 
 /// Renews one batch of keys (all in `slot` on a Cluster) with one script call.

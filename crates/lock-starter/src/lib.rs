@@ -44,7 +44,10 @@ pub use lock_core::{
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
-    pub use lock_redis::{RedisFailure, RedisLock, RedisLockConfig, Refusal};
+    pub use lock_redis::{
+        ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_BATCH, RENEW_SCRIPT, RedisFailure, RedisLock,
+        RedisLockConfig, Refusal, TOMBSTONE_TTL, WatchdogStats,
+    };
 }
 
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.

@@ -86,6 +86,6 @@ pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
 pub use proxy::{FaultProxy, TrapAction};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{
-    Backend, COMMAND_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RedisServer, RedisServerBuilder,
+    Backend, COMMAND_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RedisServer, RedisServerBuilder, command_at,
 };
 pub use tls::TestCertificates;

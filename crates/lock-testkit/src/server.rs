@@ -459,30 +459,7 @@ impl RedisServer {
         if self.paused.load(Ordering::SeqCst) {
             return Err(TestkitError::Paused { port: self.port });
         }
-        let command = || args.join(" ");
-        let reply = timeout(
-            COMMAND_TIMEOUT,
-            resp::request(&self.host, self.port, self.password.as_deref(), args),
-        )
-        .await
-        .map_err(|_| TestkitError::CommandTimeout {
-            port: self.port,
-            command: command(),
-            timeout: COMMAND_TIMEOUT,
-        })?
-        .map_err(|source| TestkitError::Connection {
-            port: self.port,
-            command: command(),
-            source,
-        })?;
-        match reply {
-            Reply::Error(message) => Err(TestkitError::Redis {
-                port: self.port,
-                command: command(),
-                message,
-            }),
-            reply => Ok(reply),
-        }
+        reply_at(&self.host, self.port, self.password.as_deref(), args).await
     }
 
     fn is_running(&self) -> bool {
@@ -522,5 +499,56 @@ impl fmt::Debug for RedisServer {
                 .field("container", &docker.id()),
         };
         out.finish()
+    }
+}
+
+/// Sends one command to any Redis at `host:port` (with `AUTH password` pipelined in front when
+/// given) on a fresh connection, and returns the reply as text — for tools such as the benchmark
+/// that read `INFO` from a server this crate did not start.
+///
+/// # Errors
+/// [`TestkitError::EmptyCommand`] for no arguments; [`TestkitError::Redis`] for an error reply;
+/// [`TestkitError::CommandTimeout`] after [`COMMAND_TIMEOUT`]; [`TestkitError::Connection`] if
+/// the connection fails.
+pub async fn command_at(
+    host: &str,
+    port: u16,
+    password: Option<&str>,
+    args: &[&str],
+) -> Result<String, TestkitError> {
+    if args.is_empty() {
+        return Err(TestkitError::EmptyCommand);
+    }
+    reply_at(host, port, password, args)
+        .await
+        .map(|reply| reply.to_text())
+}
+
+async fn reply_at(
+    host: &str,
+    port: u16,
+    password: Option<&str>,
+    args: &[&str],
+) -> Result<Reply, TestkitError> {
+    let command = || args.join(" ");
+    let reply = timeout(COMMAND_TIMEOUT, resp::request(host, port, password, args))
+        .await
+        .map_err(|_| TestkitError::CommandTimeout {
+            port,
+            command: command(),
+            timeout: COMMAND_TIMEOUT,
+        })?
+        .map_err(|source| TestkitError::Connection {
+            port,
+            command: command(),
+            source,
+        })?;
+    match reply {
+        Reply::Error(message) => Err(TestkitError::Redis {
+            port,
+            command: command(),
+            message,
+        }),
+        reply => Ok(reply),
     }
 }

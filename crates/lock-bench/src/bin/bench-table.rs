@@ -1,0 +1,171 @@
+//! `bench-table`: the Markdown table of a side-by-side run (JSON lines of `lock-bench` and
+//! ../shared/peers), with each line's throughput as a ratio of `raw` and of our `scripts` limit,
+//! and client CPU per acquisition.
+//!
+//! ```sh
+//! cargo run --release -p lock-bench --bin bench-table -- results.jsonl > table.md
+//! ```
+//!
+//! Lines that are not result objects (or carry an `error`) are listed under the table instead.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+/// Scenario order of the table, then impl order within a scenario.
+const SCENARIOS: [&str; 3] = ["uncontended", "parallel", "contended"];
+const IMPLS: [&str; 8] = [
+    "platform-lock",
+    "scripts",
+    "raw",
+    "rslock",
+    "redis-py",
+    "python-redis-lock",
+    "node-redlock",
+    "redis-semaphore",
+];
+
+fn main() -> ExitCode {
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!("usage: bench-table RESULTS.jsonl");
+        return ExitCode::from(2);
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) => {
+            eprintln!("bench-table: cannot read {path}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (results, problems) = parse(&text);
+    if results.is_empty() {
+        eprintln!("bench-table: {path}: no result lines");
+        return ExitCode::FAILURE;
+    }
+    print!("{}", table(&results));
+    for problem in problems {
+        println!("\n- not in the table: {problem}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// Result lines by (scenario position, impl position, impl name), in table order.
+type Results = BTreeMap<(usize, usize, String), Value>;
+
+/// Result lines by (scenario, impl); later lines replace earlier ones. Also the lines left out.
+fn parse(text: &str) -> (Results, Vec<String>) {
+    let mut results = BTreeMap::new();
+    let mut problems = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            problems.push(format!(
+                "not JSON: {}",
+                line.chars().take(80).collect::<String>()
+            ));
+            continue;
+        };
+        let field = |name: &str| {
+            value
+                .get(name)
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let (scenario, imp) = (field("scenario"), field("impl"));
+        if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
+            problems.push(format!("{imp} / {scenario}: {error}"));
+            continue;
+        }
+        let Some(s) = SCENARIOS.iter().position(|s| *s == scenario) else {
+            continue; // our own `watchdog` line has a table of its own in docs/performance.md
+        };
+        let i = IMPLS.iter().position(|i| *i == imp).unwrap_or(IMPLS.len());
+        results.insert((s, i, imp), value);
+    }
+    (results, problems)
+}
+
+fn table(results: &Results) -> String {
+    let mut out = String::from(
+        "| scenario | impl | cycles/s | × raw | × scripts | acquire p50 / p99 µs | release p50 µs | handoff p50 µs | per-worker min/max | Redis cmds / acq | client CPU µs / acq | errors |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let cycles = |v: &Value| v.get("cycles_per_s").and_then(Value::as_f64);
+    for ((s, _, imp), v) in results {
+        let of = |other: &str| {
+            results
+                .iter()
+                .find(|((os, _, oi), _)| os == s && oi == other)
+                .and_then(|(_, o)| cycles(o))
+        };
+        let ratio = |base: Option<f64>| match (cycles(v), base) {
+            (Some(c), Some(b)) if b > 0.0 => format!("{:.2}", c / b),
+            _ => "–".to_owned(),
+        };
+        let us = |field: &str, p: &str| {
+            v.get(field)
+                .and_then(|d| d.get(p))
+                .and_then(Value::as_f64)
+                .map_or("–".to_owned(), |x| format!("{x:.0}"))
+        };
+        let num = |field: &str| v.get(field).and_then(Value::as_f64);
+        let spread = match (num("per_worker_min"), num("per_worker_max")) {
+            (Some(min), Some(max)) if max > 0.0 => format!("{:.2}", min / max),
+            _ => "–".to_owned(),
+        };
+        let cpu = match (num("client_cpu_s"), num("acquisitions")) {
+            (Some(cpu), Some(n)) if n > 0.0 && imp != "raw" && imp != "scripts" => {
+                format!("{:.1}", cpu / n * 1e6)
+            }
+            _ => "–".to_owned(),
+        };
+        let name = if imp == "platform-lock" {
+            format!("**{imp}**")
+        } else {
+            imp.clone()
+        };
+        out.push_str(&format!(
+            "| {} | {name} | {} | {} | {} | {} / {} | {} | {} | {spread} | {} | {cpu} | {} |\n",
+            SCENARIOS[*s],
+            cycles(v).map_or("–".to_owned(), |c| format!("{c:.0}")),
+            ratio(of("raw")),
+            ratio(of("scripts")),
+            us("acquire_us", "p50"),
+            us("acquire_us", "p99"),
+            us("release_us", "p50"),
+            us("handoff_us", "p50"),
+            num("redis_cmds_per_acquisition").map_or("–".to_owned(), |x| format!("{x:.1}")),
+            num("errors").map_or("–".to_owned(), |x| format!("{x:.0}")),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_against_raw_and_scripts() {
+        let text = r#"{"impl":"raw","scenario":"parallel","cycles_per_s":1000.0}
+{"impl":"scripts","scenario":"parallel","cycles_per_s":800.0}
+{"impl":"platform-lock","scenario":"parallel","cycles_per_s":400.0,"acquisitions":4000,"client_cpu_s":0.2,"per_worker_min":90,"per_worker_max":100}
+{"impl":"rslock","scenario":"contended","error":"peer exited 1"}
+not json"#;
+        let (results, problems) = parse(text);
+        assert_eq!(results.len(), 3);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        let table = table(&results);
+        let ours = table
+            .lines()
+            .find(|l| l.contains("platform-lock"))
+            .expect("our row");
+        assert!(ours.contains("| 400 | 0.40 | 0.50 |"), "{ours}");
+        assert!(ours.contains("| 0.90 |"), "per-worker spread: {ours}");
+        assert!(ours.contains("| 50.0 |"), "CPU µs per acquisition: {ours}");
+        // Ours first within a scenario.
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert!(rows[0].contains("platform-lock"), "{table}");
+    }
+}

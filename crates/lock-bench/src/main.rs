@@ -1,0 +1,308 @@
+//! `lock-bench`: how fast the lock is, in the scenarios and JSON lines of ../shared/peers, so
+//! its figures sit next to the peers' (existing lock libraries and the raw Redis limit).
+//!
+//! ```sh
+//! cargo run --release -p lock-bench -- --duration 5                 # every scenario
+//! cargo run --release -p lock-bench -- --scenario contended --duration 10
+//! cargo run --release -p lock-bench -- --redis-url redis://127.0.0.1:6379 > ours.jsonl
+//! scripts/bench.sh                                                  # beside the peers, one Redis
+//! ```
+//!
+//! Without `--redis-url` it starts a private `redis-server` (loopback, free port, no
+//! persistence) and stops it on exit. One JSON line per scenario goes to stdout, progress to
+//! stderr. Scenarios: the peers' `uncontended`, `parallel`, `contended`; `scripts`, the
+//! server-side limit of our scripts under `redis-benchmark` (impl `scripts`, one line per peer
+//! scenario); `watchdog`, 10,000 watchdog leases held for three renewal periods. See
+//! docs/performance.md for what each field means and the latest side-by-side run.
+
+mod cycles;
+mod redis;
+mod report;
+mod scripts;
+mod watchdog;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use lock_starter::DistributedLock;
+use lock_starter::redis::{RedisLock, RedisLockConfig};
+use serde_json::{Map, Value, json};
+
+use crate::cycles::{HoldSleep, Scenario};
+use crate::redis::Target;
+
+/// The `impl` field of our lines.
+pub(crate) const IMPL: &str = "platform-lock";
+
+#[derive(Debug, Parser)]
+#[command(
+    about = "Benchmarks platform-lock in the scenarios and JSON schema of ../shared/peers",
+    after_help = "Exit codes: 0 all scenarios ran (a scenario's errors are in its JSON line), 1 a scenario could not run, 2 bad arguments."
+)]
+struct Args {
+    /// Redis to measure, redis://[:password@]host[:port][/db]. Default: a private redis-server
+    /// started for the run.
+    #[arg(long, value_name = "URL")]
+    redis_url: Option<String>,
+    /// Scenario to run.
+    #[arg(long, value_enum, default_value_t = Which::All)]
+    scenario: Which,
+    /// Seconds each scenario runs (the peers' flag; fractions allowed, 0.1..=3600).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_duration_secs)]
+    duration: f64,
+    /// How a `contended` holder sleeps its 1 ms (see docs/performance.md).
+    #[arg(long, value_enum, default_value_t = HoldSleep::Os)]
+    hold_sleep: HoldSleep,
+    /// Tokio runtime flavour of the client (the peers' rslock uses the multi-thread one).
+    #[arg(long, value_enum, default_value_t = Flavour::MultiThread)]
+    runtime: Flavour,
+    /// Watchdog leases held at once in `watchdog` (1..=1000000).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    watchdog_locks: u32,
+    /// Watchdog timeout in `watchdog`, e.g. 3s (renewal every third of it; 1s..=1h).
+    #[arg(long, default_value = "3s", value_parser = parse_watchdog_timeout)]
+    watchdog_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    All,
+    Uncontended,
+    Parallel,
+    Contended,
+    Scripts,
+    Watchdog,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Flavour {
+    MultiThread,
+    CurrentThread,
+}
+
+/// Whether `--scenario` selects the peer scenario `scenario`.
+fn runs(which: Which, scenario: Scenario) -> bool {
+    matches!(
+        (which, scenario),
+        (Which::All, _)
+            | (Which::Uncontended, Scenario::Uncontended)
+            | (Which::Parallel, Scenario::Parallel)
+            | (Which::Contended, Scenario::Contended)
+    )
+}
+
+fn parse_duration_secs(text: &str) -> Result<f64, String> {
+    let secs: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number of seconds (e.g. 5 or 0.5)"))?;
+    if !(0.1..=3600.0).contains(&secs) {
+        return Err(format!(
+            "{secs} s is out of range; accepted: 0.1 to 3600 seconds"
+        ));
+    }
+    Ok(secs)
+}
+
+fn parse_watchdog_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = humantime::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a duration ({e}); e.g. 3s or 1500ms"))?;
+    let (min, max) = (
+        lock_starter::MIN_WATCHDOG_TIMEOUT,
+        lock_starter::MAX_WATCHDOG_TIMEOUT,
+    );
+    if !(min..=max).contains(&timeout) {
+        return Err(format!(
+            "{text} is out of range; accepted: {min:?} to {max:?}"
+        ));
+    }
+    Ok(timeout)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut runtime = match args.runtime {
+        Flavour::MultiThread => tokio::runtime::Builder::new_multi_thread(),
+        Flavour::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+    };
+    // Timer slack 1 ns on every runtime thread: the kernel's default of 50 µs would stretch the
+    // 1 ms hold of `contended` by up to 5 %, and with it every cycle.
+    runtime.on_thread_start(|| {
+        let _ = nix::sys::prctl::set_timerslack(1);
+    });
+    let runtime = match runtime.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("lock-bench: could not start the Tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> ExitCode {
+    let (target, _server) = match &args.redis_url {
+        Some(url) => match Target::parse(url) {
+            Ok(target) => (target, None),
+            Err(error) => {
+                eprintln!("lock-bench: {error}");
+                return ExitCode::from(2);
+            }
+        },
+        None => match Target::private().await {
+            Ok((target, server)) => {
+                eprintln!("[lock-bench] private redis-server at {}", target.url);
+                (target, Some(server))
+            }
+            Err(error) => {
+                eprintln!("lock-bench: {error}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let duration = Duration::from_secs_f64(args.duration);
+    let peer_scenarios = [
+        Scenario::Uncontended,
+        Scenario::Parallel,
+        Scenario::Contended,
+    ];
+    let mut failed = false;
+    let mut emit = |scenario: &str, result: Result<Map<String, Value>, String>| match result {
+        Ok(mut line) => {
+            line.insert("runtime".into(), json!(runtime_name(args.runtime)));
+            println!("{}", report::to_json_line(&line));
+        }
+        Err(error) => {
+            failed = true;
+            eprintln!("lock-bench: {scenario}: {error}");
+            println!(
+                "{}",
+                json!({"impl": IMPL, "scenario": scenario, "error": error})
+            );
+        }
+    };
+    for scenario in peer_scenarios {
+        if !runs(args.scenario, scenario) {
+            continue;
+        }
+        eprintln!("[lock-bench] {} ({:.1}s)", scenario.name(), args.duration);
+        // The yardstick of handoff_us: a PING round trip through the same client stack, on a
+        // client of its own so the PINGs stay out of the scenario's command counts.
+        let ping = if scenario == Scenario::Contended {
+            match connect(&target, None).await {
+                Ok(lock) => ping_round_trips(&lock).await,
+                Err(_) => Value::Null,
+            }
+        } else {
+            Value::Null
+        };
+        let result = measured(&target, |lock| async move {
+            let lock: Arc<dyn DistributedLock> = Arc::new(lock);
+            cycles::run(scenario, args.hold_sleep, lock, duration).await
+        })
+        .await;
+        let result = result.map(|mut line| {
+            if !ping.is_null() {
+                line.insert("ping_us".into(), ping);
+            }
+            line
+        });
+        emit(scenario.name(), result);
+    }
+    if matches!(args.scenario, Which::All | Which::Scripts) {
+        for scenario in peer_scenarios {
+            eprintln!(
+                "[lock-bench] scripts/{} ({:.1}s)",
+                scenario.name(),
+                args.duration
+            );
+            let result = match connect(&target, None).await {
+                Ok(lock) => scripts::run(scenario, &target, &lock, duration).await,
+                Err(error) => Err(error),
+            };
+            emit(scenario.name(), result);
+        }
+    }
+    if matches!(args.scenario, Which::All | Which::Watchdog) {
+        eprintln!("[lock-bench] watchdog ({} locks)", args.watchdog_locks);
+        let result = match connect(&target, Some(args.watchdog_timeout)).await {
+            Ok(lock) => {
+                watchdog::run(
+                    &target,
+                    &lock,
+                    args.watchdog_timeout,
+                    args.watchdog_locks as usize,
+                )
+                .await
+            }
+            Err(error) => Err(error),
+        };
+        emit("watchdog", result);
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Percentiles of 1,000 sequential PINGs on `lock`'s connection (after 100 to warm up).
+async fn ping_round_trips(lock: &RedisLock) -> Value {
+    let mut samples = Vec::with_capacity(1000);
+    for i in 0..1100 {
+        match lock.ping().await {
+            Ok(rtt) if i >= 100 => samples.push(report::micros(rtt)),
+            Ok(_) => {}
+            Err(_) => return Value::Null,
+        }
+    }
+    report::percentiles(samples)
+}
+
+fn runtime_name(flavour: Flavour) -> &'static str {
+    match flavour {
+        Flavour::MultiThread => "multi-thread",
+        Flavour::CurrentThread => "current-thread",
+    }
+}
+
+async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<RedisLock, String> {
+    let mut config = RedisLockConfig::new(target.url.clone()).instance_id("lock-bench");
+    if let Some(timeout) = watchdog_timeout {
+        config = config.watchdog_timeout(timeout);
+    }
+    let lock = RedisLock::connect(config)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    // Fail here, naming the cause, rather than as a scenario full of errors.
+    lock.ping()
+        .await
+        .map_err(|e| format!("Redis does not answer: {e}"))?;
+    Ok(lock)
+}
+
+/// Runs `body` on a fresh client, adding `redis_cmds_per_acquisition` (every command the
+/// server ran, the client's connection set-up included, as the peers' harness counts them) and
+/// `evalsha_per_acquisition` (script calls alone: 2.0 means no attempt was wasted).
+async fn measured<F, Fut>(target: &Target, body: F) -> Result<Map<String, Value>, String>
+where
+    F: FnOnce(RedisLock) -> Fut,
+    Fut: Future<Output = Map<String, Value>>,
+{
+    let before = target.command_calls().await?;
+    let lock = connect(target, None).await?;
+    let mut line = body(lock).await;
+    let calls = target.command_calls().await?.since(before, 1);
+    let acquisitions = line
+        .get("acquisitions")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let per = |n: u64| match acquisitions {
+        0 => Value::Null,
+        a => json!((n as f64 / a as f64 * 100.0).round() / 100.0),
+    };
+    line.insert("redis_cmds_per_acquisition".into(), per(calls.total));
+    line.insert("evalsha_per_acquisition".into(), per(calls.evalsha));
+    Ok(line)
+}

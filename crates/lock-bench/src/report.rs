@@ -1,0 +1,137 @@
+//! Measurements shared by the scenarios: latency percentiles, client CPU and memory, and the
+//! peers' JSON line.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// Nearest-rank percentiles `{p50, p99, p999, max}` in µs, rounded to 0.1 µs, as the peers
+/// report them; `null` for no samples.
+pub(crate) fn percentiles(mut samples: Vec<f64>) -> Value {
+    if samples.is_empty() {
+        return Value::Null;
+    }
+    samples.sort_by(f64::total_cmp);
+    let n = samples.len();
+    let at = |p: f64| {
+        let rank = ((p * n as f64).ceil() as usize).clamp(1, n);
+        round1(samples[rank - 1])
+    };
+    json!({"p50": at(0.5), "p99": at(0.99), "p999": at(0.999), "max": at(1.0)})
+}
+
+/// A duration in µs, the unit of every latency field.
+pub(crate) fn micros(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e3
+}
+
+pub(crate) fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+pub(crate) fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// User + system CPU time of this process so far, in seconds.
+pub(crate) fn cpu_seconds() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return 0.0;
+    };
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(usage.user_time()) + secs(usage.system_time())
+}
+
+/// Resident set size of this process in bytes (`VmRSS` of /proc/self/status), if readable.
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// The version reported in the `version` field.
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Field order of the peers' JSON lines (../shared/peers/harness.py); scenarios of our own
+/// append their extra fields after these.
+pub(crate) const FIELDS: [&str; 15] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "acquisitions",
+    "cycles_per_s",
+    "acquire_us",
+    "release_us",
+    "handoff_us",
+    "per_worker_min",
+    "per_worker_max",
+    "redis_cmds_per_acquisition",
+    "errors",
+    "client_cpu_s",
+    "version",
+];
+
+/// Renders `line` with the peers' fields first, in their order, then any extra fields.
+pub(crate) fn to_json_line(line: &serde_json::Map<String, Value>) -> String {
+    let mut parts: Vec<String> = FIELDS
+        .iter()
+        .map(|field| {
+            let value = line.get(*field).cloned().unwrap_or(Value::Null);
+            format!("{}:{}", json!(field), value)
+        })
+        .collect();
+    parts.extend(
+        line.iter()
+            .filter(|(field, _)| !FIELDS.contains(&field.as_str()))
+            .map(|(field, value)| format!("{}:{}", json!(field), value)),
+    );
+    format!("{{{}}}", parts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let samples: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let p = percentiles(samples);
+        assert_eq!(p["p50"], 500.0);
+        assert_eq!(p["p99"], 990.0);
+        assert_eq!(p["p999"], 999.0);
+        assert_eq!(p["max"], 1000.0);
+        assert_eq!(percentiles(Vec::new()), Value::Null);
+        assert_eq!(percentiles(vec![7.0])["p50"], 7.0);
+    }
+
+    #[test]
+    fn peer_fields_come_first_in_their_order() {
+        let mut line = serde_json::Map::new();
+        line.insert("extra".into(), json!(1));
+        line.insert("version".into(), json!("x"));
+        line.insert("impl".into(), json!("platform-lock"));
+        let text = to_json_line(&line);
+        assert!(
+            text.starts_with(r#"{"impl":"platform-lock","scenario":null"#),
+            "{text}"
+        );
+        assert!(text.ends_with(r#""version":"x","extra":1}"#), "{text}");
+        let parsed: Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(parsed.as_object().map(|o| o.len()), Some(16));
+    }
+
+    #[test]
+    fn process_figures_are_readable() {
+        assert!(cpu_seconds() >= 0.0);
+        assert!(resident_bytes().is_some_and(|b| b > 0));
+    }
+}

@@ -1,0 +1,174 @@
+//! A short run of every scenario against a private redis-server (the benchmark itself is not
+//! part of CI): the lines parse, carry the peers' fields, and say what the protocol promises —
+//! one script call per acquire and per release, no two holders, every contended worker served,
+//! one renewal call per batch per tick. No timing is asserted.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn lock_bench(args: &[&str]) -> Vec<Value> {
+    let output = Command::new(env!("CARGO_BIN_EXE_lock-bench"))
+        .args(args)
+        .output()
+        .expect("lock-bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "lock-bench {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+const PEER_FIELDS: [&str; 15] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "acquisitions",
+    "cycles_per_s",
+    "acquire_us",
+    "release_us",
+    "handoff_us",
+    "per_worker_min",
+    "per_worker_max",
+    "redis_cmds_per_acquisition",
+    "errors",
+    "client_cpu_s",
+    "version",
+];
+
+#[test]
+fn the_peer_scenarios_emit_the_peers_schema_and_keep_the_protocols_promises() {
+    for (scenario, workers) in [("uncontended", 1), ("parallel", 32), ("contended", 8)] {
+        let lines = lock_bench(&["--scenario", scenario, "--duration", "1"]);
+        let [line] = lines.as_slice() else {
+            panic!("{scenario}: expected one line, got {lines:?}");
+        };
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys[..15], PEER_FIELDS, "{scenario}: field order");
+        assert_eq!(line["impl"], "platform-lock");
+        assert_eq!(line["workers"], workers);
+        assert_eq!(line["errors"], 0, "{scenario}: {line}");
+        assert!(line["acquisitions"].as_u64().unwrap() > 0, "{line}");
+        assert!(
+            line["per_worker_min"].as_u64().unwrap() > 0,
+            "{scenario}: a starved worker: {line}"
+        );
+        for field in ["acquire_us", "release_us"] {
+            assert!(line[field]["p50"].as_f64().unwrap() <= line[field]["max"].as_f64().unwrap());
+        }
+        let evalsha = line["evalsha_per_acquisition"].as_f64().unwrap();
+        if scenario == "contended" {
+            // A release wakes one queued waiter, whose attempt is granted: 2 calls per cycle,
+            // plus the first waiter's check when its subscription was confirmed.
+            assert!(
+                (2.0..2.1).contains(&evalsha),
+                "{evalsha} script calls per cycle: {line}"
+            );
+            assert!(line["handoff_us"]["p50"].as_f64().unwrap() > 0.0);
+            assert!(line["ping_us"]["p50"].as_f64().unwrap() > 0.0);
+        } else {
+            assert_eq!(
+                evalsha, 2.0,
+                "{scenario}: one acquire and one release call: {line}"
+            );
+            assert!(line["handoff_us"].is_null());
+        }
+    }
+}
+
+#[test]
+fn the_watchdog_scenario_renews_in_one_call_per_batch_per_tick() {
+    let lines = lock_bench(&[
+        "--scenario",
+        "watchdog",
+        "--watchdog-locks",
+        "1200",
+        "--watchdog-timeout",
+        "1s",
+    ]);
+    let [line] = lines.as_slice() else {
+        panic!("expected one line, got {lines:?}");
+    };
+    assert_eq!(line["held"], 1200);
+    assert_eq!(line["ticks"], 3);
+    assert_eq!(line["calls_per_tick_bound"], 3);
+    assert_eq!(line["calls_per_tick"], 3.0, "{line}");
+    assert!(
+        line["client_memory_per_lock_bytes"].as_u64().is_some(),
+        "{line}"
+    );
+}
+
+#[test]
+fn the_scripts_limit_runs_redis_benchmark_and_the_table_and_chart_read_the_lines() {
+    let lines = lock_bench(&["--scenario", "scripts", "--duration", "0.2"]);
+    let scenarios: Vec<&str> = lines
+        .iter()
+        .map(|l| l["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(scenarios, ["uncontended", "parallel", "contended"]);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["impl"] == "scripts" && l["cycles_per_s"].as_f64().unwrap() > 0.0)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results.jsonl");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&results, text.join("\n")).unwrap();
+    let table = Command::new(env!("CARGO_BIN_EXE_bench-table"))
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(table.status.success());
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert_eq!(
+        table.lines().filter(|l| l.contains("| scripts |")).count(),
+        3,
+        "{table}"
+    );
+
+    let svg = dir.path().join("latency.svg");
+    let chart = Command::new(env!("CARGO_BIN_EXE_bench-chart"))
+        .args([Path::new("--input"), &results, Path::new("--output"), &svg])
+        .output()
+        .unwrap();
+    assert!(
+        chart.status.success(),
+        "{}",
+        String::from_utf8_lossy(&chart.stderr)
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("scripts"));
+}
+
+#[test]
+fn bad_arguments_are_refused_naming_what_is_accepted() {
+    for (args, expected) in [
+        (&["--duration", "0"][..], "accepted: 0.1 to 3600 seconds"),
+        (&["--duration", "soon"][..], "not a number of seconds"),
+        (&["--watchdog-timeout", "10ms"][..], "accepted"),
+        (&["--redis-url", "rediss://x:1"][..], "expected redis://"),
+        (&["--scenario", "fast"][..], "possible values"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_lock-bench"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark, in one go on one private redis-server: our lock-bench and the peers
+# of ../shared/peers (existing lock libraries and the raw Redis limit), same scenarios, same
+# JSON lines. Writes OUT/results.jsonl, OUT/table.md and OUT/latency.svg (see docs/performance.md).
+#
+# usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"]
+#   --duration  seconds per scenario and impl (default 5)
+#   --peers     the peers' folder (default ../shared/peers next to this repository)
+#   --out       output folder (default target/bench)
+#   --impl      peers to run (default all: raw redis-py python-redis-lock node-redlock redis-semaphore rslock)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+DURATION=5 PEERS=$ROOT/../shared/peers OUT=$ROOT/target/bench IMPLS=all
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || { sed -n 6,10p "$0" >&2; exit 2; }
+  case $1 in
+    --duration) DURATION=$2 ;;
+    --peers) PEERS=$2 ;;
+    --out) OUT=$2 ;;
+    --impl) IMPLS=$2 ;;
+    *) sed -n 6,10p "$0" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+[ -x "$PEERS/run.sh" ] || { echo "bench.sh: no peers at $PEERS (expected run.sh there; --peers DIR)" >&2; exit 2; }
+scripts/ensure-redis.sh
+mkdir -p "$OUT"
+
+echo "[bench] building lock-bench (release)" >&2
+cargo build --release --quiet -p lock-bench
+BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release
+
+# One private redis-server for everyone, like the peers' own run.sh starts it.
+RDIR=$(mktemp -d)
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$RDIR" --logfile "$RDIR/redis.log" >&2 &
+RPID=$!
+trap 'kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null; rm -rf "$RDIR"' EXIT
+URL=redis://127.0.0.1:$PORT
+for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+: > "$OUT/results.jsonl"
+# Scenario by scenario, ours next to the peers, so machine noise hits everyone alike.
+for scenario in uncontended parallel contended; do
+  echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
+  "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
+    || echo "[bench] platform-lock / $scenario failed" >&2
+  # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
+  env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$IMPLS" --duration "$DURATION" >> "$OUT/results.jsonl"
+done
+for scenario in scripts watchdog; do
+  echo "[bench] platform-lock / $scenario" >&2
+  "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
+    || echo "[bench] platform-lock / $scenario failed" >&2
+done
+
+"$BIN/bench-table" "$OUT/results.jsonl" > "$OUT/table.md"
+"$BIN/bench-chart" --input "$OUT/results.jsonl" --output "$OUT/latency.svg"
+cat "$OUT/table.md"
+echo "[bench] wrote $OUT/results.jsonl, $OUT/table.md, $OUT/latency.svg" >&2
