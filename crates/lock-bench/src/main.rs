@@ -42,7 +42,7 @@ pub(crate) const IMPL: &str = "platform-lock";
     after_help = "Exit codes: 0 all scenarios ran (a scenario's errors are in its JSON line), 1 a scenario could not run, 2 bad arguments."
 )]
 struct Args {
-    /// Redis to measure, redis://[:password@]host[:port][/db]. Default: a private redis-server
+    /// Redis to measure, `redis://[:password@]host[:port][/db]`. Default: a private redis-server
     /// started for the run.
     #[arg(long, value_name = "URL")]
     redis_url: Option<String>,
