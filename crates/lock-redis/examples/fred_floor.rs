@@ -34,6 +34,10 @@ struct Args {
     /// Connections (a fred `Pool`, round robin) instead of one multiplexed connection.
     #[arg(long, default_value_t = 1)]
     connections: usize,
+    /// Run fred's connection tasks on a thread of their own (a current-thread runtime) while the
+    /// workers stay on the benchmark's runtime.
+    #[arg(long)]
+    io_thread: bool,
     /// Redis to use instead of a private one.
     #[arg(long)]
     redis_url: Option<String>,
@@ -66,7 +70,25 @@ async fn run(args: Args) {
         .with_performance_config(|perf| perf.default_command_timeout = Duration::from_secs(2))
         .build_pool(args.connections)
         .expect("client");
-    pool.init().await.expect("connect");
+    if args.io_thread {
+        // fred spawns its connection tasks on the runtime that connects.
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let io_pool = pool.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("io runtime");
+            runtime.block_on(async move {
+                io_pool.init().await.expect("connect");
+                let _ = ready_tx.send(());
+                std::future::pending::<()>().await;
+            });
+        });
+        ready_rx.await.expect("io thread");
+    } else {
+        pool.init().await.expect("connect");
+    }
     let client = pool.next().clone();
     let acquire = Arc::new(Script::from_lua(lock_redis::ACQUIRE_SCRIPT));
     let release = Arc::new(Script::from_lua(lock_redis::RELEASE_SCRIPT));

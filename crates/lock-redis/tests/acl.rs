@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually};
+use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::conformance::{self, LockFactory};
 use lock_core::{
     AcquireOptions, DistributedLock, Lease, LeaseStatus, LockError, LockErrorCode, ReleaseOutcome,
@@ -267,14 +267,7 @@ async fn holder_waiter_round(
         (handle, Instant::now())
     });
     let channel = holder.release_channel(name);
-    let subscribed = eventually(SLACK, || async {
-        redis
-            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .await
-            .unwrap()
-            == format!("{channel}\n1")
-    })
-    .await;
+    let subscribed = one_subscriber(redis, &channel).await;
     assert!(subscribed, "the waiter never subscribed to {channel}");
     let renewed = eventually(WATCHDOG * 2 + SLACK, || async {
         delta(&before, &command_calls(redis).await, "pexpire") >= 2

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, server};
+use common::{
+    COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
+};
 use lock_core::{
     AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockErrorCode, LostReason,
     ReleaseOutcome,
@@ -140,14 +142,7 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
         let handle = waiter.acquire_with("event-driven", options).await;
         (handle, Instant::now())
     });
-    let subscribed = eventually(SLACK, || async {
-        redis
-            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .await
-            .unwrap()
-            == format!("{channel}\n1")
-    })
-    .await;
+    let subscribed = one_subscriber(&redis, &channel).await;
     assert!(subscribed, "the waiter never subscribed to {channel}");
     // Give a polling implementation every chance to show itself.
     let before = command_calls(&redis).await;

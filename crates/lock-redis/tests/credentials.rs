@@ -14,7 +14,7 @@ mod common;
 use std::error::Error as _;
 use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, SLACK, eventually};
+use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
 use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
@@ -128,14 +128,7 @@ async fn the_lock_works(redis: &RedisServer, config: RedisLockConfig, user: &str
         waiter.acquire_with("credentials", options).await
     });
     let channel = holder.release_channel("credentials");
-    let subscribed = eventually(SLACK, || async {
-        redis
-            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .await
-            .unwrap()
-            == format!("{channel}\n1")
-    })
-    .await;
+    let subscribed = one_subscriber(redis, &channel).await;
     assert!(subscribed, "the waiter never subscribed");
     // Commands and pub/sub connections of both clients, each logged in as `user`.
     let clients = redis.cmd(&["CLIENT", "LIST"]).await.unwrap();

@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{SLACK, client, command_calls, delta, eventually, server};
+use common::{SLACK, client, command_calls, delta, eventually, one_subscriber, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::RedisLock;
 use tokio::task::JoinHandle;
@@ -50,6 +50,30 @@ async fn queue_waiter(
     task
 }
 
+/// Queues waiters `ids` on `lock`, one after the other, in that order.
+async fn queue_waiters(
+    lock: &RedisLock,
+    ids: std::ops::Range<usize>,
+    order: &Arc<Mutex<Vec<usize>>>,
+) -> Vec<JoinHandle<()>> {
+    let already = lock.queued_waiters(KEY);
+    let mut tasks = Vec::new();
+    for (n, i) in ids.enumerate() {
+        tasks.push(queue_waiter(lock, i, already + n + 1, order).await);
+    }
+    tasks
+}
+
+/// Waits for every waiter task to finish (each releases what it was granted).
+async fn all_served(tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        tokio::time::timeout(SLACK * 4, task)
+            .await
+            .expect("a waiter hung")
+            .unwrap();
+    }
+}
+
 async fn held_elsewhere(redis: &lock_testkit::RedisServer) -> (RedisLock, LockHandle) {
     let outsider = client(redis).await;
     let held = outsider.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
@@ -62,17 +86,9 @@ async fn waiters_of_one_client_are_granted_in_arrival_order() {
     let (_outsider, held) = held_elsewhere(&redis).await;
     let lock = client(&redis).await;
     let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..20 {
-        tasks.push(queue_waiter(&lock, i, i + 1, &order).await);
-    }
+    let tasks = queue_waiters(&lock, 0..20, &order).await;
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
-    for task in tasks {
-        tokio::time::timeout(SLACK * 4, task)
-            .await
-            .expect("a waiter hung")
-            .unwrap();
-    }
+    all_served(tasks).await;
     assert_eq!(*order.lock().unwrap(), (0..20).collect::<Vec<_>>());
     assert_eq!(lock.queued_waiters(KEY), 0);
 }
@@ -83,10 +99,7 @@ async fn a_task_that_releases_and_asks_again_queues_behind_the_waiters() {
     let lock = client(&redis).await;
     let held = lock.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        tasks.push(queue_waiter(&lock, i, i + 1, &order).await);
-    }
+    let tasks = queue_waiters(&lock, 0..3, &order).await;
     // The holder releases and asks again at once: it must not take the lock back before the
     // three waiters had their turn.
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
@@ -96,12 +109,7 @@ async fn a_task_that_releases_and_asks_again_queues_behind_the_waiters() {
         .unwrap();
     order.lock().unwrap().push(99);
     drop(again);
-    for task in tasks {
-        tokio::time::timeout(SLACK * 4, task)
-            .await
-            .expect("a waiter hung")
-            .unwrap();
-    }
+    all_served(tasks).await;
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 99]);
 }
 
@@ -111,28 +119,12 @@ async fn queued_waiters_cost_one_attempt_per_release() {
     let (_outsider, held) = held_elsewhere(&redis).await;
     let lock = client(&redis).await;
     let order = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for i in 0..5 {
-        tasks.push(queue_waiter(&lock, i, i + 1, &order).await);
-    }
+    let tasks = queue_waiters(&lock, 0..5, &order).await;
     let channel = lock.release_channel(KEY);
-    let subscribed = eventually(SLACK, || async {
-        redis
-            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .await
-            .unwrap()
-            == format!("{channel}\n1")
-    })
-    .await;
-    assert!(subscribed);
+    assert!(one_subscriber(&redis, &channel).await);
     let before = command_calls(&redis).await;
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
-    for task in tasks {
-        tokio::time::timeout(SLACK * 4, task)
-            .await
-            .expect("a waiter hung")
-            .unwrap();
-    }
+    all_served(tasks).await;
     let calls = delta(&before, &command_calls(&redis).await, "evalsha");
     // 1 outside release + 5 grants + 5 releases; at most one more: the first waiter's re-check
     // once its subscription was confirmed may fall after `before`. Waking all five on every

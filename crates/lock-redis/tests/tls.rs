@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually};
+use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually, one_subscriber};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
 use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
@@ -120,14 +120,7 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
         (waiter, handle)
     });
     let channel = holder.release_channel("tls");
-    let subscribed = eventually(SLACK, || async {
-        server
-            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .await
-            .unwrap()
-            == format!("{channel}\n1")
-    })
-    .await;
+    let subscribed = one_subscriber(&server, &channel).await;
     assert!(subscribed, "the waiter never subscribed to {channel}");
 
     // Three watchdog periods (a lease would have expired three times over without renewal):

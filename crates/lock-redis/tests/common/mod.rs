@@ -89,6 +89,19 @@ where
     check().await
 }
 
+/// Waits (up to [`SLACK`]) until `redis` has exactly one subscriber on shard channel `channel`:
+/// a client's waiters share one subscription per key.
+pub async fn one_subscriber(redis: &RedisServer, channel: &str) -> bool {
+    let expected = format!("{channel}\n1");
+    eventually(SLACK, || async {
+        redis
+            .cmd(&["PUBSUB", "SHARDNUMSUB", channel])
+            .await
+            .is_ok_and(|reply| reply == expected)
+    })
+    .await
+}
+
 /// The `RedisFailure` behind a lock error; panics naming the error when there is none.
 pub fn redis_failure(error: &LockError) -> &RedisFailure {
     RedisFailure::find(error).unwrap_or_else(|| panic!("no RedisFailure behind {error:?}"))
