@@ -9,21 +9,37 @@
 #   --out       output folder (default target/bench)
 #   --impl      peers to run (default all: raw redis-py python-redis-lock node-redlock redis-semaphore rslock)
 set -euo pipefail
+CALLER=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
+usage() { sed -n 6,10p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# Relative paths are the caller's, not this repository's.
+absolute() { case $1 in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
+PEER_IMPLS="raw redis-py python-redis-lock node-redlock redis-semaphore rslock"
+
 DURATION=5 PEERS=$ROOT/../shared/peers OUT=$ROOT/target/bench IMPLS=all
 while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || { sed -n 6,10p "$0" >&2; exit 2; }
+  case $1 in -h | --help) usage ;; esac
+  [ $# -ge 2 ] || usage
   case $1 in
     --duration) DURATION=$2 ;;
-    --peers) PEERS=$2 ;;
-    --out) OUT=$2 ;;
+    --peers) PEERS=$(absolute "$2") ;;
+    --out) OUT=$(absolute "$2") ;;
     --impl) IMPLS=$2 ;;
-    *) sed -n 6,10p "$0" >&2; exit 2 ;;
+    *) echo "bench.sh: unknown option $1" >&2; usage ;;
   esac
   shift 2
 done
+if ! [[ $DURATION =~ ^[0-9]+([.][0-9]+)?$ ]] || ! awk "BEGIN { exit !($DURATION >= 0.1 && $DURATION <= 3600) }"; then
+  echo "bench.sh: --duration '$DURATION': accepted: seconds from 0.1 to 3600, e.g. 5" >&2
+  exit 2
+fi
+if [ "$IMPLS" != all ]; then
+  for impl in $IMPLS; do
+    [[ " $PEER_IMPLS " == *" $impl "* ]] || { echo "bench.sh: --impl '$impl': accepted: all or some of: $PEER_IMPLS" >&2; exit 2; }
+  done
+fi
 [ -x "$PEERS/run.sh" ] || { echo "bench.sh: no peers at $PEERS (expected run.sh there; --peers DIR)" >&2; exit 2; }
 scripts/ensure-redis.sh
 mkdir -p "$OUT"
@@ -41,22 +57,27 @@ trap 'kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null; rm -rf "$RDIR"' EXIT
 URL=redis://127.0.0.1:$PORT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
+FAILED=0
 : > "$OUT/results.jsonl"
 # Scenario by scenario, ours next to the peers, so machine noise hits everyone alike.
 for scenario in uncontended parallel contended; do
   echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
   "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
-    || echo "[bench] platform-lock / $scenario failed" >&2
+    || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
   # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
   env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$IMPLS" --duration "$DURATION" >> "$OUT/results.jsonl"
 done
 for scenario in scripts watchdog; do
   echo "[bench] platform-lock / $scenario" >&2
   "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
-    || echo "[bench] platform-lock / $scenario failed" >&2
+    || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
 done
 
-"$BIN/bench-table" "$OUT/results.jsonl" > "$OUT/table.md"
-"$BIN/bench-chart" --input "$OUT/results.jsonl" --output "$OUT/latency.svg"
+"$BIN/bench-table" "$OUT/results.jsonl" > "$OUT/table.md" || FAILED=1
+"$BIN/bench-chart" --input "$OUT/results.jsonl" --output "$OUT/latency.svg" || FAILED=1
 cat "$OUT/table.md"
 echo "[bench] wrote $OUT/results.jsonl, $OUT/table.md, $OUT/latency.svg" >&2
+if [ "$FAILED" -ne 0 ]; then
+  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl)" >&2
+  exit 1
+fi

@@ -3,7 +3,8 @@
 # redis-server package with apt-get when they are missing and we may (root, apt-get present).
 set -euo pipefail
 
-if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
+if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 \
+  && command -v redis-benchmark >/dev/null 2>&1; then
   exit 0
 fi
 

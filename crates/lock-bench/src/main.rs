@@ -39,6 +39,7 @@ pub(crate) const IMPL: &str = "platform-lock";
 #[derive(Debug, Parser)]
 #[command(
     about = "Benchmarks platform-lock in the scenarios and JSON schema of ../shared/peers",
+    allow_negative_numbers = true,
     after_help = "Exit codes: 0 all scenarios ran (a scenario's errors are in its JSON line), 1 a scenario could not run, 2 bad arguments."
 )]
 struct Args {
@@ -138,7 +139,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(args))
+    runtime.block_on(async {
+        tokio::select! {
+            code = run(args) => code,
+            // Returning (rather than dying on the signal) stops the private redis-server and
+            // removes its directory.
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("lock-bench: interrupted");
+                ExitCode::from(130)
+            }
+        }
+    })
 }
 
 async fn run(args: Args) -> ExitCode {
@@ -152,7 +163,7 @@ async fn run(args: Args) -> ExitCode {
         },
         None => match Target::private().await {
             Ok((target, server)) => {
-                eprintln!("[lock-bench] private redis-server at {}", target.url);
+                eprintln!("[lock-bench] private redis-server at {}", target.shown());
                 (target, Some(server))
             }
             Err(error) => {
@@ -161,6 +172,11 @@ async fn run(args: Args) -> ExitCode {
             }
         },
     };
+    // One clear error up front rather than the same one from every scenario.
+    if let Err(error) = target.command(&["PING"]).await {
+        eprintln!("lock-bench: {error}");
+        return ExitCode::FAILURE;
+    }
     let duration = Duration::from_secs_f64(args.duration);
     let peer_scenarios = [
         Scenario::Uncontended,
@@ -168,20 +184,22 @@ async fn run(args: Args) -> ExitCode {
         Scenario::Contended,
     ];
     let mut failed = false;
-    let mut emit = |scenario: &str, result: Result<Map<String, Value>, String>| match result {
-        Ok(mut line) => {
-            line.insert("runtime".into(), json!(runtime_name(args.runtime)));
-            println!("{}", report::to_json_line(&line));
-        }
-        Err(error) => {
-            failed = true;
-            eprintln!("lock-bench: {scenario}: {error}");
-            println!(
-                "{}",
-                json!({"impl": IMPL, "scenario": scenario, "error": error})
-            );
-        }
-    };
+    // A failed scenario prints the peers' error line: {"impl", "scenario", "error"}.
+    let mut emit =
+        |imp: &str, scenario: &str, result: Result<Map<String, Value>, String>| match result {
+            Ok(mut line) => {
+                line.insert("runtime".into(), json!(runtime_name(args.runtime)));
+                println!("{}", report::to_json_line(&line));
+            }
+            Err(error) => {
+                failed = true;
+                eprintln!("lock-bench: {imp} / {scenario}: {error}");
+                println!(
+                    "{}",
+                    json!({"impl": imp, "scenario": scenario, "error": error})
+                );
+            }
+        };
     for scenario in peer_scenarios {
         if !runs(args.scenario, scenario) {
             continue;
@@ -208,7 +226,7 @@ async fn run(args: Args) -> ExitCode {
             }
             line
         });
-        emit(scenario.name(), result);
+        emit(IMPL, scenario.name(), result);
     }
     if matches!(args.scenario, Which::All | Which::Scripts) {
         for scenario in peer_scenarios {
@@ -221,7 +239,7 @@ async fn run(args: Args) -> ExitCode {
                 Ok(lock) => scripts::run(scenario, &target, &lock, duration).await,
                 Err(error) => Err(error),
             };
-            emit(scenario.name(), result);
+            emit("scripts", scenario.name(), result);
         }
     }
     if matches!(args.scenario, Which::All | Which::Watchdog) {
@@ -238,7 +256,7 @@ async fn run(args: Args) -> ExitCode {
             }
             Err(error) => Err(error),
         };
-        emit("watchdog", result);
+        emit(IMPL, "watchdog", result);
     }
     if failed {
         ExitCode::FAILURE

@@ -1,7 +1,7 @@
 //! The Redis a run measures: a private `redis-server` started for the run, or the one at
 //! `--redis-url`; and what only the server can tell (`INFO commandstats`).
 
-use lock_testkit::{RedisServer, command_at};
+use lock_testkit::{RedisServer, TestkitError, command_at};
 
 /// Where the Redis is, as the raw `INFO` connection needs it.
 #[derive(Debug, Clone)]
@@ -13,14 +13,15 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// Parses `redis://[[user]:password@]host[:port][/db]`.
+    /// Parses `redis://[[user]:password@]host[:port][/db]`; an IPv6 host goes in brackets.
     ///
     /// # Errors
-    /// A message naming the URL and the accepted form.
+    /// A message naming the URL (password masked) and the accepted form.
     pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let shown = redact(url);
         let problem = |what: &str| {
             format!(
-                "--redis-url '{url}': {what}; expected redis://[:password@]host[:port][/db] (a single server; no TLS, Sentinel or Cluster)"
+                "--redis-url '{shown}': {what}; expected redis://[:password@]host[:port][/db] (a single server; no TLS, Sentinel or Cluster)"
             )
         };
         let rest = url
@@ -30,15 +31,22 @@ impl Target {
             Some((credentials, address)) => (Some(credentials), address),
             None => (None, rest),
         };
-        let address = address.split('/').next().unwrap_or_default();
-        let (host, port) = match address.rsplit_once(':') {
+        let (address, database) = address.split_once('/').unwrap_or((address, ""));
+        if !database.is_empty() && database.parse::<u16>().is_err() {
+            return Err(problem(&format!("database '{database}' is not a number")));
+        }
+        // `[::1]:6379`: the port is after the closing bracket.
+        let (host, port) = match address.rsplit_once(':').filter(|(_, p)| !p.contains(']')) {
             Some((host, port)) => (
                 host,
                 port.parse::<u16>()
-                    .map_err(|_| problem(&format!("port '{port}' is not a number 1..65535")))?,
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| problem(&format!("port '{port}' is not a number 1..65535")))?,
             ),
             None => (address, 6379),
         };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {
             return Err(problem("no host"));
         }
@@ -67,11 +75,42 @@ impl Target {
         Ok((target, server))
     }
 
+    /// The URL with its password masked, for messages.
+    pub(crate) fn shown(&self) -> String {
+        redact(&self.url)
+    }
+
     /// One command on a fresh connection, reply as text.
+    ///
+    /// # Errors
+    /// One line naming the server, the command (not its arguments: a script's source would
+    /// fill the screen) and what to check.
     pub(crate) async fn command(&self, args: &[&str]) -> Result<String, String> {
+        let name = args.first().copied().unwrap_or_default();
         command_at(&self.host, self.port, self.password.as_deref(), args)
             .await
-            .map_err(|e| format!("{} {}: {e}", self.url, args.join(" ")))
+            .map_err(|error| match error {
+                TestkitError::Connection { source, .. } => format!(
+                    "cannot reach Redis at {}:{} ({source}); is redis-server running there?",
+                    self.host, self.port
+                ),
+                TestkitError::Redis { message, .. }
+                    if ["NOAUTH", "WRONGPASS", "AUTH"]
+                        .iter()
+                        .any(|m| message.starts_with(m) || message.contains(" AUTH ")) =>
+                {
+                    format!(
+                        "Redis at {}:{} refused the credentials ({message}); check the user and password in --redis-url {}",
+                        self.host,
+                        self.port,
+                        self.shown()
+                    )
+                }
+                TestkitError::Redis { message, .. } => {
+                    format!("Redis at {}:{} refused {name}: {message}", self.host, self.port)
+                }
+                other => format!("{name} to Redis at {}:{}: {other}", self.host, self.port),
+            })
     }
 
     /// Calls of every command so far (`calls=` summed over `INFO commandstats`; Redis counts the
@@ -79,6 +118,27 @@ impl Target {
     pub(crate) async fn command_calls(&self) -> Result<CommandCalls, String> {
         let info = self.command(&["INFO", "commandstats"]).await?;
         Ok(CommandCalls::parse(&info))
+    }
+}
+
+/// `url` with the password between `:` and `@` replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((credentials, address)) => {
+            let user = credentials
+                .split_once(':')
+                .map_or(credentials, |(user, _)| user);
+            let masked = if credentials.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{scheme}://{masked}@{address}")
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -144,6 +204,8 @@ mod tests {
             "redis://h:port",
             "redis://:1",
             "redis://h:70000",
+            "redis://h:0",
+            "redis://h:1/abc",
         ] {
             let error = Target::parse(bad).expect_err(bad);
             assert!(
@@ -176,5 +238,22 @@ mod tests {
                 evalsha: 2
             }
         );
+    }
+
+    #[test]
+    fn ipv6_hosts_go_in_brackets() {
+        let t = Target::parse("redis://[::1]:7001").expect("IPv6");
+        assert_eq!((t.host.as_str(), t.port), ("::1", 7001));
+        let t = Target::parse("redis://[::1]").expect("IPv6, default port");
+        assert_eq!((t.host.as_str(), t.port), ("::1", 6379));
+    }
+
+    #[test]
+    fn passwords_never_show_in_messages() {
+        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://bench:s3cret@h:1"), "redis://bench:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        let error = Target::parse("redis://:s3cret@h:port").expect_err("bad port");
+        assert!(!error.contains("s3cret"), "{error}");
     }
 }

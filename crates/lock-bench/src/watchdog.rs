@@ -6,7 +6,8 @@
 //! releases them. Reports Redis calls per renewal tick (EVALSHA calls over the hold / ticks),
 //! time per tick (the watchdog's own measure: snapshot to last reply), client CPU during the
 //! hold, and client memory per held lock (resident set growth from before the first acquire to
-//! all held, over `held`: handles, watchdog registrations and allocator overhead together).
+//! all held, over `held`: handles, watchdog registrations and allocator overhead together; null
+//! below 1,000 locks).
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,8 @@ use crate::report::{cpu_seconds, micros, percentiles, resident_bytes, round1, ro
 
 /// Acquisitions in flight while taking the locks.
 const IN_FLIGHT: usize = 32;
+/// Fewest locks for which `client_memory_per_lock_bytes` is reported (else null).
+const MIN_LOCKS_FOR_MEMORY: usize = 1000;
 /// Renewal periods the locks are held for.
 const PERIODS: u32 = 3;
 
@@ -101,8 +104,12 @@ pub(crate) async fn run(
         release_us.push(micros(result?));
     }
 
+    // The resident set grows in pages and arenas: below ~1,000 locks the quotient says more
+    // about the allocator than about a lock.
     let memory_per_lock = match (rss_before, rss_held) {
-        (Some(before), Some(after)) => json!(after.saturating_sub(before) / held.max(1) as u64),
+        (Some(before), Some(after)) if held >= MIN_LOCKS_FOR_MEMORY => {
+            json!(after.saturating_sub(before) / held as u64)
+        }
         _ => Value::Null,
     };
     let mut line = Map::new();

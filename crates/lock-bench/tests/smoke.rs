@@ -158,6 +158,11 @@ fn the_scripts_limit_runs_redis_benchmark_and_the_table_and_chart_read_the_lines
 fn bad_arguments_are_refused_naming_what_is_accepted() {
     for (args, expected) in [
         (&["--duration", "0"][..], "accepted: 0.1 to 3600 seconds"),
+        (&["--duration", "-1"][..], "accepted: 0.1 to 3600 seconds"),
+        (
+            &["--redis-url", "redis://:s3cret@h:1/abc"][..],
+            "redis://:***@h:1/abc",
+        ),
         (&["--duration", "soon"][..], "not a number of seconds"),
         (&["--watchdog-timeout", "10ms"][..], "accepted"),
         (&["--redis-url", "rediss://x:1"][..], "expected redis://"),
@@ -170,5 +175,24 @@ fn bad_arguments_are_refused_naming_what_is_accepted() {
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "a password shown: {stderr}");
     }
+}
+
+#[test]
+fn an_unreachable_redis_is_one_clear_line_not_one_per_scenario() {
+    // Port 1 on loopback: nothing listens, the connection is refused at once.
+    let output = Command::new(env!("CARGO_BIN_EXE_lock-bench"))
+        .args(["--redis-url", "redis://:s3cret@127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot reach Redis at 127.0.0.1:1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(output.stdout.is_empty());
 }

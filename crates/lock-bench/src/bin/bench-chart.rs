@@ -123,7 +123,8 @@ fn parse(text: &str) -> (Vec<Row>, Vec<String>) {
         .filter(|(_, l)| !l.trim().is_empty())
     {
         match row(line) {
-            Ok(r) => rows.push(r),
+            Ok(Some(r)) => rows.push(r),
+            Ok(None) => {}
             Err(why) => notes.push(format!("line {} skipped: {why}", i + 1)),
         }
     }
@@ -144,7 +145,9 @@ fn parse(text: &str) -> (Vec<Row>, Vec<String>) {
     (rows, notes)
 }
 
-fn row(line: &str) -> Result<Row, String> {
+/// A result line's row; `None` for lock-bench's own `watchdog` line, which has no latency
+/// percentiles to compare (bench-table summarises it).
+fn row(line: &str) -> Result<Option<Row>, String> {
     let v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON ({e})"))?;
     let obj = v.as_object().ok_or("not a JSON object")?;
     // A failed run has an error instead of numbers; a null error is taken as none.
@@ -157,6 +160,9 @@ fn row(line: &str) -> Result<Row, String> {
             .ok_or(format!("no \"{k}\" string"))
     };
     let (name, sc) = (text("impl")?, text("scenario")?);
+    if sc == "watchdog" {
+        return Ok(None);
+    }
     let scenario = SCENARIOS
         .into_iter()
         .find(|&s| s == sc)
@@ -174,12 +180,12 @@ fn row(line: &str) -> Result<Row, String> {
         return Err("no positive p50/p99/p999 in \"acquire_us\"".into());
     }
     let workers = obj.get("workers").and_then(Value::as_u64);
-    Ok(Row {
+    Ok(Some(Row {
         name: name.to_owned(),
         scenario,
         workers,
         acquire,
-    })
+    }))
 }
 
 /// Human units on the axis and bars: a log axis in raw µs reads badly past 100000.

@@ -6,12 +6,24 @@
 //! cargo run --release -p lock-bench --bin bench-table -- results.jsonl > table.md
 //! ```
 //!
-//! Lines that are not result objects (or carry an `error`) are listed under the table instead.
+//! Lines that are not result objects (or carry an `error`) are listed under the table instead;
+//! lock-bench's `watchdog` line gets a table of its own.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde_json::Value;
+
+#[derive(Parser)]
+#[command(
+    about = "Markdown table of a side-by-side benchmark run (JSON lines of lock-bench and the peers)"
+)]
+struct Args {
+    /// JSON-lines results file, or `-` for stdin.
+    input: String,
+}
 
 /// Scenario order of the table, then impl order within a scenario.
 const SCENARIOS: [&str; 3] = ["uncontended", "parallel", "contended"];
@@ -27,11 +39,14 @@ const IMPLS: [&str; 8] = [
 ];
 
 fn main() -> ExitCode {
-    let Some(path) = std::env::args().nth(1) else {
-        eprintln!("usage: bench-table RESULTS.jsonl");
-        return ExitCode::from(2);
+    let path = Args::parse().input;
+    let read = if path == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(&path)
     };
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read {
         Ok(text) => text,
         Err(error) => {
             eprintln!("bench-table: cannot read {path}: {error}");
@@ -41,13 +56,46 @@ fn main() -> ExitCode {
     let (results, problems) = parse(&text);
     if results.is_empty() {
         eprintln!("bench-table: {path}: no result lines");
+        for problem in problems {
+            eprintln!("  {problem}");
+        }
         return ExitCode::FAILURE;
     }
     print!("{}", table(&results));
+    if let Some(watchdog) = watchdog_table(&text) {
+        print!("\n{watchdog}");
+    }
     for problem in problems {
         println!("\n- not in the table: {problem}");
     }
     ExitCode::SUCCESS
+}
+
+/// lock-bench's `watchdog` line (the last one, if several) as a table of its own.
+fn watchdog_table(text: &str) -> Option<String> {
+    let line: Value = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["scenario"] == "watchdog" && v.get("error").is_none_or(Value::is_null))?;
+    let field = |name: &str| match &line[name] {
+        Value::Null => "–".to_owned(),
+        value => value.to_string(),
+    };
+    Some(format!(
+        "| watchdog | held | renewal period ms | calls per tick (bound) | last / longest tick µs | client CPU s over the hold | client memory per lock bytes |\n\
+         |---|---:|---:|---:|---:|---:|---:|\n\
+         | {} | {} | {} | {} ({}) | {} / {} | {} | {} |\n",
+        field("impl"),
+        field("held"),
+        field("renewal_period_ms"),
+        field("calls_per_tick"),
+        field("calls_per_tick_bound"),
+        field("last_tick_us"),
+        field("longest_tick_us"),
+        field("client_cpu_s"),
+        field("client_memory_per_lock_bytes"),
+    ))
 }
 
 /// Result lines by (scenario position, impl position, impl name), in table order.
@@ -78,7 +126,10 @@ fn parse(text: &str) -> (Results, Vec<String>) {
             continue;
         }
         let Some(s) = SCENARIOS.iter().position(|s| *s == scenario) else {
-            continue; // our own `watchdog` line has a table of its own in docs/performance.md
+            if scenario != "watchdog" {
+                problems.push(format!("{imp} / {scenario}: not a scenario of the table"));
+            }
+            continue; // lock-bench's `watchdog` line has a table of its own
         };
         let i = IMPLS.iter().position(|i| *i == imp).unwrap_or(IMPLS.len());
         results.insert((s, i, imp), value);
@@ -167,5 +218,18 @@ not json"#;
         // Ours first within a scenario.
         let rows: Vec<&str> = table.lines().skip(2).collect();
         assert!(rows[0].contains("platform-lock"), "{table}");
+    }
+
+    #[test]
+    fn the_watchdog_line_gets_a_table_of_its_own() {
+        let text = r#"{"impl":"platform-lock","scenario":"watchdog","held":10000,"renewal_period_ms":1000,"calls_per_tick":20.0,"calls_per_tick_bound":20,"last_tick_us":39000.5,"longest_tick_us":41000.0,"client_cpu_s":0.05,"client_memory_per_lock_bytes":919}"#;
+        let (results, problems) = parse(text);
+        assert!(results.is_empty() && problems.is_empty(), "{problems:?}");
+        let table = watchdog_table(text).expect("a watchdog table");
+        assert!(
+            table.contains("| 10000 | 1000 | 20.0 (20) | 39000.5 / 41000.0 | 0.05 | 919 |"),
+            "{table}"
+        );
+        assert!(watchdog_table("{}").is_none());
     }
 }
