@@ -13,6 +13,30 @@ use crate::error::RedisFailure;
 use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
 
+/// First delay before a queued waiter retries after Redis was unreachable or slow; doubles up to
+/// [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// Whether `error` is Redis being unreachable or slow (worth retrying within the wait), not a
+/// refusal, a protocol error or a replication shortfall.
+fn is_transient(error: &LockError) -> bool {
+    matches!(
+        error,
+        LockError::AcquisitionFailed {
+            reason: AcquireFailure::BackendUnavailable { .. },
+            ..
+        }
+    ) && RedisFailure::find(error).is_some_and(|failure| {
+        matches!(
+            failure,
+            RedisFailure::Unreachable { .. }
+                | RedisFailure::Command { .. }
+                | RedisFailure::Timeout { .. }
+        )
+    })
+}
+
 /// The holder of a key as the acquire script reported it.
 struct Holder {
     owner: String,
@@ -46,6 +70,7 @@ impl Drop for Acquisition<'_> {
             self.inner.release_in_background(
                 self.name.to_owned(),
                 std::mem::take(&mut self.owner),
+                None,
                 BackgroundRelease::OutcomeUnknown,
                 self.ttl(),
             );
@@ -112,21 +137,32 @@ impl<'a> Acquisition<'a> {
         }
         let mut try_now = subscription.is_head();
         let mut wake_at = deadline;
+        let mut retry = FIRST_RETRY;
         loop {
             if try_now {
-                match self.attempt().await? {
-                    Attempt::Granted(handle) => {
-                        let token = handle.fencing_token();
-                        subscription.leave_granted(Instant::now() + self.ttl(), token);
+                match self.attempt().await {
+                    Ok(Attempt::Granted(handle)) => {
+                        subscription.leave_granted(Instant::now() + self.ttl());
                         return Ok(handle);
                     }
-                    Attempt::Held(held) => {
+                    Ok(Attempt::Held(held)) => {
                         let now = Instant::now();
                         if now >= deadline {
                             return Err(self.held(Some(held), started));
                         }
                         wake_at = held.ttl.map_or(deadline, |ttl| deadline.min(now + ttl));
+                        retry = FIRST_RETRY;
                     }
+                    // A queued waiter has chosen to wait: a Redis that is briefly unreachable or
+                    // slow is retried (100 ms doubling to 1 s) until the wait is spent, rather
+                    // than failing this waiter — and, one after the other, every waiter behind
+                    // it. Refusals and other errors end the wait at once.
+                    Err(error) if is_transient(&error) && Instant::now() + retry < deadline => {
+                        tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "queued waiter retrying");
+                        wake_at = Instant::now() + retry;
+                        retry = (retry * 2).min(MAX_RETRY);
+                    }
+                    Err(error) => return Err(error),
                 }
             }
             // Only the head keeps a timer on the holder's TTL; the others sleep until they
@@ -141,8 +177,7 @@ impl<'a> Acquisition<'a> {
                 // The wait is spent: one last try, in or out of turn.
                 return match self.attempt().await? {
                     Attempt::Granted(handle) => {
-                        let token = handle.fencing_token();
-                        subscription.leave_granted(Instant::now() + self.ttl(), token);
+                        subscription.leave_granted(Instant::now() + self.ttl());
                         Ok(handle)
                     }
                     Attempt::Held(held) => Err(self.held(Some(held), started)),
@@ -300,6 +335,7 @@ impl<'a> Acquisition<'a> {
             inner: Arc::clone(self.inner),
             name: self.name.to_owned(),
             owner: self.owner.clone(),
+            token,
             renewal,
             ttl: self.ttl(),
         };

@@ -13,7 +13,7 @@ use crate::connection::Health;
 use crate::error::{RedisFailure, Refusal};
 use crate::keys::KeyLayout;
 use crate::scripts::Scripts;
-use crate::subscriptions::Subscriptions;
+use crate::subscriptions::{ReleaseWake, Subscriptions};
 use crate::watchdog::Registry;
 
 #[derive(Debug)]
@@ -110,7 +110,8 @@ impl Inner {
         })
     }
 
-    /// Owner-checked release of `owner`'s lease on lock `name`.
+    /// Owner-checked release of `owner`'s lease on lock `name`; `token` is the grant's fencing
+    /// token when known (it lets this client recognise the echo of its own release message).
     ///
     /// # Errors
     /// [`LockError::ReleaseFailed`] when Redis did not confirm it.
@@ -118,6 +119,7 @@ impl Inner {
         &self,
         name: &str,
         owner: &str,
+        token: Option<u64>,
     ) -> Result<ReleaseOutcome, LockError> {
         let redis_key = self.keys.lock_key(name);
         let channel = self.keys.release_channel(name);
@@ -135,21 +137,22 @@ impl Inner {
         // now lets its attempt travel right behind the release — Redis runs one connection's
         // commands in order — so the lock changes hands in about one round trip instead of two.
         // Should the release not free the lock, that attempt just finds it held.
-        let (released, woken_early) = match futures::poll!(release.as_mut()) {
-            std::task::Poll::Ready(result) => (result, false),
+        // (Unless other clients wait too: then this client's waiters hear of the release by the
+        // release message, as theirs do.)
+        let (released, wake) = match futures::poll!(release.as_mut()) {
+            std::task::Poll::Ready(result) => (result, ReleaseWake::OnReply),
             std::task::Poll::Pending => {
-                self.subscriptions.released(&channel);
-                (release.await, true)
+                let wake = self.subscriptions.releasing(&channel, token);
+                (release.await, wake)
             }
         };
         let released: i64 = released.map_err(|e| LockError::ReleaseFailed {
             key: name.to_owned(),
             cause: Box::new(self.failure("release script", e)),
         })?;
-        Ok(if released == 1 {
-            if !woken_early {
-                self.subscriptions.released(&channel);
-            }
+        Ok(if released >= 1 {
+            let receivers = u64::try_from(released - 1).unwrap_or(0);
+            self.subscriptions.released(&channel, receivers, wake);
             ReleaseOutcome::Released
         } else {
             ReleaseOutcome::NotHeld
@@ -163,6 +166,7 @@ impl Inner {
         self: &Arc<Self>,
         name: String,
         owner: String,
+        token: Option<u64>,
         why: BackgroundRelease,
         ttl: Duration,
     ) {
@@ -175,7 +179,7 @@ impl Inner {
             let give_up = Instant::now() + ttl.min(BACKGROUND_RELEASE_RETRY);
             let mut delay = Duration::from_millis(100);
             let error = loop {
-                match inner.release(&name, &owner).await {
+                match inner.release(&name, &owner, token).await {
                     Ok(_) => return,
                     Err(error)
                         if RedisFailure::find(&error).is_some_and(|f| f.refusal().is_some())

@@ -14,6 +14,8 @@ pub(crate) struct RedisRelease {
     pub(crate) inner: Arc<Inner>,
     pub(crate) name: String,
     pub(crate) owner: String,
+    /// The grant's fencing token.
+    pub(crate) token: u64,
     /// The watchdog registration, for watchdog leases.
     pub(crate) renewal: Option<u64>,
     /// The key's TTL at grant: how long a background release is worth retrying.
@@ -32,7 +34,9 @@ impl RedisRelease {
 impl LeaseRelease for RedisRelease {
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
         self.stop_renewal();
-        self.inner.release(&self.name, &self.owner).await
+        self.inner
+            .release(&self.name, &self.owner, Some(self.token))
+            .await
     }
 
     fn release_in_background(self: Box<Self>) {
@@ -41,9 +45,10 @@ impl LeaseRelease for RedisRelease {
             inner,
             name,
             owner,
+            token,
             ttl,
             ..
         } = *self;
-        inner.release_in_background(name, owner, BackgroundRelease::Dropped, ttl);
+        inner.release_in_background(name, owner, Some(token), BackgroundRelease::Dropped, ttl);
     }
 }

@@ -61,10 +61,17 @@ struct Channel {
     /// lasts unless released (the next head's timer, instead of an attempt that would only find
     /// the lock held).
     granted_until: Option<Instant>,
-    /// The fencing token of the newest grant made to a waiter of this queue: a release message
-    /// with a lower token is about an older grant — usually one whose release already woke
-    /// the head — and wakes nobody.
-    newest_grant: u64,
+    /// Fencing tokens of this client's own recent releases of the lock (at most
+    /// [`OWN_RELEASES`]): it woke the head itself, so the release message that echoes one of
+    /// them wakes nobody.
+    own_releases: VecDeque<u64>,
+    /// Whether the last release by this client reached other clients' subscriptions too: then
+    /// the head is woken by the release message like their waiters, not ahead of them, so a busy
+    /// queue here cannot starve them.
+    others_waiting: bool,
+    /// The head woken early by this client's release in flight (see
+    /// [`Subscriptions::releasing`]).
+    early_head: Option<u64>,
     /// Whether the server has confirmed the subscription in the current generation.
     confirmed: watch::Sender<bool>,
     /// Pokes the driver: the last waiter left, or the connection was re-established.
@@ -84,7 +91,30 @@ impl Channel {
             head.wake.notify_one();
         }
     }
+
+    /// Wakes the head because the lock may be free now. Also drops the end of lease a granted
+    /// head left behind: a head woken both by its promotion and by the release of that grant
+    /// sees one wake-up (permits do not add up), and must then try rather than sleep on.
+    fn wake_head_to_try(&mut self) {
+        self.granted_until = None;
+        self.wake_head();
+    }
 }
+
+/// How this client's next waiter learns of a release by this client (see
+/// [`Subscriptions::releasing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseWake {
+    /// Woken as the release was sent.
+    Early,
+    /// Woken by the release message, like other clients' waiters.
+    ByMessage,
+    /// Woken when the reply confirms the release, if anyone waits by then.
+    OnReply,
+}
+
+/// Own release tokens remembered per channel, for recognising their echoes.
+const OWN_RELEASES: usize = 16;
 
 /// One waiter's place in a channel's queue; dropping it leaves the queue.
 #[derive(Debug)]
@@ -96,7 +126,6 @@ pub(crate) struct Subscription {
     confirmed: watch::Receiver<bool>,
     /// Whether the lock was granted to this waiter, for [`Drop`].
     granted_until: Option<Instant>,
-    granted_token: u64,
 }
 
 impl Subscription {
@@ -126,10 +155,9 @@ impl Subscription {
             .and_then(|c| c.granted_until.take())
     }
 
-    /// Leaves the queue after being granted the lock until `until`, with fencing token `token`.
-    pub(crate) fn leave_granted(mut self, until: Instant, token: u64) {
+    /// Leaves the queue after being granted the lock until `until`.
+    pub(crate) fn leave_granted(mut self, until: Instant) {
         self.granted_until = Some(until);
-        self.granted_token = token;
     }
 
     /// Waits until the server has confirmed the subscription, or `deadline`. Returns whether it
@@ -149,10 +177,11 @@ impl Drop for Subscription {
         };
         let was_head = channel.waiters.front().is_some_and(|w| w.id == self.id);
         channel.waiters.retain(|w| w.id != self.id);
-        channel.newest_grant = channel.newest_grant.max(self.granted_token);
         if channel.waiters.is_empty() {
             channel.granted_until = None;
-            channel.newest_grant = 0;
+            channel.own_releases.clear();
+            channel.others_waiting = false;
+            channel.early_head = None;
             channel.driver.notify_one();
         } else if was_head {
             // The next waiter takes over: it sleeps until this grant's lease ends or a release,
@@ -196,7 +225,9 @@ impl Subscriptions {
             let entry = Channel {
                 waiters: VecDeque::new(),
                 granted_until: None,
-                newest_grant: 0,
+                own_releases: VecDeque::new(),
+                others_waiting: false,
+                early_head: None,
                 confirmed: watch::Sender::new(false),
                 driver: Arc::default(),
             };
@@ -220,7 +251,6 @@ impl Subscriptions {
             wake,
             confirmed: entry.confirmed.subscribe(),
             granted_until: None,
-            granted_token: 0,
         }
     }
 
@@ -233,12 +263,61 @@ impl Subscriptions {
             .map_or(0, |c| c.waiters.len())
     }
 
-    /// Wakes the head of `channel`'s queue: this client released the lock, which it knows before
-    /// the release message comes back.
-    pub(crate) fn released(&self, channel: &str) {
-        if let Some(entry) = self.shared.channels().get(channel) {
-            entry.wake_head();
+    /// Called as this client sends the release of its grant with fencing token `token` (`None`
+    /// when unknown); says how this client's next waiter learns of it:
+    /// - nobody waits here: [`ReleaseWake::OnReply`];
+    /// - other clients were waiting at the last release: [`ReleaseWake::ByMessage`] — the head
+    ///   hears of it the way their waiters do, so a busy queue here cannot starve them;
+    /// - else [`ReleaseWake::Early`]: the head is woken now, and its attempt travels right behind
+    ///   the release; the token is remembered, so the release message echoing it wakes nobody.
+    pub(crate) fn releasing(&self, channel: &str, token: Option<u64>) -> ReleaseWake {
+        let mut channels = self.shared.channels();
+        let Some(entry) = channels.get_mut(channel).filter(|c| !c.waiters.is_empty()) else {
+            return ReleaseWake::OnReply;
+        };
+        // Only while this client's subscription is confirmed: the message must reach it.
+        if entry.others_waiting && *entry.confirmed.borrow() {
+            return ReleaseWake::ByMessage;
         }
+        if let Some(token) = token {
+            if entry.own_releases.len() == OWN_RELEASES {
+                entry.own_releases.pop_front();
+            }
+            entry.own_releases.push_back(token);
+        }
+        entry.early_head = entry.waiters.front().map(|w| w.id);
+        entry.wake_head_to_try();
+        ReleaseWake::Early
+    }
+
+    /// Called when this client's release freed the lock; `receivers` is how many clients got the
+    /// release message. Notes whether other clients are waiting, and wakes the head if
+    /// [`releasing`](Self::releasing) said [`ReleaseWake::OnReply`] (a waiter that queued
+    /// meanwhile).
+    pub(crate) fn released(&self, channel: &str, receivers: u64, wake: ReleaseWake) {
+        let mut channels = self.shared.channels();
+        let Some(entry) = channels.get_mut(channel) else {
+            return;
+        };
+        let confirmed = *entry.confirmed.borrow();
+        entry.others_waiting = receivers > u64::from(confirmed);
+        // The head woken early is still waiting: usually its attempt's reply is just behind this
+        // one, but if that attempt overtook the release (both were reloaded after a NOSCRIPT) it
+        // found the lock held, and the release's echo wakes nobody — so wake it once more (a
+        // permit it drops if it was granted).
+        let early_head = entry.early_head.take();
+        if wake == ReleaseWake::Early
+            && early_head.is_some()
+            && entry.waiters.front().map(|w| w.id) == early_head
+        {
+            entry.wake_head_to_try();
+        }
+        // A message this client may not hear (its subscription is being re-established) must
+        // not be the head's only wake-up.
+        if wake == ReleaseWake::OnReply || (wake == ReleaseWake::ByMessage && !confirmed) {
+            entry.wake_head_to_try();
+        }
+        tracing::trace!(%channel, receivers, confirmed, ?wake, "released");
     }
 
     /// The pub/sub connection.
@@ -327,12 +406,14 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                 retry = FIRST_RETRY;
                 // Compared under the lock the dispatcher bumps it under, so a reconnect cannot
                 // slip between the check and the confirmation.
-                let channels = shared.channels();
+                let mut channels = shared.channels();
                 if shared.generation.load(Ordering::SeqCst) == generation {
-                    let entry = &channels[&channel];
-                    entry.confirmed.send_replace(true);
-                    // Releases published before the confirmation were missed: have the head look.
-                    entry.wake_head();
+                    if let Some(entry) = channels.get_mut(&channel) {
+                        entry.confirmed.send_replace(true);
+                        // Releases published before the confirmation were missed: have the
+                        // head look.
+                        entry.wake_head_to_try();
+                    }
                 }
                 // Otherwise it was confirmed on a connection since replaced: subscribe again.
             }
@@ -389,20 +470,25 @@ async fn dispatch(
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let channels = shared.channels();
+        let mut channels = shared.channels();
         if matches!(event, Event::Reconnected) {
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         match event {
             Event::Message(channel, token) => {
-                if let Some(entry) = channels.get(&channel) {
-                    if token.is_none_or(|token| token >= entry.newest_grant) {
-                        entry.wake_head();
+                if let Some(entry) = channels.get_mut(&channel) {
+                    // The echo of this client's own release: the head was woken already.
+                    let own = token.and_then(|t| entry.own_releases.iter().position(|o| *o == t));
+                    match own {
+                        Some(i) => {
+                            entry.own_releases.remove(i);
+                        }
+                        None => entry.wake_head_to_try(),
                     }
                 }
             }
             // Messages may have been dropped: every head re-checks.
-            Event::WakeAll => channels.values().for_each(Channel::wake_head),
+            Event::WakeAll => channels.values_mut().for_each(Channel::wake_head_to_try),
             Event::Reconnected => {
                 for entry in channels.values() {
                     entry.confirmed.send_replace(false);

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -223,4 +224,72 @@ async fn the_next_waiter_wakes_when_the_previous_waiters_lease_ends_unreleased()
     second_handle.expect("the second waiter was not granted the expired lease");
     assert!(second_at - first_at >= short_lease - Duration::from_millis(50));
     assert!(!first_handle.is_held());
+}
+
+/// A client whose queue for a key never empties (tasks taking it in turns) must not starve
+/// another client's waiter: once a release shows other clients waiting, this client's head
+/// learns of releases by the release message, like theirs, instead of ahead of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_queue_on_one_client_does_not_starve_another_client() {
+    let redis = server().await;
+    let (busy, other) = (client(&redis).await, client(&redis).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (busy, stop, grants) = (busy.clone(), Arc::clone(&stop), Arc::clone(&grants));
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let Ok(handle) = busy
+                    .acquire_with(KEY, options(Duration::from_secs(60)))
+                    .await
+                else {
+                    continue;
+                };
+                grants.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let _ = handle.release().await;
+            }
+        }));
+    }
+    assert!(eventually(SLACK, || async { grants.load(Ordering::SeqCst) > 20 }).await);
+
+    let result = other
+        .acquire_with(KEY, options(Duration::from_secs(20)))
+        .await;
+    stop.store(true, Ordering::SeqCst);
+    let granted = result.is_ok();
+    drop(result);
+    all_served(tasks).await;
+    assert!(granted, "the other client's waiter starved for 20 s");
+}
+
+/// Queued waiters have chosen to wait: a Redis outage shorter than their wait does not fail
+/// them (one after the other, as each head's attempt failed and woke the next); they retry and
+/// are granted once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiters_outlive_a_short_outage() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("lock_redis=trace,fred=off")
+        .with_test_writer()
+        .try_init();
+    let mut redis = server().await;
+    let lock = client(&redis).await;
+    let held = lock.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let tasks = queue_waiters(&lock, 0..3, &order).await;
+    assert!(one_subscriber(&redis, &lock.release_channel(KEY)).await);
+
+    redis.kill().await.unwrap();
+    // The holder lets go while Redis is down: the release fails, and wakes the head, whose
+    // attempt fails too.
+    assert!(held.release().await.is_err());
+    // Back after a while, empty (no persistence): the lock is free.
+    let down_until = Instant::now() + Duration::from_secs(3);
+    tokio::time::sleep_until(down_until).await;
+    redis.restart().await.unwrap();
+
+    // Each waiter panics if its acquisition fails; all are served within their 60 s wait.
+    all_served(tasks).await;
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
 }

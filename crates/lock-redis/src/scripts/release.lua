@@ -6,13 +6,15 @@
 -- ARGV[2]  the release channel (same hash tag as the key)
 -- ARGV[3]  the tombstone TTL in milliseconds
 --
--- Returns 1 if this owner held the lock (now released, waiters notified), 0 if not (expired, or
--- held by another owner: then nothing is touched).
+-- Returns 1 + the number of clients that received the release message if this owner held the
+-- lock (now released, waiters notified) — at least 1 —, and 0 if not (expired, or held by another
+-- owner: then nothing is touched). The receivers tell the releasing client whether other
+-- clients are waiting for the lock.
 --
 -- Instead of deleting the key it leaves a tombstone "R|<token>|<owner>" for ARGV[3] ms. The
 -- tombstone keeps the fencing token counting up, and makes the script idempotent: a re-sent copy
 -- finds its own tombstone — or, if a waiter took the key in between, its owner token as the new
--- grant's previous owner — and reports the first outcome (1) without publishing again.
+-- grant's previous owner — and reports "released" (1) without publishing again.
 --
 -- allow-oom: a release must work when Redis is at maxmemory (noeviction); the tombstone takes the
 -- place of the held value, so it needs no more memory.
@@ -34,5 +36,4 @@ if state == 'R' then
   return 1
 end
 redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner, 'PX', ARGV[3])
-redis.call('SPUBLISH', ARGV[2], token)
-return 1
+return 1 + redis.call('SPUBLISH', ARGV[2], token)
