@@ -9,7 +9,7 @@ use fred::types::ClusterHash;
 use lock_core::{AcquireFailure, Lease, LeaseState, LockError, LockHandle};
 use tokio::time::Instant;
 
-use crate::error::RedisFailure;
+use crate::error::{RedisFailure, Refusal};
 use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
 
@@ -33,6 +33,11 @@ fn is_transient(error: &LockError) -> bool {
             RedisFailure::Unreachable { .. }
                 | RedisFailure::Command { .. }
                 | RedisFailure::Timeout { .. }
+        ) || matches!(
+            // Redis busy with a script, loading its data set, demoted mid-failover, or cut off
+            // from its master: each passes.
+            failure.refusal(),
+            Some(Refusal::Busy | Refusal::Loading | Refusal::ReadOnly | Refusal::MasterDown)
         )
     })
 }
@@ -162,7 +167,11 @@ impl<'a> Acquisition<'a> {
                         wake_at = Instant::now() + retry;
                         retry = (retry * 2).min(MAX_RETRY);
                     }
-                    Err(error) => return Err(error),
+                    Err(error) => {
+                        // The next waiter backs off before trying: Redis just failed this one.
+                        subscription.leave_failed(Instant::now() + FIRST_RETRY);
+                        return Err(error);
+                    }
                 }
             }
             // Only the head keeps a timer on the holder's TTL; the others sleep until they

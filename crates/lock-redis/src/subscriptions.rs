@@ -160,6 +160,12 @@ impl Subscription {
         self.granted_until = Some(until);
     }
 
+    /// Leaves the queue after Redis failed this waiter's attempt: the next head waits until
+    /// `retry_at` (or a release) before trying, rather than meeting the same failure at once.
+    pub(crate) fn leave_failed(mut self, retry_at: Instant) {
+        self.granted_until = Some(retry_at);
+    }
+
     /// Waits until the server has confirmed the subscription, or `deadline`. Returns whether it
     /// is confirmed.
     pub(crate) async fn confirmed_by(&mut self, deadline: Instant) -> bool {
