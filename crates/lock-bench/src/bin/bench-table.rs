@@ -80,6 +80,7 @@ fn watchdog_table(text: &str) -> Option<String> {
         .find(|v| v["scenario"] == "watchdog" && v.get("error").is_none_or(Value::is_null))?;
     let field = |name: &str| match &line[name] {
         Value::Null => "–".to_owned(),
+        Value::String(text) => text.clone(),
         value => value.to_string(),
     };
     Some(format!(
