@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
+use common::{Rng, SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
@@ -21,23 +21,6 @@ const ACQUISITIONS: usize = 1000;
 /// Far longer than the checks below wait: a grant left behind by a cancelled acquisition would
 /// still be held (by nobody) when they look.
 const LONG_LEASE: Duration = Duration::from_secs(60);
-
-/// xorshift64*: seeded, no extra dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.below(hi - lo + 1))
-    }
-}
 
 /// DROP_SAFETY_SEED=<n> replays a run; otherwise a fresh seed, printed.
 fn seed() -> u64 {

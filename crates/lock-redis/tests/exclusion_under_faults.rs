@@ -14,30 +14,13 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{SLACK, eventually, server};
+use common::{Rng, SLACK, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
 const KEYS: [&str; 2] = ["excl:a", "excl:{b}%"];
-
-/// xorshift64*: deterministic per task, no extra dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.below(hi - lo + 1))
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Hold {

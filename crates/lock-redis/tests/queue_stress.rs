@@ -10,26 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{SLACK, client, eventually, server};
+use common::{Rng, SLACK, client, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::RedisLock;
 use tokio::time::Instant;
 
 const KEY: &str = "queue-stress";
 const LONG: Duration = Duration::from_secs(120);
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 async fn worker(
     lock: RedisLock,

@@ -106,3 +106,26 @@ pub async fn one_subscriber(redis: &RedisServer, channel: &str) -> bool {
 pub fn redis_failure(error: &LockError) -> &RedisFailure {
     RedisFailure::find(error).unwrap_or_else(|| panic!("no RedisFailure behind {error:?}"))
 }
+
+/// xorshift64*: a seeded random number generator for tests, no extra dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A duration of `lo..=hi` milliseconds.
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+}
