@@ -158,10 +158,11 @@ impl<'a> Acquisition<'a> {
                         wake_at = held.ttl.map_or(deadline, |ttl| deadline.min(now + ttl));
                         retry = FIRST_RETRY;
                     }
-                    // A queued waiter has chosen to wait: a Redis that is briefly unreachable or
-                    // slow is retried (100 ms doubling to 1 s) until the wait is spent, rather
-                    // than failing this waiter — and, one after the other, every waiter behind
-                    // it. Refusals and other errors end the wait at once.
+                    // A queued waiter has chosen to wait: a Redis that is briefly unreachable,
+                    // slow or refusing for a passing reason (`is_transient`) is retried (100 ms
+                    // doubling to 1 s) until the wait is spent, rather than failing this waiter
+                    // — and, one after the other, every waiter behind it. Other errors end the
+                    // wait at once.
                     Err(error) if is_transient(&error) && Instant::now() + retry < deadline => {
                         tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "queued waiter retrying");
                         wake_at = Instant::now() + retry;
