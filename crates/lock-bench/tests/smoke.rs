@@ -25,6 +25,8 @@ fn lock_bench(args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// The peers' field order (../shared/peers/harness.py), stated here on purpose rather than taken
+/// from lock-bench: the test checks the binary against the peers' schema, not against itself.
 const PEER_FIELDS: [&str; 15] = [
     "impl",
     "scenario",

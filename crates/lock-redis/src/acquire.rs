@@ -147,7 +147,7 @@ impl<'a> Acquisition<'a> {
             if try_now {
                 match self.attempt().await {
                     Ok(Attempt::Granted(handle)) => {
-                        subscription.leave_granted(Instant::now() + self.ttl());
+                        subscription.leave_next_try_at(Instant::now() + self.ttl());
                         return Ok(handle);
                     }
                     Ok(Attempt::Held(held)) => {
@@ -170,7 +170,7 @@ impl<'a> Acquisition<'a> {
                     }
                     Err(error) => {
                         // The next waiter backs off before trying: Redis just failed this one.
-                        subscription.leave_failed(Instant::now() + FIRST_RETRY);
+                        subscription.leave_next_try_at(Instant::now() + FIRST_RETRY);
                         return Err(error);
                     }
                 }
@@ -187,7 +187,7 @@ impl<'a> Acquisition<'a> {
                 // The wait is spent: one last try, in or out of turn.
                 return match self.attempt().await? {
                     Attempt::Granted(handle) => {
-                        subscription.leave_granted(Instant::now() + self.ttl());
+                        subscription.leave_next_try_at(Instant::now() + self.ttl());
                         Ok(handle)
                     }
                     Attempt::Held(held) => Err(self.held(Some(held), started)),
@@ -195,12 +195,13 @@ impl<'a> Acquisition<'a> {
             }
             let is_head = subscription.is_head();
             // Taken by every head, so a later wake-up never finds an old one.
-            let granted_until = is_head.then(|| subscription.take_granted_until()).flatten();
+            let next_try_at = is_head.then(|| subscription.take_next_try_at()).flatten();
             try_now = is_head;
-            if let Some(until) = granted_until.filter(|_| !was_head) {
-                // Just became the head after a head that was granted the lock: no point trying
-                // before that lease ends or is released.
-                wake_at = deadline.min(until);
+            if let Some(at) = next_try_at.filter(|_| !was_head) {
+                // Just became the head after one that was granted the lock (or that Redis
+                // failed): no point trying before its lease ends (its back-off passes) or a
+                // release comes.
+                wake_at = deadline.min(at);
                 try_now = false;
             }
         }

@@ -57,10 +57,10 @@ struct Shared {
 struct Channel {
     /// The waiters in arrival order; the front one is the head.
     waiters: VecDeque<Waiter>,
-    /// Left by a head that was granted the lock, for the next head: until when the lease it got
-    /// lasts unless released (the next head's timer, instead of an attempt that would only find
-    /// the lock held).
-    granted_until: Option<Instant>,
+    /// Left by a head that left with the lock or after a failure, for the next head: no point
+    /// trying before then unless a release comes first — the end of the lease it got, or a short
+    /// back-off after Redis failed it.
+    next_try_at: Option<Instant>,
     /// Fencing tokens of this client's own recent releases of the lock (at most
     /// [`OWN_RELEASES`]): it woke the head itself, so the release message that echoes one of
     /// them wakes nobody.
@@ -92,11 +92,11 @@ impl Channel {
         }
     }
 
-    /// Wakes the head because the lock may be free now. Also drops the end of lease a granted
-    /// head left behind: a head woken both by its promotion and by the release of that grant
-    /// sees one wake-up (permits do not add up), and must then try rather than sleep on.
+    /// Wakes the head because the lock may be free now. Also drops the `next_try_at` the head
+    /// before it left: a head woken both by its promotion and by the release of that grant sees
+    /// one wake-up (permits do not add up), and must then try rather than sleep on.
     fn wake_head_to_try(&mut self) {
-        self.granted_until = None;
+        self.next_try_at = None;
         self.wake_head();
     }
 }
@@ -124,8 +124,8 @@ pub(crate) struct Subscription {
     id: u64,
     wake: Arc<Notify>,
     confirmed: watch::Receiver<bool>,
-    /// Whether the lock was granted to this waiter, for [`Drop`].
-    granted_until: Option<Instant>,
+    /// Handed to the next head on [`Drop`] (see [`Channel::next_try_at`]).
+    next_try_at: Option<Instant>,
 }
 
 impl Subscription {
@@ -146,24 +146,20 @@ impl Subscription {
             .is_some_and(|w| w.id == self.id)
     }
 
-    /// Takes what the previous head left when it was granted the lock: until when its lease
-    /// lasts. `None` when it left without the lock (the lock may be free: try it).
-    pub(crate) fn take_granted_until(&self) -> Option<Instant> {
+    /// Takes what the previous head left: when to try at the earliest. `None` when it was
+    /// cancelled or timed out (the release that woke it may be unconsumed: try now).
+    pub(crate) fn take_next_try_at(&self) -> Option<Instant> {
         self.shared
             .channels()
             .get_mut(&self.channel)
-            .and_then(|c| c.granted_until.take())
+            .and_then(|c| c.next_try_at.take())
     }
 
-    /// Leaves the queue after being granted the lock until `until`.
-    pub(crate) fn leave_granted(mut self, until: Instant) {
-        self.granted_until = Some(until);
-    }
-
-    /// Leaves the queue after Redis failed this waiter's attempt: the next head waits until
-    /// `retry_at` (or a release) before trying, rather than meeting the same failure at once.
-    pub(crate) fn leave_failed(mut self, retry_at: Instant) {
-        self.granted_until = Some(retry_at);
+    /// Leaves the queue telling the next head not to try before `at` unless a release comes
+    /// first: the end of the lease this waiter was granted, or a back-off after Redis failed
+    /// its attempt (rather than the next head meeting the same failure at once).
+    pub(crate) fn leave_next_try_at(mut self, at: Instant) {
+        self.next_try_at = Some(at);
     }
 
     /// Waits until the server has confirmed the subscription, or `deadline`. Returns whether it
@@ -184,16 +180,16 @@ impl Drop for Subscription {
         let was_head = channel.waiters.front().is_some_and(|w| w.id == self.id);
         channel.waiters.retain(|w| w.id != self.id);
         if channel.waiters.is_empty() {
-            channel.granted_until = None;
+            channel.next_try_at = None;
             channel.own_releases.clear();
             channel.others_waiting = false;
             channel.early_head = None;
             channel.driver.notify_one();
         } else if was_head {
-            // The next waiter takes over: it sleeps until this grant's lease ends or a release,
-            // or — when this head left without the lock — tries at once, since the release that
-            // woke this one may be unconsumed.
-            channel.granted_until = self.granted_until;
+            // The next waiter takes over: it sleeps until `next_try_at` or a release, or — when
+            // this head was cancelled or timed out — tries at once, since the release that woke
+            // this one may be unconsumed.
+            channel.next_try_at = self.next_try_at;
             channel.wake_head();
         }
     }
@@ -230,7 +226,7 @@ impl Subscriptions {
         let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
             let entry = Channel {
                 waiters: VecDeque::new(),
-                granted_until: None,
+                next_try_at: None,
                 own_releases: VecDeque::new(),
                 others_waiting: false,
                 early_head: None,
@@ -256,7 +252,7 @@ impl Subscriptions {
             id,
             wake,
             confirmed: entry.confirmed.subscribe(),
-            granted_until: None,
+            next_try_at: None,
         }
     }
 
@@ -307,20 +303,22 @@ impl Subscriptions {
         };
         let confirmed = *entry.confirmed.borrow();
         entry.others_waiting = receivers > u64::from(confirmed);
-        // The head woken early is still waiting: usually its attempt's reply is just behind this
-        // one, but if that attempt overtook the release (both were reloaded after a NOSCRIPT) it
-        // found the lock held, and the release's echo wakes nobody — so wake it once more (a
-        // permit it drops if it was granted).
         let early_head = entry.early_head.take();
-        if wake == ReleaseWake::Early
-            && early_head.is_some()
-            && entry.waiters.front().map(|w| w.id) == early_head
-        {
-            entry.wake_head_to_try();
-        }
-        // A message this client may not hear (its subscription is being re-established) must
-        // not be the head's only wake-up.
-        if wake == ReleaseWake::OnReply || (wake == ReleaseWake::ByMessage && !confirmed) {
+        let wake_again = match wake {
+            // A waiter may have queued meanwhile.
+            ReleaseWake::OnReply => true,
+            // A message this client may not hear (its subscription is being re-established)
+            // must not be the head's only wake-up.
+            ReleaseWake::ByMessage => !confirmed,
+            // The head woken early is still waiting: usually its attempt's reply is just behind
+            // this one, but if that attempt overtook the release (both reloaded after a
+            // NOSCRIPT) it found the lock held, and the release's echo wakes nobody — so wake it
+            // once more (a permit it drops if it was granted).
+            ReleaseWake::Early => {
+                early_head.is_some() && entry.waiters.front().map(|w| w.id) == early_head
+            }
+        };
+        if wake_again {
             entry.wake_head_to_try();
         }
         tracing::trace!(%channel, receivers, confirmed, ?wake, "released");
