@@ -73,6 +73,15 @@ pub enum AcquireFailure {
         /// How long this call waited before giving up.
         waited: Duration,
     },
+    /// A fair acquisition's wait was spent while earlier fair waiters were still queued ahead of
+    /// it (the lock itself may have been free at that moment). See [`crate::AcquireOptions::fair`].
+    #[error("{ahead} earlier fair waiter(s) still queued ahead after waiting {}", fmt_ms(*.waited))]
+    WaitersAhead {
+        /// How many fair waiters were queued ahead of this one, as last seen.
+        ahead: u64,
+        /// How long this call waited before giving up.
+        waited: Duration,
+    },
     /// The backend could not be reached, timed out, or answered with an error. Whether the lock is
     /// held by anyone is unknown; any grant this call may have caused has been released.
     #[error("backend unavailable: {cause}")]
@@ -102,11 +111,12 @@ pub enum AcquireFailure {
 }
 
 impl AcquireFailure {
-    /// The stable `reason` value of the details map: `held_by_another_owner`,
+    /// The stable `reason` value of the details map: `held_by_another_owner`, `waiters_ahead`,
     /// `backend_unavailable`, `replication_unconfirmed` or `lease_expired_before_grant`.
     pub const fn reason(&self) -> &'static str {
         match self {
             AcquireFailure::HeldByAnotherOwner { .. } => "held_by_another_owner",
+            AcquireFailure::WaitersAhead { .. } => "waiters_ahead",
             AcquireFailure::BackendUnavailable { .. } => "backend_unavailable",
             AcquireFailure::ReplicationUnconfirmed { .. } => "replication_unconfirmed",
             AcquireFailure::LeaseExpiredBeforeGrant { .. } => "lease_expired_before_grant",
@@ -214,7 +224,7 @@ impl LockError {
     /// A details map for problem bodies and structured logs. Keys are camelCase and stable:
     /// `code`, `lockKey`, `reason` (see [`AcquireFailure::reason`], or `release_failed`,
     /// `invalid_key`, `invalid_argument`, `disabled`), and where known `holder`, `holderTtlMs`,
-    /// `waitedMs`, `requiredReplicas`, `acknowledgedReplicas`, `argument`, `message`.
+    /// `waitedMs`, `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`, `argument`, `message`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::new();
         details.insert("code", self.code().as_str().to_owned());
@@ -234,6 +244,10 @@ impl LockError {
                     if let Some(ttl) = ttl {
                         details.insert("holderTtlMs", ttl.as_millis().to_string());
                     }
+                    details.insert("waitedMs", waited.as_millis().to_string());
+                }
+                if let AcquireFailure::WaitersAhead { ahead, waited } = reason {
+                    details.insert("waitersAhead", ahead.to_string());
                     details.insert("waitedMs", waited.as_millis().to_string());
                 }
                 if let AcquireFailure::ReplicationUnconfirmed {

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+#[cfg(doc)]
+use crate::error::AcquireFailure;
 use crate::error::LockError;
 use crate::handle::{LockHandle, ReleaseOutcome};
 use crate::lease::Lease;
@@ -18,17 +20,26 @@ use crate::lease::Lease;
 ///
 /// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO);
 /// assert_eq!(opts.wait_time(), Some(Duration::ZERO));
+///
+/// // Apply one entity's change events in the order their consumers asked for the lock.
+/// let ordered = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30)).fair();
+/// assert!(ordered.is_fair());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AcquireOptions {
     lease: Lease,
     wait: Option<Duration>,
+    fair: bool,
 }
 
 impl AcquireOptions {
     /// Options with this lease and the lock's configured wait time.
     pub fn new(lease: Lease) -> Self {
-        AcquireOptions { lease, wait: None }
+        AcquireOptions {
+            lease,
+            wait: None,
+            fair: false,
+        }
     }
 
     /// Overrides the configured wait time for this call: how long to wait for a held lock, from 0
@@ -36,6 +47,29 @@ impl AcquireOptions {
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
+    }
+
+    /// Asks for a *fair* acquisition: among the fair acquisitions of a key, the lock is granted
+    /// in the order they asked for it, across all clients and processes (first in, first out).
+    /// Use it when the order of the work matters, e.g. applying one entity's change events.
+    ///
+    /// A fair waiter holds a place in the key's queue while it waits. A waiter that gives up,
+    /// fails or is dropped leaves the queue at once; one whose process dies is evicted by the
+    /// backend within a bounded time (for Redis: the fair waiter timeout, 5 s by default), so a
+    /// dead waiter never blocks the queue for longer. The wait time is honoured as for any
+    /// acquisition. With a wait of zero, a fair acquisition is granted only when the lock is free
+    /// and no fair waiter is queued.
+    ///
+    /// Fairness holds among fair acquisitions: a non-fair acquisition of the same key may still
+    /// take a free lock ahead of the queue. Use one mode per key.
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// Whether this is a fair acquisition (see [`fair`](AcquireOptions::fair)).
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// The lease to request.
@@ -98,6 +132,11 @@ impl AcquireOptions {
 ///   grant it may have caused is released (owner-checked) in the background.
 /// - **Validation.** Bad keys and durations are rejected before any backend call, with
 ///   `LOCK_INVALID_ARGUMENT`.
+/// - **Fairness.** Acquisitions with [`AcquireOptions::fair`] are granted in the order they
+///   asked, among the fair acquisitions of a key, across clients; a fair waiter that dies is
+///   evicted from the queue within a bounded, documented time, and one that gives up or is
+///   dropped leaves it at once. A fair acquisition that finds the lock free but earlier fair
+///   waiters queued is not granted ([`AcquireFailure::WaitersAhead`] when its wait is spent).
 /// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`] scope, an acquisition of the same
 ///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
 ///   re-enters: it returns at once with a nested handle on the held lease

@@ -1,6 +1,6 @@
 //! An in-process [`DistributedLock`] for unit tests and single-process development.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -51,6 +51,10 @@ struct Shared {
     /// `in-memory:<n>`: each lock table is its own lock space.
     namespace: String,
     table: Mutex<HashMap<String, Entry>>,
+    /// The queued fair waiters of each key, by ticket, in arrival order. Locked before `table`
+    /// when both are needed.
+    queues: Mutex<HashMap<String, VecDeque<u64>>>,
+    next_ticket: AtomicU64,
     released: Notify,
     next_fencing_token: AtomicU64,
     owners: OwnerTokens,
@@ -81,6 +85,8 @@ impl InMemoryLock {
             shared: Arc::new(Shared {
                 namespace: format!("in-memory:{}", NEXT_TABLE.fetch_add(1, Ordering::Relaxed)),
                 table: Mutex::new(HashMap::new()),
+                queues: Mutex::new(HashMap::new()),
+                next_ticket: AtomicU64::new(1),
                 released: Notify::new(),
                 next_fencing_token: AtomicU64::new(1),
                 owners: OwnerTokens::new("in-memory").expect("valid instance id"),
@@ -114,6 +120,16 @@ impl InMemoryLock {
             .values()
             .filter(|e| e.is_live(now))
             .count()
+    }
+
+    /// The live holder of `key`, if any, and when its lease expires.
+    fn holder(&self, key: &str) -> Option<(String, Option<Instant>)> {
+        let now = Instant::now();
+        self.shared
+            .table()
+            .get(key)
+            .filter(|e| e.is_live(now))
+            .map(|e| (e.owner.clone(), e.expires_at))
     }
 
     fn try_grant(&self, key: &str, lease: Lease) -> Result<LockHandle, (String, Option<Instant>)> {
@@ -162,6 +178,21 @@ impl Shared {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn queues(&self) -> MutexGuard<'_, HashMap<String, VecDeque<u64>>> {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many fair waiters of `key` are queued ahead of `ticket` (all of them for a ticket not
+    /// queued).
+    fn waiters_ahead(&self, key: &str, ticket: u64) -> usize {
+        self.queues().get(key).map_or(0, |queue| {
+            queue
+                .iter()
+                .position(|t| *t == ticket)
+                .unwrap_or(queue.len())
+        })
+    }
+
     fn release(&self, key: &str, owner: &str) -> ReleaseOutcome {
         let now = Instant::now();
         let mut table = self.table();
@@ -192,6 +223,9 @@ impl DistributedLock for InMemoryLock {
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
         let wait = options.wait_time().unwrap_or(self.wait_time);
+        if options.is_fair() {
+            return self.acquire_fair(key, options.lease(), wait).await;
+        }
         let started = Instant::now();
         let deadline = started + wait;
         loop {
@@ -221,6 +255,101 @@ impl DistributedLock for InMemoryLock {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
+    }
+}
+
+impl InMemoryLock {
+    /// A fair acquisition: granted only to the front of the key's queue of fair waiters.
+    async fn acquire_fair(
+        &self,
+        key: &str,
+        lease: Lease,
+        wait: Duration,
+    ) -> Result<LockHandle, LockError> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        // A zero wait never joins: it is granted only if nobody is queued.
+        let _place = (!wait.is_zero()).then(|| QueuePlace::join(&self.shared, key, ticket));
+        loop {
+            let notified = self.shared.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let ahead = self.shared.waiters_ahead(key, ticket);
+            let held = if ahead == 0 {
+                match self.try_grant(key, lease) {
+                    Ok(handle) => return Ok(handle),
+                    Err(held) => Some(held),
+                }
+            } else {
+                self.holder(key)
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                let waited = now - started;
+                let reason = match held {
+                    Some((holder, expires_at)) => AcquireFailure::HeldByAnotherOwner {
+                        holder,
+                        ttl: expires_at.map(|at| at.saturating_duration_since(now)),
+                        waited,
+                    },
+                    None => AcquireFailure::WaitersAhead {
+                        ahead: ahead as u64,
+                        waited,
+                    },
+                };
+                return Err(LockError::AcquisitionFailed {
+                    key: key.to_owned(),
+                    reason,
+                });
+            }
+            // Only the front waiter watches the holder's expiry; the others wait for it to leave.
+            let wake_at = held
+                .filter(|_| ahead == 0)
+                .and_then(|(_, expires_at)| expires_at)
+                .map_or(deadline, |at| at.min(deadline));
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+}
+
+/// A fair waiter's place in its key's queue; dropping it (granted, given up, or the future
+/// dropped) leaves the queue and wakes the others, one of which may now be at the front.
+struct QueuePlace {
+    shared: Arc<Shared>,
+    key: String,
+    ticket: u64,
+}
+
+impl QueuePlace {
+    fn join(shared: &Arc<Shared>, key: &str, ticket: u64) -> Self {
+        shared
+            .queues()
+            .entry(key.to_owned())
+            .or_default()
+            .push_back(ticket);
+        QueuePlace {
+            shared: Arc::clone(shared),
+            key: key.to_owned(),
+            ticket,
+        }
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        let mut queues = self.shared.queues();
+        if let Some(queue) = queues.get_mut(&self.key) {
+            queue.retain(|t| *t != self.ticket);
+            if queue.is_empty() {
+                queues.remove(&self.key);
+            }
+        }
+        drop(queues);
+        self.shared.released.notify_waiters();
     }
 }
 
@@ -267,6 +396,54 @@ mod tests {
         let (waited, second) = waiter.await.unwrap();
         assert!(waited < Duration::from_secs(2), "{waited:?}");
         assert!(second > first);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fair_waiters_are_granted_in_arrival_order_and_leave_no_queue() {
+        let lock = InMemoryLock::new();
+        let held = lock.acquire("k", Lease::Watchdog).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..5 {
+            let (client, order) = (lock.clone(), Arc::clone(&order));
+            waiters.push(tokio::spawn(async move {
+                let options = AcquireOptions::new(Lease::Watchdog)
+                    .wait(Duration::from_secs(60))
+                    .fair();
+                let handle = client.acquire_with("k", options).await.unwrap();
+                order.lock().unwrap().push(i);
+                assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+            }));
+            // Each waiter queues before the next one starts.
+            while lock.shared.queues().get("k").map_or(0, VecDeque::len) < i + 1 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait(Duration::ZERO)
+            .fair();
+        let err = lock.acquire_with("k", options).await.unwrap_err();
+        assert_eq!(err.details()["reason"], "held_by_another_owner");
+        assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+        assert!(lock.shared.queues().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fair_try_is_refused_while_waiters_are_queued_even_when_the_lock_is_free() {
+        let lock = InMemoryLock::new();
+        let _place = QueuePlace::join(&lock.shared, "k", u64::MAX);
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait(Duration::ZERO)
+            .fair();
+        let err = lock.acquire_with("k", options).await.unwrap_err();
+        assert_eq!(err.details()["reason"], "waiters_ahead");
+        assert_eq!(err.details()["waitersAhead"], "1");
+        // A non-fair acquisition barges in.
+        assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
