@@ -13,6 +13,10 @@ use crate::error::{RedisFailure, Refusal};
 use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
 
+mod fair;
+
+pub(crate) use fair::FairCall;
+
 /// First delay before a queued waiter retries after Redis was unreachable or slow; doubles up to
 /// [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -50,7 +54,10 @@ struct Holder {
 
 enum Attempt {
     Granted(LockHandle),
-    Held(Holder),
+    /// Held by another owner; for a fair acquisition also how many fair waiters are ahead.
+    Held(Holder, u64),
+    /// Fair acquisitions only: the lock is free, but this many earlier fair waiters come first.
+    WaitersAhead(u64),
 }
 
 /// One acquisition of one key under one owner token.
@@ -60,16 +67,25 @@ enum Attempt {
 /// (an error, a timeout, or the caller dropping the future) releases the owner token in the
 /// background. The token is unique to this acquisition, so that release can only ever free a
 /// grant made for it.
+///
+/// A fair acquisition also holds a place in the key's queue in Redis while `queued`; dropping
+/// it in that state takes the place out in the background.
 pub(crate) struct Acquisition<'a> {
     inner: &'a Arc<Inner>,
     name: &'a str,
     owner: String,
     lease: Lease,
+    fair: bool,
     outcome_unknown: bool,
+    queued: bool,
 }
 
 impl Drop for Acquisition<'_> {
     fn drop(&mut self) {
+        if self.queued {
+            self.inner
+                .leave_queue_in_background(self.name.to_owned(), self.owner.clone());
+        }
         if self.outcome_unknown {
             tracing::debug!(lock_key = self.name, owner = %self.owner, "releasing a grant of unknown outcome");
             self.inner.release_in_background(
@@ -92,13 +108,15 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    pub(crate) fn new(inner: &'a Arc<Inner>, name: &'a str, lease: Lease) -> Self {
+    pub(crate) fn new(inner: &'a Arc<Inner>, name: &'a str, lease: Lease, fair: bool) -> Self {
         Acquisition {
             inner,
             name,
             owner: inner.owners.next_token(),
             lease,
+            fair,
             outcome_unknown: false,
+            queued: false,
         }
     }
 
@@ -109,7 +127,12 @@ impl<'a> Acquisition<'a> {
     /// runs out, whichever comes first, and tries again, until `wait` is spent. When this client
     /// already has waiters on the key, a new acquisition joins the end of the queue without
     /// trying first, so they are served in order.
+    ///
+    /// A fair acquisition waits in the key's queue in Redis instead (see `fair.rs`).
     pub(crate) async fn run(&mut self, wait: Duration) -> Result<LockHandle, LockError> {
+        if self.fair {
+            return self.run_fair(wait).await;
+        }
         let started = Instant::now();
         let deadline = started + wait;
         let channel = self.inner.keys.release_channel(self.name);
@@ -117,7 +140,8 @@ impl<'a> Acquisition<'a> {
         if wait.is_zero() || self.inner.subscriptions.waiters(&channel) == 0 {
             match self.attempt().await? {
                 Attempt::Granted(handle) => return Ok(handle),
-                Attempt::Held(held) => holder = Some(held),
+                Attempt::Held(held, _) => holder = Some(held),
+                Attempt::WaitersAhead(_) => unreachable!("only fair acquisitions queue"),
             }
             if Instant::now() >= deadline {
                 return Err(self.held(holder, started));
@@ -150,7 +174,8 @@ impl<'a> Acquisition<'a> {
                         subscription.leave_next_try_at(Instant::now() + self.ttl());
                         return Ok(handle);
                     }
-                    Ok(Attempt::Held(held)) => {
+                    Ok(Attempt::WaitersAhead(_)) => unreachable!("only fair acquisitions queue"),
+                    Ok(Attempt::Held(held, _)) => {
                         let now = Instant::now();
                         if now >= deadline {
                             return Err(self.held(Some(held), started));
@@ -190,7 +215,8 @@ impl<'a> Acquisition<'a> {
                         subscription.leave_next_try_at(Instant::now() + self.ttl());
                         Ok(handle)
                     }
-                    Attempt::Held(held) => Err(self.held(Some(held), started)),
+                    Attempt::Held(held, _) => Err(self.held(Some(held), started)),
+                    Attempt::WaitersAhead(_) => unreachable!("only fair acquisitions queue"),
                 };
             }
             let is_head = subscription.is_head();
@@ -228,6 +254,12 @@ impl<'a> Acquisition<'a> {
 
     /// One run of the acquire script: exactly one round trip when the scripts are loaded.
     async fn attempt(&mut self) -> Result<Attempt, LockError> {
+        self.call(None).await
+    }
+
+    /// One run of the acquire script, or of the fair acquire script with `fair`: how to treat
+    /// the queue, and how long the place in it is kept without another call.
+    async fn call(&mut self, fair: Option<(FairCall, Duration)>) -> Result<Attempt, LockError> {
         let ttl_ms = self
             .lease
             .ttl(self.inner.config.watchdog_timeout)
@@ -235,19 +267,44 @@ impl<'a> Acquisition<'a> {
             .max(1);
         let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(u64::MAX));
         let redis_key = self.inner.keys.lock_key(self.name);
-        let args: Vec<Value> = vec![
+        let mut args: Vec<Value> = vec![
             self.owner.as_str().into(),
             i64::try_from(ttl_ms).unwrap_or(i64::MAX).into(),
         ];
         let sent = Instant::now();
         self.outcome_unknown = true;
-        let reply: Vec<Value> = self
-            .inner
-            .scripts
-            .acquire
-            .evalsha_with_reload(&self.inner.client, redis_key.as_str(), args)
-            .await
-            .map_err(|e| self.failed(self.inner.failure("acquire script", e)))?;
+        let reply = match fair {
+            None => {
+                self.inner
+                    .scripts
+                    .acquire
+                    .evalsha_with_reload(&self.inner.client, redis_key.as_str(), args)
+                    .await
+            }
+            Some((call, place_ttl)) => {
+                let place_ms = i64::try_from(place_ttl.as_millis()).unwrap_or(i64::MAX);
+                args.extend([place_ms.max(1).into(), call.as_str().into()]);
+                // Queued (maybe) from here until a reply says otherwise.
+                self.queued |= call == FairCall::Wait;
+                self.inner
+                    .scripts
+                    .fair_acquire
+                    .evalsha_with_reload(
+                        &self.inner.client,
+                        self.inner.keys.fair_keys(self.name),
+                        args,
+                    )
+                    .await
+            }
+        };
+        let reply: Vec<Value> =
+            reply.map_err(|e| self.failed(self.inner.failure("acquire script", e)))?;
+        // The reply tells where this owner stands; only `wait` keeps a place when not granted.
+        if matches!(reply.first().and_then(Value::as_i64), Some(0 | 3)) {
+            self.queued = fair.is_some_and(|(call, _)| call == FairCall::Wait);
+        } else {
+            self.queued = false;
+        }
 
         match reply.as_slice() {
             [granted, token] if granted.as_i64() == Some(1) => {
@@ -273,16 +330,24 @@ impl<'a> Acquisition<'a> {
                 self.outcome_unknown = false;
                 Ok(Attempt::Granted(self.handle(redis_key, token, valid_until)))
             }
-            [held, holder, pttl] if held.as_i64() == Some(0) => {
+            [held, holder, pttl, rest @ ..] if held.as_i64() == Some(0) && rest.len() <= 1 => {
                 self.outcome_unknown = false;
                 let ttl = pttl
                     .as_i64()
                     .and_then(|ms| u64::try_from(ms).ok())
                     .map(Duration::from_millis);
-                Ok(Attempt::Held(Holder {
-                    owner: holder.as_string().unwrap_or_default(),
-                    ttl,
-                }))
+                let ahead = rest.first().and_then(Value::as_u64).unwrap_or(0);
+                Ok(Attempt::Held(
+                    Holder {
+                        owner: holder.as_string().unwrap_or_default(),
+                        ttl,
+                    },
+                    ahead,
+                ))
+            }
+            [queued, ahead] if queued.as_i64() == Some(3) => {
+                self.outcome_unknown = false;
+                Ok(Attempt::WaitersAhead(ahead.as_u64().unwrap_or(0)))
             }
             [released] if released.as_i64() == Some(2) => {
                 self.outcome_unknown = false;

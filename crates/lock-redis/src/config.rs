@@ -29,6 +29,13 @@ pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest accepted replica-sync timeout: 10 s.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default fair waiter timeout: 5 s (see [`RedisLockConfig::fair_waiter_timeout`]).
+pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Shortest accepted fair waiter timeout: 300 ms.
+pub const MIN_FAIR_WAITER_TIMEOUT: Duration = Duration::from_millis(300);
+/// Longest accepted fair waiter timeout: 5 min.
+pub const MAX_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// How long a released key keeps its tombstone (last fencing token, releasing owner): 10 s.
 ///
 /// The fencing token is floored by the Redis server clock; the tombstone covers clock steps
@@ -57,6 +64,7 @@ pub struct RedisLockConfig {
     pub(crate) instance_id: String,
     pub(crate) min_replicas: u32,
     pub(crate) replica_sync_timeout: Duration,
+    pub(crate) fair_waiter_timeout: Duration,
     pub(crate) tls_ca_file: Option<PathBuf>,
 }
 
@@ -71,6 +79,7 @@ impl fmt::Debug for RedisLockConfig {
             .field("instance_id", &self.instance_id)
             .field("min_replicas", &self.min_replicas)
             .field("replica_sync_timeout", &self.replica_sync_timeout)
+            .field("fair_waiter_timeout", &self.fair_waiter_timeout)
             .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
@@ -98,6 +107,7 @@ impl RedisLockConfig {
                 .unwrap_or_else(|| "unknown-instance".to_owned()),
             min_replicas: DEFAULT_MIN_REPLICAS,
             replica_sync_timeout: DEFAULT_REPLICA_SYNC_TIMEOUT,
+            fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
             tls_ca_file: None,
         }
     }
@@ -115,6 +125,15 @@ impl RedisLockConfig {
     /// Default 1 s; 1 ms to 10 s. Adds to the longest time an acquire can take.
     pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
         self.replica_sync_timeout = timeout;
+        self
+    }
+
+    /// How long a fair waiter keeps its place in a key's queue without calling again (see
+    /// [`AcquireOptions::fair`](lock_core::AcquireOptions::fair)). A waiting process calls every
+    /// third of it; one that dies loses its place within this time, so it bounds how long a
+    /// dead waiter can hold up the waiters behind it. Default 5 s; 300 ms to 5 min.
+    pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_waiter_timeout = timeout;
         self
     }
 
@@ -173,7 +192,8 @@ impl RedisLockConfig {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] naming the setting (`command-timeout`, `wait-time`,
-    /// `watchdog-timeout`, `key-prefix`, `instance-id`) and what is accepted. The address is
+    /// `watchdog-timeout`, `key-prefix`, `instance-id`, `min-replicas`, `replica-sync-timeout`,
+    /// `fair-waiter-timeout`) and what is accepted. The address is
     /// checked when connecting.
     pub fn validate(&self) -> Result<(), LockError> {
         if !(MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&self.command_timeout) {
@@ -201,6 +221,14 @@ impl RedisLockConfig {
                 "replica-sync-timeout",
                 format!("{} ms", self.replica_sync_timeout.as_millis()),
                 "accepted: 1 ms to 10 s",
+            ));
+        }
+        if !(MIN_FAIR_WAITER_TIMEOUT..=MAX_FAIR_WAITER_TIMEOUT).contains(&self.fair_waiter_timeout)
+        {
+            return Err(LockError::invalid_argument(
+                "fair-waiter-timeout",
+                format!("{} ms", self.fair_waiter_timeout.as_millis()),
+                "accepted: 300 ms to 5 min",
             ));
         }
         Ok(())

@@ -121,7 +121,8 @@ impl Inner {
         owner: &str,
         token: Option<u64>,
     ) -> Result<ReleaseOutcome, LockError> {
-        let redis_key = self.keys.lock_key(name);
+        // The fair queue keys too: the release message names the first fair waiter.
+        let keys = self.keys.fair_keys(name);
         let channel = self.keys.release_channel(name);
         let args: Vec<Value> = vec![
             owner.into(),
@@ -131,7 +132,7 @@ impl Inner {
         let release = self
             .scripts
             .release
-            .evalsha_with_reload(&self.client, redis_key, args);
+            .evalsha_with_reload(&self.client, keys, args);
         let mut release = std::pin::pin!(release);
         // The first poll queues the release on the connection. Waking this client's next waiter
         // now lets its attempt travel right behind the release — Redis runs one connection's
@@ -202,6 +203,30 @@ impl Inner {
                     lock_key = %name, %owner, %error,
                     "clean-up of a possible grant failed; if it exists, it ends at its TTL"
                 ),
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// Takes fair waiter `owner` out of lock `name`'s queue in the background (it gave up,
+    /// failed or was dropped), so the waiters behind it move up now rather than when its place
+    /// times out. A failure is logged at debug: the place then times out (the fair waiter
+    /// timeout at most).
+    pub(crate) fn leave_queue_in_background(self: &Arc<Self>, name: String, owner: String) {
+        let inner = Arc::clone(self);
+        self.runtime.spawn(async move {
+            let args: Vec<Value> = vec![
+                owner.as_str().into(),
+                inner.keys.release_channel(&name).into(),
+            ];
+            let left: Result<i64, Error> = inner
+                .scripts
+                .fair_leave
+                .evalsha_with_reload(&inner.client, inner.keys.fair_keys(&name), args)
+                .await;
+            if let Err(error) = left {
+                tracing::debug!(lock_key = %name, %owner, %error, "leaving the fair queue failed; the place times out");
             }
         });
     }

@@ -3,8 +3,9 @@
 /// Maps lock names to Redis keys and channels.
 ///
 /// A lock named `bill-run:2026-11` with prefix `lock:` lives at `lock:{bill-run:2026-11}` and
-/// announces releases on `lock:{bill-run:2026-11}:released`. Both share the hash tag (the part
-/// in braces), so they hash to one Cluster slot and every script stays single-slot.
+/// announces releases on `lock:{bill-run:2026-11}:released`; its fair waiters queue in
+/// `lock:{bill-run:2026-11}:queue` and `…:timeout`. All share the hash tag (the part in
+/// braces), so they hash to one Cluster slot and every script stays single-slot.
 ///
 /// Braces in a name would move the hash tag, so the name is percent-encoded inside the tag:
 /// `{` → `%7B`, `}` → `%7D`, and `%` → `%25` (so the encoding stays one-to-one). Every other
@@ -31,6 +32,30 @@ impl KeyLayout {
         push_encoded(&mut key, name);
         key.push('}');
         key
+    }
+
+    /// The queue of fair waiters of `name`: a sorted set of owner tokens by arrival.
+    pub(crate) fn queue_key(&self, name: &str) -> String {
+        let mut key = self.lock_key(name);
+        key.push_str(":queue");
+        key
+    }
+
+    /// When each fair waiter of `name` is evicted: a sorted set of owner tokens by server time.
+    pub(crate) fn timeout_key(&self, name: &str) -> String {
+        let mut key = self.lock_key(name);
+        key.push_str(":timeout");
+        key
+    }
+
+    /// The lock key of `name` and its fair queue and timeout keys, in the order the scripts
+    /// take them.
+    pub(crate) fn fair_keys(&self, name: &str) -> Vec<String> {
+        vec![
+            self.lock_key(name),
+            self.queue_key(name),
+            self.timeout_key(name),
+        ]
     }
 
     /// The channel on which releases of `name` are published.
@@ -90,6 +115,13 @@ mod tests {
                 hash_tag(&channel),
                 "{name:?}: {key} / {channel}"
             );
+            for other in layout.fair_keys(name) {
+                assert_eq!(
+                    hash_tag(&key),
+                    hash_tag(&other),
+                    "{name:?}: {key} / {other}"
+                );
+            }
             assert_ne!(hash_tag(&key), key, "{name:?} lost its hash tag: {key}");
         }
     }

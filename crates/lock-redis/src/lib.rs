@@ -5,7 +5,8 @@
 //!
 //! How it works, in one screen:
 //! - **Keys.** Lock `name` lives at `<prefix>{name}` and announces releases on
-//!   `<prefix>{name}:released`; both share one hash tag, so every script is single-slot on a
+//!   `<prefix>{name}:released`; fair waiters queue in `<prefix>{name}:queue` and
+//!   `<prefix>{name}:timeout`. All share one hash tag, so every script is single-slot on a
 //!   Cluster. Braces in names are percent-encoded inside the tag.
 //! - **Acquire** is one `EVALSHA` of `acquire.lua` when uncontended: it grants (setting the TTL
 //!   and a fencing token) or reports the holder and its TTL. A waiting caller subscribes to the
@@ -13,6 +14,10 @@
 //!   sleeps until a release message or the holder's TTL, whichever is first — no fixed-interval
 //!   polling. Subscriptions are shared per channel per client, re-established after reconnects,
 //!   and taken down with the last waiter.
+//! - **Fair acquire** ([`AcquireOptions::fair`]) is `fair_acquire.lua`: the lock goes to the
+//!   first of the key's queue of fair waiters in Redis, the others keep their place by calling
+//!   again every third of the fair waiter timeout (a dead waiter loses it within that timeout),
+//!   and the release message names the first waiter, so exactly it tries.
 //! - **Release** is one `EVALSHA` of `release.lua`: owner-checked, it leaves a short tombstone
 //!   (the last fencing token) and publishes the release.
 //! - **Watchdog.** Watchdog leases are renewed every third of the watchdog timeout, all of a
@@ -67,13 +72,16 @@ use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, OwnerTok
 use tokio::time::Instant;
 
 pub use config::{
-    DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
-    DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT,
-    MAX_KEY_PREFIX_BYTES, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT,
+    DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_KEY_PREFIX,
+    DEFAULT_MIN_REPLICAS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_WAIT_TIME,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_KEY_PREFIX_BYTES,
+    MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
     RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
 pub use error::{RedisFailure, Refusal};
-pub use scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+pub use scripts::{
+    ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
+};
 pub use watchdog::{RENEW_BATCH, WatchdogStats};
 
 use crate::acquire::Acquisition;
@@ -193,6 +201,19 @@ impl RedisLock {
         self.inner.keys.lock_key(name)
     }
 
+    /// The Redis key of lock `name`'s queue of fair waiters: a sorted set of their owner tokens
+    /// by arrival (see [`AcquireOptions::fair`]). Exists only while fair waiters are queued.
+    pub fn queue_key(&self, name: &str) -> String {
+        self.inner.keys.queue_key(name)
+    }
+
+    /// The Redis key of lock `name`'s fair waiter timeouts: a sorted set of the queued owner
+    /// tokens by the server time (ms since the epoch) at which each loses its place unless it
+    /// calls again. Exists only while fair waiters are queued.
+    pub fn timeout_key(&self, name: &str) -> String {
+        self.inner.keys.timeout_key(name)
+    }
+
     /// The channel on which releases of lock `name` are published.
     pub fn release_channel(&self, name: &str) -> String {
         self.inner.keys.release_channel(name)
@@ -254,7 +275,8 @@ impl DistributedLock for RedisLock {
         if config.min_replicas > 0 {
             budget += config.replica_sync_timeout + config.command_timeout;
         }
-        let mut acquisition = Acquisition::new(&self.inner, key, options.lease());
+        let mut acquisition =
+            Acquisition::new(&self.inner, key, options.lease(), options.is_fair());
         match tokio::time::timeout(budget, acquisition.run(wait)).await {
             Ok(result) => result,
             // Dropping `acquisition` releases any grant the interrupted attempt may have made.

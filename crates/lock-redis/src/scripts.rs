@@ -8,16 +8,22 @@ use fred::types::scripts::Script;
 pub const ACQUIRE_SCRIPT: &str = include_str!("scripts/acquire.lua");
 /// The Lua source of the owner-checked release script.
 pub const RELEASE_SCRIPT: &str = include_str!("scripts/release.lua");
+/// The Lua source of the fair acquire script: grants in queue order, or keeps the caller's place.
+pub const FAIR_ACQUIRE_SCRIPT: &str = include_str!("scripts/fair_acquire.lua");
+/// The Lua source of the script a fair waiter leaves its queue with.
+pub const FAIR_LEAVE_SCRIPT: &str = include_str!("scripts/fair_leave.lua");
 /// The Lua source of the batched watchdog renewal script.
 pub const RENEW_SCRIPT: &str = include_str!("scripts/renew.lua");
 
-/// The three scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
+/// The scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
 /// or a failover to a server that never saw them), so a warm call is one round trip.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
     pub(crate) renew: Script,
+    pub(crate) fair_acquire: Script,
+    pub(crate) fair_leave: Script,
 }
 
 impl Scripts {
@@ -26,10 +32,13 @@ impl Scripts {
             acquire: Script::from_lua(ACQUIRE_SCRIPT),
             release: Script::from_lua(RELEASE_SCRIPT),
             renew: Script::from_lua(RENEW_SCRIPT),
+            fair_acquire: Script::from_lua(FAIR_ACQUIRE_SCRIPT),
+            fair_leave: Script::from_lua(FAIR_LEAVE_SCRIPT),
         }
     }
 
-    /// Loads every script, so the first acquisitions need no reload.
+    /// Loads the scripts every lock uses, so the first acquisitions need no reload (the fair
+    /// ones load on first use).
     pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
         for script in [&self.acquire, &self.release, &self.renew] {
             script.load(client).await?;

@@ -17,6 +17,10 @@
 //!
 //! A *dispatcher* task turns incoming messages into wake-ups of the channel's waiters, and marks
 //! every subscription unconfirmed after a reconnect (the server forgot them).
+//!
+//! *Fair* waiters (see `acquire/fair.rs`) share the channel's subscription but not the queue:
+//! their order is kept in Redis. Each is registered under its owner token, and a release
+//! message naming that token (`<fencing token>|<owner token>`) wakes exactly it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +80,8 @@ struct Channel {
     confirmed: watch::Sender<bool>,
     /// Pokes the driver: the last waiter left, or the connection was re-established.
     driver: Arc<Notify>,
+    /// This client's fair waiters on the channel, by owner token.
+    fair: HashMap<String, Arc<Notify>>,
 }
 
 #[derive(Debug)]
@@ -85,6 +91,16 @@ struct Waiter {
 }
 
 impl Channel {
+    /// Whether nobody waits on the channel any more: its subscription can go.
+    fn is_idle(&self) -> bool {
+        self.waiters.is_empty() && self.fair.is_empty()
+    }
+
+    /// Wakes every fair waiter, to look again (a release may have gone unheard).
+    fn wake_fair(&self) {
+        self.fair.values().for_each(|wake| wake.notify_one());
+    }
+
     /// Wakes the head (a stored permit if it is not sleeping right now, so nothing is lost).
     fn wake_head(&self) {
         if let Some(head) = self.waiters.front() {
@@ -184,13 +200,46 @@ impl Drop for Subscription {
             channel.own_releases.clear();
             channel.others_waiting = false;
             channel.early_head = None;
-            channel.driver.notify_one();
+            if channel.is_idle() {
+                channel.driver.notify_one();
+            }
         } else if was_head {
             // The next waiter takes over: it sleeps until `next_try_at` or a release, or — when
             // this head was cancelled or timed out — tries at once, since the release that woke
             // this one may be unconsumed.
             channel.next_try_at = self.next_try_at;
             channel.wake_head();
+        }
+    }
+}
+
+/// A fair waiter's registration on its channel; dropping it unregisters.
+#[derive(Debug)]
+pub(crate) struct FairSubscription {
+    shared: Arc<Shared>,
+    channel: String,
+    owner: String,
+    wake: Arc<Notify>,
+}
+
+impl FairSubscription {
+    /// Woken (`notify_one`) when a release or a leaving waiter names this waiter as the first
+    /// of the queue, and whenever a release may have gone unheard (the subscription was
+    /// (re)confirmed, messages were dropped).
+    pub(crate) fn woken(&self) -> &Notify {
+        &self.wake
+    }
+}
+
+impl Drop for FairSubscription {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels();
+        let Some(channel) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        channel.fair.remove(&self.owner);
+        if channel.is_idle() {
+            channel.driver.notify_one();
         }
     }
 }
@@ -223,23 +272,7 @@ impl Subscriptions {
     /// confirmation.
     pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
         let mut channels = self.shared.channels();
-        let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
-            let entry = Channel {
-                waiters: VecDeque::new(),
-                next_try_at: None,
-                own_releases: VecDeque::new(),
-                others_waiting: false,
-                early_head: None,
-                confirmed: watch::Sender::new(false),
-                driver: Arc::default(),
-            };
-            self.shared.runtime.spawn(drive(
-                Arc::clone(&self.shared),
-                channel.to_owned(),
-                Arc::clone(&entry.driver),
-            ));
-            entry
-        });
+        let entry = self.shared.channel(&mut channels, channel);
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         entry.waiters.push_back(Waiter {
@@ -253,6 +286,21 @@ impl Subscriptions {
             wake,
             confirmed: entry.confirmed.subscribe(),
             next_try_at: None,
+        }
+    }
+
+    /// Registers the fair waiter with owner token `owner` on `channel`, subscribing to it if
+    /// nobody waits there yet. Returns at once, like [`subscribe`](Self::subscribe).
+    pub(crate) fn subscribe_fair(&self, channel: &str, owner: &str) -> FairSubscription {
+        let mut channels = self.shared.channels();
+        let entry = self.shared.channel(&mut channels, channel);
+        let wake = Arc::new(Notify::new());
+        entry.fair.insert(owner.to_owned(), Arc::clone(&wake));
+        FairSubscription {
+            shared: Arc::clone(&self.shared),
+            channel: channel.to_owned(),
+            owner: owner.to_owned(),
+            wake,
         }
     }
 
@@ -347,6 +395,32 @@ impl Drop for Subscriptions {
 }
 
 impl Shared {
+    /// `name`'s entry, created with its driver if nobody waits there yet.
+    fn channel<'c>(
+        self: &Arc<Self>,
+        channels: &'c mut HashMap<String, Channel>,
+        name: &str,
+    ) -> &'c mut Channel {
+        channels.entry(name.to_owned()).or_insert_with(|| {
+            let entry = Channel {
+                waiters: VecDeque::new(),
+                next_try_at: None,
+                own_releases: VecDeque::new(),
+                others_waiting: false,
+                early_head: None,
+                confirmed: watch::Sender::new(false),
+                driver: Arc::default(),
+                fair: HashMap::new(),
+            };
+            self.runtime.spawn(drive(
+                Arc::clone(self),
+                name.to_owned(),
+                Arc::clone(&entry.driver),
+            ));
+            entry
+        })
+    }
+
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         // Plain field updates only; a panic cannot leave the map inconsistent.
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
@@ -360,7 +434,7 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
         let (wanted, confirmed) = {
             let channels = shared.channels();
             let entry = &channels[&channel];
-            (!entry.waiters.is_empty(), *entry.confirmed.borrow())
+            (!entry.is_idle(), *entry.confirmed.borrow())
         };
         if !wanted {
             // Unconfirmed from here on, so a waiter arriving meanwhile waits for the
@@ -372,7 +446,7 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                 tracing::debug!(%channel, %error, "SUNSUBSCRIBE failed");
             }
             let mut channels = shared.channels();
-            if channels[&channel].waiters.is_empty() {
+            if channels[&channel].is_idle() {
                 channels.remove(&channel);
                 return;
             }
@@ -415,8 +489,9 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                     if let Some(entry) = channels.get_mut(&channel) {
                         entry.confirmed.send_replace(true);
                         // Releases published before the confirmation were missed: have the
-                        // head look.
+                        // head and the fair waiters look.
                         entry.wake_head_to_try();
+                        entry.wake_fair();
                     }
                 }
                 // Otherwise it was confirmed on a connection since replaced: subscribe again.
@@ -452,14 +527,18 @@ async fn dispatch(
 ) {
     loop {
         enum Event {
-            /// A release message: its channel and the released grant's fencing token.
-            Message(String, Option<u64>),
+            /// A release message: its channel, the released grant's fencing token, and the
+            /// first fair waiter's owner token when one is queued.
+            Message(String, Option<u64>, Option<String>),
             WakeAll,
             Reconnected,
         }
         let event = tokio::select! {
             message = messages.recv() => match message {
-                Ok(message) => Event::Message(message.channel.to_string(), message.value.as_u64()),
+                Ok(message) => {
+                    let (token, first_fair) = parse_release(&message.value);
+                    Event::Message(message.channel.to_string(), token, first_fair)
+                }
                 Err(RecvError::Lagged(_)) => Event::WakeAll,
                 Err(RecvError::Closed) => return,
             },
@@ -479,8 +558,11 @@ async fn dispatch(
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         match event {
-            Event::Message(channel, token) => {
+            Event::Message(channel, token, first_fair) => {
                 if let Some(entry) = channels.get_mut(&channel) {
+                    if let Some(wake) = first_fair.and_then(|owner| entry.fair.get(&owner)) {
+                        wake.notify_one();
+                    }
                     // The echo of this client's own release: the head was woken already.
                     let own = token.and_then(|t| entry.own_releases.iter().position(|o| *o == t));
                     match own {
@@ -491,8 +573,11 @@ async fn dispatch(
                     }
                 }
             }
-            // Messages may have been dropped: every head re-checks.
-            Event::WakeAll => channels.values_mut().for_each(Channel::wake_head_to_try),
+            // Messages may have been dropped: every head and fair waiter re-checks.
+            Event::WakeAll => channels.values_mut().for_each(|entry| {
+                entry.wake_head_to_try();
+                entry.wake_fair();
+            }),
             Event::Reconnected => {
                 for entry in channels.values() {
                     entry.confirmed.send_replace(false);
@@ -500,5 +585,43 @@ async fn dispatch(
                 }
             }
         }
+    }
+}
+
+/// Splits a release message, `<fencing token>` or `<fencing token>|<owner token of the first
+/// fair waiter>`, into its parts (`None` for a part that is missing or malformed).
+fn parse_release(value: &Value) -> (Option<u64>, Option<String>) {
+    let Some(text) = value.as_str() else {
+        return (value.as_u64(), None);
+    };
+    let (token, first_fair) = match text.split_once('|') {
+        Some((token, owner)) => (token, Some(owner.to_owned())),
+        None => (&*text, None),
+    };
+    (token.parse().ok(), first_fair)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_messages_carry_a_token_and_maybe_the_first_fair_waiter() {
+        let parse = |s: &str| parse_release(&Value::from(s));
+        assert_eq!(
+            parse("1764500000123456"),
+            (Some(1_764_500_000_123_456), None)
+        );
+        assert_eq!(
+            parse("17|pod-a/1f/3"),
+            (Some(17), Some("pod-a/1f/3".to_owned()))
+        );
+        // A leaving waiter's message has no grant behind it.
+        assert_eq!(
+            parse("0|pod-b/2/9"),
+            (Some(0), Some("pod-b/2/9".to_owned()))
+        );
+        assert_eq!(parse("junk"), (None, None));
+        assert_eq!(parse_release(&Value::Integer(5)), (Some(5), None));
     }
 }

@@ -288,6 +288,43 @@ async fn holder_waiter_round(
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
+/// `holder` takes `fair` ; two fair waiters of `waiter` queue for it, the second is dropped and
+/// leaves the queue; the holder releases and the first is granted.
+async fn fair_round(redis: &RedisServer, holder: &RedisLock, waiter: RedisLock) {
+    let name = "fair";
+    let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
+    let fair = AcquireOptions::new(Lease::Watchdog)
+        .wait(Duration::from_secs(60))
+        .fair();
+    let queue = holder.queue_key(name);
+    let queued = |n: &'static str| {
+        let queue = queue.clone();
+        async move { redis.cmd(&["ZCARD", &queue]).await.is_ok_and(|r| r == n) }
+    };
+    let first = tokio::spawn({
+        let waiter = waiter.clone();
+        async move { waiter.acquire_with(name, fair).await }
+    });
+    assert!(
+        eventually(SLACK, || queued("1")).await,
+        "the first fair waiter never queued"
+    );
+    let second = tokio::spawn(async move { waiter.acquire_with(name, fair).await });
+    assert!(
+        eventually(SLACK, || queued("2")).await,
+        "the second fair waiter never queued"
+    );
+    second.abort();
+    assert!(
+        eventually(SLACK, || queued("1")).await,
+        "the dropped waiter did not leave"
+    );
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let handle = first.await.unwrap().unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    assert!(eventually(SLACK, || queued("0")).await);
+}
+
 /// Replica-acknowledged grants (`WAIT`), watchdog renewal, waiting on the release channel and
 /// the script reload after `SCRIPT FLUSH`, all as the minimal ACL user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,6 +355,10 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     // Watchdog and waiting.
     let waiter = user_client(&primary).await;
     holder_waiter_round(&primary, &holder, waiter, "watched").await;
+
+    // A fair round: the fair scripts (first use loads them), a waiter that leaves the queue.
+    let waiter = user_client(&primary).await;
+    fair_round(&primary, &holder, waiter).await;
 
     // SCRIPT FLUSH: the next acquire reloads its script (SCRIPT LOAD) and succeeds.
     primary.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();

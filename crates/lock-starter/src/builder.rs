@@ -174,6 +174,7 @@ fn redis_config(settings: &LockSettings) -> RedisLockConfig {
         .watchdog_timeout(settings.watchdog_timeout)
         .min_replicas(settings.min_replicas)
         .replica_sync_timeout(settings.replica_sync_timeout)
+        .fair_waiter_timeout(settings.fair_waiter_timeout)
         .key_prefix(settings.key_prefix.clone())
         .instance_id(settings.instance_id.clone());
     match &settings.redis.tls_ca_file {

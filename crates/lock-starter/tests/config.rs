@@ -123,6 +123,7 @@ wait-time = "250ms"
 watchdog-timeout = "1m30s"
 min-replicas = 1
 replica-sync-timeout = "250ms"
+fair-waiter-timeout = "2s"
 key-prefix = "locks/"
 instance-id = "billing-7f9c"
 
@@ -157,6 +158,7 @@ fn toml_file_sets_every_key() {
     assert_eq!(settings.watchdog_timeout, Duration::from_secs(90));
     assert_eq!(settings.min_replicas, 1);
     assert_eq!(settings.replica_sync_timeout, Duration::from_millis(250));
+    assert_eq!(settings.fair_waiter_timeout, Duration::from_secs(2));
     assert_eq!(settings.key_prefix, "locks/");
     assert_eq!(settings.instance_id, "billing-7f9c");
     for spec in KEYS {
@@ -790,7 +792,7 @@ fn unknown_keys_in_toml_are_rejected_with_a_suggestion() {
             "did you mean telco.platform.lock.wait-time?",
             "Known keys: telco.platform.lock.{enabled, redis.address, redis.command-timeout, \
              redis.tls.ca-file, wait-time, watchdog-timeout, min-replicas, \
-             replica-sync-timeout, key-prefix, instance-id}",
+             replica-sync-timeout, fair-waiter-timeout, key-prefix, instance-id}",
         ],
     );
     assert!(matches!(error, ConfigError::UnknownKey { .. }));
@@ -2813,6 +2815,29 @@ fn replica_counts_and_sync_timeouts_out_of_bounds_are_named() {
     let defaults = load(&env(&[]));
     assert_eq!(defaults.min_replicas, 0);
     assert_eq!(defaults.replica_sync_timeout, Duration::from_secs(1));
+    assert_eq!(defaults.fair_waiter_timeout, Duration::from_secs(5));
+}
+
+#[test]
+fn fair_waiter_timeout_is_read_and_checked() {
+    let settings = load(&env(&[("TELCO_PLATFORM_LOCK_FAIRWAITERTIMEOUT", "1500ms")]));
+    assert_eq!(settings.fair_waiter_timeout, Duration::from_millis(1500));
+    for (value, problem) in [
+        ("100ms", "shorter than the minimum"),
+        ("6m", "longer than the maximum"),
+        ("5", "a unit is required"),
+    ] {
+        let message = error_message(&env(&[("TELCO_PLATFORM_LOCK_FAIR_WAITER_TIMEOUT", value)]));
+        assert_mentions(
+            &message,
+            &[
+                "telco.platform.lock.fair-waiter-timeout",
+                "(from environment variable TELCO_PLATFORM_LOCK_FAIR_WAITER_TIMEOUT)",
+                problem,
+                "from 300 ms to 5 min",
+            ],
+        );
+    }
 }
 
 /// Spring's user name and password go into the address percent-encoded whole, `%` included, so

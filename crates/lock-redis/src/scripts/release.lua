@@ -5,11 +5,17 @@
 -- ARGV[1]  the owner token of the acquisition being released
 -- ARGV[2]  the release channel (same hash tag as the key)
 -- ARGV[3]  the tombstone TTL in milliseconds
+-- KEYS[2], KEYS[3]  optional: the key's queue of fair waiters and their timeouts (see
+--          fair_acquire.lua)
 --
 -- Returns 1 + the number of clients that received the release message if this owner held the
 -- lock (now released, waiters notified) — at least 1 —, and 0 if not (expired, or held by another
 -- owner: then nothing is touched). The receivers tell the releasing client whether other
 -- clients are waiting for the lock.
+--
+-- The release message is the fencing token of the released grant, followed by "|<owner token>"
+-- of the first fair waiter when any is queued (after evicting those whose time ran out), so that
+-- waiter's client wakes exactly it.
 --
 -- Instead of deleting the key it leaves a tombstone "R|<token>|<owner>" for ARGV[3] ms. The
 -- tombstone keeps the fencing token counting up, and makes the script idempotent: a re-sent copy
@@ -36,4 +42,21 @@ if state == 'R' then
   return 1
 end
 redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner, 'PX', ARGV[3])
-return 1 + redis.call('SPUBLISH', ARGV[2], token)
+local message = token
+if KEYS[3] and redis.call('ZCARD', KEYS[3]) > 0 then
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  for i = 1, #expired, 100 do
+    local batch = {unpack(expired, i, math.min(i + 99, #expired))}
+    redis.call('ZREM', KEYS[2], unpack(batch))
+    redis.call('ZREM', KEYS[3], unpack(batch))
+  end
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if first then
+    message = token .. '|' .. first
+  else
+    redis.call('DEL', KEYS[2], KEYS[3])
+  end
+end
+return 1 + redis.call('SPUBLISH', ARGV[2], message)

@@ -46,6 +46,13 @@ pub const MIN_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_millis(1);
 /// Longest accepted `telco.platform.lock.replica-sync-timeout`: 10 s.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = lock_redis::MAX_REPLICA_SYNC_TIMEOUT;
 
+/// Default of `telco.platform.lock.fair-waiter-timeout`: 5 s.
+pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = lock_redis::DEFAULT_FAIR_WAITER_TIMEOUT;
+/// Shortest accepted `telco.platform.lock.fair-waiter-timeout`: 300 ms.
+pub const MIN_FAIR_WAITER_TIMEOUT: Duration = lock_redis::MIN_FAIR_WAITER_TIMEOUT;
+/// Longest accepted `telco.platform.lock.fair-waiter-timeout`: 5 min.
+pub const MAX_FAIR_WAITER_TIMEOUT: Duration = lock_redis::MAX_FAIR_WAITER_TIMEOUT;
+
 /// What kind of value a key takes; decides how its text is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -191,6 +198,15 @@ pub const KEYS: &[KeySpec] = &[
         meaning: "How long a grant waits for min-replicas acknowledgements; only used when \
                   min-replicas is above 0, and adds to the longest time an acquire can take.",
         accepted: duration_accepted!("from 1 ms to 10 s"),
+    },
+    KeySpec {
+        name: "telco.platform.lock.fair-waiter-timeout",
+        kind: ValueKind::Duration,
+        default: "5s",
+        meaning: "How long a fair waiter (AcquireOptions::fair) keeps its place in a key's queue \
+                  without calling again; waiters call every third of it, so a waiter whose \
+                  process died holds up the queue for at most this long.",
+        accepted: duration_accepted!("from 300 ms to 5 min"),
     },
     KeySpec {
         name: "telco.platform.lock.key-prefix",

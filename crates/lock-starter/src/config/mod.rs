@@ -11,6 +11,7 @@
 //! | `telco.platform.lock.watchdog-timeout` | `30s` | 1 s to 1 h |
 //! | `telco.platform.lock.min-replicas` | `0` | 0 to 16 |
 //! | `telco.platform.lock.replica-sync-timeout` | `1s` | 1 ms to 10 s |
+//! | `telco.platform.lock.fair-waiter-timeout` | `5s` | 300 ms to 5 min |
 //! | `telco.platform.lock.key-prefix` | `lock:` | 1 to 64 bytes, no braces, whitespace or control characters |
 //! | `telco.platform.lock.instance-id` | `POD_NAME`, else `HOSTNAME`, else the host name | 1 to 128 bytes, no control characters or `\|` |
 //!
@@ -57,10 +58,11 @@ pub use address::{
 };
 pub use error::ConfigError;
 pub use keys::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
-    DEFAULT_REDIS_ADDRESS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT,
-    DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, ENV_PREFIX, KEYS, KeySpec, MAX_COMMAND_TIMEOUT,
-    MAX_KEY_PREFIX_BYTES, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_KEY_PREFIX,
+    DEFAULT_MIN_REPLICAS, DEFAULT_REDIS_ADDRESS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_SPRING_HOST,
+    DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, ENV_PREFIX, KEYS, KeySpec,
+    MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_KEY_PREFIX_BYTES, MAX_MIN_REPLICAS,
+    MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
     MIN_REPLICA_SYNC_TIMEOUT, PREFIX, SPRING_KEYS, ValueKind, key_spec,
 };
 pub use origin::{Origin, Origins};
@@ -87,6 +89,9 @@ pub struct LockSettings {
     /// `telco.platform.lock.replica-sync-timeout`: how long a grant waits for `min_replicas`
     /// acknowledgements. Default 1 s; 1 ms to 10 s.
     pub replica_sync_timeout: Duration,
+    /// `telco.platform.lock.fair-waiter-timeout`: how long a fair waiter keeps its place in a
+    /// key's queue without calling again. Default 5 s; 300 ms to 5 min.
+    pub fair_waiter_timeout: Duration,
     /// `telco.platform.lock.key-prefix`: prefix of every Redis key. Default `lock:`; 1 to 64
     /// bytes, no braces, whitespace or control characters.
     pub key_prefix: String,
@@ -203,6 +208,7 @@ impl LockSettings {
             "watchdog-timeout" => duration(self.watchdog_timeout),
             "min-replicas" => self.min_replicas.to_string(),
             "replica-sync-timeout" => duration(self.replica_sync_timeout),
+            "fair-waiter-timeout" => duration(self.fair_waiter_timeout),
             "key-prefix" => resolve::quote(&self.key_prefix),
             "instance-id" => resolve::quote(&self.instance_id),
             _ => return None,

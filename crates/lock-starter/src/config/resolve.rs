@@ -13,12 +13,13 @@ use lock_core::{
 use super::address::{RedisAddress, encode_userinfo, parse_host_port, redact_text};
 use super::error::ConfigError;
 use super::keys::{
-    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_KEY_PREFIX, DEFAULT_MIN_REPLICAS,
-    DEFAULT_REDIS_ADDRESS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_SPRING_HOST, DEFAULT_SPRING_PORT,
-    DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS, KeySpec, MAX_COMMAND_TIMEOUT,
-    MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_REPLICA_SYNC_TIMEOUT,
-    PREFIX, PREFIX_SEGMENTS, SPRING_COMBINATIONS, known_keys, looks_secret, near_miss_segment,
-    spec, unknown_key_hint,
+    DEFAULT_COMMAND_TIMEOUT, DEFAULT_ENABLED, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_KEY_PREFIX,
+    DEFAULT_MIN_REPLICAS, DEFAULT_REDIS_ADDRESS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_SPRING_HOST,
+    DEFAULT_SPRING_PORT, DEFAULT_WAIT_TIME, DEFAULT_WATCHDOG_TIMEOUT, KEYS, KeySpec,
+    MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT,
+    MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT, MIN_REPLICA_SYNC_TIMEOUT, PREFIX,
+    PREFIX_SEGMENTS, SPRING_COMBINATIONS, known_keys, looks_secret, near_miss_segment, spec,
+    unknown_key_hint,
 };
 use super::origin::{Origin, Origins};
 use super::sources::{HostEnv, SPRING_ENV_PREFIX, one_line_message};
@@ -149,6 +150,14 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         MIN_REPLICA_SYNC_TIMEOUT,
     )?;
 
+    let fair_waiter_timeout = reader.duration(
+        spec("fair-waiter-timeout"),
+        DEFAULT_FAIR_WAITER_TIMEOUT,
+        &mut take,
+        |d| (MIN_FAIR_WAITER_TIMEOUT..=MAX_FAIR_WAITER_TIMEOUT).contains(&d),
+        MIN_FAIR_WAITER_TIMEOUT,
+    )?;
+
     let key_prefix = match reader.find(spec("key-prefix")) {
         Some(found) => {
             let prefix = found.text()?;
@@ -188,6 +197,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         watchdog_timeout,
         min_replicas,
         replica_sync_timeout,
+        fair_waiter_timeout,
         key_prefix,
         instance_id,
         origins,

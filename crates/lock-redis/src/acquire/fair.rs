@@ -1,0 +1,127 @@
+//! A fair acquisition: waits in the key's queue of fair waiters in Redis, so the lock is granted
+//! in the order the fair acquisitions of all clients asked for it.
+//!
+//! The order lives in Redis (`fair_acquire.lua`): the first call that finds the lock held or
+//! other waiters first takes a place at the end of the key's queue, and the lock is granted only
+//! to the first waiter. Each call keeps the place for the fair waiter timeout; a waiter calls
+//! again every third of it while it waits, so one whose process died is evicted within the
+//! timeout, and one that gives up, fails or is dropped takes its place out at once.
+//!
+//! Wake-ups: a release names the first fair waiter in its message, and a first waiter that
+//! leaves names the next one, so exactly that waiter tries (about two round trips from release
+//! to grant). A waiter also tries when its subscription is (re)confirmed, when the holder's TTL
+//! runs out (only the first waiter watches it), and on every refresh of its place — so a lost
+//! message costs at most a third of the fair waiter timeout.
+
+use std::time::Duration;
+
+use lock_core::{AcquireFailure, LockError, LockHandle};
+use tokio::time::Instant;
+
+use super::{Acquisition, Attempt, FIRST_RETRY, MAX_RETRY, is_transient};
+
+/// How a call of the fair acquire script treats the caller's place in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FairCall {
+    /// A zero wait: granted only if the lock is free and nobody is queued; never queues.
+    Try,
+    /// Takes a place at the end of the queue, or keeps the one it has, when not granted.
+    Wait,
+    /// The last attempt when the wait is spent: leaves the queue when not granted.
+    Last,
+}
+
+impl FairCall {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FairCall::Try => "try",
+            FairCall::Wait => "wait",
+            FairCall::Last => "last",
+        }
+    }
+}
+
+impl Acquisition<'_> {
+    pub(super) async fn run_fair(&mut self, wait: Duration) -> Result<LockHandle, LockError> {
+        let started = Instant::now();
+        let deadline = started + wait;
+        if wait.is_zero() {
+            let attempt = self.fair_call(FairCall::Try, deadline).await?;
+            return self.granted_or_refused(attempt, started);
+        }
+        let channel = self.inner.keys.release_channel(self.name);
+        // Registered before the first call, so a release naming this waiter cannot be missed
+        // once the subscription is confirmed; the confirmation itself wakes it to look again.
+        let subscription = self
+            .inner
+            .subscriptions
+            .subscribe_fair(&channel, &self.owner);
+        let refresh = self.inner.config.fair_waiter_timeout / 3;
+        let mut retry = FIRST_RETRY;
+        loop {
+            let now = Instant::now();
+            let wake_at = match self.fair_call(FairCall::Wait, deadline).await {
+                Ok(Attempt::Granted(handle)) => return Ok(handle),
+                // First in line behind a holder: it tries again when the holder's TTL runs out.
+                Ok(Attempt::Held(holder, 0)) => {
+                    retry = FIRST_RETRY;
+                    let refresh_at = now + refresh;
+                    holder
+                        .ttl
+                        .map_or(refresh_at, |ttl| refresh_at.min(now + ttl))
+                }
+                Ok(Attempt::Held(_, _) | Attempt::WaitersAhead(_)) => {
+                    retry = FIRST_RETRY;
+                    now + refresh
+                }
+                // A waiter keeps its place through a passing Redis failure (see `is_transient`)
+                // until its wait is spent; it loses it only if the failure outlasts the fair
+                // waiter timeout, and then queues again at the end.
+                Err(error) if is_transient(&error) && now + retry < deadline => {
+                    tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "fair waiter retrying");
+                    let at = now + retry;
+                    retry = (retry * 2).min(MAX_RETRY);
+                    at
+                }
+                Err(error) => return Err(error),
+            };
+            tokio::select! {
+                () = subscription.woken().notified() => {}
+                () = tokio::time::sleep_until(wake_at.min(deadline)) => {}
+            }
+            if Instant::now() >= deadline {
+                let attempt = self.fair_call(FairCall::Last, deadline).await?;
+                return self.granted_or_refused(attempt, started);
+            }
+        }
+    }
+
+    /// One call of the fair acquire script. The place is kept for the fair waiter timeout, but
+    /// not much past the wait: a waiter that dies just before its wait is spent frees its place
+    /// about when it would have given up anyway.
+    async fn fair_call(&mut self, call: FairCall, deadline: Instant) -> Result<Attempt, LockError> {
+        let config = &self.inner.config;
+        let place_ttl = config
+            .fair_waiter_timeout
+            .min(deadline.saturating_duration_since(Instant::now()) + config.command_timeout);
+        self.call(Some((call, place_ttl))).await
+    }
+
+    fn granted_or_refused(
+        &self,
+        attempt: Attempt,
+        started: Instant,
+    ) -> Result<LockHandle, LockError> {
+        match attempt {
+            Attempt::Granted(handle) => Ok(handle),
+            Attempt::Held(holder, _) => Err(self.held(Some(holder), started)),
+            Attempt::WaitersAhead(ahead) => Err(LockError::AcquisitionFailed {
+                key: self.name.to_owned(),
+                reason: AcquireFailure::WaitersAhead {
+                    ahead,
+                    waited: started.elapsed(),
+                },
+            }),
+        }
+    }
+}

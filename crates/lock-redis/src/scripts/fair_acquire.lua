@@ -1,0 +1,115 @@
+-- Acquire a lock fairly: grant it to the first of the key's queue of fair waiters, or keep the
+-- caller's place in that queue.
+--
+-- KEYS[1]  the lock key (value format: see acquire.lua)
+-- KEYS[2]  the queue: a sorted set of waiting owner tokens, scored by order of arrival
+-- KEYS[3]  the timeouts: a sorted set of the same owner tokens, scored by the server time (ms)
+--          at which each is evicted unless it calls again
+-- ARGV[1]  the owner token of this acquisition
+-- ARGV[2]  the lease TTL in milliseconds
+-- ARGV[3]  how long this waiter's place is kept without another call, in milliseconds
+-- ARGV[4]  'try': do not queue; 'wait': join the queue, or keep the place in it, when not
+--          granted; 'last': the final attempt — leave the queue when not granted
+--
+-- Returns
+--   {1, token}                granted; token is the fencing token of this grant
+--   {0, holder, pttl, ahead}  held by another owner (pttl in ms, -1: none); `ahead` waiters are
+--                             queued ahead of this one
+--   {3, ahead}                the lock is free, but `ahead` earlier waiters come first
+--   {2}                       this owner's acquisition was already released (a late duplicate)
+--   error "LOCKVALUE …"       the key holds something that is not a lock
+--
+-- Every call first evicts the waiters whose time ran out: a waiter that died stops calling, and
+-- loses its place within ARGV[3] of its last call. Both sorted sets expire with their
+-- last-evicted member and are deleted when empty, so they never outlive their waiters.
+-- Idempotent per owner token, like acquire.lua.
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local owner_token = ARGV[1]
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+for i = 1, #expired, 100 do
+  local batch = {unpack(expired, i, math.min(i + 99, #expired))}
+  redis.call('ZREM', KEYS[2], unpack(batch))
+  redis.call('ZREM', KEYS[3], unpack(batch))
+end
+
+local function join()
+  if not redis.call('ZSCORE', KEYS[2], owner_token) then
+    local tail = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    local arrival = 1
+    if tail[2] then
+      arrival = tonumber(tail[2]) + 1
+    end
+    redis.call('ZADD', KEYS[2], arrival, owner_token)
+  end
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), owner_token)
+end
+
+local function leave()
+  redis.call('ZREM', KEYS[2], owner_token)
+  redis.call('ZREM', KEYS[3], owner_token)
+end
+
+-- Both sets live exactly as long as their latest timeout.
+local function tidy()
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', KEYS[2], last[2])
+    redis.call('PEXPIREAT', KEYS[3], last[2])
+  else
+    redis.call('DEL', KEYS[2], KEYS[3])
+  end
+end
+
+local function queue_as(mode)
+  if mode == 'wait' then
+    join()
+  elseif mode == 'last' then
+    leave()
+  end
+  tidy()
+end
+
+local function ahead()
+  local rank = redis.call('ZRANK', KEYS[2], owner_token)
+  if rank then
+    return rank
+  end
+  return redis.call('ZCARD', KEYS[2])
+end
+
+local value = redis.call('GET', KEYS[1])
+local last = 0
+local previous = ''
+if value then
+  local state, token, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
+  if not state then
+    return redis.error_reply('LOCKVALUE the key ' .. KEYS[1] .. ' holds a value that is not a lock')
+  end
+  if owner == owner_token then
+    queue_as('last')
+    if state == 'R' then
+      return {2}
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {1, tonumber(token)}
+  end
+  if state == 'H' then
+    queue_as(ARGV[4])
+    return {0, owner, redis.call('PTTL', KEYS[1]), ahead()}
+  end
+  last = tonumber(token)
+  previous = '|' .. owner
+end
+
+local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if first and first ~= owner_token then
+  queue_as(ARGV[4])
+  return {3, ahead()}
+end
+
+queue_as('last')
+local token = math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+redis.call('SET', KEYS[1], 'H|' .. string.format('%.0f', token) .. '|' .. owner_token .. previous, 'PX', ARGV[2])
+return {1, token}
