@@ -11,6 +11,10 @@
 //! - **Fail closed.** If the lock cannot be granted — held elsewhere for the whole wait time, or
 //!   the backend is down — you get [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`,
 //!   HTTP 503) and your critical section does not run.
+//! - **Fail open, where you ask for it.** A call site that values availability over exclusion
+//!   names it: [`DistributedLockExt::with_lock_fail_open`] runs the section unguarded when the
+//!   lock is not granted (disabled, wait time spent, backend down), logs a `WARN`, and returns
+//!   the section's value in a [`FailOpen`] marked with why. Never a default.
 //! - **Owner-checked release.** Releasing a lease that already ended never frees someone else's lock.
 //! - **Fencing tokens and a lost-lease signal.** [`LockHandle::fencing_token`] increases with every
 //!   grant of a key; [`LockHandle::lost`] fires when the lease can no longer be trusted.
@@ -42,7 +46,9 @@
 //! stands in for unit tests. Implementations prove themselves with the conformance suite
 //! (`conformance` feature).
 
+mod disabled;
 mod error;
+mod fail_open;
 mod handle;
 mod key;
 mod lease;
@@ -54,7 +60,9 @@ mod reentrant;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub use disabled::DisabledLock;
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
+pub use fail_open::{FailOpen, Unguarded, UnguardedReason};
 pub use handle::{LeaseRelease, LeaseState, LeaseStatus, LockHandle, LostReason, ReleaseOutcome};
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use lease::{

@@ -1,4 +1,5 @@
-//! The port: [`DistributedLock`], its per-call options, and [`DistributedLockExt::with_lock`].
+//! The port: [`DistributedLock`], its per-call options, and [`DistributedLockExt::with_lock`]
+//! (and its fail-open variant).
 
 use std::fmt;
 use std::future::Future;
@@ -9,6 +10,9 @@ use async_trait::async_trait;
 #[cfg(doc)]
 use crate::error::AcquireFailure;
 use crate::error::LockError;
+use crate::fail_open::FailOpen;
+#[cfg(doc)]
+use crate::fail_open::{Unguarded, UnguardedReason};
 use crate::handle::{LockHandle, ReleaseOutcome};
 use crate::lease::Lease;
 
@@ -111,7 +115,9 @@ impl AcquireOptions {
 /// - **Fail closed.** When the lock is not granted — contention outlasting the wait, an
 ///   unreachable, slow or failing backend — the call returns
 ///   [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503) and never a handle.
-///   An outage is never reported as contention, nor a timeout as a grant.
+///   An outage is never reported as contention, nor a timeout as a grant. (A call site may still
+///   choose to run its section without the lock, by name:
+///   [`DistributedLockExt::with_lock_fail_open`]; the acquisition itself fails all the same.)
 /// - **Leases.** [`Lease::Fixed`] ends at its duration; [`Lease::Watchdog`] is renewed while the
 ///   holder's process lives and ends within one watchdog timeout after it dies.
 /// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
@@ -276,29 +282,156 @@ pub trait DistributedLockExt: DistributedLock {
     {
         async move {
             let handle = self.acquire_with(key, options).await?;
-            if handle.is_reentrant() {
-                // The outer scope holds the lease and releases it.
-                return Ok(critical_section().await);
-            }
-            let value =
-                crate::reentrant::scope(self.namespace(), &handle, critical_section()).await;
-            let still_held = handle.is_held();
-            match handle.release().await {
-                Ok(ReleaseOutcome::Released) => {}
-                Ok(ReleaseOutcome::NotHeld) => tracing::warn!(
-                    lock_key = key,
-                    still_held_locally = still_held,
-                    "the lease ended before the critical section finished; another owner may have run concurrently"
-                ),
-                Err(error) => tracing::warn!(
-                    lock_key = key,
-                    %error,
-                    "release after the critical section was not confirmed; the lease ends at its TTL"
-                ),
-            }
-            Ok(value)
+            Ok(run_holding(self.namespace(), key, handle, critical_section).await)
         }
+    }
+
+    /// Fail open, opted into at this call site: like [`with_lock`](DistributedLockExt::with_lock)
+    /// when the lock is granted, but when it is not, runs `critical_section` anyway — unguarded —
+    /// and returns its value marked with why. For work where not running hurts more than running
+    /// twice (warming a cache, sending a digest whose receiver drops duplicates); everything else
+    /// keeps the fail-closed default. Not a correctness guarantee either way: see
+    /// `docs/failure-policy.md` for choosing between the two.
+    ///
+    /// - **Granted**: exactly as `with_lock` (the section runs holding the lease, re-entry
+    ///   included; release problems are logged, not returned) →
+    ///   [`FailOpen::Guarded`].
+    /// - **Not granted** → a `WARN` event (fields `lock_key`, `reason`, `error`: "lock not held;
+    ///   running the critical section unguarded (fail open)"), then the section runs once without
+    ///   the lock → [`FailOpen::Unguarded`] with the [`Unguarded`] marker: its
+    ///   [`UnguardedReason`] and the [`LockError`] a fail-closed call would have returned.
+    ///   - [`LockError::Disabled`] (`LOCK_DISABLED`, e.g. a [`DisabledLock`](crate::DisabledLock))
+    ///     → [`UnguardedReason::LockDisabled`];
+    ///   - contention that outlasted the wait time (`held_by_another_owner`, `waiters_ahead`) →
+    ///     [`UnguardedReason::WaitTimeElapsed`]: another owner may be running the same section;
+    ///   - any other `LOCK_ACQUISITION_FAILED` (backend unreachable, timed out, refusing,
+    ///     replicas not confirming, the grant arriving too late) →
+    ///     [`UnguardedReason::BackendUnavailable`].
+    ///
+    /// The section runs at most once, and its value is always returned — a section that returns
+    /// `Err` of its own has that `Err` inside the `FailOpen`, never replaced by a lock error. It
+    /// starts no later than the wait time (the configured one; the per-call one with
+    /// [`with_lock_opts_fail_open`](DistributedLockExt::with_lock_opts_fail_open)) plus one
+    /// backend command timeout. An unguarded section holds no lease: acquisitions of the same
+    /// key inside it contend like any other.
+    ///
+    /// ```
+    /// # use lock_core::{DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease};
+    /// # use lock_core::DisabledLock;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// async fn warm_tariff_cache(lock: &dyn DistributedLock) -> Result<u32, lock_core::LockError> {
+    ///     let warmed = lock
+    ///         .with_lock_fail_open("cache-warm:tariffs", Lease::Watchdog, || async {
+    ///             120 // entries loaded; loading them twice costs only time
+    ///         })
+    ///         .await?; // Err only for an invalid key or lease (a bug): the section did not run
+    ///     if let Some(unguarded) = warmed.unguarded() {
+    ///         // Already logged as a WARN; count it if you alert on fail-open runs.
+    ///         eprintln!("{unguarded}");
+    ///     }
+    ///     Ok(warmed.into_value())
+    /// }
+    ///
+    /// assert_eq!(warm_tariff_cache(&InMemoryLock::new()).await?, 120);
+    /// // Switched off: still warmed, unguarded, reason `lock_disabled`.
+    /// assert_eq!(warm_tariff_cache(&DisabledLock::new("enabled = false")).await?, 120);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`, HTTP
+    /// 500): the key or lease is rejected before any backend call — a defect of the caller, so
+    /// the section does not run. No other error: every other outcome runs the section.
+    fn with_lock_fail_open<F, Fut, T>(
+        &self,
+        key: &str,
+        lease: Lease,
+        critical_section: F,
+    ) -> impl Future<Output = Result<FailOpen<T>, LockError>> + Send
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        self.with_lock_opts_fail_open(key, AcquireOptions::new(lease), critical_section)
+    }
+
+    /// [`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open) with per-call options:
+    /// a wait time (how long contention may delay the section before it runs unguarded; zero =
+    /// one attempt), a fair acquisition.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock};
+    /// # use lock_core::{Lease, UnguardedReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # let lock = InMemoryLock::new();
+    /// let other_pod = lock.try_acquire("digest:2026-11-30", Lease::Watchdog).await?;
+    ///
+    /// // Wait at most 200 ms for the other pod, then send the digest anyway.
+    /// let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(200));
+    /// let sent = lock
+    ///     .with_lock_opts_fail_open("digest:2026-11-30", options, || async { "sent" })
+    ///     .await?;
+    /// assert_eq!(sent.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
+    /// assert_eq!(sent.into_value(), "sent");
+    /// # drop(other_pod);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open): only
+    /// `LOCK_INVALID_ARGUMENT` (a bad key, lease or wait), and then the section did not run.
+    fn with_lock_opts_fail_open<F, Fut, T>(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+        critical_section: F,
+    ) -> impl Future<Output = Result<FailOpen<T>, LockError>> + Send
+    where
+        F: FnOnce() -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        crate::fail_open::with_lock_fail_open(self, key, options, critical_section)
     }
 }
 
 impl<L: DistributedLock + ?Sized> DistributedLockExt for L {}
+
+/// The granted path of every `with_lock*`: runs `critical_section` holding `handle` (registered
+/// for re-entry), then releases it and logs — does not return — a lease that had ended or a
+/// release that was not confirmed. A re-entrant handle is left to the enclosing scope.
+pub(crate) async fn run_holding<F, Fut, T>(
+    namespace: &str,
+    key: &str,
+    handle: LockHandle,
+    critical_section: F,
+) -> T
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = T>,
+{
+    if handle.is_reentrant() {
+        // The outer scope holds the lease and releases it.
+        return critical_section().await;
+    }
+    let value = crate::reentrant::scope(namespace, &handle, critical_section()).await;
+    let still_held = handle.is_held();
+    match handle.release().await {
+        Ok(ReleaseOutcome::Released) => {}
+        Ok(ReleaseOutcome::NotHeld) => tracing::warn!(
+            lock_key = key,
+            still_held_locally = still_held,
+            "the lease ended before the critical section finished; another owner may have run concurrently"
+        ),
+        Err(error) => tracing::warn!(
+            lock_key = key,
+            %error,
+            "release after the critical section was not confirmed; the lease ends at its TTL"
+        ),
+    }
+    value
+}

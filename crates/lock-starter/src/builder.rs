@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use figment::Figment;
-use lock_core::{DistributedLock, LockError};
+use lock_core::{DisabledLock, DistributedLock, LockError};
 use lock_redis::{RedisLock, RedisLockConfig};
 
 use crate::config::{ConfigError, ConfigSources, LockSettings};
@@ -64,11 +64,43 @@ impl LockStarter {
     /// # Errors
     /// [`LockError::Disabled`] (code `LOCK_DISABLED`, HTTP 503) when
     /// `telco.platform.lock.enabled = false`; the message says where that was set. No Redis
-    /// connection exists in that case.
+    /// connection exists in that case. [`lock_or_disabled`](LockStarter::lock_or_disabled)
+    /// returns a lock that fails so on every acquisition instead.
     pub fn lock(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         self.lock
             .clone()
             .map_err(|detail| LockError::Disabled { detail })
+    }
+
+    /// The lock, or — when `telco.platform.lock.enabled = false` — a [`DisabledLock`] saying
+    /// where it was switched off, so a service holds one `Arc<dyn DistributedLock>` either way.
+    ///
+    /// Through the disabled lock, fail-closed calls (`with_lock`, `acquire`) fail with
+    /// [`LockError::Disabled`] (`LOCK_DISABLED`, HTTP 503) exactly as [`lock`](LockStarter::lock)
+    /// does, and fail-open calls ([`with_lock_fail_open`](lock_core::DistributedLockExt::with_lock_fail_open))
+    /// run their section unguarded with reason `lock_disabled` and a `WARN`. It opens no
+    /// connection. Use [`lock`](LockStarter::lock) instead when a disabled lock should stop the
+    /// service at start-up.
+    ///
+    /// ```no_run
+    /// use lock_starter::prelude::*;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder().build().await?;
+    /// let lock = starter.lock_or_disabled(); // never fails
+    /// let sent = lock
+    ///     .with_lock_fail_open("digest:2026-11-30", Lease::Watchdog, || async { /* send */ 3 })
+    ///     .await?;
+    /// if let Some(unguarded) = sent.unguarded() {
+    ///     println!("sent without the lock: {}", unguarded.reason()); // e.g. lock_disabled
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_or_disabled(&self) -> Arc<dyn DistributedLock> {
+        match &self.lock {
+            Ok(lock) => Arc::clone(lock),
+            Err(detail) => Arc::new(DisabledLock::new(detail.clone())),
+        }
     }
 
     /// Whether a lock is available (`telco.platform.lock.enabled`).

@@ -25,6 +25,9 @@
 //!
 //! - Configuration keys, defaults and environment names: [`config`] and `docs/configuration.md`.
 //! - The lock contract (leases, fail closed, fencing tokens): [`DistributedLock`].
+//! - Fail open, opted into per call site where availability matters more than exclusion:
+//!   [`DistributedLockExt::with_lock_fail_open`] and [`LockStarter::lock_or_disabled`];
+//!   choosing between the two policies: `docs/failure-policy.md`.
 //! - Overrides: [`LockStarterBuilder::lock`] hands in your own implementation (e.g.
 //!   [`InMemoryLock`] in unit tests); [`LockStarterBuilder::figment`] your own configuration
 //!   sources.
@@ -36,10 +39,10 @@ pub use builder::{LockStarter, LockStarterBuilder, StartError};
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use lock_core::{
-    AcquireFailure, AcquireOptions, DEFAULT_WAIT_TIME, DistributedLock, DistributedLockExt,
-    InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LostReason,
-    MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
-    ReleaseOutcome,
+    AcquireFailure, AcquireOptions, DEFAULT_WAIT_TIME, DisabledLock, DistributedLock,
+    DistributedLockExt, FailOpen, InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode,
+    LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE,
+    MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, Unguarded, UnguardedReason,
 };
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
@@ -53,8 +56,9 @@ pub mod redis {
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
-        LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter, LostReason, ReleaseOutcome,
+        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
+        InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter,
+        LostReason, ReleaseOutcome, Unguarded, UnguardedReason,
     };
 }
 
@@ -62,3 +66,8 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+/// docs/failure-policy.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/failure-policy.md")]
+struct FailurePolicyDoctests;

@@ -1,0 +1,71 @@
+//! A [`DistributedLock`] that is switched off: every acquisition fails with `LOCK_DISABLED`.
+
+use async_trait::async_trait;
+
+#[cfg(doc)]
+use crate::DistributedLockExt;
+use crate::error::LockError;
+use crate::handle::LockHandle;
+use crate::lock::{AcquireOptions, DistributedLock};
+
+/// The lock of a service whose distributed lock is switched off by configuration
+/// (`telco.platform.lock.enabled = false`): it never grants, and holds no backend connection.
+///
+/// Every acquisition with a valid key and options fails with [`LockError::Disabled`] (code
+/// `LOCK_DISABLED`, HTTP 503) carrying [`detail`](DisabledLock::detail); invalid ones fail with
+/// `LOCK_INVALID_ARGUMENT` first, as with any lock. So fail-closed calls
+/// ([`with_lock`](DistributedLockExt::with_lock), `acquire`) fail as they would without a lock,
+/// and fail-open calls ([`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open)) run
+/// their section unguarded with reason `lock_disabled`. It lets a service hold one
+/// `Arc<dyn DistributedLock>` whether or not the lock is enabled (the starter's
+/// `LockStarter::lock_or_disabled`).
+///
+/// Its [`namespace`](DistributedLock::namespace) is `disabled`. Being a lock that never grants,
+/// it does not pass the conformance suite.
+///
+/// ```
+/// use lock_core::{DisabledLock, DistributedLock, Lease, LockErrorCode};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
+/// let err = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+/// assert_eq!(err.code(), LockErrorCode::LockDisabled);
+/// assert!(err.to_string().contains("from config/lock.toml"));
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisabledLock {
+    detail: String,
+}
+
+impl DisabledLock {
+    /// A disabled lock; `detail` says where the lock was switched off, e.g.
+    /// `telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED`.
+    pub fn new(detail: impl Into<String>) -> Self {
+        DisabledLock {
+            detail: detail.into(),
+        }
+    }
+
+    /// Where the lock was switched off, as given to [`new`](DisabledLock::new).
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+#[async_trait]
+impl DistributedLock for DisabledLock {
+    fn namespace(&self) -> &str {
+        "disabled"
+    }
+
+    async fn acquire_lease(
+        &self,
+        _key: &str,
+        _options: AcquireOptions,
+    ) -> Result<LockHandle, LockError> {
+        Err(LockError::Disabled {
+            detail: self.detail.clone(),
+        })
+    }
+}

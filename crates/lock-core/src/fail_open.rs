@@ -1,0 +1,331 @@
+//! The fail-open policy, opted into per call site: [`FailOpen`], what
+//! [`DistributedLockExt::with_lock_fail_open`] returns, and why a section ran unguarded.
+//!
+//! Fail closed is the default everywhere else: a lock that is not granted means the critical
+//! section does not run. A call site that values availability over strict exclusion (work that
+//! is harmless when it runs twice, harmful when it does not run) asks for fail open by name; it
+//! is never a default and never a global switch. Then every outcome that leaves the lock not
+//! held runs the section once, unguarded, and returns its value together with an [`Unguarded`]
+//! marker saying why; a `WARN` line says the same.
+
+use std::fmt;
+use std::future::Future;
+
+#[cfg(doc)]
+use crate::DistributedLockExt;
+use crate::error::{AcquireFailure, LockError};
+use crate::lock::{AcquireOptions, DistributedLock};
+
+/// The value of a critical section run under the fail-open policy, and whether the lock was held
+/// while it ran.
+///
+/// Either way the section ran exactly once and this is its value: a section that returns a
+/// `Result` of its own has that result here, `Ok` or `Err`, untouched.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock};
+/// use lock_core::{Lease, UnguardedReason};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = InMemoryLock::new();
+/// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
+///
+/// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+/// match lock.with_lock_opts_fail_open("cache-warm:tariffs", once, || async { 120 }).await? {
+///     FailOpen::Guarded(warmed) => println!("warmed {warmed} entries under the lock"),
+///     FailOpen::Unguarded { value: warmed, unguarded } => {
+///         assert_eq!(unguarded.reason(), UnguardedReason::WaitTimeElapsed);
+///         println!("warmed {warmed} entries without the lock: {unguarded}");
+///     }
+/// }
+/// # drop(other_pod);
+/// # Ok(()) }
+/// ```
+#[must_use = "the section ran; check `unguarded()` to know whether it ran without the lock, or take `into_value()`"]
+#[derive(Debug)]
+pub enum FailOpen<T> {
+    /// The lock was held while the section ran (as with
+    /// [`with_lock`](DistributedLockExt::with_lock), re-entry included).
+    Guarded(T),
+    /// The lock was not held: the section ran unguarded, and another owner may have run it at
+    /// the same time.
+    Unguarded {
+        /// The section's value.
+        value: T,
+        /// Why the lock was not held.
+        unguarded: Unguarded,
+    },
+}
+
+impl<T> FailOpen<T> {
+    /// The section's value.
+    pub fn value(&self) -> &T {
+        match self {
+            FailOpen::Guarded(value) | FailOpen::Unguarded { value, .. } => value,
+        }
+    }
+
+    /// The section's value, dropping the marker.
+    pub fn into_value(self) -> T {
+        match self {
+            FailOpen::Guarded(value) | FailOpen::Unguarded { value, .. } => value,
+        }
+    }
+
+    /// Whether the lock was held while the section ran.
+    pub fn is_guarded(&self) -> bool {
+        matches!(self, FailOpen::Guarded(_))
+    }
+
+    /// Why the section ran unguarded; `None` if the lock was held.
+    pub fn unguarded(&self) -> Option<&Unguarded> {
+        match self {
+            FailOpen::Guarded(_) => None,
+            FailOpen::Unguarded { unguarded, .. } => Some(unguarded),
+        }
+    }
+
+    /// The section's value and, if it ran unguarded, why.
+    pub fn into_parts(self) -> (T, Option<Unguarded>) {
+        match self {
+            FailOpen::Guarded(value) => (value, None),
+            FailOpen::Unguarded { value, unguarded } => (value, Some(unguarded)),
+        }
+    }
+}
+
+/// Why a fail-open critical section ran without the lock: the [`UnguardedReason`] and the
+/// [`LockError`] the acquisition ended with (its code, `reason` and details as a fail-closed call
+/// would have returned them).
+///
+/// `Display` is one sentence: ``the critical section ran unguarded (wait_time_elapsed): lock
+/// `cache-warm:tariffs` was not acquired: held by another owner …``.
+#[derive(Debug)]
+pub struct Unguarded {
+    reason: UnguardedReason,
+    error: LockError,
+}
+
+impl Unguarded {
+    /// Why the lock was not held.
+    pub fn reason(&self) -> UnguardedReason {
+        self.reason
+    }
+
+    /// The error the acquisition ended with: [`LockError::Disabled`] (`LOCK_DISABLED`) or
+    /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, with its `reason`, holder,
+    /// cause).
+    pub fn error(&self) -> &LockError {
+        &self.error
+    }
+
+    /// The error the acquisition ended with, by value.
+    pub fn into_error(self) -> LockError {
+        self.error
+    }
+
+    /// The reason a fail-open call gives for `error`, or `error` back when it is not a "not
+    /// granted" outcome (an invalid key or argument).
+    pub(crate) fn from_error(error: LockError) -> Result<Self, LockError> {
+        let reason = match &error {
+            LockError::Disabled { .. } => UnguardedReason::LockDisabled,
+            LockError::AcquisitionFailed {
+                reason:
+                    AcquireFailure::HeldByAnotherOwner { .. } | AcquireFailure::WaitersAhead { .. },
+                ..
+            } => UnguardedReason::WaitTimeElapsed,
+            // Unreachable, refusing, too slow, replicas not confirming, and whatever a future
+            // reason adds: the backend could not grant the lock. A release failure is not an
+            // acquisition outcome, but an implementation returning one failed at its backend too.
+            LockError::AcquisitionFailed { .. } | LockError::ReleaseFailed { .. } => {
+                UnguardedReason::BackendUnavailable
+            }
+            LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => return Err(error),
+        };
+        Ok(Unguarded { reason, error })
+    }
+}
+
+impl fmt::Display for Unguarded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the critical section ran unguarded ({}): {}",
+            self.reason, self.error
+        )
+    }
+}
+
+/// Why a fail-open critical section ran without the lock. [`as_str`](UnguardedReason::as_str)
+/// gives the stable name logged as `reason` and meant for metrics and alerts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnguardedReason {
+    /// The lock is switched off by configuration (`telco.platform.lock.enabled = false`): the
+    /// acquisition failed with `LOCK_DISABLED`. `lock_disabled`.
+    LockDisabled,
+    /// The wait time was spent while another owner held the lock (`held_by_another_owner`), or,
+    /// for a fair acquisition, while earlier fair waiters were queued ahead (`waiters_ahead`).
+    /// Another owner may be running the same section right now. `wait_time_elapsed`.
+    WaitTimeElapsed,
+    /// The backend could not grant the lock: unreachable, timed out, refusing, replicas not
+    /// confirming the grant in time, or the grant arriving after its lease ran out
+    /// (`LOCK_ACQUISITION_FAILED` with any reason other than contention). Whether anyone holds
+    /// the lock is unknown. `backend_unavailable`.
+    BackendUnavailable,
+}
+
+impl UnguardedReason {
+    /// The stable name: `lock_disabled`, `wait_time_elapsed` or `backend_unavailable`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UnguardedReason::LockDisabled => "lock_disabled",
+            UnguardedReason::WaitTimeElapsed => "wait_time_elapsed",
+            UnguardedReason::BackendUnavailable => "backend_unavailable",
+        }
+    }
+}
+
+impl fmt::Display for UnguardedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The body of [`DistributedLockExt::with_lock_opts_fail_open`].
+pub(crate) async fn with_lock_fail_open<L, F, Fut, T>(
+    lock: &L,
+    key: &str,
+    options: AcquireOptions,
+    critical_section: F,
+) -> Result<FailOpen<T>, LockError>
+where
+    L: DistributedLock + ?Sized,
+    F: FnOnce() -> Fut + Send,
+    Fut: Future<Output = T> + Send,
+    T: Send,
+{
+    match lock.acquire_with(key, options).await {
+        Ok(handle) => Ok(FailOpen::Guarded(
+            crate::lock::run_holding(lock.namespace(), key, handle, critical_section).await,
+        )),
+        Err(error) => {
+            let unguarded = Unguarded::from_error(error)?;
+            tracing::warn!(
+                lock_key = key,
+                reason = unguarded.reason.as_str(),
+                error = %unguarded.error,
+                "lock not held; running the critical section unguarded (fail open)"
+            );
+            let value = critical_section().await;
+            Ok(FailOpen::Unguarded { value, unguarded })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn reason_of(error: LockError) -> Option<UnguardedReason> {
+        Unguarded::from_error(error).ok().map(|u| u.reason())
+    }
+
+    #[test]
+    fn each_not_granted_outcome_has_its_reason_and_invalid_arguments_have_none() {
+        let held = LockError::AcquisitionFailed {
+            key: "k".into(),
+            reason: AcquireFailure::HeldByAnotherOwner {
+                holder: "pod-a/1".into(),
+                ttl: None,
+                waited: Duration::ZERO,
+            },
+        };
+        let queued = LockError::AcquisitionFailed {
+            key: "k".into(),
+            reason: AcquireFailure::WaitersAhead {
+                ahead: 2,
+                waited: Duration::from_secs(1),
+            },
+        };
+        let replicas = LockError::AcquisitionFailed {
+            key: "k".into(),
+            reason: AcquireFailure::ReplicationUnconfirmed {
+                required: 1,
+                acknowledged: 0,
+            },
+        };
+        let late = LockError::AcquisitionFailed {
+            key: "k".into(),
+            reason: AcquireFailure::LeaseExpiredBeforeGrant {
+                lease: Duration::from_secs(1),
+            },
+        };
+        use UnguardedReason::*;
+        assert_eq!(reason_of(held), Some(WaitTimeElapsed));
+        assert_eq!(reason_of(queued), Some(WaitTimeElapsed));
+        assert_eq!(
+            reason_of(LockError::backend_unavailable("k", "connection refused")),
+            Some(BackendUnavailable)
+        );
+        assert_eq!(reason_of(replicas), Some(BackendUnavailable));
+        assert_eq!(reason_of(late), Some(BackendUnavailable));
+        assert_eq!(
+            reason_of(LockError::Disabled {
+                detail: "telco.platform.lock.enabled = false".into()
+            }),
+            Some(LockDisabled)
+        );
+        assert_eq!(reason_of(crate::validate_key("").unwrap_err()), None);
+        assert_eq!(
+            reason_of(LockError::invalid_argument("wait", "2h", "at most 1h")),
+            None
+        );
+    }
+
+    #[test]
+    fn reasons_have_stable_names() {
+        assert_eq!(UnguardedReason::LockDisabled.as_str(), "lock_disabled");
+        assert_eq!(
+            UnguardedReason::WaitTimeElapsed.to_string(),
+            "wait_time_elapsed"
+        );
+        assert_eq!(
+            UnguardedReason::BackendUnavailable.as_str(),
+            "backend_unavailable"
+        );
+    }
+
+    #[test]
+    fn the_marker_says_it_ran_unguarded_why_and_the_error() {
+        let unguarded = Unguarded::from_error(LockError::backend_unavailable(
+            "digest",
+            "connection refused",
+        ))
+        .unwrap();
+        assert_eq!(
+            unguarded.to_string(),
+            "the critical section ran unguarded (backend_unavailable): lock `digest` was not \
+             acquired: backend unavailable: connection refused"
+        );
+        let outcome = FailOpen::Unguarded {
+            value: 3,
+            unguarded,
+        };
+        assert!(!outcome.is_guarded());
+        assert_eq!(*outcome.value(), 3);
+        assert_eq!(
+            outcome.unguarded().map(Unguarded::reason),
+            Some(UnguardedReason::BackendUnavailable)
+        );
+        let (value, unguarded) = outcome.into_parts();
+        assert_eq!(value, 3);
+        assert_eq!(unguarded.unwrap().error().details()["lockKey"], "digest");
+        let guarded = FailOpen::Guarded("done");
+        assert!(guarded.is_guarded() && guarded.unguarded().is_none());
+        assert_eq!(guarded.into_value(), "done");
+    }
+}

@@ -1,0 +1,278 @@
+//! The fail-open policy (`with_lock_fail_open`, `with_lock_opts_fail_open`) on the in-process
+//! lock, a disabled lock and a lock whose backend is down: the section runs exactly once on every
+//! path, its value comes back with the right marker, the `WARN` is logged before it runs, and an
+//! invalid argument is the one error (the section does not run).
+//!
+//! Logs go to one global capture for the whole test binary (tests run in parallel); each test
+//! uses its own key and looks only at the lines naming it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock,
+    Lease, LockError, LockErrorCode, LockHandle, UnguardedReason,
+};
+use lock_testkit::logs::CapturedLogs;
+
+const MESSAGE: &str = "lock not held; running the critical section unguarded (fail open)";
+
+fn logs() -> &'static CapturedLogs {
+    CapturedLogs::global(tracing::Level::WARN)
+}
+
+/// The fail-open `WARN` lines logged so far for `key`.
+fn fail_open_warnings(key: &str) -> Vec<String> {
+    logs()
+        .text()
+        .lines()
+        .filter(|line| line.contains(MESSAGE) && line.contains(&format!("lock_key=\"{key}\"")))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[track_caller]
+fn assert_one_warning(key: &str, reason: &str, error_contains: &str) {
+    let lines = fail_open_warnings(key);
+    assert_eq!(lines.len(), 1, "one fail-open WARN for {key}: {lines:#?}");
+    let line = &lines[0];
+    assert!(line.contains(" WARN "), "{line}");
+    assert!(line.contains(&format!("reason=\"{reason}\"")), "{line}");
+    assert!(line.contains(error_contains), "{line}");
+}
+
+fn wait(wait: Duration) -> AcquireOptions {
+    AcquireOptions::new(Lease::Watchdog).wait(wait)
+}
+
+/// A lock whose backend is down: every acquisition fails with `backend_unavailable`.
+#[derive(Debug)]
+struct DownLock;
+
+#[async_trait]
+impl DistributedLock for DownLock {
+    fn namespace(&self) -> &str {
+        "down"
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        _options: AcquireOptions,
+    ) -> Result<LockHandle, LockError> {
+        Err(LockError::backend_unavailable(key, "connection refused"))
+    }
+}
+
+#[tokio::test]
+async fn a_granted_lock_guards_the_section_and_is_released_after_it() {
+    logs();
+    let lock = InMemoryLock::new();
+    let other_client = lock.clone();
+    let runs = AtomicUsize::new(0);
+    let outcome = lock
+        .with_lock_fail_open("fo-guarded", Lease::Watchdog, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            // Really held: another client (another task: this one would re-enter) is refused
+            // while the section runs.
+            let other_client = other_client.clone();
+            let refused = tokio::spawn(async move {
+                other_client
+                    .try_acquire("fo-guarded", Lease::Watchdog)
+                    .await
+                    .unwrap_err()
+            })
+            .await
+            .unwrap();
+            refused.details()["reason"].clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(outcome.is_guarded());
+    assert!(outcome.unguarded().is_none());
+    assert_eq!(outcome.into_value(), "held_by_another_owner");
+    assert_eq!(lock.held_count(), 0, "released after the section");
+    assert!(fail_open_warnings("fo-guarded").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn contention_past_the_wait_time_runs_the_section_unguarded_once() {
+    logs();
+    let lock = InMemoryLock::new();
+    let other_pod = lock
+        .try_acquire("fo-contended", Lease::Watchdog)
+        .await
+        .unwrap();
+    let runs = AtomicUsize::new(0);
+    let started = tokio::time::Instant::now();
+    let outcome = lock
+        .with_lock_opts_fail_open("fo-contended", wait(Duration::from_millis(300)), || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            // The WARN is out before the section runs.
+            assert_eq!(fail_open_warnings("fo-contended").len(), 1);
+            "digest sent"
+        })
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "waited first"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let FailOpen::Unguarded { value, unguarded } = outcome else {
+        panic!("ran guarded while another owner held the key");
+    };
+    assert_eq!(value, "digest sent");
+    assert_eq!(unguarded.reason(), UnguardedReason::WaitTimeElapsed);
+    let error = unguarded.error();
+    assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+    assert_eq!(error.details()["holder"], other_pod.owner());
+    assert!(unguarded.to_string().contains("wait_time_elapsed"));
+    assert_one_warning("fo-contended", "wait_time_elapsed", other_pod.owner());
+    assert!(other_pod.is_held(), "the holder keeps its lease");
+}
+
+#[tokio::test]
+async fn a_disabled_lock_runs_the_section_unguarded_with_lock_disabled() {
+    logs();
+    let lock = DisabledLock::new("telco.platform.lock.enabled = false from a test");
+    let runs = AtomicUsize::new(0);
+    let outcome = lock
+        .with_lock_fail_open("fo-disabled", Lease::Watchdog, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            7
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let (value, unguarded) = outcome.into_parts();
+    assert_eq!(value, 7);
+    let unguarded = unguarded.expect("a disabled lock never guards");
+    assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
+    assert_eq!(unguarded.error().code(), LockErrorCode::LockDisabled);
+    assert_one_warning("fo-disabled", "lock_disabled", "from a test");
+
+    // Fail-closed callers of the same lock still get LOCK_DISABLED, and the section does not run.
+    let err = lock
+        .with_lock("fo-disabled", Lease::Watchdog, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), LockErrorCode::LockDisabled);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(lock.namespace(), "disabled");
+}
+
+#[tokio::test]
+async fn an_unavailable_backend_runs_the_section_unguarded_with_backend_unavailable() {
+    logs();
+    let lock: Arc<dyn DistributedLock> = Arc::new(DownLock);
+    let runs = AtomicUsize::new(0);
+    let outcome = lock
+        .with_lock_fail_open("fo-down", Lease::Watchdog, || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            "warmed"
+        })
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(*outcome.value(), "warmed");
+    let unguarded = outcome.unguarded().expect("the backend is down");
+    assert_eq!(unguarded.reason(), UnguardedReason::BackendUnavailable);
+    assert_eq!(unguarded.error().details()["reason"], "backend_unavailable");
+    assert_one_warning("fo-down", "backend_unavailable", "connection refused");
+}
+
+#[tokio::test]
+async fn an_invalid_key_or_lease_is_an_error_and_the_section_does_not_run() {
+    logs();
+    let runs = AtomicUsize::new(0);
+    let locks: [Arc<dyn DistributedLock>; 3] = [
+        Arc::new(InMemoryLock::new()),
+        Arc::new(DisabledLock::new("off")),
+        Arc::new(DownLock),
+    ];
+    for lock in locks {
+        let err = lock
+            .with_lock_fail_open("fo-bad\nkey", Lease::Watchdog, || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{lock:?}");
+        let err = lock
+            .with_lock_fail_open("fo-bad-lease", Lease::Fixed(Duration::ZERO), || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.details()["argument"], "lease", "{lock:?}");
+        let err = lock
+            .with_lock_opts_fail_open("fo-bad-wait", wait(Duration::from_secs(7200)), || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.details()["argument"], "wait", "{lock:?}");
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a section ran for a bad argument"
+    );
+    for key in ["fo-bad\nkey", "fo-bad-lease", "fo-bad-wait"] {
+        assert!(fail_open_warnings(key).is_empty(), "{key}");
+    }
+}
+
+/// The section's own `Err` is its value, on both paths: never swallowed, never replaced.
+#[tokio::test]
+async fn a_section_that_fails_has_its_own_error_returned() {
+    logs();
+    let lock = InMemoryLock::new();
+    let guarded = lock
+        .with_lock_fail_open("fo-section-err", Lease::Watchdog, || async {
+            Err::<u32, _>("tariff service answered 502")
+        })
+        .await
+        .unwrap();
+    assert!(guarded.is_guarded());
+    assert_eq!(guarded.into_value(), Err("tariff service answered 502"));
+
+    let unguarded = DownLock
+        .with_lock_fail_open("fo-section-err", Lease::Watchdog, || async {
+            Err::<u32, _>("tariff service answered 503")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        unguarded.unguarded().map(|u| u.reason()),
+        Some(UnguardedReason::BackendUnavailable)
+    );
+    assert_eq!(unguarded.into_value(), Err("tariff service answered 503"));
+}
+
+/// Inside a `with_lock` section of the same key, the same task re-enters, as with `with_lock`:
+/// guarded, without waiting for itself.
+#[tokio::test(start_paused = true)]
+async fn inside_a_with_lock_section_of_the_key_it_re_enters() {
+    logs();
+    let lock = InMemoryLock::new();
+    let started = tokio::time::Instant::now();
+    let inner = lock
+        .with_lock("fo-reentry", Lease::Watchdog, || async {
+            lock.with_lock_fail_open("fo-reentry", Lease::Watchdog, || async { 5 })
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    assert!(inner.is_guarded(), "{inner:?}");
+    assert_eq!(started.elapsed(), Duration::ZERO, "waited for itself");
+    assert!(fail_open_warnings("fo-reentry").is_empty());
+    assert_eq!(lock.held_count(), 0);
+}
