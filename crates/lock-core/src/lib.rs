@@ -15,6 +15,8 @@
 //!   names it: [`DistributedLockExt::with_lock_fail_open`] runs the section unguarded when the
 //!   lock is not granted (disabled, wait time spent, backend down), logs a `WARN`, and returns
 //!   the section's value in a [`FailOpen`] marked with why. Never a default.
+//! - **Fair order, where you ask for it.** [`AcquireOptions::fair`] grants a key to its fair
+//!   waiters in the order they asked, across processes — for work whose order matters.
 //! - **Owner-checked release.** Releasing a lease that already ended never frees someone else's lock.
 //! - **Fencing tokens and a lost-lease signal.** [`LockHandle::fencing_token`] increases with every
 //!   grant of a key; [`LockHandle::lost`] fires when the lease can no longer be trusted.

@@ -1,6 +1,6 @@
 //! The Redis lock on a real Redis Cluster (three masters, one replica each): the conformance
 //! suite, single-slot scripts whatever the lock name, waiting on sharded pub/sub, a waiter whose
-//! slot migrates, and watchdog renewal batched per slot.
+//! slot migrates, watchdog renewal batched per slot, and fair locks.
 //!
 //! Starting a cluster costs seconds, so every test here shares one (started by the first test
 //! that needs it) and takes it in turn: the tests count commands in `INFO commandstats` and move
@@ -22,8 +22,8 @@ use lock_testkit::shared::{Shared, Taken};
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
-/// by the last of its five tests.
-static CLUSTER: Shared<RedisCluster> = Shared::new(5);
+/// by the last of its six tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(6);
 
 /// A deadline for events that take milliseconds on an idle machine.
 const GENEROUS: Duration = Duration::from_secs(30);
@@ -765,4 +765,61 @@ async fn watchdog_renewal_is_one_call_per_slot_per_tick() {
         calls[2]
     );
     drop(handles);
+}
+
+/// Fair waiters on two clients are granted in the order they queued, for names on every master:
+/// the lock key, its queue and timeout keys and its channel share one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_are_granted_in_queue_order_on_every_master() {
+    let cluster = cluster().await;
+    let url = cluster.url();
+    let holder = client(&url).await;
+    let clients = [client(&url).await, client(&url).await];
+    let fair = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+        .wait(GENEROUS)
+        .fair();
+    let masters = cluster.masters().await.unwrap();
+    let mut masters_seen = BTreeSet::new();
+    while masters_seen.len() < masters.len() {
+        // A name on a master not tried yet.
+        let name = format!("fair-{:x}", rand_suffix());
+        let queue = holder.queue_key(&name);
+        let port = cluster.node_for_key(&queue).await.unwrap();
+        if !masters_seen.insert(port) {
+            continue;
+        }
+        let held = holder
+            .acquire(&name, Lease::Fixed(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..4usize {
+            let (lock, key, order) = (clients[i % 2].clone(), name.clone(), Arc::clone(&order));
+            tasks.push(tokio::spawn(async move {
+                let handle = lock.acquire_with(&key, fair).await.unwrap();
+                order.lock().unwrap().push(i);
+                assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+            }));
+            let expected = (i + 1).to_string();
+            let queued = eventually(GENEROUS, || async {
+                cluster
+                    .cmd_on(port, &["ZCARD", &queue])
+                    .await
+                    .is_ok_and(|n| n == expected)
+            })
+            .await;
+            assert!(queued, "{name}: waiter {i} never queued on {port}");
+        }
+        assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3], "{name}");
+        let gone = cluster
+            .cmd_on(port, &["EXISTS", &queue, &holder.timeout_key(&name)])
+            .await
+            .unwrap();
+        assert_eq!(gone, "0", "{name}: queue state left behind");
+    }
 }
