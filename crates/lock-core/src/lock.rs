@@ -59,7 +59,8 @@ impl AcquireOptions {
     ///
     /// A fair waiter holds a place in the key's queue while it waits. A waiter that gives up,
     /// fails or is dropped leaves the queue at once; one whose process dies is evicted by the
-    /// backend within a bounded time (for Redis: the fair waiter timeout, 5 s by default), so a
+    /// backend within a bounded time (for Redis: the fair waiter timeout plus one command
+    /// timeout, 7 s by default), so a
     /// dead waiter never blocks the queue for longer. The wait time is honoured as for any
     /// acquisition. With a wait of zero, a fair acquisition is granted only when the lock is free
     /// and no fair waiter is queued.

@@ -188,9 +188,10 @@ impl<'a> Acquisition<'a> {
                     // doubling to 1 s) until the wait is spent, rather than failing this waiter
                     // — and, one after the other, every waiter behind it. Other errors end the
                     // wait at once.
-                    Err(error) if is_transient(&error) && Instant::now() + retry < deadline => {
+                    // (A retry due after the deadline becomes the last try at the deadline.)
+                    Err(error) if is_transient(&error) && Instant::now() < deadline => {
                         tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "queued waiter retrying");
-                        wake_at = Instant::now() + retry;
+                        wake_at = deadline.min(Instant::now() + retry);
                         retry = (retry * 2).min(MAX_RETRY);
                     }
                     Err(error) => {

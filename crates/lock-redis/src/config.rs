@@ -128,10 +128,11 @@ impl RedisLockConfig {
         self
     }
 
-    /// How long a fair waiter keeps its place in a key's queue without calling again (see
-    /// [`AcquireOptions::fair`](lock_core::AcquireOptions::fair)). A waiting process calls every
-    /// third of it; one that dies loses its place within this time, so it bounds how long a
-    /// dead waiter can hold up the waiters behind it. Default 5 s; 300 ms to 5 min.
+    /// The fair waiter timeout (see [`AcquireOptions::fair`](lock_core::AcquireOptions::fair)):
+    /// a waiting process calls every third of it, and each call keeps its place in the key's
+    /// queue for this long plus one [command timeout](Self::command_timeout). So a waiter whose
+    /// process died holds up the waiters behind it for at most that long (7 s with the
+    /// defaults). Default 5 s; 300 ms to 5 min.
     pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
         self.fair_waiter_timeout = timeout;
         self

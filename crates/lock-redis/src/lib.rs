@@ -16,7 +16,8 @@
 //!   and taken down with the last waiter.
 //! - **Fair acquire** ([`AcquireOptions::fair`]) is `fair_acquire.lua`: the lock goes to the
 //!   first of the key's queue of fair waiters in Redis, the others keep their place by calling
-//!   again every third of the fair waiter timeout (a dead waiter loses it within that timeout),
+//!   again every third of the fair waiter timeout (a dead waiter loses it within that timeout
+//!   plus one command timeout),
 //!   and the release message names the first waiter, so exactly it tries.
 //! - **Release** is one `EVALSHA` of `release.lua`: owner-checked, it leaves a short tombstone
 //!   (the last fencing token) and publishes the release.

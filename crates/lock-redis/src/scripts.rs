@@ -37,10 +37,16 @@ impl Scripts {
         }
     }
 
-    /// Loads the scripts every lock uses, so the first acquisitions need no reload (the fair
-    /// ones load on first use).
+    /// Loads every script, so the first acquisitions need no reload (on a Cluster, a reload
+    /// goes to every primary, and would fail while any one is unreachable).
     pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
-        for script in [&self.acquire, &self.release, &self.renew] {
+        for script in [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.fair_acquire,
+            &self.fair_leave,
+        ] {
             script.load(client).await?;
         }
         Ok(())

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 const KEY: &str = "cdc:ticket-4711";
 /// The holders' lease: longer than any test, so only a release ends it.
 const LONG: Duration = Duration::from_secs(300);
-/// A short fair waiter timeout, so dead waiters are evicted within a second.
+/// A short fair waiter timeout, so dead waiters are evicted within two seconds (with the
+/// command timeout).
 const PLACE: Duration = Duration::from_secs(1);
 /// Set in a child process: the Redis URL its waiter connects to.
 const CHILD_URL: &str = "FAIR_TEST_CHILD_REDIS_URL";
@@ -106,6 +107,7 @@ async fn child_fair_waiter() {
     let lock = RedisLock::connect(
         lock_redis::RedisLockConfig::new(url)
             .fair_waiter_timeout(PLACE)
+            .command_timeout(COMMAND_TIMEOUT)
             .instance_id("child"),
     )
     .await
@@ -180,8 +182,9 @@ async fn a_dead_waiters_place_expires_on_its_own() {
     child.wait().unwrap();
     // Nobody calls the fair scripts any more: the keys expire with the dead waiter's place.
     let pttl = integer(&redis, &["PTTL", &holder.queue_key(KEY)]).await;
+    // A place lasts the fair waiter timeout plus one command timeout.
     assert!(
-        pttl > 0 && pttl <= PLACE.as_millis() as i64,
+        pttl > 0 && pttl <= (PLACE + COMMAND_TIMEOUT).as_millis() as i64,
         "queue key PTTL {pttl} ms"
     );
     assert!(eventually(SLACK, || no_queue_state(&redis, &holder)).await);

@@ -3,9 +3,11 @@
 //!
 //! The order lives in Redis (`fair_acquire.lua`): the first call that finds the lock held or
 //! other waiters first takes a place at the end of the key's queue, and the lock is granted only
-//! to the first waiter. Each call keeps the place for the fair waiter timeout; a waiter calls
-//! again every third of it while it waits, so one whose process died is evicted within the
-//! timeout, and one that gives up, fails or is dropped takes its place out at once.
+//! to the first waiter. A waiter calls again every third of the fair waiter timeout while it
+//! waits, and each call keeps its place for the timeout plus one command timeout — so a call
+//! that takes the whole command timeout still arrives in time, and a waiter whose process died
+//! is evicted within that long. One that gives up, fails or is dropped takes its place out at
+//! once.
 //!
 //! Wake-ups: a release names the first fair waiter in its message, and a first waiter that
 //! leaves names the next one, so exactly that waiter tries (about two round trips from release
@@ -57,30 +59,41 @@ impl Acquisition<'_> {
             .subscriptions
             .subscribe_fair(&channel, &self.owner);
         let refresh = self.inner.config.fair_waiter_timeout / 3;
-        let mut retry = FIRST_RETRY;
+        // Retries keep the place alive: never further apart than a refresh.
+        let max_retry = MAX_RETRY.min(refresh);
+        let mut retry = FIRST_RETRY.min(max_retry);
         loop {
+            let called = self.fair_call(FairCall::Wait, deadline).await;
             let now = Instant::now();
-            let wake_at = match self.fair_call(FairCall::Wait, deadline).await {
+            if now >= deadline {
+                // The wait is spent: no further round trip. A place this call kept is taken
+                // out in the background when the acquisition drops.
+                return match called {
+                    Ok(attempt) => self.granted_or_refused(attempt, started),
+                    Err(error) => Err(error),
+                };
+            }
+            let wake_at = match called {
                 Ok(Attempt::Granted(handle)) => return Ok(handle),
                 // First in line behind a holder: it tries again when the holder's TTL runs out.
                 Ok(Attempt::Held(holder, 0)) => {
-                    retry = FIRST_RETRY;
+                    retry = FIRST_RETRY.min(max_retry);
                     let refresh_at = now + refresh;
                     holder
                         .ttl
                         .map_or(refresh_at, |ttl| refresh_at.min(now + ttl))
                 }
                 Ok(Attempt::Held(_, _) | Attempt::WaitersAhead(_)) => {
-                    retry = FIRST_RETRY;
+                    retry = FIRST_RETRY.min(max_retry);
                     now + refresh
                 }
-                // A waiter keeps its place through a passing Redis failure (see `is_transient`)
-                // until its wait is spent; it loses it only if the failure outlasts the fair
-                // waiter timeout, and then queues again at the end.
-                Err(error) if is_transient(&error) && now + retry < deadline => {
+                // A waiter keeps trying through a passing Redis failure (see `is_transient`)
+                // until its wait is spent, and keeps its place as long as a call gets through
+                // before the place times out (see docs/design.md, "Fair locks").
+                Err(error) if is_transient(&error) => {
                     tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "fair waiter retrying");
                     let at = now + retry;
-                    retry = (retry * 2).min(MAX_RETRY);
+                    retry = (retry * 2).min(max_retry);
                     at
                 }
                 Err(error) => return Err(error),
@@ -96,14 +109,16 @@ impl Acquisition<'_> {
         }
     }
 
-    /// One call of the fair acquire script. The place is kept for the fair waiter timeout, but
+    /// One call of the fair acquire script. The place is kept for the fair waiter timeout plus
+    /// one command timeout (the next call, a refresh later, may take that long to arrive), but
     /// not much past the wait: a waiter that dies just before its wait is spent frees its place
     /// about when it would have given up anyway.
     async fn fair_call(&mut self, call: FairCall, deadline: Instant) -> Result<Attempt, LockError> {
         let config = &self.inner.config;
         let place_ttl = config
             .fair_waiter_timeout
-            .min(deadline.saturating_duration_since(Instant::now()) + config.command_timeout);
+            .min(deadline.saturating_duration_since(Instant::now()))
+            + config.command_timeout;
         self.call(Some((call, place_ttl))).await
     }
 

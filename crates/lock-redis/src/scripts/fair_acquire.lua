@@ -19,15 +19,21 @@
 --   {2}                       this owner's acquisition was already released (a late duplicate)
 --   error "LOCKVALUE …"       the key holds something that is not a lock
 --
--- Every call first evicts the waiters whose time ran out: a waiter that died stops calling, and
--- loses its place within ARGV[3] of its last call. Both sorted sets expire with their
+-- Every call first evicts the other waiters whose time ran out: a waiter that died stops
+-- calling, and loses its place ARGV[3] after its last call. The caller itself is alive, so it
+-- keeps a place nobody evicted yet, however late its call. Both sorted sets expire with their
 -- last-evicted member and are deleted when empty, so they never outlive their waiters.
 -- Idempotent per owner token, like acquire.lua.
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local owner_token = ARGV[1]
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+local expired = {}
+for _, waiter in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+  if waiter ~= owner_token then
+    expired[#expired + 1] = waiter
+  end
+end
 for i = 1, #expired, 100 do
   local batch = {unpack(expired, i, math.min(i + 99, #expired))}
   redis.call('ZREM', KEYS[2], unpack(batch))

@@ -203,9 +203,10 @@ pub const KEYS: &[KeySpec] = &[
         name: "telco.platform.lock.fair-waiter-timeout",
         kind: ValueKind::Duration,
         default: "5s",
-        meaning: "How long a fair waiter (AcquireOptions::fair) keeps its place in a key's queue \
-                  without calling again; waiters call every third of it, so a waiter whose \
-                  process died holds up the queue for at most this long.",
+        meaning: "Fair waiters (AcquireOptions::fair) call every third of it while they wait, and \
+                  each call keeps the waiter's place in the key's queue for this long plus one \
+                  command timeout: a waiter whose process died holds up the queue for at most \
+                  that long.",
         accepted: duration_accepted!("from 300 ms to 5 min"),
     },
     KeySpec {
