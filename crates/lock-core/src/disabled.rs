@@ -2,8 +2,6 @@
 
 use async_trait::async_trait;
 
-#[cfg(doc)]
-use crate::DistributedLockExt;
 use crate::error::LockError;
 use crate::handle::LockHandle;
 use crate::lock::{AcquireOptions, DistributedLock};
@@ -14,8 +12,8 @@ use crate::lock::{AcquireOptions, DistributedLock};
 /// Every acquisition with a valid key and options fails with [`LockError::Disabled`] (code
 /// `LOCK_DISABLED`, HTTP 503) carrying [`detail`](DisabledLock::detail); invalid ones fail with
 /// `LOCK_INVALID_ARGUMENT` first, as with any lock. So fail-closed calls
-/// ([`with_lock`](DistributedLockExt::with_lock), `acquire`) fail as they would without a lock,
-/// and fail-open calls ([`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open)) run
+/// ([`with_lock`](crate::DistributedLockExt::with_lock), `acquire`) fail as they would without a lock,
+/// and fail-open calls ([`with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open)) run
 /// their section unguarded with reason `lock_disabled`. It lets a service hold one
 /// `Arc<dyn DistributedLock>` whether or not the lock is enabled (the starter's
 /// `LockStarter::lock_or_disabled`).

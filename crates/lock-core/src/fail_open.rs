@@ -1,5 +1,5 @@
 //! The fail-open policy, opted into per call site: [`FailOpen`], what
-//! [`DistributedLockExt::with_lock_fail_open`] returns, and why a section ran unguarded.
+//! [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open) returns, and why a section ran unguarded.
 //!
 //! Fail closed is the default everywhere else: a lock that is not granted means the critical
 //! section does not run. A call site that values availability over strict exclusion (work that
@@ -11,8 +11,6 @@
 use std::fmt;
 use std::future::Future;
 
-#[cfg(doc)]
-use crate::DistributedLockExt;
 use crate::error::{AcquireFailure, LockError};
 use crate::lock::{AcquireOptions, DistributedLock};
 
@@ -46,7 +44,7 @@ use crate::lock::{AcquireOptions, DistributedLock};
 #[derive(Debug)]
 pub enum FailOpen<T> {
     /// The lock was held while the section ran (as with
-    /// [`with_lock`](DistributedLockExt::with_lock), re-entry included).
+    /// [`with_lock`](crate::DistributedLockExt::with_lock), re-entry included).
     Guarded(T),
     /// The lock was not held: the section ran unguarded, and another owner may have run it at
     /// the same time.
@@ -193,7 +191,7 @@ impl fmt::Display for UnguardedReason {
     }
 }
 
-/// The body of [`DistributedLockExt::with_lock_opts_fail_open`].
+/// The body of [`DistributedLockExt::with_lock_opts_fail_open`](crate::DistributedLockExt::with_lock_opts_fail_open).
 pub(crate) async fn with_lock_fail_open<L, F, Fut, T>(
     lock: &L,
     key: &str,

@@ -7,12 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-#[cfg(doc)]
-use crate::error::AcquireFailure;
 use crate::error::LockError;
 use crate::fail_open::FailOpen;
-#[cfg(doc)]
-use crate::fail_open::{Unguarded, UnguardedReason};
 use crate::handle::{LockHandle, ReleaseOutcome};
 use crate::lease::Lease;
 
@@ -65,8 +61,16 @@ impl AcquireOptions {
     /// acquisition. With a wait of zero, a fair acquisition is granted only when the lock is free
     /// and no fair waiter is queued.
     ///
+    /// The order is the order the requests reach the backend: make the calls in the order you
+    /// want. A fair acquisition whose wait is spent while earlier fair waiters are still queued
+    /// fails with reason `waiters_ahead` ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead))
+    /// when the lock itself is free, else `held_by_another_owner`. Like any acquisition, one whose
+    /// first attempt finds the backend unavailable fails closed at once; a queued fair waiter
+    /// retries passing failures until its wait is spent.
+    ///
     /// Fairness holds among fair acquisitions: a non-fair acquisition of the same key may still
-    /// take a free lock ahead of the queue. Use one mode per key.
+    /// take a free lock ahead of the queue. Use one mode per key. For Redis, the dead-waiter
+    /// bound is set by `telco.platform.lock.fair-waiter-timeout`.
     pub fn fair(mut self) -> Self {
         self.fair = true;
         self
@@ -143,7 +147,7 @@ impl AcquireOptions {
 ///   asked, among the fair acquisitions of a key, across clients; a fair waiter that dies is
 ///   evicted from the queue within a bounded, documented time, and one that gives up or is
 ///   dropped leaves it at once. A fair acquisition that finds the lock free but earlier fair
-///   waiters queued is not granted ([`AcquireFailure::WaitersAhead`] when its wait is spent).
+///   waiters queued is not granted ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead) when its wait is spent).
 /// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`] scope, an acquisition of the same
 ///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
 ///   re-enters: it returns at once with a nested handle on the held lease
@@ -299,15 +303,15 @@ pub trait DistributedLockExt: DistributedLock {
     ///   [`FailOpen::Guarded`].
     /// - **Not granted** → a `WARN` event (fields `lock_key`, `reason`, `error`: "lock not held;
     ///   running the critical section unguarded (fail open)"), then the section runs once without
-    ///   the lock → [`FailOpen::Unguarded`] with the [`Unguarded`] marker: its
-    ///   [`UnguardedReason`] and the [`LockError`] a fail-closed call would have returned.
+    ///   the lock → [`FailOpen::Unguarded`] with the [`Unguarded`](crate::Unguarded) marker: its
+    ///   [`UnguardedReason`](crate::UnguardedReason) and the [`LockError`] a fail-closed call would have returned.
     ///   - [`LockError::Disabled`] (`LOCK_DISABLED`, e.g. a [`DisabledLock`](crate::DisabledLock))
-    ///     → [`UnguardedReason::LockDisabled`];
+    ///     → [`UnguardedReason::LockDisabled`](crate::UnguardedReason::LockDisabled);
     ///   - contention that outlasted the wait time (`held_by_another_owner`, `waiters_ahead`) →
-    ///     [`UnguardedReason::WaitTimeElapsed`]: another owner may be running the same section;
+    ///     [`UnguardedReason::WaitTimeElapsed`](crate::UnguardedReason::WaitTimeElapsed): another owner may be running the same section;
     ///   - any other `LOCK_ACQUISITION_FAILED` (backend unreachable, timed out, refusing,
     ///     replicas not confirming, the grant arriving too late) →
-    ///     [`UnguardedReason::BackendUnavailable`].
+    ///     [`UnguardedReason::BackendUnavailable`](crate::UnguardedReason::BackendUnavailable).
     ///
     /// The section runs at most once, and its value is always returned — a section that returns
     /// `Err` of its own has that `Err` inside the `FailOpen`, never replaced by a lock error. It

@@ -132,7 +132,9 @@ impl RedisLockConfig {
     /// a waiting process calls every third of it, and each call keeps its place in the key's
     /// queue for this long plus one [command timeout](Self::command_timeout). So a waiter whose
     /// process died holds up the waiters behind it for at most that long (7 s with the
-    /// defaults). Default 5 s; 300 ms to 5 min.
+    /// defaults). Default 5 s; 300 ms to 5 min — [`validate`](Self::validate) and
+    /// [`RedisLock::connect`](crate::RedisLock::connect) reject other values with
+    /// `LOCK_INVALID_ARGUMENT` naming `fair-waiter-timeout`.
     pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
         self.fair_waiter_timeout = timeout;
         self

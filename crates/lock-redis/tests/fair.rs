@@ -401,3 +401,20 @@ async fn fair_grants_carry_increasing_fencing_tokens_and_the_lease_asked_for() {
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
     assert!(next.await.unwrap() > token);
 }
+
+#[tokio::test]
+async fn a_fair_acquisition_fails_closed_at_once_when_redis_is_down() {
+    let mut redis = server().await;
+    let lock = fair_client(&redis).await;
+    redis.kill().await.unwrap();
+    let wait = Duration::from_secs(60);
+    let started = Instant::now();
+    let error = lock.acquire_with(KEY, fair(wait)).await.unwrap_err();
+    // Not after the whole wait: only a waiter that holds a place keeps trying.
+    assert!(
+        started.elapsed() < wait / 2,
+        "failed after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(error.details()["reason"], "backend_unavailable", "{error}");
+}

@@ -3,8 +3,14 @@
 //! Change events (CDC) for ticket `4711` arrive at several pods in turn; each pod applies the
 //! event it received under the lock `cdc:ticket-4711`. Applying takes longer than the gap
 //! between events, so the pods queue for the lock. With `AcquireOptions::fair` the lock is
-//! granted in the order the pods asked for it — the order the events arrived — whichever pod
-//! they are on; `--unfair` shows what the default (non-fair) lock makes of the same stream.
+//! granted in the order the pods' acquire calls reach Redis — here, the order the events
+//! arrived — whichever pod they are on; `--unfair` shows what the default (non-fair) lock makes
+//! of the same stream.
+//!
+//! The arrival of an event is modelled by starting its acquisition `--every` after the previous
+//! one. Two acquisitions started within the scheduler's and the network's jitter of each other
+//! (a few milliseconds on a busy machine) can reach Redis in the other order; no lock can order
+//! requests that are effectively simultaneous, so `--every` must be at least 5 ms.
 //!
 //! ```text
 //! TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379 \
@@ -34,8 +40,8 @@ struct Args {
     /// Number of pods (Redis clients) the events are spread over.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=32))]
     pods: u32,
-    /// Time between two events' arrival, e.g. 5ms.
-    #[arg(long, default_value = "5ms", value_parser = humantime::parse_duration)]
+    /// Time between two events' arrival, at least 5ms, e.g. 10ms.
+    #[arg(long, default_value = "10ms", value_parser = parse_every)]
     every: Duration,
     /// How long applying one event takes, e.g. 20ms.
     #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
@@ -43,6 +49,18 @@ struct Args {
     /// Use the default (non-fair) lock instead, to compare.
     #[arg(long)]
     unfair: bool,
+}
+
+/// `--every`: a duration of at least 5 ms (see the module docs).
+fn parse_every(text: &str) -> Result<Duration, String> {
+    let every = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if every < Duration::from_millis(5) {
+        return Err(format!(
+            "{} is too close: acquisitions started less than 5ms apart may reach Redis in either order",
+            humantime::format_duration(every)
+        ));
+    }
+    Ok(every)
 }
 
 #[tokio::main]

@@ -62,8 +62,16 @@ impl Acquisition<'_> {
         // Retries keep the place alive: never further apart than a refresh.
         let max_retry = MAX_RETRY.min(refresh);
         let mut retry = FIRST_RETRY.min(max_retry);
+        let mut first = true;
         loop {
             let called = self.fair_call(FairCall::Wait, deadline).await;
+            // Like any acquisition, the first attempt fails closed at once when Redis fails
+            // it; only a waiter that has a place keeps trying.
+            let called = if std::mem::take(&mut first) {
+                Ok(called?)
+            } else {
+                called
+            };
             let now = Instant::now();
             if now >= deadline {
                 // The wait is spent: no further round trip. A place this call kept is taken
