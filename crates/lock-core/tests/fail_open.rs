@@ -17,30 +17,8 @@ use lock_core::{
 };
 use lock_testkit::logs::CapturedLogs;
 
-const MESSAGE: &str = "lock not held; running the critical section unguarded (fail open)";
-
 fn logs() -> &'static CapturedLogs {
     CapturedLogs::global(tracing::Level::WARN)
-}
-
-/// The fail-open `WARN` lines logged so far for `key`.
-fn fail_open_warnings(key: &str) -> Vec<String> {
-    logs()
-        .text()
-        .lines()
-        .filter(|line| line.contains(MESSAGE) && line.contains(&format!("lock_key=\"{key}\"")))
-        .map(str::to_owned)
-        .collect()
-}
-
-#[track_caller]
-fn assert_one_warning(key: &str, reason: &str, error_contains: &str) {
-    let lines = fail_open_warnings(key);
-    assert_eq!(lines.len(), 1, "one fail-open WARN for {key}: {lines:#?}");
-    let line = &lines[0];
-    assert!(line.contains(" WARN "), "{line}");
-    assert!(line.contains(&format!("reason=\"{reason}\"")), "{line}");
-    assert!(line.contains(error_contains), "{line}");
 }
 
 fn wait(wait: Duration) -> AcquireOptions {
@@ -95,7 +73,7 @@ async fn a_granted_lock_guards_the_section_and_is_released_after_it() {
     assert!(outcome.unguarded().is_none());
     assert_eq!(outcome.into_value(), "held_by_another_owner");
     assert_eq!(lock.held_count(), 0, "released after the section");
-    assert!(fail_open_warnings("fo-guarded").is_empty());
+    assert!(logs().fail_open_warnings("fo-guarded").is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -112,7 +90,7 @@ async fn contention_past_the_wait_time_runs_the_section_unguarded_once() {
         .with_lock_opts_fail_open("fo-contended", wait(Duration::from_millis(300)), || async {
             runs.fetch_add(1, Ordering::SeqCst);
             // The WARN is out before the section runs.
-            assert_eq!(fail_open_warnings("fo-contended").len(), 1);
+            assert_eq!(logs().fail_open_warnings("fo-contended").len(), 1);
             "digest sent"
         })
         .await
@@ -131,7 +109,7 @@ async fn contention_past_the_wait_time_runs_the_section_unguarded_once() {
     assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
     assert_eq!(error.details()["holder"], other_pod.owner());
     assert!(unguarded.to_string().contains("wait_time_elapsed"));
-    assert_one_warning("fo-contended", "wait_time_elapsed", other_pod.owner());
+    logs().assert_one_fail_open_warning("fo-contended", "wait_time_elapsed", other_pod.owner());
     assert!(other_pod.is_held(), "the holder keeps its lease");
 }
 
@@ -153,7 +131,7 @@ async fn a_disabled_lock_runs_the_section_unguarded_with_lock_disabled() {
     let unguarded = unguarded.expect("a disabled lock never guards");
     assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
     assert_eq!(unguarded.error().code(), LockErrorCode::LockDisabled);
-    assert_one_warning("fo-disabled", "lock_disabled", "from a test");
+    logs().assert_one_fail_open_warning("fo-disabled", "lock_disabled", "from a test");
 
     // Fail-closed callers of the same lock still get LOCK_DISABLED, and the section does not run.
     let err = lock
@@ -184,7 +162,7 @@ async fn an_unavailable_backend_runs_the_section_unguarded_with_backend_unavaila
     let unguarded = outcome.unguarded().expect("the backend is down");
     assert_eq!(unguarded.reason(), UnguardedReason::BackendUnavailable);
     assert_eq!(unguarded.error().details()["reason"], "backend_unavailable");
-    assert_one_warning("fo-down", "backend_unavailable", "connection refused");
+    logs().assert_one_fail_open_warning("fo-down", "backend_unavailable", "connection refused");
 }
 
 #[tokio::test]
@@ -225,7 +203,7 @@ async fn an_invalid_key_or_lease_is_an_error_and_the_section_does_not_run() {
         "a section ran for a bad argument"
     );
     for key in ["fo-bad\nkey", "fo-bad-lease", "fo-bad-wait"] {
-        assert!(fail_open_warnings(key).is_empty(), "{key}");
+        assert!(logs().fail_open_warnings(key).is_empty(), "{key}");
     }
 }
 
@@ -273,6 +251,6 @@ async fn inside_a_with_lock_section_of_the_key_it_re_enters() {
         .unwrap();
     assert!(inner.is_guarded(), "{inner:?}");
     assert_eq!(started.elapsed(), Duration::ZERO, "waited for itself");
-    assert!(fail_open_warnings("fo-reentry").is_empty());
+    assert!(logs().fail_open_warnings("fo-reentry").is_empty());
     assert_eq!(lock.held_count(), 0);
 }

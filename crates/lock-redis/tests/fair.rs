@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,17 +83,7 @@ fn waiter(lock: &RedisLock, i: usize, order: &Arc<Mutex<Vec<usize>>>) -> JoinHan
 /// A fair waiter for `KEY` in a process of its own (this test binary running
 /// [`child_fair_waiter`]), to be killed mid-wait.
 fn child_waiter(redis: &RedisServer) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_fair_waiter",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_URL, redis.url())
-        .spawn()
-        .expect("start the child waiter")
+    common::spawn_test_child("child_fair_waiter", CHILD_URL, &redis.url())
 }
 
 /// The body of [`child_waiter`]'s process: queues fairly for `KEY` and waits. Does nothing when

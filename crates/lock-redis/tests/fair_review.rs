@@ -745,17 +745,7 @@ async fn a_killed_first_waiter_holds_up_a_free_lock_for_at_most_the_documented_t
         .await
         .unwrap();
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "review_child_fair_waiter",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_URL, redis.url())
-        .spawn()
-        .unwrap();
+    let mut child = common::spawn_test_child("review_child_fair_waiter", CHILD_URL, &redis.url());
     let queued = |n: i64| {
         let (redis, key) = (&redis, holder.queue_key(KEY));
         async move {

@@ -16,7 +16,6 @@ use lock_starter::prelude::*;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 
-const MESSAGE: &str = "lock not held; running the critical section unguarded (fail open)";
 const WAIT_TIME: Duration = Duration::from_millis(300);
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 /// Generous: scheduling on a loaded CI machine, never a synchronisation sleep.
@@ -24,26 +23,6 @@ const SLACK: Duration = Duration::from_secs(10);
 
 fn logs() -> &'static CapturedLogs {
     CapturedLogs::global(tracing::Level::WARN)
-}
-
-/// The fail-open `WARN` lines logged so far for `key`.
-fn fail_open_warnings(key: &str) -> Vec<String> {
-    logs()
-        .text()
-        .lines()
-        .filter(|line| line.contains(MESSAGE) && line.contains(&format!("lock_key=\"{key}\"")))
-        .map(str::to_owned)
-        .collect()
-}
-
-#[track_caller]
-fn assert_one_warning(key: &str, reason: &str, error_contains: &str) {
-    let lines = fail_open_warnings(key);
-    assert_eq!(lines.len(), 1, "one fail-open WARN for {key}: {lines:#?}");
-    let line = &lines[0];
-    assert!(line.contains(" WARN "), "{line}");
-    assert!(line.contains(&format!("reason=\"{reason}\"")), "{line}");
-    assert!(line.contains(error_contains), "{line}");
 }
 
 /// A started starter for `address`: wait time 300 ms, command timeout 500 ms, `instance_id`.
@@ -120,7 +99,7 @@ async fn a_free_lock_is_held_while_the_section_runs_and_released_after() {
         .await
         .expect("released after the section");
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
-    assert!(fail_open_warnings("digest:guarded").is_empty());
+    assert!(logs().fail_open_warnings("digest:guarded").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,7 +117,7 @@ async fn another_pod_holding_past_the_wait_time_runs_the_section_unguarded_once(
         .with_lock_fail_open("digest:contended", Lease::Watchdog, || async {
             runs.fetch_add(1, Ordering::SeqCst);
             // Logged before the section runs.
-            fail_open_warnings("digest:contended").len()
+            logs().fail_open_warnings("digest:contended").len()
         })
         .await
         .unwrap();
@@ -156,7 +135,7 @@ async fn another_pod_holding_past_the_wait_time_runs_the_section_unguarded_once(
     let details = unguarded.error().details();
     assert_eq!(details["reason"], "held_by_another_owner");
     assert_eq!(details["holder"], held.owner());
-    assert_one_warning("digest:contended", "wait_time_elapsed", held.owner());
+    logs().assert_one_fail_open_warning("digest:contended", "wait_time_elapsed", held.owner());
     // The holder was never disturbed.
     assert!(held.is_held());
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
@@ -197,7 +176,7 @@ async fn a_stopped_redis_runs_the_section_unguarded_with_backend_unavailable() {
         LockErrorCode::LockAcquisitionFailed
     );
     assert_eq!(unguarded.error().details()["reason"], "backend_unavailable");
-    assert_one_warning(
+    logs().assert_one_fail_open_warning(
         "digest:stopped",
         "backend_unavailable",
         "backend unavailable",
@@ -226,7 +205,7 @@ async fn a_redis_that_never_answered_runs_the_section_unguarded_with_backend_una
     assert_eq!(value, 42);
     let unguarded = unguarded.expect("nothing listens");
     assert_eq!(unguarded.reason(), UnguardedReason::BackendUnavailable);
-    assert_one_warning(
+    logs().assert_one_fail_open_warning(
         "digest:never-there",
         "backend_unavailable",
         "backend unavailable",
@@ -268,7 +247,7 @@ async fn a_disabled_lock_runs_the_section_unguarded_without_connecting() {
     assert_eq!(value, "sent");
     assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
     assert_eq!(unguarded.error().code(), LockErrorCode::LockDisabled);
-    assert_one_warning(
+    logs().assert_one_fail_open_warning(
         "digest:disabled",
         "lock_disabled",
         "telco.platform.lock.enabled = false",

@@ -17,6 +17,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tracing::Subscriber;
 use tracing_subscriber::util::SubscriberInitExt;
 
+/// The message of the `WARN` line a fail-open section logs before it runs unguarded.
+pub const FAIL_OPEN_MESSAGE: &str =
+    "lock not held; running the critical section unguarded (fail open)";
+
 /// Log lines written so far, in tracing-subscriber's plain `fmt` format (no colours).
 #[derive(Clone, Debug, Default)]
 pub struct CapturedLogs(Arc<Mutex<Vec<u8>>>);
@@ -54,6 +58,33 @@ impl CapturedLogs {
     /// Everything captured so far (invalid UTF-8 replaced).
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.lock()).into_owned()
+    }
+
+    /// The fail-open `WARN` lines (`with_lock_fail_open` running a section unguarded) logged
+    /// so far for lock `key`.
+    pub fn fail_open_warnings(&self, key: &str) -> Vec<String> {
+        let key_field = format!("lock_key=\"{key}\"");
+        self.text()
+            .lines()
+            .filter(|line| line.contains(FAIL_OPEN_MESSAGE) && line.contains(&key_field))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Asserts exactly one fail-open `WARN` line for `key`, at level `WARN`, with `reason`
+    /// (`lock_disabled`, `wait_time_elapsed`, `backend_unavailable`) and containing
+    /// `error_contains`.
+    ///
+    /// # Panics
+    /// Naming the lines found when the assertion fails.
+    #[track_caller]
+    pub fn assert_one_fail_open_warning(&self, key: &str, reason: &str, error_contains: &str) {
+        let lines = self.fail_open_warnings(key);
+        assert_eq!(lines.len(), 1, "one fail-open WARN for {key}: {lines:#?}");
+        let line = &lines[0];
+        assert!(line.contains(" WARN "), "{line}");
+        assert!(line.contains(&format!("reason=\"{reason}\"")), "{line}");
+        assert!(line.contains(error_contains), "{line}");
     }
 
     fn subscriber(&self, level: tracing::Level) -> impl Subscriber + Send + Sync + use<> {

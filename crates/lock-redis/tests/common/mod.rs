@@ -107,6 +107,23 @@ pub fn redis_failure(error: &LockError) -> &RedisFailure {
     RedisFailure::find(error).unwrap_or_else(|| panic!("no RedisFailure behind {error:?}"))
 }
 
+/// Starts this test binary again as a child process running only the ignored test `test`,
+/// with `var` set to `value` (the test body reads it, and does nothing when run on its own):
+/// a lock client in a process of its own, for tests that kill it with `SIGKILL`.
+pub fn spawn_test_child(test: &str, var: &str, value: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, value)
+        .spawn()
+        .expect("start the child process")
+}
+
 /// xorshift64*: a seeded random number generator for tests, no extra dependency.
 pub struct Rng(pub u64);
 
