@@ -101,9 +101,13 @@ async fn worker(
     lock: Arc<dyn DistributedLock>,
     shared: Arc<Shared>,
     deadline: Instant,
+    fair: bool,
 ) -> Stats {
     let contended = scenario == Scenario::Contended;
-    let options = AcquireOptions::new(Lease::Fixed(LEASE)).wait(MAX_WAIT);
+    let mut options = AcquireOptions::new(Lease::Fixed(LEASE)).wait(MAX_WAIT);
+    if fair {
+        options = options.fair();
+    }
     let mut stats = Stats::default();
     let mut cycle = 0;
     while Instant::now() < deadline {
@@ -165,12 +169,14 @@ fn os_sleep(duration: Duration) {
 }
 
 /// Runs `scenario` for `duration` and returns the peers' fields (all but
-/// `redis_cmds_per_acquisition`, which the caller measures around the run).
+/// `redis_cmds_per_acquisition`, which the caller measures around the run). With `fair`, every
+/// acquisition is a fair one, reported as impl [`crate::IMPL_FAIR`].
 pub(crate) async fn run(
     scenario: Scenario,
     hold: HoldSleep,
     lock: Arc<dyn DistributedLock>,
     duration: Duration,
+    fair: bool,
 ) -> Map<String, Value> {
     let shared = Arc::new(Shared {
         t0: Instant::now(),
@@ -189,6 +195,7 @@ pub(crate) async fn run(
                 Arc::clone(&lock),
                 Arc::clone(&shared),
                 deadline,
+                fair,
             ))
         })
         .collect();
@@ -215,7 +222,8 @@ pub(crate) async fn run(
         );
     }
     let mut line = Map::new();
-    line.insert("impl".into(), json!(crate::IMPL));
+    let imp = if fair { crate::IMPL_FAIR } else { crate::IMPL };
+    line.insert("impl".into(), json!(imp));
     line.insert("scenario".into(), json!(scenario.name()));
     line.insert("workers".into(), json!(scenario.workers()));
     line.insert("duration_s".into(), json!(round3(elapsed)));

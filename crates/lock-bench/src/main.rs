@@ -35,6 +35,8 @@ use crate::redis::Target;
 
 /// The `impl` field of our lines.
 pub(crate) const IMPL: &str = "platform-lock";
+/// The impl name of runs with `--fair`.
+pub(crate) const IMPL_FAIR: &str = "platform-lock-fair";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -65,6 +67,10 @@ struct Args {
     /// Watchdog timeout in `watchdog`, e.g. 3s (renewal every third of it; 1s..=1h).
     #[arg(long, default_value = "3s", value_parser = parse_watchdog_timeout)]
     watchdog_timeout: Duration,
+    /// Make every acquisition of `uncontended`, `parallel` and `contended` a fair one
+    /// (AcquireOptions::fair); reported as impl `platform-lock-fair`.
+    #[arg(long)]
+    fair: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -217,7 +223,7 @@ async fn run(args: Args) -> ExitCode {
         };
         let result = measured(&target, |lock| async move {
             let lock: Arc<dyn DistributedLock> = Arc::new(lock);
-            cycles::run(scenario, args.hold_sleep, lock, duration).await
+            cycles::run(scenario, args.hold_sleep, lock, duration, args.fair).await
         })
         .await;
         let result = result.map(|mut line| {
@@ -226,7 +232,11 @@ async fn run(args: Args) -> ExitCode {
             }
             line
         });
-        emit(IMPL, scenario.name(), result);
+        emit(
+            if args.fair { IMPL_FAIR } else { IMPL },
+            scenario.name(),
+            result,
+        );
     }
     if matches!(args.scenario, Which::All | Which::Scripts) {
         for scenario in peer_scenarios {

@@ -73,9 +73,11 @@ fn the_peer_scenarios_emit_the_peers_schema_and_keep_the_protocols_promises() {
         let evalsha = line["evalsha_per_acquisition"].as_f64().unwrap();
         if scenario == "contended" {
             // A release wakes one queued waiter, whose attempt is granted: 2 calls per cycle,
-            // plus the first waiter's check when its subscription was confirmed.
+            // plus the first waiter's check when its subscription was confirmed, and on a
+            // CPU-starved machine (2.16 measured with both cores busy) a head that is scheduled
+            // late and tries once more. Waking every waiter would cost about 8 per cycle.
             assert!(
-                (2.0..2.1).contains(&evalsha),
+                (2.0..2.5).contains(&evalsha),
                 "{evalsha} script calls per cycle: {line}"
             );
             assert!(line["handoff_us"]["p50"].as_f64().unwrap() > 0.0);
