@@ -220,9 +220,16 @@ pub(crate) struct FairSubscription {
     channel: String,
     owner: String,
     wake: Arc<Notify>,
+    confirmed: watch::Receiver<bool>,
 }
 
 impl FairSubscription {
+    /// Whether the server has confirmed the channel's subscription (in the current
+    /// connection generation): releases published from now on reach this waiter.
+    pub(crate) fn is_confirmed(&self) -> bool {
+        *self.confirmed.borrow()
+    }
+
     /// Woken (`notify_one`) when a release or a leaving waiter names this waiter as the first
     /// of the queue, and whenever a release may have gone unheard (the subscription was
     /// (re)confirmed, messages were dropped).
@@ -301,7 +308,14 @@ impl Subscriptions {
             channel: channel.to_owned(),
             owner: owner.to_owned(),
             wake,
+            confirmed: entry.confirmed.subscribe(),
         }
+    }
+
+    /// Whether anyone of this client waits on `channel` (its subscription exists or is being
+    /// made or taken down).
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.shared.channels().contains_key(channel)
     }
 
     /// How many of this client's acquisitions are queued on `channel`. With any, a new

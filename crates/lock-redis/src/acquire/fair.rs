@@ -52,12 +52,15 @@ impl Acquisition<'_> {
             return self.granted_or_refused(attempt, started);
         }
         let channel = self.inner.keys.release_channel(self.name);
-        // Registered before the first call, so a release naming this waiter cannot be missed
-        // once the subscription is confirmed; the confirmation itself wakes it to look again.
-        let subscription = self
-            .inner
-            .subscriptions
-            .subscribe_fair(&channel, &self.owner);
+        // A key this client already waits on has its subscription: register before the first
+        // call, so no release naming this waiter can be missed. Otherwise the first call goes
+        // alone — an uncontended acquisition costs no subscription — and the waiter registers
+        // if it was not granted (see below).
+        let mut subscription = self.inner.subscriptions.is_subscribed(&channel).then(|| {
+            self.inner
+                .subscriptions
+                .subscribe_fair(&channel, &self.owner)
+        });
         let refresh = self.inner.config.fair_waiter_timeout / 3;
         // Retries keep the place alive: never further apart than a refresh.
         let max_retry = MAX_RETRY.min(refresh);
@@ -105,6 +108,25 @@ impl Acquisition<'_> {
                     at
                 }
                 Err(error) => return Err(error),
+            };
+            let subscription = match subscription.as_mut() {
+                Some(subscription) => subscription,
+                None => {
+                    let registered = self
+                        .inner
+                        .subscriptions
+                        .subscribe_fair(&channel, &self.owner);
+                    // A release between the call and the registration went unheard: a new
+                    // subscription's confirmation wakes the waiter to look again; one already
+                    // confirmed (another waiter of this client subscribed meanwhile) cannot,
+                    // so look again now.
+                    let look_now = registered.is_confirmed();
+                    subscription = Some(registered);
+                    if look_now {
+                        continue;
+                    }
+                    subscription.as_mut().expect("just registered")
+                }
             };
             tokio::select! {
                 () = subscription.woken().notified() => {}
