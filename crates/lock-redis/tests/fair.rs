@@ -91,19 +91,7 @@ fn child_waiter(redis: &RedisServer) -> Child {
 #[tokio::test]
 #[ignore = "the body of a child process the fair-lock tests start and kill"]
 async fn child_fair_waiter() {
-    let Ok(url) = std::env::var(CHILD_URL) else {
-        return;
-    };
-    let lock = RedisLock::connect(
-        lock_redis::RedisLockConfig::new(url)
-            .fair_waiter_timeout(PLACE)
-            .command_timeout(COMMAND_TIMEOUT)
-            .instance_id("child"),
-    )
-    .await
-    .expect("connect");
-    let handle = lock.acquire_with(KEY, fair(Duration::from_secs(120))).await;
-    panic!("the child waiter was meant to be killed while waiting: {handle:?}");
+    common::run_fair_child_waiter(CHILD_URL, KEY, PLACE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -716,19 +716,7 @@ const CHILD_URL: &str = "FAIR_REVIEW_CHILD_REDIS_URL";
 #[tokio::test]
 #[ignore = "the body of a child process the review tests start and kill"]
 async fn review_child_fair_waiter() {
-    let Ok(url) = std::env::var(CHILD_URL) else {
-        return;
-    };
-    let lock = RedisLock::connect(
-        RedisLockConfig::new(url)
-            .fair_waiter_timeout(Duration::from_secs(1))
-            .command_timeout(Duration::from_secs(1))
-            .instance_id("child"),
-    )
-    .await
-    .expect("connect");
-    let handle = lock.acquire_with(KEY, fair(Duration::from_secs(120))).await;
-    panic!("meant to be killed while waiting: {handle:?}");
+    common::run_fair_child_waiter(CHILD_URL, KEY, Duration::from_secs(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

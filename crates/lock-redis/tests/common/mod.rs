@@ -124,6 +124,28 @@ pub fn spawn_test_child(test: &str, var: &str, value: &str) -> std::process::Chi
         .expect("start the child process")
 }
 
+/// The body of a fair-waiter child process (see [`spawn_test_child`]): when `var` holds a Redis
+/// URL, queues fairly for `key` (fair waiter timeout `place`, command timeout
+/// [`COMMAND_TIMEOUT`]) and waits to be killed; does nothing when `var` is unset.
+pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
+    let Ok(url) = std::env::var(var) else {
+        return;
+    };
+    let lock = RedisLock::connect(
+        RedisLockConfig::new(url)
+            .fair_waiter_timeout(place)
+            .command_timeout(COMMAND_TIMEOUT)
+            .instance_id("child"),
+    )
+    .await
+    .expect("connect");
+    let options = lock_core::AcquireOptions::new(lock_core::Lease::Watchdog)
+        .wait(Duration::from_secs(120))
+        .fair();
+    let handle = lock_core::DistributedLock::acquire_with(&lock, key, options).await;
+    panic!("the child waiter was meant to be killed while waiting: {handle:?}");
+}
+
 /// xorshift64*: a seeded random number generator for tests, no extra dependency.
 pub struct Rng(pub u64);
 
