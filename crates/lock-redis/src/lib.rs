@@ -57,6 +57,7 @@ mod connection;
 mod error;
 mod inner;
 mod keys;
+mod ops;
 mod release;
 mod scripts;
 mod sentinel_events;
@@ -80,8 +81,10 @@ pub use config::{
     RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
 pub use error::{RedisFailure, Refusal};
+pub use ops::{ForceReleased, LockState, LockStatus};
 pub use scripts::{
-    ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT,
+    ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT, RELEASE_SCRIPT,
+    RENEW_SCRIPT, STATUS_SCRIPT,
 };
 pub use watchdog::{RENEW_BATCH, WatchdogStats};
 

@@ -14,6 +14,10 @@ pub const FAIR_ACQUIRE_SCRIPT: &str = include_str!("scripts/fair_acquire.lua");
 pub const FAIR_LEAVE_SCRIPT: &str = include_str!("scripts/fair_leave.lua");
 /// The Lua source of the batched watchdog renewal script.
 pub const RENEW_SCRIPT: &str = include_str!("scripts/renew.lua");
+/// The Lua source of the operators' forced release (`RedisLock::force_release`).
+pub const FORCE_RELEASE_SCRIPT: &str = include_str!("scripts/force_release.lua");
+/// The Lua source of the operators' read-only status script (`RedisLock::status`).
+pub const STATUS_SCRIPT: &str = include_str!("scripts/status.lua");
 
 /// The scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
 /// or a failover to a server that never saw them), so a warm call is one round trip.
@@ -24,6 +28,9 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) fair_acquire: Script,
     pub(crate) fair_leave: Script,
+    /// Operators' scripts: not preloaded, loaded on first use.
+    pub(crate) force_release: Script,
+    pub(crate) status: Script,
 }
 
 impl Scripts {
@@ -34,6 +41,8 @@ impl Scripts {
             renew: Script::from_lua(RENEW_SCRIPT),
             fair_acquire: Script::from_lua(FAIR_ACQUIRE_SCRIPT),
             fair_leave: Script::from_lua(FAIR_LEAVE_SCRIPT),
+            force_release: Script::from_lua(FORCE_RELEASE_SCRIPT),
+            status: Script::from_lua(STATUS_SCRIPT),
         }
     }
 

@@ -696,3 +696,34 @@ async fn on_a_cluster_as_the_acl_user() {
     let refused = refused_on(cluster.nodes()).await;
     assert!(refused.is_subset(&harmless()), "{refused:?}");
 }
+
+/// The operators' calls (`status`, `list`, `force_release`, as the `platform-lock` CLI makes
+/// them) as the documented user with the documented CLI grants (`+scan +pubsub|shardnumsub`):
+/// nothing is refused beyond the harmless connect-time commands; without the CLI grants, `list`
+/// fails (fred reports the refused `SCAN` as a protocol error, not as NOPERM).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_calls_work_with_the_documented_cli_grants() {
+    let redis = common::server().await;
+    let mut rules = documented_acl();
+    set_user(&redis, &rules).await;
+    let ops = user_client(&redis).await;
+    let refused_list = ops.list(None, 10).await.unwrap_err();
+    assert!(refused_list.to_string().contains("SCAN"), "{refused_list}");
+    assert!(refused(&redis).await.contains("command:scan"));
+
+    rules.extend(acl_containing("+pubsub|shardnumsub"));
+    set_user(&redis, &rules).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let ops = user_client(&redis).await;
+    let holder = user_client(&redis).await;
+    let handle = holder.acquire("ops-acl", Lease::Watchdog).await.unwrap();
+    assert!(ops.status("ops-acl").await.unwrap().is_held());
+    assert_eq!(ops.list(Some("ops-*"), 10).await.unwrap().len(), 1);
+    assert!(matches!(
+        ops.force_release("ops-acl").await.unwrap(),
+        lock_redis::ForceReleased::Released { .. }
+    ));
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
+    let refused = refused(&redis).await;
+    assert!(refused.is_subset(&harmless()), "{refused:?}");
+}

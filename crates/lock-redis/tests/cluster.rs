@@ -22,8 +22,8 @@ use lock_testkit::shared::{Shared, Taken};
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
-/// by the last of its six tests.
-static CLUSTER: Shared<RedisCluster> = Shared::new(6);
+/// by the last of its seven tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(7);
 
 /// A deadline for events that take milliseconds on an idle machine.
 const GENEROUS: Duration = Duration::from_secs(30);
@@ -821,5 +821,36 @@ async fn fair_waiters_are_granted_in_queue_order_on_every_master() {
             .await
             .unwrap();
         assert_eq!(gone, "0", "{name}: queue state left behind");
+    }
+}
+
+/// The operators' calls on a Cluster: `list` scans every primary (names spread over all slots
+/// are all found), `status` and `force_release` reach the key's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_list_every_primary_and_force_release_on_a_cluster() {
+    let cluster = cluster().await;
+    let holder = client(&cluster.url()).await;
+    let ops = client(&cluster.url()).await;
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let mut handles = Vec::new();
+    for i in 0..30 {
+        handles.push(
+            holder
+                .acquire(&format!("ops-spread-{i}"), lease)
+                .await
+                .unwrap(),
+        );
+    }
+    let listed = ops.list(Some("ops-spread-*"), 1_000).await.unwrap();
+    let names: BTreeSet<String> = listed.iter().map(|s| s.name.clone()).collect();
+    assert_eq!(names.len(), 30, "{names:?}");
+    assert!(ops.status("ops-spread-7").await.unwrap().is_held());
+    assert!(matches!(
+        ops.force_release("ops-spread-7").await.unwrap(),
+        lock_redis::ForceReleased::Released { .. }
+    ));
+    assert!(!ops.status("ops-spread-7").await.unwrap().is_held());
+    for handle in handles {
+        let _ = handle.release().await;
     }
 }

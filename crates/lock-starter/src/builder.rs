@@ -198,8 +198,10 @@ impl LockStarterBuilder {
     }
 }
 
-/// The lock-redis settings for validated starter settings.
-fn redis_config(settings: &LockSettings) -> RedisLockConfig {
+/// The lock-redis settings for validated starter settings: what [`LockStarter`] connects with,
+/// for tools that need the concrete [`RedisLock`] (its operations: `status`, `list`,
+/// `force_release`).
+pub fn redis_config(settings: &LockSettings) -> RedisLockConfig {
     let config = RedisLockConfig::new(settings.redis.address.expose())
         .command_timeout(settings.redis.command_timeout)
         .wait_time(settings.wait_time)

@@ -35,7 +35,7 @@
 mod builder;
 pub mod config;
 
-pub use builder::{LockStarter, LockStarterBuilder, StartError};
+pub use builder::{LockStarter, LockStarterBuilder, StartError, redis_config};
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use lock_core::{
@@ -48,8 +48,9 @@ pub use lock_core::{
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::{
-        ACQUIRE_SCRIPT, RELEASE_SCRIPT, RENEW_BATCH, RENEW_SCRIPT, RedisFailure, RedisLock,
-        RedisLockConfig, Refusal, TOMBSTONE_TTL, WatchdogStats,
+        ACQUIRE_SCRIPT, FORCE_RELEASE_SCRIPT, ForceReleased, LockState, LockStatus, RELEASE_SCRIPT,
+        RENEW_BATCH, RENEW_SCRIPT, RedisFailure, RedisLock, RedisLockConfig, Refusal,
+        STATUS_SCRIPT, TOMBSTONE_TTL, WatchdogStats,
     };
 }
 

@@ -1,0 +1,374 @@
+//! Operations for on-call: what a lock's key says ([`RedisLock::status`]), which locks are held
+//! ([`RedisLock::list`]) and the forced release of a lock whose holder is stuck
+//! ([`RedisLock::force_release`]). Services never need these; the `platform-lock` CLI uses them.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scan::ScanType;
+use futures::{Stream, StreamExt};
+use lock_core::{LockError, validate_key};
+
+use crate::RedisLock;
+use crate::config::TOMBSTONE_TTL;
+use crate::error::RedisFailure;
+
+/// What Redis says about one lock, read in one atomic script call (plus one `PUBSUB
+/// SHARDNUMSUB` for the subscribed clients).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock's name, e.g. `bill-run:2026-11`.
+    pub name: String,
+    /// Its Redis key, e.g. `lock:{bill-run:2026-11}`.
+    pub redis_key: String,
+    /// Held, recently released, or free.
+    pub state: LockState,
+    /// Fair waiters queued in Redis for it (`ZCARD` of its `…:queue` key).
+    pub fair_waiters: u64,
+    /// Clients subscribed to its release channel (`PUBSUB SHARDNUMSUB`): each client with at
+    /// least one waiter for the key subscribes once, however many of its tasks wait.
+    pub subscribed_clients: u64,
+}
+
+/// The state of a lock's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockState {
+    /// No key: nobody holds it and it was not released within the tombstone TTL.
+    Free,
+    /// Held.
+    Held {
+        /// The holder's owner token, `<instance-id>/<client id>/<n>`.
+        holder: String,
+        /// The holder's instance id (pod or host name): the owner token before its first `/`.
+        instance_id: String,
+        /// The grant's fencing token.
+        fencing_token: u64,
+        /// The remaining TTL of the lease; `None` if the key has none (never set by the lock).
+        ttl: Option<Duration>,
+    },
+    /// Released recently: the tombstone that keeps the fencing token counting up.
+    Released {
+        /// Who released it: the last holder's owner token, with `#forced` appended when it was
+        /// released by [`RedisLock::force_release`].
+        released_by: String,
+        /// The fencing token of the last grant.
+        fencing_token: u64,
+        /// How long the tombstone stays.
+        ttl: Option<Duration>,
+    },
+}
+
+impl LockStatus {
+    /// How many holds Redis records: 1 while held, else 0. Re-entry is task-local in this
+    /// library — a nested acquisition inside `with_lock` re-enters the same lease without a
+    /// Redis call — so Redis only ever knows one grant per key; the nesting depth lives in the
+    /// holding process (`LockHandle::hold_count`).
+    pub fn hold_count(&self) -> u32 {
+        u32::from(matches!(self.state, LockState::Held { .. }))
+    }
+
+    /// Whether the lock is held now.
+    pub fn is_held(&self) -> bool {
+        matches!(self.state, LockState::Held { .. })
+    }
+}
+
+/// What [`RedisLock::force_release`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForceReleased {
+    /// The lock was held and is now released; its waiters were told.
+    Released {
+        /// The holder's owner token.
+        holder: String,
+        /// The fencing token of the released grant.
+        fencing_token: u64,
+        /// Clients that received the release message (clients with waiters for the key).
+        notified_clients: u64,
+    },
+    /// The lock was not held (free, or already released): nothing was changed.
+    NotHeld,
+}
+
+/// How many keys one `SCAN` call asks for.
+const SCAN_COUNT: u32 = 1_000;
+
+impl RedisLock {
+    /// The state of lock `name`: holder and TTL, or the tombstone of its last release, or free;
+    /// its fair waiters and the clients waiting for its release.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a name the lock would refuse; otherwise
+    /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (its source a
+    /// [`RedisFailure`]) when Redis is unreachable or refuses.
+    pub async fn status(&self, name: &str) -> Result<LockStatus, LockError> {
+        validate_key(name)?;
+        let inner = &self.inner;
+        let keys = vec![inner.keys.lock_key(name), inner.keys.queue_key(name)];
+        let fail = |e| LockError::backend_unavailable(name, inner.failure("status script", e));
+        let reply: Vec<Value> = inner
+            .scripts
+            .status
+            .evalsha_with_reload(&inner.client, keys, Vec::<Value>::new())
+            .await
+            .map_err(fail)?;
+        let [value, pttl, queued] = <[Value; 3]>::try_from(reply).map_err(|_| {
+            LockError::backend_unavailable(
+                name,
+                RedisFailure::protocol("status script", "not three values"),
+            )
+        })?;
+        let channel = inner.keys.release_channel(name);
+        let subscribed: Value = inner
+            .client
+            .pubsub_shardnumsub(channel.as_str())
+            .await
+            .map_err(|e| {
+                LockError::backend_unavailable(name, inner.failure("PUBSUB SHARDNUMSUB", e))
+            })?;
+        let ttl = pttl
+            .as_i64()
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis);
+        let state = match value.as_string() {
+            None => LockState::Free,
+            Some(value) => parse_value(&value, ttl).ok_or_else(|| {
+                LockError::backend_unavailable(
+                    name,
+                    RedisFailure::protocol("status script", "the key holds no lock value"),
+                )
+            })?,
+        };
+        Ok(LockStatus {
+            name: name.to_owned(),
+            redis_key: inner.keys.lock_key(name),
+            state,
+            fair_waiters: queued.as_u64().unwrap_or(0),
+            subscribed_clients: shard_subscribers(subscribed),
+        })
+    }
+
+    /// The held locks whose names match the glob `pattern` (Redis `MATCH` syntax; `None`: all),
+    /// at most `limit` of them, with their state. Found with `SCAN` — never `KEYS`, which blocks
+    /// Redis — on every primary of a Cluster, then read one by one with [`status`](Self::status);
+    /// a lock released between the two is left out. The order is Redis' scan order.
+    ///
+    /// # Errors
+    /// As [`status`](Self::status).
+    pub async fn list(
+        &self,
+        pattern: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockStatus>, LockError> {
+        let inner = &self.inner;
+        let mut glob = escape_glob(&inner.config.key_prefix);
+        glob.push('{');
+        glob.push_str(pattern.unwrap_or("*"));
+        glob.push('}');
+        let client = &inner.client;
+        let mut keys: Pin<Box<dyn Stream<Item = Result<Key, Error>> + Send>> = if client
+            .is_clustered()
+        {
+            Box::pin(client.scan_cluster_buffered(glob, Some(SCAN_COUNT), Some(ScanType::String)))
+        } else {
+            Box::pin(client.scan_buffered(glob, Some(SCAN_COUNT), Some(ScanType::String)))
+        };
+        let mut held = Vec::new();
+        loop {
+            // fred's scan stream has no timeout of its own: a disconnected client would wait
+            // for Redis forever.
+            let next = tokio::time::timeout(inner.config.command_timeout, keys.next()).await;
+            let key = match next {
+                Ok(Some(Ok(key))) => key,
+                Ok(None) => break,
+                Ok(Some(Err(e))) => {
+                    return Err(LockError::backend_unavailable(
+                        "<list>",
+                        inner.failure("SCAN", e),
+                    ));
+                }
+                Err(_) => {
+                    let failure = inner.unreachable("SCAN").unwrap_or(RedisFailure::Timeout {
+                        budget: inner.config.command_timeout,
+                    });
+                    return Err(LockError::backend_unavailable("<list>", failure));
+                }
+            };
+            let Some(name) = key
+                .as_str()
+                .and_then(|k| decode_name(&inner.config.key_prefix, k))
+            else {
+                continue;
+            };
+            if validate_key(&name).is_err() {
+                continue;
+            }
+            let status = self.status(&name).await?;
+            if status.is_held() {
+                held.push(status);
+                if held.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Releases lock `name` whoever holds it — the runbooks' "force unlock", for a holder that
+    /// is stuck or gone — and wakes its waiters exactly as a release by the holder would (fair
+    /// waiters in queue order). The key becomes a tombstone keeping the fencing token, so the
+    /// next grant's token is still higher. The old holder is not told directly: a watchdog
+    /// lease finds the key taken at its next renewal (within a third of the watchdog timeout)
+    /// and fires `lost()`; its own release then returns `NotHeld`. A fixed-lease holder is not
+    /// told at all and may keep working until its lease would have ended: fence its writes.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a bad name; [`LockError::ReleaseFailed`] when Redis is
+    /// unreachable or refuses (the key is then unchanged, except after a refused `SPUBLISH`:
+    /// see the ACL notes in docs/design.md).
+    pub async fn force_release(&self, name: &str) -> Result<ForceReleased, LockError> {
+        validate_key(name)?;
+        let inner = &self.inner;
+        let args: Vec<Value> = vec![
+            inner.keys.release_channel(name).into(),
+            (TOMBSTONE_TTL.as_millis() as i64).into(),
+        ];
+        let failed = |cause: RedisFailure| LockError::ReleaseFailed {
+            key: name.to_owned(),
+            cause: Box::new(cause),
+        };
+        let reply: Vec<Value> = inner
+            .scripts
+            .force_release
+            .evalsha_with_reload(&inner.client, inner.keys.fair_keys(name), args)
+            .await
+            .map_err(|e| failed(inner.failure("force-release script", e)))?;
+        match reply.as_slice() {
+            [released] if released.as_i64() == Some(0) => Ok(ForceReleased::NotHeld),
+            [_, holder, token, receivers] => {
+                Ok(ForceReleased::Released {
+                    holder: holder.as_string().unwrap_or_default(),
+                    fencing_token: token.as_string().and_then(|t| t.parse().ok()).ok_or_else(
+                        || failed(RedisFailure::protocol("force-release script", "bad token")),
+                    )?,
+                    notified_clients: receivers.as_u64().unwrap_or(0),
+                })
+            }
+            _ => Err(failed(RedisFailure::protocol(
+                "force-release script",
+                "unexpected reply",
+            ))),
+        }
+    }
+}
+
+/// Parses a lock value: `H|<token>|<owner>[|<previous>]` or `R|<token>|<owner>`.
+fn parse_value(value: &str, ttl: Option<Duration>) -> Option<LockState> {
+    let mut fields = value.split('|');
+    let state = fields.next()?;
+    let fencing_token = fields.next()?.parse().ok()?;
+    let owner = fields.next()?.to_owned();
+    match state {
+        "H" => Some(LockState::Held {
+            instance_id: owner.split('/').next().unwrap_or_default().to_owned(),
+            holder: owner,
+            fencing_token,
+            ttl,
+        }),
+        "R" => Some(LockState::Released {
+            released_by: owner,
+            fencing_token,
+            ttl,
+        }),
+        _ => None,
+    }
+}
+
+/// The count of `PUBSUB SHARDNUMSUB <channel>`: `[channel, count]` (RESP2) or a map (RESP3).
+fn shard_subscribers(reply: Value) -> u64 {
+    match reply {
+        Value::Array(values) => values.get(1).and_then(Value::as_u64).unwrap_or(0),
+        Value::Map(map) => map
+            .inner()
+            .values()
+            .next()
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The lock name of Redis key `key` (`<prefix>{<encoded name>}`); `None` for other keys (a fair
+/// queue, a timeout, anything else under the prefix).
+fn decode_name(prefix: &str, key: &str) -> Option<String> {
+    let encoded = key
+        .strip_prefix(prefix)?
+        .strip_prefix('{')?
+        .strip_suffix('}')?;
+    if encoded.contains(['{', '}']) {
+        return None;
+    }
+    Some(
+        encoded
+            .replace("%7B", "{")
+            .replace("%7D", "}")
+            .replace("%25", "%"),
+    )
+}
+
+/// `text` with the glob characters of `MATCH` escaped, to match it literally.
+fn escape_glob(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::KeyLayout;
+
+    #[test]
+    fn names_decode_back_from_their_keys() {
+        let layout = KeyLayout::new("lock:");
+        for name in ["plain", "a{b}", "%7B", "%", "ünï:cødé", "}{"] {
+            assert_eq!(
+                decode_name("lock:", &layout.lock_key(name)).as_deref(),
+                Some(name)
+            );
+        }
+        assert_eq!(decode_name("lock:", "lock:{x}:queue"), None);
+        assert_eq!(decode_name("lock:", "other:{x}"), None);
+    }
+
+    #[test]
+    fn values_parse_into_states() {
+        let ttl = Some(Duration::from_millis(1500));
+        assert_eq!(
+            parse_value("H|17|pod-a/ab12/3|pod-b/cd/1", ttl),
+            Some(LockState::Held {
+                holder: "pod-a/ab12/3".into(),
+                instance_id: "pod-a".into(),
+                fencing_token: 17,
+                ttl
+            })
+        );
+        assert!(matches!(
+            parse_value("R|18|pod-a/ab12/3#forced", ttl),
+            Some(LockState::Released {
+                fencing_token: 18,
+                ..
+            })
+        ));
+        assert_eq!(parse_value("garbage", ttl), None);
+        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

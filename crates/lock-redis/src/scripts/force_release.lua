@@ -1,0 +1,47 @@
+#!lua flags=allow-oom
+-- Force the release of a lock, whoever holds it (an operator's "force unlock").
+--
+-- KEYS[1]  the lock key
+-- KEYS[2], KEYS[3]  the key's queue of fair waiters and their timeouts (see fair_acquire.lua)
+-- ARGV[1]  the release channel (same hash tag as the key)
+-- ARGV[2]  the tombstone TTL in milliseconds
+--
+-- Returns {0} if the key is not held (absent, a tombstone or not a lock value: nothing is
+-- touched), else {1, <holder's owner token>, <fencing token>, <clients that received the
+-- release message>}.
+--
+-- Like release.lua it leaves a tombstone, so later grants keep counting the fencing token up,
+-- and publishes the same message, naming the first fair waiter (after evicting those whose time
+-- ran out), so waiters are woken at once. The tombstone's owner is "<holder>#forced": never a
+-- real owner token (those end in a counter), so the old holder's own release — and its watchdog
+-- renewal — find the lock not theirs (NotHeld, lost) instead of taking the tombstone for their
+-- own release. Idempotent: a re-sent copy finds no held key and returns {0}.
+--
+-- allow-oom: as release.lua, it must work when Redis is at maxmemory (noeviction).
+local value = redis.call('GET', KEYS[1])
+if not value then
+  return {0}
+end
+local state, token, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
+if state ~= 'H' then
+  return {0}
+end
+redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner .. '#forced', 'PX', ARGV[2])
+local message = token
+if redis.call('ZCARD', KEYS[3]) > 0 then
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  for i = 1, #expired, 100 do
+    local batch = {unpack(expired, i, math.min(i + 99, #expired))}
+    redis.call('ZREM', KEYS[2], unpack(batch))
+    redis.call('ZREM', KEYS[3], unpack(batch))
+  end
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if first then
+    message = token .. '|' .. first
+  else
+    redis.call('DEL', KEYS[2], KEYS[3])
+  end
+end
+return {1, owner, token, redis.call('SPUBLISH', ARGV[1], message)}
