@@ -156,6 +156,7 @@ impl LeaseState {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
                 *status = LeaseStatus::Lost(reason);
+                crate::telemetry::lost(reason);
                 true
             }
             _ => false,
@@ -181,6 +182,7 @@ impl LeaseState {
                 valid_until: Some(deadline),
             } if *deadline <= now => {
                 *status = LeaseStatus::Lost(LostReason::Expired);
+                crate::telemetry::lost(LostReason::Expired);
                 true
             }
             _ => false,
@@ -265,6 +267,8 @@ pub struct LockHandle {
     nested: bool,
     /// For a re-entrant handle: turns true when the outer section has ended.
     scope_ended: Option<watch::Receiver<bool>>,
+    /// When the handle was made (the grant), for the hold-time metric.
+    granted_at: std::time::Instant,
 }
 
 impl fmt::Debug for LockHandle {
@@ -318,6 +322,7 @@ impl LockHandle {
             holds: Arc::new(AtomicUsize::new(1)),
             nested: false,
             scope_ended: None,
+            granted_at: std::time::Instant::now(),
         }
     }
 
@@ -343,6 +348,7 @@ impl LockHandle {
             holds,
             nested: true,
             scope_ended: Some(scope_ended),
+            granted_at: std::time::Instant::now(),
         }
     }
 
@@ -444,24 +450,36 @@ impl LockHandle {
     /// # Errors
     /// [`LockError::ReleaseFailed`] (code `LOCK_RELEASE_FAILED`) when the backend could not
     /// confirm the release; the lease then ends at its TTL.
+    ///
+    /// Runs in a `lock.release` span and records the release metrics
+    /// ([`telemetry`](crate::telemetry)); a re-entrant handle's release records nothing.
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let was_held = self.is_held();
         if !self.nested {
             self.state.mark_released();
         }
-        match self.release.take() {
-            Some(release) => {
-                let outcome = release.release().await?;
-                // A lease this process already reported lost must not be reported as released,
-                // even if the key happened to outlive our safety margin.
-                Ok(if was_held {
-                    outcome
-                } else {
-                    ReleaseOutcome::NotHeld
-                })
+        let nested = self.nested;
+        let key = self.key.clone();
+        let held_for = self.granted_at.elapsed();
+        let release = async move {
+            match self.release.take() {
+                Some(release) => {
+                    let outcome = release.release().await?;
+                    // A lease this process already reported lost must not be reported as
+                    // released, even if the key happened to outlive our safety margin.
+                    Ok(if was_held {
+                        outcome
+                    } else {
+                        ReleaseOutcome::NotHeld
+                    })
+                }
+                None => Ok(ReleaseOutcome::NotHeld),
             }
-            None => Ok(ReleaseOutcome::NotHeld),
+        };
+        if nested {
+            return release.await;
         }
+        crate::telemetry::release(&key, held_for, release).await
     }
 }
 
@@ -470,6 +488,7 @@ impl Drop for LockHandle {
         if let Some(release) = self.release.take() {
             if !self.nested {
                 self.state.mark_released();
+                crate::telemetry::dropped(&self.key, self.granted_at.elapsed());
             }
             release.release_in_background();
         }

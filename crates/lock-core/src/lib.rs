@@ -58,6 +58,7 @@ mod lock;
 mod memory;
 mod owner;
 mod reentrant;
+pub mod telemetry;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

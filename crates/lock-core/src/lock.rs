@@ -195,16 +195,23 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///   section must not run.
     /// - [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`,
     ///   HTTP 500): rejected before any backend call.
+    ///
+    /// Runs in a `lock.acquire` span and records the acquisition metrics
+    /// ([`telemetry`](crate::telemetry)), for every implementation that keeps this provided
+    /// method.
     async fn acquire_with(
         &self,
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        options.validate(key)?;
-        if let Some(nested) = crate::reentrant::enter(self.namespace(), key) {
-            return Ok(nested);
-        }
-        self.acquire_lease(key, options).await
+        crate::telemetry::acquire(key, options, async {
+            options.validate(key)?;
+            if let Some(nested) = crate::reentrant::enter(self.namespace(), key) {
+                return Ok(nested);
+            }
+            self.acquire_lease(key, options).await
+        })
+        .await
     }
 
     /// Acquires `key` with `lease`, waiting up to the configured wait time.

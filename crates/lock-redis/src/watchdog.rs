@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
+use lock_core::telemetry::RENEWALS_TOTAL;
 use lock_core::{LeaseState, LostReason};
 use tokio::time::{Instant, MissedTickBehavior};
+use tracing::Instrument;
 
 use crate::inner::Inner;
 
@@ -111,13 +113,55 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
     }
 }
 
-/// One tick: renews every registered lease, [`RENEW_BATCH`] keys per call.
+/// Per-lease results of a renewal call: renewed, lost (key gone or taken), failed (call failed
+/// or not acknowledged by enough replicas).
+#[derive(Debug, Default, Clone, Copy)]
+struct Renewed {
+    renewed: u64,
+    lost: u64,
+    failed: u64,
+}
+
+/// One tick: renews every registered lease, [`RENEW_BATCH`] keys per call, in a `lock.renew`
+/// span (`leases`, `renewed`, `lost`, `failed`), counting each lease in
+/// `platform_lock_renewals_total{outcome}`.
 async fn renew_all(inner: &Inner) {
     let started = Instant::now();
     let leases = inner.watchdog.snapshot();
     if leases.is_empty() {
         return;
     }
+    let span = tracing::debug_span!(
+        "lock.renew",
+        leases = leases.len(),
+        renewed = tracing::field::Empty,
+        lost = tracing::field::Empty,
+        failed = tracing::field::Empty,
+    );
+    let totals = renew_leases(inner, leases).instrument(span.clone()).await;
+    span.record("renewed", totals.renewed);
+    span.record("lost", totals.lost);
+    span.record("failed", totals.failed);
+    for (outcome, count) in [
+        ("renewed", totals.renewed),
+        ("lost", totals.lost),
+        ("failed", totals.failed),
+    ] {
+        if count > 0 {
+            metrics::counter!(RENEWALS_TOTAL, "outcome" => outcome).increment(count);
+        }
+    }
+    inner.watchdog.record_tick(totals.calls, started.elapsed());
+}
+
+struct Totals {
+    renewed: u64,
+    lost: u64,
+    failed: u64,
+    calls: usize,
+}
+
+async fn renew_leases(inner: &Inner, leases: Vec<(u64, Renewal)>) -> Totals {
     let ttl = inner.config.watchdog_timeout;
     // A script may only touch keys of one hash slot on a Cluster: one call per slot there, one
     // call per batch of any keys on a single server.
@@ -144,12 +188,27 @@ async fn renew_all(inner: &Inner) {
         })
         .collect();
     let calls = renewals.len();
-    futures::future::join_all(renewals).await;
-    inner.watchdog.record_tick(calls, started.elapsed());
+    let results = futures::future::join_all(renewals).await;
+    let mut totals = Totals {
+        renewed: 0,
+        lost: 0,
+        failed: 0,
+        calls,
+    };
+    for r in results {
+        totals.renewed += r.renewed;
+        totals.lost += r.lost;
+        totals.failed += r.failed;
+    }
+    totals
 }
 
 /// Renews one batch of keys (all in `slot` on a Cluster) with one script call.
-async fn renew_batch(inner: &Inner, slot: u16, batch: &[(u64, Renewal)], ttl: Duration) {
+async fn renew_batch(inner: &Inner, slot: u16, batch: &[(u64, Renewal)], ttl: Duration) -> Renewed {
+    let failed = Renewed {
+        failed: batch.len() as u64,
+        ..Renewed::default()
+    };
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let keys: Vec<&str> = batch.iter().map(|(_, r)| r.redis_key.as_str()).collect();
     let mut args: Vec<Value> = Vec::with_capacity(batch.len() + 1);
@@ -169,14 +228,14 @@ async fn renew_batch(inner: &Inner, slot: u16, batch: &[(u64, Renewal)], ttl: Du
                 got = renewed.len(),
                 "watchdog renewal returned a malformed reply; leases lapse unless the next tick succeeds"
             );
-            return;
+            return failed;
         }
         // Leases keep their old local deadline; if no renewal gets through before it, the
         // holders' lost() fires.
         Err(error) => {
             inner.follow_if_demoted(&error);
             tracing::warn!(%error, leases = batch.len(), "watchdog renewal failed");
-            return;
+            return failed;
         }
     };
     // With min-replicas, a renewal counts only once the replicas have it too: a failover
@@ -185,7 +244,15 @@ async fn renew_batch(inner: &Inner, slot: u16, batch: &[(u64, Renewal)], ttl: Du
     // expire and be granted to someone else.
     let replicated = renewal_replicated(inner, slot).await;
     let valid_until = sent + ttl - crate::safety_margin(ttl);
+    let mut result = Renewed::default();
     for ((id, renewal), ok) in batch.iter().zip(renewed) {
+        if ok == 1 && replicated {
+            result.renewed += 1;
+        } else if ok == 1 {
+            result.failed += 1;
+        } else {
+            result.lost += 1;
+        }
         if ok != 1 {
             renewal.state.mark_lost(LostReason::NotOwner);
             tracing::warn!(
@@ -199,6 +266,7 @@ async fn renew_batch(inner: &Inner, slot: u16, batch: &[(u64, Renewal)], ttl: Du
             inner.watchdog.unregister(*id);
         }
     }
+    result
 }
 
 /// Whether the renewal just sent is on `min-replicas` replicas (`WAIT` on the same connection,

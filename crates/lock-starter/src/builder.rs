@@ -37,7 +37,9 @@ pub enum StartError {
 /// ```
 #[derive(Clone)]
 pub struct LockStarter {
-    lock: Result<Arc<dyn DistributedLock>, String>,
+    pub(crate) lock: Result<Arc<dyn DistributedLock>, String>,
+    /// The Redis lock the starter built (not a custom one), for [`LockStarter::health`].
+    pub(crate) redis: Option<RedisLock>,
     settings: LockSettings,
 }
 
@@ -184,15 +186,20 @@ impl LockStarterBuilder {
             tracing::info!(%detail, "distributed lock disabled; no Redis connection opened");
             return Ok(LockStarter {
                 lock: Err(detail),
+                redis: None,
                 settings,
             });
         }
-        let lock: Arc<dyn DistributedLock> = match self.lock {
-            Some(custom) => custom,
-            None => Arc::new(RedisLock::connect(redis_config(&settings)).await?),
+        let (lock, redis): (Arc<dyn DistributedLock>, _) = match self.lock {
+            Some(custom) => (custom, None),
+            None => {
+                let redis = RedisLock::connect(redis_config(&settings)).await?;
+                (Arc::new(redis.clone()), Some(redis))
+            }
         };
         Ok(LockStarter {
             lock: Ok(lock),
+            redis,
             settings,
         })
     }

@@ -31,18 +31,31 @@
 //! - Overrides: [`LockStarterBuilder::lock`] hands in your own implementation (e.g.
 //!   [`InMemoryLock`] in unit tests); [`LockStarterBuilder::figment`] your own configuration
 //!   sources.
+//! - Observability: `tracing` spans and `metrics` (names in [`telemetry`]); an opt-in health
+//!   check, [`LockStarter::health`]; with the `http` feature, RFC 9457 problem responses for
+//!   lock errors ([`http`](crate#http-feature)). See `docs/observability.md`.
+//!
+//! # `http` feature
+//!
+//! Off by default. Adds the module `lock_starter::http`: a [`LockError`] as an RFC 9457
+//! problem body (`application/problem+json`, status 503 for a lock that failed closed), and an
+//! axum `IntoResponse` for it. Example: `examples/http_service.rs`.
 
 mod builder;
 pub mod config;
+mod health;
+#[cfg(feature = "http")]
+pub mod http;
 
 pub use builder::{LockStarter, LockStarterBuilder, StartError, redis_config};
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
+pub use health::{Health, HealthStatus};
 pub use lock_core::{
     AcquireFailure, AcquireOptions, DEFAULT_WAIT_TIME, DisabledLock, DistributedLock,
     DistributedLockExt, FailOpen, InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode,
     LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE,
-    MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, Unguarded, UnguardedReason,
+    MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, Unguarded, UnguardedReason, telemetry,
 };
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).

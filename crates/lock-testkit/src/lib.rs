@@ -71,6 +71,7 @@ pub mod fenced;
 pub mod history;
 mod local;
 pub mod logs;
+pub mod metrics;
 pub mod proxy;
 mod resp;
 pub mod sentinel;

@@ -1,0 +1,112 @@
+//! An HTTP service whose bill-run endpoint is guarded by the lock: a second request for the same
+//! period while the first runs gets **503** with an RFC 9457 problem body naming the holder
+//! (`reason: held_by_another_owner`); with Redis down, 503 with `backend_unavailable`.
+//!
+//! ```sh
+//! TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379 \
+//!   cargo run -p lock-starter --features http --example http_service
+//! # in another terminal: two concurrent bill runs for one period → one 200, one 503
+//! curl -s -X POST localhost:8080/bill-runs/2026-11 & curl -si -X POST localhost:8080/bill-runs/2026-11; wait
+//! curl -s localhost:8080/health   # the opt-in health check of the lock's Redis
+//! ```
+//!
+//! `HTTP_SERVICE_ADDR` sets the listen address (default `127.0.0.1:8080`), `BILL_RUN_MS` how long
+//! a bill run takes (default 3000).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lock_starter::http::LockRejection;
+use lock_starter::prelude::*;
+use lock_starter::{Health, HealthStatus};
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct App {
+    /// The started lock module.
+    pub starter: LockStarter,
+    /// The lock from it.
+    pub lock: Arc<dyn DistributedLock>,
+    /// How long one bill run takes.
+    pub bill_run: Duration,
+}
+
+/// The service's routes: `POST /bill-runs/{period}` (one run per period at a time, 503 when the
+/// period's lock is held elsewhere or Redis is unavailable) and `GET /health`.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/bill-runs/{period}", post(start_bill_run))
+        .route("/health", get(health))
+        .with_state(app)
+}
+
+async fn start_bill_run(
+    State(app): State<App>,
+    Path(period): Path<String>,
+) -> Result<Json<serde_json::Value>, LockRejection> {
+    // One attempt: a run already in progress elsewhere is an answer, not something to queue for.
+    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    let invoices = app
+        .lock
+        .with_lock_opts(&format!("bill-run:{period}"), options, || async {
+            tokio::time::sleep(app.bill_run).await; // … the bill run …
+            1_204
+        })
+        .await?;
+    Ok(Json(
+        serde_json::json!({ "period": period, "invoices": invoices }),
+    ))
+}
+
+async fn health(State(app): State<App>) -> (axum::http::StatusCode, Json<serde_json::Value>) {
+    let Health {
+        status,
+        latency,
+        detail,
+        ..
+    } = app.starter.health().await;
+    // For a readiness probe, not a liveness probe: see LockStarter::health.
+    let code = match status {
+        HealthStatus::Down => axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        _ => axum::http::StatusCode::OK,
+    };
+    let body = serde_json::json!({
+        "status": status.as_str(),
+        "latencyMs": latency.map(|l| l.as_secs_f64() * 1000.0),
+        "detail": detail,
+    });
+    (code, Json(body))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let starter = LockStarter::builder().build().await?;
+    let lock = starter.lock()?;
+    let bill_run = Duration::from_millis(
+        std::env::var("BILL_RUN_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(3000),
+    );
+    let addr = std::env::var("HTTP_SERVICE_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    eprintln!("listening on http://{addr}");
+    axum::serve(
+        listener,
+        router(App {
+            starter,
+            lock,
+            bill_run,
+        }),
+    )
+    .await?;
+    Ok(())
+}
