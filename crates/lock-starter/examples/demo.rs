@@ -10,12 +10,18 @@
 //! `TELCO_PLATFORM_LOCK_REDIS_ADDRESS` set it uses that Redis instead. It prints a timeline,
 //! checks it, and exits non-zero if two pods ever held the period at once (or any other check
 //! fails).
+//!
+//! With `--hold` (`scripts/demo.sh --hold`) the demo then keeps its Redis running with one more
+//! pod stuck in the next period's bill run, its watchdog renewing the lease, and prints the
+//! `platform-lock` commands that inspect and force-release it from another terminal. It ends
+//! when the stuck pod has lost its lease to the forced release, or on Ctrl-C.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::Parser;
 use lock_testkit::RedisServer;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -45,6 +51,18 @@ const KEY_PREFIX: &str = "platform-lock-demo:";
 /// loaded machine.
 const TAKEOVER_BOUND: Duration = Duration::from_secs(3 + 2);
 
+/// The period of the stuck pod `--hold` leaves running (the demo's own run is `PERIOD`).
+const HELD_PERIOD: &str = "2026-12";
+
+#[derive(Debug, Parser)]
+#[command(about = "Three pods race for one bill run; the winner crashes and another takes over")]
+struct Args {
+    /// After the checks, keep Redis running with a pod stuck holding `bill-run:2026-12`, print
+    /// the platform-lock commands to inspect and force-release it, and end once it is released.
+    #[arg(long)]
+    hold: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Event {
     t_us: u64,
@@ -55,7 +73,8 @@ struct Event {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
+    let args = Args::parse();
+    match run(&args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(message) => {
@@ -65,8 +84,8 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> Result<bool, String> {
-    let (address, _private_redis) = redis().await?;
+async fn run(args: &Args) -> Result<bool, String> {
+    let (address, private_redis) = redis().await?;
     let pod_binary = sibling_binary("bill_run")?;
     let ledger = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -90,15 +109,14 @@ async fn run() -> Result<bool, String> {
     let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
     for n in 1..=3 {
         let name = format!("pod-{n}");
-        let child = spawn_pod(
-            &pod_binary,
-            &name,
-            &address,
-            FIRST_WAIT,
-            start_at,
-            ledger.path(),
-            &tx,
-        )?;
+        let run = PodRun {
+            name: &name,
+            period: PERIOD,
+            batch_time: BATCH_TIME,
+            wait_time: FIRST_WAIT,
+            start_at_unix_ms: start_at,
+        };
+        let child = spawn_pod(&pod_binary, &run, &address, ledger.path(), &tx)?;
         pods.insert(name, child);
     }
 
@@ -147,15 +165,14 @@ async fn run() -> Result<bool, String> {
     let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
     for n in 4..=5 {
         let name = format!("pod-{n}");
-        let child = spawn_pod(
-            &pod_binary,
-            &name,
-            &address,
-            SECOND_WAIT,
-            start_at,
-            ledger.path(),
-            &tx,
-        )?;
+        let run = PodRun {
+            name: &name,
+            period: PERIOD,
+            batch_time: BATCH_TIME,
+            wait_time: SECOND_WAIT,
+            start_at_unix_ms: start_at,
+        };
+        let child = spawn_pod(&pod_binary, &run, &address, ledger.path(), &tx)?;
         pods.insert(name, child);
     }
     drop(tx);
@@ -177,7 +194,124 @@ async fn run() -> Result<bool, String> {
     }
 
     println!();
-    Ok(check(&timeline, &winner, ledger.path()))
+    let passed = check(&timeline, &winner, ledger.path());
+    if !passed {
+        return Ok(false);
+    }
+    if args.hold {
+        return hold(
+            &address,
+            private_redis.is_some(),
+            &pod_binary,
+            ledger.path(),
+            &timeline,
+        )
+        .await;
+    }
+    println!("Run `scripts/demo.sh --hold` to end with a pod holding a lock you can inspect and");
+    println!("force-release with the platform-lock CLI (README, \"Operations CLI\").");
+    Ok(true)
+}
+
+/// `--hold`: a pod stuck in its bill run (one batch that never ends) holds `bill-run:2026-12`
+/// on a renewed watchdog lease until somebody force-releases it; returns once it has noticed.
+async fn hold(
+    address: &str,
+    private_redis: bool,
+    pod_binary: &Path,
+    ledger: &Path,
+    timeline: &Timeline,
+) -> Result<bool, String> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let run = PodRun {
+        name: "pod-6",
+        period: HELD_PERIOD,
+        batch_time: "24h",
+        wait_time: FIRST_WAIT,
+        start_at_unix_ms: now_us() / 1000,
+    };
+    // Its own ledger: the demo's one is complete, and a completed period is not run again.
+    let mut pod = spawn_pod(pod_binary, &run, address, &ledger.join(HELD_PERIOD), &tx)?;
+    drop(tx);
+    println!();
+    println!("Hold: pod-6 is triggered for {HELD_PERIOD} and gets stuck in its first batch");
+    loop {
+        let event = next_event(&mut rx).await?;
+        if event.event != "exited" {
+            timeline.show(&event);
+        }
+        match event.event.as_str() {
+            "acquired" => break,
+            "exited" | "not_acquired" | "config_error" => {
+                return Err("pod-6 did not acquire bill-run:2026-12 (see above)".into());
+            }
+            _ => {}
+        }
+    }
+    let shown_address = if private_redis {
+        address.to_owned()
+    } else {
+        "\"$TELCO_PLATFORM_LOCK_REDIS_ADDRESS\"   # the one the demo used".to_owned()
+    };
+    let cli = std::env::current_exe()
+        .ok()
+        .and_then(|me| Some(me.parent()?.parent()?.join("platform-lock")))
+        .filter(|cli| cli.exists());
+    println!();
+    println!("Its watchdog keeps renewing the lease, so it never lapses. From another terminal:");
+    println!();
+    println!("  export TELCO_PLATFORM_LOCK_REDIS_ADDRESS={shown_address}");
+    println!("  export TELCO_PLATFORM_LOCK_KEY_PREFIX={KEY_PREFIX}");
+    println!("  platform-lock list");
+    println!("  platform-lock status bill-run:{HELD_PERIOD}");
+    println!("  platform-lock release --force bill-run:{HELD_PERIOD}");
+    println!();
+    match cli {
+        Some(cli) => println!(
+            "(platform-lock: `cargo install --path crates/lock-cli`, or {})",
+            cli.display()
+        ),
+        None => println!("(platform-lock: `cargo install --path crates/lock-cli`)"),
+    }
+    println!("Waiting for the forced release (Ctrl-C ends the demo and stops its Redis)...");
+    let lost = loop {
+        let event = tokio::select! {
+            event = rx.recv() => event,
+            _ = tokio::signal::ctrl_c() => {
+                println!("Interrupted; pod-6 still held the lock.");
+                return Ok(true);
+            }
+        };
+        let Some(event) = event else {
+            return Err("pod-6 exited without losing its lease (see above)".into());
+        };
+        if event.event == "exited" {
+            continue;
+        }
+        timeline.show(&event);
+        if event.event == "lease_lost" {
+            break event;
+        }
+    };
+    let status = tokio::time::timeout(DEADLINE, pod.wait())
+        .await
+        .map_err(|_| "pod-6 did not stop after losing its lease".to_owned())?
+        .map_err(|e| format!("pod-6: {e}"))?;
+    println!();
+    println!(
+        "  [ok] pod-6 lost its lease ({}) and stopped its run ({status})",
+        lost.fields["reason"].as_str().unwrap_or("?")
+    );
+    Ok(true)
+}
+
+/// One pod process: which bill run it is triggered for, and how.
+struct PodRun<'a> {
+    name: &'a str,
+    period: &'a str,
+    batch_time: &'a str,
+    wait_time: &'a str,
+    start_at_unix_ms: u64,
 }
 
 /// The Redis to use: `TELCO_PLATFORM_LOCK_REDIS_ADDRESS`, or a private server started here
@@ -213,21 +347,20 @@ fn sibling_binary(name: &str) -> Result<PathBuf, String> {
 
 fn spawn_pod(
     binary: &Path,
-    name: &str,
+    run: &PodRun<'_>,
     address: &str,
-    wait_time: &str,
-    start_at_unix_ms: u64,
     ledger: &Path,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<Child, String> {
+    let name = run.name;
     let mut child = Command::new(binary)
-        .args(["--period", PERIOD, "--batches", &BATCHES.to_string()])
-        .args(["--batch-time", BATCH_TIME, "--ledger"])
+        .args(["--period", run.period, "--batches", &BATCHES.to_string()])
+        .args(["--batch-time", run.batch_time, "--ledger"])
         .arg(ledger)
-        .arg(format!("--start-at-unix-ms={start_at_unix_ms}"))
+        .arg(format!("--start-at-unix-ms={}", run.start_at_unix_ms))
         .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)
         .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", name)
-        .env("TELCO_PLATFORM_LOCK_WAIT_TIME", wait_time)
+        .env("TELCO_PLATFORM_LOCK_WAIT_TIME", run.wait_time)
         .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", WATCHDOG_TIMEOUT)
         // At most a third of the short watchdog timeout, so one slow renewal cannot outlast
         // a lease (the library warns otherwise).
