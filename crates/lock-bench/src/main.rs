@@ -71,6 +71,11 @@ struct Args {
     /// (AcquireOptions::fair); reported as impl `platform-lock-fair`.
     #[arg(long)]
     fair: bool,
+    /// Install a Prometheus metrics recorder first, as a service exporting the lock's metrics
+    /// would; lines get `"metrics_recorder": "prometheus"`. Without it the `metrics` facade has
+    /// no recorder and every metric call is a no-op.
+    #[arg(long)]
+    prometheus: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -159,6 +164,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> ExitCode {
+    let prometheus = if args.prometheus {
+        match metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder() {
+            Ok(handle) => Some(handle),
+            Err(error) => {
+                eprintln!("lock-bench: could not install the Prometheus recorder: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let (target, _server) = match &args.redis_url {
         Some(url) => match Target::parse(url) {
             Ok(target) => (target, None),
@@ -195,6 +211,9 @@ async fn run(args: Args) -> ExitCode {
         |imp: &str, scenario: &str, result: Result<Map<String, Value>, String>| match result {
             Ok(mut line) => {
                 line.insert("runtime".into(), json!(runtime_name(args.runtime)));
+                if prometheus.is_some() {
+                    line.insert("metrics_recorder".into(), json!("prometheus"));
+                }
                 println!("{}", report::to_json_line(&line));
             }
             Err(error) => {
@@ -267,6 +286,14 @@ async fn run(args: Args) -> ExitCode {
             Err(error) => Err(error),
         };
         emit(IMPL, "watchdog", result);
+    }
+    if let Some(handle) = &prometheus {
+        // Shows the recorder really saw the lock's metrics.
+        for line in handle.render().lines() {
+            if line.starts_with("platform_lock_acquisitions_total") {
+                eprintln!("[lock-bench] recorded: {line}");
+            }
+        }
     }
     if failed {
         ExitCode::FAILURE

@@ -28,13 +28,9 @@ async fn a_grant_a_contention_failure_and_a_release_are_counted_exactly() {
         .await
         .unwrap();
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "granted"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(ACQUISITIONS_TOTAL), 1, "{m:#?}");
-    assert_eq!(m.counter_total(FAIL_CLOSED_TOTAL), 0, "{m:#?}");
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "granted", 1);
+    m.assert_counter_total(ACQUISITIONS_TOTAL, 1);
+    m.assert_counter_total(FAIL_CLOSED_TOTAL, 0);
     assert_eq!(m.histogram(WAIT_SECONDS, "outcome", "granted").len(), 1);
 
     let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(50));
@@ -44,17 +40,9 @@ async fn a_grant_a_contention_failure_and_a_release_are_counted_exactly() {
         .unwrap_err();
     assert_eq!(err.details()["reason"], "held_by_another_owner");
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "held_by_another_owner"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(
-        m.counter(FAIL_CLOSED_TOTAL, "reason", "held_by_another_owner"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(ACQUISITIONS_TOTAL), 1, "{m:#?}");
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "held_by_another_owner", 1);
+    m.assert_counter(FAIL_CLOSED_TOTAL, "reason", "held_by_another_owner", 1);
+    m.assert_counter_total(ACQUISITIONS_TOTAL, 1);
     let waited = m.histogram(WAIT_SECONDS, "outcome", "held_by_another_owner");
     assert_eq!(waited.len(), 1);
     assert!(
@@ -64,14 +52,10 @@ async fn a_grant_a_contention_failure_and_a_release_are_counted_exactly() {
 
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     let m = metrics.take();
-    assert_eq!(
-        m.counter(RELEASES_TOTAL, "outcome", "released"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(RELEASES_TOTAL), 1, "{m:#?}");
+    m.assert_counter(RELEASES_TOTAL, "outcome", "released", 1);
+    m.assert_counter_total(RELEASES_TOTAL, 1);
     assert_eq!(m.histogram(HOLD_SECONDS, "", "").len(), 1);
-    assert_eq!(m.counter_total(ACQUISITIONS_TOTAL), 0, "{m:#?}");
+    m.assert_counter_total(ACQUISITIONS_TOTAL, 0);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -87,23 +71,11 @@ async fn with_lock_counts_one_grant_and_one_release_and_reentry_apart() {
     .await
     .unwrap();
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "granted"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "reentered"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "granted", 1);
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "reentered", 1);
     // The nested release gives its hold back; only the outer one is a release.
-    assert_eq!(m.counter_total(RELEASES_TOTAL), 1, "{m:#?}");
-    assert_eq!(
-        m.counter(RELEASES_TOTAL, "outcome", "released"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter_total(RELEASES_TOTAL, 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "released", 1);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -114,7 +86,7 @@ async fn a_dropped_handle_and_a_lost_lease_are_counted() {
 
     drop(lock.acquire("k1", Lease::Watchdog).await.unwrap());
     let m = metrics.take();
-    assert_eq!(m.counter(RELEASES_TOTAL, "outcome", "dropped"), 1, "{m:#?}");
+    m.assert_counter(RELEASES_TOTAL, "outcome", "dropped", 1);
 
     let short = lock
         .acquire("k2", Lease::Fixed(Duration::from_millis(100)))
@@ -125,21 +97,13 @@ async fn a_dropped_handle_and_a_lost_lease_are_counted() {
         .expect("the fixed lease ends");
     assert_eq!(reason, LostReason::Expired);
     let m = metrics.take();
-    assert_eq!(
-        m.counter(LOST_LEASES_TOTAL, "reason", "expired"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter(LOST_LEASES_TOTAL, "reason", "expired", 1);
     // Noticing the loss again does not count it again.
     assert!(!short.is_held());
     assert_eq!(short.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let m = metrics.take();
-    assert_eq!(m.counter_total(LOST_LEASES_TOTAL), 0, "{m:#?}");
-    assert_eq!(
-        m.counter(RELEASES_TOTAL, "outcome", "not_held"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter_total(LOST_LEASES_TOTAL, 0);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "not_held", 1);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -152,29 +116,17 @@ async fn invalid_and_disabled_acquisitions_are_told_apart() {
         .await
         .unwrap_err();
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "invalid_argument"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "invalid_argument", 1);
     // A bug of the caller, not a lock that failed closed.
-    assert_eq!(m.counter_total(FAIL_CLOSED_TOTAL), 0, "{m:#?}");
+    m.assert_counter_total(FAIL_CLOSED_TOTAL, 0);
 
     DisabledLock::new("enabled = false")
         .acquire("k", Lease::Watchdog)
         .await
         .unwrap_err();
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "disabled"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(
-        m.counter(FAIL_CLOSED_TOTAL, "reason", "disabled"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "disabled", 1);
+    m.assert_counter(FAIL_CLOSED_TOTAL, "reason", "disabled", 1);
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -194,12 +146,8 @@ async fn a_cancelled_acquisition_is_counted_as_cancelled() {
             .is_err()
     );
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "cancelled"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(FAIL_CLOSED_TOTAL), 0, "{m:#?}");
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "cancelled", 1);
+    m.assert_counter_total(FAIL_CLOSED_TOTAL, 0);
 }
 
 #[test]

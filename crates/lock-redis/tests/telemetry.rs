@@ -28,12 +28,8 @@ async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
         .await
         .unwrap();
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "granted"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(ACQUISITIONS_TOTAL), 1, "{m:#?}");
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "granted", 1);
+    m.assert_counter_total(ACQUISITIONS_TOTAL, 1);
 
     let err = other
         .try_acquire("tel:bill-run", Lease::Watchdog)
@@ -41,16 +37,8 @@ async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
         .unwrap_err();
     assert_eq!(err.details()["reason"], "held_by_another_owner");
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "held_by_another_owner"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(
-        m.counter(FAIL_CLOSED_TOTAL, "reason", "held_by_another_owner"),
-        1,
-        "{m:#?}"
-    );
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "held_by_another_owner", 1);
+    m.assert_counter(FAIL_CLOSED_TOTAL, "reason", "held_by_another_owner", 1);
     assert_eq!(
         m.histogram(WAIT_SECONDS, "outcome", "held_by_another_owner")
             .len(),
@@ -66,12 +54,8 @@ async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
     })
     .await;
     assert!(renewed, "no renewals counted: {seen:#?}");
-    assert_eq!(
-        seen.counter(RENEWALS_TOTAL, "outcome", "lost"),
-        0,
-        "{seen:#?}"
-    );
-    assert_eq!(seen.counter_total(LOST_LEASES_TOTAL), 0, "{seen:#?}");
+    seen.assert_counter(RENEWALS_TOTAL, "outcome", "lost", 0);
+    seen.assert_counter_total(LOST_LEASES_TOTAL, 0);
 
     // The key vanishes: the next renewal finds it gone and the holder is told.
     redis
@@ -83,22 +67,14 @@ async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
         .expect("lost() fires");
     assert_eq!(reason, LostReason::NotOwner);
     let m = metrics.take();
-    assert_eq!(m.counter(RENEWALS_TOTAL, "outcome", "lost"), 1, "{m:#?}");
-    assert_eq!(
-        m.counter(LOST_LEASES_TOTAL, "reason", "not_owner"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(LOST_LEASES_TOTAL), 1, "{m:#?}");
+    m.assert_counter(RENEWALS_TOTAL, "outcome", "lost", 1);
+    m.assert_counter(LOST_LEASES_TOTAL, "reason", "not_owner", 1);
+    m.assert_counter_total(LOST_LEASES_TOTAL, 1);
 
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let m = metrics.take();
-    assert_eq!(
-        m.counter(RELEASES_TOTAL, "outcome", "not_held"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(RELEASES_TOTAL), 1, "{m:#?}");
+    m.assert_counter(RELEASES_TOTAL, "outcome", "not_held", 1);
+    m.assert_counter_total(RELEASES_TOTAL, 1);
 
     // Redis goes away: the acquisition fails closed as backend_unavailable.
     redis.kill().await.unwrap();
@@ -108,15 +84,7 @@ async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
         .unwrap_err();
     assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
     let m = metrics.take();
-    assert_eq!(
-        m.counter(ACQUISITIONS_TOTAL, "outcome", "backend_unavailable"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(
-        m.counter(FAIL_CLOSED_TOTAL, "reason", "backend_unavailable"),
-        1,
-        "{m:#?}"
-    );
-    assert_eq!(m.counter_total(ACQUISITIONS_TOTAL), 1, "{m:#?}");
+    m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "backend_unavailable", 1);
+    m.assert_counter(FAIL_CLOSED_TOTAL, "reason", "backend_unavailable", 1);
+    m.assert_counter_total(ACQUISITIONS_TOTAL, 1);
 }

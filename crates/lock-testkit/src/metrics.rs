@@ -10,7 +10,7 @@
 //! }
 //! let taken = metrics.take();
 //! assert_eq!(taken.counter("jobs_total", "outcome", "done"), 2);
-//! assert_eq!(taken.counter("jobs_total", "outcome", "failed"), 0);
+//! taken.assert_counter("jobs_total", "outcome", "failed", 0);
 //! ```
 //!
 //! Install the recorder as the thread's default
@@ -124,6 +124,25 @@ impl Recorded {
             format!("{name}{{{label}={value}}}")
         };
         self.histograms.get(&key).map_or(&[], Vec::as_slice)
+    }
+
+    /// Asserts that counter `name` with the one label `label=value` was incremented by exactly
+    /// `expected`, showing everything recorded when it was not.
+    #[track_caller]
+    pub fn assert_counter(&self, name: &str, label: &str, value: &str, expected: u64) {
+        let got = self.counter(name, label, value);
+        assert_eq!(
+            got, expected,
+            "{name}{{{label}={value}}}; recorded: {self:#?}"
+        );
+    }
+
+    /// Asserts that the counters named `name`, whatever their labels, add up to exactly
+    /// `expected`, showing everything recorded when they do not.
+    #[track_caller]
+    pub fn assert_counter_total(&self, name: &str, expected: u64) {
+        let got = self.counter_total(name);
+        assert_eq!(got, expected, "{name} (all labels); recorded: {self:#?}");
     }
 
     /// The total of every counter named `name`, whatever its labels.
