@@ -1,4 +1,8 @@
 //! The Lua scripts of the lock protocol (see the `.lua` files for KEYS, ARGV and replies).
+//!
+//! A Redis script cannot load another, so the functions the fair-queue scripts share
+//! (`scripts/fair_queue.lua`) are put in front of each of them here, after the `#!lua` flags
+//! line, which must come first.
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
@@ -7,15 +11,30 @@ use fred::types::scripts::Script;
 /// for audits, and for benchmarks that run it with `redis-benchmark`.
 pub const ACQUIRE_SCRIPT: &str = include_str!("scripts/acquire.lua");
 /// The Lua source of the owner-checked release script.
-pub const RELEASE_SCRIPT: &str = include_str!("scripts/release.lua");
+pub const RELEASE_SCRIPT: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("scripts/fair_queue.lua"),
+    include_str!("scripts/release.lua")
+);
 /// The Lua source of the fair acquire script: grants in queue order, or keeps the caller's place.
-pub const FAIR_ACQUIRE_SCRIPT: &str = include_str!("scripts/fair_acquire.lua");
+pub const FAIR_ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("scripts/fair_queue.lua"),
+    include_str!("scripts/fair_acquire.lua")
+);
 /// The Lua source of the script a fair waiter leaves its queue with.
-pub const FAIR_LEAVE_SCRIPT: &str = include_str!("scripts/fair_leave.lua");
+pub const FAIR_LEAVE_SCRIPT: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("scripts/fair_queue.lua"),
+    include_str!("scripts/fair_leave.lua")
+);
 /// The Lua source of the batched watchdog renewal script.
 pub const RENEW_SCRIPT: &str = include_str!("scripts/renew.lua");
 /// The Lua source of the operators' forced release (`RedisLock::force_release`).
-pub const FORCE_RELEASE_SCRIPT: &str = include_str!("scripts/force_release.lua");
+pub const FORCE_RELEASE_SCRIPT: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("scripts/fair_queue.lua"),
+    include_str!("scripts/force_release.lua")
+);
 /// The Lua source of the operators' read-only status script (`RedisLock::status`).
 pub const STATUS_SCRIPT: &str = include_str!("scripts/status.lua");
 

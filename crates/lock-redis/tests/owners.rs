@@ -18,7 +18,7 @@ use lock_testkit::RedisServer;
 /// arguments), as a retry after a lost reply or a reconnect would. Returns the script's reply.
 async fn replay_release(redis: &RedisServer, lock: &RedisLock, name: &str, owner: &str) -> String {
     let sha = redis
-        .cmd(&["SCRIPT", "LOAD", include_str!("../src/scripts/release.lua")])
+        .cmd(&["SCRIPT", "LOAD", lock_redis::RELEASE_SCRIPT])
         .await
         .unwrap();
     redis

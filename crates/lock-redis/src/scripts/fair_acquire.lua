@@ -1,3 +1,4 @@
+-- (scripts.rs prepends the functions of fair_queue.lua.)
 -- Acquire a lock fairly: grant it to the first of the key's queue of fair waiters, or keep the
 -- caller's place in that queue.
 --
@@ -34,11 +35,7 @@ for _, waiter in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
     expired[#expired + 1] = waiter
   end
 end
-for i = 1, #expired, 100 do
-  local batch = {unpack(expired, i, math.min(i + 99, #expired))}
-  redis.call('ZREM', KEYS[2], unpack(batch))
-  redis.call('ZREM', KEYS[3], unpack(batch))
-end
+remove_waiters(expired)
 
 local function join()
   if not redis.call('ZSCORE', KEYS[2], owner_token) then
@@ -57,24 +54,13 @@ local function leave()
   redis.call('ZREM', KEYS[3], owner_token)
 end
 
--- Both sets live exactly as long as their latest timeout.
-local function tidy()
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('PEXPIREAT', KEYS[2], last[2])
-    redis.call('PEXPIREAT', KEYS[3], last[2])
-  else
-    redis.call('DEL', KEYS[2], KEYS[3])
-  end
-end
-
 local function queue_as(mode)
   if mode == 'wait' then
     join()
   elseif mode == 'last' then
     leave()
   end
-  tidy()
+  expire_queue()
 end
 
 local function ahead()

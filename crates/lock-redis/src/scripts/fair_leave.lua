@@ -1,4 +1,4 @@
-#!lua flags=allow-oom
+-- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of fair_queue.lua.)
 -- Take a fair waiter out of the queue (it gave up, failed or was dropped) and, if the lock is
 -- free, tell the waiter now first.
 --
@@ -16,22 +16,12 @@
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   return 0
 end
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', server_ms())
 gone[#gone + 1] = ARGV[1]
-for i = 1, #gone, 100 do
-  local batch = {unpack(gone, i, math.min(i + 99, #gone))}
-  redis.call('ZREM', KEYS[2], unpack(batch))
-  redis.call('ZREM', KEYS[3], unpack(batch))
-end
-local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-if not last[2] then
-  redis.call('DEL', KEYS[2], KEYS[3])
+remove_waiters(gone)
+if not expire_queue() then
   return 1
 end
-redis.call('PEXPIREAT', KEYS[2], last[2])
-redis.call('PEXPIREAT', KEYS[3], last[2])
 local next_owner = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 -- The lock free with a waiter first: that waiter may have been behind this one, or been told
 -- while a dead one was first, so tell it (at worst one extra attempt).

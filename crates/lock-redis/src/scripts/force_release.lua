@@ -1,4 +1,4 @@
-#!lua flags=allow-oom
+-- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of fair_queue.lua.)
 -- Force the release of a lock, whoever holds it (an operator's "force unlock").
 --
 -- KEYS[1]  the lock key
@@ -27,21 +27,5 @@ if state ~= 'H' then
   return {0}
 end
 redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner .. '#forced', 'PX', ARGV[2])
-local message = token
-if redis.call('ZCARD', KEYS[3]) > 0 then
-  local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  for i = 1, #expired, 100 do
-    local batch = {unpack(expired, i, math.min(i + 99, #expired))}
-    redis.call('ZREM', KEYS[2], unpack(batch))
-    redis.call('ZREM', KEYS[3], unpack(batch))
-  end
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if first then
-    message = token .. '|' .. first
-  else
-    redis.call('DEL', KEYS[2], KEYS[3])
-  end
-end
+local message = release_message(token)
 return {1, owner, token, redis.call('SPUBLISH', ARGV[1], message)}

@@ -1,4 +1,4 @@
-#!lua flags=allow-oom
+-- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of fair_queue.lua.)
 -- Release a lock if, and only if, this owner holds it.
 --
 -- KEYS[1]  the lock key
@@ -43,20 +43,7 @@ if state == 'R' then
 end
 redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner, 'PX', ARGV[3])
 local message = token
-if KEYS[3] and redis.call('ZCARD', KEYS[3]) > 0 then
-  local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
-  for i = 1, #expired, 100 do
-    local batch = {unpack(expired, i, math.min(i + 99, #expired))}
-    redis.call('ZREM', KEYS[2], unpack(batch))
-    redis.call('ZREM', KEYS[3], unpack(batch))
-  end
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if first then
-    message = token .. '|' .. first
-  else
-    redis.call('DEL', KEYS[2], KEYS[3])
-  end
+if KEYS[3] then
+  message = release_message(token)
 end
 return 1 + redis.call('SPUBLISH', ARGV[2], message)
