@@ -291,19 +291,48 @@ impl Health {
     }
 }
 
-/// A connection error as one readable phrase: fred renders I/O errors with `Debug`
-/// (`Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`); keep the message.
+/// A connection error as one readable phrase: fred renders I/O errors with `Debug` —
+/// `Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`, or for a host name
+/// that does not resolve `Custom { kind: Uncategorized, error: "failed to lookup address
+/// information: …" }`; keep the quoted message.
 fn describe(error: &Error) -> String {
     let details = error.details();
     match error.kind() {
         ErrorKind::IO => {
-            let message = details
-                .split_once("message: \"")
-                .and_then(|(_, rest)| rest.split_once('"'))
-                .map_or(details, |(message, _)| message);
+            let message = ["message: \"", "error: \""]
+                .iter()
+                .find_map(|field| {
+                    let (_, rest) = details.split_once(field)?;
+                    Some(rest.split_once('"')?.0)
+                })
+                .unwrap_or(details);
             format!("connection failed: {message}")
         }
         ErrorKind::Auth => format!("authentication failed: {details}"),
         _ => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_are_described_by_their_message_not_their_debug_form() {
+        let refused = Error::new(
+            ErrorKind::IO,
+            r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
+        );
+        assert_eq!(describe(&refused), "connection failed: Connection refused");
+        let unresolved = Error::new(
+            ErrorKind::IO,
+            r#"Custom { kind: Uncategorized, error: "failed to lookup address information: Name or service not known" }"#,
+        );
+        assert_eq!(
+            describe(&unresolved),
+            "connection failed: failed to lookup address information: Name or service not known"
+        );
+        let plain = Error::new(ErrorKind::IO, "broken pipe");
+        assert_eq!(describe(&plain), "connection failed: broken pipe");
     }
 }

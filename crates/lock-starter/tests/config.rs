@@ -452,7 +452,7 @@ fn env_case(
     }
 }
 
-const DURATION_FORMS: &str = "accepted: a duration with a unit, such as 5s, 250ms or 1m30s";
+const DURATION_FORMS: &str = "accepted: a duration with a unit (ms, s, m or h), such as ";
 
 /// What the address accepts, as every message about it ends.
 const ADDRESS_ACCEPTED: &str = "redis://[user[:password]@]host[:port][/db] (one server); \
@@ -509,7 +509,7 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             "telco.platform.lock.watchdog-timeout",
             "\"5\"",
             DURATION_FORMS,
-            "a unit is required (ms, s or m)",
+            "a unit is required (ms, s, m or h)",
         ),
         toml_case(
             "bare number from TOML",
@@ -517,7 +517,7 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             "telco.platform.lock.wait-time",
             "5",
             DURATION_FORMS,
-            "a unit is required (ms, s or m)",
+            "a unit is required (ms, s, m or h)",
         ),
         env_case(
             "zero watchdog timeout",
@@ -720,7 +720,7 @@ fn every_rejected_value_names_key_value_source_and_what_is_accepted() {
             "telco.platform.lock.wait-time",
             "1.5",
             DURATION_FORMS,
-            "a unit is required (ms, s or m)",
+            "a unit is required (ms, s, m or h)",
         ),
         toml_case(
             "a number for a string",
@@ -2936,4 +2936,34 @@ fn a_password_with_a_blank_in_a_bad_address_is_hidden() {
             }
         }
     }
+}
+
+/// The examples a duration key's errors quote ("such as 2s or 500ms") are values the key
+/// accepts: an example outside the key's range would send the reader from one error to the next.
+#[test]
+fn every_duration_example_in_an_error_is_accepted_by_its_key() {
+    let mut checked = 0;
+    for spec in KEYS.iter().filter(|spec| spec.kind == ValueKind::Duration) {
+        let examples = spec
+            .accepted
+            .split_once("such as ")
+            .and_then(|(_, rest)| rest.split_once(", from "))
+            .map(|(examples, _)| examples)
+            .unwrap_or_else(|| panic!("{}: no examples in {:?}", spec.name, spec.accepted));
+        for example in examples
+            .split([',', ' '])
+            .filter(|w| !w.is_empty() && *w != "or")
+        {
+            let env = [(spec.env_name(), example.to_owned())];
+            let loaded = LockSettings::load(&ConfigSources::new().env_from(env));
+            assert!(
+                loaded.is_ok(),
+                "{} quotes {example} as an example, but rejects it: {}",
+                spec.name,
+                loaded.unwrap_err()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} examples found");
 }

@@ -11,7 +11,7 @@ use super::origin::Origin;
 /// offending value, where it came from, and what is accepted, e.g.
 ///
 /// ```text
-/// telco.platform.lock.wait-time = "5 parsecs" (from environment variable TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit "parsecs"); accepted: a duration with a unit, such as 5s, 250ms or 1m30s, from 0 ms to 1 h
+/// telco.platform.lock.wait-time = "5 parsecs" (from environment variable TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit "parsecs"); accepted: a duration with a unit (ms, s, m or h), such as 5s, 250ms or 1m30s, from 0 ms to 1 h
 /// ```
 ///
 /// Passwords in Redis URLs are shown as `***` in `Display` and `Debug`, and the values of unknown

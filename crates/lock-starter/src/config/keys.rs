@@ -118,10 +118,13 @@ pub(crate) const SPRING_COMBINATIONS: &str = "one of spring.data.redis.url; \
 const NODES_ACCEPTED: &str = "comma-separated host:port pairs, e.g. s1:26379,s2:26379 (host \
      names or IPv4 addresses, ports 1 to 65535; in TOML also an array of strings)";
 
+/// The accepted text of a duration key: the units, examples inside the key's range, the range.
 macro_rules! duration_accepted {
-    ($range:literal) => {
+    ($examples:literal, $range:literal) => {
         concat!(
-            "a duration with a unit, such as 5s, 250ms or 1m30s, ",
+            "a duration with a unit (ms, s, m or h), such as ",
+            $examples,
+            ", ",
             $range
         )
     };
@@ -153,7 +156,7 @@ pub const KEYS: &[KeySpec] = &[
         default: "2s",
         meaning: "Timeout of every Redis command, and of connecting. An acquire returns at most \
                   this long after its wait time.",
-        accepted: duration_accepted!("from 10 ms to 60 s"),
+        accepted: duration_accepted!("2s or 500ms", "from 10 ms to 60 s"),
     },
     KeySpec {
         name: "telco.platform.lock.redis.tls.ca-file",
@@ -172,7 +175,7 @@ pub const KEYS: &[KeySpec] = &[
         default: "5s",
         meaning: "Longest time an acquire waits for a held lock before failing with \
                   LOCK_ACQUISITION_FAILED; 0 means one attempt. A call may pass its own.",
-        accepted: duration_accepted!("from 0 ms to 1 h"),
+        accepted: duration_accepted!("5s, 250ms or 1m30s", "from 0 ms to 1 h"),
     },
     KeySpec {
         name: "telco.platform.lock.watchdog-timeout",
@@ -180,7 +183,7 @@ pub const KEYS: &[KeySpec] = &[
         default: "30s",
         meaning: "TTL of watchdog leases (Lease::Watchdog), renewed every third of it; a crashed \
                   holder's lock frees itself within this long.",
-        accepted: duration_accepted!("from 1 s to 1 h"),
+        accepted: duration_accepted!("30s or 2m", "from 1 s to 1 h"),
     },
     KeySpec {
         name: "telco.platform.lock.min-replicas",
@@ -197,7 +200,7 @@ pub const KEYS: &[KeySpec] = &[
         default: "1s",
         meaning: "How long a grant waits for min-replicas acknowledgements; only used when \
                   min-replicas is above 0, and adds to the longest time an acquire can take.",
-        accepted: duration_accepted!("from 1 ms to 10 s"),
+        accepted: duration_accepted!("1s or 250ms", "from 1 ms to 10 s"),
     },
     KeySpec {
         name: "telco.platform.lock.fair-waiter-timeout",
@@ -207,7 +210,7 @@ pub const KEYS: &[KeySpec] = &[
                   each call keeps the waiter's place in the key's queue for this long plus one \
                   command timeout: a waiter whose process died holds up the queue for at most \
                   that long.",
-        accepted: duration_accepted!("from 300 ms to 5 min"),
+        accepted: duration_accepted!("5s or 1m", "from 300 ms to 5 min"),
     },
     KeySpec {
         name: "telco.platform.lock.key-prefix",

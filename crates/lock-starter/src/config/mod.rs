@@ -37,7 +37,7 @@
 //!     error.to_string(),
 //!     "telco.platform.lock.wait-time = \"5 parsecs\" (from environment variable \
 //!      TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit \"parsecs\"); accepted: a \
-//!      duration with a unit, such as 5s, 250ms or 1m30s, from 0 ms to 1 h"
+//!      duration with a unit (ms, s, m or h), such as 5s, 250ms or 1m30s, from 0 ms to 1 h"
 //! );
 //! ```
 

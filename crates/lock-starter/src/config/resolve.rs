@@ -307,7 +307,7 @@ impl Found {
     }
 
     fn duration(&self) -> Result<Duration, ConfigError> {
-        const UNIT_REQUIRED: &str = "a unit is required (ms, s or m)";
+        const UNIT_REQUIRED: &str = "a unit is required (ms, s, m or h)";
         let text = match &self.value {
             Value::String(_, text) => text.trim(),
             Value::Num(..) => return Err(self.invalid(UNIT_REQUIRED)),
