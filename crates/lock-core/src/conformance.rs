@@ -48,24 +48,123 @@ const SLACK: Duration = Duration::from_secs(5);
 const LONG_WAIT: Duration = Duration::from_secs(30);
 
 /// Builds clients of one shared backend for the suite.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lock_core::conformance::{self, LockFactory};
+/// use lock_core::{DistributedLock, InMemoryLock};
+///
+/// /// Clients of one in-process lock table; a Redis factory would connect a new client each
+/// /// time, with a short watchdog timeout, and report its command timeout.
+/// struct Memory(InMemoryLock);
+///
+/// #[async_trait::async_trait]
+/// impl LockFactory for Memory {
+///     async fn client(&self) -> Arc<dyn DistributedLock> {
+///         Arc::new(self.0.clone())
+///     }
+///
+///     fn watchdog_timeout(&self) -> Duration {
+///         Duration::from_secs(1)
+///     }
+/// }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// conformance::fencing_tokens_increase(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 #[async_trait]
 pub trait LockFactory: Send + Sync + 'static {
     /// A new, independent client of the shared backend — its own connection, as another pod would
     /// have. Clients must use the factory's [`watchdog_timeout`](LockFactory::watchdog_timeout)
     /// and a default wait time of at least 1 s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # struct Memory(InMemoryLock);
+    /// # #[async_trait::async_trait]
+    /// # impl LockFactory for Memory {
+    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+    /// #         Arc::new(self.0.clone())
+    /// #     }
+    /// #     fn watchdog_timeout(&self) -> Duration {
+    /// #         Duration::from_secs(1)
+    /// #     }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let factory = Memory(InMemoryLock::new());
+    /// let (pod_a, pod_b) = (factory.client().await, factory.client().await);
+    /// assert_eq!(pod_a.namespace(), pod_b.namespace()); // one shared backend
+    /// # }
+    /// ```
     async fn client(&self) -> Arc<dyn DistributedLock>;
 
     /// The watchdog timeout the clients use. Keep it short (1–2 s) so the suite runs quickly.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # struct Memory(InMemoryLock);
+    /// # #[async_trait::async_trait]
+    /// # impl LockFactory for Memory {
+    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+    /// #         Arc::new(self.0.clone())
+    /// #     }
+    /// #     fn watchdog_timeout(&self) -> Duration {
+    /// #         Duration::from_secs(1)
+    /// #     }
+    /// # }
+    /// // `watchdog_keeps_the_lock_past_its_timeout` holds a lease for three of these.
+    /// assert_eq!(Memory(InMemoryLock::new()).watchdog_timeout(), Duration::from_secs(1));
+    /// ```
     fn watchdog_timeout(&self) -> Duration;
 
     /// The backend's command timeout: how far past its wait time an acquire may return.
     /// Default: 0 (an in-process backend).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # struct Memory(InMemoryLock);
+    /// # #[async_trait::async_trait]
+    /// # impl LockFactory for Memory {
+    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+    /// #         Arc::new(self.0.clone())
+    /// #     }
+    /// #     fn watchdog_timeout(&self) -> Duration {
+    /// #         Duration::from_secs(1)
+    /// #     }
+    /// # }
+    /// // In-process: the default. A Redis factory returns its configured command timeout.
+    /// assert_eq!(Memory(InMemoryLock::new()).command_timeout(), Duration::ZERO);
+    /// ```
     fn command_timeout(&self) -> Duration {
         Duration::ZERO
     }
 }
 
 /// A key no other check (or concurrent run) uses.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::conformance::unique_key;
+///
+/// let key = unique_key("fencing");
+/// assert!(key.starts_with("conformance:fencing:"));
+/// assert_ne!(key, unique_key("fencing"));
+/// ```
 pub fn unique_key(check: &str) -> String {
     format!("conformance:{check}:{:016x}", rand::random::<u64>())
 }
@@ -100,6 +199,29 @@ fn expect_held_by(err: LockError, holder: &LockHandle) -> Duration {
 }
 
 /// Many tasks on several clients hammer one key; never two inside at once, every iteration done.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::mutual_exclusion(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn mutual_exclusion(factory: &dyn LockFactory) {
     const CLIENTS: usize = 3;
     const TASKS_PER_CLIENT: usize = 3;
@@ -147,6 +269,29 @@ pub async fn mutual_exclusion(factory: &dyn LockFactory) {
 
 /// A waiter on a held key gives up no earlier than its wait time and no later than wait time
 /// plus one command timeout (plus slack), with the holder named in the error.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::wait_time_is_honoured(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
     let key = unique_key("wait-time");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -167,6 +312,29 @@ pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
 }
 
 /// A wait of zero is one attempt: a held key fails at once, naming the holder and its TTL.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::zero_wait_is_one_attempt(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
     let key = unique_key("zero-wait");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -193,6 +361,29 @@ pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
 
 /// A fixed lease ends on its own: nobody else gets the key before it ends, someone does after,
 /// and the old holder learns it is no longer held.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::fixed_lease_expires(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
     let key = unique_key("fixed-lease");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -214,6 +405,29 @@ pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
 }
 
 /// A watchdog lease outlives three watchdog timeouts while its holder lives.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::watchdog_keeps_the_lock_past_its_timeout(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory) {
     let key = unique_key("watchdog");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -228,6 +442,29 @@ pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory)
 }
 
 /// Dropping a handle frees the lock long before its lease would end, and wakes a waiter.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::dropping_a_handle_frees_the_lock(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
     let key = unique_key("drop");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -256,6 +493,29 @@ pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
 }
 
 /// Releasing a lease that already ended reports `NotHeld` and leaves the new holder in place.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::releasing_an_expired_lease_spares_the_new_holder(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn LockFactory) {
     let key = unique_key("owner-checked-release");
     let (a, b, c) = (
@@ -281,6 +541,29 @@ pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn Lock
 }
 
 /// Fencing tokens strictly increase across grants of one key, whichever client gets them.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::fencing_tokens_increase(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
     let key = unique_key("fencing");
     let clients = [factory.client().await, factory.client().await];
@@ -298,6 +581,29 @@ pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
 }
 
 /// Bad keys and durations fail with `LOCK_INVALID_ARGUMENT` and take nothing.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::invalid_arguments_are_rejected(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
     let client = factory.client().await;
     let bad_keys = [
@@ -341,6 +647,29 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
 }
 
 /// `with_lock` runs its section once when granted, never when not, and releases afterwards.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::with_lock_runs_only_when_granted(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
     let key = unique_key("with-lock");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -376,6 +705,29 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
 /// Inside a `with_lock` scope the task re-enters the key it holds — nested `with_lock` and
 /// `acquire` return at once on the outer lease, also from inside a scope of another key — while
 /// other tasks contend, and the lease ends with the outer scope.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::with_lock_is_reentrant_for_its_task(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
 pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
     let key = unique_key("reentrant");
     let other_key = unique_key("reentrant-other");
@@ -482,6 +834,29 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
 ///
 /// Keep the list in step with [`conformance_tests!`](crate::conformance_tests). Needs a
 /// multi-threaded Tokio runtime, as the checks do.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // One shared backend for the whole suite (in a real test: a Redis Cluster, say).
+/// let failed = lock_core::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
+/// assert!(failed.is_empty(), "failed checks: {failed:?}");
+/// # }
+/// ```
 pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
     macro_rules! run {
@@ -519,6 +894,28 @@ pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
 /// Expands to one `#[tokio::test]` per conformance check, each with a fresh factory from
 /// `$factory` (an expression evaluating to a future of a [`LockFactory`]). The calling crate needs
 /// `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
+///
+/// # Examples
+///
+/// In `tests/conformance.rs` of a backend crate:
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// // One `#[tokio::test]` per check, each with a fresh table.
+/// lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! conformance_tests {
     ($factory:expr) => {

@@ -21,6 +21,8 @@ use crate::lock::{AcquireOptions, DistributedLock};
 /// Its [`namespace`](DistributedLock::namespace) is `disabled`. Being a lock that never grants,
 /// it does not pass the conformance suite.
 ///
+/// # Examples
+///
 /// ```
 /// use lock_core::{DisabledLock, DistributedLock, Lease, LockErrorCode};
 /// # #[tokio::main(flavor = "current_thread")]
@@ -46,6 +48,15 @@ impl DisabledLock {
     }
 
     /// Where the lock was switched off, as given to [`new`](DisabledLock::new).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::DisabledLock;
+    ///
+    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
+    /// assert_eq!(lock.detail(), "telco.platform.lock.enabled = false from config/lock.toml");
+    /// ```
     pub fn detail(&self) -> &str {
         &self.detail
     }

@@ -6,12 +6,36 @@ use std::time::Duration;
 
 /// A boxed cause from a backend (a Redis error, an I/O error). The port stays backend-free by
 /// carrying causes as trait objects.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{BoxError, LockError};
+///
+/// let cause: BoxError = std::io::Error::other("connection refused").into();
+/// let error = LockError::backend_unavailable("bill-run:2026-11", cause);
+///
+/// // The cause stays reachable as the source of the acquire failure.
+/// let failure = error.acquire_failure().unwrap();
+/// let source = std::error::Error::source(failure).unwrap();
+/// assert_eq!(source.to_string(), "connection refused");
+/// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The stable, machine-readable code of a [`LockError`].
 ///
 /// Codes are part of the public contract: dashboards and problem bodies key on them, so a code is
 /// never renamed. [`LockErrorCode::as_str`] gives the wire form (`LOCK_ACQUISITION_FAILED`, …).
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{LockError, LockErrorCode};
+///
+/// let error = LockError::invalid_argument("lease", "0s", "accepted: 100ms to 7days");
+/// assert_eq!(error.code(), LockErrorCode::LockInvalidArgument);
+/// assert_eq!(error.code().to_string(), "LOCK_INVALID_ARGUMENT"); // `Display` is the wire form
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockErrorCode {
@@ -32,6 +56,15 @@ pub enum LockErrorCode {
 
 impl LockErrorCode {
     /// The wire form of the code, e.g. `"LOCK_ACQUISITION_FAILED"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LockErrorCode;
+    ///
+    /// assert_eq!(LockErrorCode::LockAcquisitionFailed.as_str(), "LOCK_ACQUISITION_FAILED");
+    /// assert_eq!(LockErrorCode::LockDisabled.as_str(), "LOCK_DISABLED");
+    /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
             LockErrorCode::LockAcquisitionFailed => "LOCK_ACQUISITION_FAILED",
@@ -42,6 +75,15 @@ impl LockErrorCode {
     }
 
     /// The HTTP status a service should answer with when this error ends a request.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LockErrorCode;
+    ///
+    /// assert_eq!(LockErrorCode::LockAcquisitionFailed.http_status(), 503);
+    /// assert_eq!(LockErrorCode::LockInvalidArgument.http_status(), 500); // a bug of the caller
+    /// ```
     pub const fn http_status(self) -> u16 {
         match self {
             LockErrorCode::LockAcquisitionFailed
@@ -60,6 +102,28 @@ impl fmt::Display for LockErrorCode {
 
 /// Why an acquisition failed. Every variant means the same to the caller — the lock is not held,
 /// do not run the critical section — but on-call needs to tell contention from an outage.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{AcquireFailure, DistributedLock, InMemoryLock, Lease};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = InMemoryLock::new();
+/// let other_pod = lock.acquire("bill-run:2026-11", Lease::Fixed(Duration::from_secs(30))).await?;
+///
+/// let error = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+/// match error.acquire_failure() {
+///     Some(AcquireFailure::HeldByAnotherOwner { holder, ttl, .. }) => {
+///         assert_eq!(holder, other_pod.owner());
+///         assert!(ttl.unwrap() <= Duration::from_secs(30));
+///     }
+///     Some(AcquireFailure::BackendUnavailable { cause }) => eprintln!("outage: {cause}"),
+///     other => panic!("unexpected: {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireFailure {
@@ -113,6 +177,16 @@ pub enum AcquireFailure {
 impl AcquireFailure {
     /// The stable `reason` value of the details map: `held_by_another_owner`, `waiters_ahead`,
     /// `backend_unavailable`, `replication_unconfirmed` or `lease_expired_before_grant`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{AcquireFailure, LockError};
+    ///
+    /// let error = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
+    /// let reason = error.acquire_failure().map(AcquireFailure::reason);
+    /// assert_eq!(reason, Some("backend_unavailable"));
+    /// ```
     pub const fn reason(&self) -> &'static str {
         match self {
             AcquireFailure::HeldByAnotherOwner { .. } => "held_by_another_owner",
@@ -129,6 +203,29 @@ impl AcquireFailure {
 /// Use [`LockError::code`] for the stable [`LockErrorCode`], [`LockError::http_status`] for the
 /// status to answer with, and [`LockError::details`] for a problem body (`lockKey`, `reason`, …).
 /// `Display` is one sentence naming the key and what to do.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, LockErrorCode};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let lock = InMemoryLock::new();
+/// let _held = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap();
+///
+/// match lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await {
+///     Ok(_) => unreachable!("the key is held"),
+///     Err(error @ LockError::AcquisitionFailed { .. }) => {
+///         // Fail closed: skip the critical section, answer 503.
+///         assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+///         assert_eq!(error.http_status(), 503);
+///         assert_eq!(error.lock_key(), Some("bill-run:2026-11"));
+///         assert!(error.to_string().starts_with("lock `bill-run:2026-11` was not acquired: held by"));
+///     }
+///     Err(other) => panic!("unexpected: {other}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
@@ -185,6 +282,15 @@ pub enum LockError {
 
 impl LockError {
     /// The stable code of this error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{LockError, LockErrorCode};
+    ///
+    /// let error = LockError::Disabled { detail: "enabled = false".into() };
+    /// assert_eq!(error.code(), LockErrorCode::LockDisabled);
+    /// ```
     pub fn code(&self) -> LockErrorCode {
         match self {
             LockError::AcquisitionFailed { .. } => LockErrorCode::LockAcquisitionFailed,
@@ -198,11 +304,30 @@ impl LockError {
 
     /// The HTTP status for this error: 503 for fail-closed errors (acquisition, release,
     /// disabled), 500 for invalid arguments.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{LockError, validate_key};
+    ///
+    /// assert_eq!(LockError::backend_unavailable("k", "timed out").http_status(), 503);
+    /// assert_eq!(validate_key("").unwrap_err().http_status(), 500);
+    /// ```
     pub fn http_status(&self) -> u16 {
         self.code().http_status()
     }
 
     /// The lock key this error is about, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    ///
+    /// let error = LockError::backend_unavailable("bill-run:2026-11", "timed out");
+    /// assert_eq!(error.lock_key(), Some("bill-run:2026-11"));
+    /// assert_eq!(LockError::Disabled { detail: "off".into() }.lock_key(), None);
+    /// ```
     pub fn lock_key(&self) -> Option<&str> {
         match self {
             LockError::AcquisitionFailed { key, .. }
@@ -214,6 +339,20 @@ impl LockError {
     }
 
     /// Why an acquisition failed, for [`LockError::AcquisitionFailed`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{AcquireFailure, LockError};
+    ///
+    /// let outage = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
+    /// assert!(matches!(
+    ///     outage.acquire_failure(),
+    ///     Some(AcquireFailure::BackendUnavailable { .. })
+    /// ));
+    /// let bad_wait = LockError::invalid_argument("wait", "2h", "accepted: 0s to 1h");
+    /// assert!(bad_wait.acquire_failure().is_none());
+    /// ```
     pub fn acquire_failure(&self) -> Option<&AcquireFailure> {
         match self {
             LockError::AcquisitionFailed { reason, .. } => Some(reason),
@@ -225,6 +364,24 @@ impl LockError {
     /// `code`, `lockKey`, `reason` (see [`AcquireFailure::reason`], or `release_failed`,
     /// `invalid_key`, `invalid_argument`, `disabled`), and where known `holder`, `holderTtlMs`,
     /// `waitedMs`, `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`, `argument`, `message`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let held = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    ///
+    /// let details = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err().details();
+    /// assert_eq!(details["code"], "LOCK_ACQUISITION_FAILED");
+    /// assert_eq!(details["lockKey"], "bill-run:2026-11");
+    /// assert_eq!(details["reason"], "held_by_another_owner");
+    /// assert_eq!(details["holder"], held.owner());
+    /// assert!(details.contains_key("waitedMs"));
+    /// # Ok(()) }
+    /// ```
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::new();
         details.insert("code", self.code().as_str().to_owned());
@@ -273,6 +430,17 @@ impl LockError {
     }
 
     /// An [`LockError::InvalidArgument`] not tied to a lock key (see [`LockError::for_key`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    ///
+    /// let error = LockError::invalid_argument("batch-size", "0", "accepted: 1 to 500");
+    /// assert_eq!(error.to_string(), "invalid batch-size 0: accepted: 1 to 500");
+    /// assert_eq!(error.details()["argument"], "batch-size");
+    /// assert_eq!(error.lock_key(), None);
+    /// ```
     pub fn invalid_argument(
         name: &'static str,
         value: impl Into<String>,
@@ -288,6 +456,20 @@ impl LockError {
 
     /// Names the lock an [`LockError::InvalidArgument`] was for; other errors are returned
     /// unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::Lease;
+    ///
+    /// let error = Lease::Fixed(Duration::ZERO).validate().unwrap_err().for_key("bill-run:2026-11");
+    /// assert_eq!(error.lock_key(), Some("bill-run:2026-11"));
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "invalid lease 0s for lock `bill-run:2026-11`: accepted: 100ms to 7days"
+    /// );
+    /// ```
     pub fn for_key(self, lock_key: &str) -> Self {
         match self {
             LockError::InvalidArgument {
@@ -306,6 +488,20 @@ impl LockError {
     }
 
     /// Shorthand for an [`LockError::AcquisitionFailed`] caused by the backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    ///
+    /// // In a backend: the store did not answer in time.
+    /// let error = LockError::backend_unavailable("bill-run:2026-11", "no answer within 2 s");
+    /// assert_eq!(error.details()["reason"], "backend_unavailable");
+    /// assert_eq!(
+    ///     error.to_string(),
+    ///     "lock `bill-run:2026-11` was not acquired: backend unavailable: no answer within 2 s"
+    /// );
+    /// ```
     pub fn backend_unavailable(key: impl Into<String>, cause: impl Into<BoxError>) -> Self {
         LockError::AcquisitionFailed {
             key: key.into(),

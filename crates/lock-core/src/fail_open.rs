@@ -20,6 +20,8 @@ use crate::lock::{AcquireOptions, DistributedLock};
 /// Either way the section ran exactly once and this is its value: a section that returns a
 /// `Result` of its own has that result here, `Ok` or `Err`, untouched.
 ///
+/// # Examples
+///
 /// ```
 /// use std::time::Duration;
 /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock};
@@ -58,6 +60,19 @@ pub enum FailOpen<T> {
 
 impl<T> FailOpen<T> {
     /// The section's value.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLockExt, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", Lease::Watchdog, || async { 120 }).await?;
+    /// assert_eq!(*warmed.value(), 120);
+    /// assert!(warmed.is_guarded());
+    /// # Ok(()) }
+    /// ```
     pub fn value(&self) -> &T {
         match self {
             FailOpen::Guarded(value) | FailOpen::Unguarded { value, .. } => value,
@@ -65,6 +80,20 @@ impl<T> FailOpen<T> {
     }
 
     /// The section's value, dropping the marker.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLockExt, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false");
+    /// let sent = lock
+    ///     .with_lock_fail_open("digest:2026-11-30", Lease::Watchdog, || async { Ok::<u32, String>(3) })
+    ///     .await?; // ran unguarded: the lock is switched off
+    /// assert_eq!(sent.into_value(), Ok(3)); // the section's own `Result`, untouched
+    /// # Ok(()) }
+    /// ```
     pub fn into_value(self) -> T {
         match self {
             FailOpen::Guarded(value) | FailOpen::Unguarded { value, .. } => value,
@@ -72,11 +101,39 @@ impl<T> FailOpen<T> {
     }
 
     /// Whether the lock was held while the section ran.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLockExt, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let section = || async { "warmed" };
+    /// let enabled = InMemoryLock::new();
+    /// let disabled = DisabledLock::new("enabled = false");
+    /// assert!(enabled.with_lock_fail_open("cache-warm", Lease::Watchdog, section).await?.is_guarded());
+    /// assert!(!disabled.with_lock_fail_open("cache-warm", Lease::Watchdog, section).await?.is_guarded());
+    /// # Ok(()) }
+    /// ```
     pub fn is_guarded(&self) -> bool {
         matches!(self, FailOpen::Guarded(_))
     }
 
     /// Why the section ran unguarded; `None` if the lock was held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, LockErrorCode, UnguardedReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = DisabledLock::new("enabled = false");
+    /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async { 3 }).await?;
+    /// let unguarded = sent.unguarded().expect("the lock is switched off");
+    /// assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
+    /// assert_eq!(unguarded.error().code(), LockErrorCode::LockDisabled);
+    /// # Ok(()) }
+    /// ```
     pub fn unguarded(&self) -> Option<&Unguarded> {
         match self {
             FailOpen::Guarded(_) => None,
@@ -85,6 +142,20 @@ impl<T> FailOpen<T> {
     }
 
     /// The section's value and, if it ran unguarded, why.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = DisabledLock::new("enabled = false");
+    /// let outcome = lock.with_lock_fail_open("digest", Lease::Watchdog, || async { 3 }).await?;
+    /// let (sent, unguarded) = outcome.into_parts();
+    /// assert_eq!(sent, 3);
+    /// assert_eq!(unguarded.map(|u| u.reason()), Some(UnguardedReason::LockDisabled));
+    /// # Ok(()) }
+    /// ```
     pub fn into_parts(self) -> (T, Option<Unguarded>) {
         match self {
             FailOpen::Guarded(value) => (value, None),
@@ -99,6 +170,22 @@ impl<T> FailOpen<T> {
 ///
 /// `Display` is one sentence: ``the critical section ran unguarded (wait_time_elapsed): lock
 /// `cache-warm:tariffs` was not acquired: held by another owner …``.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = DisabledLock::new("telco.platform.lock.enabled = false");
+/// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", Lease::Watchdog, || async { 120 }).await?;
+///
+/// let unguarded = warmed.unguarded().unwrap();
+/// assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
+/// assert_eq!(unguarded.error().details()["reason"], "disabled");
+/// assert!(unguarded.to_string().starts_with("the critical section ran unguarded (lock_disabled): "));
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Unguarded {
     reason: UnguardedReason,
@@ -107,6 +194,24 @@ pub struct Unguarded {
 
 impl Unguarded {
     /// Why the lock was not held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::UnguardedReason;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
+    /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    /// let warmed = lock.with_lock_opts_fail_open("cache-warm:tariffs", once, || async { 120 }).await?;
+    /// // Another owner may be warming the same cache right now.
+    /// assert_eq!(warmed.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
+    /// # drop(other_pod);
+    /// # Ok(()) }
+    /// ```
     pub fn reason(&self) -> UnguardedReason {
         self.reason
     }
@@ -114,11 +219,38 @@ impl Unguarded {
     /// The error the acquisition ended with: [`LockError::Disabled`] (`LOCK_DISABLED`) or
     /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, with its `reason`, holder,
     /// cause).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLockExt, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
+    /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
+    /// let error = sent.unguarded().unwrap().error();
+    /// assert_eq!(error.code().as_str(), "LOCK_DISABLED");
+    /// assert!(error.to_string().contains("from config/lock.toml"));
+    /// # Ok(()) }
+    /// ```
     pub fn error(&self) -> &LockError {
         &self.error
     }
 
     /// The error the acquisition ended with, by value.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, LockError};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let lock = DisabledLock::new("enabled = false");
+    /// let (_, unguarded) = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?.into_parts();
+    /// let error: LockError = unguarded.unwrap().into_error(); // e.g. to report it upstream
+    /// assert!(matches!(error, LockError::Disabled { .. }));
+    /// # Ok(()) }
+    /// ```
     pub fn into_error(self) -> LockError {
         self.error
     }
@@ -157,6 +289,22 @@ impl fmt::Display for Unguarded {
 
 /// Why a fail-open critical section ran without the lock. [`as_str`](UnguardedReason::as_str)
 /// gives the stable name logged as `reason` and meant for metrics and alerts.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = DisabledLock::new("enabled = false");
+/// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
+/// match sent.unguarded().map(|unguarded| unguarded.reason()) {
+///     None => {}                                      // ran under the lock
+///     Some(UnguardedReason::WaitTimeElapsed) => {}    // contention: may have run twice
+///     Some(reason) => assert_eq!(reason.as_str(), "lock_disabled"), // or an outage
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UnguardedReason {
@@ -176,6 +324,15 @@ pub enum UnguardedReason {
 
 impl UnguardedReason {
     /// The stable name: `lock_disabled`, `wait_time_elapsed` or `backend_unavailable`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::UnguardedReason;
+    ///
+    /// assert_eq!(UnguardedReason::WaitTimeElapsed.as_str(), "wait_time_elapsed");
+    /// assert_eq!(UnguardedReason::BackendUnavailable.to_string(), "backend_unavailable");
+    /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
             UnguardedReason::LockDisabled => "lock_disabled",

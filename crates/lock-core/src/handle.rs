@@ -14,6 +14,26 @@ use crate::error::LockError;
 use crate::lease::Lease;
 
 /// What an owner-checked release found.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = InMemoryLock::new();
+/// let quick = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(10))).await?;
+/// assert_eq!(quick.release().await?, ReleaseOutcome::Released);
+///
+/// let slow = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
+/// tokio::time::sleep(Duration::from_secs(2)).await; // the sweep overran its lease
+/// let next_pod = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
+/// // Owner-checked: the late release deletes nothing and reports it.
+/// assert_eq!(slow.release().await?, ReleaseOutcome::NotHeld);
+/// assert!(next_pod.is_held());
+/// # Ok(()) }
+/// ```
 #[must_use = "a release that found the lease gone means the critical section may have overlapped another holder"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
@@ -27,6 +47,22 @@ pub enum ReleaseOutcome {
 }
 
 /// Why a held lease was lost.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = InMemoryLock::new();
+/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
+///
+/// let reason = handle.lost().await; // the fixed lease ran out
+/// assert_eq!(reason, LostReason::Expired);
+/// assert_eq!(reason.to_string(), "the lease ran out without a confirmed renewal");
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -53,6 +89,22 @@ impl fmt::Display for LostReason {
 }
 
 /// The status of one lease as the holder's process knows it.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = InMemoryLock::new();
+/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
+/// assert!(matches!(handle.status(), LeaseStatus::Held { valid_until: Some(_) }));
+///
+/// tokio::time::sleep(Duration::from_secs(2)).await;
+/// assert_eq!(handle.status(), LeaseStatus::Lost(LostReason::Expired));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
     /// Held until `valid_until` on the local monotonic clock; `None` means no deadline (the
@@ -73,6 +125,29 @@ pub enum LeaseStatus {
 /// Transitions are one-way: `Held → Released` or `Held → Lost`. A deadline that has passed counts
 /// as lost even if a late renewal confirmation arrives, so `lost()` and `is_held()` never
 /// contradict each other.
+///
+/// # Examples
+///
+/// In a backend's watchdog:
+///
+/// ```
+/// use lock_core::{LeaseState, LeaseStatus, LostReason};
+/// use tokio::time::{Duration, Instant};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // Granted with a 30 s TTL (minus a safety margin).
+/// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(29)));
+/// assert!(state.is_held());
+///
+/// // A renewal confirmed: valid for longer. The handle sees the same state.
+/// assert!(state.confirm(Instant::now() + Duration::from_secs(59)));
+///
+/// // A renewal found the key taken: lost, and renewing it stops.
+/// state.mark_lost(LostReason::NotOwner);
+/// assert_eq!(state.status(), LeaseStatus::Lost(LostReason::NotOwner));
+/// assert!(!state.confirm(Instant::now() + Duration::from_secs(89)));
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct LeaseState {
     shared: Arc<SharedStatus>,
@@ -120,6 +195,21 @@ impl LeaseState {
 
     /// The current status, with a passed deadline reported (and recorded) as
     /// [`LostReason::Expired`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{LeaseState, LeaseStatus, LostReason};
+    /// use tokio::time::{Duration, Instant};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(1)));
+    /// tokio::time::sleep(Duration::from_secs(2)).await; // no renewal confirmed in time
+    /// assert_eq!(state.status(), LeaseStatus::Lost(LostReason::Expired));
+    ///
+    /// assert!(matches!(LeaseState::new(None).status(), LeaseStatus::Held { valid_until: None }));
+    /// # }
+    /// ```
     pub fn status(&self) -> LeaseStatus {
         self.expire_if_due();
         self.current()
@@ -134,6 +224,24 @@ impl LeaseState {
     ///
     /// Returns `false` (and changes nothing) if the lease is no longer held — released, lost, or
     /// its previous deadline already passed — so the caller stops renewing it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LeaseState;
+    /// use tokio::time::{Duration, Instant};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(3)));
+    /// tokio::time::sleep(Duration::from_secs(1)).await;
+    /// assert!(state.confirm(Instant::now() + Duration::from_secs(3))); // renewed in time
+    ///
+    /// tokio::time::sleep(Duration::from_secs(5)).await;
+    /// // Too late: the deadline passed, the lease counts as lost; stop renewing it.
+    /// assert!(!state.confirm(Instant::now() + Duration::from_secs(3)));
+    /// assert!(!state.is_held());
+    /// # }
+    /// ```
     pub fn confirm(&self, valid_until: Instant) -> bool {
         self.expire_if_due();
         let mut still_held = false;
@@ -152,6 +260,21 @@ impl LeaseState {
     }
 
     /// Records that the lease was lost; no effect if it was already released or lost.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{LeaseState, LostReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let state = LeaseState::new(None);
+    /// let watcher = tokio::spawn(state.lost());
+    ///
+    /// state.mark_lost(LostReason::NotOwner); // a renewal found the key taken
+    /// state.mark_lost(LostReason::Expired); // no effect: already lost
+    /// assert_eq!(watcher.await.unwrap(), LostReason::NotOwner);
+    /// # }
+    /// ```
     pub fn mark_lost(&self, reason: LostReason) {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
@@ -165,6 +288,21 @@ impl LeaseState {
 
     /// Records that the holder released the lease; no effect if it was already lost. After this,
     /// `lost()` never fires.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{LeaseState, LeaseStatus, LostReason};
+    /// use tokio::time::{Duration, timeout};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let state = LeaseState::new(None);
+    /// state.mark_released();
+    /// state.mark_lost(LostReason::NotOwner); // too late: released stays released
+    /// assert_eq!(state.status(), LeaseStatus::Released);
+    /// assert!(timeout(Duration::from_secs(60), state.lost()).await.is_err());
+    /// # }
+    /// ```
     pub fn mark_released(&self) {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
@@ -190,6 +328,21 @@ impl LeaseState {
     }
 
     /// Completes when the lease is lost; never completes once it is released.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{LeaseState, LostReason};
+    /// use tokio::time::{Duration, Instant};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(10)));
+    /// let started = Instant::now();
+    /// // No renewal is confirmed: the deadline passes and the future completes.
+    /// assert_eq!(state.lost().await, LostReason::Expired);
+    /// assert!(started.elapsed() >= Duration::from_secs(10));
+    /// # }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let state = self.clone();
         async move {
@@ -225,28 +378,154 @@ impl LeaseState {
 /// - [`release_in_background`](LeaseRelease::release_in_background) runs from `Drop`: it must not
 ///   block and must not panic, also when no async runtime is running; if the release cannot be
 ///   sent, the lease simply ends at its TTL.
+///
+/// # Examples
+///
+/// The release of a toy backend, a table of key → owner:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use async_trait::async_trait;
+/// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+///
+/// type Table = Arc<Mutex<HashMap<String, String>>>;
+///
+/// #[derive(Debug)]
+/// struct TableRelease {
+///     table: Table,
+///     key: String,
+///     owner: String,
+/// }
+///
+/// impl TableRelease {
+///     /// Owner-checked: removes the key only if this acquisition still holds it.
+///     fn remove_if_owner(&self) -> ReleaseOutcome {
+///         let mut table = self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+///         if table.get(&self.key) != Some(&self.owner) {
+///             return ReleaseOutcome::NotHeld;
+///         }
+///         table.remove(&self.key);
+///         ReleaseOutcome::Released
+///     }
+/// }
+///
+/// #[async_trait]
+/// impl LeaseRelease for TableRelease {
+///     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
+///         Ok(self.remove_if_owner())
+///     }
+///
+///     fn release_in_background(self: Box<Self>) {
+///         let _ = self.remove_if_owner(); // does not block, does not panic
+///     }
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let table = Table::default();
+/// table.lock().unwrap().insert("reaper".into(), "pod-a/1".into());
+/// let release = TableRelease { table: table.clone(), key: "reaper".into(), owner: "pod-a/1".into() };
+/// let handle =
+///     LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 1, LeaseState::new(None), Box::new(release));
+///
+/// assert_eq!(handle.release().await?, ReleaseOutcome::Released);
+/// assert!(table.lock().unwrap().is_empty());
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
     /// Releases the lease and reports whether it was still held.
     ///
     /// # Errors
     /// [`LockError::ReleaseFailed`] when the backend could not confirm the release.
+    ///
+    /// # Examples
+    ///
+    /// [`LockHandle::release`] calls it; a backend that cannot reach its store says so:
+    ///
+    /// ```
+    /// use async_trait::async_trait;
+    /// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+    ///
+    /// #[derive(Debug)]
+    /// struct Unreachable {
+    ///     key: String,
+    /// }
+    ///
+    /// #[async_trait]
+    /// impl LeaseRelease for Unreachable {
+    ///     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
+    ///         Err(LockError::ReleaseFailed { key: self.key, cause: "connection refused".into() })
+    ///     }
+    ///
+    ///     fn release_in_background(self: Box<Self>) {}
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let release = Box::new(Unreachable { key: "reaper".into() });
+    /// let handle = LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 7, LeaseState::new(None), release);
+    /// let error = handle.release().await.unwrap_err();
+    /// assert_eq!(error.code().as_str(), "LOCK_RELEASE_FAILED");
+    /// # }
+    /// ```
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError>;
 
     /// Releases the lease without waiting for the outcome (best effort).
+    ///
+    /// # Examples
+    ///
+    /// Dropping a [`LockHandle`] calls it:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use async_trait::async_trait;
+    /// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+    ///
+    /// #[derive(Debug)]
+    /// struct Flag(Arc<AtomicBool>);
+    ///
+    /// #[async_trait]
+    /// impl LeaseRelease for Flag {
+    ///     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
+    ///         Ok(ReleaseOutcome::Released)
+    ///     }
+    ///
+    ///     fn release_in_background(self: Box<Self>) {
+    ///         // A real backend sends its release here without waiting (e.g. `tokio::spawn`
+    ///         // when a runtime is running) and lets the lease end at its TTL otherwise.
+    ///         self.0.store(true, Ordering::SeqCst);
+    ///     }
+    /// }
+    ///
+    /// let released = Arc::new(AtomicBool::new(false));
+    /// let state = LeaseState::new(None);
+    /// let release = Box::new(Flag(Arc::clone(&released)));
+    /// let handle = LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 1, state.clone(), release);
+    /// drop(handle); // no runtime needed
+    /// assert!(released.load(Ordering::SeqCst));
+    /// assert!(!state.is_held());
+    /// ```
     fn release_in_background(self: Box<Self>);
 }
 
 /// A held lock. Release it with [`LockHandle::release`] to learn the outcome; dropping it also
 /// releases (in the background, best effort) and stops renewal at once.
 ///
+/// # Examples
+///
 /// ```
-/// # use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
+/// # use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, ReleaseOutcome};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// # let lock = InMemoryLock::new();
 /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
 /// assert!(handle.is_held());
+/// assert_eq!(handle.key(), "bill-run:2026-11");
+/// assert_eq!(handle.lease(), Lease::Watchdog);
+/// assert!(handle.owner().starts_with("in-memory/")); // the instance id, then this acquisition
+/// assert!(matches!(handle.status(), LeaseStatus::Held { .. }));
+/// assert_eq!((handle.hold_count(), handle.is_reentrant()), (1, false));
 /// let token = handle.fencing_token(); // pass it to the store you write to
 /// # let _ = token;
 /// // … the critical section …
@@ -304,6 +583,45 @@ fn describe(status: LeaseStatus) -> String {
 
 impl LockHandle {
     /// Builds a handle for a grant. For implementations of [`crate::DistributedLock`].
+    ///
+    /// # Examples
+    ///
+    /// In a backend's `acquire_lease`, once the store granted the key (see [`LeaseRelease`] for
+    /// a whole release type):
+    ///
+    /// ```
+    /// use lock_core::{Lease, LeaseState, LockHandle, OwnerTokens};
+    /// use tokio::time::{Duration, Instant};
+    /// # use async_trait::async_trait;
+    /// # use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
+    /// # #[derive(Debug)]
+    /// # struct StoreRelease;
+    /// # #[async_trait]
+    /// # impl LeaseRelease for StoreRelease {
+    /// #     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
+    /// #         Ok(ReleaseOutcome::Released)
+    /// #     }
+    /// #     fn release_in_background(self: Box<Self>) {}
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// # let owners = OwnerTokens::new("billing-7f9c")?;
+    /// let owner = owners.next_token();
+    /// let ttl = Duration::from_secs(10);
+    /// let fencing_token = 42; // as the store counted it
+    /// let state = LeaseState::new(Some(Instant::now() + ttl - ttl / 100));
+    /// let handle = LockHandle::new(
+    ///     "msisdn-reaper",
+    ///     Lease::Fixed(ttl),
+    ///     owner.clone(),
+    ///     fencing_token,
+    ///     state,
+    ///     Box::new(StoreRelease),
+    /// );
+    /// assert_eq!((handle.owner(), handle.fencing_token()), (owner.as_str(), 42));
+    /// assert!(handle.is_held());
+    /// # Ok(()) }
+    /// ```
     pub fn new(
         key: impl Into<String>,
         lease: Lease,
@@ -370,6 +688,23 @@ impl LockHandle {
     /// How many times the current task holds this lease: 1, plus one for each live nested
     /// handle taken inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope of the
     /// same key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async {
+    ///     // A helper called inside the section takes the same lock: it re-enters.
+    ///     let nested = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap();
+    ///     assert_eq!(nested.hold_count(), 2);
+    ///     drop(nested);
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn hold_count(&self) -> usize {
         if self.scope_has_ended() {
             0
@@ -381,6 +716,28 @@ impl LockHandle {
     /// Whether this handle re-entered a lease its task already held in a
     /// [`with_lock`](crate::DistributedLockExt::with_lock) scope. Such a handle shares that
     /// lease (owner, fencing token, status); releasing it only gives its hold back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, ReleaseOutcome};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let outer = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// assert!(!outer.is_reentrant()); // outside a `with_lock` scope
+    /// drop(outer);
+    ///
+    /// lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async {
+    ///     let nested = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap();
+    ///     assert!(nested.is_reentrant());
+    ///     // Gives its hold back; the section keeps the lease.
+    ///     assert_eq!(nested.release().await.unwrap(), ReleaseOutcome::Released);
+    ///     assert!(lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap().is_reentrant());
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn is_reentrant(&self) -> bool {
         self.nested
     }
@@ -405,6 +762,24 @@ impl LockHandle {
     /// the same key. Hand it to the store the critical section writes to, and have the store
     /// reject writes carrying a smaller token than it has seen; that is what makes a paused or
     /// partitioned holder harmless.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let pod_a = InMemoryLock::new();
+    /// let pod_b = pod_a.clone(); // another client of the same lock table
+    /// let first = pod_a.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// let first_token = first.fencing_token();
+    /// drop(first);
+    ///
+    /// let second = pod_b.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// // The store rejects writes with a token below the highest it has seen.
+    /// assert!(second.fencing_token() > first_token);
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
@@ -417,6 +792,25 @@ impl LockHandle {
 
     /// The current lease status. A re-entrant handle whose section has ended reports
     /// `Lost(ScopeEnded)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(30))).await?;
+    /// let LeaseStatus::Held { valid_until: Some(deadline) } = handle.status() else {
+    ///     panic!("a fixed lease has a deadline");
+    /// };
+    /// println!("held for another {:?}", deadline - tokio::time::Instant::now());
+    ///
+    /// tokio::time::sleep(Duration::from_secs(31)).await;
+    /// assert_eq!(handle.status(), LeaseStatus::Lost(LostReason::Expired));
+    /// # Ok(()) }
+    /// ```
     pub fn status(&self) -> LeaseStatus {
         let status = self.state.status();
         if self.scope_has_ended() && !matches!(status, LeaseStatus::Lost(_)) {
@@ -429,6 +823,26 @@ impl LockHandle {
     /// someone else, or the local deadline passed without a confirmed renewal. It never
     /// completes after a release. It owns what it needs, so it can be spawned or kept after the
     /// handle moves.
+    ///
+    /// # Examples
+    ///
+    /// Stop the work when the lease can no longer be trusted:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # let lock = InMemoryLock::new();
+    /// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(5))).await?;
+    /// let swept = tokio::select! {
+    ///     reason = handle.lost() => Err(reason),
+    ///     // A sweep that takes longer than its lease:
+    ///     () = tokio::time::sleep(Duration::from_secs(60)) => Ok(()),
+    /// };
+    /// assert_eq!(swept, Err(LostReason::Expired));
+    /// # Ok(()) }
+    /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let lost = self.state.lost();
         let scope_ended = self.scope_ended.clone();
@@ -453,6 +867,24 @@ impl LockHandle {
     ///
     /// Runs in a `lock.release` span and records the release metrics
     /// ([`telemetry`](crate::telemetry)); a re-entrant handle's release records nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, ReleaseOutcome};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// # let lock = InMemoryLock::new();
+    /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// // … the bill run …
+    /// match handle.release().await {
+    ///     Ok(ReleaseOutcome::Released) => {}
+    ///     Ok(ReleaseOutcome::NotHeld) => eprintln!("the lease ended early; another pod may have run"),
+    ///     Err(error) => eprintln!("{error}"), // LOCK_RELEASE_FAILED: the lease ends at its TTL
+    /// }
+    /// assert!(lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.is_ok());
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<ReleaseOutcome, LockError> {
         let was_held = self.is_held();
         if !self.nested {

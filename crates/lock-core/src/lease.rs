@@ -18,6 +18,8 @@ pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long a granted lock lives.
 ///
+/// # Examples
+///
 /// ```
 /// use std::time::Duration;
 /// use lock_core::Lease;
@@ -46,6 +48,17 @@ impl Lease {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] naming `lease`, the value and the accepted range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::Lease;
+    ///
+    /// assert!(Lease::Fixed(Duration::from_secs(30)).validate().is_ok());
+    /// let error = Lease::Fixed(Duration::from_millis(50)).validate().unwrap_err();
+    /// assert_eq!(error.to_string(), "invalid lease 50ms: accepted: 100ms to 7days");
+    /// ```
     pub fn validate(&self) -> Result<(), LockError> {
         match *self {
             Lease::Watchdog => Ok(()),
@@ -54,6 +67,17 @@ impl Lease {
     }
 
     /// The TTL a grant gets under this lease, given the configured watchdog timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::Lease;
+    ///
+    /// let watchdog_timeout = Duration::from_secs(30);
+    /// assert_eq!(Lease::Watchdog.ttl(watchdog_timeout), watchdog_timeout);
+    /// assert_eq!(Lease::Fixed(Duration::from_secs(5)).ttl(watchdog_timeout), Duration::from_secs(5));
+    /// ```
     pub fn ttl(&self, watchdog_timeout: Duration) -> Duration {
         match *self {
             Lease::Watchdog => watchdog_timeout,
@@ -66,6 +90,18 @@ impl Lease {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `wait`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{MAX_WAIT, validate_wait};
+///
+/// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
+/// assert!(validate_wait(MAX_WAIT).is_ok());
+/// let error = validate_wait(Duration::from_secs(2 * 3600)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid wait 2h: accepted: 0s to 1h");
+/// ```
 pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
     check_range("wait", wait, Duration::ZERO, MAX_WAIT)
 }
@@ -74,6 +110,17 @@ pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `watchdog-timeout`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::validate_watchdog_timeout;
+///
+/// assert!(validate_watchdog_timeout(Duration::from_secs(30)).is_ok());
+/// let error = validate_watchdog_timeout(Duration::from_millis(500)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid watchdog-timeout 500ms: accepted: 1s to 1h");
+/// ```
 pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
     check_range(
         "watchdog-timeout",

@@ -26,22 +26,31 @@
 //! concurrent runs would corrupt data, have the store check the fencing token, or enforce the
 //! invariant in the database.
 //!
+//! # Examples
+//!
 //! ```
 //! use std::sync::Arc;
 //! use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LockError};
 //!
-//! async fn run_bill_run(lock: Arc<dyn DistributedLock>, period: &str) -> Result<u32, LockError> {
+//! async fn run_bill_run(lock: &dyn DistributedLock, period: &str) -> Result<u32, LockError> {
 //!     lock.with_lock(&format!("bill-run:{period}"), Lease::Watchdog, || async {
 //!         // … only one pod runs this for `period` at a time …
 //!         17 // invoices written
 //!     })
 //!     .await
 //! }
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), LockError> {
 //! let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
-//! assert_eq!(run_bill_run(lock, "2026-11").await.unwrap(), 17);
-//! # }
+//! assert_eq!(run_bill_run(&*lock, "2026-11").await?, 17);
+//!
+//! // While another pod holds the period, the bill run fails closed after the wait time (5 s).
+//! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+//! let error = run_bill_run(&*lock, "2026-11").await.unwrap_err();
+//! assert_eq!(error.code().as_str(), "LOCK_ACQUISITION_FAILED");
+//! assert_eq!(error.http_status(), 503);
+//! # drop(other_pod);
+//! # Ok(()) }
 //! ```
 //!
 //! Services get a Redis-backed `Arc<dyn DistributedLock>` from `lock-starter`; [`InMemoryLock`]

@@ -14,12 +14,17 @@ use crate::lease::Lease;
 
 /// Per-call options of an acquisition.
 ///
+/// # Examples
+///
 /// ```
 /// use std::time::Duration;
 /// use lock_core::{AcquireOptions, Lease};
 ///
 /// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO);
+/// assert_eq!(opts.lease(), Lease::Fixed(Duration::from_secs(10)));
 /// assert_eq!(opts.wait_time(), Some(Duration::ZERO));
+/// assert!(!opts.is_fair());
+/// assert_eq!(AcquireOptions::new(Lease::Watchdog).wait_time(), None); // the configured wait
 ///
 /// // Apply one entity's change events in the order their consumers asked for the lock.
 /// let ordered = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30)).fair();
@@ -71,6 +76,40 @@ impl AcquireOptions {
     /// Fairness holds among fair acquisitions: a non-fair acquisition of the same key may still
     /// take a free lock ahead of the queue. Use one mode per key. For Redis, the dead-waiter
     /// bound is set by `telco.platform.lock.fair-waiter-timeout`.
+    ///
+    /// # Examples
+    ///
+    /// Three consumers of one ticket's change events take the lock in the order they asked:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let holder = lock.try_acquire("cdc:ticket-4711", Lease::Watchdog).await?;
+    ///
+    /// let fair = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(10)).fair();
+    /// let mut consumers = Vec::new();
+    /// for event in ["created", "updated", "closed"] {
+    ///     let lock = lock.clone();
+    ///     consumers.push(tokio::spawn(async move {
+    ///         let handle = lock.acquire_with("cdc:ticket-4711", fair).await?;
+    ///         Ok::<_, lock_core::LockError>((event, handle.fencing_token()))
+    ///     }));
+    ///     tokio::task::yield_now().await; // let it join the queue before the next one asks
+    /// }
+    /// drop(holder);
+    ///
+    /// let mut last_token = 0;
+    /// for (consumer, event) in consumers.into_iter().zip(["created", "updated", "closed"]) {
+    ///     let (applied, token) = consumer.await.unwrap()?;
+    ///     assert_eq!(applied, event);
+    ///     assert!(token > last_token, "granted in arrival order");
+    ///     last_token = token;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn fair(mut self) -> Self {
         self.fair = true;
         self
@@ -96,6 +135,23 @@ impl AcquireOptions {
     ///
     /// # Errors
     /// [`LockError::InvalidKey`] or [`LockError::InvalidArgument`] (code `LOCK_INVALID_ARGUMENT`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, Lease};
+    ///
+    /// let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+    /// assert!(options.validate("bill-run:2026-11").is_ok());
+    /// assert!(options.validate("").is_err());
+    ///
+    /// let too_long = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(2 * 3600));
+    /// assert_eq!(
+    ///     too_long.validate("bill-run:2026-11").unwrap_err().to_string(),
+    ///     "invalid wait 2h for lock `bill-run:2026-11`: accepted: 0s to 1h"
+    /// );
+    /// ```
     pub fn validate(&self, key: &str) -> Result<(), LockError> {
         crate::key::validate_key(key)?;
         self.lease.validate().map_err(|e| e.for_key(key))?;
@@ -166,11 +222,51 @@ impl AcquireOptions {
 /// [`acquire_lease`](DistributedLock::acquire_lease); the provided
 /// [`acquire_with`](DistributedLock::acquire_with) validates the arguments and handles re-entry
 /// before calling `acquire_lease`. Run the conformance suite against the result.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError};
+///
+/// /// Runs the reaper if no other pod does; returns the fencing token it ran under.
+/// async fn reap(lock: &dyn DistributedLock) -> Result<u64, LockError> {
+///     let handle = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
+///     // … sweep, writing with `handle.fencing_token()` …
+///     let token = handle.fencing_token();
+///     let _ = handle.release().await?;
+///     Ok(token)
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// // Services get the Redis lock from lock-starter; tests hand in an InMemoryLock.
+/// let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
+/// let first = reap(&*lock).await?;
+/// let second = reap(&*lock).await?;
+/// assert!(second > first, "every grant of a key gets a greater fencing token");
+///
+/// let other_pod = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
+/// let error = reap(&*lock).await.unwrap_err(); // fail closed: the sweep did not run
+/// assert_eq!(error.details()["reason"], "held_by_another_owner");
+/// # drop(other_pod);
+/// # Ok(()) }
+/// ```
 #[async_trait]
 pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// The lock space this lock guards: two locks with the same namespace guard the same keys
     /// (same backend, same key prefix); re-entry is decided per namespace and key. For example
     /// `redis://cache:6379/0 lock:`. Never contains credentials.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DisabledLock, DistributedLock, InMemoryLock};
+    ///
+    /// let table = InMemoryLock::new();
+    /// assert_eq!(table.clone().namespace(), table.namespace()); // clones share the locks
+    /// assert_ne!(InMemoryLock::new().namespace(), table.namespace()); // a separate table
+    /// assert_eq!(DisabledLock::new("enabled = false").namespace(), "disabled");
+    /// ```
     fn namespace(&self) -> &str;
 
     /// The implementation hook: waits for and grants a lease on `key`. Called by
@@ -179,6 +275,47 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`) when not granted.
+    ///
+    /// # Examples
+    ///
+    /// A lock that delegates to another and counts the acquisitions reaching it:
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use async_trait::async_trait;
+    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease, LockError, LockHandle};
+    ///
+    /// #[derive(Debug, Default)]
+    /// struct Counted {
+    ///     inner: InMemoryLock,
+    ///     calls: AtomicUsize,
+    /// }
+    ///
+    /// #[async_trait]
+    /// impl DistributedLock for Counted {
+    ///     fn namespace(&self) -> &str {
+    ///         self.inner.namespace()
+    ///     }
+    ///
+    ///     async fn acquire_lease(
+    ///         &self,
+    ///         key: &str,
+    ///         options: AcquireOptions,
+    ///     ) -> Result<LockHandle, LockError> {
+    ///         self.calls.fetch_add(1, Ordering::Relaxed);
+    ///         self.inner.acquire_lease(key, options).await
+    ///     }
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let lock = Counted::default();
+    /// assert!(lock.acquire("", Lease::Watchdog).await.is_err()); // rejected before the hook
+    /// assert_eq!(lock.calls.load(Ordering::Relaxed), 0);
+    /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// assert_eq!(lock.calls.load(Ordering::Relaxed), 1);
+    /// # drop(handle);
+    /// # Ok(()) }
+    /// ```
     async fn acquire_lease(
         &self,
         key: &str,
@@ -199,6 +336,25 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// Runs in a `lock.acquire` span and records the acquisition metrics
     /// ([`telemetry`](crate::telemetry)), for every implementation that keeps this provided
     /// method.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let sweep = AcquireOptions::new(Lease::Fixed(Duration::from_millis(200)));
+    /// let first = lock.acquire_with("msisdn-reaper", sweep).await?;
+    ///
+    /// // Waits up to 1 s: the fixed lease ends after 200 ms and this call gets the key.
+    /// let patient = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(1));
+    /// let second = lock.acquire_with("msisdn-reaper", patient).await?;
+    /// assert!(!first.is_held());
+    /// assert!(second.fencing_token() > first.fencing_token());
+    /// # Ok(()) }
+    /// ```
     async fn acquire_with(
         &self,
         key: &str,
@@ -218,6 +374,25 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// As [`acquire_with`](DistributedLock::acquire_with).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, ReleaseOutcome};
+    ///
+    /// async fn bill_run(lock: &dyn DistributedLock, period: &str) -> Result<(), LockError> {
+    ///     let handle = lock.acquire(&format!("bill-run:{period}"), Lease::Watchdog).await?;
+    ///     // … the bill run, watching `handle.lost()` if it must stop when the lease ends …
+    ///     if handle.release().await? == ReleaseOutcome::NotHeld {
+    ///         eprintln!("the lease ended before the bill run did");
+    ///     }
+    ///     Ok(())
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// bill_run(&InMemoryLock::new(), "2026-11").await?;
+    /// # Ok(()) }
+    /// ```
     async fn acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
         self.acquire_with(key, AcquireOptions::new(lease)).await
     }
@@ -227,6 +402,21 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Errors
     /// As [`acquire_with`](DistributedLock::acquire_with); a held key fails at once with reason
     /// `held_by_another_owner`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let held = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
+    ///
+    /// let error = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await.unwrap_err();
+    /// assert_eq!(error.details()["reason"], "held_by_another_owner");
+    /// assert_eq!(error.details()["holder"], held.owner());
+    /// # Ok(()) }
+    /// ```
     async fn try_acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
         self.acquire_with(key, AcquireOptions::new(lease).wait(Duration::ZERO))
             .await
@@ -234,6 +424,22 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
 }
 
 /// Closure helpers for every [`DistributedLock`], including `dyn DistributedLock`.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
+///
+/// let invoices = lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await?;
+/// assert_eq!(invoices, 1_204);
+/// // Released when the section ended:
+/// assert!(lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.is_ok());
+/// # Ok(()) }
+/// ```
 pub trait DistributedLockExt: DistributedLock {
     /// Acquires `key`, runs `critical_section`, releases, and returns its value: the safe default.
     ///
@@ -246,6 +452,8 @@ pub trait DistributedLockExt: DistributedLock {
     ///
     /// Inside the section, the same task acquiring the same key again (with `with_lock` or
     /// `acquire`) re-enters: see the `# Contract` of [`DistributedLock`].
+    ///
+    /// # Examples
     ///
     /// ```
     /// # use lock_core::{DistributedLockExt, InMemoryLock, Lease};
@@ -281,6 +489,26 @@ pub trait DistributedLockExt: DistributedLock {
     ///
     /// # Errors
     /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    ///
+    /// // One attempt: a bill run already in progress elsewhere is an answer, not a queue.
+    /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    /// let result = lock
+    ///     .with_lock_opts("bill-run:2026-11", once, || async { unreachable!("not granted") })
+    ///     .await;
+    /// let error = result.unwrap_err(); // the section did not run
+    /// assert_eq!(error.details()["holder"], other_pod.owner());
+    /// # Ok(()) }
+    /// ```
     fn with_lock_opts<F, Fut, T>(
         &self,
         key: &str,
@@ -327,6 +555,8 @@ pub trait DistributedLockExt: DistributedLock {
     /// backend command timeout. An unguarded section holds no lease: acquisitions of the same
     /// key inside it contend like any other.
     ///
+    /// # Examples
+    ///
     /// ```
     /// # use lock_core::{DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease};
     /// # use lock_core::DisabledLock;
@@ -372,6 +602,8 @@ pub trait DistributedLockExt: DistributedLock {
     /// [`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open) with per-call options:
     /// a wait time (how long contention may delay the section before it runs unguarded; zero =
     /// one attempt), a fair acquisition.
+    ///
+    /// # Examples
     ///
     /// ```
     /// use std::time::Duration;

@@ -28,6 +28,8 @@ pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 /// difference that follows from having no process boundary: a watchdog lease never expires while
 /// its handle lives (a holder cannot crash without dropping its handle), so no renewal runs.
 ///
+/// # Examples
+///
 /// ```
 /// use lock_core::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
@@ -80,6 +82,16 @@ impl Default for InMemoryLock {
 
 impl InMemoryLock {
     /// An empty lock table with the default wait time (5 s) and instance id `in-memory`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DEFAULT_WAIT_TIME, InMemoryLock};
+    ///
+    /// let lock = InMemoryLock::new();
+    /// assert_eq!(lock.wait_time(), DEFAULT_WAIT_TIME);
+    /// assert_eq!(lock.held_count(), 0);
+    /// ```
     pub fn new() -> Self {
         InMemoryLock {
             shared: Arc::new(Shared {
@@ -99,6 +111,25 @@ impl InMemoryLock {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] naming `wait` when out of range.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let pod_a = InMemoryLock::new();
+    /// let pod_b = pod_a.with_wait_time(Duration::ZERO)?; // same locks, never waits
+    /// assert_eq!(pod_b.wait_time(), Duration::ZERO);
+    ///
+    /// let held = pod_a.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// let error = pod_b.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+    /// assert_eq!(error.details()["holder"], held.owner());
+    ///
+    /// assert!(pod_a.with_wait_time(Duration::from_secs(2 * 3600)).is_err()); // over 1 h
+    /// # Ok(()) }
+    /// ```
     pub fn with_wait_time(&self, wait_time: Duration) -> Result<Self, LockError> {
         validate_wait(wait_time)?;
         Ok(InMemoryLock {
@@ -108,11 +139,39 @@ impl InMemoryLock {
     }
 
     /// The default wait time of this client.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::InMemoryLock;
+    ///
+    /// let lock = InMemoryLock::new().with_wait_time(Duration::from_millis(250))?;
+    /// assert_eq!(lock.wait_time(), Duration::from_millis(250));
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
     pub fn wait_time(&self) -> Duration {
         self.wait_time
     }
 
     /// Number of keys currently held (expired fixed leases not counted).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let _run = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// let _sweep = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
+    /// assert_eq!(lock.held_count(), 2);
+    ///
+    /// tokio::time::sleep(Duration::from_secs(2)).await; // the sweep's lease ends
+    /// assert_eq!(lock.held_count(), 1);
+    /// # Ok(()) }
+    /// ```
     pub fn held_count(&self) -> usize {
         let now = Instant::now();
         self.shared

@@ -13,6 +13,20 @@ pub const MAX_INSTANCE_ID_BYTES: usize = 128;
 ///
 /// Per-acquisition tokens are what make a stale, retried release from an earlier acquisition
 /// harmless to a newer one.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::OwnerTokens;
+///
+/// // In a backend: one source per client, one token per acquisition.
+/// let owners = OwnerTokens::new("billing-7f9c")?;
+/// let (first, second) = (owners.next_token(), owners.next_token());
+/// assert_ne!(first, second);
+/// assert!(first.starts_with("billing-7f9c/") && first.ends_with("/1"));
+/// assert_eq!(owners.instance_id(), "billing-7f9c");
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
 #[derive(Debug)]
 pub struct OwnerTokens {
     prefix: String,
@@ -26,6 +40,16 @@ impl OwnerTokens {
     /// # Errors
     /// [`LockError::InvalidArgument`] naming `instance-id` if it is empty, longer than
     /// [`MAX_INSTANCE_ID_BYTES`], or contains control characters.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::OwnerTokens;
+    ///
+    /// assert!(OwnerTokens::new("billing-7f9c").is_ok());
+    /// let error = OwnerTokens::new("").unwrap_err();
+    /// assert_eq!(error.details()["argument"], "instance-id");
+    /// ```
     pub fn new(instance_id: &str) -> Result<Self, LockError> {
         validate_instance_id(instance_id)?;
         let client: u64 = rand::random();
@@ -42,6 +66,19 @@ impl OwnerTokens {
     }
 
     /// A fresh token, never returned before by this source.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::OwnerTokens;
+    ///
+    /// let owners = OwnerTokens::new("billing-7f9c")?;
+    /// let token = owners.next_token(); // e.g. `billing-7f9c/3e1f0c9a2b7d4e58/1`
+    /// let parts: Vec<&str> = token.split('/').collect();
+    /// assert_eq!(parts.len(), 3);
+    /// assert_eq!((parts[0], parts[1].len(), parts[2]), ("billing-7f9c", 16, "1"));
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
     pub fn next_token(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         format!("{}{n}", self.prefix)
@@ -53,6 +90,16 @@ impl OwnerTokens {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `instance-id`.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::validate_instance_id;
+///
+/// assert!(validate_instance_id("billing-7f9c").is_ok());
+/// let error = validate_instance_id("pod|7").unwrap_err();
+/// assert!(error.to_string().starts_with("invalid instance-id \"pod|7\": must not contain |"));
+/// ```
 pub fn validate_instance_id(instance_id: &str) -> Result<(), LockError> {
     let problem = if instance_id.is_empty() {
         "must not be empty"

@@ -44,6 +44,11 @@ pub const TOMBSTONE_TTL: Duration = Duration::from_secs(10);
 
 /// Settings of a [`crate::RedisLock`]: where Redis is, and the timing of every lock.
 ///
+/// Services get these from `lock-starter`'s configuration (`telco.platform.lock.*`); build one
+/// by hand only to wire [`RedisLock`](crate::RedisLock) yourself.
+///
+/// # Examples
+///
 /// ```
 /// use std::time::Duration;
 /// use lock_redis::RedisLockConfig;
@@ -53,6 +58,21 @@ pub const TOMBSTONE_TTL: Duration = Duration::from_secs(10);
 ///     .watchdog_timeout(Duration::from_secs(10))
 ///     .instance_id("billing-7f9c");
 /// assert!(config.validate().is_ok());
+///
+/// // Every setting, as a production service might have them:
+/// let config = RedisLockConfig::default()
+///     .address("rediss://billing:s3cret@redis.internal:6380/2")
+///     .tls_ca_file("/etc/ssl/redis-ca.pem")
+///     .command_timeout(Duration::from_millis(500))
+///     .wait_time(Duration::from_secs(5))
+///     .watchdog_timeout(Duration::from_secs(30))
+///     .key_prefix("billing:lock:")
+///     .instance_id("billing-7f9c")
+///     .min_replicas(1)
+///     .replica_sync_timeout(Duration::from_millis(200))
+///     .fair_waiter_timeout(Duration::from_secs(5));
+/// assert!(config.validate().is_ok());
+/// assert!(!format!("{config:?}").contains("s3cret")); // `Debug` redacts the password
 /// ```
 #[derive(Clone)]
 pub struct RedisLockConfig {
@@ -94,6 +114,16 @@ impl Default for RedisLockConfig {
 impl RedisLockConfig {
     /// Settings for the Redis at `address` (`redis://[user[:password]@]host[:port][/db]`), all
     /// timings at their defaults and the instance id taken from `POD_NAME` or `HOSTNAME`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_redis::RedisLockConfig;
+    ///
+    /// let config = RedisLockConfig::new("redis://redis.internal:6379/2");
+    /// assert_eq!(config.redacted_address(), "redis://redis.internal:6379/2");
+    /// assert!(config.validate().is_ok()); // the defaults are valid
+    /// ```
     pub fn new(address: impl Into<String>) -> Self {
         RedisLockConfig {
             address: address.into(),
@@ -116,6 +146,20 @@ impl RedisLockConfig {
     /// acquire script) before it is reported; fewer acknowledgements within
     /// [`replica_sync_timeout`](Self::replica_sync_timeout) release the grant and fail closed
     /// (reason `replication_unconfirmed`). Default 0 (no `WAIT`); 0 to 16.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::RedisLockConfig;
+    ///
+    /// // A grant must reach one replica within 200 ms, so a failover cannot lose it.
+    /// let config = RedisLockConfig::new("redis://redis.internal:6379")
+    ///     .min_replicas(1)
+    ///     .replica_sync_timeout(Duration::from_millis(200));
+    /// assert!(config.validate().is_ok());
+    /// assert!(config.min_replicas(17).validate().is_err()); // at most 16
+    /// ```
     pub fn min_replicas(mut self, replicas: u32) -> Self {
         self.min_replicas = replicas;
         self
@@ -135,6 +179,19 @@ impl RedisLockConfig {
     /// defaults). Default 5 s; 300 ms to 5 min — [`validate`](Self::validate) and
     /// [`RedisLock::connect`](crate::RedisLock::connect) reject other values with
     /// `LOCK_INVALID_ARGUMENT` naming `fair-waiter-timeout`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::RedisLockConfig;
+    ///
+    /// let config = RedisLockConfig::new("redis://redis.internal:6379");
+    /// assert!(config.clone().fair_waiter_timeout(Duration::from_secs(2)).validate().is_ok());
+    ///
+    /// let error = config.fair_waiter_timeout(Duration::from_millis(100)).validate().unwrap_err();
+    /// assert_eq!(error.details()["argument"], "fair-waiter-timeout");
+    /// ```
     pub fn fair_waiter_timeout(mut self, timeout: Duration) -> Self {
         self.fair_waiter_timeout = timeout;
         self
@@ -187,6 +244,20 @@ impl RedisLockConfig {
 
     /// The address with any password — the user's, and secret-looking query parameters such as
     /// `sentinelPassword` — replaced by `***`, for logs and messages.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_redis::RedisLockConfig;
+    ///
+    /// let config = RedisLockConfig::new(
+    ///     "redis-sentinel://app:s3cret@s1:26379/0?sentinelServiceName=mymaster&sentinelPassword=t0p",
+    /// );
+    /// assert_eq!(
+    ///     config.redacted_address(),
+    ///     "redis-sentinel://app:***@s1:26379/0?sentinelServiceName=mymaster&sentinelPassword=***"
+    /// );
+    /// ```
     pub fn redacted_address(&self) -> String {
         redact(&self.address)
     }
@@ -198,6 +269,19 @@ impl RedisLockConfig {
     /// `watchdog-timeout`, `key-prefix`, `instance-id`, `min-replicas`, `replica-sync-timeout`,
     /// `fair-waiter-timeout`) and what is accepted. The address is
     /// checked when connecting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::RedisLockConfig;
+    ///
+    /// let config = RedisLockConfig::new("redis://redis.internal:6379")
+    ///     .command_timeout(Duration::from_secs(120));
+    /// let error = config.validate().unwrap_err();
+    /// assert_eq!(error.code().as_str(), "LOCK_INVALID_ARGUMENT");
+    /// assert_eq!(error.to_string(), "invalid command-timeout 120000 ms: accepted: 10 ms to 60 s");
+    /// ```
     pub fn validate(&self) -> Result<(), LockError> {
         if !(MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&self.command_timeout) {
             return Err(LockError::invalid_argument(
@@ -252,6 +336,16 @@ pub const MAX_KEY_PREFIX_BYTES: usize = 64;
 
 /// What is wrong with a key prefix, if anything. Accepted: 1 to [`MAX_KEY_PREFIX_BYTES`] bytes,
 /// no braces (they would move the Redis Cluster hash tag), whitespace or control characters.
+///
+/// # Examples
+///
+/// ```
+/// use lock_redis::key_prefix_problem;
+///
+/// assert_eq!(key_prefix_problem("billing:lock:"), None);
+/// assert_eq!(key_prefix_problem("billing lock:").as_deref(), Some("it contains whitespace"));
+/// assert!(key_prefix_problem("{billing}:").unwrap().contains("hash tag"));
+/// ```
 pub fn key_prefix_problem(prefix: &str) -> Option<String> {
     if prefix.is_empty() {
         Some("it is empty".to_owned())
@@ -275,6 +369,17 @@ pub fn key_prefix_problem(prefix: &str) -> Option<String> {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `key-prefix`.
+///
+/// # Examples
+///
+/// ```
+/// use lock_redis::validate_key_prefix;
+///
+/// assert!(validate_key_prefix("lock:").is_ok());
+/// let error = validate_key_prefix("").unwrap_err();
+/// assert_eq!(error.details()["argument"], "key-prefix");
+/// assert!(error.to_string().starts_with("invalid key-prefix \"\": it is empty; accepted: 1 to 64 bytes"));
+/// ```
 pub fn validate_key_prefix(prefix: &str) -> Result<(), LockError> {
     match key_prefix_problem(prefix) {
         None => Ok(()),

@@ -7,6 +7,8 @@ use std::time::Duration;
 /// [`LockError`](lock_core::LockError) — of `AcquisitionFailed` (reason `backend_unavailable`)
 /// and of `ReleaseFailed`.
 ///
+/// # Examples
+///
 /// [`RedisFailure::find`] gets it from a `LockError`:
 ///
 /// ```
@@ -77,6 +79,26 @@ impl RedisFailure {
     /// [`std::error::Error::source`] — e.g. the cause of a `LockError` with reason
     /// `backend_unavailable`. `None` when no Redis call failed (contention, invalid arguments,
     /// another backend).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    /// use lock_redis::RedisFailure;
+    ///
+    /// // What an acquisition returns while Redis is down:
+    /// let error = LockError::backend_unavailable(
+    ///     "bill-run:2026-11",
+    ///     RedisFailure::Unreachable {
+    ///         operation: "acquire script",
+    ///         last_error: "Connection refused (os error 111)".into(),
+    ///     },
+    /// );
+    /// assert!(matches!(RedisFailure::find(&error), Some(RedisFailure::Unreachable { .. })));
+    ///
+    /// let contention = LockError::invalid_argument("wait", "2h", "accepted: 0s to 1h");
+    /// assert!(RedisFailure::find(&contention).is_none());
+    /// ```
     pub fn find<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a RedisFailure> {
         let mut cause = Some(error);
         while let Some(e) = cause {
@@ -90,6 +112,25 @@ impl RedisFailure {
 
     /// Why Redis refused the command, for [`RedisFailure::Refused`]; `None` for every other
     /// failure (unreachable, timed out, …).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_redis::{RedisFailure, Refusal};
+    ///
+    /// let refused = RedisFailure::Refused {
+    ///     operation: "acquire script",
+    ///     refusal: Refusal::ReadOnly,
+    ///     message: "READONLY You can't write against a read only replica.".into(),
+    /// };
+    /// assert_eq!(refused.refusal(), Some(Refusal::ReadOnly));
+    /// assert!(refused.to_string().starts_with(
+    ///     "Redis refused the acquire script: the server is a read-only replica (READONLY"
+    /// ));
+    ///
+    /// let timeout = RedisFailure::Timeout { budget: std::time::Duration::from_secs(7) };
+    /// assert_eq!(timeout.refusal(), None);
+    /// ```
     pub fn refusal(&self) -> Option<Refusal> {
         match self {
             RedisFailure::Refused { refusal, .. } => Some(*refusal),
@@ -125,6 +166,32 @@ impl RedisFailure {
 /// for the transient ones ([`Busy`](Refusal::Busy), [`Loading`](Refusal::Loading), often
 /// [`OutOfMemory`](Refusal::OutOfMemory) and [`ReadOnly`](Refusal::ReadOnly) during a failover);
 /// the others need on-call.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::LockError;
+/// use lock_redis::{RedisFailure, Refusal};
+///
+/// /// Whether retrying later may help, for a failed acquisition.
+/// fn transient(error: &LockError) -> bool {
+///     match RedisFailure::find(error).and_then(RedisFailure::refusal) {
+///         Some(Refusal::Busy | Refusal::Loading | Refusal::OutOfMemory | Refusal::ReadOnly) => true,
+///         Some(_) => false, // needs on-call: see the variant's docs
+///         None => true,     // unreachable or timed out: Redis may come back
+///     }
+/// }
+///
+/// let error = LockError::backend_unavailable(
+///     "bill-run:2026-11",
+///     RedisFailure::Refused {
+///         operation: "acquire script",
+///         refusal: Refusal::WrongType,
+///         message: "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+///     },
+/// );
+/// assert!(!transient(&error));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Refusal {
@@ -182,6 +249,15 @@ impl Refusal {
     /// The stable name: `wrong_type`, `not_a_lock`, `read_only`, `out_of_memory`, `busy`,
     /// `no_auth`, `no_permission`, `loading`, `master_down`, `no_replicas`,
     /// `persistence_failed`, `cluster_redirect` or `other`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_redis::Refusal;
+    ///
+    /// assert_eq!(Refusal::OutOfMemory.as_str(), "out_of_memory");
+    /// assert_eq!(Refusal::NoPermission.to_string(), "no_permission"); // `Display` is the same
+    /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
             Refusal::WrongType => "wrong_type",

@@ -32,6 +32,8 @@
 //!   attempt may still have been granted, so the grant is released (owner-checked) before the
 //!   error is returned.
 //!
+//! # Examples
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use lock_core::{DistributedLockExt, Lease};
@@ -46,6 +48,33 @@
 //!     // sweep expired reservations
 //! })
 //! .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The same flow with Redis down: connecting succeeds, the acquisition fails closed and the
+//! section does not run.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::{DistributedLockExt, Lease};
+//! use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+//! # let down = format!("redis://127.0.0.1:{port}");
+//! let config = RedisLockConfig::new(down).command_timeout(Duration::from_millis(200));
+//! let lock = RedisLock::connect(config).await?; // logs a warning, keeps reconnecting
+//!
+//! let result = lock
+//!     .with_lock("msisdn-reaper", Lease::Fixed(Duration::from_secs(30)), || async {
+//!         unreachable!("the section never runs without the lock")
+//!     })
+//!     .await;
+//! let error = result.unwrap_err();
+//! assert_eq!(error.code().as_str(), "LOCK_ACQUISITION_FAILED");
+//! assert_eq!(error.details()["reason"], "backend_unavailable");
+//! assert!(RedisFailure::find(&error).is_some()); // what went wrong talking to Redis
 //! # Ok(()) }
 //! ```
 //!
@@ -107,6 +136,27 @@ pub(crate) fn safety_margin(ttl: Duration) -> Duration {
 /// Background tasks (watchdog, pub/sub) run on the Tokio runtime that called
 /// [`RedisLock::connect`]; they stop and the connections close once the lock and every handle
 /// from it are dropped.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use lock_core::{DistributedLock, DistributedLockExt, Lease, LockError};
+/// use lock_redis::{RedisLock, RedisLockConfig};
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), LockError> {
+/// let config = RedisLockConfig::new("redis://redis.internal:6379").instance_id("billing-7f9c");
+/// let lock: Arc<dyn DistributedLock> = Arc::new(RedisLock::connect(config).await?);
+///
+/// match lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await {
+///     Ok(invoices) => println!("{invoices} invoices"),
+///     // Held by another pod for the whole wait time, or Redis unavailable: fail closed.
+///     Err(error @ LockError::AcquisitionFailed { .. }) => eprintln!("skipped: {error}"),
+///     Err(error) => return Err(error),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RedisLock {
     inner: Arc<Inner>,
@@ -134,6 +184,27 @@ impl RedisLock {
     /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting:
     /// `redis.address`, `command-timeout`, `wait-time`, `watchdog-timeout`, `key-prefix` or
     /// `instance-id`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let address = format!("redis://127.0.0.1:{port}");
+    /// let config = RedisLockConfig::new(address).command_timeout(Duration::from_millis(250));
+    ///
+    /// // Bad settings fail at once, before anything connects:
+    /// let error = RedisLock::connect(config.clone().key_prefix("{lock}:")).await.unwrap_err();
+    /// assert_eq!(error.details()["argument"], "key-prefix");
+    ///
+    /// // Redis not answering (yet) does not: acquisitions fail closed until it does.
+    /// let lock = RedisLock::connect(config).await?;
+    /// # drop(lock);
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
         config.validate()?;
         let owners = OwnerTokens::new(&config.instance_id)?;
@@ -195,18 +266,68 @@ impl RedisLock {
     }
 
     /// The settings this lock runs with.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let address = format!("redis://app:s3cret@127.0.0.1:{port}");
+    /// let config = RedisLockConfig::new(address).instance_id("billing-7f9c");
+    /// # let config = config.command_timeout(Duration::from_millis(100));
+    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// let settings = format!("{:?}", lock.config()); // for a start-up log line
+    /// assert!(settings.contains(r#"instance_id: "billing-7f9c""#));
+    /// assert!(settings.contains("redis://app:***@127.0.0.1:"));
+    /// # Ok(()) }
+    /// ```
     pub fn config(&self) -> &RedisLockConfig {
         &self.inner.config
     }
 
     /// The Redis key holding lock `name`, e.g. `lock:{bill-run:2026-11}` — for inspecting it
     /// with `redis-cli`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+    /// #     .command_timeout(Duration::from_millis(100));
+    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// assert_eq!(lock.redis_key("bill-run:2026-11"), "lock:{bill-run:2026-11}");
+    /// // Braces are percent-encoded inside the hash tag:
+    /// assert_eq!(lock.redis_key("tenant-{7}"), "lock:{tenant-%7B7%7D}");
+    /// # Ok(()) }
+    /// ```
     pub fn redis_key(&self, name: &str) -> String {
         self.inner.keys.lock_key(name)
     }
 
     /// The Redis key of lock `name`'s queue of fair waiters: a sorted set of their owner tokens
     /// by arrival (see [`AcquireOptions::fair`]). Exists only while fair waiters are queued.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+    /// #     .command_timeout(Duration::from_millis(100));
+    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// assert_eq!(lock.queue_key("cdc:ticket-4711"), "lock:{cdc:ticket-4711}:queue");
+    /// # Ok(()) }
+    /// ```
     pub fn queue_key(&self, name: &str) -> String {
         self.inner.keys.queue_key(name)
     }
@@ -214,11 +335,42 @@ impl RedisLock {
     /// The Redis key of lock `name`'s fair waiter timeouts: a sorted set of the queued owner
     /// tokens by the server time (ms since the epoch) at which each loses its place unless it
     /// calls again. Exists only while fair waiters are queued.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+    /// #     .command_timeout(Duration::from_millis(100));
+    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// assert_eq!(lock.timeout_key("cdc:ticket-4711"), "lock:{cdc:ticket-4711}:timeout");
+    /// # Ok(()) }
+    /// ```
     pub fn timeout_key(&self, name: &str) -> String {
         self.inner.keys.timeout_key(name)
     }
 
     /// The channel on which releases of lock `name` are published.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+    /// #     .command_timeout(Duration::from_millis(100));
+    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// // `SSUBSCRIBE lock:{bill-run:2026-11}:released` in redis-cli shows every release.
+    /// assert_eq!(lock.release_channel("bill-run:2026-11"), "lock:{bill-run:2026-11}:released");
+    /// # Ok(()) }
+    /// ```
     pub fn release_channel(&self, name: &str) -> String {
         self.inner.keys.release_channel(name)
     }
@@ -228,6 +380,28 @@ impl RedisLock {
     /// # Errors
     /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (key `<health>`) when
     /// Redis does not answer within the command timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+    /// #     .command_timeout(Duration::from_millis(100));
+    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// match lock.ping().await {
+    ///     Ok(latency) => println!("Redis up, PING took {latency:?}"),
+    ///     Err(error) => {
+    ///         // Redis is down here: acquisitions fail closed until it answers.
+    ///         assert_eq!(error.details()["reason"], "backend_unavailable");
+    ///         assert_eq!(error.lock_key(), Some("<health>"));
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn ping(&self) -> Result<Duration, LockError> {
         let started = Instant::now();
         let _: String = self.inner.client.ping(None).await.map_err(|e| {
@@ -237,12 +411,45 @@ impl RedisLock {
     }
 
     /// Number of watchdog leases this client renews now.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// assert_eq!(lock.watchdog_lease_count(), 1); // fixed leases are not renewed
+    /// drop(handle);
+    /// assert_eq!(lock.watchdog_lease_count(), 0); // renewal stops at once
+    /// # Ok(()) }
+    /// ```
     pub fn watchdog_lease_count(&self) -> usize {
         self.inner.watchdog.len()
     }
 
     /// What this client's watchdog has done since [`connect`](Self::connect): ticks that renewed
     /// something, renewal script calls, and tick durations.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let config = RedisLockConfig::new("redis://redis.internal:6379")
+    ///     .watchdog_timeout(Duration::from_secs(3));
+    /// let lock = RedisLock::connect(config).await?;
+    /// let _held = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// tokio::time::sleep(Duration::from_secs(3)).await; // renewed every second
+    /// let stats = lock.watchdog_stats();
+    /// assert!(stats.ticks >= 2 && stats.renewal_calls >= stats.ticks);
+    /// # Ok(()) }
+    /// ```
     pub fn watchdog_stats(&self) -> WatchdogStats {
         self.inner.watchdog.stats()
     }
@@ -250,6 +457,27 @@ impl RedisLock {
     /// How many acquisitions of this client are waiting for lock `name` now. They are served in
     /// arrival order: only the first tries the lock when it may be free, and a new acquisition
     /// queues behind them instead of trying first.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let held = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// let waiter = tokio::spawn({
+    ///     let lock = lock.clone();
+    ///     async move { lock.acquire("bill-run:2026-11", Lease::Watchdog).await }
+    /// });
+    /// tokio::time::sleep(Duration::from_millis(100)).await;
+    /// assert_eq!(lock.queued_waiters("bill-run:2026-11"), 1);
+    /// drop(held); // the waiter gets the lock
+    /// assert!(waiter.await.unwrap().is_ok());
+    /// # Ok(()) }
+    /// ```
     pub fn queued_waiters(&self, name: &str) -> usize {
         self.inner
             .subscriptions
@@ -257,6 +485,20 @@ impl RedisLock {
     }
 
     /// Release channels this client is subscribed to now (one per key with a local waiter).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// // From a debug endpoint: which keys this pod is waiting for.
+    /// for channel in lock.subscribed_channels() {
+    ///     println!("waiting on {channel}"); // e.g. lock:{bill-run:2026-11}:released
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn subscribed_channels(&self) -> Vec<String> {
         self.inner.subscriptions.active_channels()
     }

@@ -16,6 +16,24 @@ use crate::error::RedisFailure;
 
 /// What Redis says about one lock, read in one atomic script call (plus one `PUBSUB
 /// SHARDNUMSUB` for the subscribed clients).
+///
+/// # Examples
+///
+/// ```no_run
+/// use lock_redis::{RedisLock, RedisLockConfig};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+/// let status = lock.status("bill-run:2026-11").await?;
+/// println!(
+///     "{} ({}): held {} time(s), {} fair waiter(s), {} client(s) waiting",
+///     status.name, status.redis_key, status.hold_count(), status.fair_waiters, status.subscribed_clients
+/// );
+/// if !status.is_held() {
+///     println!("free: {:?}", status.state);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStatus {
@@ -33,6 +51,27 @@ pub struct LockStatus {
 }
 
 /// The state of a lock's key.
+///
+/// # Examples
+///
+/// ```no_run
+/// use lock_redis::{LockState, RedisLock, RedisLockConfig};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// # let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+/// match lock.status("bill-run:2026-11").await?.state {
+///     LockState::Held { instance_id, fencing_token, ttl, .. } => {
+///         println!("held by pod {instance_id} (token {fencing_token}) for another {ttl:?}")
+///     }
+///     LockState::Released { released_by, .. } if released_by.ends_with("#forced") => {
+///         println!("force-released recently")
+///     }
+///     LockState::Released { released_by, .. } => println!("released recently by {released_by}"),
+///     LockState::Free => println!("free"),
+///     _ => println!("in a state this tool does not know yet"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockState {
@@ -77,6 +116,23 @@ impl LockStatus {
 }
 
 /// What [`RedisLock::force_release`] did.
+///
+/// # Examples
+///
+/// ```no_run
+/// use lock_redis::{ForceReleased, RedisLock, RedisLockConfig};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// # let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+/// match lock.force_release("bill-run:2026-11").await? {
+///     ForceReleased::Released { holder, fencing_token, notified_clients } => println!(
+///         "took the lock from {holder} (token {fencing_token}); {notified_clients} waiting client(s) told"
+///     ),
+///     ForceReleased::NotHeld => println!("nothing to do: not held"),
+///     _ => {}
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ForceReleased {
@@ -104,6 +160,29 @@ impl RedisLock {
     /// [`LockError::InvalidArgument`] for a name the lock would refuse; otherwise
     /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (its source a
     /// [`RedisFailure`]) when Redis is unreachable or refuses.
+    ///
+    /// # Examples
+    ///
+    /// A stuck bill run, seen by on-call:
+    ///
+    /// ```no_run
+    /// use lock_redis::{LockState, RedisFailure, RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// match lock.status("bill-run:2026-11").await {
+    ///     Ok(status) => {
+    ///         if let LockState::Held { holder, ttl, .. } = &status.state {
+    ///             println!("{} is held by {holder}, TTL {ttl:?}", status.redis_key);
+    ///         }
+    ///     }
+    ///     Err(error) => match RedisFailure::find(&error) {
+    ///         Some(failure) => eprintln!("Redis: {failure}"),
+    ///         None => eprintln!("{error}"), // e.g. an invalid name
+    ///     },
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn status(&self, name: &str) -> Result<LockStatus, LockError> {
         validate_key(name)?;
         let inner = &self.inner;
@@ -158,6 +237,22 @@ impl RedisLock {
     ///
     /// # Errors
     /// As [`status`](Self::status).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_redis::{LockState, RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// // At most 100 of the held bill-run locks.
+    /// for status in lock.list(Some("bill-run:*"), 100).await? {
+    ///     if let LockState::Held { instance_id, ttl, .. } = &status.state {
+    ///         println!("{:<30} {instance_id:<20} {ttl:?}", status.name);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn list(
         &self,
         pattern: Option<&str>,
@@ -229,6 +324,21 @@ impl RedisLock {
     /// [`LockError::InvalidArgument`] for a bad name; [`LockError::ReleaseFailed`] when Redis is
     /// unreachable or refuses (the key is then unchanged, except after a refused `SPUBLISH`:
     /// see the ACL notes in docs/design.md).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_redis::{ForceReleased, RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// // The pod holding the bill run is gone and its fixed lease has days left.
+    /// if let ForceReleased::Released { holder, .. } = lock.force_release("bill-run:2026-11").await? {
+    ///     println!("released the lock {holder} held");
+    /// }
+    /// assert!(!lock.status("bill-run:2026-11").await?.is_held());
+    /// # Ok(()) }
+    /// ```
     pub async fn force_release(&self, name: &str) -> Result<ForceReleased, LockError> {
         validate_key(name)?;
         let inner = &self.inner;

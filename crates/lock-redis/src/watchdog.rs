@@ -20,6 +20,28 @@ pub const RENEW_BATCH: usize = 500;
 
 /// What a client's watchdog has done since it started, from
 /// [`RedisLock::watchdog_stats`](crate::RedisLock::watchdog_stats).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_redis::{RedisLock, RedisLockConfig};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let config = RedisLockConfig::new("redis://redis.internal:6379")
+///     .watchdog_timeout(Duration::from_secs(30));
+/// let lock = RedisLock::connect(config).await?;
+/// // … later, e.g. from a debug endpoint:
+/// let stats = lock.watchdog_stats();
+/// println!(
+///     "{} renewing ticks, {} renewal calls, last tick {:?}, longest {:?}",
+///     stats.ticks, stats.renewal_calls, stats.last_tick, stats.longest_tick
+/// );
+/// if stats.longest_tick > Duration::from_secs(10) / 2 {
+///     eprintln!("renewals take half of a renewal interval: check Redis latency");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WatchdogStats {

@@ -11,6 +11,25 @@ use lock_redis::{RedisLock, RedisLockConfig};
 use crate::config::{ConfigError, ConfigSources, LockSettings};
 
 /// Why the starter could not start.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+/// use lock_starter::{LockStarter, StartError};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let toml = Figment::from(Toml::string("[telco.platform.lock]\nwait-time = 5\n"));
+/// match LockStarter::builder().figment(toml).build().await {
+///     Err(StartError::Config(error)) => {
+///         // Stop the service and print it: the key, the value, where from, what is accepted.
+///         assert_eq!(error.key(), Some("telco.platform.lock.wait-time"));
+///         assert!(error.to_string().contains("a duration with a unit"), "{error}");
+///     }
+///     other => panic!("expected a configuration error, got {other:?}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
@@ -25,6 +44,8 @@ pub enum StartError {
 }
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
+///
+/// # Examples
 ///
 /// ```no_run
 /// use lock_starter::prelude::*;
@@ -57,6 +78,29 @@ impl fmt::Debug for LockStarter {
 
 impl LockStarter {
     /// A builder: built-in defaults, then TOML files, then the environment; overrides on top.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_starter::LockStarter;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (lock_toml, lock_prod_toml) = (dir.path().join("lock.toml"), dir.path().join("lock-prod.toml"));
+    /// # std::fs::write(&lock_toml, "[telco.platform.lock]\nwait-time = \"2s\"\n")?;
+    /// # std::fs::write(&lock_prod_toml, "[telco.platform.lock]\nwait-time = \"1s\"\n")?;
+    /// // Defaults, then the two files (the second wins), then TELCO_PLATFORM_LOCK_* variables.
+    /// let starter = LockStarter::builder()
+    ///     .toml_file(lock_toml)
+    ///     .toml_file(lock_prod_toml)
+    /// #   .lock(std::sync::Arc::new(lock_starter::InMemoryLock::new())) // no Redis here
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(starter.settings().wait_time, Duration::from_secs(1));
+    /// # Ok(()) }
+    /// ```
     pub fn builder() -> LockStarterBuilder {
         LockStarterBuilder::default()
     }
@@ -68,6 +112,23 @@ impl LockStarter {
     /// `telco.platform.lock.enabled = false`; the message says where that was set. No Redis
     /// connection exists in that case. [`lock_or_disabled`](LockStarter::lock_or_disabled)
     /// returns a lock that fails so on every acquisition instead.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let switched_off = Figment::from(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+    /// let starter = LockStarter::builder().figment(switched_off).build().await?;
+    /// assert!(!starter.is_enabled());
+    ///
+    /// let error = starter.lock().unwrap_err(); // stop the service, or use `lock_or_disabled`
+    /// assert_eq!(error.code(), LockErrorCode::LockDisabled);
+    /// assert!(error.to_string().contains("telco.platform.lock.enabled = false from"));
+    /// # Ok(()) }
+    /// ```
     pub fn lock(&self) -> Result<Arc<dyn DistributedLock>, LockError> {
         self.lock
             .clone()
@@ -84,11 +145,17 @@ impl LockStarter {
     /// connection. Use [`lock`](LockStarter::lock) instead when a disabled lock should stop the
     /// service at start-up.
     ///
-    /// ```no_run
+    /// # Examples
+    ///
+    /// ```
     /// use lock_starter::prelude::*;
     ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let starter = LockStarter::builder().build().await?;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// # let config = Figment::from(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+    /// // Here the configuration says `telco.platform.lock.enabled = false`.
+    /// let starter = LockStarter::builder().figment(config).build().await?;
     /// let lock = starter.lock_or_disabled(); // never fails
     /// let sent = lock
     ///     .with_lock_fail_open("digest:2026-11-30", Lease::Watchdog, || async { /* send */ 3 })
@@ -96,6 +163,8 @@ impl LockStarter {
     /// if let Some(unguarded) = sent.unguarded() {
     ///     println!("sent without the lock: {}", unguarded.reason()); // e.g. lock_disabled
     /// }
+    /// assert_eq!(sent.unguarded().unwrap().reason(), UnguardedReason::LockDisabled);
+    /// assert_eq!(sent.into_value(), 3);
     /// # Ok(()) }
     /// ```
     pub fn lock_or_disabled(&self) -> Arc<dyn DistributedLock> {
@@ -106,11 +175,58 @@ impl LockStarter {
     }
 
     /// Whether a lock is available (`telco.platform.lock.enabled`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new()) // every key at its default: enabled
+    ///     .lock(Arc::new(InMemoryLock::new()))
+    ///     .build()
+    ///     .await?;
+    /// assert!(starter.is_enabled());
+    /// # Ok(()) }
+    /// ```
     pub fn is_enabled(&self) -> bool {
         self.lock.is_ok()
     }
 
     /// The settings the lock was built from (passwords redacted in `Debug`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = Figment::from(Toml::string(
+    ///     r#"
+    ///     [telco.platform.lock]
+    ///     wait-time = "2s"
+    ///     [telco.platform.lock.redis]
+    ///     address = "redis://app:s3cret@redis.internal:6379"
+    ///     "#,
+    /// ));
+    /// let starter = LockStarter::builder()
+    ///     .figment(config)
+    ///     .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    ///
+    /// let settings = starter.settings();
+    /// assert_eq!(settings.wait_time, Duration::from_secs(2));
+    /// assert_eq!(settings.redis.address.host(), "redis.internal");
+    /// assert!(!format!("{settings:?}").contains("s3cret"));
+    /// # Ok(()) }
+    /// ```
     pub fn settings(&self) -> &LockSettings {
         &self.settings
     }
@@ -119,6 +235,27 @@ impl LockStarter {
 /// Builds a [`LockStarter`]. Sources, later wins: built-in defaults → TOML files (in the order
 /// given) → environment variables. A consumer may replace the sources with its own
 /// [`Figment`], or replace the lock itself.
+///
+/// # Examples
+///
+/// A unit test of a service: its own configuration, and an in-memory lock instead of Redis.
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+/// use lock_starter::prelude::*;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let config = Figment::from(Toml::string("[telco.platform.lock]\nkey-prefix = \"billing:lock:\"\n"));
+/// let starter = LockStarter::builder()
+///     .figment(config) // read and checked as in production
+///     .lock(Arc::new(InMemoryLock::new()))
+///     .build()
+///     .await?;
+/// let lock = starter.lock()?;
+/// assert_eq!(lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await?, 1_204);
+/// # Ok(()) }
+/// ```
 #[derive(Default)]
 pub struct LockStarterBuilder {
     toml_files: Vec<PathBuf>,
@@ -139,6 +276,31 @@ impl fmt::Debug for LockStarterBuilder {
 impl LockStarterBuilder {
     /// Adds a TOML file; later files win over earlier ones, the environment over all. A file
     /// given here must exist.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("lock.toml");
+    /// std::fs::write(&path, "[telco.platform.lock]\nwatchdog-timeout = \"10s\"\n")?;
+    ///
+    /// let starter = LockStarter::builder()
+    ///     .toml_file(&path)
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(starter.settings().watchdog_timeout, Duration::from_secs(10));
+    ///
+    /// // A file that is not there stops the start, naming it:
+    /// let missing = LockStarter::builder().toml_file("config/lock-typo.toml").build().await;
+    /// assert!(missing.unwrap_err().to_string().starts_with("TOML file config/lock-typo.toml does not exist"));
+    /// # Ok(()) }
+    /// ```
     pub fn toml_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.toml_files.push(path.into());
         self
@@ -146,6 +308,27 @@ impl LockStarterBuilder {
 
     /// Uses this figment instead of the default sources (files and environment). Keys are read
     /// from the same `telco.platform.lock.*` paths and validated the same way.
+    ///
+    /// # Examples
+    ///
+    /// A service whose configuration lives in its own figment, under its own environment prefix:
+    ///
+    /// ```
+    /// use lock_starter::figment::{Figment, providers::{Env, Format, Serialized, Toml}};
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let figment = Figment::new()
+    ///     .merge(Toml::string("[telco.platform.lock]\nenabled = false\n"))
+    ///     .merge(Env::prefixed("BILLING_").split("__"));
+    /// let starter = LockStarter::builder().figment(figment).build().await?;
+    /// assert!(!starter.is_enabled());
+    ///
+    /// // Values are checked as from any other source:
+    /// let bad = Figment::from(Serialized::default("telco.platform.lock.key-prefix", "{lock}"));
+    /// assert!(LockStarter::builder().figment(bad).build().await.is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn figment(mut self, figment: Figment) -> Self {
         self.figment = Some(figment);
         self
@@ -154,6 +337,28 @@ impl LockStarterBuilder {
     /// Uses this lock instead of building the Redis one (the override point: a fake in tests,
     /// your own implementation in production). The configuration is still read and validated,
     /// and `telco.platform.lock.enabled = false` still switches the lock off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let fake = InMemoryLock::new();
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    ///     .lock(Arc::new(fake.clone()))
+    ///     .build()
+    ///     .await?;
+    ///
+    /// // The service takes the lock; the test sees it through its clone.
+    /// let held = starter.lock()?.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// assert_eq!(fake.held_count(), 1);
+    /// # drop(held);
+    /// # Ok(()) }
+    /// ```
     pub fn lock(mut self, lock: Arc<dyn DistributedLock>) -> Self {
         self.lock = Some(lock);
         self
@@ -170,6 +375,26 @@ impl LockStarterBuilder {
     /// # Errors
     /// [`StartError::Config`] for any bad or unknown key; [`StartError::Lock`] when the Redis
     /// client rejects the settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// use lock_starter::prelude::*;
+    /// use lock_starter::HealthStatus;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = format!("[telco.platform.lock.redis]\naddress = \"redis://127.0.0.1:{port}\"\ncommand-timeout = \"100ms\"\n");
+    /// // A Redis that is down does not stop the start …
+    /// let starter = LockStarter::builder().figment(Figment::from(Toml::string(&config))).build().await?;
+    /// assert_eq!(starter.health().await.status, HealthStatus::Down);
+    ///
+    /// // … its acquisitions fail closed until it answers.
+    /// let error = starter.lock()?.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+    /// assert_eq!(error.details()["reason"], "backend_unavailable");
+    /// # Ok(()) }
+    /// ```
     pub async fn build(self) -> Result<LockStarter, StartError> {
         let sources = match self.figment {
             Some(figment) => ConfigSources::from_figment(figment),
@@ -208,6 +433,34 @@ impl LockStarterBuilder {
 /// The lock-redis settings for validated starter settings: what [`LockStarter`] connects with,
 /// for tools that need the concrete [`RedisLock`] (its operations: `status`, `list`,
 /// `force_release`).
+///
+/// # Examples
+///
+/// An on-call tool that lists the service's held locks, with the service's own configuration:
+///
+/// ```
+/// use lock_starter::config::{ConfigSources, LockSettings};
+/// use lock_starter::redis::RedisLock;
+/// use lock_starter::redis_config;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let sources = ConfigSources::new().env_from([
+///     ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://ops:s3cret@redis.internal:6379/2"),
+///     ("TELCO_PLATFORM_LOCK_KEY_PREFIX", "billing:lock:"),
+///     ("POD_NAME", "lock-cli"),
+/// ]);
+/// let config = redis_config(&LockSettings::load(&sources)?);
+/// assert_eq!(config.redacted_address(), "redis://ops:***@redis.internal:6379/2");
+/// assert!(format!("{config:?}").contains(r#"key_prefix: "billing:lock:""#));
+/// # async fn list(config: lock_starter::redis::RedisLockConfig) -> Result<(), lock_starter::LockError> {
+/// // Then, in the tool's async code:
+/// let ops = RedisLock::connect(config).await?;
+/// for status in ops.list(None, 100).await? {
+///     println!("{} {:?}", status.name, status.state);
+/// }
+/// # Ok(()) }
+/// # Ok(()) }
+/// ```
 pub fn redis_config(settings: &LockSettings) -> RedisLockConfig {
     let config = RedisLockConfig::new(settings.redis.address.expose())
         .command_timeout(settings.redis.command_timeout)

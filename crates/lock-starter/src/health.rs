@@ -7,6 +7,24 @@ use std::time::Duration;
 use crate::LockStarter;
 
 /// What [`LockStarter::health`] found.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+/// use lock_starter::{HealthStatus, LockStarter};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let off = Figment::from(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+/// let starter = LockStarter::builder().figment(off).build().await?;
+/// let status = starter.health().await.status;
+/// assert_eq!(status, HealthStatus::Disabled);
+///
+/// // For a readiness probe: only `Down` means "not ready".
+/// let ready = !matches!(status, HealthStatus::Down);
+/// assert!(ready);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HealthStatus {
@@ -24,6 +42,15 @@ pub enum HealthStatus {
 
 impl HealthStatus {
     /// `UP`, `DOWN`, `DISABLED` or `UNKNOWN` (the words of Spring Boot's health endpoint).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::HealthStatus;
+    ///
+    /// assert_eq!(HealthStatus::Up.as_str(), "UP");
+    /// assert_eq!(HealthStatus::Down.to_string(), "DOWN"); // `Display` is the same
+    /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
             HealthStatus::Up => "UP",
@@ -41,6 +68,26 @@ impl fmt::Display for HealthStatus {
 }
 
 /// The result of one health check.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+/// use lock_starter::{Health, HealthStatus, LockStarter};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+/// # let config = Figment::from(Toml::string(&format!(
+/// #     "[telco.platform.lock.redis]\naddress = \"redis://app:s3cret@127.0.0.1:{port}\"\ncommand-timeout = \"100ms\"\n"
+/// # )));
+/// // `config` points at a Redis that is down.
+/// let starter = LockStarter::builder().figment(config).build().await?;
+/// let Health { status, latency, detail, .. } = starter.health().await;
+/// assert_eq!(status, HealthStatus::Down);
+/// assert_eq!(latency, None);
+/// assert!(detail.starts_with("redis://app:***@127.0.0.1:")); // the password never shows
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Health {
@@ -61,16 +108,26 @@ impl LockStarter {
     /// failover would otherwise restart every pod at once, which helps nobody (the lock already
     /// fails closed while Redis is away, and recovers by itself when it is back).
     ///
-    /// ```no_run
+    /// # Examples
+    ///
+    /// ```
     /// use lock_starter::prelude::*;
     /// use lock_starter::HealthStatus;
     ///
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let starter = LockStarter::builder().build().await?;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let config = Figment::from(Toml::string(&format!(
+    /// #     "[telco.platform.lock.redis]\naddress = \"redis://127.0.0.1:{port}\"\ncommand-timeout = \"100ms\"\n"
+    /// # )));
+    /// // `config` points at a Redis that is down.
+    /// let starter = LockStarter::builder().figment(config).build().await?;
     /// let health = starter.health().await;
     /// if health.status == HealthStatus::Down {
     ///     eprintln!("lock backend down: {}", health.detail);
     /// }
+    /// assert_eq!(health.status, HealthStatus::Down);
     /// # Ok(()) }
     /// ```
     pub async fn health(&self) -> Health {

@@ -22,8 +22,8 @@
 //! holder's remaining TTL is known. In a handler, return `Result<_, LockRejection>` and use `?`
 //! on lock calls:
 //!
-//! ```no_run
-//! use axum::{Json, Router, routing::post};
+//! ```
+//! use axum::Json;
 //! use lock_starter::http::LockRejection;
 //! use lock_starter::prelude::*;
 //! use std::sync::Arc;
@@ -34,7 +34,18 @@
 //!         .await?; // 503 + problem body when not granted
 //!     Ok(Json(invoices))
 //! }
-//! # let _ = start_bill_run;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use axum::response::IntoResponse;
+//! # use std::time::Duration;
+//! # let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new().with_wait_time(Duration::ZERO)?);
+//! // While another pod runs the bill run for this period:
+//! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+//! let response = start_bill_run(Arc::clone(&lock)).await.into_response();
+//! assert_eq!(response.status(), 503);
+//! assert_eq!(response.headers()["content-type"], "application/problem+json");
+//! # drop(other_pod);
+//! # Ok(()) }
 //! ```
 //!
 //! The `type` URI is stable per error code (see [`problem_type`]); `detail` is the error's
@@ -57,6 +68,18 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// The stable `type` URI of each error code:
 /// `https://platform.telco/problems/lock-acquisition-failed`, `…/lock-release-failed`,
 /// `…/lock-invalid-argument`, `…/lock-disabled` (`about:blank` for a code added later).
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::LockErrorCode;
+/// use lock_starter::http::problem_type;
+///
+/// assert_eq!(
+///     problem_type(LockErrorCode::LockDisabled),
+///     "https://platform.telco/problems/lock-disabled"
+/// );
+/// ```
 pub const fn problem_type(code: LockErrorCode) -> &'static str {
     match code {
         LockErrorCode::LockAcquisitionFailed => {
@@ -73,6 +96,15 @@ pub const fn problem_type(code: LockErrorCode) -> &'static str {
 }
 
 /// The short, fixed `title` of each error code.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::LockErrorCode;
+/// use lock_starter::http::problem_title;
+///
+/// assert_eq!(problem_title(LockErrorCode::LockAcquisitionFailed), "Lock not acquired");
+/// ```
 pub const fn problem_title(code: LockErrorCode) -> &'static str {
     match code {
         LockErrorCode::LockAcquisitionFailed => "Lock not acquired",
@@ -93,6 +125,31 @@ const NUMERIC: [&str; 5] = [
 ];
 
 /// An RFC 9457 problem body for a [`LockError`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_starter::http::ProblemDetails;
+/// use lock_starter::prelude::*;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let lock = InMemoryLock::new();
+/// let other_pod = lock.acquire("bill-run:2026-11", Lease::Fixed(Duration::from_secs(30))).await?;
+/// let error = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+///
+/// let problem = ProblemDetails::from_error(&error).instance("/bill-runs/2026-11");
+/// assert_eq!(problem.problem_type, "https://platform.telco/problems/lock-acquisition-failed");
+/// assert_eq!((problem.status, problem.title.as_str()), (503, "Lock not acquired"));
+/// assert_eq!(problem.code, "LOCK_ACQUISITION_FAILED");
+/// assert_eq!(problem.reason, "held_by_another_owner");
+/// assert_eq!(problem.lock_key.as_deref(), Some("bill-run:2026-11"));
+/// assert_eq!(problem.instance.as_deref(), Some("/bill-runs/2026-11"));
+/// assert_eq!(problem.extensions["holder"], other_pod.owner());
+/// assert_eq!(problem.retry_after_secs, Some(30)); // the holder's TTL, rounded up
+/// assert!(problem.detail.starts_with("lock `bill-run:2026-11` was not acquired"));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -127,6 +184,21 @@ pub struct ProblemDetails {
 
 impl ProblemDetails {
     /// The problem body of `error`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::http::ProblemDetails;
+    /// use lock_starter::LockError;
+    ///
+    /// let error = LockError::invalid_argument("lease", "0s", "accepted: 100ms to 7days")
+    ///     .for_key("bill-run:2026-11");
+    /// let problem = ProblemDetails::from_error(&error);
+    /// assert_eq!(problem.status, 500); // a bug of the calling service
+    /// assert_eq!(problem.reason, "invalid_argument");
+    /// assert_eq!(problem.extensions["argument"], "lease");
+    /// assert_eq!(problem.retry_after_secs, None);
+    /// ```
     pub fn from_error(error: &LockError) -> Self {
         let code = error.code();
         let mut details = error.details();
@@ -163,12 +235,42 @@ impl ProblemDetails {
     }
 
     /// Sets `instance`: a URI of this occurrence, e.g. the request path.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::http::ProblemDetails;
+    /// use lock_starter::LockError;
+    ///
+    /// let error = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
+    /// let problem = ProblemDetails::from_error(&error).instance("/bill-runs/2026-11");
+    /// assert_eq!(problem.to_json()["instance"], "/bill-runs/2026-11");
+    /// ```
     pub fn instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(instance.into());
         self
     }
 
     /// The body as JSON.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::http::ProblemDetails;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let _other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// let error = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+    ///
+    /// let body = ProblemDetails::from_error(&error).to_json();
+    /// assert_eq!(body["status"], 503);
+    /// assert_eq!(body["lockKey"], "bill-run:2026-11"); // camelCase members
+    /// assert!(body["waitedMs"].is_u64()); // numbers as JSON numbers
+    /// assert!(body.get("instance").is_none()); // unset members are left out
+    /// # Ok(()) }
+    /// ```
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
@@ -195,12 +297,52 @@ impl IntoResponse for ProblemDetails {
 }
 
 /// The response for `error`: its status and problem body ([`ProblemDetails`]).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_starter::http::problem_response;
+/// use lock_starter::prelude::*;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let lock = InMemoryLock::new();
+/// let _other_pod = lock.acquire("bill-run:2026-11", Lease::Fixed(Duration::from_millis(2500))).await?;
+/// let error = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+///
+/// let response = problem_response(&error);
+/// assert_eq!(response.status(), 503);
+/// assert_eq!(response.headers()["content-type"], "application/problem+json");
+/// assert_eq!(response.headers()["retry-after"], "3"); // seconds, rounded up
+/// # Ok(()) }
+/// ```
 pub fn problem_response(error: &LockError) -> Response {
     ProblemDetails::from_error(error).into_response()
 }
 
 /// A [`LockError`] as an axum rejection: return `Result<_, LockRejection>` from a handler and
 /// use `?` on lock calls; the error becomes its status and problem body.
+///
+/// # Examples
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+/// use lock_starter::http::LockRejection;
+/// use lock_starter::prelude::*;
+///
+/// async fn send_digest(starter: &LockStarter) -> Result<&'static str, LockRejection> {
+///     starter.lock()?; // LOCK_DISABLED when switched off: 503
+///     Ok("sent")
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let off = Figment::from(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+/// let starter = LockStarter::builder().figment(off).build().await?;
+/// let response = send_digest(&starter).await.into_response();
+/// assert_eq!(response.status(), 503);
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct LockRejection(pub LockError);
 

@@ -4,6 +4,8 @@
 //! configuration under `telco.platform.lock.*` (TOML files, then environment variables), builds
 //! the Redis-backed lock, and re-exports the whole lock API, so no other crate of ours is needed.
 //!
+//! # Examples
+//!
 //! ```no_run
 //! use lock_starter::prelude::*;
 //!
@@ -20,6 +22,37 @@
 //!     })
 //!     .await?; // LOCK_ACQUISITION_FAILED (HTTP 503) if another pod holds it or Redis is down
 //! # let _ = invoices;
+//! # Ok(()) }
+//! ```
+//!
+//! The same flow in a unit test, without Redis: the configuration is read and checked as in
+//! production, and an [`InMemoryLock`] stands in for the Redis lock.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use lock_starter::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use lock_starter::figment::{Figment, providers::{Format, Toml}};
+//! # let config = Figment::from(Toml::string("[telco.platform.lock]\nwatchdog-timeout = \"10s\"\n"));
+//! // `config`: the service's figment, read and checked as in production.
+//! let test_lock = InMemoryLock::new().with_wait_time(Duration::ZERO)?; // one attempt, no waiting
+//! let starter = LockStarter::builder().figment(config).lock(Arc::new(test_lock)).build().await?;
+//! let lock = starter.lock()?;
+//!
+//! let invoices = lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await?;
+//! assert_eq!(invoices, 1_204);
+//!
+//! // Another pod holds the period: fail closed, the section does not run.
+//! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+//! let error = lock
+//!     .with_lock("bill-run:2026-11", Lease::Watchdog, || async { unreachable!() })
+//!     .await
+//!     .unwrap_err();
+//! assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+//! assert_eq!(error.details()["holder"], other_pod.owner());
 //! # Ok(()) }
 //! ```
 //!

@@ -27,6 +27,8 @@ use super::keys::looks_secret;
 /// place); [`RedisAddress::expose`] gives the full URL for the Redis client and nothing else
 /// should.
 ///
+/// # Examples
+///
 /// ```
 /// use lock_starter::config::{RedisAddress, Topology};
 ///
@@ -35,6 +37,7 @@ use super::keys::looks_secret;
 /// assert_eq!(address.expose(), "redis://app:s3cret@redis.internal:6380/2");
 /// assert_eq!((address.host(), address.port(), address.database()), ("redis.internal", 6380, 2));
 /// assert_eq!(address.topology(), &Topology::Single);
+/// assert_eq!((address.username(), address.has_password()), (Some("app"), true));
 ///
 /// let sentinel = RedisAddress::parse(
 ///     "rediss-sentinel://:s3cret@s1:26379/1?sentinelServiceName=mymaster&node=s2:26379",
@@ -47,6 +50,15 @@ use super::keys::looks_secret;
 ///     sentinel.to_string(),
 ///     "rediss-sentinel://:***@s1:26379/1?sentinelServiceName=mymaster&node=s2:26379"
 /// );
+/// assert_eq!(sentinel.username(), None);
+///
+/// // The sentinels' own credentials, apart from the primary's:
+/// let guarded = RedisAddress::parse(
+///     "redis-sentinel://s1?sentinelServiceName=mymaster&sentinelUsername=watch&sentinelPassword=t0p",
+/// )
+/// .unwrap();
+/// assert_eq!(guarded.sentinel_username().as_deref(), Some("watch"));
+/// assert!(guarded.has_sentinel_password() && !guarded.has_password());
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct RedisAddress {
@@ -55,6 +67,20 @@ pub struct RedisAddress {
 }
 
 /// How the Redis servers of a [`RedisAddress`] are deployed, from its scheme.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::{RedisAddress, Topology};
+///
+/// let address = RedisAddress::parse("redis-sentinel://s1:26379?sentinelServiceName=mymaster").unwrap();
+/// match address.topology() {
+///     Topology::Single => println!("one server"),
+///     Topology::Sentinel { service_name } => assert_eq!(service_name, "mymaster"),
+///     Topology::Cluster => println!("a Redis Cluster"),
+///     _ => println!("a topology added later"),
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Topology {
@@ -71,6 +97,16 @@ pub enum Topology {
 }
 
 /// Why a text is not an accepted Redis address. Its `Display` never contains a password.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::RedisAddress;
+///
+/// let error = RedisAddress::parse("http://app:s3cret@redis.internal").unwrap_err();
+/// assert!(error.to_string().starts_with("the scheme http:// is not a Redis scheme; use redis://"));
+/// assert!(!error.to_string().contains("s3cret"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{problem}")]
 pub struct InvalidAddress {
@@ -85,6 +121,15 @@ impl InvalidAddress {
     }
 
     /// What is wrong, e.g. `the port is missing or 0`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::RedisAddress;
+    ///
+    /// let error = RedisAddress::parse("redis://redis.internal:0").unwrap_err();
+    /// assert_eq!(error.problem(), "port 0 is not accepted; the port must be a number from 1 to 65535");
+    /// ```
     pub fn problem(&self) -> &str {
         &self.problem
     }
@@ -216,6 +261,22 @@ impl RedisAddress {
     /// address: other than 0), a query parameter its scheme does not take (named), a `node=`
     /// that is not `host:port`, a sentinel address without `sentinelServiceName`, or a
     /// fragment.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{RedisAddress, Topology};
+    ///
+    /// let cluster = RedisAddress::parse("rediss-cluster://redis-0?node=redis-1:6379&node=redis-2:6379")?;
+    /// assert_eq!((cluster.topology(), cluster.tls()), (&Topology::Cluster, true));
+    /// assert_eq!(cluster.nodes().len(), 3);
+    ///
+    /// // A password with `@` must be percent-encoded:
+    /// assert!(RedisAddress::parse("redis://app:p%40ss@redis.internal").is_ok());
+    /// assert!(RedisAddress::parse("redis-cluster://redis-0/3").is_err()); // a cluster has database 0 only
+    /// assert!(RedisAddress::parse("redis-sentinel://s1:26379").is_err()); // no sentinelServiceName
+    /// # Ok::<(), lock_starter::config::InvalidAddress>(())
+    /// ```
     pub fn parse(text: &str) -> Result<RedisAddress, InvalidAddress> {
         let text = text.trim();
         if text.is_empty() {

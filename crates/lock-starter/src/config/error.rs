@@ -16,6 +16,24 @@ use super::origin::Origin;
 ///
 /// Passwords in Redis URLs are shown as `***` in `Display` and `Debug`, and the values of unknown
 /// keys whose names suggest a secret (`password`, `token`, …) are not shown at all.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::{ConfigError, ConfigSources, LockSettings, Origin};
+///
+/// let sources = ConfigSources::new()
+///     .env_from([("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://app:s3cret@redis.internal:0")]);
+/// match LockSettings::load(&sources) {
+///     Err(ConfigError::InvalidValue { key, value, origin, problem, .. }) => {
+///         assert_eq!(key, "telco.platform.lock.redis.address");
+///         assert_eq!(value, r#""redis://app:***@redis.internal:0""#); // never the password
+///         assert_eq!(*origin, Origin::Env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS".into()));
+///         assert!(problem.starts_with("port 0 is not accepted"));
+///     }
+///     other => panic!("expected an invalid value, got {other:?}"),
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -125,6 +143,20 @@ fn hint_part(hint: &Option<String>) -> String {
 
 impl ConfigError {
     /// The key (full dotted name) or environment variable the error is about, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    ///
+    /// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_LEASE_TIME", "30s")]);
+    /// let error = LockSettings::load(&sources).unwrap_err();
+    /// assert_eq!(error.key(), Some("TELCO_PLATFORM_LOCK_LEASE_TIME")); // an unknown variable
+    /// assert!(error.to_string().contains("there is deliberately no lease-time key"));
+    ///
+    /// let missing = LockSettings::load(&ConfigSources::new().toml_file("lock-typo.toml"));
+    /// assert_eq!(missing.unwrap_err().key(), None); // about a file, not a key
+    /// ```
     pub fn key(&self) -> Option<&str> {
         match self {
             ConfigError::InvalidValue { key, .. }
@@ -139,6 +171,17 @@ impl ConfigError {
     }
 
     /// Where the offending value came from, when it is one place.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    ///
+    /// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_MIN_REPLICAS", "-1")]);
+    /// let error = LockSettings::load(&sources).unwrap_err();
+    /// let origin = error.origin().unwrap();
+    /// assert_eq!(origin.to_string(), "environment variable TELCO_PLATFORM_LOCK_MIN_REPLICAS");
+    /// ```
     pub fn origin(&self) -> Option<&Origin> {
         match self {
             ConfigError::InvalidValue { origin, .. } | ConfigError::UnknownKey { origin, .. } => {

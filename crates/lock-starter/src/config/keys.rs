@@ -54,6 +54,15 @@ pub const MIN_FAIR_WAITER_TIMEOUT: Duration = lock_redis::MIN_FAIR_WAITER_TIMEOU
 pub const MAX_FAIR_WAITER_TIMEOUT: Duration = lock_redis::MAX_FAIR_WAITER_TIMEOUT;
 
 /// What kind of value a key takes; decides how its text is read.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::{ValueKind, key_spec};
+///
+/// assert_eq!(key_spec("wait-time").unwrap().kind, ValueKind::Duration);
+/// assert_eq!(key_spec("spring.data.redis.port").unwrap().kind, ValueKind::Port);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ValueKind {
@@ -84,6 +93,20 @@ pub enum ValueKind {
 /// The table ([`KEYS`], [`SPRING_KEYS`]) drives everything else: which environment variables are
 /// read ([`KeySpec::env_names`]), which keys are unknown, the "accepted" part of every error
 /// message, and `docs/configuration.md`.
+///
+/// # Examples
+///
+/// A `--help-config` listing for a service:
+///
+/// ```
+/// use lock_starter::config::KEYS;
+///
+/// for spec in KEYS {
+///     println!("{} (default {}; env {})", spec.name, spec.default, spec.env_name());
+///     println!("    {} Accepted: {}.", spec.meaning, spec.accepted);
+/// }
+/// assert_eq!(KEYS[0].name, "telco.platform.lock.enabled");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeySpec {
@@ -318,6 +341,15 @@ pub const SPRING_KEYS: &[KeySpec] = &[
 impl KeySpec {
     /// The key relative to its section: `wait-time` for `telco.platform.lock.wait-time`,
     /// `redis.address` for `telco.platform.lock.redis.address`. Spring keys are returned whole.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::key_spec;
+    ///
+    /// assert_eq!(key_spec("telco.platform.lock.redis.address").unwrap().short_name(), "redis.address");
+    /// assert_eq!(key_spec("spring.data.redis.url").unwrap().short_name(), "spring.data.redis.url");
+    /// ```
     pub fn short_name(&self) -> &'static str {
         self.name
             .strip_prefix(PREFIX)
@@ -327,6 +359,15 @@ impl KeySpec {
 
     /// The environment variable named after the key: `.` and `-` become `_`, letters are
     /// uppercased (`TELCO_PLATFORM_LOCK_WAIT_TIME`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::key_spec;
+    ///
+    /// let spec = key_spec("redis.command-timeout").unwrap();
+    /// assert_eq!(spec.env_name(), "TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT");
+    /// ```
     pub fn env_name(&self) -> String {
         self.name
             .chars()
@@ -339,6 +380,15 @@ impl KeySpec {
 
     /// Spring's relaxed form of [`KeySpec::env_name`]: dashes are dropped instead of becoming `_`
     /// (`TELCO_PLATFORM_LOCK_WAITTIME`). The same as `env_name` for keys without dashes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::key_spec;
+    ///
+    /// let spec = key_spec("redis.command-timeout").unwrap();
+    /// assert_eq!(spec.relaxed_env_name(), "TELCO_PLATFORM_LOCK_REDIS_COMMANDTIMEOUT");
+    /// ```
     pub fn relaxed_env_name(&self) -> String {
         self.name
             .chars()
@@ -352,6 +402,18 @@ impl KeySpec {
 
     /// Every environment variable that sets this key: [`KeySpec::env_name`], then
     /// [`KeySpec::relaxed_env_name`] if it differs.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::key_spec;
+    ///
+    /// assert_eq!(
+    ///     key_spec("wait-time").unwrap().env_names(),
+    ///     ["TELCO_PLATFORM_LOCK_WAIT_TIME", "TELCO_PLATFORM_LOCK_WAITTIME"]
+    /// );
+    /// assert_eq!(key_spec("enabled").unwrap().env_names(), ["TELCO_PLATFORM_LOCK_ENABLED"]);
+    /// ```
     pub fn env_names(&self) -> Vec<String> {
         let (strict, relaxed) = (self.env_name(), self.relaxed_env_name());
         if strict == relaxed {
@@ -364,6 +426,18 @@ impl KeySpec {
 
 /// The row of `key`, given as the full dotted name (`telco.platform.lock.wait-time`) or
 /// relative to `telco.platform.lock` (`wait-time`). Spring keys are found by their full name.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::key_spec;
+///
+/// let spec = key_spec("wait-time").unwrap();
+/// assert_eq!(spec.name, "telco.platform.lock.wait-time");
+/// assert_eq!(spec.default, "5s");
+/// assert_eq!(key_spec("telco.platform.lock.wait-time"), Some(spec));
+/// assert_eq!(key_spec("lease-time"), None); // the lease is chosen per call
+/// ```
 pub fn key_spec(key: &str) -> Option<&'static KeySpec> {
     KEYS.iter()
         .chain(SPRING_KEYS)

@@ -71,6 +71,29 @@ pub use sources::ConfigSources;
 /// The lock's settings, checked: every value is within its bounds.
 ///
 /// `Debug` shows the Redis address with its password as `***`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_starter::config::{ConfigSources, LockSettings};
+///
+/// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+/// let sources = ConfigSources::new().env_from([
+///     ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://app:s3cret@redis.internal:6379"),
+///     ("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "10s"),
+///     ("POD_NAME", "billing-7f9c"),
+/// ]);
+/// let settings = LockSettings::load(&sources)?;
+/// assert!(settings.enabled);
+/// assert_eq!(settings.watchdog_timeout, Duration::from_secs(10));
+/// assert_eq!(settings.wait_time, Duration::from_secs(5)); // the default
+/// assert_eq!(settings.instance_id, "billing-7f9c");
+/// assert_eq!(settings.key_prefix, "lock:");
+/// assert!(!format!("{settings:?}").contains("s3cret"));
+/// assert!(settings.warnings.is_empty());
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct LockSettings {
     /// `telco.platform.lock.enabled`: master switch. Default `true`.
@@ -106,6 +129,24 @@ pub struct LockSettings {
 }
 
 /// `telco.platform.lock.redis.*`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_starter::config::{ConfigSources, LockSettings, Topology};
+///
+/// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+/// let sources = ConfigSources::new().env_from([
+///     ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis-cluster://redis-0:6379?node=redis-1:6379"),
+///     ("TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT", "500ms"),
+/// ]);
+/// let redis = LockSettings::load(&sources)?.redis;
+/// assert_eq!(redis.address.topology(), &Topology::Cluster);
+/// assert_eq!(redis.command_timeout, Duration::from_millis(500));
+/// assert_eq!(redis.tls_ca_file, None); // the system's root certificates
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
     /// `telco.platform.lock.redis.address`: one server, a Sentinel group or a Cluster (see
@@ -136,6 +177,27 @@ impl LockSettings {
     ///
     /// Settings that are set but not read are warnings, not errors: each is logged with
     /// `tracing::warn!` and kept in [`LockSettings::warnings`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("lock.toml");
+    /// std::fs::write(&path, "[telco.platform.lock]\nwait-time = \"2s\"\nwatchdog-timeout = \"10s\"\n")?;
+    ///
+    /// // The environment wins over the file.
+    /// let sources = ConfigSources::new()
+    ///     .toml_file(&path)
+    ///     .env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "1s")]);
+    /// let settings = LockSettings::load(&sources)?;
+    /// assert_eq!(settings.wait_time, Duration::from_secs(1));
+    /// assert_eq!(settings.watchdog_timeout, Duration::from_secs(10));
+    /// # Ok(()) }
+    /// ```
     pub fn load(sources: &ConfigSources) -> Result<LockSettings, ConfigError> {
         let (figment, host_env) = sources.build()?;
         resolve::resolve(&figment, &host_env)
@@ -148,6 +210,32 @@ impl LockSettings {
     /// # Errors
     /// As [`LockSettings::load`], from the figment's values; a figment whose providers failed
     /// gives [`ConfigError::Source`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_starter::config::LockSettings;
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// let figment = Figment::from(Toml::string(
+    ///     r#"
+    ///     [telco.platform.lock]
+    ///     wait-time = "2s"
+    ///     [telco.platform.lock.redis]
+    ///     address = "redis-sentinel://redis-sentinel:26379?sentinelServiceName=mymaster"
+    ///     "#,
+    /// ));
+    /// let settings = LockSettings::from_figment(&figment)?;
+    /// assert_eq!(settings.wait_time, Duration::from_secs(2));
+    /// assert_eq!(settings.redis.address.port(), 26379);
+    ///
+    /// let typo = Figment::from(Toml::string("[telco.platform.lock]\nwait-tme = \"2s\"\n"));
+    /// let error = LockSettings::from_figment(&typo).unwrap_err();
+    /// assert!(error.to_string().contains("did you mean telco.platform.lock.wait-time?"));
+    /// # Ok(()) }
+    /// ```
     pub fn from_figment(figment: &Figment) -> Result<LockSettings, ConfigError> {
         resolve::resolve(figment, &sources::HostEnv::process())
     }
@@ -165,6 +253,8 @@ impl LockSettings {
     ///   address does not come from `telco.platform.lock.redis.address`, but are not used for
     ///   it (`timeout`, `sentinel.password`, `ssl.bundle`, … — and with `spring.data.redis.url`
     ///   also `ssl.enabled`), by name and source, never by value.
+    ///
+    /// # Examples
     ///
     /// ```
     /// use lock_starter::config::{ConfigSources, LockSettings};
@@ -185,6 +275,23 @@ impl LockSettings {
 
     /// Where `key` came from; `key` is the full name or the name relative to
     /// `telco.platform.lock` (`enabled`, `redis.address`). `None` for a key not in [`KEYS`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings, Origin};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s")]);
+    /// let settings = LockSettings::load(&sources)?;
+    /// assert_eq!(
+    ///     settings.source_of("wait-time"),
+    ///     Some(&Origin::Env("TELCO_PLATFORM_LOCK_WAIT_TIME".into()))
+    /// );
+    /// assert_eq!(settings.source_of("telco.platform.lock.watchdog-timeout"), Some(&Origin::Default));
+    /// assert_eq!(settings.source_of("lease-time"), None); // no such key
+    /// # Ok(()) }
+    /// ```
     pub fn source_of(&self, key: &str) -> Option<&Origin> {
         self.origins.get(key)
     }
@@ -193,6 +300,28 @@ impl LockSettings {
     /// variable TELCO_PLATFORM_LOCK_ENABLED` — the detail of `LockError::Disabled`, and a line
     /// for start-up logs. The address is shown with its password as `***`. `None` for a key not
     /// in [`KEYS`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// let sources = ConfigSources::new().env_from([
+    ///     ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://app:s3cret@redis.internal:6379"),
+    /// ]);
+    /// let settings = LockSettings::load(&sources)?;
+    /// assert_eq!(
+    ///     settings.describe("redis.address").unwrap(),
+    ///     "telco.platform.lock.redis.address = redis://app:***@redis.internal:6379 \
+    ///      from environment variable TELCO_PLATFORM_LOCK_REDIS_ADDRESS"
+    /// );
+    /// assert_eq!(
+    ///     settings.describe("wait-time").unwrap(),
+    ///     "telco.platform.lock.wait-time = 5s from default"
+    /// );
+    /// # Ok(()) }
+    /// ```
     pub fn describe(&self, key: &str) -> Option<String> {
         let spec = key_spec(key).filter(|spec| KEYS.contains(spec))?;
         let duration = |d: Duration| humantime::format_duration(d).to_string();

@@ -18,6 +18,24 @@ pub(crate) const ENV_PROVIDER: &str = "environment variable";
 /// `spring.data.redis.sentinel.master from TOML file config/app.toml,
 /// spring.data.redis.sentinel.nodes from TOML file config/app.toml and
 /// spring.data.redis.password from environment variable SPRING_DATA_REDIS_PASSWORD`.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::{ConfigSources, LockSettings, Origin};
+///
+/// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+/// // The address from the service's Spring settings:
+/// let sources = ConfigSources::new().env_from([("SPRING_DATA_REDIS_URL", "redis://cache:6380")]);
+/// let settings = LockSettings::load(&sources)?;
+/// let origin = settings.source_of("redis.address").unwrap();
+/// assert_eq!(origin, &Origin::SpringUrl(Box::new(Origin::Env("SPRING_DATA_REDIS_URL".into()))));
+/// assert_eq!(
+///     origin.to_string(),
+///     "spring.data.redis.url from environment variable SPRING_DATA_REDIS_URL"
+/// );
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Origin {
@@ -90,6 +108,20 @@ impl Origin {
 
     /// Whether the value is a built-in default (including a default read from the environment
     /// or the host name).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// let sources = ConfigSources::new()
+    ///     .env_from([("POD_NAME", "billing-7f9c"), ("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s")]);
+    /// let settings = LockSettings::load(&sources)?;
+    /// assert!(settings.source_of("instance-id").unwrap().is_default()); // from POD_NAME
+    /// assert!(!settings.source_of("wait-time").unwrap().is_default());
+    /// # Ok(()) }
+    /// ```
     pub fn is_default(&self) -> bool {
         matches!(
             self,
@@ -126,6 +158,20 @@ impl fmt::Display for Origin {
 /// The [`Origin`] of every setting of a [`LockSettings`](super::LockSettings).
 ///
 /// `Default` gives [`Origin::Default`] for every key, for settings built by hand.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::{ConfigSources, LockSettings, Origin, Origins};
+///
+/// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+/// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_ENABLED", "false")]);
+/// let origins = LockSettings::load(&sources)?.origins;
+/// assert_eq!(origins.get("enabled"), Some(&Origin::Env("TELCO_PLATFORM_LOCK_ENABLED".into())));
+///
+/// assert_eq!(Origins::default().get("wait-time"), Some(&Origin::Default));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origins {
     by_key: BTreeMap<&'static str, Origin>,
@@ -137,6 +183,17 @@ impl Origins {
     /// Where `key` came from; `key` is the full name (`telco.platform.lock.wait-time`) or the
     /// name relative to `telco.platform.lock` (`wait-time`). `None` if the key is not in
     /// [`KEYS`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{Origin, Origins};
+    ///
+    /// let origins = Origins::default();
+    /// assert_eq!(origins.get("telco.platform.lock.wait-time"), Some(&Origin::Default));
+    /// assert_eq!(origins.get("wait-time"), Some(&Origin::Default));
+    /// assert_eq!(origins.get("spring.data.redis.url"), None); // not a key of the lock
+    /// ```
     pub fn get(&self, key: &str) -> Option<&Origin> {
         let spec = key_spec(key).filter(|spec| KEYS.contains(spec))?;
         Some(self.by_key.get(spec.name).unwrap_or(&DEFAULT))

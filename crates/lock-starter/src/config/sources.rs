@@ -26,6 +26,8 @@ use super::resolve::quote;
 /// instead, without the environment unless [`env(true)`](Self::env) is added. Tests hand in their
 /// variables with [`env_from`](Self::env_from), so they never touch the process environment.
 ///
+/// # Examples
+///
 /// ```
 /// use lock_starter::config::{ConfigSources, LockSettings};
 ///
@@ -70,6 +72,20 @@ impl ConfigSources {
     /// file (same key layout, unknown keys under `telco.platform.lock` rejected) and the
     /// environment is **not** read, as with [`LockSettings::from_figment`](super::LockSettings::from_figment).
     /// Add [`env(true)`](Self::env) to layer the environment on top, or more files or figments.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// let service_config = Figment::from(Toml::string("[telco.platform.lock]\nkey-prefix = \"billing:lock:\"\n"));
+    /// let settings = LockSettings::load(&ConfigSources::from_figment(service_config))?;
+    /// assert_eq!(settings.key_prefix, "billing:lock:");
+    /// assert_eq!(settings.source_of("key-prefix").unwrap().to_string(), "TOML source string");
+    /// # Ok(()) }
+    /// ```
     pub fn from_figment(figment: Figment) -> Self {
         ConfigSources {
             layers: vec![Layer::Figment(Box::new(figment))],
@@ -80,6 +96,26 @@ impl ConfigSources {
     /// Adds a TOML file, read after the files and figments added before it. The file must
     /// exist: a missing file is an error naming the path (see
     /// [`ConfigError::MissingFile`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_starter::config::{ConfigSources, LockSettings, Origin};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (base, prod) = (dir.path().join("lock.toml"), dir.path().join("lock-prod.toml"));
+    /// std::fs::write(&base, "[telco.platform.lock]\nwait-time = \"2s\"\nkey-prefix = \"billing:\"\n")?;
+    /// std::fs::write(&prod, "[telco.platform.lock]\nwait-time = \"10s\"\n")?;
+    ///
+    /// let sources = ConfigSources::new().toml_file(&base).toml_file(&prod).env_from([("POD_NAME", "billing-7f9c")]);
+    /// let settings = LockSettings::load(&sources)?;
+    /// assert_eq!(settings.wait_time, Duration::from_secs(10)); // the later file wins
+    /// assert_eq!(settings.key_prefix, "billing:");
+    /// assert!(matches!(settings.source_of("wait-time"), Some(Origin::File { path, .. }) if *path == prod));
+    /// # Ok(()) }
+    /// ```
     pub fn toml_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.layers.push(Layer::Toml(path.into()));
         self
@@ -87,6 +123,21 @@ impl ConfigSources {
 
     /// Adds a consumer's figment, read after the files and figments added before it. Its values
     /// are reported as coming from its providers' metadata.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    /// use lock_starter::figment::{Figment, providers::Serialized};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// // A value the service computes, layered over the files, under the environment.
+    /// let computed = Figment::from(Serialized::default("telco.platform.lock.wait-time", "250ms"));
+    /// let sources = ConfigSources::new().figment(computed).env_from([("POD_NAME", "billing-7f9c")]);
+    /// assert_eq!(LockSettings::load(&sources)?.wait_time, Duration::from_millis(250));
+    /// # Ok(()) }
+    /// ```
     pub fn figment(mut self, figment: Figment) -> Self {
         self.layers.push(Layer::Figment(Box::new(figment)));
         self
@@ -96,6 +147,24 @@ impl ConfigSources {
     /// environment (`false`, the default of [`from_figment`](Self::from_figment)).
     ///
     /// `POD_NAME` and `HOSTNAME` (the default instance id) are read from the process either way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings};
+    /// use lock_starter::figment::Figment;
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// // A tool that takes its settings from files only, whatever TELCO_PLATFORM_LOCK_* says:
+    /// let files_only = ConfigSources::new().env(false);
+    /// let settings = LockSettings::load(&files_only)?;
+    /// assert!(settings.source_of("wait-time").unwrap().is_default());
+    ///
+    /// // The service's own figment, with the environment on top after all:
+    /// let layered = ConfigSources::from_figment(Figment::new()).env(true);
+    /// # let _ = layered;
+    /// # Ok(()) }
+    /// ```
     pub fn env(mut self, read: bool) -> Self {
         self.env = if read {
             EnvInput::Process
@@ -108,6 +177,24 @@ impl ConfigSources {
     /// Reads these variables instead of the process environment, for tests and for services
     /// that assemble their environment themselves. They replace the process environment
     /// entirely, `POD_NAME` and `HOSTNAME` included; a name given twice keeps the last value.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::config::{ConfigSources, LockSettings, Origin};
+    ///
+    /// # fn main() -> Result<(), lock_starter::config::ConfigError> {
+    /// // A test of a service's start-up, whatever the process environment holds:
+    /// let sources = ConfigSources::new().env_from([
+    ///     ("TELCO_PLATFORM_LOCK_ENABLED", "false"),
+    ///     ("HOSTNAME", "billing-7f9c"),
+    /// ]);
+    /// let settings = LockSettings::load(&sources)?;
+    /// assert!(!settings.enabled);
+    /// assert_eq!(settings.instance_id, "billing-7f9c");
+    /// assert_eq!(settings.source_of("instance-id"), Some(&Origin::DefaultFromEnv("HOSTNAME".into())));
+    /// # Ok(()) }
+    /// ```
     pub fn env_from<I, K, V>(mut self, vars: I) -> Self
     where
         I: IntoIterator<Item = (K, V)>,
