@@ -91,12 +91,25 @@ pub use lock_core::{
     MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, Unguarded, UnguardedReason, telemetry,
 };
 
+/// What implementing [`DistributedLock`] yourself takes, for a lock handed in with
+/// [`LockStarterBuilder::lock`] (most services never need this): the lease state a
+/// [`LockHandle`] watches, the release it calls, owner tokens, and the argument checks every
+/// implementation applies. The contract and its conformance suite are described on
+/// [`DistributedLock`].
+pub mod backend {
+    pub use lock_core::{
+        BoxError, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
+        validate_instance_id, validate_key, validate_wait, validate_watchdog_timeout,
+    };
+}
+
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::{
-        ACQUIRE_SCRIPT, FORCE_RELEASE_SCRIPT, ForceReleased, LockState, LockStatus, RELEASE_SCRIPT,
-        RENEW_BATCH, RENEW_SCRIPT, RedisFailure, RedisLock, RedisLockConfig, Refusal,
-        STATUS_SCRIPT, TOMBSTONE_TTL, WatchdogStats,
+        ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT,
+        ForceReleased, LockState, LockStatus, RELEASE_SCRIPT, RENEW_BATCH, RENEW_SCRIPT,
+        RedisFailure, RedisLock, RedisLockConfig, Refusal, STATUS_SCRIPT, TOMBSTONE_TTL,
+        WatchdogStats, key_prefix_problem, validate_key_prefix,
     };
 }
 

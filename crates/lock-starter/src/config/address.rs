@@ -120,7 +120,7 @@ impl InvalidAddress {
         }
     }
 
-    /// What is wrong, e.g. `the port is missing or 0`.
+    /// What is wrong, e.g. `port 0 is not accepted; the port must be a number from 1 to 65535`.
     ///
     /// # Examples
     ///
