@@ -1,82 +1,19 @@
 //! The `platform-lock` binary against private redis-servers: what on-call sees and the exit
 //! codes scripts rely on.
 
-use std::process::{Output, Stdio};
+mod common;
+
+use std::process::Stdio;
 use std::time::Duration;
 
-use lock_starter::redis::{ForceReleased, LockState, RedisLock, RedisLockConfig};
+use common::{
+    SLACK, assert_one_line, cli, code, eventually, finish, free_port, other_pod, platform_lock,
+    stderr, stdout,
+};
+use lock_starter::redis::{ForceReleased, LockState};
 use lock_starter::{DistributedLock, Lease, LostReason};
 use lock_testkit::RedisServer;
-use tokio::process::Command;
 use tokio::time::Instant;
-
-/// Generous upper bound for anything that should happen "promptly" on a loaded machine.
-const SLACK: Duration = Duration::from_secs(15);
-
-fn platform_lock(address: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_platform-lock"));
-    command
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)
-        .env("TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT", "1s")
-        .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "1s")
-        .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", "cli-pod")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    command
-}
-
-/// Runs `platform-lock args…` to its end (within [`SLACK`] plus a minute).
-async fn cli(address: &str, args: &[&str]) -> Output {
-    tokio::time::timeout(
-        SLACK + Duration::from_secs(60),
-        platform_lock(address, args).output(),
-    )
-    .await
-    .expect("platform-lock did not finish")
-    .expect("platform-lock runs")
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("exited, not killed")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// A client of `address` holding nothing yet: the "other pod" (instance id `demo-pod`).
-async fn other_pod(address: &str) -> RedisLock {
-    RedisLock::connect(
-        RedisLockConfig::new(address)
-            .instance_id("demo-pod")
-            .watchdog_timeout(Duration::from_secs(1))
-            .command_timeout(Duration::from_secs(1)),
-    )
-    .await
-    .unwrap()
-}
-
-async fn eventually<F, Fut>(mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + SLACK;
-    while Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_list_and_release_a_lock_held_by_another_pod() {
@@ -240,12 +177,7 @@ async fn run_terminates_its_command_when_the_lease_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_configuration_and_an_unreachable_redis_are_one_line_each() {
-    let free_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let nowhere = format!("redis://:n0wh3re-pw@127.0.0.1:{free_port}");
+    let nowhere = format!("redis://:n0wh3re-pw@127.0.0.1:{}", free_port());
     for (args, expected) in [
         (&["frobnicate"][..], 2),
         (&["run", "--key", "job"][..], 2),
@@ -268,6 +200,16 @@ async fn bad_arguments_configuration_and_an_unreachable_redis_are_one_line_each(
             !err.contains("n0wh3re-pw"),
             "{args:?} leaked the password: {err}"
         );
+        if expected == 1 {
+            // What failed, why, what to do.
+            for mention in [
+                "failed at Redis",
+                "Connection refused",
+                "check that Redis is up",
+            ] {
+                assert!(err.contains(mention), "{args:?}: no {mention:?} in {err}");
+            }
+        }
     }
     let mut bad = platform_lock(&nowhere, &["status", "job"]);
     bad.env("TELCO_PLATFORM_LOCK_WAIT_TIME", "5 parsecs");
@@ -326,4 +268,279 @@ async fn the_password_in_the_address_never_appears_in_any_output() {
         );
     }
     drop(held);
+}
+
+/// A Redis user whose ACL lacks `+scan`: `list` says that listing needs SCAN, that the user
+/// lacks the permission (Redis' NOPERM), and which grant to add — not fred's "Expected bulk
+/// string array from SCAN", and not "check that Redis is up".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_as_a_redis_user_without_scan_says_the_permission_is_missing() {
+    let redis = RedisServer::start().await.unwrap();
+    // Everything but SCAN, so nothing else can be what fails.
+    redis
+        .cmd(&[
+            "ACL",
+            "SETUSER",
+            "ops",
+            "on",
+            ">ops-Pa55",
+            "~*",
+            "&*",
+            "+@all",
+            "-scan",
+        ])
+        .await
+        .unwrap();
+    let url = redis.url().replace("redis://", "redis://ops:ops-Pa55@");
+    let pod = other_pod(&redis.url()).await;
+    let _held = pod
+        .acquire("bill-run:2026-11", Lease::Watchdog)
+        .await
+        .unwrap();
+    let status = cli(&url, &["status", "bill-run:2026-11"]).await;
+    assert_eq!(code(&status), 0, "{}", stderr(&status));
+
+    for args in [&["list"][..], &["list", "--json", "bill-run:*"][..]] {
+        let output = cli(&url, args).await;
+        let label = format!("{args:?}");
+        assert_one_line(
+            &label,
+            &output,
+            1,
+            &[
+                "listing locks",
+                "refused the SCAN",
+                "permission",
+                "NOPERM",
+                "+scan",
+                "docs/design.md",
+            ],
+        );
+        let err = stderr(&output);
+        assert!(!err.contains("Expected bulk string"), "{label}: {err}");
+        assert!(!err.contains("check that Redis is up"), "{label}: {err}");
+        assert!(
+            !err.contains("ops-Pa55"),
+            "{label} leaked the password: {err}"
+        );
+        assert!(stdout(&output).is_empty(), "{label}: {}", stdout(&output));
+    }
+}
+
+/// Each bad input gives one line saying what is wrong and what to do, with the documented
+/// exit code, and the command does not run (or, when it cannot be started, the lock is given
+/// back at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_are_one_line_each_with_the_documented_code() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("no-execute-permission.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    let script = script.to_str().unwrap();
+    let usage = [
+        "<COMMAND>",
+        "usage: platform-lock run --key <KEY> -- <COMMAND>",
+    ];
+    let cases: Vec<(Vec<&str>, i32, Vec<&str>)> = vec![
+        (
+            vec!["run", "--key", "job", "--lease", "0s", "--", "echo", "ran"],
+            2,
+            vec!["--lease", "100ms to 7days"],
+        ),
+        (
+            vec![
+                "run", "--key", "job", "--lease", "50ms", "--", "echo", "ran",
+            ],
+            2,
+            vec!["--lease", "100ms to 7days"],
+        ),
+        (
+            vec!["run", "--key", "job", "--lease", "abc", "--", "echo", "ran"],
+            2,
+            vec!["--lease", "a duration takes a unit"],
+        ),
+        (
+            vec![
+                "run",
+                "--key",
+                "job",
+                "--lease",
+                "99999999999999999s",
+                "--",
+                "echo",
+                "ran",
+            ],
+            2,
+            vec!["--lease", "100ms to 7days"],
+        ),
+        (
+            vec![
+                "run",
+                "--key",
+                "job",
+                "--lease",
+                "18446744073709551616s",
+                "--",
+                "echo",
+                "ran",
+            ],
+            2,
+            vec!["--lease", "too large"],
+        ),
+        (
+            vec!["run", "--key", "job", "--wait", "2h", "--", "echo", "ran"],
+            2,
+            vec!["--wait", "0s (one attempt) to 1h"],
+        ),
+        (
+            vec![
+                "run",
+                "--key",
+                "job",
+                "--wait",
+                "18446744073709551615s",
+                "--",
+                "echo",
+                "ran",
+            ],
+            2,
+            vec!["--wait", "0s (one attempt) to 1h"],
+        ),
+        (
+            vec!["run", "--key", "", "--", "echo", "ran"],
+            2,
+            vec!["invalid lock key", "empty", "1 to 512 bytes"],
+        ),
+        (vec!["status", ""], 2, vec!["invalid lock key", "empty"]),
+        (
+            vec!["release", "--force", "--yes", ""],
+            2,
+            vec!["invalid lock key", "empty"],
+        ),
+        (
+            vec!["list", ""],
+            2,
+            vec!["pattern is empty", "leave it out"],
+        ),
+        (
+            vec!["list", "--limit", "0"],
+            2,
+            vec!["--limit", "at least 1"],
+        ),
+        (vec!["run", "--key", "job", "--"], 2, usage.to_vec()),
+        (vec!["run", "--key", "job"], 2, usage.to_vec()),
+        (
+            vec!["run", "--key", "job", "--", "/nonexistent/command"],
+            127,
+            vec!["cannot run `/nonexistent/command`", "not found", "PATH"],
+        ),
+        (
+            vec!["run", "--key", "job", "--", ""],
+            127,
+            vec!["not found", "PATH"],
+        ),
+        (
+            vec!["run", "--key", "job", "--", script],
+            126,
+            vec!["not executable", "chmod +x"],
+        ),
+        (
+            vec!["run", "--key", "job", "--", "/"],
+            126,
+            vec!["not executable"],
+        ),
+    ];
+    for (args, expected, mentions) in cases {
+        let output = cli(&url, &args).await;
+        assert_one_line(&format!("{args:?}"), &output, expected, &mentions);
+        assert!(!stdout(&output).contains("ran"), "{args:?} ran the command");
+        assert!(
+            !pod.status("job").await.unwrap().is_held(),
+            "{args:?} left the lock held"
+        );
+    }
+}
+
+/// A wrong or missing password says to fix the credentials in the address, not to check that
+/// Redis is up; an unknown host is one readable line too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
+    const PASSWORD: &str = "cli-R1ght-pw";
+    let redis = RedisServer::builder()
+        .args(["--requirepass", PASSWORD])
+        .start()
+        .await
+        .unwrap();
+    let port = redis.port();
+    for (address, refusal) in [
+        (
+            format!("redis://:{PASSWORD}-wrong@127.0.0.1:{port}"),
+            "WRONGPASS",
+        ),
+        (
+            format!("redis://nobody:{PASSWORD}@127.0.0.1:{port}"),
+            "WRONGPASS",
+        ),
+        (format!("redis://127.0.0.1:{port}"), "NOAUTH"),
+    ] {
+        for args in [
+            &["status", "job"][..],
+            &["list"][..],
+            &["run", "--key", "job", "--", "echo", "ran"][..],
+        ] {
+            let output = cli(&address, args).await;
+            let label = format!("{args:?} as {}", address.replace(PASSWORD, "***"));
+            assert_one_line(
+                &label,
+                &output,
+                1,
+                &[
+                    refusal,
+                    "put the right user and password in telco.platform.lock.redis.address",
+                ],
+            );
+            assert!(
+                !stderr(&output).contains("check that Redis is up"),
+                "{label}"
+            );
+            assert!(
+                !stderr(&output).contains(PASSWORD),
+                "{label} leaked the password"
+            );
+            assert!(!stdout(&output).contains("ran"), "{label} ran the command");
+        }
+    }
+    // However the resolver answers here (no such host, no DNS at all), one line, and not
+    // Rust's `Debug` of the I/O error.
+    let output = cli("redis://no-such-host.invalid:6379", &["status", "job"]).await;
+    assert_one_line("unknown host", &output, 1, &["no-such-host.invalid"]);
+    assert!(!stderr(&output).contains("Custom {"), "{}", stderr(&output));
+}
+
+/// `platform-lock status … | head -1` and the like: a reader that stops reading is not a
+/// failure (no panic, exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_goes_away_is_no_failure() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    let _held = pod.acquire("held", Lease::Watchdog).await.unwrap();
+    for args in [
+        &["status", "held"][..],
+        &["status", "--json", "held"][..],
+        &["list"][..],
+        &["list", "--json"][..],
+        &["release", "--force", "--yes", "free"][..],
+    ] {
+        // A pipe whose reader is gone before platform-lock writes: every write fails (EPIPE).
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        drop(reader);
+        let mut command = platform_lock(&url, args);
+        command.stdout(Stdio::from(writer)).stderr(Stdio::piped());
+        let output = finish(command).await;
+        assert_eq!(code(&output), 0, "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).is_empty(), "{args:?}: {}", stderr(&output));
+    }
 }

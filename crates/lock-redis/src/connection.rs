@@ -291,10 +291,10 @@ impl Health {
     }
 }
 
-/// A connection error as one readable phrase: fred renders I/O errors with `Debug` —
-/// `Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`, or for a host name
-/// that does not resolve `Custom { kind: Uncategorized, error: "failed to lookup address
-/// information: …" }`; keep the quoted message.
+/// A connection error as one readable phrase: fred renders I/O errors with `Debug`
+/// (`Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`, or for a host
+/// name that does not resolve `Custom { kind: Uncategorized, error: "failed to lookup address
+/// information: …" }`); keep the message.
 fn describe(error: &Error) -> String {
     let details = error.details();
     match error.kind() {
@@ -318,21 +318,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn io_errors_are_described_by_their_message_not_their_debug_form() {
-        let refused = Error::new(
-            ErrorKind::IO,
-            r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
-        );
-        assert_eq!(describe(&refused), "connection failed: Connection refused");
-        let unresolved = Error::new(
-            ErrorKind::IO,
-            r#"Custom { kind: Uncategorized, error: "failed to lookup address information: Name or service not known" }"#,
-        );
+    fn connection_errors_read_as_their_message() {
+        for (details, expected) in [
+            (
+                r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#,
+                "connection failed: Connection refused",
+            ),
+            (
+                r#"Custom { kind: Uncategorized, error: "failed to lookup address information: Name or service not known" }"#,
+                "connection failed: failed to lookup address information: Name or service not known",
+            ),
+            ("Broken pipe", "connection failed: Broken pipe"),
+        ] {
+            assert_eq!(describe(&Error::new(ErrorKind::IO, details)), expected);
+        }
         assert_eq!(
-            describe(&unresolved),
-            "connection failed: failed to lookup address information: Name or service not known"
+            describe(&Error::new(
+                ErrorKind::Auth,
+                "WRONGPASS invalid username-password pair or user is disabled."
+            )),
+            "authentication failed: WRONGPASS invalid username-password pair or user is disabled."
         );
-        let plain = Error::new(ErrorKind::IO, "broken pipe");
-        assert_eq!(describe(&plain), "connection failed: broken pipe");
     }
 }

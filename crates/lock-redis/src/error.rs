@@ -26,7 +26,7 @@ pub enum RedisFailure {
     /// what on-call can do; `message` is Redis' own text. A refused acquisition wrote nothing
     /// (Redis refuses before the acquire script's only write); after a refused release the lease
     /// ends at its TTL.
-    #[error("Redis refused the {operation}: {} ({message}); {}", .refusal.meaning(), .refusal.remedy())]
+    #[error("Redis refused the {operation}: {} ({message}); {}", .refusal.meaning(), .refusal.remedy_for(operation))]
     Refused {
         /// What was being done, e.g. `acquire script`, `release script`.
         operation: &'static str,
@@ -299,6 +299,18 @@ impl Refusal {
         }
     }
 
+    /// What on-call can do about a refused `operation`, for the `Display` of
+    /// [`RedisFailure::Refused`]. Only the operators' calls (`SCAN`, `PUBSUB SHARDNUMSUB`) need
+    /// grants beyond the lock's own ACL, so a missing permission there names those.
+    fn remedy_for(self, operation: &str) -> &'static str {
+        match (self, operation) {
+            (Refusal::NoPermission, "SCAN" | "PUBSUB SHARDNUMSUB") => {
+                "grant the Redis user the operators' commands as well: ACL SETUSER <user> +scan +pubsub|shardnumsub (see the lock's ACL in docs/design.md)"
+            }
+            _ => self.remedy(),
+        }
+    }
+
     /// What on-call can do, for the `Display` of [`RedisFailure::Refused`].
     const fn remedy(self) -> &'static str {
         match self {
@@ -539,6 +551,23 @@ mod tests {
                 RedisFailure::Command { .. }
             ));
         }
+    }
+
+    #[test]
+    fn a_refused_operators_call_names_the_operators_grants() {
+        let noperm = || {
+            Error::new(
+                ErrorKind::Unknown,
+                "NOPERM this user has no permissions to run the 'scan' command",
+            )
+        };
+        let scan = RedisFailure::command("SCAN", noperm()).to_string();
+        assert!(scan.contains("Redis refused the SCAN"), "{scan}");
+        assert!(scan.contains("NOPERM"), "{scan}");
+        assert!(scan.contains("+scan +pubsub|shardnumsub"), "{scan}");
+        let acquire = RedisFailure::command("acquire script", noperm()).to_string();
+        assert!(!acquire.contains("+scan"), "{acquire}");
+        assert!(acquire.contains("EVALSHA"), "{acquire}");
     }
 
     #[test]

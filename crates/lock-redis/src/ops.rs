@@ -2,12 +2,10 @@
 //! ([`RedisLock::list`]) and the forced release of a lock whose holder is stuck
 //! ([`RedisLock::force_release`]). Services never need these; the `platform-lock` CLI uses them.
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scan::ScanType;
-use futures::{Stream, StreamExt};
 use lock_core::{LockError, validate_key};
 
 use crate::RedisLock;
@@ -147,10 +145,22 @@ pub enum ForceReleased {
     },
     /// The lock was not held (free, or already released): nothing was changed.
     NotHeld,
+    /// [`RedisLock::force_release_grant`] only: the lock is held under another grant than the
+    /// one named — it changed hands since it was read — and nothing was changed.
+    HolderChanged {
+        /// The current holder's owner token.
+        holder: String,
+        /// The current grant's fencing token.
+        fencing_token: u64,
+    },
 }
 
 /// How many keys one `SCAN` call asks for.
 const SCAN_COUNT: u32 = 1_000;
+/// The operation a failed `list` names (the `SCAN` itself, not a key).
+const SCAN: &str = "SCAN";
+/// The key a failed `list` reports in its `LockError`: it concerns no single lock.
+const LIST: &str = "<list>";
 
 impl RedisLock {
     /// The state of lock `name`: holder and TTL, or the tombstone of its last release, or free;
@@ -231,12 +241,18 @@ impl RedisLock {
     }
 
     /// The held locks whose names match the glob `pattern` (Redis `MATCH` syntax; `None`: all),
-    /// at most `limit` of them, with their state. Found with `SCAN` — never `KEYS`, which blocks
-    /// Redis — on every primary of a Cluster, then read one by one with [`status`](Self::status);
-    /// a lock released between the two is left out. The order is Redis' scan order.
+    /// at most `limit` of them (none for 0), with their state. Found with `SCAN` — never
+    /// `KEYS`, which blocks Redis — on every primary of a Cluster, then read one by one with
+    /// [`status`](Self::status); a lock released between the two is left out. The order is
+    /// Redis' scan order.
+    ///
+    /// As a Redis user with an ACL, this needs `+scan` (and `+pubsub|shardnumsub` for the
+    /// waiting clients) on top of the lock's own ACL: see docs/design.md.
     ///
     /// # Errors
-    /// As [`status`](Self::status).
+    /// As [`status`](Self::status); a `SCAN` that Redis refuses (e.g. `NOPERM` for a user
+    /// without `+scan`) is [`LockError::AcquisitionFailed`] with reason `backend_unavailable`,
+    /// its source a [`RedisFailure::Refused`] naming `SCAN`, the refusal and what to grant.
     ///
     /// # Examples
     ///
@@ -259,54 +275,72 @@ impl RedisLock {
         limit: usize,
     ) -> Result<Vec<LockStatus>, LockError> {
         let inner = &self.inner;
+        let mut held = Vec::new();
+        if limit == 0 {
+            return Ok(held);
+        }
         let mut glob = escape_glob(&inner.config.key_prefix);
         glob.push('{');
         glob.push_str(pattern.unwrap_or("*"));
         glob.push('}');
-        let client = &inner.client;
-        let mut keys: Pin<Box<dyn Stream<Item = Result<Key, Error>> + Send>> = if client
-            .is_clustered()
-        {
-            Box::pin(client.scan_cluster_buffered(glob, Some(SCAN_COUNT), Some(ScanType::String)))
-        } else {
-            Box::pin(client.scan_buffered(glob, Some(SCAN_COUNT), Some(ScanType::String)))
-        };
-        let mut held = Vec::new();
-        loop {
-            // fred's scan stream has no timeout of its own: a disconnected client would wait
-            // for Redis forever.
-            let next = tokio::time::timeout(inner.config.command_timeout, keys.next()).await;
-            let key = match next {
-                Ok(Some(Ok(key))) => key,
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    return Err(LockError::backend_unavailable(
-                        "<list>",
-                        inner.failure("SCAN", e),
-                    ));
+        let fail = |e| LockError::backend_unavailable(LIST, inner.failure(SCAN, e));
+        for server in scan_targets(&inner.client).map_err(fail)? {
+            let mut cursor = String::from("0");
+            loop {
+                // Page by page, as plain commands: fred's SCAN streams parse Redis' error reply
+                // as a malformed page ("Expected bulk string array from SCAN"), losing the
+                // NOPERM that says what to grant, and have no command timeout of their own.
+                let page: Value = match &server {
+                    Some(server) => {
+                        inner
+                            .client
+                            .with_cluster_node(server.clone())
+                            .scan_page(
+                                cursor,
+                                glob.as_str(),
+                                Some(SCAN_COUNT),
+                                Some(ScanType::String),
+                            )
+                            .await
+                    }
+                    None => {
+                        inner
+                            .client
+                            .scan_page(
+                                cursor,
+                                glob.as_str(),
+                                Some(SCAN_COUNT),
+                                Some(ScanType::String),
+                            )
+                            .await
+                    }
                 }
-                Err(_) => {
-                    let failure = inner.unreachable("SCAN").unwrap_or(RedisFailure::Timeout {
-                        budget: inner.config.command_timeout,
-                    });
-                    return Err(LockError::backend_unavailable("<list>", failure));
+                .map_err(fail)?;
+                let (next, keys) = parse_scan_page(page).ok_or_else(|| {
+                    LockError::backend_unavailable(
+                        LIST,
+                        RedisFailure::protocol(SCAN, "not a cursor and a list of keys"),
+                    )
+                })?;
+                for key in keys {
+                    let Some(name) = decode_name(&inner.config.key_prefix, &key) else {
+                        continue;
+                    };
+                    if validate_key(&name).is_err() {
+                        continue;
+                    }
+                    let status = self.status(&name).await?;
+                    if status.is_held() {
+                        held.push(status);
+                        if held.len() >= limit {
+                            return Ok(held);
+                        }
+                    }
                 }
-            };
-            let Some(name) = key
-                .as_str()
-                .and_then(|k| decode_name(&inner.config.key_prefix, k))
-            else {
-                continue;
-            };
-            if validate_key(&name).is_err() {
-                continue;
-            }
-            let status = self.status(&name).await?;
-            if status.is_held() {
-                held.push(status);
-                if held.len() >= limit {
+                if next == "0" {
                     break;
                 }
+                cursor = next;
             }
         }
         Ok(held)
@@ -340,12 +374,35 @@ impl RedisLock {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, name: &str) -> Result<ForceReleased, LockError> {
+        self.force(name, None).await
+    }
+
+    /// [`force_release`](Self::force_release), but only of the grant with `fencing_token`: the
+    /// holder an operator was shown and confirmed. If the lock has changed hands since (the
+    /// holder released it and another took it), nothing is changed and the result is
+    /// [`ForceReleased::HolderChanged`] naming the current holder; a lock no longer held is
+    /// [`ForceReleased::NotHeld`]. The check and the release are one atomic script call.
+    ///
+    /// # Errors
+    /// As [`force_release`](Self::force_release).
+    pub async fn force_release_grant(
+        &self,
+        name: &str,
+        fencing_token: u64,
+    ) -> Result<ForceReleased, LockError> {
+        self.force(name, Some(fencing_token)).await
+    }
+
+    async fn force(&self, name: &str, grant: Option<u64>) -> Result<ForceReleased, LockError> {
         validate_key(name)?;
         let inner = &self.inner;
-        let args: Vec<Value> = vec![
+        let mut args: Vec<Value> = vec![
             inner.keys.release_channel(name).into(),
             (TOMBSTONE_TTL.as_millis() as i64).into(),
         ];
+        if let Some(token) = grant {
+            args.push(token.to_string().into());
+        }
         let failed = |cause: RedisFailure| LockError::ReleaseFailed {
             key: name.to_owned(),
             cause: Box::new(cause),
@@ -356,23 +413,66 @@ impl RedisLock {
             .evalsha_with_reload(&inner.client, inner.keys.fair_keys(name), args)
             .await
             .map_err(|e| failed(inner.failure("force-release script", e)))?;
+        let token_of = |token: &Value| {
+            token
+                .as_string()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| failed(RedisFailure::protocol("force-release script", "bad token")))
+        };
         match reply.as_slice() {
             [released] if released.as_i64() == Some(0) => Ok(ForceReleased::NotHeld),
-            [_, holder, token, receivers] => {
-                Ok(ForceReleased::Released {
+            [changed, holder, token] if changed.as_i64() == Some(2) => {
+                Ok(ForceReleased::HolderChanged {
                     holder: holder.as_string().unwrap_or_default(),
-                    fencing_token: token.as_string().and_then(|t| t.parse().ok()).ok_or_else(
-                        || failed(RedisFailure::protocol("force-release script", "bad token")),
-                    )?,
-                    notified_clients: receivers.as_u64().unwrap_or(0),
+                    fencing_token: token_of(token)?,
                 })
             }
+            [_, holder, token, receivers] => Ok(ForceReleased::Released {
+                holder: holder.as_string().unwrap_or_default(),
+                fencing_token: token_of(token)?,
+                notified_clients: receivers.as_u64().unwrap_or(0),
+            }),
             _ => Err(failed(RedisFailure::protocol(
                 "force-release script",
                 "unexpected reply",
             ))),
         }
     }
+}
+
+/// The servers `list` scans: every primary of a Cluster (each holds only its slots' keys), or
+/// `None` for the one server of the other deployments.
+fn scan_targets(client: &Client) -> Result<Vec<Option<Server>>, Error> {
+    if !client.is_clustered() {
+        return Ok(vec![None]);
+    }
+    match client.cached_cluster_state() {
+        Some(state) => Ok(state.unique_primary_nodes().into_iter().map(Some).collect()),
+        // As fred words it when a command finds no slot map (the client never connected).
+        None => Err(Error::new(
+            ErrorKind::Cluster,
+            "Missing cluster routing state.",
+        )),
+    }
+}
+
+/// One `SCAN` reply: the next cursor (`0` when done) and the keys of this page (keys that are
+/// not UTF-8 are left out: no lock key is).
+fn parse_scan_page(page: Value) -> Option<(String, Vec<String>)> {
+    let Value::Array(mut parts) = page else {
+        return None;
+    };
+    if parts.len() != 2 {
+        return None;
+    }
+    let Some(Value::Array(keys)) = parts.pop() else {
+        return None;
+    };
+    let cursor = parts.pop()?.as_string()?;
+    Some((
+        cursor,
+        keys.into_iter().filter_map(|k| k.as_string()).collect(),
+    ))
 }
 
 /// Parses a lock value: `H|<token>|<owner>[|<previous>]` or `R|<token>|<owner>`.

@@ -700,7 +700,7 @@ async fn on_a_cluster_as_the_acl_user() {
 /// The operators' calls (`status`, `list`, `force_release`, as the `platform-lock` CLI makes
 /// them) as the documented user with the documented CLI grants (`+scan +pubsub|shardnumsub`):
 /// nothing is refused beyond the harmless connect-time commands; without the CLI grants, `list`
-/// fails (fred reports the refused `SCAN` as a protocol error, not as NOPERM).
+/// fails as the typed `no_permission` refusal of `SCAN`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_calls_work_with_the_documented_cli_grants() {
     let redis = common::server().await;
@@ -708,6 +708,7 @@ async fn the_operators_calls_work_with_the_documented_cli_grants() {
     set_user(&redis, &rules).await;
     let ops = user_client(&redis).await;
     let refused_list = ops.list(None, 10).await.unwrap_err();
+    assert_no_permission(&refused_list, LockErrorCode::LockAcquisitionFailed);
     assert!(refused_list.to_string().contains("SCAN"), "{refused_list}");
     assert!(refused(&redis).await.contains("command:scan"));
 
@@ -726,4 +727,54 @@ async fn the_operators_calls_work_with_the_documented_cli_grants() {
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let refused = refused(&redis).await;
     assert!(refused.is_subset(&harmless()), "{refused:?}");
+}
+
+/// `list` as a user granted everything but `+scan`: Redis' `NOPERM` reply to the `SCAN` reaches
+/// the caller as the typed `no_permission` refusal of the `SCAN` (not fred's "Expected bulk
+/// string array from SCAN"), at once, saying to grant `+scan`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_without_scan_fails_as_no_permission_naming_the_grant() {
+    let redis = common::server().await;
+    let mut rules = documented_acl();
+    rules.extend(
+        acl_containing("+pubsub|shardnumsub")
+            .into_iter()
+            .filter(|rule| rule != "+scan"),
+    );
+    set_user(&redis, &rules).await;
+    let ops = user_client(&redis).await;
+    // A held lock, so an unrefused SCAN would have found something to list.
+    let holder = user_client(&redis).await;
+    let _held = holder.acquire("listed", Lease::Watchdog).await.unwrap();
+    let started = Instant::now();
+    let err = ops.list(None, 10).await.expect_err("SCAN without +scan");
+    assert!(
+        started.elapsed() < COMMAND_TIMEOUT + SLACK,
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_no_permission(&err, LockErrorCode::LockAcquisitionFailed);
+    assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
+    match common::redis_failure(&err) {
+        lock_redis::RedisFailure::Refused {
+            operation, message, ..
+        } => {
+            assert_eq!(*operation, "SCAN");
+            assert!(message.starts_with("NOPERM"), "{message}");
+            assert!(message.contains("scan"), "{message}");
+        }
+        other => panic!("not a refusal: {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains("Redis refused the SCAN"), "{text}");
+    assert!(text.contains("+scan"), "does not say what to grant: {text}");
+    assert!(!text.contains("Expected bulk string"), "{text}");
+    assert!(refused(&redis).await.contains("command:scan"));
+    // Granted `+scan`, the lock is listed.
+    rules.push("+scan".to_owned());
+    set_user(&redis, &rules).await;
+    let ops = user_client(&redis).await;
+    let listed = ops.list(None, 10).await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].name, "listed");
 }

@@ -127,6 +127,7 @@ async fn list_finds_held_locks_by_pattern_with_scan_never_keys() {
     );
     assert!(all.iter().all(|s| s.is_held()));
     assert_eq!(ops.list(None, 2).await.unwrap().len(), 2);
+    assert!(ops.list(None, 0).await.unwrap().is_empty());
 
     let after = command_calls(&redis).await;
     assert!(delta(&before, &after, "scan") >= 3, "{after:?}");
@@ -230,4 +231,52 @@ async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
     let (_waiter, granted) = tokio::time::timeout(SLACK, fair).await.unwrap().unwrap();
     assert!(granted.unwrap().is_held());
     assert_eq!(ops.status("ops-fair").await.unwrap().fair_waiters, 0);
+}
+
+/// An operator is shown holder A and confirms; meanwhile A released and B took the lock. The
+/// release of A's grant must leave B's alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_a_grant_leaves_a_lock_that_changed_hands_alone() {
+    let redis = server().await;
+    let pod_a = client(&redis).await;
+    let pod_b = client(&redis).await;
+    let ops = client(&redis).await;
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let first = pod_a.acquire("ops-grant", lease).await.unwrap();
+    let shown = first.fencing_token();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let second = pod_b.acquire("ops-grant", lease).await.unwrap();
+
+    match ops.force_release_grant("ops-grant", shown).await.unwrap() {
+        ForceReleased::HolderChanged {
+            holder,
+            fencing_token,
+        } => {
+            assert_eq!(holder, second.owner());
+            assert_eq!(fencing_token, second.fencing_token());
+        }
+        other => panic!("expected HolderChanged, got {other:?}"),
+    }
+    assert!(second.is_held());
+    match ops.status("ops-grant").await.unwrap().state {
+        LockState::Held { holder, .. } => assert_eq!(holder, second.owner()),
+        other => panic!("B's grant was touched: {other:?}"),
+    }
+
+    // The grant that is held now is released.
+    match ops
+        .force_release_grant("ops-grant", second.fencing_token())
+        .await
+        .unwrap()
+    {
+        ForceReleased::Released { holder, .. } => assert_eq!(holder, second.owner()),
+        other => panic!("expected Released, got {other:?}"),
+    }
+    assert_eq!(
+        ops.force_release_grant("ops-grant", second.fencing_token())
+            .await
+            .unwrap(),
+        ForceReleased::NotHeld
+    );
+    assert_eq!(second.release().await.unwrap(), ReleaseOutcome::NotHeld);
 }

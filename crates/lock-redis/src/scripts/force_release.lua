@@ -5,10 +5,14 @@
 -- KEYS[2], KEYS[3]  the key's queue of fair waiters and their timeouts (see fair_acquire.lua)
 -- ARGV[1]  the release channel (same hash tag as the key)
 -- ARGV[2]  the tombstone TTL in milliseconds
+-- ARGV[3]  optional: the fencing token of the grant to release (decimal). An operator confirms
+--          the holder they were shown; if the lock has changed hands since, freeing the new
+--          holder's grant would be a release nobody asked for.
 --
 -- Returns {0} if the key is not held (absent, a tombstone or not a lock value: nothing is
--- touched), else {1, <holder's owner token>, <fencing token>, <clients that received the
--- release message>}.
+-- touched); {2, <holder's owner token>, <fencing token>} if ARGV[3] is given and the key holds
+-- another grant (nothing is touched); else {1, <holder's owner token>, <fencing token>,
+-- <clients that received the release message>}.
 --
 -- Like release.lua it leaves a tombstone, so later grants keep counting the fencing token up,
 -- and publishes the same message, naming the first fair waiter (after evicting those whose time
@@ -25,6 +29,9 @@ end
 local state, token, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
 if state ~= 'H' then
   return {0}
+end
+if ARGV[3] and token ~= ARGV[3] then
+  return {2, owner, token}
 end
 redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner .. '#forced', 'PX', ARGV[2])
 local message = release_message(token)

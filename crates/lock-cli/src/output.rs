@@ -1,0 +1,206 @@
+//! What platform-lock prints: a lock's status as text or JSON, the list table, and the one-line
+//! error every failure ends with.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lock_starter::redis::{LockState, LockStatus, RedisFailure};
+use lock_starter::{LockError, LockErrorCode};
+use serde_json::json;
+
+use crate::args::{EXIT_OUTPUT, EXIT_REDIS, EXIT_USAGE};
+
+/// A failed command: one line on stderr (what failed, why, what to do) and its exit code.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    exit: u8,
+    line: String,
+}
+
+impl Failure {
+    /// `line` with exit code `exit`.
+    pub(crate) fn new(exit: u8, line: impl Into<String>) -> Self {
+        Failure {
+            exit,
+            line: line.into(),
+        }
+    }
+
+    /// A failed Redis operation (`what`, e.g. "reading lock `k`") at `address` (its password
+    /// already redacted); an argument the lock refused is a usage error instead.
+    pub(crate) fn redis(what: &str, address: &str, error: &LockError) -> Self {
+        if error.code() == LockErrorCode::LockInvalidArgument {
+            return Failure::new(EXIT_USAGE, error.to_string());
+        }
+        const CHECK_ADDRESS: &str =
+            "check that Redis is up and telco.platform.lock.redis.address is right";
+        let line = match RedisFailure::find(error) {
+            // Redis answered: the refusal already says why and what to do (e.g. which ACL
+            // grant is missing); "check that Redis is up" would send on-call the wrong way.
+            Some(failure @ RedisFailure::Refused { .. }) => format!("{failure}"),
+            Some(failure @ RedisFailure::Unreachable { last_error, .. })
+                if is_authentication(last_error) =>
+            {
+                format!(
+                    "{failure}; put the right user and password in \
+                     telco.platform.lock.redis.address (redis://user:password@host:port)"
+                )
+            }
+            Some(failure) => format!("{failure}; {CHECK_ADDRESS}"),
+            None => format!("{error}; {CHECK_ADDRESS}"),
+        };
+        Failure::new(
+            EXIT_REDIS,
+            format!("{what} failed at Redis {address}: {line}"),
+        )
+    }
+
+    /// Prints the line to stderr and gives the exit code.
+    pub(crate) fn report(&self) -> ExitCode {
+        eprintln!("{self}");
+        ExitCode::from(self.exit)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "platform-lock: {}", self.line)
+    }
+}
+
+/// Whether a connection error is Redis turning the credentials down (its error codes, which
+/// the client's connection error quotes).
+fn is_authentication(connection_error: &str) -> bool {
+    ["WRONGPASS", "NOAUTH"]
+        .iter()
+        .any(|code| connection_error.contains(code))
+}
+
+/// Writes to stdout with `write`. A reader that went away (`platform-lock list | head -1`) is
+/// not a failure: what it wanted it read; any other write error is.
+pub(crate) fn to_stdout(
+    write: impl FnOnce(&mut io::StdoutLock<'_>) -> io::Result<()>,
+) -> Result<(), Failure> {
+    let mut stdout = io::stdout().lock();
+    match write(&mut stdout).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(error) => Err(Failure::new(
+            EXIT_OUTPUT,
+            format!("cannot write the output to stdout: {error}; check where it is redirected"),
+        )),
+    }
+}
+
+/// A TTL for people: `1.5s`, or `none` for a key without one.
+pub(crate) fn fmt_ttl(ttl: Option<Duration>) -> String {
+    match ttl {
+        Some(ttl) => format!("{:.1}s", ttl.as_secs_f64()),
+        None => "none".into(),
+    }
+}
+
+/// `status` as text, one field a line.
+pub(crate) fn write_status(out: &mut impl Write, status: &LockStatus) -> io::Result<()> {
+    writeln!(out, "lock:           {}", status.name)?;
+    writeln!(out, "redis key:      {}", status.redis_key)?;
+    match &status.state {
+        LockState::Held {
+            holder,
+            instance_id,
+            fencing_token,
+            ttl,
+        } => {
+            writeln!(out, "state:          held")?;
+            writeln!(out, "holder:         {instance_id} (owner token {holder})")?;
+            writeln!(out, "ttl:            {}", fmt_ttl(*ttl))?;
+            writeln!(
+                out,
+                "hold count:     {} (re-entry is counted in the holding process)",
+                status.hold_count()
+            )?;
+            writeln!(out, "fencing token:  {fencing_token}")?;
+        }
+        LockState::Released {
+            released_by,
+            fencing_token,
+            ttl,
+        } => {
+            writeln!(out, "state:          released (by {released_by})")?;
+            writeln!(out, "fencing token:  {fencing_token} (last grant)")?;
+            writeln!(out, "tombstone ttl:  {}", fmt_ttl(*ttl))?;
+        }
+        _ => writeln!(out, "state:          free")?,
+    }
+    writeln!(out, "fair waiters:   {}", status.fair_waiters)?;
+    writeln!(out, "waiting clients: {}", status.subscribed_clients)
+}
+
+/// `list` as a table of the held locks, or a line saying none matched `pattern`.
+pub(crate) fn write_list(
+    out: &mut impl Write,
+    held: &[LockStatus],
+    pattern: Option<&str>,
+) -> io::Result<()> {
+    if held.is_empty() {
+        return writeln!(out, "no held locks match {}", pattern.unwrap_or("*"));
+    }
+    writeln!(
+        out,
+        "{:<40} {:<24} {:>10} FENCING TOKEN",
+        "LOCK", "HOLDER", "TTL"
+    )?;
+    for status in held {
+        if let LockState::Held {
+            instance_id,
+            fencing_token,
+            ttl,
+            ..
+        } = &status.state
+        {
+            writeln!(
+                out,
+                "{:<40} {:<24} {:>10} {fencing_token}",
+                status.name,
+                instance_id,
+                fmt_ttl(*ttl)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// One lock as a JSON object (camelCase, TTLs in milliseconds): `status --json` and each line
+/// of `list --json`.
+pub(crate) fn status_json(status: &LockStatus) -> serde_json::Value {
+    let ttl_ms = |ttl: &Option<Duration>| ttl.map(|t| t.as_millis() as u64);
+    let mut value = json!({
+        "lock": status.name,
+        "redisKey": status.redis_key,
+        "holdCount": status.hold_count(),
+        "fairWaiters": status.fair_waiters,
+        "subscribedClients": status.subscribed_clients,
+    });
+    let state = match &status.state {
+        LockState::Held {
+            holder,
+            instance_id,
+            fencing_token,
+            ttl,
+        } => json!({"state": "held", "holder": holder, "instanceId": instance_id,
+                    "fencingToken": fencing_token, "ttlMs": ttl_ms(ttl)}),
+        LockState::Released {
+            released_by,
+            fencing_token,
+            ttl,
+        } => json!({"state": "released", "releasedBy": released_by,
+                    "fencingToken": fencing_token, "ttlMs": ttl_ms(ttl)}),
+        _ => json!({"state": "free"}),
+    };
+    if let (Some(value), serde_json::Value::Object(state)) = (value.as_object_mut(), state) {
+        value.extend(state);
+    }
+    value
+}

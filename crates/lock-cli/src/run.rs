@@ -1,0 +1,165 @@
+//! `run`: a command under a lock, like flock(1) across machines — acquire, run the command,
+//! forward SIGINT and SIGTERM to it, terminate it if the lease is lost, release, and exit with
+//! its code.
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use lock_starter::{AcquireFailure, AcquireOptions, DistributedLock, Lease, LockHandle};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::Redis;
+use crate::args::{EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
+use crate::output::Failure;
+use crate::spinner::Spinner;
+
+/// How long the command gets between SIGTERM and SIGKILL once the lease is lost.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// The exit code when platform-lock itself fails around the command (no signal handlers, no
+/// wait status).
+const EXIT_RUNNER: u8 = 1;
+
+/// `platform-lock run --key KEY [--lease D] [--wait D] -- COMMAND…`: the command's exit code
+/// (128+N if a signal N ended it) once it ended and the lock was released.
+pub(crate) async fn run(
+    redis: &Redis,
+    key: &str,
+    lease: Lease,
+    wait: Duration,
+    command: &[String],
+) -> Result<u8, Failure> {
+    let handle = acquire(redis, key, lease, wait).await?;
+    // Before the child exists: a SIGTERM arriving between spawn and handler would otherwise
+    // kill platform-lock and orphan the command, still running but no longer under the lock.
+    let (mut interrupts, mut terminates) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(interrupts), Ok(terminates)) => (interrupts, terminates),
+        (Err(error), _) | (_, Err(error)) => {
+            let _ = handle.release().await;
+            return Err(Failure::new(
+                EXIT_RUNNER,
+                format!(
+                    "cannot install the SIGINT/SIGTERM handlers: {error}; the command did not run"
+                ),
+            ));
+        }
+    };
+    let mut child = match tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .env(
+            "PLATFORM_LOCK_FENCING_TOKEN",
+            handle.fencing_token().to_string(),
+        )
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => {
+            let _ = handle.release().await;
+            return Err(cannot_spawn(&command[0], &error));
+        }
+    };
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let signal_child = |signal: Signal| {
+        if let Some(pid) = pid {
+            let _ = kill(pid, signal);
+        }
+    };
+    let lost = handle.lost();
+    tokio::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = interrupts.recv() => signal_child(Signal::SIGINT),
+            _ = terminates.recv() => signal_child(Signal::SIGTERM),
+            reason = &mut lost => {
+                eprintln!(
+                    "platform-lock: the lease on lock `{key}` was lost ({reason}); \
+                     terminating the command (SIGTERM, SIGKILL after {} s)",
+                    KILL_GRACE.as_secs()
+                );
+                signal_child(Signal::SIGTERM);
+                if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                }
+                return Ok(EXIT_LEASE_LOST);
+            }
+        }
+    };
+    if let Err(error) = handle.release().await {
+        eprintln!("platform-lock: warning: {error}");
+    }
+    match status {
+        Ok(status) => {
+            let code = status
+                .code()
+                .or_else(|| status.signal().map(|n| 128 + n))
+                .unwrap_or(1);
+            Ok(u8::try_from(code).unwrap_or(1))
+        }
+        Err(error) => Err(Failure::new(
+            EXIT_RUNNER,
+            format!("waiting for the command failed: {error}"),
+        )),
+    }
+}
+
+/// Acquires `key`, showing the spinner on a terminal while it waits.
+async fn acquire(
+    redis: &Redis,
+    key: &str,
+    lease: Lease,
+    wait: Duration,
+) -> Result<LockHandle, Failure> {
+    let options = AcquireOptions::new(lease).wait(wait);
+    // A bad key is a usage error, reported before a spinner would show it as waited for.
+    options
+        .validate(key)
+        .map_err(|error| redis.failure(&format!("acquiring lock `{key}`"), &error))?;
+    let spinner = Spinner::start(&redis.lock, key);
+    let acquired = redis.lock.acquire_with(key, options).await;
+    if let Some(spinner) = spinner {
+        spinner.stop().await;
+    }
+    acquired.map_err(|error| match error.acquire_failure() {
+        Some(AcquireFailure::HeldByAnotherOwner { .. } | AcquireFailure::WaitersAhead { .. }) => {
+            Failure::new(
+                EXIT_NOT_ACQUIRED,
+                format!(
+                    "{error}; the command did not run — try again later or wait longer (--wait)"
+                ),
+            )
+        }
+        _ => redis.failure(&format!("acquiring lock `{key}`"), &error),
+    })
+}
+
+/// The one line for a command that could not be started, with the shell's exit codes: 127 when
+/// it was not found, 126 when it could not be executed.
+fn cannot_spawn(program: &str, error: &std::io::Error) -> Failure {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        // ENOENT is also what a script whose #! interpreter is missing gets.
+        return Failure::new(
+            EXIT_NOT_FOUND,
+            format!(
+                "cannot run `{program}`: command not found ({error}); check the name and PATH \
+                 (for a script, its #! line); the lock was released"
+            ),
+        );
+    }
+    Failure::new(
+        EXIT_CANNOT_EXECUTE,
+        format!(
+            "cannot run `{program}`: not executable ({error}); check that it is a program or a \
+             script with a #! line and execute permission (chmod +x); the lock was released"
+        ),
+    )
+}

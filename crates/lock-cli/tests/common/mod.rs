@@ -1,0 +1,118 @@
+//! Shared set-up for the `platform-lock` tests: the binary with a test environment, the "other
+//! pod" holding locks, and waiting on events with generous deadlines.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use lock_starter::redis::{RedisLock, RedisLockConfig};
+use tokio::process::Command;
+use tokio::time::Instant;
+
+/// Generous upper bound for anything that should happen "promptly" on a loaded machine.
+pub const SLACK: Duration = Duration::from_secs(15);
+
+/// The binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_platform-lock");
+
+/// The environment every run gets: nothing inherited but `PATH`, the Redis at `address`,
+/// short timeouts, and instance id `cli-pod`.
+pub fn environment(address: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address.to_owned()),
+        ("TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT", "1s".to_owned()),
+        ("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "1s".to_owned()),
+        ("TELCO_PLATFORM_LOCK_INSTANCE_ID", "cli-pod".to_owned()),
+    ]
+}
+
+/// `platform-lock args…` against `address`, stdin closed, killed if the test drops it.
+pub fn platform_lock(address: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .args(args)
+        .env_clear()
+        .envs(environment(address))
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `platform-lock args…` to its end (within [`SLACK`] plus a minute).
+pub async fn cli(address: &str, args: &[&str]) -> Output {
+    finish(platform_lock(address, args)).await
+}
+
+/// Runs `command` to its end (within [`SLACK`] plus a minute).
+pub async fn finish(mut command: Command) -> Output {
+    tokio::time::timeout(SLACK + Duration::from_secs(60), command.output())
+        .await
+        .expect("platform-lock did not finish")
+        .expect("platform-lock runs")
+}
+
+pub fn code(output: &Output) -> i32 {
+    output.status.code().expect("exited, not killed")
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A client of `address` holding nothing yet: the "other pod" (instance id `demo-pod`).
+pub async fn other_pod(address: &str) -> RedisLock {
+    RedisLock::connect(
+        RedisLockConfig::new(address)
+            .instance_id("demo-pod")
+            .watchdog_timeout(Duration::from_secs(1))
+            .command_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap()
+}
+
+/// Polls `check` until it holds, for at most [`SLACK`].
+pub async fn eventually<F, Fut>(mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + SLACK;
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A free loopback port with nothing listening on it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Asserts `output` is one failure line (`platform-lock: …` on stderr) with exit code
+/// `expected` that mentions each of `mentions` (case-insensitive).
+pub fn assert_one_line(label: &str, output: &Output, expected: i32, mentions: &[&str]) {
+    let err = stderr(output);
+    assert_eq!(code(output), expected, "{label}: {err}");
+    assert_eq!(err.lines().count(), 1, "{label}: not one line: {err}");
+    assert!(err.starts_with("platform-lock: "), "{label}: {err}");
+    for mention in mentions {
+        assert!(
+            err.to_lowercase().contains(&mention.to_lowercase()),
+            "{label}: no {mention:?} in: {err}"
+        );
+    }
+}

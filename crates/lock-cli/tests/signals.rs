@@ -1,0 +1,84 @@
+//! `platform-lock run` forwards SIGTERM and SIGINT to its command (no terminal involved: the
+//! signal goes to platform-lock's pid only, as a process supervisor or `kill` sends it), exits
+//! with the command's code, and releases the lock.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use common::{SLACK, code, other_pod, platform_lock, stderr};
+use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
+use lock_testkit::RedisServer;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// A command that traps `trap_signal`, writes `got-<name>` to `file` when it arrives and exits
+/// `exit_code`; it says `ready` on stdout once the trap is set. Waiting with the `wait` builtin,
+/// which a trapped signal interrupts at once (a foreground `sleep` would delay the trap).
+fn trapping_command(trap_signal: &str, file: &Path, exit_code: u8) -> String {
+    let name = trap_signal.to_lowercase();
+    format!(
+        "trap 'echo got-{name} > \"{}\"; exit {exit_code}' {trap_signal}; echo ready; \
+         while :; do sleep 1 & wait $!; done",
+        file.display()
+    )
+}
+
+/// Runs the trapping command under lock `job`, sends `signal` to platform-lock once the command
+/// runs, and checks the command got it, platform-lock exited with its code, and the lock is free.
+async fn forwards(signal: Signal, trap_signal: &str, exit_code: u8) {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("received");
+    let script = trapping_command(trap_signal, &file, exit_code);
+    let mut child = platform_lock(&url, &["run", "--key", "job", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(SLACK, lines.next_line())
+        .await
+        .expect("the command never said ready")
+        .unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+    assert!(
+        pod.status("job").await.unwrap().is_held(),
+        "the command runs without the lock"
+    );
+
+    let pid = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    kill(pid, signal).unwrap();
+    let output = tokio::time::timeout(SLACK, child.wait_with_output())
+        .await
+        .expect("platform-lock did not end after the signal")
+        .unwrap();
+    // platform-lock itself exited (it did not die of the signal), with the command's code.
+    assert_eq!(code(&output), i32::from(exit_code), "{}", stderr(&output));
+    let received = std::fs::read_to_string(&file).expect("the command never got the signal");
+    assert_eq!(
+        received.trim(),
+        format!("got-{}", trap_signal.to_lowercase())
+    );
+    // Released on the way out, not left to the watchdog TTL.
+    assert!(
+        !pod.status("job").await.unwrap().is_held(),
+        "the lock is still held after platform-lock exited"
+    );
+    let next = pod.try_acquire("job", Lease::Watchdog).await.unwrap();
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_forwards_sigterm_to_its_command_and_exits_with_its_code() {
+    forwards(Signal::SIGTERM, "TERM", 143).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_forwards_sigint_to_its_command_and_exits_with_its_code() {
+    forwards(Signal::SIGINT, "INT", 130).await;
+}
