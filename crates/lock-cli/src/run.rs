@@ -2,11 +2,12 @@
 //! forward SIGINT and SIGTERM to it, terminate it if the lease is lost, release, and exit with
 //! its code.
 
+use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use lock_starter::{AcquireFailure, AcquireOptions, DistributedLock, Lease, LockHandle};
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -49,14 +50,22 @@ pub(crate) async fn run(
             ));
         }
     };
-    let mut child = match tokio::process::Command::new(&command[0])
-        .args(&command[1..])
-        .env(
-            "PLATFORM_LOCK_FENCING_TOKEN",
-            handle.fencing_token().to_string(),
-        )
-        .spawn()
-    {
+    // Off a terminal (cron, systemd, a Kubernetes job, a CI step) the command gets a process
+    // group of its own, and every signal goes to that group: a shell script's workers (`sh -c
+    // 'a; b'`, `make`, `xargs`) are stopped with it, rather than running on without the lock
+    // once the lease is lost. On a terminal the command stays in the terminal's foreground
+    // group, so it can read the terminal and Ctrl-C reaches all of its processes directly;
+    // there only the command itself is signalled.
+    let own_group = !std::io::stdin().is_terminal();
+    let mut spawn = tokio::process::Command::new(&command[0]);
+    spawn.args(&command[1..]).env(
+        "PLATFORM_LOCK_FENCING_TOKEN",
+        handle.fencing_token().to_string(),
+    );
+    if own_group {
+        spawn.process_group(0);
+    }
+    let mut child = match spawn.spawn() {
         Ok(child) => child,
         Err(error) => {
             let _ = handle.release().await;
@@ -69,9 +78,15 @@ pub(crate) async fn run(
         .map(Pid::from_raw);
     let signal_child = |signal: Signal| {
         if let Some(pid) = pid {
-            let _ = kill(pid, signal);
+            let _ = if own_group {
+                killpg(pid, signal)
+            } else {
+                kill(pid, signal)
+            };
         }
     };
+    // Whether a process of the command's group is left (the command itself once reaped).
+    let group_left = || own_group && pid.is_some_and(|pid| killpg(pid, None).is_ok());
     let lost = handle.lost();
     tokio::pin!(lost);
     let status = loop {
@@ -86,7 +101,18 @@ pub(crate) async fn run(
                     KILL_GRACE.as_secs()
                 );
                 signal_child(Signal::SIGTERM);
-                if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
+                let grace_ends = tokio::time::Instant::now() + KILL_GRACE;
+                if tokio::time::timeout_at(grace_ends, child.wait()).await.is_ok() {
+                    // The rest of its group gets the rest of the grace. (The command is reaped:
+                    // only its group, never its pid, may be signalled now.)
+                    while group_left() && tokio::time::Instant::now() < grace_ends {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    if group_left() {
+                        signal_child(Signal::SIGKILL);
+                    }
+                } else {
+                    signal_child(Signal::SIGKILL);
                     let _ = child.start_kill();
                     let _ = child.wait().await;
                 }

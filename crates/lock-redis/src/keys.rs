@@ -66,6 +66,15 @@ impl KeyLayout {
     }
 }
 
+impl KeyLayout {
+    /// Appends `name` as it appears inside a key's hash tag: `%`, `{` and `}` percent-encoded.
+    /// Also right for a `MATCH` glob over names, since none of the three is a glob character
+    /// (except inside a `[…]` class, where the encoded form matches its characters).
+    pub(crate) fn push_encoded(out: &mut String, name: &str) {
+        push_encoded(out, name);
+    }
+}
+
 fn push_encoded(out: &mut String, name: &str) {
     for c in name.chars() {
         match c {

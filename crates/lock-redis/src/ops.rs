@@ -11,6 +11,7 @@ use lock_core::{LockError, validate_key};
 use crate::RedisLock;
 use crate::config::TOMBSTONE_TTL;
 use crate::error::RedisFailure;
+use crate::keys::KeyLayout;
 
 /// What Redis says about one lock, read in one atomic script call (plus one `PUBSUB
 /// SHARDNUMSUB` for the subscribed clients).
@@ -195,6 +196,17 @@ impl RedisLock {
     /// ```
     pub async fn status(&self, name: &str) -> Result<LockStatus, LockError> {
         validate_key(name)?;
+        self.read_status(name).await?.ok_or_else(|| {
+            LockError::backend_unavailable(
+                name,
+                RedisFailure::protocol("status script", "the key holds no lock value"),
+            )
+        })
+    }
+
+    /// [`status`](Self::status) of a valid name; `None` when its key holds something that is not
+    /// a lock value.
+    async fn read_status(&self, name: &str) -> Result<Option<LockStatus>, LockError> {
         let inner = &self.inner;
         let keys = vec![inner.keys.lock_key(name), inner.keys.queue_key(name)];
         let fail = |e| LockError::backend_unavailable(name, inner.failure("status script", e));
@@ -224,27 +236,28 @@ impl RedisLock {
             .map(Duration::from_millis);
         let state = match value.as_string() {
             None => LockState::Free,
-            Some(value) => parse_value(&value, ttl).ok_or_else(|| {
-                LockError::backend_unavailable(
-                    name,
-                    RedisFailure::protocol("status script", "the key holds no lock value"),
-                )
-            })?,
+            Some(value) => match parse_value(&value, ttl) {
+                Some(state) => state,
+                None => return Ok(None),
+            },
         };
-        Ok(LockStatus {
+        Ok(Some(LockStatus {
             name: name.to_owned(),
             redis_key: inner.keys.lock_key(name),
             state,
             fair_waiters: queued.as_u64().unwrap_or(0),
             subscribed_clients: shard_subscribers(subscribed),
-        })
+        }))
     }
 
     /// The held locks whose names match the glob `pattern` (Redis `MATCH` syntax; `None`: all),
     /// at most `limit` of them (none for 0), with their state. Found with `SCAN` — never
     /// `KEYS`, which blocks Redis — on every primary of a Cluster, then read one by one with
-    /// [`status`](Self::status); a lock released between the two is left out. The order is
-    /// Redis' scan order.
+    /// [`status`](Self::status); a lock released between the two is left out, and so is a key
+    /// under the prefix that holds no lock value. The pattern is matched against names, not
+    /// keys: `50%` and `a{b}` find those locks, although their keys hold `%`, `{` and `}`
+    /// percent-encoded (inside a `[…]` class these three do not match). The order is Redis'
+    /// scan order.
     ///
     /// As a Redis user with an ACL, this needs `+scan` (and `+pubsub|shardnumsub` for the
     /// waiting clients) on top of the lock's own ACL: see docs/design.md.
@@ -281,7 +294,8 @@ impl RedisLock {
         }
         let mut glob = escape_glob(&inner.config.key_prefix);
         glob.push('{');
-        glob.push_str(pattern.unwrap_or("*"));
+        // The pattern names lock names; keys hold them encoded (`%`, `{`, `}`).
+        KeyLayout::push_encoded(&mut glob, pattern.unwrap_or("*"));
         glob.push('}');
         let fail = |e| LockError::backend_unavailable(LIST, inner.failure(SCAN, e));
         for server in scan_targets(&inner.client).map_err(fail)? {
@@ -329,7 +343,12 @@ impl RedisLock {
                     if validate_key(&name).is_err() {
                         continue;
                     }
-                    let status = self.status(&name).await?;
+                    // A key under the prefix that holds no lock value (written by something
+                    // else) is no lock: left out, not a failure of the whole listing.
+                    let Some(status) = self.read_status(&name).await? else {
+                        tracing::debug!(redis_key = %key, "list skips a key holding no lock value");
+                        continue;
+                    };
                     if status.is_held() {
                         held.push(status);
                         if held.len() >= limit {
@@ -544,7 +563,6 @@ fn escape_glob(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::KeyLayout;
 
     #[test]
     fn names_decode_back_from_their_keys() {
