@@ -20,9 +20,10 @@ Exit codes:
   1    Redis unavailable or refusing; release: nothing released (declined at the prompt, or
        the lock changed hands since it was shown); the output could not be written
   2    bad arguments (including release --force without --yes when stdin is not a terminal)
-  70   run: the lease was lost while the command ran; the command was terminated
+  70   run: the lease was lost while the command ran: the command was terminated, or had
+       finished without the lock
   75   run: the lock was not acquired within --wait (held by another owner)
-  78   bad configuration, or the lock is disabled (telco.platform.lock.enabled = false)
+  78   bad configuration; run: the lock is disabled (telco.platform.lock.enabled = false)
   126, 127  run: the command could not be executed / was not found
   other run: the command's own exit code; 128+N when it was killed by signal N";
 
@@ -109,11 +110,11 @@ pub(crate) enum Command {
         key: String,
         /// A fixed lease instead of the watchdog, 100ms to 7days, e.g. 30s: the lock ends after
         /// it even if the command still runs (the command is then terminated).
-        #[arg(long, value_parser = parse_lease)]
+        #[arg(long, value_parser = parse_lease, allow_hyphen_values = true)]
         lease: Option<Duration>,
         /// How long to wait for the lock, 0s (one attempt) to 1h, e.g. 2m. Default: the
         /// configured telco.platform.lock.wait-time (5 s).
-        #[arg(long, value_parser = parse_wait)]
+        #[arg(long, value_parser = parse_wait, allow_hyphen_values = true)]
         wait: Option<Duration>,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -156,8 +157,11 @@ fn usage_line(rendered: &str) -> String {
 
 /// A duration with a unit, as the configuration writes them.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|error| format!("{error}; a duration takes a unit, e.g. 500ms, 30s, 2m or 1h30m"))
+    const FORMS: &str = "a duration takes a unit (ms, s, m or h), e.g. 500ms, 30s, 2m or 1h30m";
+    if text.trim_start().starts_with('-') {
+        return Err(format!("negative durations are not accepted; {FORMS}"));
+    }
+    humantime::parse_duration(text).map_err(|error| format!("not a duration ({error}); {FORMS}"))
 }
 
 /// `--lease`: the fixed leases the lock accepts.

@@ -26,6 +26,21 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    // Configuration warnings (a misspelt TELCO_PLATFORM_LOCK_* variable, an unknown key) are
+    // logged by lock-starter; without a subscriber they would be lost, and with them the reason
+    // a `list` finds nothing under the wrong key prefix. The library's other warnings (Redis
+    // unreachable, a lost lease) would repeat what the command's one line says. RUST_LOG
+    // overrides this.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .with_target(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "error,lock_starter=warn".into()),
+        )
+        .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -42,6 +57,9 @@ fn main() -> ExitCode {
 /// Runs the subcommand; `Ok` carries the exit code (`run` passes its command's through).
 async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     let settings = load_settings(&cli)?;
+    if matches!(cli.command, Command::Run { .. }) {
+        refuse_if_disabled(&settings)?;
+    }
     let redis = Redis::connect(&settings).await?;
     match cli.command {
         Command::Status { key, json } => inspect::status(&redis, &key, json).await.map(|()| 0),
@@ -66,8 +84,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// The lock-starter's settings from its sources and the `--config` files; a disabled lock is
-/// a configuration failure here, since every subcommand needs Redis.
+/// The lock-starter's settings from its sources and the `--config` files.
 fn load_settings(cli: &Cli) -> Result<LockSettings, Failure> {
     let sources = cli
         .config
@@ -75,18 +92,24 @@ fn load_settings(cli: &Cli) -> Result<LockSettings, Failure> {
         .fold(ConfigSources::new(), |sources, file| {
             sources.toml_file(file)
         });
-    let settings = LockSettings::load(&sources)
-        .map_err(|error| Failure::new(EXIT_CONFIG, format!("bad configuration: {error}")))?;
+    LockSettings::load(&sources)
+        .map_err(|error| Failure::new(EXIT_CONFIG, format!("bad configuration: {error}")))
+}
+
+/// `run` takes the lock as the service would, so it honours `enabled = false`; `status`, `list`
+/// and `release` only look at Redis, which on-call may need to do whatever a service's switch
+/// says.
+fn refuse_if_disabled(settings: &LockSettings) -> Result<(), Failure> {
     if !settings.enabled {
         let why = settings
             .describe("enabled")
             .unwrap_or_else(|| "telco.platform.lock.enabled = false".into());
         return Err(Failure::new(
             EXIT_CONFIG,
-            format!("the lock is disabled ({why}); enable it to use this tool"),
+            format!("the lock is disabled ({why}); enable it to run a command under the lock"),
         ));
     }
-    Ok(settings)
+    Ok(())
 }
 
 /// The configured Redis, as every subcommand talks to it.

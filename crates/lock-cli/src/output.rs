@@ -118,7 +118,7 @@ pub(crate) fn write_status(out: &mut impl Write, status: &LockStatus) -> io::Res
             writeln!(out, "ttl:            {}", fmt_ttl(*ttl))?;
             writeln!(
                 out,
-                "hold count:     {} (re-entry is counted in the holding process)",
+                "hold count:     {} (holds nested inside the holder's process are counted there, not in Redis)",
                 status.hold_count()
             )?;
             writeln!(out, "fencing token:  {fencing_token}")?;

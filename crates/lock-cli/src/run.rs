@@ -6,7 +6,9 @@ use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use lock_starter::{AcquireFailure, AcquireOptions, DistributedLock, Lease, LockHandle};
+use lock_starter::{
+    AcquireFailure, AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
+};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
@@ -95,8 +97,15 @@ pub(crate) async fn run(
             _ = interrupts.recv() => signal_child(Signal::SIGINT),
             _ = terminates.recv() => signal_child(Signal::SIGTERM),
             reason = &mut lost => {
+                let why = match (lease, reason) {
+                    (Lease::Fixed(lease), LostReason::Expired) => format!(
+                        "its fixed lease of {} ran out",
+                        humantime::format_duration(lease)
+                    ),
+                    _ => reason.to_string(),
+                };
                 eprintln!(
-                    "platform-lock: the lease on lock `{key}` was lost ({reason}); \
+                    "platform-lock: the lease on lock `{key}` was lost ({why}); \
                      terminating the command (SIGTERM, SIGKILL after {} s)",
                     KILL_GRACE.as_secs()
                 );
@@ -120,8 +129,19 @@ pub(crate) async fn run(
             }
         }
     };
-    if let Err(error) = handle.release().await {
-        eprintln!("platform-lock: warning: {error}");
+    match handle.release().await {
+        Ok(ReleaseOutcome::Released) => {}
+        // The lease ended (a forced release, or a fixed lease running out) after the last
+        // check and before the command finished: it did not run under the lock to its end,
+        // which a caller relying on exclusion must hear, whatever the command's own code.
+        Ok(ReleaseOutcome::NotHeld) => {
+            eprintln!(
+                "platform-lock: the lease on lock `{key}` had ended when the command finished \
+                 (released by someone else, or run out); it did not hold the lock to its end"
+            );
+            return Ok(EXIT_LEASE_LOST);
+        }
+        Err(error) => eprintln!("platform-lock: warning: {error}"),
     }
     match status {
         Ok(status) => {

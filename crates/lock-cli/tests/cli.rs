@@ -216,7 +216,7 @@ async fn bad_arguments_configuration_and_an_unreachable_redis_are_one_line_each(
     let output = bad.output().await.unwrap();
     assert_eq!(code(&output), 78, "{}", stderr(&output));
     assert!(stderr(&output).contains("wait-time"));
-    let mut off = platform_lock(&nowhere, &["status", "job"]);
+    let mut off = platform_lock(&nowhere, &["run", "--key", "job", "--", "true"]);
     off.env("TELCO_PLATFORM_LOCK_ENABLED", "false");
     let output = off.output().await.unwrap();
     assert_eq!(code(&output), 78, "{}", stderr(&output));

@@ -309,6 +309,11 @@ fn describe(error: &Error) -> String {
             format!("connection failed: {message}")
         }
         ErrorKind::Auth => format!("authentication failed: {details}"),
+        // SELECT of the address's database, refused at connect: fred calls it "Unknown Error".
+        _ if details.contains("DB index is out of range") => format!(
+            "the server has no database of the address's number ({details}); use one below its \
+             `databases` setting (16 by default)"
+        ),
         _ => error.to_string(),
     }
 }
@@ -332,6 +337,11 @@ mod tests {
         ] {
             assert_eq!(describe(&Error::new(ErrorKind::IO, details)), expected);
         }
+        assert_eq!(
+            describe(&Error::new(ErrorKind::Unknown, "ERR DB index is out of range")),
+            "the server has no database of the address's number (ERR DB index is out of range); \
+             use one below its `databases` setting (16 by default)"
+        );
         assert_eq!(
             describe(&Error::new(
                 ErrorKind::Auth,
