@@ -338,7 +338,10 @@ mod tests {
             assert_eq!(describe(&Error::new(ErrorKind::IO, details)), expected);
         }
         assert_eq!(
-            describe(&Error::new(ErrorKind::Unknown, "ERR DB index is out of range")),
+            describe(&Error::new(
+                ErrorKind::Unknown,
+                "ERR DB index is out of range"
+            )),
             "the server has no database of the address's number (ERR DB index is out of range); \
              use one below its `databases` setting (16 by default)"
         );
