@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{
-    SLACK, assert_one_line, cli, code, eventually, finish, free_port, other_pod, platform_lock,
+    SLACK, assert_one_line, cli, code, finish, free_port, other_pod, platform_lock, start_holding,
     stderr, stdout,
 };
 use lock_starter::redis::{ForceReleased, LockState};
@@ -147,15 +147,13 @@ async fn run_terminates_its_command_when_the_lease_is_lost() {
     let redis = RedisServer::start().await.unwrap();
     let url = redis.url();
     let pod = other_pod(&url).await;
-    let child = platform_lock(&url, &["run", "--key", "job", "--", "sleep", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        eventually(|| async { pod.status("job").await.unwrap().is_held() }).await,
-        "run never took the lock"
-    );
+    let child = start_holding(
+        &url,
+        &pod,
+        "job",
+        &["run", "--key", "job", "--", "sleep", "60"],
+    )
+    .await;
     let forced_at = Instant::now();
     assert!(matches!(
         pod.force_release("job").await.unwrap(),

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use common::{SLACK, assert_one_line, cli, code, eventually, other_pod, platform_lock, stderr};
+use common::{SLACK, assert_one_line, cli, code, other_pod, platform_lock, start_holding, stderr};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
 
@@ -19,20 +17,10 @@ async fn a_lease_found_ended_when_the_command_finishes_exits_70() {
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
-    let child = platform_lock(
-        &url,
-        &[
-            "run", "--key", "job", "--lease", "5m", "--", "sh", "-c", &script,
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    assert!(
-        eventually(|| async { pod.status("job").await.unwrap().is_held() }).await,
-        "run never took the lock"
-    );
+    let run = [
+        "run", "--key", "job", "--lease", "5m", "--", "sh", "-c", &script,
+    ];
+    let child = start_holding(&url, &pod, "job", &run).await;
     assert!(matches!(
         pod.force_release("job").await.unwrap(),
         ForceReleased::Released { .. }

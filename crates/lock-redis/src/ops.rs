@@ -304,30 +304,16 @@ impl RedisLock {
                 // Page by page, as plain commands: fred's SCAN streams parse Redis' error reply
                 // as a malformed page ("Expected bulk string array from SCAN"), losing the
                 // NOPERM that says what to grant, and have no command timeout of their own.
-                let page: Value = match &server {
+                let page = match &server {
                     Some(server) => {
-                        inner
-                            .client
-                            .with_cluster_node(server.clone())
-                            .scan_page(
-                                cursor,
-                                glob.as_str(),
-                                Some(SCAN_COUNT),
-                                Some(ScanType::String),
-                            )
-                            .await
+                        scan_page(
+                            &inner.client.with_cluster_node(server.clone()),
+                            cursor,
+                            &glob,
+                        )
+                        .await
                     }
-                    None => {
-                        inner
-                            .client
-                            .scan_page(
-                                cursor,
-                                glob.as_str(),
-                                Some(SCAN_COUNT),
-                                Some(ScanType::String),
-                            )
-                            .await
-                    }
+                    None => scan_page(&inner.client, cursor, &glob).await,
                 }
                 .map_err(fail)?;
                 let (next, keys) = parse_scan_page(page).ok_or_else(|| {
@@ -457,6 +443,17 @@ impl RedisLock {
             ))),
         }
     }
+}
+
+/// One page of `SCAN` on `client` (a Cluster node's, or the only server's), strings only.
+async fn scan_page<C: KeysInterface + Sync>(
+    client: &C,
+    cursor: String,
+    glob: &str,
+) -> Result<Value, Error> {
+    client
+        .scan_page(cursor, glob, Some(SCAN_COUNT), Some(ScanType::String))
+        .await
 }
 
 /// The servers `list` scans: every primary of a Cluster (each holds only its slots' keys), or

@@ -93,6 +93,26 @@ where
     false
 }
 
+/// Starts `platform-lock args…` (a `run`) with its output piped, and waits until `pod` sees
+/// `key` held — by the run, since nobody else takes it in these tests.
+pub async fn start_holding(
+    address: &str,
+    pod: &RedisLock,
+    key: &str,
+    args: &[&str],
+) -> tokio::process::Child {
+    let child = platform_lock(address, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(|| async { pod.status(key).await.unwrap().is_held() }).await,
+        "platform-lock {args:?} never took lock {key}"
+    );
+    child
+}
+
 /// A free loopback port with nothing listening on it.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
