@@ -48,6 +48,12 @@ impl Failure {
                      telco.platform.lock.redis.address (redis://user:password@host:port)"
                 )
             }
+            // Redis answered, with something that is not this lock's: most often another
+            // application's key under the same prefix.
+            Some(failure @ RedisFailure::Protocol { .. }) => format!(
+                "{failure}; the Redis key is not one of this lock's: check \
+                 telco.platform.lock.key-prefix and what else writes keys under it"
+            ),
             Some(failure) => format!("{failure}; {CHECK_ADDRESS}"),
             None => format!("{error}; {CHECK_ADDRESS}"),
         };

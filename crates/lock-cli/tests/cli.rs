@@ -542,3 +542,22 @@ async fn a_reader_that_goes_away_is_no_failure() {
         assert!(stderr(&output).is_empty(), "{args:?}: {}", stderr(&output));
     }
 }
+
+/// Redis answered, so "check that Redis is up" would send on-call the wrong way: a key under
+/// the prefix that holds something else points at the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_a_key_that_holds_no_lock_points_at_the_key_prefix() {
+    let redis = RedisServer::start().await.unwrap();
+    redis
+        .cmd(&["SET", "lock:{garbage}", "hello"])
+        .await
+        .unwrap();
+    let output = cli(&redis.url(), &["status", "garbage"]).await;
+    assert_one_line(
+        "status of a non-lock key",
+        &output,
+        1,
+        &["holds no lock value", "key-prefix"],
+    );
+    assert!(!stderr(&output).contains("check that Redis is up"));
+}
