@@ -4,15 +4,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{SLACK, cli, code, eventually, other_pod, platform_lock, stderr};
+use common::{SLACK, cli, code, eventually, other_pod, start_ready, stderr};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 
 /// Whether process `pid` still runs (a zombie waiting to be reaped does not).
@@ -52,17 +50,7 @@ fn read_pid(file: &Path) -> Pid {
 /// and returns platform-lock's output and how long it took from the forced release.
 async fn lose_the_lease_of(url: &str, script: &str) -> (std::process::Output, Duration) {
     let pod = other_pod(url).await;
-    let mut child = platform_lock(url, &["run", "--key", "job", "--", "sh", "-c", script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(SLACK, lines.next_line())
-        .await
-        .expect("the command never said ready")
-        .unwrap();
-    assert_eq!(ready.as_deref(), Some("ready"));
+    let child = start_ready(url, script).await;
     let forced_at = Instant::now();
     assert!(matches!(
         pod.force_release("job").await.unwrap(),

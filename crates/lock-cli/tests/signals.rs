@@ -5,14 +5,12 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
 
-use common::{SLACK, code, other_pod, platform_lock, stderr};
+use common::{SLACK, code, other_pod, start_ready, stderr};
 use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A command that traps `trap_signal`, writes `got-<name>` to `file` when it arrives and exits
 /// `exit_code`; it says `ready` on stdout once the trap is set. Waiting with the `wait` builtin,
@@ -35,17 +33,7 @@ async fn forwards(signal: Signal, trap_signal: &str, exit_code: u8) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("received");
     let script = trapping_command(trap_signal, &file, exit_code);
-    let mut child = platform_lock(&url, &["run", "--key", "job", "--", "sh", "-c", &script])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(SLACK, lines.next_line())
-        .await
-        .expect("the command never said ready")
-        .unwrap();
-    assert_eq!(ready.as_deref(), Some("ready"));
+    let child = start_ready(&url, &script).await;
     assert!(
         pod.status("job").await.unwrap().is_held(),
         "the command runs without the lock"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{BINARY, SLACK, environment, other_pod};
 use lock_starter::redis::LockState;
-use lock_starter::{DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_starter::{DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use rexpect::process::WaitStatus;
 use rexpect::session::{Options, PtySession};
@@ -47,6 +47,25 @@ fn prompt(key: &str, owner: &str, token: u64) -> String {
     format!("Release lock {key} held by {owner} (token {token})? [y/N] ")
 }
 
+/// Runs `release --force KEY` on a terminal, waits for the prompt naming `holder`, answers
+/// `answer`, and returns the exit code and what was shown after the prompt.
+async fn answer_release_prompt(
+    url: &str,
+    key: &str,
+    holder: &LockHandle,
+    answer: &str,
+) -> (i32, String) {
+    let asked = prompt(key, holder.owner(), holder.fencing_token());
+    let (url, key, answer) = (url.to_owned(), key.to_owned(), answer.to_owned());
+    blocking(move || {
+        let mut session = on_terminal(&url, &["release", "--force", &key]);
+        session.exp_string(&asked).expect("no confirmation prompt");
+        session.send_line(&answer).unwrap();
+        finish(session)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answering_no_at_the_release_prompt_leaves_the_lock_held() {
     let redis = RedisServer::start().await.unwrap();
@@ -56,14 +75,7 @@ async fn answering_no_at_the_release_prompt_leaves_the_lock_held() {
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
         .unwrap();
-    let asked = prompt("bill-run:2026-11", handle.owner(), handle.fencing_token());
-    let (code, shown) = blocking(move || {
-        let mut session = on_terminal(&url, &["release", "--force", "bill-run:2026-11"]);
-        session.exp_string(&asked).expect("no confirmation prompt");
-        session.send_line("n").unwrap();
-        finish(session)
-    })
-    .await;
+    let (code, shown) = answer_release_prompt(&url, "bill-run:2026-11", &handle, "n").await;
     // 1: nothing released (documented in --help).
     assert_eq!(code, 1, "{shown}");
     assert!(shown.contains("not released"), "{shown}");
@@ -83,15 +95,8 @@ async fn answering_yes_at_the_release_prompt_releases_the_lock() {
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
         .unwrap();
-    let asked = prompt("bill-run:2026-11", handle.owner(), handle.fencing_token());
     let owner = handle.owner().to_owned();
-    let (code, shown) = blocking(move || {
-        let mut session = on_terminal(&url, &["release", "--force", "bill-run:2026-11"]);
-        session.exp_string(&asked).expect("no confirmation prompt");
-        session.send_line("y").unwrap();
-        finish(session)
-    })
-    .await;
+    let (code, shown) = answer_release_prompt(&url, "bill-run:2026-11", &handle, "y").await;
     assert_eq!(code, 0, "{shown}");
     assert!(
         shown.contains(&format!("released lock `bill-run:2026-11` held by {owner}")),

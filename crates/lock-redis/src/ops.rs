@@ -390,6 +390,24 @@ impl RedisLock {
     ///
     /// # Errors
     /// As [`force_release`](Self::force_release).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_redis::{ForceReleased, LockState, RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let shown = lock.status("bill-run:2026-11").await?;
+    /// if let LockState::Held { fencing_token, .. } = shown.state {
+    ///     // ... the operator confirms this holder ...
+    ///     match lock.force_release_grant("bill-run:2026-11", fencing_token).await? {
+    ///         ForceReleased::HolderChanged { holder, .. } => println!("now held by {holder}; left alone"),
+    ///         other => println!("{other:?}"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn force_release_grant(
         &self,
         name: &str,

@@ -113,6 +113,24 @@ pub async fn start_holding(
     child
 }
 
+/// Starts `platform-lock run --key job -- sh -c script` with its output piped, and waits for
+/// the script's first stdout line, which must be `ready` (so it runs, under the lock).
+pub async fn start_ready(address: &str, script: &str) -> tokio::process::Child {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = platform_lock(address, &["run", "--key", "job", "--", "sh", "-c", script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(SLACK, lines.next_line())
+        .await
+        .expect("the command never said ready")
+        .unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+    child
+}
+
 /// A free loopback port with nothing listening on it.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
