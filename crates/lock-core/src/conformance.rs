@@ -540,6 +540,83 @@ pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn Lock
     assert_eq!(new.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
+/// A release sooner than the minimum hold ([`AcquireOptions::hold_at_least`]) after the grant
+/// reports `Released` but leaves the key held until the hold ends — for a watchdog lease even
+/// past its TTL, without renewal; for a fixed lease no longer than the hold — then a waiter is
+/// granted, with a greater fencing token. A hold longer than a fixed lease is rejected.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::hold_at_least_outlasts_an_early_release(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
+pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) {
+    let key = unique_key("hold-at-least");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let upper = |hold: Duration| hold + SLACK + factory.command_timeout();
+    let mut last_token = 0;
+    // Watchdog: the hold outlasts the key's TTL, so only the release can have set it. Fixed: a
+    // lease far longer than the hold, so only the release can have shortened it.
+    for (lease, hold) in [
+        (Lease::Watchdog, factory.watchdog_timeout() * 2),
+        (Lease::Fixed(LONG_WAIT), Duration::from_secs(1)),
+    ] {
+        let before_grant = Instant::now();
+        let first = a
+            .acquire_with(&key, AcquireOptions::new(lease).hold_at_least(hold))
+            .await
+            .unwrap();
+        let first_token = first.fencing_token();
+        assert!(first_token > last_token);
+        let waiter = {
+            let b = Arc::clone(&b);
+            let key = key.clone();
+            tokio::spawn(async move { b.acquire_with(&key, wait(LONG_WAIT)).await })
+        };
+        assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+        let second = waiter.await.unwrap().unwrap();
+        let granted_after = before_grant.elapsed();
+        assert!(
+            granted_after >= hold,
+            "{lease:?}: granted again after {granted_after:?}, before the minimum hold {hold:?} ended"
+        );
+        assert!(
+            granted_after < upper(hold),
+            "{lease:?}: granted only after {granted_after:?}; the minimum hold {hold:?} kept the key too long"
+        );
+        assert!(second.fencing_token() > first_token);
+        last_token = second.fencing_token();
+        assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    let too_long = AcquireOptions::new(Lease::Fixed(Duration::from_secs(1)))
+        .hold_at_least(Duration::from_secs(2));
+    let error = a.acquire_with(&key, too_long).await.unwrap_err();
+    assert_eq!(error.code().as_str(), "LOCK_INVALID_ARGUMENT");
+    assert_eq!(error.details()["argument"], "hold-at-least");
+    let text = error.to_string();
+    assert!(
+        text.contains("2s") && text.contains("fixed lease 1s"),
+        "{text}"
+    );
+}
+
 /// Fencing tokens strictly increase across grants of one key, whichever client gets them.
 ///
 /// # Examples
@@ -832,8 +909,8 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
 /// own, so a failing check does not stop the others; its panic message goes to the test output.
 /// Returns the names of the failed checks: empty when all passed.
 ///
-/// Keep the list in step with [`conformance_tests!`](crate::conformance_tests). Needs a
-/// multi-threaded Tokio runtime, as the checks do.
+/// The same checks as [`conformance_tests!`](crate::conformance_tests) expands to (both take
+/// them from one list). Needs a multi-threaded Tokio runtime, as the checks do.
 ///
 /// # Examples
 ///
@@ -875,19 +952,7 @@ pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
             }
         )+};
     }
-    run!(
-        mutual_exclusion,
-        wait_time_is_honoured,
-        zero_wait_is_one_attempt,
-        fixed_lease_expires,
-        watchdog_keeps_the_lock_past_its_timeout,
-        dropping_a_handle_frees_the_lock,
-        releasing_an_expired_lease_spares_the_new_holder,
-        fencing_tokens_increase,
-        invalid_arguments_are_rejected,
-        with_lock_runs_only_when_granted,
-        with_lock_is_reentrant_for_its_task,
-    );
+    crate::conformance_checks!(run);
     failed
 }
 
@@ -919,19 +984,7 @@ pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
 #[macro_export]
 macro_rules! conformance_tests {
     ($factory:expr) => {
-        $crate::conformance_tests!(@each $factory;
-            mutual_exclusion,
-            wait_time_is_honoured,
-            zero_wait_is_one_attempt,
-            fixed_lease_expires,
-            watchdog_keeps_the_lock_past_its_timeout,
-            dropping_a_handle_frees_the_lock,
-            releasing_an_expired_lease_spares_the_new_holder,
-            fencing_tokens_increase,
-            invalid_arguments_are_rejected,
-            with_lock_runs_only_when_granted,
-            with_lock_is_reentrant_for_its_task,
-        );
+        $crate::conformance_checks!($crate::conformance_tests; @each $factory;);
     };
     (@each $factory:expr; $($check:ident),+ $(,)?) => {
         $(
@@ -941,5 +994,31 @@ macro_rules! conformance_tests {
                 $crate::conformance::$check(&factory).await;
             }
         )+
+    };
+}
+
+/// The list of checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`,
+/// for [`run_all`] and [`conformance_tests!`](crate::conformance_tests).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! conformance_checks {
+    ($callback:path; $($prefix:tt)*) => {
+        $callback! { $($prefix)*
+            mutual_exclusion,
+            wait_time_is_honoured,
+            zero_wait_is_one_attempt,
+            fixed_lease_expires,
+            watchdog_keeps_the_lock_past_its_timeout,
+            dropping_a_handle_frees_the_lock,
+            releasing_an_expired_lease_spares_the_new_holder,
+            hold_at_least_outlasts_an_early_release,
+            fencing_tokens_increase,
+            invalid_arguments_are_rejected,
+            with_lock_runs_only_when_granted,
+            with_lock_is_reentrant_for_its_task,
+        }
+    };
+    ($callback:ident) => {
+        $crate::conformance_checks!($callback;)
     };
 }

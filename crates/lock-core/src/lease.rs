@@ -130,6 +130,22 @@ pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
     )
 }
 
+/// Checks a minimum hold ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)):
+/// zero up to [`MAX_LEASE`], and for a fixed lease at most the lease.
+pub(crate) fn validate_hold_at_least(hold: Duration, lease: Lease) -> Result<(), LockError> {
+    match lease {
+        Lease::Fixed(lease) if hold > lease => Err(LockError::invalid_argument(
+            "hold-at-least",
+            humanize(hold),
+            format!(
+                "accepted: 0s to the fixed lease {} (the key ends with its lease)",
+                humanize(lease)
+            ),
+        )),
+        _ => check_range("hold-at-least", hold, Duration::ZERO, MAX_LEASE),
+    }
+}
+
 fn check_range(
     name: &'static str,
     value: Duration,

@@ -35,6 +35,7 @@ pub struct AcquireOptions {
     lease: Lease,
     wait: Option<Duration>,
     fair: bool,
+    hold_at_least: Duration,
 }
 
 impl AcquireOptions {
@@ -44,6 +45,7 @@ impl AcquireOptions {
             lease,
             wait: None,
             fair: false,
+            hold_at_least: Duration::ZERO,
         }
     }
 
@@ -115,6 +117,71 @@ impl AcquireOptions {
         self
     }
 
+    /// Asks for a *minimum hold* (ShedLock's `lockAtLeastFor`): a release — explicit, by drop,
+    /// or at the end of a `with_lock` section — that comes sooner than `hold` after the grant
+    /// leaves the key held until grant + `hold` instead of freeing it. For a scheduled job
+    /// that every pod runs each tick: a sweep shorter than the clock skew between the pods'
+    /// ticks would otherwise free the key in time for a late pod to sweep the same tick again.
+    ///
+    /// Accepted: 0 (the default: no minimum hold) up to [`MAX_LEASE`](crate::MAX_LEASE) (7
+    /// days); with [`Lease::Fixed`], at most the lease — the key ends with its lease, so a
+    /// longer hold could not be kept and is rejected rather than capped.
+    ///
+    /// The hold is measured on the backend's clock (for Redis: the server's `TIME`, never a
+    /// client's clock), from the grant. Contract:
+    /// - the release is still owner-checked and still reports
+    ///   [`ReleaseOutcome::Released`]; the handle stops renewing at once, and for a watchdog
+    ///   lease the key's TTL becomes the rest of the minimum hold — no renewal keeps it longer;
+    /// - the key stays held by the releasing owner: other acquisitions, fair ones too, see it
+    ///   held (`held_by_another_owner`, with the hold's remaining TTL) and are granted when it
+    ///   ends, with a greater fencing token; waiters woken by the release find the key held and
+    ///   wait for that TTL;
+    /// - a holder that dies without releasing is not held longer than its lease: the minimum
+    ///   hold only delays a release;
+    /// - an operator's forced release (Redis: `RedisLock::force_release`) ignores it;
+    /// - a re-entrant acquisition ignores it, as its lease and wait: the outer grant's applies.
+    ///
+    /// # Examples
+    ///
+    /// Two pods tick at about the same time; the first sweeps in 10 ms, the second finds the
+    /// key still held for the rest of the tick:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let pod_a = InMemoryLock::new();
+    /// let pod_b = pod_a.clone(); // another client of the same locks, as pods sharing a Redis
+    /// let tick = AcquireOptions::new(Lease::Fixed(Duration::from_secs(50)))
+    ///     .wait(Duration::ZERO)
+    ///     .hold_at_least(Duration::from_secs(30));
+    /// pod_a.with_lock_opts("msisdn-reaper", tick, || tokio::time::sleep(Duration::from_millis(10))).await?;
+    ///
+    /// tokio::time::sleep(Duration::from_secs(2)).await; // pod B's tick comes 2 s late
+    /// let late = pod_b.with_lock_opts("msisdn-reaper", tick, || async {}).await.unwrap_err();
+    /// assert_eq!(late.details()["reason"], "held_by_another_owner");
+    ///
+    /// tokio::time::sleep(Duration::from_secs(30)).await; // the next tick
+    /// pod_b.with_lock_opts("msisdn-reaper", tick, || async {}).await?;
+    ///
+    /// let too_long = tick.hold_at_least(Duration::from_secs(60));
+    /// assert_eq!(
+    ///     too_long.validate("msisdn-reaper").unwrap_err().to_string(),
+    ///     "invalid hold-at-least 1m for lock `msisdn-reaper`: accepted: 0s to the fixed lease 50s (the key ends with its lease)"
+    /// );
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = hold;
+        self
+    }
+
+    /// The minimum hold (see [`hold_at_least`](AcquireOptions::hold_at_least)); zero for none.
+    pub fn minimum_hold(&self) -> Duration {
+        self.hold_at_least
+    }
+
     /// Whether this is a fair acquisition (see [`fair`](AcquireOptions::fair)).
     pub fn is_fair(&self) -> bool {
         self.fair
@@ -155,6 +222,8 @@ impl AcquireOptions {
     pub fn validate(&self, key: &str) -> Result<(), LockError> {
         crate::key::validate_key(key)?;
         self.lease.validate().map_err(|e| e.for_key(key))?;
+        crate::lease::validate_hold_at_least(self.hold_at_least, self.lease)
+            .map_err(|e| e.for_key(key))?;
         if let Some(wait) = self.wait {
             crate::lease::validate_wait(wait).map_err(|e| e.for_key(key))?;
         }

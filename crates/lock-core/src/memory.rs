@@ -66,6 +66,8 @@ struct Shared {
 struct Entry {
     owner: String,
     expires_at: Option<Instant>,
+    /// A release before this instant keeps the key until then (the minimum hold).
+    hold_until: Option<Instant>,
 }
 
 impl Entry {
@@ -191,7 +193,12 @@ impl InMemoryLock {
             .map(|e| (e.owner.clone(), e.expires_at))
     }
 
-    fn try_grant(&self, key: &str, lease: Lease) -> Result<LockHandle, (String, Option<Instant>)> {
+    fn try_grant(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<LockHandle, (String, Option<Instant>)> {
+        let lease = options.lease();
         let now = Instant::now();
         let mut table = self.shared.table();
         if let Some(entry) = table.get(key).filter(|e| e.is_live(now)) {
@@ -207,6 +214,7 @@ impl InMemoryLock {
             Entry {
                 owner: owner.clone(),
                 expires_at,
+                hold_until: Some(now + options.minimum_hold()).filter(|at| *at > now),
             },
         );
         drop(table);
@@ -255,7 +263,7 @@ impl Shared {
     fn release(&self, key: &str, owner: &str) -> ReleaseOutcome {
         let now = Instant::now();
         let mut table = self.table();
-        let Some(entry) = table.get(key).filter(|e| e.owner == owner) else {
+        let Some(entry) = table.get_mut(key).filter(|e| e.owner == owner) else {
             return ReleaseOutcome::NotHeld;
         };
         let outcome = if entry.is_live(now) {
@@ -263,7 +271,16 @@ impl Shared {
         } else {
             ReleaseOutcome::NotHeld
         };
-        table.remove(key);
+        match entry.hold_until.take().filter(|at| *at > now) {
+            // Kept by its owner until the minimum hold ends (a fixed lease never ends sooner:
+            // validation keeps the hold within it); waiters re-read the new expiry.
+            Some(hold_until) if outcome == ReleaseOutcome::Released => {
+                entry.expires_at = Some(hold_until);
+            }
+            _ => {
+                table.remove(key);
+            }
+        }
         drop(table);
         self.released.notify_waiters();
         outcome
@@ -283,7 +300,7 @@ impl DistributedLock for InMemoryLock {
     ) -> Result<LockHandle, LockError> {
         let wait = options.wait_time().unwrap_or(self.wait_time);
         if options.is_fair() {
-            return self.acquire_fair(key, options.lease(), wait).await;
+            return self.acquire_fair(key, options, wait).await;
         }
         let started = Instant::now();
         let deadline = started + wait;
@@ -293,7 +310,7 @@ impl DistributedLock for InMemoryLock {
             let notified = self.shared.released.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (holder, expires_at) = match self.try_grant(key, options.lease()) {
+            let (holder, expires_at) = match self.try_grant(key, options) {
                 Ok(handle) => return Ok(handle),
                 Err(held) => held,
             };
@@ -322,7 +339,7 @@ impl InMemoryLock {
     async fn acquire_fair(
         &self,
         key: &str,
-        lease: Lease,
+        options: AcquireOptions,
         wait: Duration,
     ) -> Result<LockHandle, LockError> {
         let started = Instant::now();
@@ -336,7 +353,7 @@ impl InMemoryLock {
             notified.as_mut().enable();
             let ahead = self.shared.waiters_ahead(key, ticket);
             let held = if ahead == 0 {
-                match self.try_grant(key, lease) {
+                match self.try_grant(key, options) {
                     Ok(handle) => return Ok(handle),
                     Err(held) => Some(held),
                 }
@@ -502,6 +519,55 @@ mod tests {
         assert_eq!(err.details()["reason"], "waiters_ahead");
         assert_eq!(err.details()["waitersAhead"], "1");
         // A non-fair acquisition barges in.
+        assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_within_the_minimum_hold_keeps_the_key_for_plain_and_fair_waiters() {
+        let lock = InMemoryLock::new();
+        let hold = Duration::from_secs(10);
+        for options in [
+            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait(Duration::from_secs(60))
+                .fair(),
+        ] {
+            let granted = Instant::now();
+            let held = lock
+                .acquire_with(
+                    "k",
+                    AcquireOptions::new(Lease::Watchdog).hold_at_least(hold),
+                )
+                .await
+                .unwrap();
+            let owner = held.owner().to_owned();
+            let waiter = {
+                let lock = lock.clone();
+                tokio::spawn(async move { lock.acquire_with("k", options).await.unwrap() })
+            };
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+            let error = lock.try_acquire("k", Lease::Watchdog).await.unwrap_err();
+            assert_eq!(error.details()["holder"], owner);
+            assert_eq!(error.details()["holderTtlMs"], "6000");
+            let next = waiter.await.unwrap();
+            assert_eq!(
+                granted.elapsed(),
+                hold,
+                "granted when the hold ended, not later"
+            );
+            assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+        }
+        // A release after the hold frees the key at once.
+        let held = lock
+            .acquire_with(
+                "k",
+                AcquireOptions::new(Lease::Watchdog).hold_at_least(hold),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(hold).await;
+        drop(held);
         assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
     }
 

@@ -65,6 +65,29 @@ impl OwnerTokens {
         &self.prefix[..self.instance_id_len]
     }
 
+    /// The instance id an owner token of this form starts with: everything before its last two
+    /// `/`-separated fields (the client id and the counter), so an instance id that contains
+    /// `/` itself (`eu-west/billing-7f9c`) comes back whole. A string not of this form comes
+    /// back as it is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::OwnerTokens;
+    ///
+    /// let owners = OwnerTokens::new("eu-west/billing-7f9c")?;
+    /// assert_eq!(OwnerTokens::instance_id_of(&owners.next_token()), "eu-west/billing-7f9c");
+    /// assert_eq!(OwnerTokens::instance_id_of("not-a-token"), "not-a-token");
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn instance_id_of(owner_token: &str) -> &str {
+        let mut fields = owner_token.rsplitn(3, '/');
+        match (fields.next(), fields.next(), fields.next()) {
+            (Some(_counter), Some(_client), Some(instance_id)) => instance_id,
+            _ => owner_token,
+        }
+    }
+
     /// A fresh token, never returned before by this source.
     ///
     /// # Examples
