@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
-use lock_core::{AcquireFailure, Lease, LeaseState, LockError, LockHandle};
+use lock_core::{AcquireFailure, AcquireOptions, Lease, LeaseState, LockError, LockHandle};
 use tokio::time::Instant;
 
 use crate::error::{RedisFailure, Refusal};
@@ -76,6 +76,8 @@ pub(crate) struct Acquisition<'a> {
     owner: String,
     lease: Lease,
     fair: bool,
+    /// The minimum hold: the scripts record it in the grant, on the server's clock.
+    hold_at_least: Duration,
     outcome_unknown: bool,
     queued: bool,
 }
@@ -108,13 +110,14 @@ impl<'a> Acquisition<'a> {
         }
     }
 
-    pub(crate) fn new(inner: &'a Arc<Inner>, name: &'a str, lease: Lease, fair: bool) -> Self {
+    pub(crate) fn new(inner: &'a Arc<Inner>, name: &'a str, options: AcquireOptions) -> Self {
         Acquisition {
             inner,
             name,
             owner: inner.owners.next_token(),
-            lease,
-            fair,
+            lease: options.lease(),
+            fair: options.is_fair(),
+            hold_at_least: options.minimum_hold(),
             outcome_unknown: false,
             queued: false,
         }
@@ -272,10 +275,12 @@ impl<'a> Acquisition<'a> {
             self.owner.as_str().into(),
             i64::try_from(ttl_ms).unwrap_or(i64::MAX).into(),
         ];
+        let hold_ms = i64::try_from(self.hold_at_least.as_millis()).unwrap_or(i64::MAX);
         let sent = Instant::now();
         self.outcome_unknown = true;
         let reply = match fair {
             None => {
+                args.push(hold_ms.into());
                 self.inner
                     .scripts
                     .acquire
@@ -284,7 +289,7 @@ impl<'a> Acquisition<'a> {
             }
             Some((call, place_ttl)) => {
                 let place_ms = i64::try_from(place_ttl.as_millis()).unwrap_or(i64::MAX);
-                args.extend([place_ms.max(1).into(), call.as_str().into()]);
+                args.extend([place_ms.max(1).into(), call.as_str().into(), hold_ms.into()]);
                 // Queued (maybe) from here until a reply says otherwise.
                 self.queued |= call == FairCall::Wait;
                 self.inner

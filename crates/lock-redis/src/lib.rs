@@ -521,8 +521,7 @@ impl DistributedLock for RedisLock {
         if config.min_replicas > 0 {
             budget += config.replica_sync_timeout + config.command_timeout;
         }
-        let mut acquisition =
-            Acquisition::new(&self.inner, key, options.lease(), options.is_fair());
+        let mut acquisition = Acquisition::new(&self.inner, key, options);
         match tokio::time::timeout(budget, acquisition.run(wait)).await {
             Ok(result) => result,
             // Dropping `acquisition` releases any grant the interrupted attempt may have made.

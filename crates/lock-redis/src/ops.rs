@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scan::ScanType;
-use lock_core::{LockError, validate_key};
+use lock_core::{LockError, OwnerTokens, validate_key};
 
 use crate::RedisLock;
 use crate::config::TOMBSTONE_TTL;
@@ -80,11 +80,12 @@ pub enum LockState {
     Held {
         /// The holder's owner token, `<instance-id>/<client id>/<n>`.
         holder: String,
-        /// The holder's instance id (pod or host name): the owner token before its first `/`.
+        /// The holder's instance id (pod or host name): the owner token before its last two
+        /// `/`-separated fields (`OwnerTokens::instance_id_of`), so an id with `/` comes whole.
         instance_id: String,
         /// The grant's fencing token.
         fencing_token: u64,
-        /// The remaining TTL of the lease; `None` if the key has none (never set by the lock).
+        /// The remaining TTL of the lease (or of the minimum hold, once released within it).
         ttl: Option<Duration>,
     },
     /// Released recently: the tombstone that keeps the fencing token counting up.
@@ -216,10 +217,10 @@ impl RedisLock {
             .evalsha_with_reload(&inner.client, keys, Vec::<Value>::new())
             .await
             .map_err(fail)?;
-        let [value, pttl, queued] = <[Value; 3]>::try_from(reply).map_err(|_| {
+        let [value, pttl, queued, lock] = <[Value; 4]>::try_from(reply).map_err(|_| {
             LockError::backend_unavailable(
                 name,
-                RedisFailure::protocol("status script", "not three values"),
+                RedisFailure::protocol("status script", "not four values"),
             )
         })?;
         let channel = inner.keys.release_channel(name);
@@ -234,12 +235,14 @@ impl RedisLock {
             .as_i64()
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
-        let state = match value.as_string() {
-            None => LockState::Free,
-            Some(value) => match parse_value(&value, ttl) {
+        let state = match (value.is_null(), lock) {
+            (true, _) => LockState::Free,
+            (false, Value::Array(fields)) => match lock_state(&fields, ttl) {
                 Some(state) => state,
                 None => return Ok(None),
             },
+            // The script found something that is not a lock value.
+            (false, _) => return Ok(None),
         };
         Ok(Some(LockStatus {
             name: name.to_owned(),
@@ -509,15 +512,18 @@ fn parse_scan_page(page: Value) -> Option<(String, Vec<String>)> {
     ))
 }
 
-/// Parses a lock value: `H|<token>|<owner>[|<previous>]` or `R|<token>|<owner>`.
-fn parse_value(value: &str, ttl: Option<Duration>) -> Option<LockState> {
-    let mut fields = value.split('|');
-    let state = fields.next()?;
-    let fencing_token = fields.next()?.parse().ok()?;
-    let owner = fields.next()?.to_owned();
-    match state {
-        "H" => Some(LockState::Held {
-            instance_id: owner.split('/').next().unwrap_or_default().to_owned(),
+/// The state of a lock value the status script parsed (`scripts/lock_value.lua` declares the
+/// grammar, for every script): `{state, fencing token, owner}`. A grant released within its
+/// minimum hold (`M`) is still held by its owner until the hold ends.
+fn lock_state(fields: &[Value], ttl: Option<Duration>) -> Option<LockState> {
+    let [state, token, owner] = fields else {
+        return None;
+    };
+    let fencing_token = token.as_string()?.parse().ok()?;
+    let owner = owner.as_string()?;
+    match state.as_string()?.as_str() {
+        "H" | "M" => Some(LockState::Held {
+            instance_id: OwnerTokens::instance_id_of(&owner).to_owned(),
             holder: owner,
             fencing_token,
             ttl,
@@ -593,25 +599,28 @@ mod tests {
     }
 
     #[test]
-    fn values_parse_into_states() {
+    fn parsed_values_map_to_states() {
         let ttl = Some(Duration::from_millis(1500));
-        assert_eq!(
-            parse_value("H|17|pod-a/ab12/3|pod-b/cd/1", ttl),
-            Some(LockState::Held {
-                holder: "pod-a/ab12/3".into(),
-                instance_id: "pod-a".into(),
-                fencing_token: 17,
-                ttl
-            })
-        );
+        let fields = |f: [&str; 3]| f.map(|s| Value::from(s)).to_vec();
+        for state in ["H", "M"] {
+            assert_eq!(
+                lock_state(&fields([state, "17", "eu/pod-a/ab12/3"]), ttl),
+                Some(LockState::Held {
+                    holder: "eu/pod-a/ab12/3".into(),
+                    instance_id: "eu/pod-a".into(),
+                    fencing_token: 17,
+                    ttl
+                })
+            );
+        }
         assert!(matches!(
-            parse_value("R|18|pod-a/ab12/3#forced", ttl),
+            lock_state(&fields(["R", "18", "pod-a/ab12/3#forced"]), ttl),
             Some(LockState::Released {
                 fencing_token: 18,
                 ..
             })
         ));
-        assert_eq!(parse_value("garbage", ttl), None);
+        assert_eq!(lock_state(&fields(["X", "1", "o"]), ttl), None);
         assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }

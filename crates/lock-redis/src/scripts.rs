@@ -1,29 +1,36 @@
 //! The Lua scripts of the lock protocol (see the `.lua` files for KEYS, ARGV and replies).
 //!
-//! A Redis script cannot load another, so the functions the fair-queue scripts share
-//! (`scripts/fair_queue.lua`) are put in front of each of them here, after the `#!lua` flags
-//! line, which must come first.
+//! A Redis script cannot load another, so the functions the scripts share — the lock value's
+//! grammar (`scripts/lock_value.lua`: every script that reads a lock key parses it there) and
+//! the fair queue's (`scripts/fair_queue.lua`) — are put in front of each of them here, after
+//! the `#!lua` flags line, which must come first.
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
 /// The Lua source of the acquire script (KEYS, ARGV and replies are documented in its header):
 /// for audits, and for benchmarks that run it with `redis-benchmark`.
-pub const ACQUIRE_SCRIPT: &str = include_str!("scripts/acquire.lua");
+pub const ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("scripts/lock_value.lua"),
+    include_str!("scripts/acquire.lua")
+);
 /// The Lua source of the owner-checked release script.
 pub const RELEASE_SCRIPT: &str = concat!(
     "#!lua flags=allow-oom\n",
+    include_str!("scripts/lock_value.lua"),
     include_str!("scripts/fair_queue.lua"),
     include_str!("scripts/release.lua")
 );
 /// The Lua source of the fair acquire script: grants in queue order, or keeps the caller's place.
 pub const FAIR_ACQUIRE_SCRIPT: &str = concat!(
+    include_str!("scripts/lock_value.lua"),
     include_str!("scripts/fair_queue.lua"),
     include_str!("scripts/fair_acquire.lua")
 );
 /// The Lua source of the script a fair waiter leaves its queue with.
 pub const FAIR_LEAVE_SCRIPT: &str = concat!(
     "#!lua flags=allow-oom\n",
+    include_str!("scripts/lock_value.lua"),
     include_str!("scripts/fair_queue.lua"),
     include_str!("scripts/fair_leave.lua")
 );
@@ -32,11 +39,16 @@ pub const RENEW_SCRIPT: &str = include_str!("scripts/renew.lua");
 /// The Lua source of the operators' forced release (`RedisLock::force_release`).
 pub const FORCE_RELEASE_SCRIPT: &str = concat!(
     "#!lua flags=allow-oom\n",
+    include_str!("scripts/lock_value.lua"),
     include_str!("scripts/fair_queue.lua"),
     include_str!("scripts/force_release.lua")
 );
 /// The Lua source of the operators' read-only status script (`RedisLock::status`).
-pub const STATUS_SCRIPT: &str = include_str!("scripts/status.lua");
+pub const STATUS_SCRIPT: &str = concat!(
+    "#!lua flags=no-writes,allow-stale\n",
+    include_str!("scripts/lock_value.lua"),
+    include_str!("scripts/status.lua")
+);
 
 /// The scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
 /// or a failover to a server that never saw them), so a warm call is one round trip.

@@ -1,8 +1,9 @@
--- (scripts.rs prepends the functions of fair_queue.lua.)
+-- (scripts.rs prepends the functions of lock_value.lua, which gives the value grammar, and of
+-- fair_queue.lua.)
 -- Acquire a lock fairly: grant it to the first of the key's queue of fair waiters, or keep the
 -- caller's place in that queue.
 --
--- KEYS[1]  the lock key (value format: see acquire.lua)
+-- KEYS[1]  the lock key
 -- KEYS[2]  the queue: a sorted set of waiting owner tokens, scored by order of arrival
 -- KEYS[3]  the timeouts: a sorted set of the same owner tokens, scored by the server time (ms)
 --          at which each is evicted unless it calls again
@@ -14,11 +15,12 @@
 --
 -- Returns
 --   {1, token}                granted; token is the fencing token of this grant
---   {0, holder, pttl, ahead}  held by another owner (pttl in ms, -1: none); `ahead` waiters are
---                             queued ahead of this one
+--   {0, holder, pttl, ahead}  held by another owner (H, or M: released within its minimum
+--                             hold; pttl in ms); `ahead` waiters are queued ahead of this one
 --   {3, ahead}                the lock is free, but `ahead` earlier waiters come first
 --   {2}                       this owner's acquisition was already released (a late duplicate)
---   error "LOCKVALUE …"       the key holds something that is not a lock
+--   error "LOCKVALUE …"       the key holds something that is not a lock (including a
+--                             lock-like value without a TTL)
 --
 -- Every call first evicts the other waiters whose time ran out: a waiter that died stops
 -- calling, and loses its place ARGV[3] after its last call. The caller itself is alive, so it
@@ -71,28 +73,27 @@ local function ahead()
   return redis.call('ZCARD', KEYS[2])
 end
 
-local value = redis.call('GET', KEYS[1])
+local lock = read_lock(KEYS[1])
+if lock == false then
+  return not_a_lock(KEYS[1])
+end
 local last = 0
 local previous = ''
-if value then
-  local state, token, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
-  if not state then
-    return redis.error_reply('LOCKVALUE the key ' .. KEYS[1] .. ' holds a value that is not a lock')
-  end
-  if owner == owner_token then
+if lock then
+  if lock.owner == owner_token then
     queue_as('last')
-    if state == 'R' then
+    if lock.state ~= 'H' then
       return {2}
     end
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(token)}
+    return {1, tonumber(lock.token)}
   end
-  if state == 'H' then
+  if lock.state ~= 'R' then
     queue_as(ARGV[4])
-    return {0, owner, redis.call('PTTL', KEYS[1]), ahead()}
+    return {0, lock.owner, redis.call('PTTL', KEYS[1]), ahead()}
   end
-  last = tonumber(token)
-  previous = '|' .. owner
+  last = tonumber(lock.token)
+  previous = lock.owner
 end
 
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
@@ -102,6 +103,4 @@ if first and first ~= owner_token then
 end
 
 queue_as('last')
-local token = math.max(last + 1, tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
-redis.call('SET', KEYS[1], 'H|' .. string.format('%.0f', token) .. '|' .. owner_token .. previous, 'PX', ARGV[2])
-return {1, token}
+return {1, grant(KEYS[1], owner_token, ARGV[2], last, previous, tonumber(ARGV[5] or '0'))}

@@ -1,4 +1,5 @@
--- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of fair_queue.lua.)
+-- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of lock_value.lua and
+-- fair_queue.lua.)
 -- Take a fair waiter out of the queue (it gave up, failed or was dropped) and, if the lock is
 -- free, tell the waiter now first.
 --
@@ -26,8 +27,8 @@ local next_owner = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 -- The lock free with a waiter first: that waiter may have been behind this one, or been told
 -- while a dead one was first, so tell it (at worst one extra attempt).
 if next_owner then
-  local value = redis.call('GET', KEYS[1])
-  if not value or string.sub(value, 1, 1) == 'R' then
+  local lock = read_lock(KEYS[1])
+  if lock == nil or (lock and lock.state == 'R') then
     redis.call('SPUBLISH', ARGV[2], '0|' .. next_owner)
   end
 end

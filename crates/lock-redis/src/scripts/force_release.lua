@@ -1,4 +1,5 @@
--- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of fair_queue.lua.)
+-- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of lock_value.lua and
+-- fair_queue.lua.)
 -- Force the release of a lock, whoever holds it (an operator's "force unlock").
 --
 -- KEYS[1]  the lock key
@@ -9,8 +10,8 @@
 --          the holder they were shown; if the lock has changed hands since, freeing the new
 --          holder's grant would be a release nobody asked for.
 --
--- Returns {0} if the key is not held (absent, a tombstone or not a lock value: nothing is
--- touched); {2, <holder's owner token>, <fencing token>} if ARGV[3] is given and the key holds
+-- Returns {0} if the key is not held (absent, a tombstone or not a lock value — a lock-like
+-- value without a TTL included: nothing is touched); {2, <holder's owner token>, <fencing token>} if ARGV[3] is given and the key holds
 -- another grant (nothing is touched); else {1, <holder's owner token>, <fencing token>,
 -- <clients that received the release message>}.
 --
@@ -21,18 +22,17 @@
 -- renewal — find the lock not theirs (NotHeld, lost) instead of taking the tombstone for their
 -- own release. Idempotent: a re-sent copy finds no held key and returns {0}.
 --
+-- A key kept for its holder's minimum hold (M, see release.lua) is held: the forced release
+-- frees it at once — an operator's release ignores the minimum hold.
+--
 -- allow-oom: as release.lua, it must work when Redis is at maxmemory (noeviction).
-local value = redis.call('GET', KEYS[1])
-if not value then
+local lock = read_lock(KEYS[1])
+if not lock or lock.state == 'R' then
   return {0}
 end
-local state, token, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
-if state ~= 'H' then
-  return {0}
+if ARGV[3] and lock.token ~= ARGV[3] then
+  return {2, lock.owner, lock.token}
 end
-if ARGV[3] and token ~= ARGV[3] then
-  return {2, owner, token}
-end
-redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner .. '#forced', 'PX', ARGV[2])
-local message = release_message(token)
-return {1, owner, token, redis.call('SPUBLISH', ARGV[1], message)}
+redis.call('SET', KEYS[1], 'R|' .. lock.token .. '|' .. lock.owner .. '#forced', 'PX', ARGV[2])
+local message = release_message(lock.token)
+return {1, lock.owner, lock.token, redis.call('SPUBLISH', ARGV[1], message)}

@@ -1,4 +1,5 @@
--- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of fair_queue.lua.)
+-- (scripts.rs prepends `#!lua flags=allow-oom` and the functions of lock_value.lua, which gives
+-- the value grammar, and of fair_queue.lua.)
 -- Release a lock if, and only if, this owner holds it.
 --
 -- KEYS[1]  the lock key
@@ -22,28 +23,40 @@
 -- finds its own tombstone — or, if a waiter took the key in between, its owner token as the new
 -- grant's previous owner — and reports "released" (1) without publishing again.
 --
+-- Minimum hold: when the grant carries a <hold until> (server time, ms) still in the future, the
+-- key is not freed but kept, as "M|…" (the rest of the value unchanged), with its TTL set to the
+-- rest of the hold: owner-checked like any release, never renewed (renewal renews H only), and
+-- gone when the hold ends. The message is published all the same: waiters that slept on the
+-- lease's longer TTL re-read the key, find it held with the hold's TTL, and wait for that. A
+-- re-sent copy finds M with its own owner and reports "released" without publishing again.
+-- The time comes from the server (TIME), never from a client.
+--
 -- allow-oom: a release must work when Redis is at maxmemory (noeviction); the tombstone takes the
 -- place of the held value, so it needs no more memory.
-local value = redis.call('GET', KEYS[1])
-if not value then
+local lock = read_lock(KEYS[1])
+if not lock then
   return 0
 end
-local state, token, owner, previous = string.match(value, '^([HR])|(%d+)|([^|]*)|?([^|]*)$')
-if not state then
-  return 0
-end
-if owner ~= ARGV[1] then
-  if state == 'H' and previous == ARGV[1] then
+if lock.owner ~= ARGV[1] then
+  if lock.state ~= 'R' and lock.previous == ARGV[1] then
     return 1
   end
   return 0
 end
-if state == 'R' then
+if lock.state ~= 'H' then
   return 1
 end
-redis.call('SET', KEYS[1], 'R|' .. token .. '|' .. owner, 'PX', ARGV[3])
-local message = token
+local _, now_ms = server_clock()
+local hold_until = tonumber(lock.hold_until)
+if hold_until and hold_until > now_ms then
+  -- A watchdog lease's TTL may end sooner (the holder stopped renewing it): the hold sets it.
+  -- A fixed lease never ends sooner: the client accepts a minimum hold only within the lease.
+  redis.call('SET', KEYS[1], 'M' .. string.sub(lock.value, 2), 'PX', hold_until - now_ms)
+else
+  redis.call('SET', KEYS[1], 'R|' .. lock.token .. '|' .. lock.owner, 'PX', ARGV[3])
+end
+local message = lock.token
 if KEYS[3] then
-  message = release_message(token)
+  message = release_message(lock.token)
 end
 return 1 + redis.call('SPUBLISH', ARGV[2], message)

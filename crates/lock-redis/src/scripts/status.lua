@@ -1,10 +1,20 @@
-#!lua flags=no-writes,allow-stale
+-- (scripts.rs prepends `#!lua flags=no-writes,allow-stale` and the functions of lock_value.lua.)
 -- Read a lock's state in one atomic step, for operators (status and list; never written).
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the key's queue of fair waiters
 --
 -- Returns {<lock value, or false when there is no key>, <PTTL of the lock key in ms (-2: no
--- key)>, <number of queued fair waiters>}.
+-- key)>, <number of queued fair waiters>, <the value parsed as {state, fencing token, owner},
+-- or false when there is no key or it holds something that is not a lock>}: the value is parsed
+-- here, by the same function as every other script's.
 -- Read-only, so trivially idempotent.
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), redis.call('ZCARD', KEYS[2])}
+local value = redis.call('GET', KEYS[1])
+local lock = false
+if value then
+  lock = parse_lock(KEYS[1], value)
+  if lock then
+    lock = {lock.state, lock.token, lock.owner}
+  end
+end
+return {value, redis.call('PTTL', KEYS[1]), redis.call('ZCARD', KEYS[2]), lock}

@@ -1,0 +1,91 @@
+-- The lock value: its grammar, parsed and written only here. scripts.rs puts this file in front
+-- of every script that reads or writes a lock key, so they all read a value the same way.
+--
+--   <state>|<fencing token>|<owner>[|<previous owner>[|<hold until>]]
+--
+--   state           H  held by <owner>
+--                   M  released by <owner> before its minimum hold ended: still held by it,
+--                      never renewed, until the key expires at <hold until>
+--                   R  released: a tombstone that keeps the fencing token (and the releasing
+--                      owner) counting up for a short while; exactly three fields
+--   fencing token   decimal
+--   owner           an owner token: never empty, never contains "|"
+--   previous owner  H and M: the owner of the tombstone the grant replaced (may be empty)
+--   hold until      H and M: the server time (ms) until which a release keeps the key held
+--                   (the minimum hold); absent or empty: none
+--
+-- The library gives every lock value a TTL. A value that does not parse, or has no TTL, was
+-- not made by this library: it is "not a lock", and no script reads it as held or free.
+
+-- The lock `value` found at `key`, as {state, token, owner, previous, hold_until, value}, or
+-- false when it is not a lock (see above).
+local function parse_lock(key, value)
+  local fields = {}
+  for field in string.gmatch(value .. '|', '([^|]*)|') do
+    fields[#fields + 1] = field
+  end
+  local lock = {
+    state = fields[1],
+    token = fields[2],
+    owner = fields[3],
+    previous = fields[4] or '',
+    hold_until = fields[5] or '',
+    value = value,
+  }
+  local fields_allowed = 5
+  if lock.state == 'R' then
+    fields_allowed = 3
+  elseif lock.state ~= 'H' and lock.state ~= 'M' then
+    return false
+  end
+  if #fields < 3 or #fields > fields_allowed or not string.match(lock.token, '^%d+$')
+      or lock.owner == '' or not string.match(lock.hold_until, '^%d*$') then
+    return false
+  end
+  if redis.call('PTTL', key) < 0 then
+    return false
+  end
+  return lock
+end
+
+-- The lock at `key`: nil when there is no key, false when it holds something that is not a lock
+-- (GET itself fails with WRONGTYPE on a key that is not a string).
+local function read_lock(key)
+  local value = redis.call('GET', key)
+  if not value then
+    return nil
+  end
+  return parse_lock(key, value)
+end
+
+-- The error reply for a key that holds something that is not a lock.
+local function not_a_lock(key)
+  return redis.error_reply('LOCKVALUE the key ' .. key .. ' holds a value that is not a lock')
+end
+
+-- The server's time as {seconds, microseconds}, in microseconds, and in milliseconds.
+local function server_clock()
+  local clock = redis.call('TIME')
+  local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  return us, math.floor(us / 1000)
+end
+
+-- Grants `key` to `owner` for `ttl_ms` and returns the fencing token: max(`last` + 1, server
+-- time in microseconds). While a key or its tombstone exists the tokens count up from it; after
+-- both expired (a lease that lapsed, a minimum hold that ended), the server clock has moved past
+-- every earlier token, as long as it never steps back by more than the tombstone TTL. That also
+-- carries the order across a restart without persistence. `previous`: the owner of the tombstone
+-- this grant replaces ('' for none). `hold_ms` > 0: a release sooner than that after now keeps
+-- the key held until then.
+local function grant(key, owner, ttl_ms, last, previous, hold_ms)
+  local now_us, now_ms = server_clock()
+  local token = math.max(last + 1, now_us)
+  local value = 'H|' .. string.format('%.0f', token) .. '|' .. owner
+  if hold_ms > 0 then
+    value = value .. '|' .. previous .. '|' .. string.format('%.0f', now_ms + hold_ms)
+  elseif previous ~= '' then
+    value = value .. '|' .. previous
+  end
+  redis.call('SET', key, value, 'PX', ttl_ms)
+  return token
+end
