@@ -2,8 +2,11 @@
 //! sweep must run on one replica only.
 //!
 //! Each tick tries the lock `msisdn-reaper` once (no waiting) with a fixed lease that bounds the
-//! sweep: if another replica is sweeping, this one skips the tick. A fixed lease suits a short,
-//! bounded sweep: it hard-expires even if the sweeping pod hangs, so the next tick can run.
+//! sweep and a minimum hold: if another replica swept this tick, this one skips it. A fixed
+//! lease suits a short, bounded sweep: it hard-expires even if the sweeping pod hangs, so the
+//! next tick can run. The minimum hold keeps the key after a short sweep, so a replica whose
+//! tick comes a little later does not find it free and sweep the same tick again; it must be
+//! longer than the replicas' tick skew and shorter than the tick period.
 //!
 //! ```text
 //! TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379 \
@@ -35,6 +38,9 @@ struct Args {
     /// Lease of one sweep: the longest a sweep may hold the lock, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     lease: Duration,
+    /// The minimum hold of a sweep's lock, from the grant: at most the lease, e.g. 1s.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    hold_at_least: Duration,
     /// How long one sweep takes, e.g. 300ms.
     #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
     sweep_time: Duration,
@@ -52,10 +58,12 @@ async fn main() -> ExitCode {
         )
         .init();
     let args = Args::parse();
-    // A bad lease is a bug in the caller, not a reason to skip ticks: refuse it up front.
-    let lease = Lease::Fixed(args.lease);
-    if let Err(error) = lease.validate() {
-        eprintln!("--lease: {error}");
+    // A bad lease or hold is a bug in the caller, not a reason to skip ticks: refuse it up front.
+    let options = AcquireOptions::new(Lease::Fixed(args.lease))
+        .wait(Duration::ZERO)
+        .hold_at_least(args.hold_at_least);
+    if let Err(error) = options.validate("msisdn-reaper") {
+        eprintln!("--lease / --hold-at-least: {error}");
         return ExitCode::from(2);
     }
     let lock = match LockStarter::builder().build().await.map(|s| s.lock()) {
@@ -72,7 +80,6 @@ async fn main() -> ExitCode {
     let mut ticks = tokio::time::interval(args.every);
     for tick in 1..=args.ticks {
         ticks.tick().await;
-        let options = AcquireOptions::new(lease).wait(Duration::ZERO);
         let swept = lock
             .with_lock_opts("msisdn-reaper", options, || sweep(tick, args.sweep_time))
             .await;
@@ -80,7 +87,7 @@ async fn main() -> ExitCode {
             Ok(count) => println!("tick {tick}: swept {count} expired reservations"),
             Err(error) => match error.acquire_failure() {
                 Some(AcquireFailure::HeldByAnotherOwner { holder, .. }) => {
-                    println!("tick {tick}: skipped, {holder} is sweeping")
+                    println!("tick {tick}: skipped, {holder} swept it")
                 }
                 // Redis down or slow: skip the tick (fail closed); the next tick tries again.
                 Some(_) => println!("tick {tick}: skipped, {error}"),
