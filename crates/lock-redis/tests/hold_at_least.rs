@@ -96,18 +96,24 @@ async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
     let hold = Duration::from_secs(2);
     let granted = Instant::now();
     let held = lock
-        .acquire_with(NAME, AcquireOptions::new(Lease::Watchdog).hold_at_least(hold))
+        .acquire_with(
+            NAME,
+            AcquireOptions::new(Lease::Watchdog).hold_at_least(hold),
+        )
         .await
         .unwrap();
     let waiter = tokio::spawn(async move {
         let fair = AcquireOptions::new(Lease::Watchdog)
             .wait(Duration::from_secs(30))
             .fair();
-        other.acquire_with(NAME, fair).await.map(|h| h.fencing_token())
+        other
+            .acquire_with(NAME, fair)
+            .await
+            .map(|h| h.fencing_token())
     });
     let queued = eventually(SLACK, || async {
-        redis.cmd(&["ZCARD", &format!("{}:queue", lock.redis_key(NAME))]).await.as_deref()
-            == Ok("1")
+        let queue = format!("{}:queue", lock.redis_key(NAME));
+        redis.cmd(&["ZCARD", &queue]).await.is_ok_and(|n| n == "1")
     })
     .await;
     assert!(queued, "the fair waiter never queued");
@@ -115,7 +121,10 @@ async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     let next = waiter.await.unwrap().unwrap();
     let after = granted.elapsed();
-    assert!(after >= hold, "granted after {after:?}, within the {hold:?} hold");
+    assert!(
+        after >= hold,
+        "granted after {after:?}, within the {hold:?} hold"
+    );
     assert!(after < hold + SLACK, "granted only after {after:?}");
     assert!(next > token);
 }
@@ -143,8 +152,14 @@ async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
             Some("not_a_lock"),
             "{name}: {error}"
         );
-        assert_eq!(lock.force_release(name).await.unwrap(), ForceReleased::NotHeld);
-        assert!(lock.status(name).await.is_err(), "{name}: status read a lock");
+        assert_eq!(
+            lock.force_release(name).await.unwrap(),
+            ForceReleased::NotHeld
+        );
+        assert!(
+            lock.status(name).await.is_err(),
+            "{name}: status read a lock"
+        );
         assert_eq!(redis.cmd(&["GET", &key]).await.unwrap(), value, "{name}");
     }
 
@@ -196,7 +211,9 @@ async fn reaper_pod() {
     let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
     let redis = |args: Vec<String>| async move {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        lock_testkit::command_at("127.0.0.1", port, None, &args).await.unwrap()
+        lock_testkit::command_at("127.0.0.1", port, None, &args)
+            .await
+            .unwrap()
     };
     let lock = RedisLock::connect(
         RedisLockConfig::new(url)
@@ -207,7 +224,10 @@ async fn reaper_pod() {
     .unwrap();
     redis(vec!["INCR".into(), "reaper:ready".into()]).await;
     let start_ms: u64 = loop {
-        if let Ok(start) = redis(vec!["GET".into(), "reaper:start".into()]).await.parse() {
+        if let Ok(start) = redis(vec!["GET".into(), "reaper:start".into()])
+            .await
+            .parse()
+        {
             break start;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -255,7 +275,10 @@ async fn two_reaper_pods_sweep_each_tick_exactly_once() {
     let mut pods = [("pod-a", 0), ("pod-b", SKEW_MS)]
         .map(|(pod, skew)| spawn_test_child(test, POD, &format!("{}|{pod}|{skew}", redis.url())));
     let ready = eventually(Duration::from_secs(30), || async {
-        redis.cmd(&["GET", "reaper:ready"]).await.as_deref() == Ok("2")
+        redis
+            .cmd(&["GET", "reaper:ready"])
+            .await
+            .is_ok_and(|n| n == "2")
     })
     .await;
     assert!(ready, "the reaper pods did not connect");
@@ -263,9 +286,13 @@ async fn two_reaper_pods_sweep_each_tick_exactly_once() {
     let time = redis.cmd(&["TIME"]).await.unwrap();
     let (secs, micros) = time.split_once('\n').unwrap();
     let start = secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000 + 1000;
-    redis.cmd(&["SET", "reaper:start", &start.to_string()]).await.unwrap();
+    redis
+        .cmd(&["SET", "reaper:start", &start.to_string()])
+        .await
+        .unwrap();
 
-    let deadline = Instant::now() + Duration::from_millis(PERIOD_MS * TICKS) + Duration::from_secs(30);
+    let deadline =
+        Instant::now() + Duration::from_millis(PERIOD_MS * TICKS) + Duration::from_secs(30);
     for pod in &mut pods {
         let status = loop {
             if let Some(status) = pod.try_wait().unwrap() {
@@ -277,7 +304,13 @@ async fn two_reaper_pods_sweep_each_tick_exactly_once() {
         assert!(status.success(), "a reaper pod failed: {status}");
     }
     for tick in 0..TICKS {
-        let sweeps = redis.cmd(&["GET", &format!("reaper:sweeps:{tick}")]).await.unwrap();
-        assert_eq!(sweeps, "1", "tick {tick} was swept {sweeps:?} times across the pods");
+        let sweeps = redis
+            .cmd(&["GET", &format!("reaper:sweeps:{tick}")])
+            .await
+            .unwrap();
+        assert_eq!(
+            sweeps, "1",
+            "tick {tick} was swept {sweeps:?} times across the pods"
+        );
     }
 }
