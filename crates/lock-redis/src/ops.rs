@@ -601,7 +601,7 @@ mod tests {
     #[test]
     fn parsed_values_map_to_states() {
         let ttl = Some(Duration::from_millis(1500));
-        let fields = |f: [&str; 3]| f.map(|s| Value::from(s)).to_vec();
+        let fields = |f: [&str; 3]| f.map(Value::from).to_vec();
         for state in ["H", "M"] {
             assert_eq!(
                 lock_state(&fields([state, "17", "eu/pod-a/ab12/3"]), ttl),
