@@ -252,6 +252,9 @@ impl AcquireOptions {
 ///   holder's process lives and ends within one watchdog timeout after it dies.
 /// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
 ///   frees a lock another owner holds now. Dropping a handle releases in the background.
+/// - **Minimum hold.** A release sooner than [`AcquireOptions::hold_at_least`] after the grant
+///   reports `Released` but leaves the key held by its owner, unrenewed, until grant + hold on
+///   the backend's clock; other acquisitions see it held until then and are granted after.
 /// - **Fencing.** Each grant carries a fencing token ([`LockHandle::fencing_token`], a `u64`)
 ///   strictly greater than every earlier grant's token for that key, whichever client or process
 ///   received it.

@@ -76,7 +76,8 @@ pub struct LockStatus {
 pub enum LockState {
     /// No key: nobody holds it and it was not released within the tombstone TTL.
     Free,
-    /// Held.
+    /// Held — also a grant its holder released before its minimum hold ended
+    /// (`AcquireOptions::hold_at_least`): held by that owner until the hold ends (`ttl`).
     Held {
         /// The holder's owner token, `<instance-id>/<client id>/<n>`.
         holder: String,
