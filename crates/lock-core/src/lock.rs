@@ -137,7 +137,9 @@ impl AcquireOptions {
     ///   ends, with a greater fencing token; waiters woken by the release find the key held and
     ///   wait for that TTL;
     /// - a holder that dies without releasing is not held longer than its lease: the minimum
-    ///   hold only delays a release;
+    ///   hold only delays a release; nor is a grant that never reached its caller (an
+    ///   acquisition that failed or was cancelled after the backend granted it) — its clean-up
+    ///   frees the key at once;
     /// - an operator's forced release (Redis: `RedisLock::force_release`) ignores it;
     /// - a re-entrant acquisition ignores it, as its lease and wait: the outer grant's applies.
     ///

@@ -112,6 +112,8 @@ impl Inner {
 
     /// Owner-checked release of `owner`'s lease on lock `name`; `token` is the grant's fencing
     /// token when known (it lets this client recognise the echo of its own release message).
+    /// It is unknown only for a grant of unknown outcome, which never reached a caller: that
+    /// one is freed at once, whatever its minimum hold — nobody did the work the hold protects.
     ///
     /// # Errors
     /// [`LockError::ReleaseFailed`] when Redis did not confirm it.
@@ -128,6 +130,7 @@ impl Inner {
             owner.into(),
             channel.as_str().into(),
             (TOMBSTONE_TTL.as_millis() as i64).into(),
+            if token.is_some() { "hold" } else { "free" }.into(),
         ];
         let release = self
             .scripts

@@ -129,6 +129,40 @@ async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
     assert!(next > token);
 }
 
+/// A grant whose acquisition failed after the script ran — here `min-replicas = 1` on a
+/// server without replicas — never reached its caller, who did no work under it: the clean-up
+/// frees the key at once, whatever its minimum hold, so another pod may run the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold() {
+    const NAME: &str = "hold:unconfirmed";
+    let redis = server().await;
+    let strict = RedisLock::connect(
+        config(&redis)
+            .min_replicas(1)
+            .replica_sync_timeout(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let other = client(&redis).await;
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait(Duration::ZERO)
+        .hold_at_least(Duration::from_secs(60));
+    let error = strict.acquire_with(NAME, options).await.unwrap_err();
+    assert_eq!(
+        error.details()["reason"],
+        "replication_unconfirmed",
+        "{error}"
+    );
+    let freed = eventually(SLACK, || async {
+        other.try_acquire(NAME, Lease::Watchdog).await.is_ok()
+    })
+    .await;
+    assert!(
+        freed,
+        "the unconfirmed grant kept the key for its minimum hold"
+    );
+}
+
 /// Point 9 of issue 14: a lock-like value without a TTL was not made by this library. Every
 /// script takes it for what it is — not a lock — and leaves it alone: the acquisition is
 /// refused as `not_a_lock` (it was "held forever by x"), the owner's release reports `NotHeld`

@@ -6,6 +6,8 @@
 -- ARGV[1]  the owner token of the acquisition being released
 -- ARGV[2]  the release channel (same hash tag as the key)
 -- ARGV[3]  the tombstone TTL in milliseconds
+-- ARGV[4]  optional: 'free' frees the key even within its minimum hold (the clean-up of a
+--          grant whose reply never reached a caller); else a minimum hold is kept (see below)
 -- KEYS[2], KEYS[3]  optional: the key's queue of fair waiters and their timeouts (see
 --          fair_acquire.lua)
 --
@@ -48,7 +50,7 @@ if lock.state ~= 'H' then
 end
 local _, now_ms = server_clock()
 local hold_until = tonumber(lock.hold_until)
-if hold_until and hold_until > now_ms then
+if hold_until and hold_until > now_ms and ARGV[4] ~= 'free' then
   -- A watchdog lease's TTL may end sooner (the holder stopped renewing it): the hold sets it.
   -- A fixed lease never ends sooner: the client accepts a minimum hold only within the lease.
   redis.call('SET', KEYS[1], 'M' .. string.sub(lock.value, 2), 'PX', hold_until - now_ms)
