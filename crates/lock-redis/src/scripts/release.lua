@@ -48,8 +48,11 @@ end
 if lock.state ~= 'H' then
   return 1
 end
-local _, now_ms = server_clock()
 local hold_until = tonumber(lock.hold_until)
+local now_ms = 0
+if hold_until then
+  now_ms = select(2, server_clock())
+end
 if hold_until and hold_until > now_ms and ARGV[4] ~= 'free' then
   -- A watchdog lease's TTL may end sooner (the holder stopped renewing it): the hold sets it.
   -- A fixed lease never ends sooner: the client accepts a minimum hold only within the lease.
