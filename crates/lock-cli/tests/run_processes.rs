@@ -196,7 +196,7 @@ async fn the_guardian_runs_beside_the_command_and_ends_with_run() {
     let dir = tempfile::tempdir().unwrap();
     let (shell_file, go) = (dir.path().join("shell.pid"), dir.path().join("go"));
     let script = format!(
-        "echo $$ > '{}'; echo ready; while [ ! -e '{}' ]; do sleep 0.05; done; echo done",
+        "echo $$ > '{}'; echo ready; while [ ! -e '{}' ]; do sleep 0.05; done",
         shell_file.display(),
         go.display()
     );
