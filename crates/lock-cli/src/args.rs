@@ -106,7 +106,10 @@ pub(crate) enum Command {
     /// The lease is a watchdog lease (renewed while this process lives) unless --lease is
     /// given. If the lease is lost, the command gets SIGTERM, then SIGKILL 5 s later, and
     /// platform-lock exits 70. SIGINT and SIGTERM sent to platform-lock are forwarded to the
-    /// command. The command sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.
+    /// command, which gets SIGKILL 5 s after the first one (on a terminal, after the first
+    /// SIGTERM). Should platform-lock itself die (SIGKILL, the OOM killer), a guardian process
+    /// kills the command at once. Off a terminal all of this goes to the command's process
+    /// group. The command sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.
     Run {
         /// The lock's name.
         #[arg(long)]

@@ -20,9 +20,10 @@ use crate::guardian::{Guardian, Target};
 use crate::output::Failure;
 use crate::spinner::Spinner;
 
-/// How long the command gets between SIGTERM and SIGKILL: once the lease is lost, and from the
-/// first SIGINT or SIGTERM forwarded to it (later ones are forwarded too, and do not restart
-/// it). The rest of its process group gets what is left of it after the command ends.
+/// How long the command gets before SIGKILL: once the lease is lost (after SIGTERM), and from
+/// the first SIGTERM — or, off a terminal, SIGINT — forwarded to it (later ones are forwarded
+/// too, and do not restart it). The rest of its process group gets what is left of it after the
+/// command ends.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The exit code when platform-lock itself fails around the command (no signal handlers, no
@@ -139,7 +140,11 @@ pub(crate) async fn run(
             status = child.wait() => break status,
             _ = interrupts.recv() => {
                 signal_child(Signal::SIGINT);
-                grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+                // On a terminal SIGINT is most likely Ctrl-C, which the command got from the
+                // terminal too and may handle without ending (a REPL, an editor, `less`).
+                if own_group {
+                    grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+                }
             }
             _ = terminates.recv() => {
                 signal_child(Signal::SIGTERM);

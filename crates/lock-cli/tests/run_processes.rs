@@ -170,7 +170,7 @@ async fn a_sigkilled_run_takes_its_command_and_the_processes_it_started_along() 
     child.wait().await.unwrap();
     let gone = eventually(|| async { !alive(shell) && !alive(worker) }).await;
     let took = killed_at.elapsed();
-    eprintln!("the command and its worker were gone {took:?} after run's SIGKILL");
+    eprintln!("{took:?} after run's SIGKILL, its command and worker were gone: {gone}");
     assert!(
         gone,
         "after run was SIGKILLed, its command (pid {shell}, alive {}) or its worker (pid \
