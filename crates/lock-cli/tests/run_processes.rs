@@ -4,39 +4,14 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::{SLACK, cli, code, eventually, other_pod, start_ready, stderr};
+use common::{Reap, SLACK, alive, cli, code, eventually, other_pod, read_pid, start_ready, stderr};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
-use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
-
-/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
-fn alive(pid: Pid) -> bool {
-    if kill(pid, None).is_err() {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
-/// Kills `pid` when dropped, so a failing test leaves no stray process.
-struct Reap(Pid);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = kill(self.0, Signal::SIGKILL);
-    }
-}
 
 /// The parent and the process group of process `pid`, from `/proc/PID/stat`.
 fn parent_and_group(pid: Pid) -> Option<(Pid, Pid)> {
@@ -55,16 +30,6 @@ fn children_of(parent: Pid) -> Vec<Pid> {
         .map(Pid::from_raw)
         .filter(|&pid| parent_and_group(pid).is_some_and(|(of, _)| of == parent) && alive(pid))
         .collect()
-}
-
-fn read_pid(file: &Path) -> Pid {
-    Pid::from_raw(
-        std::fs::read_to_string(file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap(),
-    )
 }
 
 /// Starts `sh -c script` under lock `job`, waits for its `ready` line, force-releases the lock

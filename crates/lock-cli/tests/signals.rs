@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{SLACK, code, other_pod, start_ready, stderr};
+use common::{Reap, SLACK, alive, code, other_pod, read_pid, start_ready, stderr};
 use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
@@ -91,13 +91,8 @@ async fn repeated_sigterms_kill_a_command_that_ignores_them_after_the_grace() {
         pid_file.display()
     );
     let mut child = start_ready(&url, &script).await;
-    let shell = Pid::from_raw(
-        std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap(),
-    );
+    let shell = read_pid(&pid_file);
+    let _reap = Reap(shell);
     let run = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
     let first_signal = Instant::now();
     let status = loop {
@@ -106,7 +101,6 @@ async fn repeated_sigterms_kill_a_command_that_ignores_them_after_the_grace() {
             Ok(status) => break status.unwrap(),
             Err(_) if first_signal.elapsed() < GRACE + SLACK => {}
             Err(_) => {
-                let _ = kill(shell, Signal::SIGKILL);
                 panic!("SIGTERMs for {:?} never escalated", first_signal.elapsed());
             }
         }
@@ -114,7 +108,7 @@ async fn repeated_sigterms_kill_a_command_that_ignores_them_after_the_grace() {
     let took = first_signal.elapsed();
     assert_eq!(status.code(), Some(128 + 9), "{status:?}");
     assert!(took >= GRACE, "killed before the grace: {took:?}");
-    assert!(kill(shell, None).is_err(), "the command outlived run");
+    assert!(!alive(shell), "the command outlived run");
     assert!(
         !pod.status("job").await.unwrap().is_held(),
         "the lock is still held after run exited"
