@@ -131,7 +131,8 @@ pub(crate) async fn run(
     let lost = handle.lost();
     tokio::pin!(lost);
     let mut lease_lost = false;
-    // Set by the first SIGTERM sent to the command, whatever the cause: SIGKILL follows then.
+    // When the command gets SIGKILL: set by the first signal that asks it to end (forwarded, or
+    // a lost lease) and never moved, so repeated signals cannot put the end off.
     let mut grace_ends: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
