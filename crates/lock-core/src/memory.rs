@@ -572,6 +572,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_reentrant_acquisition_ignores_its_minimum_hold_and_the_outer_one_applies() {
+        use crate::DistributedLockExt;
+        let lock = InMemoryLock::new();
+        let outer = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(10));
+        let granted = Instant::now();
+        lock.with_lock_opts("k", outer, || async {
+            let nested =
+                AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(100));
+            let handle = lock.acquire_with("k", nested).await.unwrap();
+            assert!(handle.is_reentrant());
+            assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+        })
+        .await
+        .unwrap();
+        let error = lock.try_acquire("k", Lease::Watchdog).await.unwrap_err();
+        assert_eq!(
+            error.details()["holderTtlMs"],
+            "10000",
+            "the outer hold, from its grant"
+        );
+        let waiting = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let next = lock.acquire_with("k", waiting).await.unwrap();
+        assert_eq!(granted.elapsed(), Duration::from_secs(10));
+        drop(next);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_expired_holders_release_reports_not_held_and_keeps_the_new_holder() {
         let lock = InMemoryLock::new();
         let old = lock
