@@ -6,8 +6,10 @@ use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::CustomCommand;
 use lock_core::LockError;
+use tokio::time::Instant;
 
 use crate::config::{RedisLockConfig, scrub};
+use crate::error::{RedisFailure, Refusal};
 
 /// Reconnect forever, 100 ms doubling to 2 s: a Redis outage makes acquisitions fail closed, it
 /// must never leave the client permanently disconnected.
@@ -247,24 +249,32 @@ fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
 /// What the command connection last reported: the latest connection error, cleared when it
 /// (re)connects. A command that times out while the client is disconnected is reported with
 /// this error ("connection refused", "WRONGPASS …"), not as a bare timeout, so on-call sees the
-/// cause.
+/// cause; and while it is set an acquisition's first attempt fails at once with it.
 #[derive(Debug, Default)]
 pub(crate) struct Health {
-    last_error: std::sync::Mutex<Option<String>>,
+    state: std::sync::Mutex<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    last_error: Option<String>,
+    /// When the first connection error since the last (re)connect arrived: measured locally
+    /// (monotonic) for the "reachable again" line only, never shared with other hosts.
+    down_since: Option<Instant>,
 }
 
 impl Health {
     /// Starts following `client`'s error and reconnect events. The task ends with the client.
-    pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, address: &RedisLockConfig) {
+    pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, config: &RedisLockConfig) {
         let health = std::sync::Arc::downgrade(self);
         let mut errors = client.error_rx();
         let mut reconnects = client.reconnect_rx();
-        let address = address.address.clone();
+        let address = config.address.clone();
         tokio::spawn(async move {
             loop {
-                let update = tokio::select! {
+                let error = tokio::select! {
                     error = errors.recv() => match error {
-                        Ok((error, _)) => Some(scrub(&describe(&error), &address)),
+                        Ok((error, _)) => Some(error),
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(_) => return,
                     },
@@ -276,19 +286,68 @@ impl Health {
                 let Some(health) = health.upgrade() else {
                     return;
                 };
-                *health.lock() = update;
+                match error {
+                    Some(error) => health.failed(&error, &address),
+                    None => health.connected(&address),
+                }
             }
         });
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.last_error.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a connection error (of the connection to `address`).
+    pub(crate) fn failed(&self, error: &Error, address: &str) {
+        let mut state = self.lock();
+        state.last_error = Some(scrub(&describe(error), address));
+        state.down_since.get_or_insert_with(Instant::now);
+    }
+
+    /// Records a (re)connection, logging once how long Redis was unreachable when it was.
+    fn connected(&self, address: &str) {
+        let down_since = {
+            let mut state = self.lock();
+            state.last_error = None;
+            state.down_since.take()
+        };
+        if let Some(since) = down_since {
+            let down = since.elapsed();
+            tracing::info!(
+                address = %crate::config::redact(address),
+                unreachable_ms = down.as_millis() as u64,
+                "Redis reachable again after {:.1} s",
+                down.as_secs_f64()
+            );
+        }
     }
 
     /// The last connection error, if the client has not connected since.
     pub(crate) fn last_error(&self) -> Option<String> {
-        self.lock().clone()
+        self.lock().last_error.clone()
     }
+}
+
+/// A connection error at connect that no retry can cure: Redis turned down the credentials
+/// (`WRONGPASS`, `NOAUTH`) or the user lacks a command the connection set-up sends (`NOPERM`,
+/// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming the
+/// address; `None` for every other error (Redis down, unreachable, slow).
+pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Option<LockError> {
+    let refusal = Refusal::of_reply(error)?;
+    if !matches!(refusal, Refusal::NoAuth | Refusal::NoPermission) {
+        return None;
+    }
+    let refused = RedisFailure::Refused {
+        operation: "connection",
+        refusal,
+        message: scrub(error.details().trim(), &config.address),
+    };
+    Some(LockError::invalid_argument(
+        "redis.address",
+        config.redacted_address(),
+        refused.to_string(),
+    ))
 }
 
 /// A connection error as one readable phrase: fred renders I/O errors with `Debug`
