@@ -246,25 +246,33 @@ fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
     )
 }
 
-/// What the command connection last reported: the latest connection error, cleared when it
-/// (re)connects. A command that times out while the client is disconnected is reported with
-/// this error ("connection refused", "WRONGPASS …"), not as a bare timeout, so on-call sees the
-/// cause; and while it is set an acquisition's first attempt fails at once with it.
+/// What the command connection last reported, in the order fred reported it: the latest
+/// connection error, cleared when it (re)connects. While it is set the client is disconnected:
+/// an acquisition's first attempt fails at once with it, and a command that times out is
+/// reported with it ("connection refused", "WRONGPASS …") rather than as a bare timeout, so
+/// on-call sees the cause. (fred's own state says "connected" for a while after a connection is
+/// lost, until its reconnect delay has passed, so it is not asked.)
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     state: std::sync::Mutex<HealthState>,
+    /// Woken on every event, for [`Health::first_outcome`].
+    changed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
 struct HealthState {
-    last_error: Option<String>,
+    /// The last connection error since the last (re)connect: fred's, and as one phrase.
+    last_error: Option<(Error, String)>,
+    /// Whether the client has connected since it was created or last failed.
+    connected: bool,
     /// When the first connection error since the last (re)connect arrived: measured locally
     /// (monotonic) for the "reachable again" line only, never shared with other hosts.
     down_since: Option<Instant>,
 }
 
 impl Health {
-    /// Starts following `client`'s error and reconnect events. The task ends with the client.
+    /// Starts following `client`'s error and reconnect events; call it before connecting. The
+    /// task ends with the client.
     pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, config: &RedisLockConfig) {
         let health = std::sync::Arc::downgrade(self);
         let mut errors = client.error_rx();
@@ -273,6 +281,9 @@ impl Health {
         tokio::spawn(async move {
             loop {
                 let error = tokio::select! {
+                    // fred sends each event before the next: looking at errors first keeps an
+                    // error and the reconnect after it in that order.
+                    biased;
                     error = errors.recv() => match error {
                         Ok((error, _)) => Some(error),
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
@@ -287,9 +298,10 @@ impl Health {
                     return;
                 };
                 match error {
-                    Some(error) => health.failed(&error, &address),
+                    Some(error) => health.failed(error, &address),
                     None => health.connected(&address),
                 }
+                health.changed.notify_waiters();
             }
         });
     }
@@ -298,11 +310,25 @@ impl Health {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a connection error (of the connection to `address`).
-    pub(crate) fn failed(&self, error: &Error, address: &str) {
-        let mut state = self.lock();
-        state.last_error = Some(scrub(&describe(error), address));
-        state.down_since.get_or_insert_with(Instant::now);
+    /// Records a connection error of the connection to `address`; the first of an outage is
+    /// logged as a warning.
+    fn failed(&self, error: Error, address: &str) {
+        let described = scrub(&describe(&error), address);
+        let outage_starts = {
+            let mut state = self.lock();
+            state.last_error = Some((error, described.clone()));
+            state.connected = false;
+            let starts = state.down_since.is_none();
+            state.down_since.get_or_insert_with(Instant::now);
+            starts
+        };
+        if outage_starts {
+            tracing::warn!(
+                address = %crate::config::redact(address),
+                error = %described,
+                "Redis connection failed; acquisitions fail closed, at once, until it answers"
+            );
+        }
     }
 
     /// Records a (re)connection, logging once how long Redis was unreachable when it was.
@@ -310,6 +336,7 @@ impl Health {
         let down_since = {
             let mut state = self.lock();
             state.last_error = None;
+            state.connected = true;
             state.down_since.take()
         };
         if let Some(since) = down_since {
@@ -325,7 +352,31 @@ impl Health {
 
     /// The last connection error, if the client has not connected since.
     pub(crate) fn last_error(&self) -> Option<String> {
-        self.lock().last_error.clone()
+        self.lock()
+            .last_error
+            .as_ref()
+            .map(|(_, text)| text.clone())
+    }
+
+    /// How the first connection attempt ended: `Ok` once connected, else its error. Pending
+    /// until one of them has happened.
+    pub(crate) async fn first_outcome(&self) -> Result<(), Error> {
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before looking, so an event between the look and the wait wakes it.
+            changed.as_mut().enable();
+            {
+                let state = self.lock();
+                if state.connected {
+                    return Ok(());
+                }
+                if let Some((error, _)) = &state.last_error {
+                    return Err(error.clone());
+                }
+            }
+            changed.await;
+        }
     }
 }
 

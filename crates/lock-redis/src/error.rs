@@ -83,7 +83,7 @@ pub enum RedisFailure {
     },
     /// The whole acquisition ran past its wait time plus one command timeout.
     #[error(
-        "no answer from Redis at {address} within the wait time plus one command timeout ({budget:?})"
+        "Redis at {address} did not answer within the acquisition's budget of {budget:?} (its wait time plus command_timeout)"
     )]
     Timeout {
         /// The budget that ran out.
@@ -154,8 +154,8 @@ impl RedisFailure {
     /// assert_eq!(timeout.refusal(), None);
     /// assert_eq!(
     ///     timeout.to_string(),
-    ///     "no answer from Redis at redis://redis.internal:6379 within the wait time plus one \
-    ///      command timeout (7s)"
+    ///     "Redis at redis://redis.internal:6379 did not answer within the acquisition's budget \
+    ///      of 7s (its wait time plus command_timeout)"
     /// );
     /// ```
     pub fn refusal(&self) -> Option<Refusal> {

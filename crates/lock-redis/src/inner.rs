@@ -124,11 +124,8 @@ impl Inner {
     }
 
     /// [`RedisFailure::Unreachable`] if the client is disconnected after a failed connection
-    /// attempt.
+    /// attempt (see [`Health`]).
     pub(crate) fn unreachable(&self, operation: &'static str) -> Option<RedisFailure> {
-        if self.client.is_connected() {
-            return None;
-        }
         let last_error = self.health.last_error()?;
         Some(RedisFailure::Unreachable {
             operation,

@@ -224,9 +224,6 @@ impl RedisLock {
         let scripts = Scripts::new();
         let health = Arc::new(connection::Health::default());
         health.follow(&client, &config);
-        // Subscribed before connecting, so the first attempt's outcome cannot be missed.
-        let mut errors = client.error_rx();
-        let mut reconnects = client.reconnect_rx();
         // Detached: the connection tasks end with `quit`, sent when the lock is dropped.
         drop(client.connect());
         drop(subscriber.connect());
@@ -239,14 +236,7 @@ impl RedisLock {
         }
         // The first attempt's outcome, no longer than one command timeout: a refused
         // connection (Redis down) ends it within a round trip.
-        let first = tokio::time::timeout(config.command_timeout, async {
-            tokio::select! {
-                Ok((error, _)) = errors.recv() => Err(error),
-                Ok(_) = reconnects.recv() => Ok(()),
-                else => std::future::pending().await,
-            }
-        })
-        .await;
+        let first = tokio::time::timeout(config.command_timeout, health.first_outcome()).await;
         match first {
             Ok(Ok(())) => {
                 if let Err(error) = scripts.load(&client).await {
@@ -263,14 +253,7 @@ impl RedisLock {
                     });
                     return Err(refused);
                 }
-                // Recorded now, not only by the health task, so an acquisition right after
-                // this returns fails fast too.
-                health.failed(&error, &config.address);
-                tracing::warn!(
-                    address = %config.redacted_address(),
-                    error = health.last_error().as_deref().unwrap_or_default(),
-                    "Redis connection failed; acquisitions fail closed until it answers"
-                );
+                // Otherwise Redis is down or unreachable: logged (once) by the health task.
             }
             Err(_) => tracing::warn!(
                 address = %config.redacted_address(),
