@@ -334,6 +334,10 @@ impl Refusal {
             (Refusal::NoPermission, "SCAN" | "PUBSUB SHARDNUMSUB") => {
                 "grant the Redis user the operators' commands as well: ACL SETUSER <user> +scan +pubsub|shardnumsub (see the lock's ACL in docs/design.md)"
             }
+            // fred's set-up of a connection: `SELECT` for an address with a database number.
+            (Refusal::NoPermission, "connection") => {
+                "grant the Redis user the command Redis names (an address with a database number needs +select), with the lock's minimal ACL of docs/design.md"
+            }
             _ => self.remedy(),
         }
     }

@@ -225,7 +225,11 @@ async fn a_user_refused_a_connect_command_fails_connect_naming_noperm() {
         .await
         .unwrap();
     let address = format!("{}/1", url_with(&redis, &format!("{USER}:{PASSWORD}")));
-    connect_fails_naming(common::config(&redis).address(address), "NOPERM").await;
+    connect_fails_naming(common::config(&redis).address(&address), "NOPERM").await;
+    let error = RedisLock::connect(common::config(&redis).address(address))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("+select"), "{error}");
     assert_logs_have_no_secret();
 }
 
