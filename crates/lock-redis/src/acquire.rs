@@ -285,6 +285,9 @@ impl<'a> Acquisition<'a> {
         // soon as Redis is back.
         if !std::mem::replace(&mut self.attempted, true) {
             if let Some(unreachable) = self.inner.unreachable("acquire script") {
+                // Nothing here waits: yield, so a caller retrying in a loop cannot starve the
+                // runtime's other tasks — the reconnect and the health task among them.
+                tokio::task::yield_now().await;
                 return Err(self.failed(unreachable));
             }
         }
