@@ -164,6 +164,15 @@ async fn renew_all(inner: &Inner) {
     span.record("renewed", totals.renewed);
     span.record("lost", totals.lost);
     span.record("failed", totals.failed);
+    tracing::debug!(
+        parent: &span,
+        leases = totals.renewed + totals.lost + totals.failed,
+        renewed = totals.renewed,
+        lost = totals.lost,
+        failed = totals.failed,
+        took_ms = started.elapsed().as_millis() as u64,
+        "watchdog renewed leases"
+    );
     for (outcome, count) in [
         ("renewed", totals.renewed),
         ("lost", totals.lost),
