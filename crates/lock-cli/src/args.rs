@@ -23,7 +23,8 @@ Exit codes:
   70   run: the lease was lost while the command ran: the command was terminated, or had
        finished without the lock
   75   run: the lock was not acquired within --wait (held by another owner)
-  78   bad configuration; run: the lock is disabled (telco.platform.lock.enabled = false)
+  78   bad configuration (also credentials Redis refuses); run: the lock is disabled
+       (telco.platform.lock.enabled = false)
   126, 127  run: the command could not be executed / was not found
   other run: the command's own exit code; 128+N when it was killed by signal N";
 

@@ -257,7 +257,7 @@ async fn the_password_in_the_address_never_appears_in_any_output() {
         cli(&wrong, &["status", "held"]).await,
     ));
     let codes: Vec<i32> = outputs.iter().map(|(_, output)| code(output)).collect();
-    assert_eq!(codes, [0, 0, 0, 0, 75, 4, 2, 0, 2, 2, 1], "{outputs:?}");
+    assert_eq!(codes, [0, 0, 0, 0, 75, 4, 2, 0, 2, 2, 78], "{outputs:?}");
     for (args, output) in &outputs {
         let all = format!("{}{}", stdout(output), stderr(output));
         assert!(
@@ -461,8 +461,9 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
     }
 }
 
-/// A wrong or missing password says to fix the credentials in the address, not to check that
-/// Redis is up; an unknown host is one readable line too.
+/// A wrong or missing password is a configuration error (exit 78): it says to fix the
+/// credentials in the address, not to check that Redis is up; an unknown host is one readable
+/// line too (exit 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
     const PASSWORD: &str = "cli-R1ght-pw";
@@ -493,7 +494,7 @@ async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
             assert_one_line(
                 &label,
                 &output,
-                1,
+                78,
                 &[
                     refusal,
                     "put the right user and password in telco.platform.lock.redis.address",

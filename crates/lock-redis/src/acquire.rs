@@ -36,6 +36,7 @@ fn is_transient(error: &LockError) -> bool {
             failure,
             RedisFailure::Unreachable { .. }
                 | RedisFailure::Command { .. }
+                | RedisFailure::CommandTimeout { .. }
                 | RedisFailure::Timeout { .. }
         ) || matches!(
             // Redis busy with a script, loading its data set, demoted mid-failover, or cut off
@@ -80,6 +81,8 @@ pub(crate) struct Acquisition<'a> {
     hold_at_least: Duration,
     outcome_unknown: bool,
     queued: bool,
+    /// Whether a script call was made (or failed fast) yet: only the first fails fast.
+    attempted: bool,
 }
 
 impl Drop for Acquisition<'_> {
@@ -120,6 +123,7 @@ impl<'a> Acquisition<'a> {
             hold_at_least: options.minimum_hold(),
             outcome_unknown: false,
             queued: false,
+            attempted: false,
         }
     }
 
@@ -276,6 +280,21 @@ impl<'a> Acquisition<'a> {
             i64::try_from(ttl_ms).unwrap_or(i64::MAX).into(),
         ];
         let hold_ms = i64::try_from(self.hold_at_least.as_millis()).unwrap_or(i64::MAX);
+        // Fail fast: while the client knows it is disconnected (a connection attempt failed and
+        // none has succeeded since), fred would hold the command until it reconnects or the
+        // command timeout passes; the first attempt fails at once instead, with the connection
+        // error. Nothing is sent, so no grant can exist and the outcome stays as it was. A
+        // client still making its first connection has no error yet and sends as usual. Later
+        // attempts (a queued waiter's, which chose to wait) are sent, so they are answered as
+        // soon as Redis is back.
+        if !std::mem::replace(&mut self.attempted, true) {
+            if let Some(unreachable) = self.inner.unreachable("acquire script") {
+                // Nothing here waits: yield, so a caller retrying in a loop cannot starve the
+                // runtime's other tasks — the reconnect and the health task among them.
+                tokio::task::yield_now().await;
+                return Err(self.failed(unreachable));
+            }
+        }
         let sent = Instant::now();
         self.outcome_unknown = true;
         let reply = match fair {
@@ -392,7 +411,14 @@ impl<'a> Acquisition<'a> {
             .with_options(&options)
             .wait(i64::from(config.min_replicas), timeout_ms)
             .await
-            .map_err(|e| self.failed(self.inner.failure("WAIT for replicas", e)))?;
+            .map_err(|e| {
+                self.failed(self.inner.failure_within(
+                    "WAIT for replicas",
+                    e,
+                    config.replica_sync_timeout + config.command_timeout,
+                    "replica_sync_timeout + command_timeout",
+                ))
+            })?;
         let acknowledged = u32::try_from(acknowledged).unwrap_or(0);
         if acknowledged < config.min_replicas {
             return Err(LockError::AcquisitionFailed {

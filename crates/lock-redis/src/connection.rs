@@ -6,8 +6,10 @@ use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::CustomCommand;
 use lock_core::LockError;
+use tokio::time::Instant;
 
 use crate::config::{RedisLockConfig, scrub};
+use crate::error::{RedisFailure, Refusal};
 
 /// Reconnect forever, 100 ms doubling to 2 s: a Redis outage makes acquisitions fail closed, it
 /// must never leave the client permanently disconnected.
@@ -328,27 +330,46 @@ fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
     )
 }
 
-/// What the command connection last reported: the latest connection error, cleared when it
-/// (re)connects. A command that times out while the client is disconnected is reported with
-/// this error ("connection refused", "WRONGPASS …"), not as a bare timeout, so on-call sees the
-/// cause.
+/// What the command connection last reported, in the order fred reported it: the latest
+/// connection error, cleared when it (re)connects. While it is set the client is disconnected:
+/// an acquisition's first attempt fails at once with it, and a command that times out is
+/// reported with it ("connection refused", "WRONGPASS …") rather than as a bare timeout, so
+/// on-call sees the cause. (fred's own state says "connected" for a while after a connection is
+/// lost, until its reconnect delay has passed, so it is not asked.)
 #[derive(Debug, Default)]
 pub(crate) struct Health {
-    last_error: std::sync::Mutex<Option<String>>,
+    state: std::sync::Mutex<HealthState>,
+    /// Woken on every event, for [`Health::first_outcome`].
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    /// The last connection error since the last (re)connect: fred's, and as one phrase.
+    last_error: Option<(Error, String)>,
+    /// Whether the client has connected since it was created or last failed.
+    connected: bool,
+    /// When the first connection error since the last (re)connect arrived: measured locally
+    /// (monotonic) for the "reachable again" line only, never shared with other hosts.
+    down_since: Option<Instant>,
 }
 
 impl Health {
-    /// Starts following `client`'s error and reconnect events. The task ends with the client.
-    pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, address: &RedisLockConfig) {
+    /// Starts following `client`'s error and reconnect events; call it before connecting. The
+    /// task ends with the client.
+    pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, config: &RedisLockConfig) {
         let health = std::sync::Arc::downgrade(self);
         let mut errors = client.error_rx();
         let mut reconnects = client.reconnect_rx();
-        let address = address.address.clone();
+        let address = config.address.clone();
         tokio::spawn(async move {
             loop {
-                let update = tokio::select! {
+                let error = tokio::select! {
+                    // fred sends each event before the next: looking at errors first keeps an
+                    // error and the reconnect after it in that order.
+                    biased;
                     error = errors.recv() => match error {
-                        Ok((error, _)) => Some(scrub(&describe(&error), &address)),
+                        Ok((error, _)) => Some(error),
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(_) => return,
                     },
@@ -360,19 +381,108 @@ impl Health {
                 let Some(health) = health.upgrade() else {
                     return;
                 };
-                *health.lock() = update;
+                match error {
+                    Some(error) => health.failed(error, &address),
+                    None => health.connected(&address),
+                }
+                health.changed.notify_waiters();
             }
         });
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<String>> {
-        self.last_error.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a connection error of the connection to `address`; the first of an outage is
+    /// logged as a warning.
+    fn failed(&self, error: Error, address: &str) {
+        let described = scrub(&describe(&error), address);
+        let outage_starts = {
+            let mut state = self.lock();
+            state.last_error = Some((error, described.clone()));
+            state.connected = false;
+            let starts = state.down_since.is_none();
+            state.down_since.get_or_insert_with(Instant::now);
+            starts
+        };
+        if outage_starts {
+            tracing::warn!(
+                address = %crate::config::redact(address),
+                error = %described,
+                "Redis connection failed; acquisitions fail closed, at once, until it answers"
+            );
+        }
+    }
+
+    /// Records a (re)connection, logging once how long Redis was unreachable when it was.
+    fn connected(&self, address: &str) {
+        let down_since = {
+            let mut state = self.lock();
+            state.last_error = None;
+            state.connected = true;
+            state.down_since.take()
+        };
+        if let Some(since) = down_since {
+            let down = since.elapsed();
+            tracing::info!(
+                address = %crate::config::redact(address),
+                unreachable_ms = down.as_millis() as u64,
+                "Redis reachable again after {:.1} s",
+                down.as_secs_f64()
+            );
+        }
     }
 
     /// The last connection error, if the client has not connected since.
     pub(crate) fn last_error(&self) -> Option<String> {
-        self.lock().clone()
+        self.lock()
+            .last_error
+            .as_ref()
+            .map(|(_, text)| text.clone())
     }
+
+    /// How the first connection attempt ended: `Ok` once connected, else its error. Pending
+    /// until one of them has happened.
+    pub(crate) async fn first_outcome(&self) -> Result<(), Error> {
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before looking, so an event between the look and the wait wakes it.
+            changed.as_mut().enable();
+            {
+                let state = self.lock();
+                if state.connected {
+                    return Ok(());
+                }
+                if let Some((error, _)) = &state.last_error {
+                    return Err(error.clone());
+                }
+            }
+            changed.await;
+        }
+    }
+}
+
+/// A connection error at connect that no retry can cure: Redis turned down the credentials
+/// (`WRONGPASS`, `NOAUTH`) or the user lacks a command the connection set-up sends (`NOPERM`,
+/// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming the
+/// address; `None` for every other error (Redis down, unreachable, slow).
+pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Option<LockError> {
+    let refusal = Refusal::of_reply(error)?;
+    if !matches!(refusal, Refusal::NoAuth | Refusal::NoPermission) {
+        return None;
+    }
+    let refused = RedisFailure::Refused {
+        operation: "connection",
+        refusal,
+        message: scrub(error.details().trim(), &config.address),
+    };
+    Some(LockError::invalid_argument(
+        "redis.address",
+        config.redacted_address(),
+        refused.to_string(),
+    ))
 }
 
 /// A connection error as one readable phrase: fred renders I/O errors with `Debug`

@@ -58,6 +58,21 @@ pub enum RedisFailure {
         /// The last connection error, e.g. `Connection refused (os error 111)` or `WRONGPASS …`.
         last_error: String,
     },
+    /// Redis did not answer one command within its timeout while the connection was up: Redis
+    /// is slow, paused, or the network drops its replies. An acquire script that timed out may
+    /// still have granted; that grant is released (owner-checked) in the background.
+    #[error("Redis at {address} did not answer the {operation} within {timeout:?} ({setting})")]
+    CommandTimeout {
+        /// What was being done, e.g. `acquire script`.
+        operation: &'static str,
+        /// The Redis address, password redacted.
+        address: String,
+        /// The timeout that ran out.
+        timeout: Duration,
+        /// The [`RedisLockConfig`](crate::RedisLockConfig) setting it comes from:
+        /// `command_timeout`, or `replica_sync_timeout + command_timeout` for `WAIT`.
+        setting: &'static str,
+    },
     /// Redis answered something the protocol does not expect.
     #[error("{operation} returned an unexpected reply: {problem}")]
     Protocol {
@@ -67,10 +82,14 @@ pub enum RedisFailure {
         problem: &'static str,
     },
     /// The whole acquisition ran past its wait time plus one command timeout.
-    #[error("no answer from Redis within the wait time plus one command timeout ({} ms)", .budget.as_millis())]
+    #[error(
+        "Redis at {address} did not answer within the acquisition's budget of {budget:?} (its wait time plus command_timeout)"
+    )]
     Timeout {
         /// The budget that ran out.
         budget: Duration,
+        /// The Redis address, password redacted.
+        address: String,
     },
 }
 
@@ -128,8 +147,16 @@ impl RedisFailure {
     ///     "Redis refused the acquire script: the server is a read-only replica (READONLY"
     /// ));
     ///
-    /// let timeout = RedisFailure::Timeout { budget: std::time::Duration::from_secs(7) };
+    /// let timeout = RedisFailure::Timeout {
+    ///     budget: std::time::Duration::from_secs(7),
+    ///     address: "redis://redis.internal:6379".into(),
+    /// };
     /// assert_eq!(timeout.refusal(), None);
+    /// assert_eq!(
+    ///     timeout.to_string(),
+    ///     "Redis at redis://redis.internal:6379 did not answer within the acquisition's budget \
+    ///      of 7s (its wait time plus command_timeout)"
+    /// );
     /// ```
     pub fn refusal(&self) -> Option<Refusal> {
         match self {
@@ -306,6 +333,10 @@ impl Refusal {
         match (self, operation) {
             (Refusal::NoPermission, "SCAN" | "PUBSUB SHARDNUMSUB") => {
                 "grant the Redis user the operators' commands as well: ACL SETUSER <user> +scan +pubsub|shardnumsub (see the lock's ACL in docs/design.md)"
+            }
+            // fred's set-up of a connection: `SELECT` for an address with a database number.
+            (Refusal::NoPermission, "connection") => {
+                "grant the Redis user the command Redis names (an address with a database number needs +select), with the lock's minimal ACL of docs/design.md"
             }
             _ => self.remedy(),
         }

@@ -53,7 +53,27 @@ impl Inner {
     /// met the connection's authentication error); [`RedisFailure::Refused`] with its
     /// [`Refusal`](crate::error::Refusal) when Redis answered with an error reply (`WRONGTYPE`,
     /// `READONLY`, `OOM`, `BUSY`, …); else the command's own error.
+    ///
+    /// A command that timed out on a live connection is [`RedisFailure::CommandTimeout`] naming
+    /// the address and the command timeout.
     pub(crate) fn failure(&self, operation: &'static str, error: Error) -> RedisFailure {
+        self.failure_within(
+            operation,
+            error,
+            self.config.command_timeout,
+            "command_timeout",
+        )
+    }
+
+    /// [`Inner::failure`] for a command whose timeout is `timeout`, set by `setting` (the
+    /// [`RedisLockConfig`] field or fields it comes from).
+    pub(crate) fn failure_within(
+        &self,
+        operation: &'static str,
+        error: Error,
+        timeout: Duration,
+        setting: &'static str,
+    ) -> RedisFailure {
         self.follow_if_demoted(&error);
         match self.unreachable(operation) {
             Some(unreachable)
@@ -64,6 +84,12 @@ impl Inner {
             {
                 unreachable
             }
+            _ if *error.kind() == ErrorKind::Timeout => RedisFailure::CommandTimeout {
+                operation,
+                address: self.config.redacted_address(),
+                timeout,
+                setting,
+            },
             // `command` tells Redis' error replies (→ `Refused`) from the client's own errors.
             _ => RedisFailure::command(operation, error),
         }
@@ -98,11 +124,8 @@ impl Inner {
     }
 
     /// [`RedisFailure::Unreachable`] if the client is disconnected after a failed connection
-    /// attempt.
+    /// attempt (see [`Health`]).
     pub(crate) fn unreachable(&self, operation: &'static str) -> Option<RedisFailure> {
-        if self.client.is_connected() {
-            return None;
-        }
         let last_error = self.health.last_error()?;
         Some(RedisFailure::Unreachable {
             operation,

@@ -31,6 +31,11 @@
 //!   returns no later than its wait time plus one command timeout. A failed or timed-out
 //!   attempt may still have been granted, so the grant is released (owner-checked) before the
 //!   error is returned.
+//! - **Fail fast while disconnected.** Once a connection attempt has failed, and until one
+//!   succeeds, an acquisition's first attempt fails at once with that connection error instead
+//!   of waiting a command timeout for an answer that cannot come; a client still making its
+//!   first connection sends as usual. Queued waiters keep trying within their wait. When Redis
+//!   answers again, one `INFO` line says "Redis reachable again after N s".
 //!
 //! # Examples
 //!
@@ -175,15 +180,21 @@ impl fmt::Debug for RedisLock {
 impl RedisLock {
     /// Connects to Redis and starts the watchdog.
     ///
-    /// A Redis that does not answer within one command timeout does not fail this call: the
-    /// client keeps reconnecting in the background (100 ms doubling to 2 s), a warning is
-    /// logged, and acquisitions fail closed until Redis answers. Must be called inside a Tokio
-    /// runtime.
+    /// Waits for the outcome of the first connection attempt, at most one command timeout. A
+    /// Redis that is down (connection refused: at once) or does not answer (after the command
+    /// timeout) does not fail this call: the client keeps reconnecting in the background
+    /// (100 ms doubling to 2 s), a warning is logged, and acquisitions fail closed until Redis
+    /// answers (at once, with the connection error, once a connection attempt has failed).
+    /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting:
     /// `redis.address`, `command-timeout`, `wait-time`, `watchdog-timeout`, `key-prefix` or
-    /// `instance-id`.
+    /// `instance-id`. Also `redis.address`, with the (redacted) address, when Redis answers the
+    /// first connection attempt by refusing it for good: the credentials are wrong or missing
+    /// (`WRONGPASS`, `NOAUTH`), or the user lacks a command the connection set-up sends
+    /// (`NOPERM`, e.g. `SELECT` for the address's database). Retrying cannot cure these, so
+    /// they are configuration errors, not an outage.
     ///
     /// # Examples
     ///
@@ -223,7 +234,10 @@ impl RedisLock {
                 "command-timeout is longer than a third of watchdog-timeout: one slow renewal can outlast a watchdog lease"
             );
         }
-        match tokio::time::timeout(config.command_timeout, client.wait_for_connect()).await {
+        // The first attempt's outcome, no longer than one command timeout: a refused
+        // connection (Redis down) ends it within a round trip.
+        let first = tokio::time::timeout(config.command_timeout, health.first_outcome()).await;
+        match first {
             Ok(Ok(())) => {
                 if let Err(error) = scripts.load(&client).await {
                     tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
@@ -231,10 +245,16 @@ impl RedisLock {
                 connection::check_eviction_policy(&client).await;
                 acquire::check_replica_count(&client, config.min_replicas).await;
             }
-            Ok(Err(error)) => tracing::warn!(
-                address = %config.redacted_address(), %error,
-                "Redis connection failed; acquisitions fail closed until it answers"
-            ),
+            Ok(Err(error)) => {
+                if let Some(refused) = connection::refused_at_connect(&config, &error) {
+                    tokio::spawn(async move {
+                        let _ = client.quit().await;
+                        let _ = subscriber.quit().await;
+                    });
+                    return Err(refused);
+                }
+                // Otherwise Redis is down or unreachable: logged (once) by the health task.
+            }
             Err(_) => tracing::warn!(
                 address = %config.redacted_address(),
                 last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
@@ -529,7 +549,10 @@ impl DistributedLock for RedisLock {
                 key,
                 self.inner
                     .unreachable("acquire")
-                    .unwrap_or(RedisFailure::Timeout { budget }),
+                    .unwrap_or_else(|| RedisFailure::Timeout {
+                        budget,
+                        address: config.redacted_address(),
+                    }),
             )),
         }
     }

@@ -15,7 +15,9 @@ use lock_core::{
     AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockErrorCode, LostReason,
     ReleaseOutcome,
 };
-use lock_redis::RedisLock;
+use lock_redis::{RedisFailure, RedisLock};
+use lock_testkit::RedisServer;
+use lock_testkit::logs::CapturedLogs;
 use tokio::time::Instant;
 
 /// Commands a script runs inside Redis; they show in commandstats but cost no round trip.
@@ -253,13 +255,18 @@ async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_when_redis_refuses_commands() {
-    let redis = lock_testkit::RedisServer::builder()
-        .args(["--requirepass", "s3cret"])
-        .start()
+    let redis = server().await;
+    // A user who may not touch the lock's keys: Redis answers the acquire script with NOPERM.
+    redis
+        .cmd(&[
+            "ACL", "SETUSER", "locker", "on", ">pw", "~other:*", "&*", "+@all",
+        ])
         .await
         .unwrap();
-    // No password: Redis answers every command with NOAUTH.
-    let lock = client(&redis).await;
+    let address = redis.url().replace("redis://", "redis://locker:pw@");
+    let lock = RedisLock::connect(common::config(&redis).address(&address))
+        .await
+        .unwrap();
     assert_fails_closed(&lock, "refused", Duration::from_millis(200)).await;
 }
 
@@ -279,26 +286,200 @@ async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_tim
         "{text}"
     );
 
-    // A wrong password: every connection attempt fails authentication.
+    // A wrong password is no outage: connect fails, naming it (tests/credentials.rs).
     let redis = lock_testkit::RedisServer::builder()
         .args(["--requirepass", "right"])
         .start()
         .await
         .unwrap();
     let address = redis.url().replace("redis://", "redis://:wrong@");
-    let lock = RedisLock::connect(common::config(&redis).address(&address))
-        .await
-        .unwrap();
-    let err = lock
-        .try_acquire("wrong-password", Lease::Watchdog)
+    let err = RedisLock::connect(common::config(&redis).address(&address))
         .await
         .unwrap_err();
     let text = err.to_string();
     assert!(
-        text.contains("unreachable") && text.contains("WRONGPASS"),
+        !text.contains("unreachable") && text.contains("WRONGPASS"),
         "{text}"
     );
     assert!(!text.contains(":wrong@"), "the password leaked: {text}");
+}
+
+/// A command timeout long enough that a test waiting for one could not pass: "at once" below
+/// means well under it ([`AT_ONCE`]), so a loaded machine cannot make the tests flaky.
+const PATIENT: Duration = Duration::from_secs(30);
+const AT_ONCE: Duration = Duration::from_secs(10);
+
+/// Everything this test binary logged at `INFO` and above (one global capture: the lock's
+/// connection events are logged from its background tasks).
+fn logs() -> &'static CapturedLogs {
+    CapturedLogs::global(tracing::Level::INFO)
+}
+
+/// The captured lines with `message` about the Redis at `redis` (its address as a field).
+fn lines_about(redis: &RedisServer, message: &str) -> Vec<String> {
+    let address = format!("address={} ", redis.url());
+    logs()
+        .text()
+        .lines()
+        .filter(|line| line.contains(message) && line.contains(&address))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A client of `redis` with [`PATIENT`]'s command timeout.
+async fn patient_client(redis: &RedisServer) -> RedisLock {
+    let config = common::config(redis)
+        .command_timeout(PATIENT)
+        .watchdog_timeout(PATIENT * 3);
+    RedisLock::connect(config).await.unwrap()
+}
+
+/// The first attempt of `lock` on `key` with `wait` fails closed at once, with the connection
+/// error ("unreachable … refused") as the cause.
+async fn fails_at_once(lock: &RedisLock, key: &str, wait: Duration) {
+    let started = Instant::now();
+    let err = lock
+        .acquire_with(key, AcquireOptions::new(Lease::Watchdog).wait(wait))
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < AT_ONCE,
+        "took {elapsed:?} (command timeout {PATIENT:?}): {err}"
+    );
+    assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
+    match common::redis_failure(&err) {
+        RedisFailure::Unreachable { last_error, .. } => {
+            assert!(last_error.contains("connection"), "{last_error}")
+        }
+        other => panic!("expected the connection error, got {other:?}"),
+    }
+}
+
+/// `kill -9` of Redis: once the client has seen its connection fail, a first attempt fails at
+/// once with that error instead of waiting a command timeout; when Redis is back an acquire
+/// succeeds and one `INFO` line says how long Redis was unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_a_first_attempt_fails_at_once_and_its_return_is_logged_once() {
+    logs();
+    let mut redis = server().await;
+    let lock = patient_client(&redis).await;
+    drop(
+        lock.try_acquire("fail-fast", Lease::Watchdog)
+            .await
+            .unwrap(),
+    );
+    redis.kill().await.unwrap();
+    let killed = Instant::now();
+    // The closed connection tells the client; one warning says so.
+    let seen = eventually(PATIENT, || async {
+        !lines_about(&redis, "Redis connection failed").is_empty()
+    })
+    .await;
+    assert!(
+        seen,
+        "the lost connection was never logged:\n{}",
+        logs().text()
+    );
+    fails_at_once(&lock, "fail-fast", Duration::ZERO).await;
+    fails_at_once(&lock, "fail-fast", Duration::from_secs(1)).await;
+    assert_eq!(lines_about(&redis, "Redis connection failed").len(), 1);
+
+    redis.restart().await.unwrap();
+    let acquired = eventually(PATIENT, || async {
+        lock.try_acquire("fail-fast", Lease::Watchdog).await.is_ok()
+    })
+    .await;
+    assert!(acquired, "no acquisition after Redis came back");
+    let again = "Redis reachable again after ";
+    let logged = eventually(SLACK, || async { !lines_about(&redis, again).is_empty() }).await;
+    assert!(logged, "no \"{again}\" line:\n{}", logs().text());
+    let lines = lines_about(&redis, again);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let seconds: f64 = lines[0]
+        .split(again)
+        .nth(1)
+        .and_then(|rest| rest.split(" s").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {}", lines[0]));
+    assert!(
+        seconds <= killed.elapsed().as_secs_f64() + 0.1,
+        "{seconds} s is longer than the outage: {}",
+        lines[0]
+    );
+}
+
+/// A Redis that is down when the service starts: connect returns without waiting a command
+/// timeout, the first attempt fails at once, and the lock works once Redis is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_down_at_start_up_costs_connect_no_wait_and_fails_the_first_attempt_at_once() {
+    let mut redis = server().await;
+    redis.kill().await.unwrap();
+    let started = Instant::now();
+    let lock = patient_client(&redis).await;
+    assert!(
+        started.elapsed() < AT_ONCE,
+        "connect took {:?}",
+        started.elapsed()
+    );
+    fails_at_once(&lock, "down-at-start", Duration::ZERO).await;
+    redis.restart().await.unwrap();
+    let acquired = eventually(PATIENT, || async {
+        lock.try_acquire("down-at-start", Lease::Watchdog)
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(acquired, "no acquisition after Redis came up");
+}
+
+/// The other side of the rule: a client that has seen no connection attempt fail sends its
+/// first attempt even when Redis is slow to answer (here: paused), and is granted when it
+/// answers — being slow is not being down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_is_not_taken_for_a_down_one() {
+    let redis = server().await;
+    let lock = patient_client(&redis).await;
+    redis.pause().unwrap();
+    let acquiring = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire("slow", Lease::Watchdog).await.map(drop) }
+    });
+    redis.resume().unwrap();
+    acquiring.await.unwrap().unwrap();
+}
+
+/// A command that times out on a live connection names the address, the timeout and the
+/// setting it comes from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_names_the_address_the_timeout_and_the_setting() {
+    let redis = server().await;
+    let timeout = Duration::from_millis(300);
+    let lock = RedisLock::connect(common::config(&redis).command_timeout(timeout))
+        .await
+        .unwrap();
+    redis.pause().unwrap();
+    let err = lock
+        .try_acquire("timeout", Lease::Watchdog)
+        .await
+        .unwrap_err();
+    redis.resume().unwrap();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            common::redis_failure(&err),
+            RedisFailure::CommandTimeout { .. } | RedisFailure::Timeout { .. }
+        ),
+        "{err:?}"
+    );
+    // With no wait the acquisition's budget is the command timeout too: either may end it.
+    for part in [
+        format!("Redis at {} did not answer", redis.url()),
+        "300ms".to_owned(),
+        "command_timeout".to_owned(),
+    ] {
+        assert!(text.contains(&part), "{part:?} missing: {text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! Credentials: `AUTH` with a user and password (an ACL user) and with a password only
-//! (`requirepass`), also over TLS; a wrong or missing password fails closed saying so
-//! (`WRONGPASS` / `NOAUTH`). In every case no password ever shows — not in an error's `Display`,
+//! (`requirepass`), also over TLS; a wrong or missing password, or a user refused a command the
+//! connection set-up sends, fails `connect` as a configuration error saying so (`WRONGPASS` /
+//! `NOAUTH` / `NOPERM`) and naming the address. In every case no password ever shows — not in an error's `Display`,
 //! `Debug` or `details()`, not in the `Debug` of `RedisLockConfig` or `RedisLock`, and not in
 //! anything logged at `TRACE`, the lock's own `tracing` events and the Redis client's (fred
 //! logs with the `log` crate; the subscriber below bridges it into the same capture).
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
-use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::tls::TestCertificates;
@@ -173,74 +174,67 @@ async fn a_password_alone_authenticates_against_requirepass() {
     assert_logs_have_no_secret();
 }
 
-/// Acquires with `config` and expects it to fail closed (`backend_unavailable`) within the wait
-/// time plus one command timeout, the error naming `expected` (`WRONGPASS`, `NOAUTH`) and
-/// showing no secret. Nothing is written.
-async fn fails_closed_naming(redis: &RedisServer, config: RedisLockConfig, expected: &str) {
+/// Connects with `config` and expects the connect itself to fail, within one command timeout:
+/// refused credentials are a configuration error (`LOCK_INVALID_ARGUMENT` naming
+/// `redis.address`), not an outage. The error names `expected` (`WRONGPASS`, `NOAUTH`,
+/// `NOPERM`) and the address with its password as `***`, and shows no secret.
+async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
     let started = Instant::now();
-    let lock = RedisLock::connect(config.clone()).await.unwrap();
-    assert!(started.elapsed() < COMMAND_TIMEOUT + SLACK, "connect hung");
-    assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));
-    let wait = Duration::from_secs(1);
-    let started = Instant::now();
-    let error = lock
-        .acquire_with("auth", AcquireOptions::new(Lease::Watchdog).wait(wait))
+    let error = RedisLock::connect(config.clone())
         .await
-        .expect_err("acquired with bad credentials");
-    let elapsed = started.elapsed();
+        .expect_err("connected with credentials Redis refuses");
     assert!(
-        elapsed <= wait + COMMAND_TIMEOUT + SLACK,
-        "took {elapsed:?}"
+        started.elapsed() < COMMAND_TIMEOUT + SLACK,
+        "connect took {:?}",
+        started.elapsed()
     );
-    assert_eq!(
-        error.code(),
-        LockErrorCode::LockAcquisitionFailed,
-        "{error}"
-    );
-    assert_eq!(error.http_status(), 503);
-    let details = error.details();
-    assert_eq!(details["reason"], "backend_unavailable", "{error}");
+    assert_eq!(error.code(), LockErrorCode::LockInvalidArgument, "{error}");
+    assert_eq!(error.details()["argument"], "redis.address", "{error}");
     let text = error.to_string();
     assert!(text.contains(expected), "{expected} not named: {text}");
     assert!(
-        matches!(
-            common::redis_failure(&error),
-            RedisFailure::Unreachable { .. } | RedisFailure::Refused { .. }
-        ),
-        "{error:?}"
+        text.contains(&config.redacted_address()),
+        "the address is not named: {text}"
+    );
+    assert!(
+        !text.contains("unreachable"),
+        "reported as an outage: {text}"
     );
     assert_error_has_no_secret(&error);
-    let key = lock.redis_key("auth");
-    assert_eq!(redis.cmd(&["EXISTS", &key]).await.unwrap(), "0");
-    // `ping` fails the same way.
-    let ping = lock.ping().await.expect_err("PING with bad credentials");
-    assert_error_has_no_secret(&ping);
     eprintln!("{expected}: {text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_fails_closed_naming_wrongpass() {
+async fn a_wrong_password_fails_connect_naming_wrongpass_and_the_address() {
     let redis = server_with_user(PASSWORD).await;
     let user_wrong = url_with(&redis, &format!("{USER}:{WRONG}"));
-    fails_closed_naming(
-        &redis,
-        common::config(&redis).address(user_wrong),
-        "WRONGPASS",
-    )
-    .await;
+    connect_fails_naming(common::config(&redis).address(user_wrong), "WRONGPASS").await;
     // The right password of another user, percent-encoded.
     let encoded_wrong = url_with(&redis, &format!("nobody:{AT_PASSWORD_IN_URL}"));
-    fails_closed_naming(
-        &redis,
-        common::config(&redis).address(encoded_wrong),
-        "WRONGPASS",
-    )
-    .await;
+    connect_fails_naming(common::config(&redis).address(encoded_wrong), "WRONGPASS").await;
+    assert_logs_have_no_secret();
+}
+
+/// A user who may not run a command the connection set-up sends (`SELECT` of the address's
+/// database) cannot use the lock either: connect fails naming `NOPERM`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_refused_a_connect_command_fails_connect_naming_noperm() {
+    let redis = server_with_user(PASSWORD).await;
+    redis
+        .cmd(&["ACL", "SETUSER", USER, "-select"])
+        .await
+        .unwrap();
+    let address = format!("{}/1", url_with(&redis, &format!("{USER}:{PASSWORD}")));
+    connect_fails_naming(common::config(&redis).address(&address), "NOPERM").await;
+    let error = RedisLock::connect(common::config(&redis).address(address))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("+select"), "{error}");
     assert_logs_have_no_secret();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_or_missing_password_against_requirepass_fails_closed() {
+async fn a_wrong_or_missing_password_against_requirepass_fails_connect() {
     logs();
     let redis = RedisServer::builder()
         .args(["--requirepass", PASSWORD])
@@ -248,8 +242,8 @@ async fn a_wrong_or_missing_password_against_requirepass_fails_closed() {
         .await
         .unwrap();
     let wrong = url_with(&redis, &format!(":{WRONG}"));
-    fails_closed_naming(&redis, common::config(&redis).address(wrong), "WRONGPASS").await;
-    fails_closed_naming(&redis, common::config(&redis), "NOAUTH").await;
+    connect_fails_naming(common::config(&redis).address(wrong), "WRONGPASS").await;
+    connect_fails_naming(common::config(&redis), "NOAUTH").await;
     assert_logs_have_no_secret();
 }
 
@@ -279,11 +273,11 @@ async fn tls_with_a_user_and_password_works() {
             "{line}"
         );
     }
-    // A wrong password over TLS fails closed the same way.
+    // A wrong password over TLS fails connect the same way.
     let wrong = redis
         .tls_url()
         .replace("rediss://", &format!("rediss://{USER}:{WRONG}@"));
-    fails_closed_naming(&redis, config.address(wrong), "WRONGPASS").await;
+    connect_fails_naming(config.address(wrong), "WRONGPASS").await;
     assert_logs_have_no_secret();
 }
 

@@ -377,31 +377,28 @@ async fn watchdog_renewals_reload_their_script_after_script_flush() {
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-/// A missing password: fred's connection set-up meets `NOAUTH`, so the client stays disconnected
-/// and the cause is "unreachable" with that error; a `NOAUTH` answered on a live connection is
-/// the `no_auth` refusal. Either way it is typed and names `NOAUTH`.
+/// A missing password: fred's connection set-up meets `NOAUTH`. No retry can cure that, so it
+/// is a configuration error at connect (`LOCK_INVALID_ARGUMENT` naming the address), not an
+/// outage every acquisition would report (tests/credentials.rs has the other refusals).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_without_the_password_fails_closed_naming_noauth() {
+async fn a_client_without_the_password_fails_connect_naming_noauth() {
     let redis = RedisServer::builder()
         .args(["--requirepass", "s3cret"])
         .start()
         .await
         .unwrap();
-    let lock = client(&redis).await;
-    let err = refused_acquire(&lock, "no-auth").await;
-    let failure = common::redis_failure(&err);
-    match failure {
-        RedisFailure::Unreachable { last_error, .. } => {
-            assert!(last_error.contains("NOAUTH"), "{failure:?}")
-        }
-        RedisFailure::Refused { .. } => {
-            let message = assert_refused(&err, "no_auth");
-            assert!(message.starts_with("NOAUTH"), "{message}");
-        }
-        other => panic!("expected unreachable or no_auth, got {other:?}"),
-    }
+    let err = RedisLock::connect(patient_config(&redis))
+        .await
+        .expect_err("connected without the password");
+    assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{err}");
+    assert_eq!(err.details()["argument"], "redis.address", "{err}");
+    let text = err.to_string();
+    assert!(text.contains("NOAUTH"), "{text}");
+    assert!(
+        text.contains(&redis.url()),
+        "the address is not named: {text}"
+    );
     eprintln!("no auth: {err}");
-    assert!(!exists(&redis, &lock.redis_key("no-auth")).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use figment::Figment;
 use lock_core::{DisabledLock, DistributedLock, LockError};
 use lock_redis::{RedisLock, RedisLockConfig};
 
-use crate::config::{ConfigError, ConfigSources, LockSettings};
+use crate::config::{ConfigError, ConfigSources, KEYS, LockSettings, key_spec, quote};
 
 /// Why the starter could not start.
 ///
@@ -368,13 +368,17 @@ impl LockStarterBuilder {
     /// given, otherwise a [`RedisLock`] connected to `telco.platform.lock.redis.address`.
     /// Disabled: no connection is opened and [`LockStarter::lock`] says why. An unreachable
     /// Redis does not fail the start: acquisitions fail closed until it answers (a warning is
-    /// logged).
+    /// logged). The start waits for the first connection attempt's outcome, at most one
+    /// `redis.command-timeout`; a Redis that is down (connection refused) costs no wait.
     ///
     /// Must run inside a Tokio runtime (the Redis client's tasks run on it).
     ///
     /// # Errors
-    /// [`StartError::Config`] for any bad or unknown key; [`StartError::Lock`] when the Redis
-    /// client rejects the settings.
+    /// [`StartError::Config`] for any bad or unknown key, and for an address whose credentials
+    /// Redis refuses at connect (`WRONGPASS`, `NOAUTH`, or `NOPERM` for a command the connection
+    /// set-up sends): it names `telco.platform.lock.redis.address`, the address (password as
+    /// `***`) and where it came from; [`StartError::Lock`] when the Redis client rejects the
+    /// settings otherwise.
     ///
     /// # Examples
     ///
@@ -418,7 +422,9 @@ impl LockStarterBuilder {
         let (lock, redis): (Arc<dyn DistributedLock>, _) = match self.lock {
             Some(custom) => (custom, None),
             None => {
-                let redis = RedisLock::connect(redis_config(&settings)).await?;
+                let redis = RedisLock::connect(redis_config(&settings))
+                    .await
+                    .map_err(|error| start_error(&settings, error))?;
                 (Arc::new(redis.clone()), Some(redis))
             }
         };
@@ -428,6 +434,34 @@ impl LockStarterBuilder {
             settings,
         })
     }
+}
+
+/// A setting the Redis lock rejected at connect (a refused password, an unusable CA file) as
+/// the configuration error of the key it came from, with the key's origin, like any other bad
+/// value; other errors as they are.
+fn start_error(settings: &LockSettings, error: LockError) -> StartError {
+    if let LockError::InvalidArgument {
+        name,
+        value,
+        problem,
+        ..
+    } = &error
+    {
+        let spec = key_spec(name).filter(|spec| KEYS.contains(spec));
+        if let Some((spec, origin)) = spec.and_then(|s| Some((s, settings.source_of(s.name)?))) {
+            let (problem, accepted) = problem
+                .split_once("; accepted: ")
+                .unwrap_or((problem, spec.accepted));
+            return StartError::Config(ConfigError::InvalidValue {
+                key: spec.name.to_owned(),
+                value: quote(value),
+                origin: Box::new(origin.clone()),
+                problem: problem.to_owned(),
+                accepted: accepted.to_owned(),
+            });
+        }
+    }
+    StartError::Lock(error)
 }
 
 /// The lock-redis settings for validated starter settings: what [`LockStarter`] connects with,

@@ -184,31 +184,77 @@ async fn a_spring_password_alone_authenticates_against_requirepass() {
     assert_start_logs_have_no_secret();
 }
 
-/// A wrong password: the start succeeds (Redis may come later), acquisitions fail closed
-/// naming `WRONGPASS`, and neither password shows.
+/// `build()` fails as a configuration error for `telco.platform.lock.redis.address`, naming
+/// `refusal`, the address with its password as `***`, and `origin`; no password shows.
+#[track_caller]
+fn start_fails_naming(starter: Result<LockStarter, StartError>, refusal: &str, origin: &str) {
+    let error = starter.expect_err("started with credentials Redis refuses");
+    let text = error.to_string();
+    let StartError::Config(config) = &error else {
+        panic!("not a configuration error: {error:?}");
+    };
+    assert_eq!(
+        config.key(),
+        Some("telco.platform.lock.redis.address"),
+        "{text}"
+    );
+    let shown_origin = config.origin().expect("an origin").to_string();
+    assert!(shown_origin.contains(origin), "{shown_origin}: {text}");
+    assert!(text.contains(&format!("(from {shown_origin})")), "{text}");
+    assert!(text.contains(refusal), "{refusal} not named: {text}");
+    assert!(
+        text.contains("127.0.0.1:"),
+        "the address is not named: {text}"
+    );
+    assert!(
+        !text.contains("unreachable"),
+        "reported as an outage: {text}"
+    );
+    assert_no_secret("the StartError", &text);
+    assert_no_secret("the StartError's Debug", &format!("{error:?}"));
+    eprintln!("{text}");
+}
+
+/// Credentials Redis refuses stop the start, as a bad value of the address from where it was
+/// set: a TOML file, or the Spring keys it was built from.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_password_fails_closed_without_showing_either_password() {
+async fn refused_credentials_fail_the_start_naming_the_address_and_its_origin() {
+    logs();
     let redis = server_with_user(PASSWORD).await;
-    let address = redis
+    let wrong = redis
         .url()
         .replace("redis://", &format!("redis://{USER}:wr0ng-Pa55-word@"));
-    let starter = build(figment(&[("telco.platform.lock.redis.address", &address)]))
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("lock.toml");
+    std::fs::write(
+        &file,
+        format!("[telco.platform.lock.redis]\naddress = \"{wrong}\"\n"),
+    )
+    .unwrap();
+    let from_file = LockStarter::builder().toml_file(&file).build().await;
+    start_fails_naming(from_file, "WRONGPASS", &file.display().to_string());
+
+    let port = redis.port().to_string();
+    let spring = build(figment(&[
+        ("spring.data.redis.host", "127.0.0.1"),
+        ("spring.data.redis.port", &port),
+        ("spring.data.redis.username", USER),
+        ("spring.data.redis.password", "wr0ng-Pa55-word"),
+    ]))
+    .await;
+    start_fails_naming(spring, "WRONGPASS", "spring.data.redis.password");
+
+    let requirepass = RedisServer::builder()
+        .args(["--requirepass", PASSWORD])
+        .start()
         .await
         .unwrap();
-    assert_no_secret("LockStarter's Debug", &format!("{starter:?}"));
-    let lock = starter.lock().unwrap();
-    let error = lock
-        .acquire_with(
-            "wrong-password",
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(500)),
-        )
-        .await
-        .unwrap_err();
-    let text = error.to_string();
-    assert!(text.contains("WRONGPASS"), "{text}");
-    assert_no_secret("the error", &text);
-    assert_no_secret("the error's Debug", &format!("{error:?}"));
-    assert_no_secret("the error's details", &format!("{:?}", error.details()));
+    let missing = build(figment(&[(
+        "telco.platform.lock.redis.address",
+        &requirepass.url(),
+    )]))
+    .await;
+    start_fails_naming(missing, "NOAUTH", "");
     assert_start_logs_have_no_secret();
 }
 

@@ -66,6 +66,7 @@ pub use keys::{
     MIN_REPLICA_SYNC_TIMEOUT, PREFIX, SPRING_KEYS, ValueKind, key_spec,
 };
 pub use origin::{Origin, Origins};
+pub(crate) use resolve::quote;
 pub use sources::ConfigSources;
 
 /// The lock's settings, checked: every value is within its bounds.
