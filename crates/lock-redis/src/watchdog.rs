@@ -197,7 +197,7 @@ impl Registry {
         let until = now + period;
         let mut taken = Vec::new();
         leases.retain(|id, r| {
-            if !r.due.is_some_and(|due| due <= until) {
+            if r.due.is_none_or(|due| due > until) {
                 return true;
             }
             if !r.state.is_held() {
