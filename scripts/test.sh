@@ -1,8 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, the conformance suite on both implementations, and the
-# behaviour, fault and multi-process tests against real redis-server processes.
+# behaviour, fault and multi-process tests against real redis-server processes; then the tests
+# that depend on the server's behaviour once more against Valkey 8 (lock-testkit starts whatever
+# LOCK_TESTKIT_REDIS_SERVER names, for single servers, Sentinel and Cluster alike).
+#
+#   scripts/test.sh                 both passes
+#   scripts/test.sh --redis-only    the Redis pass only
+#   scripts/test.sh ARGS…           the Redis pass only, as `cargo test --workspace ARGS…`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The lock-redis test files that exercise the server: conformance, ACL refusals, Cluster,
+# Sentinel, replication, fair queues, credentials and the behaviour contract.
+VALKEY_TESTS=(conformance acl cluster sentinel replication fair credentials behaviour redis_errors)
+
+valkey=1
+if [ "${1:-}" = "--redis-only" ]; then
+  valkey=0
+  shift
+elif [ "$#" -gt 0 ]; then
+  valkey=0
+fi
+
 scripts/ensure-redis.sh
-exec cargo test --workspace "$@"
+cargo test --workspace "$@"
+
+if [ "$valkey" = 1 ]; then
+  scripts/ensure-valkey.sh
+  server="$(command -v valkey-server)"
+  printf '\n== the server-dependent tests again, on %s ==\n' "$("$server" --version | cut -d' ' -f1-3)"
+  LOCK_TESTKIT_REDIS_SERVER="$server" cargo test -p lock-redis "${VALKEY_TESTS[@]/#/--test=}"
+fi

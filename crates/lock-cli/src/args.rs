@@ -67,7 +67,8 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Show a lock: holder (instance id), remaining TTL, hold count, fencing token, waiters.
+    /// Show a lock: holder (instance id), remaining TTL, hold count, fencing token, waiters,
+    /// and the Redis and key prefix it was looked up under.
     Status {
         /// The lock's name, e.g. bill-run:2026-11.
         key: String,
@@ -75,7 +76,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List held locks (found with SCAN, never KEYS) with holder and TTL.
+    /// List held locks (found with SCAN, never KEYS) with holder and TTL, saying which Redis
+    /// and key prefix were searched.
     List {
         /// Glob over lock names (Redis MATCH syntax), e.g. 'bill-run:*'. Default: all.
         #[arg(value_parser = parse_pattern)]
@@ -83,7 +85,8 @@ pub(crate) enum Command {
         /// At most this many locks (1 or more).
         #[arg(long, default_value_t = 1000, value_parser = parse_limit)]
         limit: usize,
-        /// Print one JSON object per line instead of a table.
+        /// Print one JSON object instead of the table: the Redis and key prefix searched
+        /// (redis, keyPrefix, pattern) and the held locks (locks).
         #[arg(long)]
         json: bool,
     },
@@ -103,7 +106,10 @@ pub(crate) enum Command {
     /// The lease is a watchdog lease (renewed while this process lives) unless --lease is
     /// given. If the lease is lost, the command gets SIGTERM, then SIGKILL 5 s later, and
     /// platform-lock exits 70. SIGINT and SIGTERM sent to platform-lock are forwarded to the
-    /// command. The command sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.
+    /// command, which gets SIGKILL 5 s after the first one (on a terminal, after the first
+    /// SIGTERM). Should platform-lock itself die (SIGKILL, the OOM killer), a guardian process
+    /// kills the command at once. Off a terminal all of this goes to the command's process
+    /// group. The command sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.
     Run {
         /// The lock's name.
         #[arg(long)]

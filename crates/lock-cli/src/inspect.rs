@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use crate::Redis;
-use crate::output::{self, Failure};
+use crate::output::{self, Failure, Searched};
 
 /// `platform-lock status KEY [--json]`.
 pub(crate) async fn status(redis: &Redis, key: &str, json: bool) -> Result<(), Failure> {
@@ -12,11 +12,12 @@ pub(crate) async fn status(redis: &Redis, key: &str, json: bool) -> Result<(), F
         .status(key)
         .await
         .map_err(|error| redis.failure(&format!("reading lock `{key}`"), &error))?;
+    let searched = searched(redis);
     output::to_stdout(|out| {
         if json {
-            writeln!(out, "{}", output::status_json(&status))
+            writeln!(out, "{}", output::status_json(&status, Some(&searched)))
         } else {
-            output::write_status(out, &status)
+            output::write_status(out, &status, &searched)
         }
     })
 }
@@ -33,12 +34,22 @@ pub(crate) async fn list(
         .list(pattern, limit)
         .await
         .map_err(|error| redis.failure("listing locks", &error))?;
+    let searched = searched(redis);
+    let pattern = pattern.unwrap_or("*");
     output::to_stdout(|out| {
         if json {
-            held.iter()
-                .try_for_each(|status| writeln!(out, "{}", output::status_json(status)))
+            writeln!(out, "{}", output::list_json(&held, pattern, &searched))
         } else {
-            output::write_list(out, &held, pattern)
+            output::write_list(out, &held, pattern, &searched)
         }
     })
+}
+
+/// Where `status` and `list` looked, which they always say: nothing found under the wrong key
+/// prefix or at the wrong Redis must not read like "no held locks".
+fn searched(redis: &Redis) -> Searched<'_> {
+    Searched {
+        address: &redis.address,
+        key_prefix: &redis.key_prefix,
+    }
 }

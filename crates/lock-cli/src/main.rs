@@ -6,6 +6,7 @@
 //! files, then `TELCO_PLATFORM_LOCK_*` variables). Exit codes: see [`args::AFTER_HELP`].
 
 mod args;
+mod guardian;
 mod inspect;
 mod output;
 mod release;
@@ -22,6 +23,11 @@ use crate::args::{Cli, Command, EXIT_CONFIG};
 use crate::output::Failure;
 
 fn main() -> ExitCode {
+    // `run`'s guardian: not a command for people (so not in clap's), and nothing else to do
+    // before it blocks — no configuration, no runtime, no threads.
+    if std::env::args_os().skip(1).eq([guardian::SUBCOMMAND]) {
+        return guardian::main();
+    }
     let cli = match args::parse() {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -117,6 +123,8 @@ pub(crate) struct Redis {
     pub(crate) lock: RedisLock,
     /// The Redis address with its password as `***`: the only form ever printed.
     pub(crate) address: String,
+    /// `telco.platform.lock.key-prefix`, which `status` and `list` name beside the address.
+    pub(crate) key_prefix: String,
 }
 
 impl Redis {
@@ -126,7 +134,11 @@ impl Redis {
         let lock = RedisLock::connect(config)
             .await
             .map_err(|error| Failure::new(EXIT_CONFIG, format!("bad configuration: {error}")))?;
-        Ok(Redis { lock, address })
+        Ok(Redis {
+            lock,
+            address,
+            key_prefix: settings.key_prefix.clone(),
+        })
     }
 
     /// The one line for a failed Redis operation `what`, e.g. "reading lock `k`".

@@ -108,9 +108,44 @@ pub(crate) fn fmt_ttl(ttl: Option<Duration>) -> String {
     }
 }
 
+/// The Redis and the key prefix a `status` or `list` searched.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Searched<'a> {
+    /// The Redis address with its password as `***`.
+    pub(crate) address: &'a str,
+    /// `telco.platform.lock.key-prefix`.
+    pub(crate) key_prefix: &'a str,
+}
+
+impl fmt::Display for Searched<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "at Redis {} under key prefix `{}`",
+            self.address, self.key_prefix
+        )
+    }
+}
+
+impl Searched<'_> {
+    /// The JSON fields naming them, at the top level of `status --json` and `list --json`.
+    fn json_fields(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut fields = serde_json::Map::new();
+        fields.insert("redis".into(), self.address.into());
+        fields.insert("keyPrefix".into(), self.key_prefix.into());
+        fields
+    }
+}
+
 /// `status` as text, one field a line.
-pub(crate) fn write_status(out: &mut impl Write, status: &LockStatus) -> io::Result<()> {
+pub(crate) fn write_status(
+    out: &mut impl Write,
+    status: &LockStatus,
+    searched: &Searched<'_>,
+) -> io::Result<()> {
     writeln!(out, "lock:           {}", status.name)?;
+    writeln!(out, "redis:          {}", searched.address)?;
+    writeln!(out, "key prefix:     {}", searched.key_prefix)?;
     writeln!(out, "redis key:      {}", status.redis_key)?;
     match &status.state {
         LockState::Held {
@@ -144,15 +179,18 @@ pub(crate) fn write_status(out: &mut impl Write, status: &LockStatus) -> io::Res
     writeln!(out, "waiting clients: {}", status.subscribed_clients)
 }
 
-/// `list` as a table of the held locks, or a line saying none matched `pattern`.
+/// `list` as a line saying where it searched and a table of the held locks, or a line saying
+/// none matched `pattern` there.
 pub(crate) fn write_list(
     out: &mut impl Write,
     held: &[LockStatus],
-    pattern: Option<&str>,
+    pattern: &str,
+    searched: &Searched<'_>,
 ) -> io::Result<()> {
     if held.is_empty() {
-        return writeln!(out, "no held locks match {}", pattern.unwrap_or("*"));
+        return writeln!(out, "no held locks match {pattern} {searched}");
     }
+    writeln!(out, "held locks matching {pattern} {searched}:")?;
     writeln!(
         out,
         "{:<40} {:<24} {:>10} FENCING TOKEN",
@@ -178,9 +216,29 @@ pub(crate) fn write_list(
     Ok(())
 }
 
-/// One lock as a JSON object (camelCase, TTLs in milliseconds): `status --json` and each line
-/// of `list --json`.
-pub(crate) fn status_json(status: &LockStatus) -> serde_json::Value {
+/// `list --json`: one object naming where it searched (`redis`, `keyPrefix`, `pattern`) with the
+/// held locks in `locks`, each as [`status_json`] without the first two.
+pub(crate) fn list_json(
+    held: &[LockStatus],
+    pattern: &str,
+    searched: &Searched<'_>,
+) -> serde_json::Value {
+    let mut value = searched.json_fields();
+    value.insert("pattern".into(), pattern.into());
+    let locks = held
+        .iter()
+        .map(|status| status_json(status, None))
+        .collect();
+    value.insert("locks".into(), serde_json::Value::Array(locks));
+    value.into()
+}
+
+/// One lock as a JSON object (camelCase, TTLs in milliseconds), with `redis` and `keyPrefix`
+/// when `searched` is given: `status --json`, and each of `list --json`'s locks.
+pub(crate) fn status_json(
+    status: &LockStatus,
+    searched: Option<&Searched<'_>>,
+) -> serde_json::Value {
     let ttl_ms = |ttl: &Option<Duration>| ttl.map(|t| t.as_millis() as u64);
     let mut value = json!({
         "lock": status.name,
@@ -207,6 +265,7 @@ pub(crate) fn status_json(status: &LockStatus) -> serde_json::Value {
     };
     if let (Some(value), serde_json::Value::Object(state)) = (value.as_object_mut(), state) {
         value.extend(state);
+        value.extend(searched.map(Searched::json_fields).unwrap_or_default());
     }
     value
 }

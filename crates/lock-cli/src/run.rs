@@ -1,6 +1,6 @@
-//! `run`: a command under a lock, like flock(1) across machines — acquire, run the command,
-//! forward SIGINT and SIGTERM to it, terminate it if the lease is lost, release, and exit with
-//! its code.
+//! `run`: a command under a lock, like flock(1) across machines — acquire, run the command
+//! under a guardian that kills it should platform-lock die, forward SIGINT and SIGTERM to it
+//! (SIGKILL after a grace), terminate it if the lease is lost, release, and exit with its code.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
@@ -9,20 +9,25 @@ use std::time::Duration;
 use lock_starter::{
     AcquireFailure, AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
 };
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until};
 
 use crate::Redis;
 use crate::args::{EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
+use crate::guardian::{Guardian, Target};
 use crate::output::Failure;
 use crate::spinner::Spinner;
 
-/// How long the command gets between SIGTERM and SIGKILL once the lease is lost.
+/// How long the command gets before SIGKILL: once the lease is lost (after SIGTERM), and from
+/// the first SIGTERM — or, off a terminal, SIGINT — forwarded to it (later ones are forwarded
+/// too, and do not restart it). The rest of its process group gets what is left of it after the
+/// command ends.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The exit code when platform-lock itself fails around the command (no signal handlers, no
-/// wait status).
+/// guardian, no wait status).
 const EXIT_RUNNER: u8 = 1;
 
 /// `platform-lock run --key KEY [--lease D] [--wait D] -- COMMAND…`: the command's exit code
@@ -52,6 +57,22 @@ pub(crate) async fn run(
             ));
         }
     };
+    // Also before the child exists, for the same reason with SIGKILL: the guardian kills the
+    // command if platform-lock dies in any way.
+    let mut guardian = match Guardian::start() {
+        Ok(guardian) => guardian,
+        Err(error) => {
+            let _ = handle.release().await;
+            return Err(Failure::new(
+                EXIT_RUNNER,
+                format!(
+                    "cannot start the guardian process that kills the command should \
+                     platform-lock die ({error}); the command did not run and the lock was \
+                     released"
+                ),
+            ));
+        }
+    };
     // Off a terminal (cron, systemd, a Kubernetes job, a CI step) the command gets a process
     // group of its own, and every signal goes to that group: a shell script's workers (`sh -c
     // 'a; b'`, `make`, `xargs`) are stopped with it, rather than running on without the lock
@@ -70,33 +91,68 @@ pub(crate) async fn run(
     let mut child = match spawn.spawn() {
         Ok(child) => child,
         Err(error) => {
+            guardian.dismiss().await;
             let _ = handle.release().await;
             return Err(cannot_spawn(&command[0], &error));
         }
     };
-    let pid = child
+    let target = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
-    let signal_child = |signal: Signal| {
-        if let Some(pid) = pid {
-            let _ = if own_group {
-                killpg(pid, signal)
+        .map(Pid::from_raw)
+        .map(|pid| {
+            if own_group {
+                Target::Group(pid)
             } else {
-                kill(pid, signal)
-            };
+                Target::Process(pid)
+            }
+        });
+    let signal_child = |signal: Signal| {
+        if let Some(target) = target {
+            let _ = target.signal(signal);
         }
     };
+    if let Some(target) = target {
+        if let Err(error) = guardian.arm(target).await {
+            signal_child(Signal::SIGKILL);
+            let _ = child.wait().await;
+            let _ = handle.release().await;
+            return Err(Failure::new(
+                EXIT_RUNNER,
+                format!(
+                    "the guardian process went away before the command was handed to it \
+                     ({error}); the command was killed and the lock released"
+                ),
+            ));
+        }
+    }
     // Whether a process of the command's group is left (the command itself once reaped).
-    let group_left = || own_group && pid.is_some_and(|pid| killpg(pid, None).is_ok());
+    let group_left = || matches!(target, Some(Target::Group(pid)) if killpg(pid, None).is_ok());
     let lost = handle.lost();
     tokio::pin!(lost);
+    let mut lease_lost = false;
+    // When the command gets SIGKILL: set by the first signal that asks it to end (forwarded, or
+    // a lost lease) and never moved, so repeated signals cannot put the end off.
+    let mut grace_ends: Option<Instant> = None;
+    let mut killed = false;
     let status = loop {
+        let kill_at = grace_ends.filter(|_| !killed);
         tokio::select! {
             status = child.wait() => break status,
-            _ = interrupts.recv() => signal_child(Signal::SIGINT),
-            _ = terminates.recv() => signal_child(Signal::SIGTERM),
-            reason = &mut lost => {
+            _ = interrupts.recv() => {
+                signal_child(Signal::SIGINT);
+                // On a terminal SIGINT is most likely Ctrl-C, which the command got from the
+                // terminal too and may handle without ending (a REPL, an editor, `less`).
+                if own_group {
+                    grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+                }
+            }
+            _ = terminates.recv() => {
+                signal_child(Signal::SIGTERM);
+                grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+            }
+            reason = &mut lost, if !lease_lost => {
+                lease_lost = true;
                 let why = match (lease, reason) {
                     (Lease::Fixed(lease), LostReason::Expired) => format!(
                         "its fixed lease of {} ran out",
@@ -110,26 +166,34 @@ pub(crate) async fn run(
                     KILL_GRACE.as_secs()
                 );
                 signal_child(Signal::SIGTERM);
-                let grace_ends = tokio::time::Instant::now() + KILL_GRACE;
-                if tokio::time::timeout_at(grace_ends, child.wait()).await.is_ok() {
-                    // The rest of its group gets the rest of the grace. (The command is reaped:
-                    // only its group, never its pid, may be signalled now.)
-                    while group_left() && tokio::time::Instant::now() < grace_ends {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                    if group_left() {
-                        signal_child(Signal::SIGKILL);
-                    }
-                } else {
-                    signal_child(Signal::SIGKILL);
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
-                }
-                return Ok(EXIT_LEASE_LOST);
+                // A grace already running (a forwarded signal) is not extended.
+                grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+            }
+            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                killed = true;
+                signal_child(Signal::SIGKILL);
+                let _ = child.start_kill();
             }
         }
     };
-    match handle.release().await {
+    if let Some(grace_ends) = grace_ends {
+        // The rest of its group gets the rest of the grace. (The command is reaped: only its
+        // group, never its pid, may be signalled now.)
+        while group_left() && Instant::now() < grace_ends {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if group_left() {
+            signal_child(Signal::SIGKILL);
+        }
+    }
+    if lease_lost {
+        guardian.dismiss().await;
+        return Ok(EXIT_LEASE_LOST);
+    }
+    let released = handle.release().await;
+    // Only now: should platform-lock die while releasing, what is left of the group goes too.
+    guardian.dismiss().await;
+    match released {
         Ok(ReleaseOutcome::Released) => {}
         // The lease ended (a forced release, or a fixed lease running out) after the last
         // check and before the command finished: it did not run under the lock to its end,

@@ -561,3 +561,59 @@ async fn status_of_a_key_that_holds_no_lock_points_at_the_key_prefix() {
     );
     assert!(!stderr(&output).contains("check that Redis is up"));
 }
+
+/// `list` finding nothing must say where it looked: at the wrong key prefix (or Redis) "no held
+/// locks" is a wrong answer. Text and JSON name the Redis (password as `***`) and the prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_status_name_the_redis_and_key_prefix_they_searched() {
+    const PASSWORD: &str = "cli-prefix-pw";
+    let redis = RedisServer::builder()
+        .args(["--requirepass", PASSWORD])
+        .start()
+        .await
+        .unwrap();
+    let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port());
+    let shown = format!("redis://:***@127.0.0.1:{}", redis.port());
+    let pod = other_pod(&url).await;
+    let _held = pod
+        .acquire("bill-run:2026-11", Lease::Watchdog)
+        .await
+        .unwrap();
+    let with_prefix = |args: &'static [&'static str], prefix: &'static str| {
+        let mut command = platform_lock(&url, args);
+        command.env("TELCO_PLATFORM_LOCK_KEY_PREFIX", prefix);
+        finish(command)
+    };
+
+    // The service's prefix (the default) and a wrong one.
+    for (prefix, found) in [("lock:", true), ("billing:lock:", false)] {
+        let list = with_prefix(&["list"], prefix).await;
+        assert_eq!(code(&list), 0, "{}", stderr(&list));
+        let first = stdout(&list).lines().next().unwrap_or_default().to_owned();
+        let at = format!("at Redis {shown} under key prefix `{prefix}`");
+        assert!(first.contains(&at), "{prefix}: no {at:?} in {first:?}");
+        assert_eq!(first.starts_with("no held locks"), !found, "{first}");
+
+        let json = with_prefix(&["list", "--json"], prefix).await;
+        let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(json["redis"], shown.as_str(), "{json}");
+        assert_eq!(json["keyPrefix"], prefix, "{json}");
+        assert_eq!(json["pattern"], "*", "{json}");
+        let locks = json["locks"].as_array().unwrap();
+        assert_eq!(locks.len(), usize::from(found), "{json}");
+
+        let status = with_prefix(&["status", "bill-run:2026-11"], prefix).await;
+        let text = stdout(&status);
+        for line in [
+            format!("redis:          {shown}"),
+            format!("key prefix:     {prefix}"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+        }
+        let status = with_prefix(&["status", "--json", "bill-run:2026-11"], prefix).await;
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(status["redis"], shown.as_str(), "{status}");
+        assert_eq!(status["keyPrefix"], prefix, "{status}");
+        assert_eq!(status["state"], if found { "held" } else { "free" });
+    }
+}

@@ -113,12 +113,10 @@ async fn the_cli_inspects_and_releases_the_lock_the_demo_holds() {
 
     let list = platform_lock(&exports, &["list", "--json"]).await;
     assert!(list.status.success(), "list: {list:?}");
-    // One JSON object per line.
-    let listed: Vec<Value> = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("list --json prints JSON lines"))
-        .collect();
-    let entry = listed
+    let listed: Value = serde_json::from_slice(&list.stdout).expect("list --json is JSON");
+    let entry = listed["locks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no locks array: {listed}"))
         .iter()
         .find(|lock| lock["lock"] == HELD_KEY)
         .unwrap_or_else(|| panic!("{HELD_KEY} is listed: {listed:?}"));

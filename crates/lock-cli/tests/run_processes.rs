@@ -1,49 +1,35 @@
 //! Adversarial review of `platform-lock run`: a lost lease must stop the whole command — also
-//! the processes it started — and a command that ignores SIGTERM is killed after the grace.
+//! the processes it started — and a command that ignores SIGTERM is killed after the grace;
+//! `run` killed with SIGKILL takes its command along, through its guardian process.
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::{SLACK, cli, code, eventually, other_pod, start_ready, stderr};
+use common::{Reap, SLACK, alive, cli, code, eventually, other_pod, read_pid, start_ready, stderr};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
-use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
 use tokio::time::Instant;
 
-/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
-fn alive(pid: Pid) -> bool {
-    if kill(pid, None).is_err() {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
+/// The parent and the process group of process `pid`, from `/proc/PID/stat`.
+fn parent_and_group(pid: Pid) -> Option<(Pid, Pid)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state, parent, process group.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+    let mut next = || fields.next()?.parse().ok().map(Pid::from_raw);
+    Some((next()?, next()?))
 }
 
-/// Kills `pid` when dropped, so a failing test leaves no stray process.
-struct Reap(Pid);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = kill(self.0, Signal::SIGKILL);
-    }
-}
-
-fn read_pid(file: &Path) -> Pid {
-    Pid::from_raw(
-        std::fs::read_to_string(file)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap(),
-    )
+/// The running processes whose parent is `parent`.
+fn children_of(parent: Pid) -> Vec<Pid> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .map(Pid::from_raw)
+        .filter(|&pid| parent_and_group(pid).is_some_and(|(of, _)| of == parent) && alive(pid))
+        .collect()
 }
 
 /// Starts `sh -c script` under lock `job`, waits for its `ready` line, force-releases the lock
@@ -122,4 +108,96 @@ async fn signal_deaths_and_exit_codes_pass_through() {
         let output = cli(&url, &["run", "--key", "job", "--", "sh", "-c", script]).await;
         assert_eq!(code(&output), expected, "{script}: {}", stderr(&output));
     }
+}
+
+/// The OOM killer or `kill -9` ends platform-lock itself: its command — and a worker the command
+/// started — must not run on without the lock (the lease lapses within one watchdog timeout,
+/// then another host starts the same job). The guardian kills them; nothing is left holding
+/// the output pipes either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_run_takes_its_command_and_the_processes_it_started_along() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (shell_file, worker_file) = (dir.path().join("shell.pid"), dir.path().join("worker.pid"));
+    let script = format!(
+        "echo $$ > '{}'; sleep 300 & echo $! > '{}'; echo ready; wait",
+        shell_file.display(),
+        worker_file.display()
+    );
+    let mut child = start_ready(&url, &script).await;
+    let (shell, worker) = (read_pid(&shell_file), read_pid(&worker_file));
+    let (_reap_shell, _reap_worker) = (Reap(shell), Reap(worker));
+    let mut errors = child.stderr.take().unwrap();
+
+    let killed_at = Instant::now();
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let gone = eventually(|| async { !alive(shell) && !alive(worker) }).await;
+    let took = killed_at.elapsed();
+    eprintln!("{took:?} after run's SIGKILL, its command and worker were gone: {gone}");
+    assert!(
+        gone,
+        "after run was SIGKILLed, its command (pid {shell}, alive {}) or its worker (pid \
+         {worker}, alive {}) still runs without the lock",
+        alive(shell),
+        alive(worker)
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // EOF on run's stderr: no process (the guardian included) holds it any more.
+    let mut rest = Vec::new();
+    tokio::time::timeout(SLACK, errors.read_to_end(&mut rest))
+        .await
+        .expect("something still holds run's stderr open")
+        .unwrap();
+}
+
+/// A normal end takes the guardian along: it is a child of `run` in a process group of its
+/// own while the command runs, and gone once `run` exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guardian_runs_beside_the_command_and_ends_with_run() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (shell_file, go) = (dir.path().join("shell.pid"), dir.path().join("go"));
+    let script = format!(
+        "echo $$ > '{}'; echo ready; while [ ! -e '{}' ]; do sleep 0.05; done",
+        shell_file.display(),
+        go.display()
+    );
+    let mut child = start_ready(&url, &script).await;
+    let shell = read_pid(&shell_file);
+    let _reap_shell = Reap(shell);
+    let run = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    let guardians: Vec<Pid> = children_of(run)
+        .into_iter()
+        .filter(|&pid| pid != shell)
+        .collect();
+    let [guardian] = guardians[..] else {
+        panic!("run (pid {run}) has no guardian beside its command: {guardians:?}");
+    };
+    let _reap_guardian = Reap(guardian);
+    let groups = [run, shell, guardian].map(|pid| parent_and_group(pid).unwrap().1);
+    assert_eq!(groups[2], guardian, "the guardian's group: {groups:?}");
+    assert!(
+        groups[..2].iter().all(|&group| group != guardian),
+        "{groups:?}"
+    );
+
+    std::fs::write(&go, b"").unwrap();
+    let mut errors = String::new();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    tokio::time::timeout(SLACK, stderr_pipe.read_to_string(&mut errors))
+        .await
+        .expect("something still holds run's stderr open after its command ended")
+        .unwrap();
+    let status = tokio::time::timeout(SLACK, child.wait())
+        .await
+        .expect("run did not end with its command")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{errors}");
+    assert!(
+        eventually(|| async { !alive(guardian) }).await,
+        "the guardian (pid {guardian}) outlived run"
+    );
 }

@@ -1,16 +1,21 @@
 //! `platform-lock run` forwards SIGTERM and SIGINT to its command (no terminal involved: the
 //! signal goes to platform-lock's pid only, as a process supervisor or `kill` sends it), exits
-//! with the command's code, and releases the lock.
+//! with the command's code, and releases the lock; a command that ignores them is killed after
+//! the grace.
 
 mod common;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
-use common::{SLACK, code, other_pod, start_ready, stderr};
+use common::{Reap, SLACK, alive, code, other_pod, read_pid, start_ready, stderr};
 use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+/// The documented grace between the first forwarded signal and SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
 
 /// A command that traps `trap_signal`, writes `got-<name>` to `file` when it arrives and exits
 /// `exit_code`; it says `ready` on stdout once the trap is set. Waiting with the `wait` builtin,
@@ -69,4 +74,43 @@ async fn run_forwards_sigterm_to_its_command_and_exits_with_its_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_forwards_sigint_to_its_command_and_exits_with_its_code() {
     forwards(Signal::SIGINT, "INT", 130).await;
+}
+
+/// A supervisor that sends SIGTERM again and again (and never SIGKILL) to a command that
+/// ignores it: the first forwarded signal starts the 5 s grace, the command is killed when it
+/// ends (exit 128+9), and the lock is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_sigterms_kill_a_command_that_ignores_them_after_the_grace() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("shell.pid");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; echo ready; while :; do sleep 1; done",
+        pid_file.display()
+    );
+    let mut child = start_ready(&url, &script).await;
+    let shell = read_pid(&pid_file);
+    let _reap = Reap(shell);
+    let run = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    let first_signal = Instant::now();
+    let status = loop {
+        kill(run, Signal::SIGTERM).unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
+            Ok(status) => break status.unwrap(),
+            Err(_) if first_signal.elapsed() < GRACE + SLACK => {}
+            Err(_) => {
+                panic!("SIGTERMs for {:?} never escalated", first_signal.elapsed());
+            }
+        }
+    };
+    let took = first_signal.elapsed();
+    assert_eq!(status.code(), Some(128 + 9), "{status:?}");
+    assert!(took >= GRACE, "killed before the grace: {took:?}");
+    assert!(!alive(shell), "the command outlived run");
+    assert!(
+        !pod.status("job").await.unwrap().is_held(),
+        "the lock is still held after run exited"
+    );
 }

@@ -1,11 +1,12 @@
 //! What a person at a terminal sees, on a real pseudo-terminal: the confirmation prompt of
-//! `release --force` and the spinner `run` shows while it waits for a held lock.
+//! `release --force` and the spinner `run` shows while it waits for a held lock; and that a
+//! `run` killed there takes its command along.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{BINARY, SLACK, environment, other_pod};
+use common::{BINARY, Reap, SLACK, alive, environment, eventually, other_pod, read_pid};
 use lock_starter::redis::LockState;
 use lock_starter::{DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome};
 use lock_testkit::RedisServer;
@@ -211,4 +212,49 @@ async fn on_a_terminal_run_spins_naming_the_holder_until_it_is_granted() {
     let granted: u64 = shown.trim().parse().expect("the fencing token");
     assert!(granted > token, "{granted} <= {token}");
     assert!(!pod.status("job").await.unwrap().is_held());
+}
+
+/// On a terminal the command stays in the terminal's foreground group, and the guardian kills
+/// the command itself when `run` is SIGKILLed. As at a shell prompt, `run` is not the session
+/// leader (whose death would hang up the terminal and so end the command anyway): a shell
+/// that stays on the terminal starts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_a_sigkilled_run_takes_its_command_along() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (shell_file, run_file) = (dir.path().join("shell.pid"), dir.path().join("run.pid"));
+    let script = format!(
+        "echo $$ > '{}'; echo $PPID > '{}'; echo ready; while :; do sleep 1; done",
+        shell_file.display(),
+        run_file.display()
+    );
+    let session = blocking(move || {
+        let mut login = std::process::Command::new("sh");
+        login
+            .args([
+                "-c",
+                r#""$0" run --key job -- sh -c "$1"; echo "run ended"; sleep 300"#,
+                BINARY,
+                &script,
+            ])
+            .env_clear()
+            .envs(environment(&url));
+        let options = Options::new().timeout_ms(Some(EXPECT_TIMEOUT.as_millis() as u64));
+        let mut session = rexpect::spawn_with_options(login, options).expect("sh starts on a pty");
+        session
+            .exp_string("ready")
+            .expect("the command never said ready");
+        session
+    })
+    .await;
+    let (shell, run) = (read_pid(&shell_file), read_pid(&run_file));
+    let _reap = Reap(shell);
+    nix::sys::signal::kill(run, nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(
+        eventually(|| async { !alive(shell) }).await,
+        "the command (pid {shell}) runs on without the lock after run was SIGKILLed"
+    );
+    drop(session);
+    drop(redis);
 }

@@ -127,8 +127,9 @@ impl fmt::Display for LockErrorCode {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireFailure {
-    /// Another owner held the lock for the whole wait time.
-    #[error("held by another owner `{holder}` ({}) after waiting {}", fmt_ttl(*.ttl), fmt_ms(*.waited))]
+    /// Another owner held the lock for the whole wait time. The message says when that owner is
+    /// another task of this process ([`crate::issued_by_this_process`]).
+    #[error("{}", fmt_held(holder, *.ttl, *.waited))]
     HeldByAnotherOwner {
         /// The holder's owner token (instance id, then a per-acquisition suffix) as last seen.
         holder: String,
@@ -515,6 +516,20 @@ impl LockError {
 fn for_lock(key: Option<&str>) -> String {
     key.map(|key| format!(" for lock `{key}`"))
         .unwrap_or_default()
+}
+
+/// Who held a contended key, for humans.
+fn fmt_held(holder: &str, ttl: Option<Duration>, waited: Duration) -> String {
+    let (ttl, waited) = (fmt_ttl(ttl), fmt_ms(waited));
+    if crate::owner::issued_by_this_process(holder) {
+        format!(
+            "held by this process: another task of it, owner `{holder}` ({ttl}), after waiting \
+             {waited}; re-entry is per task, so a task spawned inside `with_lock` contends with \
+             the section's lease"
+        )
+    } else {
+        format!("held by another owner `{holder}` ({ttl}) after waiting {waited}")
+    }
 }
 
 fn fmt_ttl(ttl: Option<Duration>) -> String {

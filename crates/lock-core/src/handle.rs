@@ -892,6 +892,7 @@ impl LockHandle {
         }
         let nested = self.nested;
         let key = self.key.clone();
+        let fencing_token = self.fencing_token;
         let held_for = self.granted_at.elapsed();
         let release = async move {
             match self.release.take() {
@@ -911,7 +912,7 @@ impl LockHandle {
         if nested {
             return release.await;
         }
-        crate::telemetry::release(&key, held_for, release).await
+        crate::telemetry::release(&key, fencing_token, held_for, release).await
     }
 }
 

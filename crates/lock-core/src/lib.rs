@@ -83,4 +83,4 @@ pub use lease::{
 };
 pub use lock::{AcquireOptions, DistributedLock, DistributedLockExt};
 pub use memory::{DEFAULT_WAIT_TIME, InMemoryLock};
-pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
+pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, issued_by_this_process, validate_instance_id};

@@ -1,5 +1,7 @@
 //! Owner tokens: one per acquisition, readable by on-call.
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::LockError;
@@ -53,8 +55,10 @@ impl OwnerTokens {
     pub fn new(instance_id: &str) -> Result<Self, LockError> {
         validate_instance_id(instance_id)?;
         let client: u64 = rand::random();
+        let prefix = format!("{instance_id}/{client:016x}/");
+        live_sources().insert(prefix.clone());
         Ok(OwnerTokens {
-            prefix: format!("{instance_id}/{client:016x}/"),
+            prefix,
             instance_id_len: instance_id.len(),
             next: AtomicU64::new(1),
         })
@@ -83,6 +87,44 @@ impl OwnerTokens {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         format!("{}{n}", self.prefix)
     }
+}
+
+impl Drop for OwnerTokens {
+    fn drop(&mut self) {
+        live_sources().remove(&self.prefix);
+    }
+}
+
+/// The token prefixes (`<instance-id>/<client>/`) of the [`OwnerTokens`] alive in this process.
+/// Process-wide rather than per client, so that a holder reached through another client of the
+/// same process is recognised too.
+static LIVE_SOURCES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn live_sources() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
+    // A set of strings cannot be left half-updated by a panic.
+    LIVE_SOURCES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `token` was issued by an [`OwnerTokens`] still alive in this process: the holder of a
+/// contended key is then another task of this process, not another pod — typically a task
+/// spawned inside `with_lock` asking for its parent's key (re-entry is per task). The random
+/// client part of the token makes a match with another process's token practically impossible.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{OwnerTokens, issued_by_this_process};
+///
+/// let owners = OwnerTokens::new("billing-7f9c")?;
+/// assert!(issued_by_this_process(&owners.next_token()));
+/// assert!(!issued_by_this_process("billing-7f9c/3e1f0c9a2b7d4e58/1")); // another process
+/// # Ok::<(), lock_core::LockError>(())
+/// ```
+pub fn issued_by_this_process(token: &str) -> bool {
+    // The counter after the last `/` has no `/`; an instance id may.
+    token
+        .rfind('/')
+        .is_some_and(|end| live_sources().contains(&token[..=end]))
 }
 
 /// Checks an instance id: 1 to 128 bytes, no control characters and no `|` (it separates the
@@ -134,6 +176,23 @@ mod tests {
         assert_ne!(a1, b1, "two clients on one host must not share tokens");
         assert!(a1.starts_with("pod-a/"), "{a1}");
         assert_eq!(a.instance_id(), "pod-a");
+    }
+
+    #[test]
+    fn only_tokens_of_live_sources_of_this_process_are_recognised() {
+        let a = OwnerTokens::new("pod/with/slashes").unwrap();
+        let token = a.next_token();
+        assert!(issued_by_this_process(&token), "{token}");
+        for foreign in [
+            "pod/with/slashes/0123456789abcdef/1",
+            "",
+            "no-slash",
+            &token[..token.len() - 2],
+        ] {
+            assert!(!issued_by_this_process(foreign), "{foreign}");
+        }
+        drop(a);
+        assert!(!issued_by_this_process(&token), "a dropped source: {token}");
     }
 
     #[test]

@@ -25,8 +25,11 @@
 //! | [`RENEWALS_TOTAL`] | counter | `outcome` (recorded by backends with a watchdog) |
 //!
 //! Spans are at `DEBUG` level (`lock.acquire`, `lock.release`; the Redis watchdog adds
-//! `lock.renew`), so an `INFO` subscriber pays nothing for them; an acquisition that fails
-//! closed for a reason other than contention logs one `INFO` event, a lost lease a `WARN`.
+//! `lock.renew`), so an `INFO` subscriber pays nothing for them. Each also ends with a `DEBUG`
+//! event (`lock granted`, `lock released`, `watchdog renewed leases`, …) so that a plain `fmt`
+//! subscriber, which prints spans only around events, shows the normal path too; an
+//! acquisition that fails closed for a reason other than contention logs one `INFO` event, a
+//! lost lease a `WARN`.
 //! `docs/observability.md` lists every field and the suggested alerts.
 
 use std::future::Future;
@@ -136,10 +139,29 @@ where
     span.record("waited_ms", millis(waited));
     metrics::counter!(ACQUISITIONS_TOTAL, "outcome" => outcome).increment(1);
     match &result {
-        Ok(handle) if handle.is_reentrant() => {}
+        // Events, not only span fields: a plain `fmt` subscriber prints a span's fields only on
+        // the events inside it (or with `FmtSpan::CLOSE`), so the normal path would be silent.
+        Ok(handle) if handle.is_reentrant() => {
+            tracing::debug!(
+                parent: &span,
+                lock_key = key,
+                fencing_token = handle.fencing_token(),
+                hold_count = handle.hold_count(),
+                outcome,
+                "lock re-entered"
+            );
+        }
         Ok(handle) => {
             span.record("fencing_token", handle.fencing_token());
             metrics::histogram!(WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
+            tracing::debug!(
+                parent: &span,
+                lock_key = key,
+                fencing_token = handle.fencing_token(),
+                outcome,
+                waited_ms = millis(waited),
+                "lock granted"
+            );
         }
         Err(LockError::InvalidKey { .. } | LockError::InvalidArgument { .. }) => {}
         Err(error) => {
@@ -168,6 +190,7 @@ where
 /// Runs a release inside a `lock.release` span and records its outcome and the hold time.
 pub(crate) async fn release<F>(
     key: &str,
+    fencing_token: u64,
     held_for: std::time::Duration,
     release: F,
 ) -> Result<ReleaseOutcome, LockError>
@@ -187,6 +210,19 @@ where
         Err(_) => "failed",
     };
     span.record("outcome", outcome);
+    let message = match outcome {
+        "released" => "lock released",
+        "not_held" => "lock release found the lease already ended",
+        _ => "lock release not confirmed; the lease ends at its TTL",
+    };
+    tracing::debug!(
+        parent: &span,
+        lock_key = key,
+        fencing_token,
+        outcome,
+        held_ms = millis(held_for),
+        "{message}"
+    );
     metrics::counter!(RELEASES_TOTAL, "outcome" => outcome).increment(1);
     metrics::histogram!(HOLD_SECONDS).record(held_for.as_secs_f64());
     result

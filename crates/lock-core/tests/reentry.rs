@@ -252,3 +252,27 @@ async fn a_lost_outer_lease_is_not_re_entered() {
     assert!(fresh_token > outer_token);
     assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
 }
+
+/// A task spawned inside a section contends for the section's key (re-entry is per task); its
+/// error says the holder is this process, not another owner.
+#[tokio::test(start_paused = true)]
+async fn a_task_spawned_inside_a_section_is_told_its_own_process_holds_the_key() {
+    let lock = InMemoryLock::new();
+    let inner = lock.clone();
+    let message = lock
+        .with_lock("bill-run:2026-11", Lease::Watchdog, || async move {
+            let options =
+                lock_core::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(1));
+            tokio::spawn(async move { inner.acquire_with("bill-run:2026-11", options).await })
+                .await
+                .unwrap()
+                .unwrap_err()
+                .to_string()
+        })
+        .await
+        .unwrap();
+    assert!(
+        message.contains("held by this process") && !message.contains("another owner"),
+        "{message}"
+    );
+}

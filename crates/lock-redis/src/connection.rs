@@ -21,33 +21,117 @@ redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name[&no
 redis-cluster://[user[:password]@]host:port[?node=host:port…], each also with TLS as rediss…://";
 
 /// The lock space of an address and key prefix, the same however the address was written
-/// (default port and database filled in, user and password left out, cluster and sentinel
+/// (default port and database filled in, user and password left out, cluster and Sentinel
 /// nodes sorted): `redis://<host>:<port>/<db> <prefix>`,
-/// `redis-sentinel://<service>/<db> <prefix>` or `redis-cluster://<nodes> <prefix>`. Host names
-/// are compared as written: `localhost` and `127.0.0.1` differ.
+/// `redis-sentinel://<sentinels>/<service>/<db> <prefix>` or `redis-cluster://<nodes> <prefix>`,
+/// with `rediss…` for TLS. Re-entry is decided by it, so where two spellings might name two
+/// deployments they must differ (and contend): the Sentinel hosts are part of it because the
+/// service name alone (`mymaster` by default) is shared by unrelated deployments; host names
+/// are compared as written (`localhost` and `127.0.0.1` differ); and an address fred cannot
+/// parse gets a namespace of its own, shared with no other lock.
 pub(crate) fn namespace(config: &RedisLockConfig) -> String {
-    let Ok(parsed) = Config::from_url(&config.address) else {
-        return format!("{} {}", config.redacted_address(), config.key_prefix);
+    // Parsed without TLS, as `build_clients` does: fred's parser would load the system's roots.
+    let (plain, tls) = without_tls(&config.address);
+    let unparsed = || {
+        static UNPARSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = UNPARSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("unparsed#{n} {}", config.redacted_address())
+    };
+    let Ok(parsed) = Config::from_url(&plain) else {
+        return format!("{} {}", unparsed(), config.key_prefix);
+    };
+    let scheme = if tls { "rediss" } else { "redis" };
+    let sorted = |hosts: &[Server]| {
+        let mut nodes: Vec<String> = hosts
+            .iter()
+            .map(|s| format!("{}:{}", s.host, s.port))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes.join(",")
     };
     let database = parsed.database.unwrap_or(0);
     let place = match &parsed.server {
-        ServerConfig::Clustered { hosts, .. } => {
-            let mut nodes: Vec<String> = hosts
-                .iter()
-                .map(|s| format!("{}:{}", s.host, s.port))
-                .collect();
-            nodes.sort();
-            format!("redis-cluster://{}", nodes.join(","))
-        }
-        ServerConfig::Sentinel { service_name, .. } => {
-            format!("redis-sentinel://{service_name}/{database}")
-        }
+        ServerConfig::Clustered { hosts, .. } => format!("{scheme}-cluster://{}", sorted(hosts)),
+        ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } => format!(
+            "{scheme}-sentinel://{}/{service_name}/{database}",
+            sorted(hosts)
+        ),
         other => match other.hosts().first() {
-            Some(s) => format!("redis://{}:{}/{database}", s.host, s.port),
-            None => config.redacted_address(),
+            Some(s) => format!("{scheme}://{}:{}/{database}", s.host, s.port),
+            None => unparsed(),
         },
     };
     format!("{place} {}", config.key_prefix)
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+
+    fn ns(address: &str) -> String {
+        namespace(&RedisLockConfig::new(address).key_prefix("p:"))
+    }
+
+    #[test]
+    fn spellings_of_one_deployment_share_a_namespace() {
+        for (a, b) in [
+            ("redis://h", "redis://u:secret@h:6379/0"),
+            (
+                "redis-sentinel://s1:26379?sentinelServiceName=mymaster&node=s2:26380",
+                "redis-sentinel://:pw@s2:26380/0?sentinelServiceName=mymaster&node=s1:26379",
+            ),
+            (
+                "redis-cluster://c1:7000?node=c2:7001",
+                "redis-cluster://c2:7001?node=c1:7000",
+            ),
+            ("rediss://h:6380/2", "rediss://u:pw@h:6380/2"),
+        ] {
+            assert_eq!(ns(a), ns(b), "{a} and {b}");
+        }
+        assert_eq!(
+            ns("redis-sentinel://s1?sentinelServiceName=mymaster&node=s2:26380"),
+            "redis-sentinel://s1:26379,s2:26380/mymaster/0 p:"
+        );
+        assert!(!ns("redis://u:secret@h").contains("secret"));
+    }
+
+    #[test]
+    fn spellings_that_may_name_two_deployments_contend() {
+        for (a, b) in [
+            // Two Sentinel deployments with the common default service name.
+            (
+                "redis-sentinel://a1:26379?sentinelServiceName=mymaster",
+                "redis-sentinel://b1:26379?sentinelServiceName=mymaster",
+            ),
+            (
+                "redis-sentinel://s1?sentinelServiceName=mymaster",
+                "redis-sentinel://s1?sentinelServiceName=other",
+            ),
+            (
+                "redis-sentinel://s1/0?sentinelServiceName=m",
+                "redis-sentinel://s1/1?sentinelServiceName=m",
+            ),
+            ("redis://h:6379", "rediss://h:6379"),
+            ("redis://h/0", "redis://h/1"),
+            ("redis://localhost", "redis://127.0.0.1"),
+            ("redis-cluster://c1:7000", "redis-cluster://c2:7000"),
+        ] {
+            assert_ne!(ns(a), ns(b), "{a} and {b}");
+        }
+        // An address fred cannot parse never shares a namespace, not even with itself.
+        let unparsable = "redis://h:6379/0 p:";
+        assert_ne!(ns(unparsable), ns("redis://h:6379/0"));
+        assert_ne!(ns(unparsable), ns(unparsable));
+        assert_ne!(
+            namespace(&RedisLockConfig::new(unparsable).key_prefix("")),
+            ns("redis://h:6379/0")
+        );
+    }
 }
 
 /// Builds (does not connect) the command client and the subscriber client.

@@ -398,8 +398,11 @@ impl Refusal {
             if let Some(refusal) = wrapped {
                 return Some(refusal);
             }
-            // An ACL denial inside a script (Redis 7.0 and earlier).
-            if message.contains("The user executing the script can't") {
+            // An ACL denial inside a script: Redis 7.0 and earlier say "The user executing the
+            // script can't …", Valkey 8 "ACL failure in script: …" (commands and channels alike).
+            if message.contains("The user executing the script can't")
+                || message.starts_with("ERR ACL failure in script")
+            {
                 return Some(Refusal::NoPermission);
             }
         }
@@ -484,6 +487,15 @@ mod tests {
             ),
             (
                 "ERR The user executing the script can't run this command or subcommand script: 78d7, on @user_script:49.",
+                Refusal::NoPermission,
+            ),
+            // Valkey 8.0 inside a script: a command, then a channel.
+            (
+                "ERR ACL failure in script: User locker has no permissions to run the 'get' command script: c6bc, on @user_script:25.",
+                Refusal::NoPermission,
+            ),
+            (
+                "ERR ACL failure in script: No permissions to access a channel script: c8af, on @user_script:98.",
                 Refusal::NoPermission,
             ),
             (

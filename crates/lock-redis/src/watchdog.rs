@@ -279,6 +279,15 @@ async fn renew_round(inner: &Inner, leases: Vec<Due>, period: Duration) {
     span.record("renewed", totals.renewed);
     span.record("lost", totals.lost);
     span.record("failed", totals.failed);
+    tracing::debug!(
+        parent: &span,
+        leases = count,
+        renewed = totals.renewed,
+        lost = totals.lost,
+        failed = totals.failed,
+        took_ms = started.elapsed().as_millis() as u64,
+        "watchdog renewed leases"
+    );
     for (outcome, n) in [
         ("renewed", totals.renewed),
         ("lost", totals.lost),

@@ -375,8 +375,9 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     assert!(refused.is_subset(&harmless()), "{refused:?}");
 }
 
-/// `err` is the typed `no_permission` refusal, its message names `NOPERM` (or Redis' ACL
-/// errors from inside a script: `can't run this command`, `can't publish to the channel`) and says what to grant; the password is not in it.
+/// `err` is the typed `no_permission` refusal, its message names `NOPERM` (or the server's ACL
+/// errors from inside a script: Redis' `can't run this command`, `can't publish to the channel`,
+/// Valkey's `ACL failure in script`) and says what to grant; the password is not in it.
 fn assert_no_permission(err: &LockError, code: LockErrorCode) {
     assert_eq!(err.code(), code, "{err}");
     let failure = common::redis_failure(err);
@@ -385,7 +386,8 @@ fn assert_no_permission(err: &LockError, code: LockErrorCode) {
     assert!(
         text.contains("NOPERM")
             || text.contains("can't run this command")
-            || text.contains("can't publish to the channel"),
+            || text.contains("can't publish to the channel")
+            || text.contains("ACL failure in script"),
         "Redis' ACL error is not quoted: {text}"
     );
     assert!(text.contains("lacks an ACL permission"), "{text}");

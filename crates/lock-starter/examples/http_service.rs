@@ -1,6 +1,9 @@
 //! An HTTP service whose bill-run endpoint is guarded by the lock: a second request for the same
-//! period while the first runs gets **503** with an RFC 9457 problem body naming the holder
-//! (`reason: held_by_another_owner`); with Redis down, 503 with `backend_unavailable`.
+//! period while the first runs gets **503** with an RFC 9457 problem body
+//! (`reason: held_by_another_owner`) and a `Retry-After` of at most 5 s; with Redis down, 503
+//! with `backend_unavailable` and `Retry-After: 2`. The body is the public form: the holder and
+//! Redis's error text are logged by the service (`lock_starter::http`), not sent to the client.
+//! An internal endpoint for operators could return `DetailedLockRejection` instead.
 //!
 //! ```sh
 //! TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379 \
@@ -85,7 +88,8 @@ async fn health(State(app): State<App>) -> (axum::http::StatusCode, Json<serde_j
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,fred=error".into()),
         )
         .init();
     let starter = LockStarter::builder().build().await?;

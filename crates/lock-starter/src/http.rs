@@ -1,26 +1,30 @@
 //! Lock errors as HTTP responses: RFC 9457 problem details, and axum's `IntoResponse` (feature
 //! `http`).
 //!
-//! A lock that failed closed ends the request with **503 Service Unavailable** and a body like
+//! A lock that failed closed ends the request with **503 Service Unavailable** and, by default,
+//! a **public** body that tells the client what happened and when to retry, and nothing about
+//! the service's insides:
 //!
 //! ```json
 //! {
 //!   "type": "https://platform.telco/problems/lock-acquisition-failed",
 //!   "title": "Lock not acquired",
 //!   "status": 503,
-//!   "detail": "lock `bill-run:2026-11` was not acquired: held by another owner `pod-a/1f/3` (TTL 2900 ms) after waiting 0 ms",
+//!   "detail": "lock `bill-run:2026-11` is held by another operation; retry later",
 //!   "code": "LOCK_ACQUISITION_FAILED",
 //!   "lockKey": "bill-run:2026-11",
 //!   "reason": "held_by_another_owner",
-//!   "holder": "pod-a/1f/3",
-//!   "holderTtlMs": 2900,
 //!   "waitedMs": 0
 //! }
 //! ```
 //!
-//! served as `application/problem+json`, with `Retry-After` (seconds, rounded up) when the
-//! holder's remaining TTL is known. In a handler, return `Result<_, LockRejection>` and use `?`
-//! on lock calls:
+//! served as `application/problem+json`, with a `Retry-After` hint (see [`retry_after`]). The
+//! holder (pod name and owner token), the backend's error text, replica counts and argument
+//! names are left out of it and logged server-side instead (one event per response, target
+//! `lock_starter::http`, with the full error). For an internal API whose callers are operators,
+//! [`ProblemDetails::detailed`] / [`DetailedLockRejection`] keep them in the body.
+//!
+//! In a handler, return `Result<_, LockRejection>` and use `?` on lock calls:
 //!
 //! ```
 //! use axum::Json;
@@ -40,27 +44,29 @@
 //! # use std::time::Duration;
 //! # let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new().with_wait_time(Duration::ZERO)?);
 //! // While another pod runs the bill run for this period:
-//! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+//! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Fixed(Duration::from_secs(60))).await?;
 //! let response = start_bill_run(Arc::clone(&lock)).await.into_response();
 //! assert_eq!(response.status(), 503);
 //! assert_eq!(response.headers()["content-type"], "application/problem+json");
+//! assert_eq!(response.headers()["retry-after"], "5"); // 60 s left, capped at 5 s
 //! # drop(other_pod);
 //! # Ok(()) }
 //! ```
 //!
-//! The `type` URI is stable per error code (see [`problem_type`]); `detail` is the error's
-//! one-line message, which names the lock and the reason but never a credential (addresses in
-//! it are redacted). The extension members are those of [`LockError::details`], camelCase, with
-//! the numeric ones (`holderTtlMs`, `waitedMs`, `waitersAhead`, `requiredReplicas`,
-//! `acknowledgedReplicas`) as JSON numbers.
+//! The `type` URI is stable per error code (see [`problem_type`]). In the detailed form,
+//! `detail` is the error's one-line message, which names the lock, the reason and the holder but
+//! never a credential (addresses in it are redacted), and the extension members are those of
+//! [`LockError::details`], camelCase, with the numeric ones (`holderTtlMs`, `waitedMs`,
+//! `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`) as JSON numbers.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::{LockError, LockErrorCode};
+use crate::{AcquireFailure, LockError, LockErrorCode};
 
 /// The media type of a problem body (RFC 9457).
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -124,6 +130,89 @@ const NUMERIC: [&str; 5] = [
     "acknowledgedReplicas",
 ];
 
+/// Details entries the public form keeps: what the client's own request went through. Everything
+/// else (`holder`, `holderTtlMs`, replica counts, `argument`) describes the service's insides.
+const PUBLIC: [&str; 2] = ["waitedMs", "waitersAhead"];
+
+/// The longest `Retry-After` hint for a held lock: 5 s. A watchdog holder's TTL is the watchdog
+/// timeout again after every renewal and says nothing about when its work ends, so a longer hint
+/// would only make the client wait past a release.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// The `Retry-After` hint while the backend is unavailable: 2 s, about how long a client takes
+/// to be connected again once Redis answers (the Redis client retries a lost connection with a
+/// back-off of 100 ms doubling to 2 s).
+pub const BACKEND_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// When a client should retry after `error`, or `None` when retrying soon will not help:
+///
+/// - held by another owner: the holder's remaining TTL, at most [`MAX_RETRY_AFTER`] — for a
+///   fixed lease the time until it expires at the latest, for a watchdog lease (whose TTL is
+///   renewed) the cap: check again soon;
+/// - Redis unavailable, replicas not confirming, a grant too late: [`BACKEND_RETRY_AFTER`];
+/// - earlier fair waiters queued (no holder TTL known), disabled, a failed release, an invalid
+///   argument: `None`.
+///
+/// The header carries it in whole seconds, rounded up, at least 1.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_starter::http::{BACKEND_RETRY_AFTER, MAX_RETRY_AFTER, retry_after};
+/// use lock_starter::{AcquireFailure, LockError};
+///
+/// let held = |ttl_ms| LockError::AcquisitionFailed {
+///     key: "bill-run:2026-11".into(),
+///     reason: AcquireFailure::HeldByAnotherOwner {
+///         holder: "pod-a/1f/3".into(),
+///         ttl: Some(Duration::from_millis(ttl_ms)),
+///         waited: Duration::ZERO,
+///     },
+/// };
+/// assert_eq!(retry_after(&held(2_900)), Some(Duration::from_millis(2_900))); // a fixed lease
+/// assert_eq!(retry_after(&held(28_500)), Some(MAX_RETRY_AFTER)); // a watchdog lease
+/// let outage = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
+/// assert_eq!(retry_after(&outage), Some(BACKEND_RETRY_AFTER));
+/// ```
+pub fn retry_after(error: &LockError) -> Option<Duration> {
+    match error.acquire_failure()? {
+        AcquireFailure::HeldByAnotherOwner { ttl, .. } => ttl.map(|ttl| ttl.min(MAX_RETRY_AFTER)),
+        AcquireFailure::BackendUnavailable { .. }
+        | AcquireFailure::ReplicationUnconfirmed { .. }
+        | AcquireFailure::LeaseExpiredBeforeGrant { .. } => Some(BACKEND_RETRY_AFTER),
+        _ => None,
+    }
+}
+
+/// The public `detail`: what happened to the client's request, without the holder or the
+/// backend's error text.
+fn public_detail(error: &LockError) -> String {
+    let lock = error
+        .lock_key()
+        .map_or_else(|| "the lock".to_owned(), |key| format!("lock `{key}`"));
+    match error {
+        LockError::AcquisitionFailed { reason, .. } => match reason {
+            AcquireFailure::HeldByAnotherOwner { .. } => {
+                format!("{lock} is held by another operation; retry later")
+            }
+            AcquireFailure::WaitersAhead { .. } => {
+                format!("{lock} has earlier requests queued ahead of this one; retry later")
+            }
+            _ => format!("{lock} was not acquired: the lock service is unavailable; retry later"),
+        },
+        LockError::ReleaseFailed { .. } => {
+            format!("the release of {lock} was not confirmed; it ends when its lease runs out")
+        }
+        LockError::Disabled { .. } => "locking is disabled on this server".to_owned(),
+        // A bug of the calling service (500): the argument is its business, not the client's.
+        LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => {
+            format!("the server used {lock} with an invalid argument")
+        }
+        _ => format!("{}: {lock}", problem_title(error.code())),
+    }
+}
+
 /// An RFC 9457 problem body for a [`LockError`].
 ///
 /// # Examples
@@ -138,16 +227,19 @@ const NUMERIC: [&str; 5] = [
 /// let other_pod = lock.acquire("bill-run:2026-11", Lease::Fixed(Duration::from_secs(30))).await?;
 /// let error = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
 ///
-/// let problem = ProblemDetails::from_error(&error).instance("/bill-runs/2026-11");
+/// let problem = ProblemDetails::public(&error).instance("/bill-runs/2026-11");
 /// assert_eq!(problem.problem_type, "https://platform.telco/problems/lock-acquisition-failed");
 /// assert_eq!((problem.status, problem.title.as_str()), (503, "Lock not acquired"));
 /// assert_eq!(problem.code, "LOCK_ACQUISITION_FAILED");
 /// assert_eq!(problem.reason, "held_by_another_owner");
 /// assert_eq!(problem.lock_key.as_deref(), Some("bill-run:2026-11"));
 /// assert_eq!(problem.instance.as_deref(), Some("/bill-runs/2026-11"));
-/// assert_eq!(problem.extensions["holder"], other_pod.owner());
-/// assert_eq!(problem.retry_after_secs, Some(30)); // the holder's TTL, rounded up
-/// assert!(problem.detail.starts_with("lock `bill-run:2026-11` was not acquired"));
+/// assert!(!problem.to_json().to_string().contains(other_pod.owner())); // no holder
+/// assert_eq!(problem.retry_after_secs, Some(5)); // 30 s left, capped at 5 s
+///
+/// let internal = ProblemDetails::detailed(&error);
+/// assert_eq!(internal.extensions["holder"], other_pod.owner());
+/// assert!(internal.detail.starts_with("lock `bill-run:2026-11` was not acquired"));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -161,7 +253,8 @@ pub struct ProblemDetails {
     pub title: String,
     /// The HTTP status ([`LockError::http_status`]): 503, or 500 for an invalid argument.
     pub status: u16,
-    /// The error's one-line message.
+    /// What happened: in the public form a fixed sentence per reason naming the lock key; in the
+    /// detailed form the error's one-line message (holder, backend error text).
     pub detail: String,
     /// The request this problem occurred on, if the service sets it ([`Self::instance`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -173,17 +266,47 @@ pub struct ProblemDetails {
     pub lock_key: Option<String>,
     /// The reason, e.g. `held_by_another_owner`, `backend_unavailable`, `disabled`.
     pub reason: String,
-    /// The other [`LockError::details`] entries: `holder`, `holderTtlMs`, `waitedMs`, ….
+    /// The other [`LockError::details`] entries: in the public form only `waitedMs` and
+    /// `waitersAhead`; in the detailed form all of them (`holder`, `holderTtlMs`, …).
     #[serde(flatten)]
     pub extensions: BTreeMap<String, serde_json::Value>,
-    /// The `Retry-After` header value in seconds, when a wait hint is known (the holder's
-    /// remaining TTL, rounded up). Not part of the body.
+    /// The `Retry-After` header value in seconds ([`retry_after`], rounded up), on a 503 when a
+    /// hint is known. Not part of the body.
     #[serde(skip)]
     pub retry_after_secs: Option<u64>,
 }
 
 impl ProblemDetails {
-    /// The problem body of `error`.
+    /// The public problem body of `error`, for clients outside the service: `type`, `title`,
+    /// `status`, a `detail` naming the lock key and the reason, `code`, `lockKey`, `reason`,
+    /// `waitedMs` / `waitersAhead`, and the [`retry_after`] hint — never the holder (pod name,
+    /// owner token), the backend's error text, replica counts or argument names. Log the error
+    /// itself server-side ([`problem_response`] and [`LockRejection`] do).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::http::ProblemDetails;
+    /// use lock_starter::LockError;
+    ///
+    /// let error = LockError::backend_unavailable("bill-run:2026-11", "10.0.0.7:6379 refused");
+    /// let problem = ProblemDetails::public(&error);
+    /// assert_eq!((problem.status, problem.reason.as_str()), (503, "backend_unavailable"));
+    /// assert!(!problem.to_json().to_string().contains("10.0.0.7"));
+    /// assert_eq!(problem.retry_after_secs, Some(2));
+    /// ```
+    pub fn public(error: &LockError) -> Self {
+        let mut problem = Self::detailed(error);
+        problem.detail = public_detail(error);
+        problem
+            .extensions
+            .retain(|name, _| PUBLIC.contains(&name.as_str()));
+        problem
+    }
+
+    /// The detailed problem body of `error`, for internal APIs whose callers may see the
+    /// service's insides: `detail` is the error's message and every [`LockError::details`] entry
+    /// is a member (`holder`, `holderTtlMs`, `requiredReplicas`, `argument`, …).
     ///
     /// # Examples
     ///
@@ -193,23 +316,23 @@ impl ProblemDetails {
     ///
     /// let error = LockError::invalid_argument("lease", "0s", "accepted: 100ms to 7days")
     ///     .for_key("bill-run:2026-11");
-    /// let problem = ProblemDetails::from_error(&error);
+    /// let problem = ProblemDetails::detailed(&error);
     /// assert_eq!(problem.status, 500); // a bug of the calling service
     /// assert_eq!(problem.reason, "invalid_argument");
     /// assert_eq!(problem.extensions["argument"], "lease");
     /// assert_eq!(problem.retry_after_secs, None);
     /// ```
-    pub fn from_error(error: &LockError) -> Self {
+    pub fn detailed(error: &LockError) -> Self {
         let code = error.code();
         let mut details = error.details();
         let reason = details.remove("reason").unwrap_or_default();
         let lock_key = details.remove("lockKey");
         details.remove("code");
         details.remove("message");
-        let retry_after_secs = details
-            .get("holderTtlMs")
-            .and_then(|ms| ms.parse::<u64>().ok())
-            .map(|ms| ms.div_ceil(1000).max(1));
+        let retry_after_secs = retry_after(error).map(|d| {
+            let secs = u64::try_from(d.as_millis().div_ceil(1000)).unwrap_or(u64::MAX);
+            secs.max(1)
+        });
         let extensions = details
             .into_iter()
             .map(|(name, value)| {
@@ -232,6 +355,22 @@ impl ProblemDetails {
             extensions,
             retry_after_secs,
         }
+    }
+
+    /// The default form: [`public`](Self::public). A library behind a public API must not leak
+    /// its insides unless asked to; ask with [`detailed`](Self::detailed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::http::ProblemDetails;
+    /// use lock_starter::LockError;
+    ///
+    /// let error = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
+    /// assert_eq!(ProblemDetails::from_error(&error), ProblemDetails::public(&error));
+    /// ```
+    pub fn from_error(error: &LockError) -> Self {
+        Self::public(error)
     }
 
     /// Sets `instance`: a URI of this occurrence, e.g. the request path.
@@ -296,7 +435,10 @@ impl IntoResponse for ProblemDetails {
     }
 }
 
-/// The response for `error`: its status and problem body ([`ProblemDetails`]).
+/// The response for `error`: its status, the public problem body ([`ProblemDetails::public`])
+/// and `Retry-After`; the error itself — holder, backend error text — is logged server-side
+/// (target `lock_starter::http`, `DEBUG` for contention and a disabled lock, `WARN` for an
+/// invalid argument, `INFO` otherwise).
 ///
 /// # Examples
 ///
@@ -313,15 +455,35 @@ impl IntoResponse for ProblemDetails {
 /// let response = problem_response(&error);
 /// assert_eq!(response.status(), 503);
 /// assert_eq!(response.headers()["content-type"], "application/problem+json");
-/// assert_eq!(response.headers()["retry-after"], "3"); // seconds, rounded up
+/// assert_eq!(response.headers()["retry-after"], "3"); // the fixed lease's 2.5 s, rounded up
 /// # Ok(()) }
 /// ```
 pub fn problem_response(error: &LockError) -> Response {
-    ProblemDetails::from_error(error).into_response()
+    log_withheld(error);
+    ProblemDetails::public(error).into_response()
+}
+
+/// Logs what the public body leaves out.
+fn log_withheld(error: &LockError) {
+    let details = error.details();
+    let reason = details.get("reason").map_or("", String::as_str);
+    let lock_key = error.lock_key().unwrap_or("");
+    let (status, code) = (error.http_status(), error.code().as_str());
+    let message = "lock error answered with a public problem body";
+    match reason {
+        "held_by_another_owner" | "waiters_ahead" | "disabled" => {
+            tracing::debug!(status, code, reason, lock_key, %error, "{message}");
+        }
+        "invalid_argument" | "invalid_key" => {
+            tracing::warn!(status, code, reason, lock_key, %error, "{message}");
+        }
+        _ => tracing::info!(status, code, reason, lock_key, %error, "{message}"),
+    }
 }
 
 /// A [`LockError`] as an axum rejection: return `Result<_, LockRejection>` from a handler and
-/// use `?` on lock calls; the error becomes its status and problem body.
+/// use `?` on lock calls; the error becomes its status and the public problem body
+/// ([`problem_response`]: the detail is logged, not sent).
 ///
 /// # Examples
 ///
@@ -355,5 +517,40 @@ impl From<LockError> for LockRejection {
 impl IntoResponse for LockRejection {
     fn into_response(self) -> Response {
         problem_response(&self.0)
+    }
+}
+
+/// Like [`LockRejection`], with the detailed problem body ([`ProblemDetails::detailed`]: the
+/// holder, the backend's error text): for internal or operator APIs only.
+///
+/// # Examples
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use lock_starter::http::DetailedLockRejection;
+/// use lock_starter::prelude::*;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), LockError> {
+/// let lock = InMemoryLock::new();
+/// let other_pod = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+/// let error = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+///
+/// let response = DetailedLockRejection::from(error).into_response();
+/// assert_eq!(response.status(), 503);
+/// # drop(other_pod);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct DetailedLockRejection(pub LockError);
+
+impl From<LockError> for DetailedLockRejection {
+    fn from(error: LockError) -> Self {
+        DetailedLockRejection(error)
+    }
+}
+
+impl IntoResponse for DetailedLockRejection {
+    fn into_response(self) -> Response {
+        ProblemDetails::detailed(&self.0).into_response()
     }
 }

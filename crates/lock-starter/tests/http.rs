@@ -1,7 +1,9 @@
-//! The HTTP mapping (feature `http`): problem bodies for every error code, the content type and
-//! `Retry-After`, no credentials in a body, and the example service's router against a real
-//! redis-server — two concurrent bill runs of one period give one 200 and one 503 — and its
-//! health endpoint with Redis up and down.
+//! The HTTP mapping (feature `http`): problem bodies for every error code — the public form
+//! without the holder or backend error text (logged server-side instead), the detailed form
+//! with them — the content type and the `Retry-After` rule, no credentials in a body, and the
+//! example service's router against a real redis-server — two concurrent bill runs of one
+//! period give one 200 and one 503 with a short `Retry-After` — and its health endpoint with
+//! Redis up and down.
 
 #[allow(dead_code, unreachable_pub, missing_docs)]
 #[path = "../examples/http_service.rs"]
@@ -15,10 +17,14 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
-use lock_starter::http::{PROBLEM_JSON, ProblemDetails, problem_response};
+use lock_starter::http::{
+    BACKEND_RETRY_AFTER, DetailedLockRejection, LockRejection, MAX_RETRY_AFTER, PROBLEM_JSON,
+    ProblemDetails, problem_response,
+};
 use lock_starter::prelude::*;
 use lock_starter::{AcquireFailure, HealthStatus};
 use lock_testkit::RedisServer;
+use lock_testkit::logs::CapturedLogs;
 use tower::ServiceExt;
 
 async fn json_of(response: Response) -> serde_json::Value {
@@ -28,20 +34,118 @@ async fn json_of(response: Response) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
 }
 
-fn held() -> LockError {
+/// Held by `pod-a/1f/3` with `ttl_ms` of its lease left.
+fn held_for(ttl_ms: u64) -> LockError {
     LockError::AcquisitionFailed {
         key: "bill-run:2026-11".into(),
         reason: AcquireFailure::HeldByAnotherOwner {
             holder: "pod-a/1f/3".into(),
-            ttl: Some(Duration::from_millis(2900)),
+            ttl: Some(Duration::from_millis(ttl_ms)),
             waited: Duration::from_millis(1000),
         },
     }
 }
 
+fn held() -> LockError {
+    held_for(2900)
+}
+
+/// What a client outside the service must not learn from a body.
+const INTERNALS: [&str; 4] = ["pod-a", "1f/3", "10.0.0.7", "ECONNREFUSED"];
+
+fn outage() -> LockError {
+    LockError::backend_unavailable("bill-run:2026-11", "10.0.0.7:6379: ECONNREFUSED")
+}
+
 #[tokio::test]
-async fn held_by_another_owner_is_a_503_problem_naming_key_holder_and_retry_after() {
-    let response = problem_response(&held());
+async fn the_default_body_names_key_and_reason_but_not_the_holder_or_the_backend_error() {
+    for (error, reason, retry_after) in [
+        (held(), "held_by_another_owner", "3"),
+        (outage(), "backend_unavailable", "2"),
+    ] {
+        let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+        let response = tracing::subscriber::with_default(subscriber, || {
+            axum::response::IntoResponse::into_response(LockRejection(error))
+        });
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], retry_after);
+        let body = json_of(response).await;
+        assert_eq!(body["code"], "LOCK_ACQUISITION_FAILED", "{body}");
+        assert_eq!(body["reason"], reason, "{body}");
+        assert_eq!(body["lockKey"], "bill-run:2026-11", "{body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("`bill-run:2026-11`")),
+            "{body}"
+        );
+        let text = body.to_string();
+        let leaked: Vec<&str> = INTERNALS.into_iter().filter(|s| text.contains(s)).collect();
+        assert!(
+            leaked.is_empty() && body.get("holder").is_none(),
+            "{leaked:?} in {body}"
+        );
+        // The operator still finds what the client was not told.
+        let logged = logs.text();
+        assert!(
+            logged.contains("lock error answered with a public problem body")
+                && logged.contains(if reason == "backend_unavailable" {
+                    "ECONNREFUSED"
+                } else {
+                    "pod-a/1f/3"
+                }),
+            "the withheld detail was not logged: {logged}"
+        );
+    }
+    assert_eq!(
+        ProblemDetails::from(&held()),
+        ProblemDetails::public(&held())
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_a_short_hint_not_a_watchdog_holders_ttl() {
+    // A watchdog holder's TTL is back at the watchdog timeout after every renewal.
+    let cap = MAX_RETRY_AFTER.as_secs().to_string();
+    for (error, expected) in [
+        (held_for(28_500), Some(cap.as_str())),
+        (held_for(2_900), Some("3")),
+        (held_for(200), Some("1")),
+        (outage(), Some("2")),
+        (
+            LockError::AcquisitionFailed {
+                key: "k".into(),
+                reason: AcquireFailure::WaitersAhead {
+                    ahead: 2,
+                    waited: Duration::from_millis(5),
+                },
+            },
+            None,
+        ),
+        (
+            LockError::Disabled {
+                detail: "telco.platform.lock.enabled = false".into(),
+            },
+            None,
+        ),
+    ] {
+        let response = problem_response(&error);
+        assert_eq!(
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap().to_owned())
+                .as_deref(),
+            expected,
+            "{error}"
+        );
+    }
+    assert_eq!(BACKEND_RETRY_AFTER, Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn held_by_another_owner_is_a_503_problem_naming_key_holder_and_retry_after_when_detailed() {
+    let response = axum::response::IntoResponse::into_response(DetailedLockRejection(held()));
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
     assert_eq!(response.headers()[header::RETRY_AFTER], "3");
@@ -99,13 +203,20 @@ async fn every_error_code_has_its_status_type_and_reason() {
         ),
     ];
     for (error, status, slug, reason) in cases {
-        let problem = ProblemDetails::from_error(&error).instance("/bill-runs/2026-11");
+        let problem = ProblemDetails::detailed(&error).instance("/bill-runs/2026-11");
+        let public = ProblemDetails::public(&error);
+        assert_eq!(
+            (&public.code, &public.reason, public.status),
+            (&problem.code, &problem.reason, problem.status)
+        );
+        assert!(!public.detail.contains("connection refused") && public.extensions.is_empty());
         let response = axum::response::IntoResponse::into_response(problem);
         assert_eq!(response.status().as_u16(), status, "{error}");
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-        // No TTL known: no Retry-After.
-        assert!(
-            response.headers().get(header::RETRY_AFTER).is_none(),
+        // Only an outage has a hint (the reconnect back-off).
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER).is_some(),
+            reason == "backend_unavailable",
             "{error}"
         );
         let body = json_of(response).await;
@@ -153,7 +264,7 @@ fn post(path: &str) -> Request<Body> {
 }
 
 #[tokio::test]
-async fn the_example_service_answers_a_contended_bill_run_with_503_naming_the_holder() {
+async fn the_example_service_answers_a_contended_bill_run_with_503_and_a_short_retry_after() {
     let redis = RedisServer::start().await.unwrap();
     let router = app(starter(&redis.url()).await, Duration::from_secs(30));
 
@@ -176,17 +287,22 @@ async fn the_example_service_answers_a_contended_bill_run_with_503_naming_the_ho
         .unwrap();
     assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(second.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-    assert!(second.headers().get(header::RETRY_AFTER).is_some());
+    // The holder's watchdog TTL is 30 s, but the run may end any moment: a short hint.
+    let retry_after: u64 = second.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=MAX_RETRY_AFTER.as_secs()).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
     let body = json_of(second).await;
     assert_eq!(body["code"], "LOCK_ACQUISITION_FAILED", "{body}");
     assert_eq!(body["reason"], "held_by_another_owner", "{body}");
     assert_eq!(body["lockKey"], "bill-run:2026-11", "{body}");
-    assert!(
-        body["holder"]
-            .as_str()
-            .is_some_and(|h| h.starts_with("http-test/")),
-        "{body}"
-    );
+    // A public endpoint: the pod name and owner token stay in the service's logs.
+    assert!(!body.to_string().contains("http-test"), "{body}");
     // Another period is not held up.
     let quick = app(starter(&redis.url()).await, Duration::ZERO);
     let other = quick.oneshot(post("/bill-runs/2026-12")).await.unwrap();

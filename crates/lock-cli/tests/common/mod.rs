@@ -3,10 +3,13 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use lock_starter::redis::{RedisLock, RedisLockConfig};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::time::Instant;
 
@@ -153,4 +156,38 @@ pub fn assert_one_line(label: &str, output: &Output, expected: i32, mentions: &[
             "{label}: no {mention:?} in: {err}"
         );
     }
+}
+
+/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
+pub fn alive(pid: Pid) -> bool {
+    if kill(pid, None).is_err() {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Kills `pid` when dropped, so a failing test leaves no stray process.
+pub struct Reap(pub Pid);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGKILL);
+    }
+}
+
+/// The pid a command wrote to `file`.
+pub fn read_pid(file: &Path) -> Pid {
+    Pid::from_raw(
+        std::fs::read_to_string(file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap(),
+    )
 }

@@ -1,0 +1,193 @@
+//! The guardian of `run`: a small process (this binary, re-executed as the hidden `guardian`
+//! subcommand) that SIGKILLs the command if `platform-lock run` dies without ending it — SIGKILL,
+//! the OOM killer, a crash — so the command cannot go on running after its lease stops being
+//! renewed.
+//!
+//! It holds the read end of a pipe whose write end only the wrapper holds (close-on-exec, so the
+//! command never inherits it). When the kernel closes that end — the wrapper ended, whatever
+//! ended it — the guardian reads EOF. If the wrapper told it `done` first, the command had
+//! ended and the guardian just exits; otherwise it kills the target it was given. A
+//! parent-death signal (`PR_SET_PDEATHSIG`) is not used: it follows the spawning *thread*, not
+//! the process, and EOF already arrives on every kind of death.
+
+use std::io::{IsTerminal, Read};
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+use tokio::process::{Child, ChildStdin};
+
+/// The hidden subcommand the wrapper re-executes this binary with.
+pub(crate) const SUBCOMMAND: &str = "guardian";
+
+/// The wrapper's last word on a normal end: the command ended, nothing is to be killed.
+const DONE: &str = "done";
+
+/// How long a normal end waits for the guardian to exit after `done`, so that it does not
+/// outlive `run`; it exits at once, and a stopped one must not hold `run` up.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// What the guardian kills if the wrapper dies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// The command's own process group: the command and every process it started there.
+    Group(Pid),
+    /// Only the command (on a terminal it shares the terminal's foreground group with the
+    /// shell's job, which is not the guardian's to kill).
+    Process(Pid),
+}
+
+impl Target {
+    /// Sends `signal` to the target.
+    pub(crate) fn signal(self, signal: Signal) -> nix::Result<()> {
+        match self {
+            Target::Group(pid) => killpg(pid, signal),
+            Target::Process(pid) => kill(pid, signal),
+        }
+    }
+
+    /// The order line the guardian reads.
+    fn order(self) -> String {
+        match self {
+            Target::Group(pid) => format!("group {pid}\n"),
+            Target::Process(pid) => format!("process {pid}\n"),
+        }
+    }
+
+    /// The target named in `orders` (the last one given), unless the wrapper said `done`.
+    fn from_orders(orders: &str) -> Option<Target> {
+        let mut target = None;
+        for line in orders.lines() {
+            match line.split_once(' ') {
+                _ if line == DONE => return None,
+                Some(("group", pid)) => {
+                    target = pid.parse().ok().map(Pid::from_raw).map(Target::Group)
+                }
+                Some(("process", pid)) => {
+                    target = pid.parse().ok().map(Pid::from_raw).map(Target::Process)
+                }
+                _ => {}
+            }
+        }
+        // Pid 0 and negative ids mean "my group" / "every process" to kill(2): never a target.
+        target.filter(|target| match target {
+            Target::Group(pid) | Target::Process(pid) => pid.as_raw() > 0,
+        })
+    }
+}
+
+/// The wrapper's side: the guardian process and the write end of its pipe.
+pub(crate) struct Guardian {
+    process: Child,
+    orders: ChildStdin,
+}
+
+impl Guardian {
+    /// Starts the guardian, before the command exists, so no command runs unguarded for want of
+    /// one. Its stdout and stderr are not the wrapper's: a reader of `run`'s output must see
+    /// EOF when `run` and its command are gone. It gets a process group of its own, so a signal
+    /// for the wrapper's group (`timeout -k`, a terminal's Ctrl-C) does not take it along.
+    ///
+    /// # Errors
+    /// The spawn error: this binary could not be executed again.
+    pub(crate) fn start() -> std::io::Result<Guardian> {
+        // The running binary itself, even if it was replaced or deleted since it started.
+        let program = match std::path::Path::new("/proc/self/exe") {
+            path if path.exists() => path.to_path_buf(),
+            _ => std::env::current_exe()?,
+        };
+        let mut process = tokio::process::Command::new(program)
+            .arg(SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let orders = process
+            .stdin
+            .take()
+            .ok_or_else(|| std::io::Error::other("the guardian's stdin is not a pipe"))?;
+        Ok(Guardian { process, orders })
+    }
+
+    /// Tells the guardian what to kill should the wrapper die from now on.
+    ///
+    /// # Errors
+    /// The guardian is gone (someone killed it): the command is not guarded.
+    pub(crate) async fn arm(&mut self, target: Target) -> std::io::Result<()> {
+        self.orders.write_all(target.order().as_bytes()).await?;
+        self.orders.flush().await
+    }
+
+    /// A normal end: the guardian kills nothing and exits, and is waited for (at most
+    /// [`EXIT_WAIT`]) so it does not outlive `run`.
+    pub(crate) async fn dismiss(self) {
+        let Guardian {
+            mut process,
+            mut orders,
+        } = self;
+        // A guardian that went away has nothing left to do either.
+        let _ = orders.write_all(format!("{DONE}\n").as_bytes()).await;
+        drop(orders);
+        let _ = tokio::time::timeout(EXIT_WAIT, process.wait()).await;
+    }
+}
+
+/// `platform-lock guardian`: waits for EOF on stdin, then kills the target it was given unless
+/// it was told `done`. Exit code 0, or [`crate::args::EXIT_USAGE`] when started by hand on a
+/// terminal (it would read orders from the keyboard).
+pub(crate) fn main() -> ExitCode {
+    // Signals meant for the command's group, its job or its session (it shares the session)
+    // must not end the guardian before it can do its one job; SIGKILL still can.
+    let mut blocked = SigSet::empty();
+    for signal in [
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTERM,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+    ] {
+        blocked.add(signal);
+    }
+    let _ = blocked.thread_block();
+    if std::io::stdin().is_terminal() {
+        eprintln!(
+            "platform-lock: `{SUBCOMMAND}` is started by `platform-lock run` with a pipe on \
+             stdin, not by hand; use `platform-lock run`"
+        );
+        return ExitCode::from(crate::args::EXIT_USAGE);
+    }
+    let mut orders = Vec::new();
+    // Returns at EOF (the wrapper ended) or on a read error, which is treated alike: fail closed.
+    let _ = std::io::stdin().lock().read_to_end(&mut orders);
+    if let Some(target) = Target::from_orders(&String::from_utf8_lossy(&orders)) {
+        let _ = target.signal(Signal::SIGKILL);
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_name_the_target_unless_the_wrapper_said_done() {
+        let group = Target::Group(Pid::from_raw(4711));
+        let process = Target::Process(Pid::from_raw(42));
+        assert_eq!(Target::from_orders(&group.order()), Some(group));
+        assert_eq!(Target::from_orders(&process.order()), Some(process));
+        assert_eq!(
+            Target::from_orders(&format!("{}{DONE}\n", group.order())),
+            None
+        );
+        // The wrapper died before the command existed, or wrote something broken.
+        assert_eq!(Target::from_orders(""), None);
+        assert_eq!(Target::from_orders("group 0\n"), None);
+        assert_eq!(Target::from_orders("group -1\n"), None);
+        assert_eq!(Target::from_orders("group 12x\n"), None);
+    }
+}
