@@ -109,10 +109,18 @@ fn the_watchdog_scenario_renews_in_one_call_per_batch_per_tick() {
     assert_eq!(line["ticks"], 3);
     assert_eq!(line["calls_per_tick_bound"], 3);
     assert_eq!(line["calls_per_tick"], 3.0, "{line}");
+    assert_eq!(line["leases_lost"], 0, "{line}");
     assert!(
         line["client_memory_per_lock_bytes"].as_u64().is_some(),
         "{line}"
     );
+    // Every key stored and renewed shows on the server.
+    assert!(
+        line["server_memory_per_lock_bytes"].as_u64() > Some(0),
+        "{line}"
+    );
+    assert!(line["renew_us_per_key"].as_f64() > Some(0.0), "{line}");
+    assert!(line["tick_us"]["p50"].as_f64() > Some(0.0), "{line}");
 }
 
 #[test]

@@ -435,9 +435,13 @@ impl<'a> Acquisition<'a> {
     fn handle(&self, redis_key: String, token: u64, valid_until: Instant) -> LockHandle {
         let state = LeaseState::new(Some(valid_until));
         let renewal = matches!(self.lease, Lease::Watchdog).then(|| {
-            self.inner
-                .watchdog
-                .register(redis_key, self.owner.clone(), state.clone())
+            self.inner.watchdog.register(
+                redis_key,
+                token,
+                &self.owner,
+                state.clone(),
+                crate::watchdog::renewal_period(self.inner.config.watchdog_timeout),
+            )
         });
         let release = RedisRelease {
             inner: Arc::clone(self.inner),

@@ -280,7 +280,7 @@ impl RedisLock {
         }
         tokio::spawn(watchdog::run(
             Arc::downgrade(&inner),
-            inner.config.watchdog_timeout / 3,
+            watchdog::renewal_period(inner.config.watchdog_timeout),
         ));
         Ok(RedisLock { inner })
     }

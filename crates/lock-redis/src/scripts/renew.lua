@@ -3,26 +3,35 @@
 --
 -- KEYS[1..n]    lock keys (one Cluster slot per call)
 -- ARGV[1]       the TTL to set, in milliseconds
--- ARGV[2..n+1]  the owner token expected at each key, in the same order
+-- ARGV[2..n+1]  the grant expected at each key, in the same order: "H|<fencing token>|<owner>",
+--               the start of the value acquire.lua wrote (it may go on with "|<previous owner>")
 --
--- Returns a list of n integers: 1 if the key was still held by that owner (its TTL is now
--- ARGV[1]), 0 if it was gone, released or held by someone else.
+-- Returns the positions (1-based, ascending) of the keys NOT renewed — gone, released, held by
+-- someone else, or holding a value without a TTL — and an empty list when every key was renewed
+-- (the common case: a short reply, no result table to grow).
 --
--- Never creates a key: a lease that is gone stays gone, and its holder is told. Idempotent: a
--- re-sent copy only sets the same TTL again. allow-oom: PEXPIRE needs no memory, and leases must
--- not lapse because Redis is at maxmemory.
-local result = {}
-for i, key in ipairs(KEYS) do
-  local renewed = 0
+-- Never creates a key: a lease that is gone stays gone, and its holder is told. A value without
+-- a TTL is not a grant this library made (every grant has a TTL), so it is left as it is and
+-- reported: PEXPIRE … XX sets a TTL only on a key that has one, which also makes the TTL check
+-- free. Idempotent: a re-sent copy only sets the same TTL again. allow-oom: PEXPIRE needs no
+-- memory, and leases must not lapse because Redis is at maxmemory.
+--
+-- Cost: one GET and one PEXPIRE per key. The owner check is a plain prefix search rather than a
+-- pattern match: the client knows the whole grant, fencing token included (see
+-- docs/performance.md, "Watchdog capacity").
+local ttl = ARGV[1]
+local lost = {}
+for i = 1, #KEYS do
+  local key, grant = KEYS[i], ARGV[i + 1]
   -- pcall: one key of the wrong type must not fail the renewal of the whole batch.
   local value = redis.pcall('GET', key)
-  if type(value) == 'string' then
-    local state, _, owner = string.match(value, '^([HR])|(%d+)|([^|]*)')
-    if state == 'H' and owner == ARGV[i + 1] then
-      redis.call('PEXPIRE', key, ARGV[1])
-      renewed = 1
-    end
+  -- The grant must be the whole value or be followed by "|" (124): owner "a/1" must not match
+  -- a grant of owner "a/12".
+  if not (type(value) == 'string'
+      and string.find(value, grant, 1, true) == 1
+      and (#value == #grant or string.byte(value, #grant + 1) == 124)
+      and redis.call('PEXPIRE', key, ttl, 'XX') == 1) then
+    lost[#lost + 1] = i
   end
-  result[i] = renewed
 end
-return result
+return lost
