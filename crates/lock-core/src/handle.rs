@@ -74,6 +74,9 @@ pub enum LostReason {
     /// This re-entrant handle outlived the `with_lock` section it was taken in; the section
     /// ended and its lease was released.
     ScopeEnded,
+    /// The lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown))
+    /// while this lease was held, and released it.
+    ShutDown,
 }
 
 impl fmt::Display for LostReason {
@@ -84,6 +87,7 @@ impl fmt::Display for LostReason {
             LostReason::ScopeEnded => {
                 "the with_lock section this re-entrant handle was taken in has ended and released the lease"
             }
+            LostReason::ShutDown => "the lock client was shut down and released the lease",
         })
     }
 }
