@@ -514,7 +514,9 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
 }
 
 /// A held lock. Release it with [`LockHandle::release`] to learn the outcome; dropping it also
-/// releases (in the background, best effort) and stops renewal at once.
+/// releases (in the background, best effort) and stops renewal at once. A process about to exit
+/// calls [`DistributedLock::shutdown`](crate::DistributedLock::shutdown) last, so such a
+/// release is not cut off.
 ///
 /// # Examples
 ///
