@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 use lock_starter::config::{ConfigSources, LockSettings};
 use lock_starter::redis::RedisLock;
-use lock_starter::{Lease, LockError};
+use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, Lease, LockError};
 
 use crate::args::{Cli, Command, EXIT_CONFIG};
 use crate::output::Failure;
@@ -67,7 +67,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         refuse_if_disabled(&settings)?;
     }
     let redis = Redis::connect(&settings).await?;
-    match cli.command {
+    let result = match cli.command {
         Command::Status { key, json } => inspect::status(&redis, &key, json).await.map(|()| 0),
         Command::List {
             pattern,
@@ -87,7 +87,9 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             let wait = wait.unwrap_or(settings.wait_time);
             run::run(&redis, &key, lease, wait, &command).await
         }
-    }
+    };
+    redis.flush().await;
+    result
 }
 
 /// The lock-starter's settings from its sources and the `--config` files.
@@ -125,6 +127,8 @@ pub(crate) struct Redis {
     pub(crate) address: String,
     /// `telco.platform.lock.key-prefix`, which `status` and `list` name beside the address.
     pub(crate) key_prefix: String,
+    /// `telco.platform.lock.replica-sync-timeout`, for the hint when replicas do not confirm.
+    replica_sync_timeout: std::time::Duration,
 }
 
 impl Redis {
@@ -138,11 +142,25 @@ impl Redis {
             lock,
             address,
             key_prefix: settings.key_prefix.clone(),
+            replica_sync_timeout: settings.replica_sync_timeout,
         })
     }
 
     /// The one line for a failed Redis operation `what`, e.g. "reading lock `k`".
     pub(crate) fn failure(&self, what: &str, error: &LockError) -> Failure {
-        Failure::redis(what, &self.address, error)
+        Failure::redis(what, &self.address, self.replica_sync_timeout, error)
+    }
+
+    /// Every subcommand ends here, whichever way it ends: a release still in the background (a
+    /// dropped handle, a grant handed back after replicas did not confirm it) would otherwise
+    /// be cut off by the process exit, leaving the key held for its whole lease.
+    async fn flush(&self) {
+        let summary = self.lock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+        if !summary.is_complete() {
+            eprintln!(
+                "platform-lock: warning: lock releases unfinished at exit ({summary}); those \
+                 leases end at their TTL"
+            );
+        }
     }
 }

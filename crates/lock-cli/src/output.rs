@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lock_starter::redis::{LockState, LockStatus, RedisFailure};
-use lock_starter::{LockError, LockErrorCode};
+use lock_starter::{AcquireFailure, LockError, LockErrorCode};
 use serde_json::json;
 
 use crate::args::{EXIT_OUTPUT, EXIT_REDIS, EXIT_USAGE};
@@ -30,7 +30,13 @@ impl Failure {
 
     /// A failed Redis operation (`what`, e.g. "reading lock `k`") at `address` (its password
     /// already redacted); an argument the lock refused is a usage error instead.
-    pub(crate) fn redis(what: &str, address: &str, error: &LockError) -> Self {
+    /// `replica_sync_timeout` is the configured one, named when replicas did not confirm.
+    pub(crate) fn redis(
+        what: &str,
+        address: &str,
+        replica_sync_timeout: Duration,
+        error: &LockError,
+    ) -> Self {
         if error.code() == LockErrorCode::LockInvalidArgument {
             return Failure::new(EXIT_USAGE, error.to_string());
         }
@@ -55,6 +61,20 @@ impl Failure {
                  telco.platform.lock.key-prefix and what else writes keys under it"
             ),
             Some(failure) => format!("{failure}; {CHECK_ADDRESS}"),
+            // Redis answered and granted; its replicas did not confirm the grant in time.
+            None if matches!(
+                error.acquire_failure(),
+                Some(AcquireFailure::ReplicationUnconfirmed { .. })
+            ) =>
+            {
+                format!(
+                    "{error}; check the replicas of the Redis primary (redis-cli INFO \
+                     replication: connected_slaves and their lag), or lower \
+                     telco.platform.lock.min-replicas or raise \
+                     telco.platform.lock.replica-sync-timeout (now {})",
+                    humantime::format_duration(replica_sync_timeout)
+                )
+            }
             None => format!("{error}; {CHECK_ADDRESS}"),
         };
         Failure::new(

@@ -904,6 +904,101 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
     drop(other);
 }
 
+/// [`shutdown`](DistributedLock::shutdown) frees at once every lease the client still holds
+/// (watchdog and fixed, their `lost()` firing with [`LostReason::ShutDown`]) and the key of a
+/// handle dropped just before it, ends an acquisition still waiting, and refuses later ones with
+/// `LOCK_DISABLED` (reason `shut_down`); another client of the backend goes on.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
+/// // `InMemoryLock` table.
+/// lock_core::conformance::shutdown_releases_and_refuses(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
+pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
+    let (a, b) = (factory.client().await, factory.client().await);
+    let [watchdog_key, fixed_key, dropped_key, waited_key] = [
+        "shutdown-watchdog",
+        "shutdown-fixed",
+        "shutdown-dropped",
+        "shutdown-waited",
+    ]
+    .map(unique_key);
+    let long = Lease::Fixed(Duration::from_secs(120));
+    let watchdog = a.acquire(&watchdog_key, Lease::Watchdog).await.unwrap();
+    let fixed = a.acquire(&fixed_key, long).await.unwrap();
+    // Its release runs in the background: the shutdown right after must wait for it.
+    drop(a.acquire(&dropped_key, long).await.unwrap());
+    let other_pod = b.acquire(&waited_key, Lease::Watchdog).await.unwrap();
+    let waiter = {
+        let (a, key) = (Arc::clone(&a), waited_key.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            (
+                a.acquire_with(&key, wait(LONG_WAIT)).await,
+                started.elapsed(),
+            )
+        })
+    };
+    let lost = tokio::spawn(watchdog.lost());
+    // Let the waiter start waiting (it must end with `shut_down` either way).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let bound = factory.command_timeout() + SLACK;
+    let summary = tokio::time::timeout(bound + SLACK, a.shutdown(bound))
+        .await
+        .expect("shutdown overran its timeout");
+    assert!(summary.is_complete(), "{summary}");
+    // The two held leases; the dropped handle's too unless its release was done already.
+    assert!((2..=3).contains(&summary.released), "{summary}");
+    for key in [&watchdog_key, &fixed_key, &dropped_key] {
+        // Free now, not at the end of a lease: one attempt of another client gets it.
+        let next = b.try_acquire(key, Lease::Watchdog).await;
+        drop(next.unwrap_or_else(|e| panic!("`{key}` still held after shutdown: {e}")));
+    }
+    let reason = tokio::time::timeout(SLACK, lost).await;
+    assert_eq!(
+        reason.expect("lost() did not fire").unwrap(),
+        LostReason::ShutDown
+    );
+    assert!(!fixed.is_held());
+    assert_eq!(fixed.release().await.unwrap(), ReleaseOutcome::NotHeld);
+
+    let (waited, took) = tokio::time::timeout(SLACK, waiter)
+        .await
+        .expect("a waiting acquisition went on waiting after shutdown")
+        .unwrap();
+    let error = waited.expect_err("granted after shutdown");
+    assert_eq!(error.details()["reason"], "shut_down", "{error}");
+    assert!(took < LONG_WAIT, "{took:?}");
+    let error = a
+        .try_acquire(&unique_key("shutdown-after"), Lease::Watchdog)
+        .await;
+    let error = error.expect_err("granted after shutdown");
+    assert_eq!(error.code(), crate::LockErrorCode::LockDisabled, "{error}");
+    assert_eq!(error.lock_key(), Some(error.details()["lockKey"].as_str()));
+    // Another client is not shut down.
+    drop(other_pod);
+    let next = b.acquire_with(&waited_key, wait(LONG_WAIT)).await.unwrap();
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
 /// Runs every check of the suite in turn against one `factory`, for backends too costly to set up
 /// once per check (a Redis Cluster, a Sentinel deployment). Each check runs in a task of its
 /// own, so a failing check does not stop the others; its panic message goes to the test output.
@@ -1016,6 +1111,7 @@ macro_rules! conformance_checks {
             invalid_arguments_are_rejected,
             with_lock_runs_only_when_granted,
             with_lock_is_reentrant_for_its_task,
+            shutdown_releases_and_refuses,
         }
     };
     ($callback:ident) => {

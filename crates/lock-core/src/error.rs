@@ -49,8 +49,8 @@ pub enum LockErrorCode {
     /// The caller passed a key or duration the lock does not accept. Nothing was sent to the
     /// backend. HTTP 500: a bad key or lease is a defect in the calling service.
     LockInvalidArgument,
-    /// The lock is switched off (`telco.platform.lock.enabled = false`) and no backend exists.
-    /// HTTP 503.
+    /// The lock is switched off (`telco.platform.lock.enabled = false`) and no backend exists,
+    /// or this lock client was shut down ([`LockError::ShutDown`]). HTTP 503.
     LockDisabled,
 }
 
@@ -279,6 +279,17 @@ pub enum LockError {
         /// Where the switch was set, e.g. `telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED`.
         detail: String,
     },
+    /// This lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown),
+    /// e.g. `LockStarter::shutdown` at the end of `main`) and grants no more leases; an
+    /// acquisition still waiting when it was shut down ends with this too. Code
+    /// `LOCK_DISABLED`, reason `shut_down`.
+    #[error(
+        "lock `{key}` was not acquired: this lock client was shut down (its process is stopping) and grants no more leases; acquire before calling shutdown"
+    )]
+    ShutDown {
+        /// The lock key as the caller gave it.
+        key: String,
+    },
 }
 
 impl LockError {
@@ -299,7 +310,7 @@ impl LockError {
             LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => {
                 LockErrorCode::LockInvalidArgument
             }
-            LockError::Disabled { .. } => LockErrorCode::LockDisabled,
+            LockError::Disabled { .. } | LockError::ShutDown { .. } => LockErrorCode::LockDisabled,
         }
     }
 
@@ -333,7 +344,8 @@ impl LockError {
         match self {
             LockError::AcquisitionFailed { key, .. }
             | LockError::ReleaseFailed { key, .. }
-            | LockError::InvalidKey { key, .. } => Some(key),
+            | LockError::InvalidKey { key, .. }
+            | LockError::ShutDown { key } => Some(key),
             LockError::InvalidArgument { key, .. } => key.as_deref(),
             LockError::Disabled { .. } => None,
         }
@@ -363,7 +375,7 @@ impl LockError {
 
     /// A details map for problem bodies and structured logs. Keys are camelCase and stable:
     /// `code`, `lockKey`, `reason` (see [`AcquireFailure::reason`], or `release_failed`,
-    /// `invalid_key`, `invalid_argument`, `disabled`), and where known `holder`, `holderTtlMs`,
+    /// `invalid_key`, `invalid_argument`, `disabled`, `shut_down`), and where known `holder`, `holderTtlMs`,
     /// `waitedMs`, `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`, `argument`, `message`.
     ///
     /// # Examples
@@ -425,6 +437,7 @@ impl LockError {
                 "invalid_argument"
             }
             LockError::Disabled { .. } => "disabled",
+            LockError::ShutDown { .. } => "shut_down",
         };
         details.insert("reason", reason.to_owned());
         details
@@ -583,6 +596,19 @@ mod tests {
         assert_eq!(d["reason"], "backend_unavailable");
         assert!(!d.contains_key("holder"));
         assert!(err.to_string().contains("connection refused"));
+    }
+
+    #[test]
+    fn shut_down_is_lock_disabled_with_a_reason_of_its_own() {
+        let err = LockError::ShutDown {
+            key: "bill-run:2026-11".into(),
+        };
+        assert_eq!(err.code(), LockErrorCode::LockDisabled);
+        assert_eq!(err.http_status(), 503);
+        let d = err.details();
+        assert_eq!(d["reason"], "shut_down");
+        assert_eq!(d["lockKey"], "bill-run:2026-11");
+        assert!(err.to_string().contains("shut down"), "{err}");
     }
 
     #[test]

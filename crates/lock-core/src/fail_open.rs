@@ -259,7 +259,9 @@ impl Unguarded {
     /// granted" outcome (an invalid key or argument).
     pub(crate) fn from_error(error: LockError) -> Result<Self, LockError> {
         let reason = match &error {
-            LockError::Disabled { .. } => UnguardedReason::LockDisabled,
+            LockError::Disabled { .. } | LockError::ShutDown { .. } => {
+                UnguardedReason::LockDisabled
+            }
             LockError::AcquisitionFailed {
                 reason:
                     AcquireFailure::HeldByAnotherOwner { .. } | AcquireFailure::WaitersAhead { .. },
@@ -308,7 +310,8 @@ impl fmt::Display for Unguarded {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UnguardedReason {
-    /// The lock is switched off by configuration (`telco.platform.lock.enabled = false`): the
+    /// The lock is switched off by configuration (`telco.platform.lock.enabled = false`), or
+    /// its client was shut down ([`LockError::ShutDown`](crate::LockError::ShutDown)): the
     /// acquisition failed with `LOCK_DISABLED`. `lock_disabled`.
     LockDisabled,
     /// The wait time was spent while another owner held the lock (`held_by_another_owner`), or,

@@ -74,6 +74,9 @@ pub enum LostReason {
     /// This re-entrant handle outlived the `with_lock` section it was taken in; the section
     /// ended and its lease was released.
     ScopeEnded,
+    /// The lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown))
+    /// while this lease was held, and released it.
+    ShutDown,
 }
 
 impl fmt::Display for LostReason {
@@ -84,6 +87,7 @@ impl fmt::Display for LostReason {
             LostReason::ScopeEnded => {
                 "the with_lock section this re-entrant handle was taken in has ended and released the lease"
             }
+            LostReason::ShutDown => "the lock client was shut down and released the lease",
         })
     }
 }
@@ -510,7 +514,9 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
 }
 
 /// A held lock. Release it with [`LockHandle::release`] to learn the outcome; dropping it also
-/// releases (in the background, best effort) and stops renewal at once.
+/// releases (in the background, best effort) and stops renewal at once. A process about to exit
+/// calls [`DistributedLock::shutdown`](crate::DistributedLock::shutdown) last, so such a
+/// release is not cut off.
 ///
 /// # Examples
 ///

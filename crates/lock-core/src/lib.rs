@@ -67,6 +67,7 @@ mod lock;
 mod memory;
 mod owner;
 mod reentrant;
+mod shutdown;
 pub mod telemetry;
 
 #[cfg(feature = "conformance")]
@@ -84,3 +85,4 @@ pub use lease::{
 pub use lock::{AcquireOptions, DistributedLock, DistributedLockExt};
 pub use memory::{DEFAULT_WAIT_TIME, InMemoryLock};
 pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, issued_by_this_process, validate_instance_id};
+pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};

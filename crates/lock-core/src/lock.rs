@@ -11,6 +11,7 @@ use crate::error::LockError;
 use crate::fail_open::FailOpen;
 use crate::handle::{LockHandle, ReleaseOutcome};
 use crate::lease::Lease;
+use crate::shutdown::ShutdownSummary;
 
 /// Per-call options of an acquisition.
 ///
@@ -284,6 +285,13 @@ impl AcquireOptions {
 ///   ([`LockHandle::is_reentrant`]), without a backend call; the outer lease, owner and fencing
 ///   token are kept, and the lease and wait of the nested call are ignored. Any other
 ///   acquisition — another task, or outside such a scope — contends.
+/// - **Shutdown.** [`shutdown(timeout)`](DistributedLock::shutdown) releases every lease this
+///   client still holds, watchdog and fixed (their handles' `lost()` fires first, with
+///   [`LostReason::ShutDown`](crate::LostReason::ShutDown)), and waits up to `timeout` for the
+///   background releases of dropped handles and abandoned acquisitions; it returns a
+///   [`ShutdownSummary`]. From then on every acquisition through this client, one still waiting
+///   included, fails with [`LockError::ShutDown`] (`LOCK_DISABLED`, reason `shut_down`); other
+///   clients of the backend are not affected.
 ///
 /// The lock is a lease, not a proof: a holder paused longer than its lease can still act after
 /// losing it. Pass the fencing token to the store you write to when that matters.
@@ -295,7 +303,10 @@ impl AcquireOptions {
 /// Implement [`namespace`](DistributedLock::namespace) and
 /// [`acquire_lease`](DistributedLock::acquire_lease); the provided
 /// [`acquire_with`](DistributedLock::acquire_with) validates the arguments and handles re-entry
-/// before calling `acquire_lease`. Run the conformance suite against the result.
+/// before calling `acquire_lease`. Implement [`shutdown`](DistributedLock::shutdown) too unless
+/// the backend's releases finish inside `drop` and refusing grants after shutdown does not
+/// matter ([`HeldLeases`](crate::HeldLeases) does the bookkeeping). Run the conformance suite
+/// against the result.
 ///
 /// # Examples
 ///
@@ -494,6 +505,45 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     async fn try_acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
         self.acquire_with(key, AcquireOptions::new(lease).wait(Duration::ZERO))
             .await
+    }
+
+    /// Shuts this client down before the process exits: releases every lease it still holds
+    /// (watchdog and fixed; each handle's `lost()` fires first, with
+    /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), waits for the background releases
+    /// of dropped handles and abandoned acquisitions, and refuses every later acquisition with
+    /// [`LockError::ShutDown`] (`LOCK_DISABLED`). Returns within `timeout` (plus scheduling),
+    /// whatever the backend does; releases still under way then are counted as
+    /// [`pending`](ShutdownSummary::pending) and go on while the process lives.
+    ///
+    /// A dropped handle releases in the background, so a process that drops one and returns
+    /// from `main` may exit before the release reaches the backend, leaving the key held for
+    /// its whole lease. Call this last. Calling it again waits for what is still pending.
+    ///
+    /// The provided method does nothing and returns an empty summary: right only for a backend
+    /// with no background work whose leases cannot outlive its process. Backends override it;
+    /// the conformance check `shutdown_releases_and_refuses` holds them to the contract.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    /// drop(handle); // released in the background
+    ///
+    /// // The last thing `main` does:
+    /// let summary = lock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    /// assert!(summary.is_complete(), "{summary}");
+    ///
+    /// let error = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+    /// assert_eq!(error.details()["reason"], "shut_down");
+    /// # Ok(()) }
+    /// ```
+    async fn shutdown(&self, timeout: Duration) -> ShutdownSummary {
+        let _ = timeout;
+        ShutdownSummary::default()
     }
 }
 

@@ -14,6 +14,7 @@ use crate::handle::{LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
 use crate::lease::{Lease, validate_wait};
 use crate::lock::{AcquireOptions, DistributedLock};
 use crate::owner::OwnerTokens;
+use crate::shutdown::{HeldLeases, ShutdownSummary};
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 
@@ -27,6 +28,10 @@ pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 /// holder's expiry), fixed-lease expiry, owner-checked release, fencing tokens — with one
 /// difference that follows from having no process boundary: a watchdog lease never expires while
 /// its handle lives (a holder cannot crash without dropping its handle), so no renewal runs.
+///
+/// Each clone (and [`with_wait_time`](InMemoryLock::with_wait_time)) is a client of its own for
+/// [`shutdown`](DistributedLock::shutdown): shutting one down releases the leases acquired
+/// through it and refuses its later acquisitions; the other clients of the table go on.
 ///
 /// # Examples
 ///
@@ -42,10 +47,23 @@ pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 /// assert!(lock.try_acquire("reaper", Lease::Watchdog).await.is_ok());
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct InMemoryLock {
     shared: Arc<Shared>,
     wait_time: Duration,
+    /// The leases granted through this client and not yet released: key and owner token.
+    held: Arc<HeldLeases<(String, String)>>,
+}
+
+impl Clone for InMemoryLock {
+    /// Another client of the same lock table, with the same wait time.
+    fn clone(&self) -> Self {
+        InMemoryLock {
+            shared: Arc::clone(&self.shared),
+            wait_time: self.wait_time,
+            held: Arc::default(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -106,6 +124,7 @@ impl InMemoryLock {
                 owners: OwnerTokens::new("in-memory").expect("valid instance id"),
             }),
             wait_time: DEFAULT_WAIT_TIME,
+            held: Arc::default(),
         }
     }
 
@@ -135,8 +154,8 @@ impl InMemoryLock {
     pub fn with_wait_time(&self, wait_time: Duration) -> Result<Self, LockError> {
         validate_wait(wait_time)?;
         Ok(InMemoryLock {
-            shared: Arc::clone(&self.shared),
             wait_time,
+            ..self.clone()
         })
     }
 
@@ -193,16 +212,21 @@ impl InMemoryLock {
             .map(|e| (e.owner.clone(), e.expires_at))
     }
 
+    /// Grants `key` if it is free; `Ok(Err(holder))` when it is held.
+    ///
+    /// # Errors
+    /// [`LockError::ShutDown`] when this client was shut down meanwhile.
+    #[allow(clippy::type_complexity)]
     fn try_grant(
         &self,
         key: &str,
         options: AcquireOptions,
-    ) -> Result<LockHandle, (String, Option<Instant>)> {
+    ) -> Result<Result<LockHandle, (String, Option<Instant>)>, LockError> {
         let lease = options.lease();
         let now = Instant::now();
         let mut table = self.shared.table();
         if let Some(entry) = table.get(key).filter(|e| e.is_live(now)) {
-            return Err((entry.owner.clone(), entry.expires_at));
+            return Ok(Err((entry.owner.clone(), entry.expires_at)));
         }
         let owner = self.shared.owners.next_token();
         let expires_at = match lease {
@@ -222,19 +246,29 @@ impl InMemoryLock {
             .shared
             .next_fencing_token
             .fetch_add(1, Ordering::Relaxed);
+        let state = LeaseState::new(expires_at);
+        let Some(id) = self
+            .held
+            .insert(state.clone(), (key.to_owned(), owner.clone()))
+        else {
+            let _ = self.shared.release(key, &owner);
+            return Err(shut_down(key));
+        };
         let release = MemoryRelease {
             shared: Arc::clone(&self.shared),
+            held: Arc::clone(&self.held),
+            id,
             key: key.to_owned(),
             owner: owner.clone(),
         };
-        Ok(LockHandle::new(
+        Ok(Ok(LockHandle::new(
             key,
             lease,
             owner,
             token,
-            LeaseState::new(expires_at),
+            state,
             Box::new(release),
-        ))
+        )))
     }
 }
 
@@ -298,6 +332,39 @@ impl DistributedLock for InMemoryLock {
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
+        tokio::select! {
+            biased;
+            () = self.held.closed() => Err(shut_down(key)),
+            result = self.acquire_open(key, options) => result,
+        }
+    }
+
+    /// Releases the leases still held through this client; nothing runs in the background
+    /// here, so nothing is ever pending.
+    async fn shutdown(&self, _timeout: Duration) -> ShutdownSummary {
+        let released = self
+            .held
+            .close()
+            .into_iter()
+            .filter(|(key, owner)| self.shared.release(key, owner) == ReleaseOutcome::Released)
+            .count();
+        ShutdownSummary::new(released, 0, 0)
+    }
+}
+
+fn shut_down(key: &str) -> LockError {
+    LockError::ShutDown {
+        key: key.to_owned(),
+    }
+}
+
+impl InMemoryLock {
+    /// [`acquire_lease`](DistributedLock::acquire_lease) while this client is not shut down.
+    async fn acquire_open(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<LockHandle, LockError> {
         let wait = options.wait_time().unwrap_or(self.wait_time);
         if options.is_fair() {
             return self.acquire_fair(key, options, wait).await;
@@ -310,7 +377,7 @@ impl DistributedLock for InMemoryLock {
             let notified = self.shared.released.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (holder, expires_at) = match self.try_grant(key, options) {
+            let (holder, expires_at) = match self.try_grant(key, options)? {
                 Ok(handle) => return Ok(handle),
                 Err(held) => held,
             };
@@ -353,7 +420,7 @@ impl InMemoryLock {
             notified.as_mut().enable();
             let ahead = self.shared.waiters_ahead(key, ticket);
             let held = if ahead == 0 {
-                match self.try_grant(key, options) {
+                match self.try_grant(key, options)? {
                     Ok(handle) => return Ok(handle),
                     Err(held) => Some(held),
                 }
@@ -432,6 +499,9 @@ impl Drop for QueuePlace {
 #[derive(Debug)]
 struct MemoryRelease {
     shared: Arc<Shared>,
+    held: Arc<HeldLeases<(String, String)>>,
+    /// This lease in `held`.
+    id: u64,
     key: String,
     owner: String,
 }
@@ -439,10 +509,12 @@ struct MemoryRelease {
 #[async_trait]
 impl LeaseRelease for MemoryRelease {
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
+        self.held.remove(self.id);
         Ok(self.shared.release(&self.key, &self.owner))
     }
 
     fn release_in_background(self: Box<Self>) {
+        self.held.remove(self.id);
         let _ = self.shared.release(&self.key, &self.owner);
     }
 }

@@ -63,8 +63,9 @@ pub const RELEASES_TOTAL: &str = "platform_lock_releases_total";
 /// Histogram (seconds): how long a lease was held, from the grant to its release or drop.
 pub const HOLD_SECONDS: &str = "platform_lock_hold_seconds";
 /// Counter: leases lost while held, by `reason`: `expired` (the local deadline passed without a
-/// confirmed renewal; counted when the process notices it) or `not_owner` (a renewal found the
-/// key gone or taken).
+/// confirmed renewal; counted when the process notices it), `not_owner` (a renewal found the
+/// key gone or taken), `scope_ended` (a re-entrant handle outlived its section) or `shut_down`
+/// (the client was shut down while the lease was held, and released it).
 pub const LOST_LEASES_TOTAL: &str = "platform_lock_lost_leases_total";
 /// Counter: watchdog renewals of single leases by `outcome`: `renewed`, `lost` (the key was gone
 /// or taken over) or `failed` (the renewal call failed or was not acknowledged by enough
@@ -86,6 +87,7 @@ fn acquire_outcome(result: &Result<LockHandle, LockError>) -> &'static str {
         Ok(_) => "granted",
         Err(LockError::AcquisitionFailed { reason, .. }) => reason.reason(),
         Err(LockError::Disabled { .. }) => "disabled",
+        Err(LockError::ShutDown { .. }) => "shut_down",
         Err(LockError::InvalidKey { .. } | LockError::InvalidArgument { .. }) => "invalid_argument",
         // Not returned by an acquisition; counted under a name of its own should one appear.
         Err(LockError::ReleaseFailed { .. }) => "release_failed",
@@ -170,11 +172,13 @@ where
             let _entered = span.enter();
             match outcome {
                 // Contention is the lock doing its job; an outage is not.
-                "held_by_another_owner" | "waiters_ahead" | "disabled" => tracing::debug!(
-                    lock_key = key,
-                    reason = outcome,
-                    "lock not granted: failing closed"
-                ),
+                "held_by_another_owner" | "waiters_ahead" | "disabled" | "shut_down" => {
+                    tracing::debug!(
+                        lock_key = key,
+                        reason = outcome,
+                        "lock not granted: failing closed"
+                    )
+                }
                 _ => tracing::info!(
                     lock_key = key,
                     reason = outcome,
@@ -245,6 +249,7 @@ pub(crate) fn lost(reason: LostReason) {
         LostReason::Expired => "expired",
         LostReason::NotOwner => "not_owner",
         LostReason::ScopeEnded => "scope_ended",
+        LostReason::ShutDown => "shut_down",
     };
     metrics::counter!(LOST_LEASES_TOTAL, "reason" => reason).increment(1);
 }

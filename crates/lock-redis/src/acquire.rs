@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::error::{RedisFailure, Refusal};
 use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
+use crate::shutdown::Grant;
 
 mod fair;
 
@@ -352,8 +353,10 @@ impl<'a> Acquisition<'a> {
                         reason: AcquireFailure::LeaseExpiredBeforeGrant { lease: ttl },
                     });
                 }
+                // Refused by a shutdown: stay "outcome unknown", so the grant is handed back.
+                let handle = self.handle(redis_key, token, valid_until)?;
                 self.outcome_unknown = false;
-                Ok(Attempt::Granted(self.handle(redis_key, token, valid_until)))
+                Ok(Attempt::Granted(handle))
             }
             [held, holder, pttl, rest @ ..] if held.as_i64() == Some(0) && rest.len() <= 1 => {
                 self.outcome_unknown = false;
@@ -432,7 +435,16 @@ impl<'a> Acquisition<'a> {
         Ok(())
     }
 
-    fn handle(&self, redis_key: String, token: u64, valid_until: Instant) -> LockHandle {
+    /// The handle of a grant, registered with the watchdog and the client's held leases.
+    ///
+    /// # Errors
+    /// [`LockError::ShutDown`] when the client was shut down meanwhile.
+    fn handle(
+        &self,
+        redis_key: String,
+        token: u64,
+        valid_until: Instant,
+    ) -> Result<LockHandle, LockError> {
         let state = LeaseState::new(Some(valid_until));
         let renewal = matches!(self.lease, Lease::Watchdog).then(|| {
             self.inner.watchdog.register(
@@ -443,22 +455,34 @@ impl<'a> Acquisition<'a> {
                 crate::watchdog::renewal_period(self.inner.config.watchdog_timeout),
             )
         });
-        let release = RedisRelease {
-            inner: Arc::clone(self.inner),
+        let grant = Arc::new(Grant {
             name: self.name.to_owned(),
             owner: self.owner.clone(),
             token,
             renewal,
             ttl: self.ttl(),
+        });
+        let Some(held) = self.inner.held.insert(state.clone(), Arc::clone(&grant)) else {
+            if let Some(id) = renewal {
+                self.inner.watchdog.unregister(id);
+            }
+            return Err(LockError::ShutDown {
+                key: self.name.to_owned(),
+            });
         };
-        LockHandle::new(
+        let release = RedisRelease {
+            inner: Arc::clone(self.inner),
+            grant,
+            held,
+        };
+        Ok(LockHandle::new(
             self.name,
             self.lease,
             self.owner.clone(),
             token,
             state,
             Box::new(release),
-        )
+        ))
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use lock_core::{LockError, OwnerTokens, ReleaseOutcome};
+use lock_core::{HeldLeases, LockError, OwnerTokens, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::config::{RedisLockConfig, TOMBSTONE_TTL};
@@ -13,6 +13,7 @@ use crate::connection::Health;
 use crate::error::{RedisFailure, Refusal};
 use crate::keys::KeyLayout;
 use crate::scripts::Scripts;
+use crate::shutdown::{Background, Grant};
 use crate::subscriptions::{ReleaseWake, Subscriptions};
 use crate::watchdog::Registry;
 
@@ -35,6 +36,10 @@ pub(crate) struct Inner {
     /// Set while both connections are being moved off a demoted master (see
     /// [`Inner::follow_if_demoted`]).
     pub(crate) following_master: Arc<AtomicBool>,
+    /// The grants this client holds, closed by [`Inner::shutdown`].
+    pub(crate) held: HeldLeases<Arc<Grant>>,
+    /// Background releases in flight, which a shutdown waits for.
+    pub(crate) background: Arc<Background>,
 }
 
 /// Why a release runs in the background.
@@ -45,6 +50,8 @@ pub(crate) enum BackgroundRelease {
     /// An acquisition failed, timed out or was cancelled after its script may have run: the
     /// grant may or may not exist.
     OutcomeUnknown,
+    /// The client was shut down while the lease was held.
+    ShutDown,
 }
 
 impl Inner {
@@ -198,6 +205,7 @@ impl Inner {
         ttl: Duration,
     ) {
         let inner = Arc::clone(self);
+        let ticket = self.background.start();
         self.runtime.spawn(async move {
             // Retried while Redis is unreachable or slow, so a grant left behind by an outage
             // is freed as soon as Redis answers again rather than blocking the key for its whole
@@ -207,7 +215,7 @@ impl Inner {
             let mut delay = Duration::from_millis(100);
             let error = loop {
                 match inner.release(&name, &owner, token).await {
-                    Ok(_) => return,
+                    Ok(outcome) => return ticket.done(outcome == ReleaseOutcome::Released, false),
                     Err(error)
                         if RedisFailure::find(&error).is_some_and(|f| f.refusal().is_some())
                             || Instant::now() + delay >= give_up =>
@@ -229,7 +237,13 @@ impl Inner {
                     lock_key = %name, %owner, %error,
                     "clean-up of a possible grant failed; if it exists, it ends at its TTL"
                 ),
+                BackgroundRelease::ShutDown => tracing::warn!(
+                    lock_key = %name, %owner, %error,
+                    "release of a lease held at shutdown failed; the lease ends at its TTL"
+                ),
             }
+            // A grant of unknown outcome usually never existed: not a failed release.
+            ticket.done(false, why != BackgroundRelease::OutcomeUnknown);
         });
     }
 }

@@ -95,6 +95,7 @@ mod ops;
 mod release;
 mod scripts;
 mod sentinel_events;
+mod shutdown;
 mod subscriptions;
 mod watchdog;
 
@@ -104,7 +105,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::*;
-use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, OwnerTokens};
+use lock_core::{
+    AcquireOptions, DistributedLock, LockError, LockHandle, OwnerTokens, ShutdownSummary,
+};
 use tokio::time::Instant;
 
 pub use config::{
@@ -274,6 +277,8 @@ impl RedisLock {
             health,
             config,
             following_master: Default::default(),
+            held: Default::default(),
+            background: Default::default(),
         });
         if let Some(switches) = switches {
             switches.start(Arc::downgrade(&inner), inner.config.address.clone());
@@ -542,18 +547,35 @@ impl DistributedLock for RedisLock {
             budget += config.replica_sync_timeout + config.command_timeout;
         }
         let mut acquisition = Acquisition::new(&self.inner, key, options);
-        match tokio::time::timeout(budget, acquisition.run(wait)).await {
-            Ok(result) => result,
-            // Dropping `acquisition` releases any grant the interrupted attempt may have made.
-            Err(_) => Err(LockError::backend_unavailable(
-                key,
-                self.inner
-                    .unreachable("acquire")
-                    .unwrap_or_else(|| RedisFailure::Timeout {
-                        budget,
-                        address: config.redacted_address(),
-                    }),
-            )),
+        let shut_down = || LockError::ShutDown {
+            key: key.to_owned(),
+        };
+        tokio::select! {
+            // A client shut down grants nothing more, and a waiting acquisition gives up.
+            biased;
+            () = self.inner.held.closed() => Err(shut_down()),
+            result = tokio::time::timeout(budget, acquisition.run(wait)) => match result {
+                Ok(result) => result,
+                // Dropping `acquisition` releases any grant the interrupted attempt may have made.
+                Err(_) => Err(LockError::backend_unavailable(
+                    key,
+                    self.inner
+                        .unreachable("acquire")
+                        .unwrap_or_else(|| RedisFailure::Timeout {
+                            budget,
+                            address: config.redacted_address(),
+                        }),
+                )),
+            },
         }
+    }
+
+    /// Releases every lease this client holds and waits for its background releases — see the
+    /// trait. Fails nothing: a release not confirmed in time is counted as pending (it goes on
+    /// while the process lives), one that failed as failed; both leases end at their TTL. The
+    /// connections stay open until the lock is dropped, so [`status`](RedisLock::status) and the
+    /// other operations still work.
+    async fn shutdown(&self, timeout: Duration) -> ShutdownSummary {
+        self.inner.shutdown(timeout).await
     }
 }

@@ -1,54 +1,59 @@
 //! How a Redis [`LockHandle`](lock_core::LockHandle) gives its lock back.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
 
 use crate::inner::{BackgroundRelease, Inner};
+use crate::shutdown::Grant;
 
 /// The release side of one grant: owner-checked, and it stops the watchdog first.
 #[derive(Debug)]
 pub(crate) struct RedisRelease {
     pub(crate) inner: Arc<Inner>,
-    pub(crate) name: String,
-    pub(crate) owner: String,
-    /// The grant's fencing token.
-    pub(crate) token: u64,
-    /// The watchdog registration, for watchdog leases.
-    pub(crate) renewal: Option<u64>,
-    /// The key's TTL at grant: how long a background release is worth retrying.
-    pub(crate) ttl: Duration,
+    pub(crate) grant: Arc<Grant>,
+    /// The grant in [`Inner::held`].
+    pub(crate) held: u64,
 }
 
 impl RedisRelease {
-    fn stop_renewal(&self) {
-        if let Some(id) = self.renewal {
+    /// Takes the grant out of the client's held leases and stops its renewal; `false` when a
+    /// shutdown took it first (and releases it).
+    fn take(&self) -> bool {
+        if self.inner.held.remove(self.held).is_none() {
+            return false;
+        }
+        if let Some(id) = self.grant.renewal {
             self.inner.watchdog.unregister(id);
         }
+        true
     }
 }
 
 #[async_trait]
 impl LeaseRelease for RedisRelease {
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
-        self.stop_renewal();
+        if !self.take() {
+            // The shutdown marked the lease lost before releasing it.
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let grant = &self.grant;
         self.inner
-            .release(&self.name, &self.owner, Some(self.token))
+            .release(&grant.name, &grant.owner, Some(grant.token))
             .await
     }
 
     fn release_in_background(self: Box<Self>) {
-        self.stop_renewal();
-        let RedisRelease {
-            inner,
-            name,
-            owner,
-            token,
-            ttl,
-            ..
-        } = *self;
-        inner.release_in_background(name, owner, Some(token), BackgroundRelease::Dropped, ttl);
+        if self.take() {
+            let grant = &self.grant;
+            self.inner.release_in_background(
+                grant.name.clone(),
+                grant.owner.clone(),
+                Some(grant.token),
+                BackgroundRelease::Dropped,
+                grant.ttl,
+            );
+        }
     }
 }

@@ -102,6 +102,7 @@ async fn main() -> ExitCode {
                 "not_acquired",
                 json!({ "http_status": error.http_status(), "details": details }),
             );
+            starter.shutdown().await;
             return ExitCode::from(75);
         }
     };
@@ -122,6 +123,8 @@ async fn main() -> ExitCode {
         Err(error) => format!("release not confirmed: {error}"),
     };
     emit("released", json!({ "outcome": outcome }));
+    // Last: flushes any release still in the background before the process ends.
+    starter.shutdown().await;
     code
 }
 

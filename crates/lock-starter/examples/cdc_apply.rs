@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
+use lock_starter::DEFAULT_SHUTDOWN_TIMEOUT;
 use lock_starter::prelude::*;
 
 #[derive(Debug, Parser)]
@@ -118,6 +119,10 @@ async fn main() -> ExitCode {
             eprintln!("{error}");
             failed = true;
         }
+    }
+    // Each pod's client releases in the background; flush before the process ends.
+    for pod in &pods {
+        pod.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
     }
     let applied = applied.lock().unwrap().clone();
     let in_order = applied.windows(2).all(|w| w[0] < w[1]);

@@ -82,6 +82,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Flushes the release before the process ends (nothing to do when the lock is disabled).
+    starter.shutdown().await;
     let how = match warmed.unguarded() {
         None => format!("guarded by lock `{key}`"),
         Some(unguarded) => format!(

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use lock_starter::http::LockRejection;
 use lock_starter::prelude::*;
-use lock_starter::{Health, HealthStatus};
+use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, Health, HealthStatus};
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
@@ -94,6 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let starter = LockStarter::builder().build().await?;
     let lock = starter.lock()?;
+    let lock_at_exit = Arc::clone(&lock);
     let bill_run = Duration::from_millis(
         std::env::var("BILL_RUN_MS")
             .ok()
@@ -111,6 +112,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             bill_run,
         }),
     )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
     .await?;
+    // Requests are done; release what is left before the process ends.
+    let summary = lock_at_exit.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    eprintln!("lock shut down: {summary}");
     Ok(())
 }

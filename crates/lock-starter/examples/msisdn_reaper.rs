@@ -66,12 +66,15 @@ async fn main() -> ExitCode {
         eprintln!("--lease / --hold-at-least: {error}");
         return ExitCode::from(2);
     }
-    let lock = match LockStarter::builder().build().await.map(|s| s.lock()) {
-        Ok(Ok(lock)) => lock,
-        Ok(Err(error)) => {
+    let starter = match LockStarter::builder().build().await {
+        Ok(starter) => starter,
+        Err(error) => {
             eprintln!("{error}");
             return ExitCode::from(78);
         }
+    };
+    let lock = match starter.lock() {
+        Ok(lock) => lock,
         Err(error) => {
             eprintln!("{error}");
             return ExitCode::from(78);
@@ -93,11 +96,14 @@ async fn main() -> ExitCode {
                 Some(_) => println!("tick {tick}: skipped, {error}"),
                 None => {
                     eprintln!("tick {tick}: {error}");
+                    starter.shutdown().await;
                     return ExitCode::FAILURE;
                 }
             },
         }
     }
+    // Last: flushes any release still in the background before the process ends.
+    starter.shutdown().await;
     ExitCode::SUCCESS
 }
 

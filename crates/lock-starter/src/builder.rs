@@ -3,9 +3,12 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use figment::Figment;
-use lock_core::{DisabledLock, DistributedLock, LockError};
+use lock_core::{
+    DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, LockError, ShutdownSummary,
+};
 use lock_redis::{RedisLock, RedisLockConfig};
 
 use crate::config::{ConfigError, ConfigSources, KEYS, LockSettings, key_spec, quote};
@@ -194,6 +197,85 @@ impl LockStarter {
     /// ```
     pub fn is_enabled(&self) -> bool {
         self.lock.is_ok()
+    }
+
+    /// Shuts the lock down, the last thing before the process exits:
+    /// [`shutdown_within`](LockStarter::shutdown_within) with [`DEFAULT_SHUTDOWN_TIMEOUT`]
+    /// (5 s).
+    ///
+    /// A dropped [`LockHandle`](lock_core::LockHandle) releases in the background; a process
+    /// that returns from `main` right after may end before that release reaches Redis, and the
+    /// key then stays held for its whole lease (30 s for a watchdog lease). This waits for such
+    /// releases, and releases the leases still held.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_starter::prelude::*;
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    ///     let starter = LockStarter::builder().build().await?;
+    ///     let lock = starter.lock()?;
+    ///     let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    ///     // … the bill run …
+    ///     drop(handle); // released in the background
+    ///
+    ///     let summary = starter.shutdown().await; // the release is done when this returns
+    ///     if !summary.is_complete() {
+    ///         eprintln!("lock shutdown: {summary}"); // those leases end at their TTL
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn shutdown(&self) -> ShutdownSummary {
+        self.shutdown_within(DEFAULT_SHUTDOWN_TIMEOUT).await
+    }
+
+    /// Shuts the lock down within `timeout`: releases every lease still held through it
+    /// (watchdog and fixed; their handles' `lost()` fires first with
+    /// [`LostReason::ShutDown`](lock_core::LostReason::ShutDown)), waits for the background
+    /// releases of dropped handles, and returns what it did. Afterwards every acquisition fails
+    /// with [`LockError::ShutDown`] (code `LOCK_DISABLED`, reason `shut_down`). See
+    /// [`DistributedLock::shutdown`] for the contract; a lock handed in with
+    /// [`LockStarterBuilder::lock`] is shut down by its own implementation. With the lock
+    /// disabled there is nothing to do.
+    ///
+    /// Returns within `timeout` whatever Redis does: releases still unconfirmed then are
+    /// counted in [`ShutdownSummary::pending`] and their leases end at their TTL if the process
+    /// exits. Choose a `timeout` inside the grace period your platform gives a stopping process
+    /// (Kubernetes: `terminationGracePeriodSeconds`, 30 s by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    ///     .lock(Arc::new(InMemoryLock::new())) // a unit test's lock; Redis behaves the same
+    ///     .build()
+    ///     .await?;
+    /// let lock = starter.lock()?;
+    /// let still_running = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
+    ///
+    /// let summary = starter.shutdown_within(Duration::from_secs(2)).await;
+    /// assert_eq!(summary.released, 1);
+    /// assert_eq!(still_running.lost().await, LostReason::ShutDown);
+    /// let error = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
+    /// assert_eq!(error.code(), LockErrorCode::LockDisabled);
+    /// assert_eq!(error.details()["reason"], "shut_down");
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown_within(&self, timeout: Duration) -> ShutdownSummary {
+        match &self.lock {
+            Ok(lock) => lock.shutdown(timeout).await,
+            Err(_) => ShutdownSummary::default(),
+        }
     }
 
     /// The settings the lock was built from (passwords redacted in `Debug`).

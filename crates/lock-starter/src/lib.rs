@@ -85,10 +85,11 @@ pub use builder::{LockStarter, LockStarterBuilder, StartError, redis_config};
 pub use figment;
 pub use health::{Health, HealthStatus};
 pub use lock_core::{
-    AcquireFailure, AcquireOptions, DEFAULT_WAIT_TIME, DisabledLock, DistributedLock,
-    DistributedLockExt, FailOpen, InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode,
-    LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE,
-    MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, Unguarded, UnguardedReason, telemetry,
+    AcquireFailure, AcquireOptions, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_TIME, DisabledLock,
+    DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease, LeaseStatus, LockError,
+    LockErrorCode, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT,
+    MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, ShutdownSummary,
+    Unguarded, UnguardedReason, telemetry,
 };
 
 /// What implementing [`DistributedLock`] yourself takes, for a lock handed in with
@@ -98,7 +99,7 @@ pub use lock_core::{
 /// [`DistributedLock`].
 pub mod backend {
     pub use lock_core::{
-        BoxError, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
+        BoxError, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
         validate_instance_id, validate_key, validate_wait, validate_watchdog_timeout,
     };
 }
@@ -118,7 +119,7 @@ pub mod prelude {
     pub use crate::{
         AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
         InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter,
-        LostReason, ReleaseOutcome, Unguarded, UnguardedReason,
+        LostReason, ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
     };
 }
 
