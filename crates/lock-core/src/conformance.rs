@@ -1115,6 +1115,6 @@ macro_rules! conformance_checks {
         }
     };
     ($callback:ident) => {
-        $crate::conformance_checks!($callback;)
+        $crate::conformance_checks! { $callback; }
     };
 }
