@@ -11,8 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The lock-redis test files that exercise the server: conformance, ACL refusals, Cluster,
-# Sentinel, replication, fair queues, credentials and the behaviour contract.
-VALKEY_TESTS=(conformance acl cluster sentinel replication fair credentials behaviour redis_errors)
+# Sentinel, replication, fair queues, credentials, the behaviour contract, and the scripts'
+# newer paths (minimum hold, watchdog rounds, operations, lost replies).
+VALKEY_TESTS=(conformance acl cluster sentinel sentinel_deployments replication fair credentials
+  behaviour redis_errors hold_at_least watchdog ops outcome_unknown)
 
 valkey=1
 if [ "${1:-}" = "--redis-only" ]; then

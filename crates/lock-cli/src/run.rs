@@ -186,13 +186,25 @@ pub(crate) async fn run(
             signal_child(Signal::SIGKILL);
         }
     }
-    if lease_lost {
+    // The command is reaped: its pid (and an empty group's id) may be reused by an unrelated
+    // process, so the guardian stays armed only while the command's group still has members.
+    let guardian = if group_left() {
+        Some(guardian)
+    } else {
         guardian.dismiss().await;
+        None
+    };
+    if lease_lost {
+        if let Some(guardian) = guardian {
+            guardian.dismiss().await;
+        }
         return Ok(EXIT_LEASE_LOST);
     }
     let released = handle.release().await;
     // Only now: should platform-lock die while releasing, what is left of the group goes too.
-    guardian.dismiss().await;
+    if let Some(guardian) = guardian {
+        guardian.dismiss().await;
+    }
     match released {
         Ok(ReleaseOutcome::Released) => {}
         // The lease ended (a forced release, or a fixed lease running out) after the last

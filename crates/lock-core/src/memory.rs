@@ -509,13 +509,18 @@ struct MemoryRelease {
 #[async_trait]
 impl LeaseRelease for MemoryRelease {
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
-        self.held.remove(self.id);
+        // Gone from `held`: shutdown released it already (and kept any minimum hold), so a
+        // second release must not free the key early — as a re-sent release on Redis finds it.
+        if self.held.remove(self.id).is_none() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
         Ok(self.shared.release(&self.key, &self.owner))
     }
 
     fn release_in_background(self: Box<Self>) {
-        self.held.remove(self.id);
-        let _ = self.shared.release(&self.key, &self.owner);
+        if self.held.remove(self.id).is_some() {
+            let _ = self.shared.release(&self.key, &self.owner);
+        }
     }
 }
 
@@ -641,6 +646,22 @@ mod tests {
         tokio::time::sleep(hold).await;
         drop(held);
         assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_after_shutdown_does_not_end_the_minimum_hold_shutdown_kept() {
+        let lock = InMemoryLock::new();
+        let other = lock.clone(); // another client on the same keys
+        let hold = Duration::from_secs(10);
+        let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(hold);
+        let held = lock.acquire_with("k", options).await.unwrap();
+        let summary = lock.shutdown(Duration::from_secs(1)).await;
+        assert_eq!(summary.released, 1, "{summary:?}");
+        // The handle's own release comes second: the key stays held for the rest of the hold.
+        assert_eq!(held.release().await.unwrap(), ReleaseOutcome::NotHeld);
+        assert!(other.try_acquire("k", Lease::Watchdog).await.is_err());
+        tokio::time::sleep(hold).await;
+        assert!(other.try_acquire("k", Lease::Watchdog).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]

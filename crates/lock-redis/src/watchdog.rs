@@ -433,7 +433,11 @@ async fn renew_batch_call(
     let valid_until = sent + ttl - crate::safety_margin(ttl);
     let mut result = Renewed::default();
     for (lease, lost) in batch.iter().zip(not_renewed) {
-        if lost {
+        if lost && !lease.state.is_held() {
+            // Released (or already lost) locally while the round was in flight: the key is
+            // tombstoned or kept for its minimum hold, which is no loss to report.
+            inner.watchdog.unregister(lease.id);
+        } else if lost {
             result.lost += 1;
             lease.state.mark_lost(LostReason::NotOwner);
             tracing::warn!(

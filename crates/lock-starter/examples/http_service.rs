@@ -112,8 +112,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             bill_run,
         }),
     )
+    // Ctrl-C on a terminal, SIGTERM from Kubernetes or systemd.
     .with_graceful_shutdown(async {
-        let _ = tokio::signal::ctrl_c().await;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let sigterm = async {
+            match terminate.as_mut() {
+                Some(terminate) => {
+                    terminate.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = sigterm => {}
+        }
     })
     .await?;
     // Requests are done; release what is left before the process ends.

@@ -100,7 +100,8 @@ pub use lock_core::{
 pub mod backend {
     pub use lock_core::{
         BoxError, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
-        validate_instance_id, validate_key, validate_wait, validate_watchdog_timeout,
+        issued_by_this_process, validate_instance_id, validate_key, validate_wait,
+        validate_watchdog_timeout,
     };
 }
 
