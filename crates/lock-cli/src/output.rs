@@ -173,8 +173,16 @@ pub(crate) fn write_status(
             instance_id,
             fencing_token,
             ttl,
+            kept_for_minimum_hold,
         } => {
-            writeln!(out, "state:          held")?;
+            if *kept_for_minimum_hold {
+                writeln!(
+                    out,
+                    "state:          held (released by its holder, kept until its minimum hold ends)"
+                )?;
+            } else {
+                writeln!(out, "state:          held")?;
+            }
             writeln!(out, "holder:         {instance_id} (owner token {holder})")?;
             writeln!(out, "ttl:            {}", fmt_ttl(*ttl))?;
             writeln!(
@@ -221,12 +229,18 @@ pub(crate) fn write_list(
             instance_id,
             fencing_token,
             ttl,
+            kept_for_minimum_hold,
             ..
         } = &status.state
         {
+            let kept = if *kept_for_minimum_hold {
+                " (released, kept for its minimum hold)"
+            } else {
+                ""
+            };
             writeln!(
                 out,
-                "{:<40} {:<24} {:>10} {fencing_token}",
+                "{:<40} {:<24} {:>10} {fencing_token}{kept}",
                 status.name,
                 instance_id,
                 fmt_ttl(*ttl)
@@ -273,8 +287,10 @@ pub(crate) fn status_json(
             instance_id,
             fencing_token,
             ttl,
+            kept_for_minimum_hold,
         } => json!({"state": "held", "holder": holder, "instanceId": instance_id,
-                    "fencingToken": fencing_token, "ttlMs": ttl_ms(ttl)}),
+                    "fencingToken": fencing_token, "ttlMs": ttl_ms(ttl),
+                    "keptForMinimumHold": kept_for_minimum_hold}),
         LockState::Released {
             released_by,
             fencing_token,

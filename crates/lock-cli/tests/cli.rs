@@ -11,7 +11,7 @@ use common::{
     stderr, stdout,
 };
 use lock_starter::redis::{ForceReleased, LockState};
-use lock_starter::{DistributedLock, Lease, LostReason};
+use lock_starter::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -86,6 +86,34 @@ async fn status_list_and_release_a_lock_held_by_another_pod() {
     let again = cli(&url, &["release", "--force", "--yes", "bill-run:2026-11"]).await;
     assert_eq!(code(&again), 0);
     assert!(stdout(&again).contains("not held"), "{}", stdout(&again));
+}
+
+/// A lock its holder released within its minimum hold is held, and `status` and `list` say why
+/// it is still held (text and JSON) rather than showing a plain holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_list_say_a_lock_is_kept_for_its_minimum_hold() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(60));
+    let handle = pod.acquire_with("reaper", options).await.unwrap();
+    let live = cli(&url, &["status", "--json", "reaper"]).await;
+    let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
+    assert_eq!(live["keptForMinimumHold"], false, "{live}");
+    handle.release().await.unwrap();
+
+    let status = cli(&url, &["status", "reaper"]).await;
+    let text = stdout(&status);
+    assert!(
+        text.contains("state:          held (released by its holder, kept until its minimum hold ends)"),
+        "{text}"
+    );
+    let json = cli(&url, &["status", "--json", "reaper"]).await;
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!((&json["state"], &json["keptForMinimumHold"]), (&"held".into(), &true.into()));
+    assert!(json["ttlMs"].as_u64().is_some_and(|ttl| ttl <= 60_000), "{json}");
+    let list = stdout(&cli(&url, &["list"]).await);
+    assert!(list.contains("(released, kept for its minimum hold)"), "{list}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -88,6 +88,9 @@ pub enum LockState {
         fencing_token: u64,
         /// The remaining TTL of the lease (or of the minimum hold, once released within it).
         ttl: Option<Duration>,
+        /// `true` when its holder has released it but the grant's minimum hold
+        /// (`AcquireOptions::hold_at_least`) keeps it held, never renewed, until `ttl` ends.
+        kept_for_minimum_hold: bool,
     },
     /// Released recently: the tombstone that keeps the fencing token counting up.
     Released {
@@ -523,11 +526,12 @@ fn lock_state(fields: &[Value], ttl: Option<Duration>) -> Option<LockState> {
     let fencing_token = token.as_string()?.parse().ok()?;
     let owner = owner.as_string()?;
     match state.as_string()?.as_str() {
-        "H" | "M" => Some(LockState::Held {
+        state @ ("H" | "M") => Some(LockState::Held {
             instance_id: OwnerTokens::instance_id_of(&owner).to_owned(),
             holder: owner,
             fencing_token,
             ttl,
+            kept_for_minimum_hold: state == "M",
         }),
         "R" => Some(LockState::Released {
             released_by: owner,
@@ -610,7 +614,8 @@ mod tests {
                     holder: "eu/pod-a/ab12/3".into(),
                     instance_id: "eu/pod-a".into(),
                     fencing_token: 17,
-                    ttl
+                    ttl,
+                    kept_for_minimum_hold: state == "M",
                 })
             );
         }

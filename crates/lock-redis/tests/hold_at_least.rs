@@ -49,15 +49,20 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
     // continued, would have cut it to 1 s.
     tokio::time::sleep(common::WATCHDOG * 2).await;
     let left = pttl(&redis, &key).await;
-    assert!(left > 20_000 && left <= 30_000, "PTTL {left}");
+    let tombstone = TOMBSTONE_TTL.as_millis() as i64;
+    assert!(
+        left > 20_000 + tombstone && left <= 30_000 + tombstone,
+        "PTTL {left}: the rest of the hold and a tombstone's TTL"
+    );
 
     let error = other.try_acquire(NAME, Lease::Watchdog).await.unwrap_err();
     assert_eq!(error.details()["reason"], "held_by_another_owner");
     assert_eq!(error.details()["holder"], owner);
     let status = other.status(NAME).await.unwrap();
     assert!(
-        matches!(&status.state, LockState::Held { holder, fencing_token, .. }
-            if *holder == owner && *fencing_token == token),
+        matches!(&status.state, LockState::Held { holder, fencing_token, ttl: Some(ttl),
+                                                  kept_for_minimum_hold: true, .. }
+            if *holder == owner && *fencing_token == token && *ttl <= hold),
         "{status:?}"
     );
 
@@ -72,7 +77,7 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
     let again = resend(&redis, lock_redis::ACQUIRE_SCRIPT, &[&key], &acquire_args).await;
     assert_eq!(again, "2", "a re-sent acquisition finds itself released");
     assert_eq!(redis.cmd(&["GET", &key]).await.unwrap(), value);
-    assert!(pttl(&redis, &key).await > 20_000);
+    assert!(pttl(&redis, &key).await > 20_000 + tombstone);
 
     match other.force_release(NAME).await.unwrap() {
         ForceReleased::Released {
@@ -82,6 +87,47 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
         } => assert_eq!((holder, fencing_token), (owner, token)),
         forced => panic!("the forced release did not free the held key: {forced:?}"),
     }
+    let next = other.try_acquire(NAME, Lease::Watchdog).await.unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+/// When the minimum hold ends the key is free, and reads as its owner's tombstone for a
+/// tombstone TTL: a re-sent release still reports "released", status shows who released it, and
+/// the next grant's fencing token counts up from the held one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
+    const NAME: &str = "hold:ended";
+    let redis = server().await;
+    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let key = lock.redis_key(NAME);
+    let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_millis(300));
+    let held = lock.acquire_with(NAME, options).await.unwrap();
+    let (owner, token) = (held.owner().to_owned(), held.fencing_token());
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+
+    let ended = eventually(SLACK, || async {
+        matches!(other.status(NAME).await, Ok(s) if matches!(s.state, LockState::Released { .. }))
+    })
+    .await;
+    assert!(ended, "the hold never ended");
+    match other.status(NAME).await.unwrap().state {
+        LockState::Released {
+            released_by,
+            fencing_token,
+            ttl: Some(ttl),
+        } => {
+            assert_eq!((released_by.as_str(), fencing_token), (owner.as_str(), token));
+            assert!(ttl <= TOMBSTONE_TTL, "{ttl:?}");
+        }
+        state => panic!("not a tombstone: {state:?}"),
+    }
+    let release_args = [
+        owner.as_str(),
+        &lock.release_channel(NAME),
+        &TOMBSTONE_TTL.as_millis().to_string(),
+    ];
+    let again = resend(&redis, lock_redis::RELEASE_SCRIPT, &[&key], &release_args).await;
+    assert_eq!(again, "1", "a release re-sent after the hold reports its first outcome");
     let next = other.try_acquire(NAME, Lease::Watchdog).await.unwrap();
     assert!(next.fencing_token() > token);
 }

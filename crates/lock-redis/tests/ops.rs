@@ -31,7 +31,9 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
             instance_id,
             fencing_token,
             ttl,
+            kept_for_minimum_hold,
         } => {
+            assert!(!kept_for_minimum_hold);
             assert_eq!(holder, handle.owner());
             assert_eq!(instance_id, "test-pod");
             assert_eq!(*fencing_token, handle.fencing_token());

@@ -9,7 +9,7 @@
 -- Returns
 --   {1, token}          granted; token is the fencing token of this grant
 --   {0, holder, pttl}   held by another owner (H, or M: released within its minimum hold);
---                       pttl is its remaining TTL in ms
+--                       pttl is its remaining TTL in ms (for M, the rest of the hold)
 --   {2}                 this owner's acquisition was already released (a late duplicate)
 --   error "LOCKVALUE …" the key holds something that is not a lock (including a lock-like
 --                       value without a TTL: never made by this library)
@@ -32,7 +32,7 @@ if lock then
     return {1, tonumber(lock.token)}
   end
   if lock.state ~= 'R' then
-    return {0, lock.owner, redis.call('PTTL', KEYS[1])}
+    return {0, lock.owner, lock.ttl}
   end
   last = tonumber(lock.token)
   -- Remembered so that a re-sent release of the previous owner still reports "released".

@@ -90,7 +90,7 @@ if lock then
   end
   if lock.state ~= 'R' then
     queue_as(ARGV[4])
-    return {0, lock.owner, redis.call('PTTL', KEYS[1]), ahead()}
+    return {0, lock.owner, lock.ttl, ahead()}
   end
   last = tonumber(lock.token)
   previous = lock.owner

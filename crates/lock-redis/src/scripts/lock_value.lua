@@ -5,7 +5,8 @@
 --
 --   state           H  held by <owner>
 --                   M  released by <owner> before its minimum hold ended: still held by it,
---                      never renewed, until the key expires at <hold until>
+--                      never renewed, until <hold until>; after that, until the key expires
+--                      (one tombstone TTL later), it reads as a tombstone (R) of <owner>
 --                   R  released: a tombstone that keeps the fencing token (and the releasing
 --                      owner) counting up for a short while; exactly three fields
 --   fencing token   decimal
@@ -17,8 +18,16 @@
 -- The library gives every lock value a TTL. A value that does not parse, or has no TTL, was
 -- not made by this library: it is "not a lock", and no script reads it as held or free.
 
--- The lock `value` found at `key`, as {state, token, owner, previous, hold_until, value}, or
--- false when it is not a lock (see above).
+-- The server's time as {seconds, microseconds}, in microseconds, and in milliseconds.
+local function server_clock()
+  local clock = redis.call('TIME')
+  local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  return us, math.floor(us / 1000)
+end
+
+-- The lock `value` found at `key`, as {state, token, owner, previous, hold_until, value, ttl},
+-- or false when it is not a lock (see above). `ttl`: how long it stays in its state, in ms (the
+-- key's PTTL; for M, the rest of the hold). An M whose hold has ended is returned as R.
 local function parse_lock(key, value)
   local fields = {}
   for field in string.gmatch(value .. '|', '([^|]*)|') do
@@ -42,8 +51,21 @@ local function parse_lock(key, value)
       or lock.owner == '' or not string.match(lock.hold_until, '^%d*$') then
     return false
   end
-  if redis.call('PTTL', key) < 0 then
+  lock.ttl = redis.call('PTTL', key)
+  if lock.ttl < 0 then
     return false
+  end
+  if lock.state == 'M' then
+    local hold_until = tonumber(lock.hold_until)
+    if not hold_until then
+      return false
+    end
+    local _, now_ms = server_clock()
+    if hold_until > now_ms then
+      lock.ttl = hold_until - now_ms
+    else
+      lock.state = 'R'
+    end
   end
   return lock
 end
@@ -61,13 +83,6 @@ end
 -- The error reply for a key that holds something that is not a lock.
 local function not_a_lock(key)
   return redis.error_reply('LOCKVALUE the key ' .. key .. ' holds a value that is not a lock')
-end
-
--- The server's time as {seconds, microseconds}, in microseconds, and in milliseconds.
-local function server_clock()
-  local clock = redis.call('TIME')
-  local us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  return us, math.floor(us / 1000)
 end
 
 -- Grants `key` to `owner` for `ttl_ms` and returns the fencing token: max(`last` + 1, server

@@ -26,11 +26,13 @@
 -- grant's previous owner — and reports "released" (1) without publishing again.
 --
 -- Minimum hold: when the grant carries a <hold until> (server time, ms) still in the future, the
--- key is not freed but kept, as "M|…" (the rest of the value unchanged), with its TTL set to the
--- rest of the hold: owner-checked like any release, never renewed (renewal renews H only), and
--- gone when the hold ends. The message is published all the same: waiters that slept on the
--- lease's longer TTL re-read the key, find it held with the hold's TTL, and wait for that. A
--- re-sent copy finds M with its own owner and reports "released" without publishing again.
+-- key is not freed but kept, as "M|…" (the rest of the value unchanged): owner-checked like any
+-- release, never renewed (renewal renews H only), and free when the hold ends — every script
+-- then reads it as this owner's tombstone (lock_value.lua), which the key's TTL (the rest of
+-- the hold plus ARGV[3]) keeps as long as any other tombstone. The message is published all the
+-- same: waiters that slept on the lease's longer TTL re-read the key, find it held for the rest
+-- of the hold, and wait for that. A re-sent copy finds M (or, after the hold, that tombstone)
+-- with its own owner and reports "released" without publishing again.
 -- The time comes from the server (TIME), never from a client.
 --
 -- allow-oom: a release must work when Redis is at maxmemory (noeviction); the tombstone takes the
@@ -56,7 +58,8 @@ end
 if hold_until and hold_until > now_ms and ARGV[4] ~= 'free' then
   -- A watchdog lease's TTL may end sooner (the holder stopped renewing it): the hold sets it.
   -- A fixed lease never ends sooner: the client accepts a minimum hold only within the lease.
-  redis.call('SET', KEYS[1], 'M' .. string.sub(lock.value, 2), 'PX', hold_until - now_ms)
+  redis.call('SET', KEYS[1], 'M' .. string.sub(lock.value, 2), 'PX',
+    hold_until - now_ms + tonumber(ARGV[3]))
 else
   redis.call('SET', KEYS[1], 'R|' .. lock.token .. '|' .. lock.owner, 'PX', ARGV[3])
 end
