@@ -253,6 +253,23 @@ async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
     assert_eq!(pttl(&redis, &key).await, -1);
 }
 
+/// The renewal agrees with the other scripts too: the holder's own grant followed by fields the
+/// grammar does not have is not a lock, so the watchdog does not renew it and the holder is told
+/// its lease is lost (it renewed any tail after the grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_does_not_renew_a_grant_with_fields_past_the_grammar() {
+    let redis = server().await;
+    let lock = client(&redis).await;
+    let held = lock.acquire("tail", Lease::Watchdog).await.unwrap();
+    let key = lock.redis_key("tail");
+    let value = redis.cmd(&["GET", &key]).await.unwrap();
+    let tampered = format!("{value}||5|x");
+    redis.cmd(&["SET", &key, &tampered, "KEEPTTL"]).await.unwrap();
+    assert!(lock.status("tail").await.is_err(), "status read a lock");
+    let lost = tokio::time::timeout(SLACK, held.lost()).await;
+    assert!(lost.is_ok(), "the watchdog kept renewing {tampered}");
+}
+
 /// Point 9 of issue 14: an instance id containing `/` comes back whole in `LockState::Held`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_id_with_a_slash_is_reported_whole() {

@@ -16,20 +16,23 @@
 -- free. Idempotent: a re-sent copy only sets the same TTL again. allow-oom: PEXPIRE needs no
 -- memory, and leases must not lapse because Redis is at maxmemory.
 --
--- Cost: one GET and one PEXPIRE per key. The owner check is a plain prefix search rather than a
--- pattern match: the client knows the whole grant, fencing token included (see
--- docs/performance.md, "Watchdog capacity").
+-- Cost: one GET and one PEXPIRE per key. The owner check is a plain prefix search, not
+-- lock_value.lua's full parse (which would cost a PTTL and a table per key): the client knows
+-- the whole grant, fencing token included, and only the tail after it is matched against the
+-- grammar (see docs/performance.md, "Watchdog capacity").
 local ttl = ARGV[1]
 local lost = {}
 for i = 1, #KEYS do
   local key, grant = KEYS[i], ARGV[i + 1]
   -- pcall: one key of the wrong type must not fail the renewal of the whole batch.
   local value = redis.pcall('GET', key)
-  -- The grant must be the whole value or be followed by "|" (124): owner "a/1" must not match
-  -- a grant of owner "a/12".
+  -- The grant must be the whole value or be followed by the rest of lock_value.lua's grammar
+  -- for H, "|<previous owner>[|<hold until>]" (so owner "a/1" does not match a grant of owner
+  -- "a/12", and a value no other script reads as a lock is not renewed either).
   if not (type(value) == 'string'
       and string.find(value, grant, 1, true) == 1
-      and (#value == #grant or string.byte(value, #grant + 1) == 124)
+      and (#value == #grant or string.find(value, '^|[^|]*$', #grant + 1)
+        or string.find(value, '^|[^|]*|%d*$', #grant + 1))
       and redis.call('PEXPIRE', key, ttl, 'XX') == 1) then
     lost[#lost + 1] = i
   end
