@@ -97,6 +97,7 @@ mockall::mock! {
     impl DistributedLock for Lock {
         fn namespace(&self) -> &str;
         async fn acquire_lease(&self, key: &str, options: AcquireOptions) -> Result<LockHandle, LockError>;
+        async fn shutdown(&self, timeout: Duration) -> ShutdownSummary;
     }
 }
 
@@ -110,6 +111,10 @@ async fn an_override_replaces_the_redis_lock_entirely() {
         .withf(|key, options| key == "reaper" && options.wait_time() == Some(Duration::ZERO))
         .times(1)
         .returning(|key, _| Err(LockError::backend_unavailable(key, "from the mock")));
+    mock.expect_shutdown()
+        .withf(|timeout| *timeout == lock_starter::DEFAULT_SHUTDOWN_TIMEOUT)
+        .times(1)
+        .returning(|_| ShutdownSummary::default());
     let starter = LockStarter::builder()
         .figment(config(&format!(
             "[telco.platform.lock.redis]\naddress = \"{}\"\n",
@@ -132,6 +137,8 @@ async fn an_override_replaces_the_redis_lock_entirely() {
         .unwrap_err();
     assert!(err.to_string().contains("from the mock"), "{err}");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // The starter's shutdown reaches the override (with the starter's default bound).
+    assert!(starter.shutdown().await.is_complete());
     assert_eq!(
         connected_clients(&redis).await,
         baseline,

@@ -42,7 +42,7 @@ pub(crate) async fn run(
     watchdog_timeout: Duration,
     held: usize,
 ) -> Result<Map<String, Value>, String> {
-    let period = watchdog_timeout / 3;
+    let period = lock_starter::redis::renewal_period(watchdog_timeout);
     let rss_before = resident_bytes();
     let server_before = used_memory(target).await?;
     let started = Instant::now();

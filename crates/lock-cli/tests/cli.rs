@@ -11,7 +11,7 @@ use common::{
     stderr, stdout,
 };
 use lock_starter::redis::{ForceReleased, LockState};
-use lock_starter::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason};
+use lock_starter::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -100,20 +100,31 @@ async fn status_and_list_say_a_lock_is_kept_for_its_minimum_hold() {
     let live = cli(&url, &["status", "--json", "reaper"]).await;
     let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();
     assert_eq!(live["keptForMinimumHold"], false, "{live}");
-    handle.release().await.unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 
     let status = cli(&url, &["status", "reaper"]).await;
     let text = stdout(&status);
     assert!(
-        text.contains("state:          held (released by its holder, kept until its minimum hold ends)"),
+        text.contains(
+            "state:          held (released by its holder, kept until its minimum hold ends)"
+        ),
         "{text}"
     );
     let json = cli(&url, &["status", "--json", "reaper"]).await;
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!((&json["state"], &json["keptForMinimumHold"]), (&"held".into(), &true.into()));
-    assert!(json["ttlMs"].as_u64().is_some_and(|ttl| ttl <= 60_000), "{json}");
+    assert_eq!(
+        (&json["state"], &json["keptForMinimumHold"]),
+        (&"held".into(), &true.into())
+    );
+    assert!(
+        json["ttlMs"].as_u64().is_some_and(|ttl| ttl <= 60_000),
+        "{json}"
+    );
     let list = stdout(&cli(&url, &["list"]).await);
-    assert!(list.contains("(released, kept for its minimum hold)"), "{list}");
+    assert!(
+        list.contains("(released, kept for its minimum hold)"),
+        "{list}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,10 +1,13 @@
 //! A [`DistributedLock`] that is switched off: every acquisition fails with `LOCK_DISABLED`.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 
 use crate::error::LockError;
 use crate::handle::LockHandle;
 use crate::lock::{AcquireOptions, DistributedLock};
+use crate::shutdown::ShutdownSummary;
 
 /// The lock of a service whose distributed lock is switched off by configuration
 /// (`telco.platform.lock.enabled = false`): it never grants, and holds no backend connection.
@@ -76,5 +79,10 @@ impl DistributedLock for DisabledLock {
         Err(LockError::Disabled {
             detail: self.detail.clone(),
         })
+    }
+
+    /// Nothing to release: a disabled lock never grants a lease.
+    async fn shutdown(&self, _timeout: Duration) -> ShutdownSummary {
+        ShutdownSummary::default()
     }
 }

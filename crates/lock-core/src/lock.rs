@@ -363,12 +363,18 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///
     /// # Examples
     ///
-    /// A lock that delegates to another and counts the acquisitions reaching it:
+    /// A lock that delegates to another and counts the acquisitions reaching it (it forwards
+    /// [`shutdown`](DistributedLock::shutdown) too, so the wrapped lock's leases are released at
+    /// exit):
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
     /// use async_trait::async_trait;
-    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease, LockError, LockHandle};
+    /// use lock_core::{
+    ///     AcquireOptions, DistributedLock, InMemoryLock, Lease, LockError, LockHandle,
+    ///     ShutdownSummary,
+    /// };
     ///
     /// #[derive(Debug, Default)]
     /// struct Counted {
@@ -390,6 +396,10 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///         self.calls.fetch_add(1, Ordering::Relaxed);
     ///         self.inner.acquire_lease(key, options).await
     ///     }
+    ///
+    ///     async fn shutdown(&self, timeout: Duration) -> ShutdownSummary {
+    ///         self.inner.shutdown(timeout).await
+    ///     }
     /// }
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), LockError> {
@@ -398,7 +408,8 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// assert_eq!(lock.calls.load(Ordering::Relaxed), 0);
     /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// assert_eq!(lock.calls.load(Ordering::Relaxed), 1);
-    /// # drop(handle);
+    /// drop(handle);
+    /// assert!(lock.shutdown(Duration::from_secs(5)).await.is_complete());
     /// # Ok(()) }
     /// ```
     async fn acquire_lease(
@@ -519,9 +530,9 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// from `main` may exit before the release reaches the backend, leaving the key held for
     /// its whole lease. Call this last. Calling it again waits for what is still pending.
     ///
-    /// The provided method does nothing and returns an empty summary: right only for a backend
-    /// with no background work whose leases cannot outlive its process. Backends override it;
-    /// the conformance check `shutdown_releases_and_refuses` holds them to the contract.
+    /// There is no provided method: a lock that wraps another must forward it, or the leases of
+    /// the wrapped lock stay held at exit. The conformance check `shutdown_releases_and_refuses`
+    /// holds every backend to the contract.
     ///
     /// # Examples
     ///
@@ -541,10 +552,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// assert_eq!(error.details()["reason"], "shut_down");
     /// # Ok(()) }
     /// ```
-    async fn shutdown(&self, timeout: Duration) -> ShutdownSummary {
-        let _ = timeout;
-        ShutdownSummary::default()
-    }
+    async fn shutdown(&self, timeout: Duration) -> ShutdownSummary;
 }
 
 /// Closure helpers for every [`DistributedLock`], including `dyn DistributedLock`.

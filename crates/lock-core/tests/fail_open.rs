@@ -42,6 +42,10 @@ impl DistributedLock for DownLock {
     ) -> Result<LockHandle, LockError> {
         Err(LockError::backend_unavailable(key, "connection refused"))
     }
+
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::ShutdownSummary {
+        lock_core::ShutdownSummary::default()
+    }
 }
 
 #[tokio::test]

@@ -11,10 +11,14 @@ use tokio::time::Instant;
 use crate::config::{RedisLockConfig, scrub};
 use crate::error::{RedisFailure, Refusal};
 
-/// Reconnect forever, 100 ms doubling to 2 s: a Redis outage makes acquisitions fail closed, it
-/// must never leave the client permanently disconnected.
+/// The longest delay between two attempts to reconnect to Redis: 2 s (the first comes after
+/// 100 ms, doubling). Once Redis answers again, a client is connected within about this long.
+pub const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
+
+/// Reconnect forever, 100 ms doubling to [`RECONNECT_MAX_DELAY`]: a Redis outage makes
+/// acquisitions fail closed, it must never leave the client permanently disconnected.
 fn reconnect_policy() -> ReconnectPolicy {
-    ReconnectPolicy::new_exponential(0, 100, 2_000, 2)
+    ReconnectPolicy::new_exponential(0, 100, RECONNECT_MAX_DELAY.as_millis() as u32, 2)
 }
 
 /// What the addresses accept, quoted in errors.

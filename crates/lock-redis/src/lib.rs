@@ -117,13 +117,14 @@ pub use config::{
     MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
     RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
 };
+pub use connection::RECONNECT_MAX_DELAY;
 pub use error::{RedisFailure, Refusal};
 pub use ops::{ForceReleased, LockState, LockStatus};
 pub use scripts::{
     ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT, RELEASE_SCRIPT,
     RENEW_SCRIPT, STATUS_SCRIPT,
 };
-pub use watchdog::{RENEW_BATCH, WatchdogStats};
+pub use watchdog::{RENEW_BATCH, WatchdogStats, renewal_period};
 
 use crate::acquire::Acquisition;
 use crate::inner::Inner;
@@ -230,7 +231,7 @@ impl RedisLock {
         // Detached: the connection tasks end with `quit`, sent when the lock is dropped.
         drop(client.connect());
         drop(subscriber.connect());
-        if config.command_timeout > config.watchdog_timeout / 3 {
+        if config.command_timeout > renewal_period(config.watchdog_timeout) {
             tracing::warn!(
                 command_timeout_ms = config.command_timeout.as_millis() as u64,
                 watchdog_timeout_ms = config.watchdog_timeout.as_millis() as u64,

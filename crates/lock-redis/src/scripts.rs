@@ -50,6 +50,12 @@ pub const STATUS_SCRIPT: &str = concat!(
     include_str!("scripts/status.lua")
 );
 
+/// The start of the value lock_value.lua's `grant()` writes, `H|<fencing token>|<owner>` (the
+/// grammar is declared there): what renew.lua expects at the key of each lease it renews.
+pub(crate) fn held_prefix(token: u64, owner: &str) -> String {
+    format!("H|{token}|{owner}")
+}
+
 /// The scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
 /// or a failover to a server that never saw them), so a warm call is one round trip.
 #[derive(Debug)]

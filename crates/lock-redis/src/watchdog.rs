@@ -26,7 +26,7 @@ pub const RENEW_BATCH: usize = 500;
 
 /// How often a watchdog lease is renewed: every third of the watchdog timeout, so a lease
 /// survives two renewals in a row that do not get through.
-pub(crate) fn renewal_period(watchdog_timeout: Duration) -> Duration {
+pub fn renewal_period(watchdog_timeout: Duration) -> Duration {
     watchdog_timeout / 3
 }
 
@@ -104,7 +104,8 @@ pub(crate) struct Registry {
 #[derive(Debug)]
 struct Renewal {
     key: Key,
-    /// `H|<fencing token>|<owner>`, what renew.lua expects at the start of the value.
+    /// [`held_prefix`](crate::scripts::held_prefix): what renew.lua expects at the start of the
+    /// value.
     grant: Str,
     state: LeaseState,
     /// When the next renewal is due; `None` while one is in flight, so a slow call is not sent
@@ -141,7 +142,7 @@ impl Registry {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let renewal = Renewal {
             key: Key::from(redis_key),
-            grant: Str::from(format!("H|{token}|{owner}")),
+            grant: Str::from(crate::scripts::held_prefix(token, owner)),
             state,
             due: Some(Instant::now() + period),
         };

@@ -116,7 +116,10 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
             fencing_token,
             ttl: Some(ttl),
         } => {
-            assert_eq!((released_by.as_str(), fencing_token), (owner.as_str(), token));
+            assert_eq!(
+                (released_by.as_str(), fencing_token),
+                (owner.as_str(), token)
+            );
             assert!(ttl <= TOMBSTONE_TTL, "{ttl:?}");
         }
         state => panic!("not a tombstone: {state:?}"),
@@ -127,7 +130,10 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
         &TOMBSTONE_TTL.as_millis().to_string(),
     ];
     let again = resend(&redis, lock_redis::RELEASE_SCRIPT, &[&key], &release_args).await;
-    assert_eq!(again, "1", "a release re-sent after the hold reports its first outcome");
+    assert_eq!(
+        again, "1",
+        "a release re-sent after the hold reports its first outcome"
+    );
     let next = other.try_acquire(NAME, Lease::Watchdog).await.unwrap();
     assert!(next.fencing_token() > token);
 }
@@ -264,7 +270,10 @@ async fn the_watchdog_does_not_renew_a_grant_with_fields_past_the_grammar() {
     let key = lock.redis_key("tail");
     let value = redis.cmd(&["GET", &key]).await.unwrap();
     let tampered = format!("{value}||5|x");
-    redis.cmd(&["SET", &key, &tampered, "KEEPTTL"]).await.unwrap();
+    redis
+        .cmd(&["SET", &key, &tampered, "KEEPTTL"])
+        .await
+        .unwrap();
     assert!(lock.status("tail").await.is_err(), "status read a lock");
     let lost = tokio::time::timeout(SLACK, held.lost()).await;
     assert!(lost.is_ok(), "the watchdog kept renewing {tampered}");

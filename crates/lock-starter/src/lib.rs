@@ -111,7 +111,7 @@ pub mod redis {
         ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT,
         ForceReleased, LockState, LockStatus, RELEASE_SCRIPT, RENEW_BATCH, RENEW_SCRIPT,
         RedisFailure, RedisLock, RedisLockConfig, Refusal, STATUS_SCRIPT, TOMBSTONE_TTL,
-        WatchdogStats, key_prefix_problem, validate_key_prefix,
+        WatchdogStats, key_prefix_problem, renewal_period, validate_key_prefix,
     };
 }
 
