@@ -224,11 +224,21 @@ async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
     let redis = server().await;
     let lock = client(&redis).await;
 
-    // A value the acquire script took for a holder, and one with fields past the grammar.
-    for (name, value) in [("no-ttl", "H|12|x|y|5"), ("five-fields", "H|12|x|y|z")] {
+    // A value the acquire script took for a holder, one with fields past the grammar, and
+    // fencing tokens no grant writes: past 2^53 (Lua's doubles would stop counting up: the
+    // next grant repeated the token, or the client could not read it back and the key stayed
+    // unacquirable) and with a leading zero (a forced release could not confirm it).
+    for (name, value) in [
+        ("no-ttl", "H|12|x|y|5"),
+        ("five-fields", "H|12|x|y|z"),
+        ("token-past-2^53", "R|9007199254740993|x"),
+        ("token-past-u64", "R|18446744073709551616|x"),
+        ("held-huge-token", "H|99999999999999999999999|x"),
+        ("leading-zero", "H|0005|x"),
+    ] {
         let key = lock.redis_key(name);
         redis.cmd(&["SET", &key, value]).await.unwrap();
-        if name == "five-fields" {
+        if name != "no-ttl" {
             redis.cmd(&["PEXPIRE", &key, "60000"]).await.unwrap();
         }
         let error = lock.try_acquire(name, Lease::Watchdog).await.unwrap_err();

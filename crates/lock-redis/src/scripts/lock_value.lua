@@ -9,7 +9,8 @@
 --                      (one tombstone TTL later), it reads as a tombstone (R) of <owner>
 --                   R  released: a tombstone that keeps the fencing token (and the releasing
 --                      owner) counting up for a short while; exactly three fields
---   fencing token   decimal
+--   fencing token   decimal, no leading zero, below 2^53 (Lua numbers are doubles: a larger one
+--                   would not count up exactly)
 --   owner           an owner token: never empty, never contains "|"
 --   previous owner  H and M: the owner of the tombstone the grant replaced (may be empty)
 --   hold until      H and M: the server time (ms) until which a release keeps the key held
@@ -47,7 +48,8 @@ local function parse_lock(key, value)
   elseif lock.state ~= 'H' and lock.state ~= 'M' then
     return false
   end
-  if #fields < 3 or #fields > fields_allowed or not string.match(lock.token, '^%d+$')
+  if #fields < 3 or #fields > fields_allowed or not string.match(lock.token, '^[1-9]%d*$')
+      or #lock.token > 16 or (#lock.token == 16 and lock.token > '9007199254740991')
       or lock.owner == '' or not string.match(lock.hold_until, '^%d*$') then
     return false
   end
