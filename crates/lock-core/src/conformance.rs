@@ -781,7 +781,8 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
 
 /// Inside a `with_lock` scope the task re-enters the key it holds — nested `with_lock` and
 /// `acquire` return at once on the outer lease, also from inside a scope of another key — while
-/// other tasks contend, and the lease ends with the outer scope.
+/// other tasks contend, two futures joined inside the scope never run nested sections of the
+/// key at once, and the lease ends with the outer scope.
 ///
 /// # Examples
 ///
@@ -864,6 +865,47 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
             assert!(
                 contended.is_err(),
                 "another task of the same client got a held lock"
+            );
+
+            // Two futures joined inside the section, each re-entering it with a nested
+            // section: one runs at a time. With no wait the second is refused as held by this
+            // process; with a wait it runs after the first.
+            let inside = AtomicUsize::new(0);
+            let most = AtomicUsize::new(0);
+            let nested_section = |patience| {
+                let (a3, key3, inside, most) = (Arc::clone(&a2), key2.clone(), &inside, &most);
+                async move {
+                    a3.with_lock_opts(&key3, wait(patience), || async {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                }
+            };
+            let (one, two) = tokio::join!(
+                nested_section(Duration::ZERO),
+                nested_section(Duration::ZERO)
+            );
+            assert!(
+                one.is_ok() != two.is_ok(),
+                "both or neither of two joined nested sections ran: {one:?} / {two:?}"
+            );
+            let refused = one.and(two).unwrap_err();
+            assert!(
+                refused.to_string().contains("held by this process"),
+                "{refused}"
+            );
+            let (one, two) = tokio::join!(
+                nested_section(Duration::from_secs(5)),
+                nested_section(Duration::from_secs(5))
+            );
+            assert!(one.is_ok() && two.is_ok(), "{one:?} / {two:?}");
+            assert_eq!(
+                most.load(Ordering::SeqCst),
+                1,
+                "two joined futures ran nested sections of the held key at once"
             );
 
             // Two futures of this task racing for a third key: only code inside a section

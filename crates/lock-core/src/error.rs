@@ -536,9 +536,9 @@ fn fmt_held(holder: &str, ttl: Option<Duration>, waited: Duration) -> String {
     let (ttl, waited) = (fmt_ttl(ttl), fmt_ms(waited));
     if crate::owner::issued_by_this_process(holder) {
         format!(
-            "held by this process: another task of it, owner `{holder}` ({ttl}), after waiting \
-             {waited}; re-entry is per task, so a task spawned inside `with_lock` contends with \
-             the section's lease"
+            "held by this process, owner `{holder}` ({ttl}), after waiting {waited}: only the \
+             code a `with_lock` section of the key runs re-enters its lease, one nested section \
+             at a time; other tasks and futures of this process contend like other pods"
         )
     } else {
         format!("held by another owner `{holder}` ({ttl}) after waiting {waited}")

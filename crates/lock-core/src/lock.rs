@@ -283,8 +283,10 @@ impl AcquireOptions {
 ///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
 ///   re-enters: it returns at once with a nested handle on the held lease
 ///   ([`LockHandle::is_reentrant`]), without a backend call; the outer lease, owner and fencing
-///   token are kept, and the lease and wait of the nested call are ignored. Any other
-///   acquisition — another task, or outside such a scope — contends.
+///   token are kept, and the lease and wait of the nested call are ignored. Nested sections
+///   of one scope run one at a time: a re-entry while another runs (only a future running
+///   beside it inside the scope, `join!`/`select!`, can ask then) waits for it up to its wait
+///   time. Any other acquisition — another task, or outside such a scope — contends.
 /// - **Shutdown.** [`shutdown(timeout)`](DistributedLock::shutdown) releases every lease this
 ///   client still holds, watchdog and fixed (their handles' `lost()` fires first, with
 ///   [`LostReason::ShutDown`](crate::LostReason::ShutDown)), and waits up to `timeout` for the
@@ -458,8 +460,9 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ) -> Result<LockHandle, LockError> {
         crate::telemetry::acquire(key, options, async {
             options.validate(key)?;
-            if let Some(nested) = crate::reentrant::enter(self.namespace(), key) {
-                return Ok(nested);
+            let wait = options.wait_time().unwrap_or(crate::DEFAULT_WAIT_TIME);
+            if let Some(nested) = crate::reentrant::enter(self.namespace(), key, wait).await {
+                return nested;
             }
             self.acquire_lease(key, options).await
         })
@@ -792,7 +795,9 @@ where
 {
     if handle.is_reentrant() {
         // The outer scope holds the lease and releases it.
-        return critical_section().await;
+        let value = crate::reentrant::nested_section(namespace, key, critical_section()).await;
+        drop(handle);
+        return value;
     }
     let value = crate::reentrant::scope(namespace, &handle, critical_section()).await;
     let still_held = handle.is_held();

@@ -4,8 +4,17 @@
 //!
 //! The scope is a Tokio task-local set while the section's future is polled, and each entry
 //! also records the task id: code the section spawns (`tokio::spawn`, `spawn_local` driven from
-//! inside it) and sibling futures (`join!`) run as other futures or tasks and contend like any
-//! other holder.
+//! inside it) and sibling futures (`join!`) of the `with_lock` call run as other futures or
+//! tasks and contend like any other holder.
+//!
+//! Futures run concurrently *inside* a section (`join!`, `select!`, a `FuturesUnordered`) all
+//! see its scope. So that two of them cannot both run a nested section at once, a nested
+//! `with_lock` section is exclusive among the re-entries of its enclosing scope: while one
+//! runs, another re-entry from that scope — which can only come from a future running beside it,
+//! since code after the nested section has not started — waits for it like a contender (its
+//! per-call wait, else [`DEFAULT_WAIT_TIME`](crate::DEFAULT_WAIT_TIME)), and fails as held by
+//! this process when the wait is spent. A nested *handle* from a plain `acquire` is not
+//! exclusive: the same code may hold several, one after another.
 //!
 //! A nested handle can outlive its section (moved out, or into a spawned task). When the section
 //! ends, the outer `with_lock` releases the lease, and the nested handle reports that as lost
@@ -13,11 +22,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
 
-use crate::error::LockError;
+use crate::error::{AcquireFailure, LockError};
 use crate::handle::{LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
 use crate::lease::Lease;
 
@@ -39,32 +50,97 @@ struct Held {
     fencing_token: u64,
     state: LeaseState,
     holds: Arc<AtomicUsize>,
+    /// One permit, taken while a nested section entered from this scope runs.
+    section: Arc<Semaphore>,
 }
 
-/// A nested handle for `key`, if the current task holds it in a `with_lock` scope of the lock
-/// `namespace` and the lease is still held.
-pub(crate) fn enter(namespace: &str, key: &str) -> Option<LockHandle> {
+impl Held {
+    fn matches(&self, task: Option<tokio::task::Id>, namespace: &str, key: &str) -> bool {
+        self.task == task
+            && &*self.namespace == namespace
+            && self.key == key
+            && self.state.is_held()
+    }
+}
+
+/// The innermost scope of the current task that holds `key` of the lock `namespace`.
+fn innermost(namespace: &str, key: &str) -> Option<Held> {
     HELD.try_with(|held| {
         let task = tokio::task::try_id();
-        let outer = held.iter().rev().find(|h| {
-            h.task == task && &*h.namespace == namespace && h.key == key && h.state.is_held()
-        })?;
-        outer.holds.fetch_add(1, Ordering::SeqCst);
-        Some(LockHandle::nested(
-            &outer.key,
-            outer.lease,
-            outer.owner.clone(),
-            outer.fencing_token,
-            outer.state.clone(),
-            Arc::clone(&outer.holds),
-            outer.ended.clone(),
-            Box::new(NestedRelease {
-                holds: Arc::clone(&outer.holds),
-            }),
-        ))
+        held.iter()
+            .rev()
+            .find(|h| h.matches(task, namespace, key))
+            .cloned()
     })
     .ok()
     .flatten()
+}
+
+/// A nested handle for `key`, if the current task holds it in a `with_lock` scope of the lock
+/// `namespace` and the lease is still held; `None` when the acquisition contends as usual.
+/// While a nested section of that scope runs, waits up to `wait` for it to end (see the module
+/// docs), then fails as held by this process.
+pub(crate) async fn enter(
+    namespace: &str,
+    key: &str,
+    wait: Duration,
+) -> Option<Result<LockHandle, LockError>> {
+    let outer = innermost(namespace, key)?;
+    if outer.section.available_permits() == 0 {
+        let started = Instant::now();
+        match tokio::time::timeout(wait, outer.section.acquire()).await {
+            Ok(Ok(permit)) => drop(permit),
+            _ => {
+                return Some(Err(LockError::AcquisitionFailed {
+                    key: key.to_owned(),
+                    reason: AcquireFailure::HeldByAnotherOwner {
+                        holder: outer.owner.clone(),
+                        ttl: None,
+                        waited: started.elapsed(),
+                    },
+                }));
+            }
+        }
+        if !outer.state.is_held() {
+            return None;
+        }
+    }
+    outer.holds.fetch_add(1, Ordering::SeqCst);
+    Some(Ok(LockHandle::nested(
+        &outer.key,
+        outer.lease,
+        outer.owner.clone(),
+        outer.fencing_token,
+        outer.state.clone(),
+        Arc::clone(&outer.holds),
+        outer.ended.clone(),
+        Box::new(NestedRelease {
+            holds: Arc::clone(&outer.holds),
+        }),
+    )))
+}
+
+/// Runs the section of a nested handle [`enter`] just returned: exclusive among the nested
+/// sections of the scope it re-entered, and a scope of its own for what it nests in turn.
+pub(crate) async fn nested_section<T>(
+    namespace: &str,
+    key: &str,
+    section: impl Future<Output = T>,
+) -> T {
+    let Some(outer) = innermost(namespace, key) else {
+        // The lease ended in between: the section runs, as it would have a moment earlier,
+        // and its handle reports the loss.
+        return section.await;
+    };
+    // Never closed; and `enter` saw it free in this same poll unless a sibling was woken first.
+    let _permit = Arc::clone(&outer.section).acquire_owned().await;
+    let inner = Held {
+        section: Arc::new(Semaphore::new(1)),
+        ..outer
+    };
+    let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
+    stack.push(inner);
+    HELD.scope(stack, section).await
 }
 
 /// Runs `section` with `handle`'s lease registered for re-entry — visible while `section`
@@ -85,6 +161,7 @@ pub(crate) async fn scope<T>(
         fencing_token: handle.fencing_token(),
         state: handle.lease_state().clone(),
         holds: handle.holds(),
+        section: Arc::new(Semaphore::new(1)),
     };
     // Scopes nest: the inner one sees the leases of the enclosing ones, too.
     let mut stack = HELD.try_with(Vec::clone).unwrap_or_default();
