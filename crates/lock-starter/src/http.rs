@@ -205,6 +205,9 @@ fn public_detail(error: &LockError) -> String {
             format!("the release of {lock} was not confirmed; it ends when its lease runs out")
         }
         LockError::Disabled { .. } => "locking is disabled on this server".to_owned(),
+        LockError::ShutDown { .. } => {
+            format!("{lock} was not acquired: this server is shutting down; retry on another")
+        }
         // A bug of the calling service (500): the argument is its business, not the client's.
         LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => {
             format!("the server used {lock} with an invalid argument")
@@ -471,7 +474,8 @@ fn log_withheld(error: &LockError) {
     let (status, code) = (error.http_status(), error.code().as_str());
     let message = "lock error answered with a public problem body";
     match reason {
-        "held_by_another_owner" | "waiters_ahead" | "disabled" => {
+        // Expected answers: contention, and a server switched off or stopping.
+        "held_by_another_owner" | "waiters_ahead" | "disabled" | "shut_down" => {
             tracing::debug!(status, code, reason, lock_key, %error, "{message}");
         }
         "invalid_argument" | "invalid_key" => {

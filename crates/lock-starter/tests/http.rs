@@ -19,7 +19,7 @@ use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::http::{
     BACKEND_RETRY_AFTER, DetailedLockRejection, LockRejection, MAX_RETRY_AFTER, PROBLEM_JSON,
-    ProblemDetails, problem_response,
+    ProblemDetails, problem_response, problem_title,
 };
 use lock_starter::prelude::*;
 use lock_starter::{AcquireFailure, HealthStatus};
@@ -201,6 +201,12 @@ async fn every_error_code_has_its_status_type_and_reason() {
             "lock-disabled",
             "disabled",
         ),
+        (
+            LockError::ShutDown { key: "k".into() },
+            503,
+            "lock-disabled",
+            "shut_down",
+        ),
     ];
     for (error, status, slug, reason) in cases {
         let problem = ProblemDetails::detailed(&error).instance("/bill-runs/2026-11");
@@ -210,6 +216,12 @@ async fn every_error_code_has_its_status_type_and_reason() {
             (&problem.code, &problem.reason, problem.status)
         );
         assert!(!public.detail.contains("connection refused") && public.extensions.is_empty());
+        // Every error has a public detail of its own, not the generic title.
+        assert!(
+            !public.detail.starts_with(problem_title(error.code())),
+            "{}",
+            public.detail
+        );
         let response = axum::response::IntoResponse::into_response(problem);
         assert_eq!(response.status().as_u16(), status, "{error}");
         assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
