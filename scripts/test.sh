@@ -7,6 +7,7 @@
 #   scripts/test.sh                 both passes
 #   scripts/test.sh --redis-only    the Redis pass only
 #   scripts/test.sh ARGS…           the Redis pass only, as `cargo test --workspace ARGS…`
+#   scripts/test.sh --help          this text
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +18,11 @@ VALKEY_TESTS=(conformance acl cluster sentinel sentinel_deployments replication 
   behaviour redis_errors hold_at_least watchdog ops outcome_unknown)
 
 valkey=1
-if [ "${1:-}" = "--redis-only" ]; then
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  # The usage is the header above.
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+elif [ "${1:-}" = "--redis-only" ]; then
   valkey=0
   shift
 elif [ "$#" -gt 0 ]; then
