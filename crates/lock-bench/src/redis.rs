@@ -142,6 +142,21 @@ pub(crate) fn redact(url: &str) -> String {
     }
 }
 
+/// The lines of `INFO commandstats`, as (command, its `calls=…,usec=…` list).
+pub(crate) fn command_stats(info: &str) -> impl Iterator<Item = (&str, &str)> {
+    info.lines()
+        .filter_map(|line| line.trim().strip_prefix("cmdstat_")?.split_once(':'))
+}
+
+/// One field (`calls`, `usec`) of a command's list from [`command_stats`]; 0 when absent.
+pub(crate) fn stat_field(stats: &str, field: &str) -> u64 {
+    stats
+        .split(',')
+        .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Command counts from one `INFO commandstats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CommandCalls {
@@ -152,17 +167,10 @@ pub(crate) struct CommandCalls {
 impl CommandCalls {
     fn parse(info: &str) -> Self {
         let mut calls = CommandCalls::default();
-        for line in info.lines() {
-            let Some(stat) = line.trim().strip_prefix("cmdstat_") else {
-                continue;
-            };
-            let n = stat
-                .split_once("calls=")
-                .and_then(|(_, rest)| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
+        for (command, stats) in command_stats(info) {
+            let n = stat_field(stats, "calls");
             calls.total += n;
-            if stat.starts_with("evalsha:") {
+            if command == "evalsha" {
                 calls.evalsha += n;
             }
         }

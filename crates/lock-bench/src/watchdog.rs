@@ -194,16 +194,14 @@ struct RenewStats {
 
 impl RenewStats {
     fn parse(info: &str) -> Self {
-        let field = |command: &str, name: &str| {
-            info.lines()
-                .find_map(|line| line.trim().strip_prefix(command))
-                .and_then(|stat| stat.split(',').find_map(|kv| kv.strip_prefix(name)))
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
+        let field = |wanted: &str, name: &str| {
+            crate::redis::command_stats(info)
+                .find(|(command, _)| *command == wanted)
+                .map_or(0, |(_, stats)| crate::redis::stat_field(stats, name))
         };
         RenewStats {
-            usec: field("cmdstat_evalsha:", "usec="),
-            keys: field("cmdstat_pexpire:", "calls="),
+            usec: field("evalsha", "usec"),
+            keys: field("pexpire", "calls"),
         }
     }
 
