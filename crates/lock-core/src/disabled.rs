@@ -6,7 +6,8 @@ use async_trait::async_trait;
 
 use crate::error::LockError;
 use crate::handle::LockHandle;
-use crate::lock::{AcquireOptions, DistributedLock};
+use crate::lock::DistributedLock;
+use crate::options::AcquireOptions;
 use crate::shutdown::ShutdownSummary;
 
 /// The lock of a service whose distributed lock is switched off by configuration

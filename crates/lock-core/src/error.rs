@@ -251,12 +251,14 @@ pub enum LockError {
         cause: BoxError,
     },
     /// The key is not accepted; nothing was sent to the backend. Code `LOCK_INVALID_ARGUMENT`.
-    #[error("invalid lock key {key:?}: {problem}; {}", crate::key::KEY_RULES)]
+    #[error("invalid lock key {key:?}: {problem}; {accepted}")]
     InvalidKey {
         /// The rejected key (escaped by `Debug`, so control characters stay visible).
         key: String,
         /// What is wrong with it.
         problem: &'static str,
+        /// What a valid key looks like.
+        accepted: &'static str,
     },
     /// A duration or other argument is out of range; nothing was sent to the backend. Code
     /// `LOCK_INVALID_ARGUMENT`.
@@ -534,7 +536,7 @@ fn for_lock(key: Option<&str>) -> String {
 /// Who held a contended key, for humans.
 fn fmt_held(holder: &str, ttl: Option<Duration>, waited: Duration) -> String {
     let (ttl, waited) = (fmt_ttl(ttl), fmt_ms(waited));
-    if crate::owner::issued_by_this_process(holder) {
+    if crate::process::issued_by_this_process(holder) {
         format!(
             "held by this process, owner `{holder}` ({ttl}), after waiting {waited}: only the \
              code a `with_lock` section of the key runs re-enters its lease, one nested section \

@@ -12,7 +12,8 @@ use std::fmt;
 use std::future::Future;
 
 use crate::error::{AcquireFailure, LockError};
-use crate::lock::{AcquireOptions, DistributedLock};
+use crate::lock::DistributedLock;
+use crate::options::AcquireOptions;
 
 /// The value of a critical section run under the fail-open policy, and whether the lock was held
 /// while it ran.
@@ -366,7 +367,7 @@ where
 {
     match lock.acquire_with(key, options).await {
         Ok(handle) => Ok(FailOpen::Guarded(
-            crate::lock::run_holding(lock.namespace(), key, handle, critical_section).await,
+            crate::reentrant::run_holding(lock.namespace(), key, handle, critical_section).await,
         )),
         Err(error) => {
             let unguarded = Unguarded::from_error(error)?;

@@ -1,5 +1,5 @@
-//! The held side of a lock: [`LockHandle`], its lease status, and the hook a backend implements to
-//! release it.
+//! The held side of a lock: [`LockHandle`], the shared lease state behind it, and the hook a
+//! backend implements to release it.
 
 use std::fmt;
 use std::future::Future;
@@ -12,116 +12,7 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::lease::Lease;
-
-/// What an owner-checked release found.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let quick = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(10))).await?;
-/// assert_eq!(quick.release().await?, ReleaseOutcome::Released);
-///
-/// let slow = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-/// tokio::time::sleep(Duration::from_secs(2)).await; // the sweep overran its lease
-/// let next_pod = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
-/// // Owner-checked: the late release deletes nothing and reports it.
-/// assert_eq!(slow.release().await?, ReleaseOutcome::NotHeld);
-/// assert!(next_pod.is_held());
-/// # Ok(()) }
-/// ```
-#[must_use = "a release that found the lease gone means the critical section may have overlapped another holder"]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReleaseOutcome {
-    /// This owner still held the lock; it is now free and waiters were woken. For a re-entrant
-    /// handle ([`LockHandle::is_reentrant`]): its hold was given back and the lease stays with
-    /// the enclosing `with_lock` section, which releases it.
-    Released,
-    /// The lease had already ended (expired, lost, or taken over); nothing was deleted, and
-    /// whoever holds the key now keeps it.
-    NotHeld,
-}
-
-/// Why a held lease was lost.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-///
-/// let reason = handle.lost().await; // the fixed lease ran out
-/// assert_eq!(reason, LostReason::Expired);
-/// assert_eq!(reason.to_string(), "the lease ran out without a confirmed renewal");
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The local deadline (last confirmed expiry minus a safety margin) passed without a
-    /// confirmed renewal. Fires before the backend can grant the key to someone else.
-    Expired,
-    /// A renewal found the key gone or held by another owner.
-    NotOwner,
-    /// This re-entrant handle outlived the `with_lock` section it was taken in; the section
-    /// ended and its lease was released.
-    ScopeEnded,
-    /// The lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown))
-    /// while this lease was held, and released it.
-    ShutDown,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "the lease ran out without a confirmed renewal",
-            LostReason::NotOwner => "the key was gone or held by another owner at renewal",
-            LostReason::ScopeEnded => {
-                "the with_lock section this re-entrant handle was taken in has ended and released the lease"
-            }
-            LostReason::ShutDown => "the lock client was shut down and released the lease",
-        })
-    }
-}
-
-/// The status of one lease as the holder's process knows it.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-/// assert!(matches!(handle.status(), LeaseStatus::Held { valid_until: Some(_) }));
-///
-/// tokio::time::sleep(Duration::from_secs(2)).await;
-/// assert_eq!(handle.status(), LeaseStatus::Lost(LostReason::Expired));
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseStatus {
-    /// Held until `valid_until` on the local monotonic clock; `None` means no deadline (the
-    /// in-process implementation's watchdog leases).
-    Held {
-        /// The local deadline: last confirmed expiry minus a safety margin.
-        valid_until: Option<Instant>,
-    },
-    /// Released by the holder (explicitly or by dropping the handle).
-    Released,
-    /// Lost while held.
-    Lost(LostReason),
-}
+use crate::status::{LeaseStatus, LostReason, ReleaseOutcome};
 
 /// Shared, observable status of one lease: the backend writes it (grants, renewals, losses), the
 /// [`LockHandle`] reads it. Cheap to clone.
@@ -977,5 +868,19 @@ mod tests {
 
     async fn futures_poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
         tokio::time::timeout(Duration::ZERO, f).await.ok()
+    }
+}
+
+impl crate::telemetry::Grant for LockHandle {
+    fn fencing_token(&self) -> u64 {
+        LockHandle::fencing_token(self)
+    }
+
+    fn is_reentrant(&self) -> bool {
+        LockHandle::is_reentrant(self)
+    }
+
+    fn hold_count(&self) -> usize {
+        LockHandle::hold_count(self)
     }
 }

@@ -44,6 +44,7 @@ pub fn validate_key(key: &str) -> Result<(), LockError> {
         Some(problem) => Err(LockError::InvalidKey {
             key: truncate_for_display(key),
             problem,
+            accepted: KEY_RULES,
         }),
     }
 }

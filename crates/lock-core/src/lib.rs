@@ -59,15 +59,19 @@
 
 mod disabled;
 mod error;
+mod ext;
 mod fail_open;
 mod handle;
 mod key;
 mod lease;
 mod lock;
 mod memory;
+mod options;
 mod owner;
+mod process;
 mod reentrant;
 mod shutdown;
+mod status;
 pub mod telemetry;
 
 #[cfg(feature = "conformance")]
@@ -75,14 +79,18 @@ pub mod conformance;
 
 pub use disabled::DisabledLock;
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
+pub use ext::DistributedLockExt;
 pub use fail_open::{FailOpen, Unguarded, UnguardedReason};
-pub use handle::{LeaseRelease, LeaseState, LeaseStatus, LockHandle, LostReason, ReleaseOutcome};
+pub use handle::{LeaseRelease, LeaseState, LockHandle};
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use lease::{
     Lease, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
     validate_wait, validate_watchdog_timeout,
 };
-pub use lock::{AcquireOptions, DistributedLock, DistributedLockExt};
-pub use memory::{DEFAULT_WAIT_TIME, InMemoryLock};
-pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, issued_by_this_process, validate_instance_id};
+pub use lock::DistributedLock;
+pub use memory::InMemoryLock;
+pub use options::{AcquireOptions, DEFAULT_WAIT_TIME};
+pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
+pub use process::issued_by_this_process;
 pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
+pub use status::{LeaseStatus, LostReason, ReleaseOutcome};

@@ -10,16 +10,16 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{AcquireFailure, LockError};
-use crate::handle::{LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
+use crate::handle::{LeaseRelease, LeaseState, LockHandle};
 use crate::lease::{Lease, validate_wait};
-use crate::lock::{AcquireOptions, DistributedLock};
+use crate::lock::DistributedLock;
+use crate::options::AcquireOptions;
+use crate::options::DEFAULT_WAIT_TIME;
 use crate::owner::OwnerTokens;
 use crate::shutdown::{HeldLeases, ShutdownSummary};
+use crate::status::ReleaseOutcome;
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
-
-/// The default wait time of an [`InMemoryLock`]: 5 s, as `telco.platform.lock.wait-time`.
-pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 
 /// A [`DistributedLock`] whose locks live in this process. Clones share the same locks, so each
 /// clone can stand in for a separate client.

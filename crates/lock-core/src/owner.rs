@@ -1,7 +1,5 @@
 //! Owner tokens: one per acquisition, readable by on-call.
 
-use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::LockError;
@@ -56,7 +54,7 @@ impl OwnerTokens {
         validate_instance_id(instance_id)?;
         let client: u64 = rand::random();
         let prefix = format!("{instance_id}/{client:016x}/");
-        live_sources().insert(prefix.clone());
+        crate::process::register(&prefix);
         Ok(OwnerTokens {
             prefix,
             instance_id_len: instance_id.len(),
@@ -114,40 +112,8 @@ impl OwnerTokens {
 
 impl Drop for OwnerTokens {
     fn drop(&mut self) {
-        live_sources().remove(&self.prefix);
+        crate::process::unregister(&self.prefix);
     }
-}
-
-/// The token prefixes (`<instance-id>/<client>/`) of the [`OwnerTokens`] alive in this process.
-/// Process-wide rather than per client, so that a holder reached through another client of the
-/// same process is recognised too.
-static LIVE_SOURCES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-
-fn live_sources() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
-    // A set of strings cannot be left half-updated by a panic.
-    LIVE_SOURCES.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether `token` was issued by an [`OwnerTokens`] still alive in this process: the holder of a
-/// contended key is then another task of this process, not another pod — typically a task
-/// spawned inside `with_lock` asking for its parent's key (re-entry is per task). The random
-/// client part of the token makes a match with another process's token practically impossible.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::{OwnerTokens, issued_by_this_process};
-///
-/// let owners = OwnerTokens::new("billing-7f9c")?;
-/// assert!(issued_by_this_process(&owners.next_token()));
-/// assert!(!issued_by_this_process("billing-7f9c/3e1f0c9a2b7d4e58/1")); // another process
-/// # Ok::<(), lock_core::LockError>(())
-/// ```
-pub fn issued_by_this_process(token: &str) -> bool {
-    // The counter after the last `/` has no `/`; an instance id may.
-    token
-        .rfind('/')
-        .is_some_and(|end| live_sources().contains(&token[..=end]))
 }
 
 /// Checks an instance id: 1 to 128 bytes, no control characters and no `|` (it separates the
@@ -189,6 +155,7 @@ pub fn validate_instance_id(instance_id: &str) -> Result<(), LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::process::issued_by_this_process;
 
     #[test]
     fn tokens_are_unique_per_acquisition_and_across_clients() {

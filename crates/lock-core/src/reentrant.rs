@@ -29,8 +29,9 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use crate::error::{AcquireFailure, LockError};
-use crate::handle::{LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
+use crate::handle::{LeaseRelease, LeaseState, LockHandle};
 use crate::lease::Lease;
+use crate::status::ReleaseOutcome;
 
 tokio::task_local! {
     /// The leases held by the `with_lock` scopes enclosing the future being polled.
@@ -205,4 +206,41 @@ impl LeaseRelease for NestedRelease {
     fn release_in_background(self: Box<Self>) {
         self.give_back();
     }
+}
+
+/// The granted path of every `with_lock*`: runs `critical_section` holding `handle` (registered
+/// for re-entry), then releases it and logs — does not return — a lease that had ended or a
+/// release that was not confirmed. A re-entrant handle is left to the enclosing scope.
+pub(crate) async fn run_holding<F, Fut, T>(
+    namespace: &str,
+    key: &str,
+    handle: LockHandle,
+    critical_section: F,
+) -> T
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = T>,
+{
+    if handle.is_reentrant() {
+        // The outer scope holds the lease and releases it.
+        let value = nested_section(namespace, key, critical_section()).await;
+        drop(handle);
+        return value;
+    }
+    let value = scope(namespace, &handle, critical_section()).await;
+    let still_held = handle.is_held();
+    match handle.release().await {
+        Ok(ReleaseOutcome::Released) => {}
+        Ok(ReleaseOutcome::NotHeld) => tracing::warn!(
+            lock_key = key,
+            still_held_locally = still_held,
+            "the lease ended before the critical section finished; another owner may have run concurrently"
+        ),
+        Err(error) => tracing::warn!(
+            lock_key = key,
+            %error,
+            "release after the critical section was not confirmed; the lease ends at its TTL"
+        ),
+    }
+    value
 }

@@ -39,9 +39,9 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::error::LockError;
-use crate::handle::{LockHandle, LostReason, ReleaseOutcome};
 use crate::lease::Lease;
-use crate::lock::AcquireOptions;
+use crate::options::AcquireOptions;
+use crate::status::{LostReason, ReleaseOutcome};
 
 /// Counter: acquisitions by `outcome`: `granted`, `reentered` (a nested acquisition inside a
 /// `with_lock` scope; no backend call), `held_by_another_owner`, `waiters_ahead`,
@@ -80,8 +80,16 @@ pub(crate) fn lease_mode(lease: Lease) -> &'static str {
     }
 }
 
+/// What the acquisition telemetry reads of a granted handle (implemented by
+/// [`LockHandle`](crate::LockHandle)).
+pub(crate) trait Grant {
+    fn fencing_token(&self) -> u64;
+    fn is_reentrant(&self) -> bool;
+    fn hold_count(&self) -> usize;
+}
+
 /// The `outcome` of an acquisition's result.
-fn acquire_outcome(result: &Result<LockHandle, LockError>) -> &'static str {
+fn acquire_outcome(result: &Result<impl Grant, LockError>) -> &'static str {
     match result {
         Ok(handle) if handle.is_reentrant() => "reentered",
         Ok(_) => "granted",
@@ -110,13 +118,14 @@ impl Drop for CancelGuard {
 /// Runs `attempt` (validation, re-entry, the backend's acquisition) inside a `lock.acquire` span
 /// and records its outcome: span fields, metrics, and an `INFO` event for an acquisition that
 /// failed closed for another reason than contention.
-pub(crate) async fn acquire<F>(
+pub(crate) async fn acquire<F, G>(
     key: &str,
     options: AcquireOptions,
     attempt: F,
-) -> Result<LockHandle, LockError>
+) -> Result<G, LockError>
 where
-    F: Future<Output = Result<LockHandle, LockError>>,
+    F: Future<Output = Result<G, LockError>>,
+    G: Grant,
 {
     let span = tracing::debug_span!(
         "lock.acquire",
