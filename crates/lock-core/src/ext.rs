@@ -33,7 +33,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// failed release is logged, not returned: the work is done and its value is yours; the lease
     /// ends at its TTL. So is a lease that ran out before the section finished (a `WARN` says
     /// another owner may have run concurrently); use [`DistributedLock::acquire`] and
-    /// [`LockHandle::lost`] to react to that.
+    /// [`LockHandle::lost`](crate::LockHandle::lost) to react to that.
     ///
     /// Inside the section, the same task acquiring the same key again (with `with_lock` or
     /// `acquire`) re-enters: see the `# Contract` of [`DistributedLock`].

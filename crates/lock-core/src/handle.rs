@@ -825,6 +825,20 @@ impl Drop for LockHandle {
     }
 }
 
+impl crate::telemetry::Grant for LockHandle {
+    fn fencing_token(&self) -> u64 {
+        LockHandle::fencing_token(self)
+    }
+
+    fn is_reentrant(&self) -> bool {
+        LockHandle::is_reentrant(self)
+    }
+
+    fn hold_count(&self) -> usize {
+        LockHandle::hold_count(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -868,19 +882,5 @@ mod tests {
 
     async fn futures_poll_once<F: Future + Unpin>(f: &mut F) -> Option<F::Output> {
         tokio::time::timeout(Duration::ZERO, f).await.ok()
-    }
-}
-
-impl crate::telemetry::Grant for LockHandle {
-    fn fencing_token(&self) -> u64 {
-        LockHandle::fencing_token(self)
-    }
-
-    fn is_reentrant(&self) -> bool {
-        LockHandle::is_reentrant(self)
-    }
-
-    fn hold_count(&self) -> usize {
-        LockHandle::hold_count(self)
     }
 }

@@ -29,7 +29,7 @@ use crate::shutdown::ShutdownSummary;
 ///   [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503) and never a handle.
 ///   An outage is never reported as contention, nor a timeout as a grant. (A call site may still
 ///   choose to run its section without the lock, by name:
-///   [`DistributedLockExt::with_lock_fail_open`]; the acquisition itself fails all the same.)
+///   [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open); the acquisition itself fails all the same.)
 /// - **Leases.** [`Lease::Fixed`] ends at its duration; [`Lease::Watchdog`] is renewed while the
 ///   holder's process lives and ends within one watchdog timeout after it dies.
 /// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
@@ -58,7 +58,7 @@ use crate::shutdown::ShutdownSummary;
 ///   evicted from the queue within a bounded, documented time, and one that gives up or is
 ///   dropped leaves it at once. A fair acquisition that finds the lock free but earlier fair
 ///   waiters queued is not granted ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead) when its wait is spent).
-/// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`] scope, an acquisition of the same
+/// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`](crate::DistributedLockExt::with_lock) scope, an acquisition of the same
 ///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
 ///   re-enters: it returns at once with a nested handle on the held lease
 ///   ([`LockHandle::is_reentrant`]), without a backend call; the outer lease, owner and fencing
@@ -78,7 +78,7 @@ use crate::shutdown::ShutdownSummary;
 /// losing it. Pass the fencing token to the store you write to when that matters.
 ///
 /// The trait is object safe; services hold it as `Arc<dyn DistributedLock>`. Closure-based
-/// helpers live in [`DistributedLockExt`], implemented for every `DistributedLock`.
+/// helpers live in [`DistributedLockExt`](crate::DistributedLockExt), implemented for every `DistributedLock`.
 ///
 /// # Implementing
 /// Implement [`namespace`](DistributedLock::namespace) and

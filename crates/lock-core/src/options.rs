@@ -128,7 +128,7 @@ impl AcquireOptions {
     /// The hold is measured on the backend's clock (for Redis: the server's `TIME`, never a
     /// client's clock), from the grant. Contract:
     /// - the release is still owner-checked and still reports
-    ///   [`ReleaseOutcome::Released`]; the handle stops renewing at once, and for a watchdog
+    ///   [`ReleaseOutcome::Released`](crate::ReleaseOutcome::Released); the handle stops renewing at once, and for a watchdog
     ///   lease the key's TTL becomes the rest of the minimum hold — no renewal keeps it longer;
     /// - the key stays held by the releasing owner: other acquisitions, fair ones too, see it
     ///   held (`held_by_another_owner`, with the hold's remaining TTL) and are granted when it

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
     /// This owner still held the lock; it is now free and waiters were woken. For a re-entrant
-    /// handle ([`LockHandle::is_reentrant`]): its hold was given back and the lease stays with
+    /// handle ([`LockHandle::is_reentrant`](crate::LockHandle::is_reentrant)): its hold was given back and the lease stays with
     /// the enclosing `with_lock` section, which releases it.
     Released,
     /// The lease had already ended (expired, lost, or taken over); nothing was deleted, and

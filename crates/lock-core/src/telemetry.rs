@@ -7,7 +7,7 @@
 //!
 //! Every implementation of [`DistributedLock`](crate::DistributedLock) gets the acquisition and
 //! release telemetry, because it is recorded by the provided
-//! [`acquire_with`](crate::DistributedLock::acquire_with) and by [`LockHandle`]
+//! [`acquire_with`](crate::DistributedLock::acquire_with) and by [`LockHandle`](crate::LockHandle)
 //! themselves; backends add their own (the Redis watchdog records renewals).
 //!
 //! **No metric carries the lock key as a label**: keys are unbounded (`bill-run:2026-11`,
