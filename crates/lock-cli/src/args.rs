@@ -40,7 +40,8 @@ pub(crate) const EXIT_HOLDER_CHANGED: u8 = 1;
 pub(crate) const EXIT_OUTPUT: u8 = 1;
 /// Bad arguments; also `release --force` without `--yes` when nobody can be asked.
 pub(crate) const EXIT_USAGE: u8 = 2;
-/// `run`: the lease was lost while the command ran (sysexits `EX_SOFTWARE`).
+/// `run`: the lease was lost, or about to run out, while the command ran (sysexits
+/// `EX_SOFTWARE`).
 pub(crate) const EXIT_LEASE_LOST: u8 = 70;
 /// `run`: the lock was not acquired within the wait (sysexits `EX_TEMPFAIL`: try again later).
 pub(crate) const EXIT_NOT_ACQUIRED: u8 = 75;
@@ -105,12 +106,16 @@ pub(crate) enum Command {
     /// Run COMMAND while holding the lock, like flock(1) across machines.
     ///
     /// The lease is a watchdog lease (renewed while this process lives) unless --lease is
-    /// given. If the lease is lost, the command gets SIGTERM, then SIGKILL 5 s later, and
-    /// platform-lock exits 70. SIGINT and SIGTERM sent to platform-lock are forwarded to the
-    /// command, which gets SIGKILL 5 s after the first one (on a terminal, after the first
-    /// SIGTERM). Should platform-lock itself die (SIGKILL, the OOM killer), a guardian process
-    /// kills the command at once. Off a terminal all of this goes to the command's process
-    /// group. The command sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.
+    /// given. Before the lease can run out (a fixed lease's end, a watchdog lease whose
+    /// renewals go unconfirmed) the command gets SIGTERM, then SIGKILL just before the lease's
+    /// end, and platform-lock exits 70; if the lease is lost otherwise (a forced release), the
+    /// command gets SIGTERM, then SIGKILL 5 s later, and platform-lock exits 70. SIGINT and
+    /// SIGTERM sent to platform-lock are forwarded to the command, which gets SIGKILL 5 s after
+    /// the first one (on a terminal, after the first SIGTERM). Should platform-lock itself die
+    /// (SIGKILL, the OOM killer), a guardian process kills the command at once. Off a terminal
+    /// all of this goes to the command's process group, and processes the command leaves
+    /// running when it exits are stopped the same way before the lock is released. The command
+    /// sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.
     Run {
         /// The lock's name.
         #[arg(long)]

@@ -1,15 +1,18 @@
 //! `run`: a command under a lock, like flock(1) across machines — acquire, run the command
 //! under a guardian that kills it should platform-lock die, forward SIGINT and SIGTERM to it
-//! (SIGKILL after a grace), terminate it if the lease is lost, release, and exit with its code.
+//! (SIGKILL after a grace), terminate it before its lease runs out or once the lease is lost,
+//! stop what is left of its process group, release, and exit with its code.
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use lock_starter::{
-    AcquireFailure, AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
+    AcquireFailure, AcquireOptions, DistributedLock, Lease, LeaseStatus, LockHandle, LostReason,
+    ReleaseOutcome,
 };
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
@@ -23,8 +26,81 @@ use crate::spinner::Spinner;
 /// How long the command gets before SIGKILL: once the lease is lost (after SIGTERM), and from
 /// the first SIGTERM — or, off a terminal, SIGINT — forwarded to it (later ones are forwarded
 /// too, and do not restart it). The rest of its process group gets what is left of it after the
-/// command ends.
+/// command ends, or all of it when the command ended by itself and left processes behind. Ahead
+/// of a lease's end it is shortened so that SIGKILL lands before the lease does ([`LeaseEnd`]).
 const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// At most this long before the lease's local deadline the command gets SIGKILL (a tenth of the
+/// lease's window when that is shorter): time for the kill to land and the group to be reaped
+/// before Redis can expire the key and grant it to another host.
+const KILL_LEAD_MAX: Duration = Duration::from_millis(250);
+
+/// How often the group left behind by the command is checked for members.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// When `run` ends the command ahead of its lease's local deadline (the last confirmed expiry
+/// minus the client's safety margin), so that the command is dead before the key can be granted
+/// to anyone else: SIGTERM once the deadline is `terminate` away, SIGKILL once it is `kill` away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LeaseEnd {
+    terminate: Duration,
+    kill: Duration,
+}
+
+impl LeaseEnd {
+    /// The lead times for a lease whose deadline is `window` away when the command starts.
+    ///
+    /// A fixed lease gets the whole [`KILL_GRACE`] between SIGTERM and SIGKILL when the command
+    /// has at least as long to run before it; a shorter lease is split in half: SIGTERM halfway
+    /// between the start and SIGKILL. A watchdog lease normally keeps its deadline more than two
+    /// thirds of its window away (a renewal every third); SIGTERM goes once a quarter or less is
+    /// left — one renewal missed, and the last one sent before the deadline not confirmed a
+    /// twelfth of the window after it went out — and at most `KILL_GRACE` before SIGKILL.
+    fn new(lease: Lease, window: Duration) -> LeaseEnd {
+        let kill = (window / 10).min(KILL_LEAD_MAX);
+        let before_kill = window.saturating_sub(kill);
+        let grace = match lease {
+            Lease::Fixed(_) if before_kill >= 2 * KILL_GRACE => KILL_GRACE,
+            Lease::Fixed(_) => before_kill / 2,
+            Lease::Watchdog => (window / 4).saturating_sub(kill).min(KILL_GRACE),
+        };
+        LeaseEnd {
+            terminate: kill + grace,
+            kill,
+        }
+    }
+}
+
+/// The lease's local deadline while it is held and has one.
+fn deadline(handle: &LockHandle) -> Option<Instant> {
+    match handle.status() {
+        LeaseStatus::Held { valid_until } => valid_until,
+        _ => None,
+    }
+}
+
+/// `deadline - lead`, or now if that has passed.
+fn ahead_of(deadline: Instant, lead: Duration) -> Instant {
+    deadline
+        .checked_sub(lead)
+        .map_or_else(Instant::now, |at| at.max(Instant::now()))
+}
+
+/// Whether process group `group` still has a member. Members that ended are reaped first: `run`
+/// is their subreaper once the command (their parent) is gone, and a zombie still counts as a
+/// member to kill(2).
+fn group_has_members(group: Pid) -> bool {
+    let members = Pid::from_raw(-group.as_raw());
+    while let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+        waitpid(members, Some(WaitPidFlag::WNOHANG))
+    {}
+    killpg(group, None).is_ok()
+}
+
+/// A duration for a message: `4.8 s`.
+fn seconds(duration: Duration) -> String {
+    format!("{:.1} s", duration.as_secs_f64())
+}
 
 /// The exit code when platform-lock itself fails around the command (no signal handlers, no
 /// guardian, no wait status).
@@ -80,6 +156,13 @@ pub(crate) async fn run(
     // group, so it can read the terminal and Ctrl-C reaches all of its processes directly;
     // there only the command itself is signalled.
     let own_group = !std::io::stdin().is_terminal();
+    if own_group {
+        // Processes the command leaves behind are reparented to `run` rather than to init, so
+        // `run` can reap them and see its group empty before it releases the lock. Without it
+        // (a kernel refusing) a parent that does not reap would leave zombies, which the wait
+        // for an empty group gives up on after SIGKILL and its grace.
+        let _ = nix::sys::prctl::set_child_subreaper(true);
+    }
     let mut spawn = tokio::process::Command::new(&command[0]);
     spawn.args(&command[1..]).env(
         "PLATFORM_LOCK_FENCING_TOKEN",
@@ -126,17 +209,23 @@ pub(crate) async fn run(
             ));
         }
     }
-    // Whether a process of the command's group is left (the command itself once reaped).
-    let group_left = || matches!(target, Some(Target::Group(pid)) if killpg(pid, None).is_ok());
     let lost = handle.lost();
     tokio::pin!(lost);
+    let lease_end = deadline(&handle)
+        .map(|at| LeaseEnd::new(lease, at.saturating_duration_since(Instant::now())));
     let mut lease_lost = false;
+    // Set once the command was told to end because its lease is about to end.
+    let mut lease_ending = false;
     // When the command gets SIGKILL: set by the first signal that asks it to end (forwarded, or
-    // a lost lease) and never moved, so repeated signals cannot put the end off.
+    // a lost lease) and never put off; only a lease about to end brings it forward.
     let mut grace_ends: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
         let kill_at = grace_ends.filter(|_| !killed);
+        let terminate_at = lease_end
+            .zip(deadline(&handle))
+            .filter(|_| !lease_ending)
+            .map(|(end, at)| ahead_of(at, end.terminate));
         tokio::select! {
             status = child.wait() => break status,
             _ = interrupts.recv() => {
@@ -150,6 +239,36 @@ pub(crate) async fn run(
             _ = terminates.recv() => {
                 signal_child(Signal::SIGTERM);
                 grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+            }
+            () = sleep_until(terminate_at.unwrap_or_else(Instant::now)), if terminate_at.is_some() => {
+                // A watchdog renewal may have moved the deadline out since the timer was set.
+                let (Some(end), Some(at)) = (lease_end, deadline(&handle)) else { continue };
+                let now = Instant::now();
+                if at > now + end.terminate {
+                    continue;
+                }
+                lease_ending = true;
+                let kill_at = ahead_of(at, end.kill);
+                let kill_at = grace_ends.map_or(kill_at, |ends| ends.min(kill_at));
+                grace_ends = Some(kill_at);
+                let why = match lease {
+                    Lease::Fixed(lease) => format!(
+                        "its fixed lease of {} runs out in {}",
+                        humantime::format_duration(lease),
+                        seconds(at - now)
+                    ),
+                    Lease::Watchdog => format!(
+                        "its renewals are not being confirmed; it lapses in {}",
+                        seconds(at - now)
+                    ),
+                };
+                eprintln!(
+                    "platform-lock: the lease on lock `{key}` is ending ({why}); terminating \
+                     the command (SIGTERM now, SIGKILL in {}) so that it is gone before the \
+                     lock can be granted to anyone else",
+                    seconds(kill_at - now)
+                );
+                signal_child(Signal::SIGTERM);
             }
             reason = &mut lost, if !lease_lost => {
                 lease_lost = true;
@@ -166,7 +285,7 @@ pub(crate) async fn run(
                     KILL_GRACE.as_secs()
                 );
                 signal_child(Signal::SIGTERM);
-                // A grace already running (a forwarded signal) is not extended.
+                // A grace already running (a forwarded signal, a lease ending) is not extended.
                 grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
             }
             () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
@@ -176,19 +295,51 @@ pub(crate) async fn run(
             }
         }
     };
-    if let Some(grace_ends) = grace_ends {
-        // The rest of its group gets the rest of the grace. (The command is reaped: only its
-        // group, never its pid, may be signalled now.)
-        while group_left() && Instant::now() < grace_ends {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    // The command is reaped: only its group, never its pid, may be signalled now. What is left
+    // of the group is stopped before the lock is released — another host granted it next must
+    // not find the job's workers still running.
+    let mut group_left = false;
+    if let Some(Target::Group(group)) = target {
+        if group_has_members(group) && grace_ends.is_none() {
+            eprintln!(
+                "platform-lock: the command ended but left processes running in its process \
+                 group; stopping them before releasing lock `{key}` (SIGTERM, SIGKILL after {} s)",
+                KILL_GRACE.as_secs()
+            );
+            signal_child(Signal::SIGTERM);
+            grace_ends = Some(Instant::now() + KILL_GRACE);
         }
-        if group_left() {
-            signal_child(Signal::SIGKILL);
+        // SIGKILL ahead of the lease's deadline as well; the last one seen is kept, so a lease
+        // that ran out meanwhile still counts.
+        let mut last_deadline = deadline(&handle);
+        let mut killed_at: Option<Instant> = None;
+        while group_has_members(group) {
+            let now = Instant::now();
+            last_deadline = deadline(&handle).or(last_deadline);
+            let lease_due = lease_end
+                .zip(last_deadline)
+                .is_some_and(|(end, at)| at <= now + end.kill);
+            if killed_at.is_none() && (lease_due || grace_ends.is_some_and(|ends| ends <= now)) {
+                signal_child(Signal::SIGKILL);
+                killed_at = Some(now);
+            }
+            // Only zombies whose parent is not `run`, or processes in uninterruptible sleep,
+            // outlive SIGKILL this long.
+            if killed_at.is_some_and(|at| now >= at + KILL_GRACE) {
+                eprintln!(
+                    "platform-lock: warning: processes of the command's group outlived SIGKILL \
+                     by {} s (zombies, or stuck in the kernel); going on",
+                    KILL_GRACE.as_secs()
+                );
+                group_left = true;
+                break;
+            }
+            tokio::time::sleep(GROUP_POLL).await;
         }
     }
     // The command is reaped: its pid (and an empty group's id) may be reused by an unrelated
     // process, so the guardian stays armed only while the command's group still has members.
-    let guardian = if group_left() {
+    let guardian = if group_left {
         Some(guardian)
     } else {
         guardian.dismiss().await;
@@ -204,6 +355,13 @@ pub(crate) async fn run(
     // Only now: should platform-lock die while releasing, what is left of the group goes too.
     if let Some(guardian) = guardian {
         guardian.dismiss().await;
+    }
+    if lease_ending {
+        // The command was ended for its lease, which said so; the lease may have run out since.
+        if let Err(error) = released {
+            eprintln!("platform-lock: warning: {error}");
+        }
+        return Ok(EXIT_LEASE_LOST);
     }
     match released {
         Ok(ReleaseOutcome::Released) => {}
@@ -284,4 +442,47 @@ fn cannot_spawn(program: &str, error: &std::io::Error) -> Failure {
              script with a #! line and execute permission (chmod +x); the lock was released"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const fn ms(millis: u64) -> Duration {
+        Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn a_long_fixed_lease_gets_the_whole_grace_before_its_end() {
+        let end = LeaseEnd::new(Lease::Fixed(ms(60_000)), ms(59_395));
+        assert_eq!(end.kill, KILL_LEAD_MAX);
+        assert_eq!(end.terminate, KILL_LEAD_MAX + KILL_GRACE);
+    }
+
+    #[test]
+    fn a_short_fixed_lease_is_split_in_half() {
+        // 1 s: SIGKILL 100 ms before the deadline, SIGTERM halfway to that.
+        let end = LeaseEnd::new(Lease::Fixed(ms(1_000)), ms(1_000));
+        assert_eq!(end.kill, ms(100));
+        assert_eq!(end.terminate, ms(100 + 450));
+        // Just under twice the grace before SIGKILL: half of it.
+        let end = LeaseEnd::new(Lease::Fixed(ms(10_000)), ms(10_000));
+        assert_eq!(end.terminate, ms(250 + 4_875));
+    }
+
+    #[test]
+    fn a_watchdog_lease_is_ended_once_its_renewals_went_unconfirmed() {
+        // The default 30 s: the whole grace once 5.25 s are left (a quarter would be 7.5 s).
+        let end = LeaseEnd::new(Lease::Watchdog, ms(30_000));
+        assert_eq!(end.terminate, KILL_LEAD_MAX + KILL_GRACE);
+        // 3 s: a quarter left (750 ms), SIGKILL 250 ms before the deadline.
+        let end = LeaseEnd::new(Lease::Watchdog, ms(3_000));
+        assert_eq!((end.terminate, end.kill), (ms(750), ms(250)));
+    }
+
+    #[test]
+    fn a_window_already_gone_kills_at_once() {
+        let end = LeaseEnd::new(Lease::Fixed(ms(100)), Duration::ZERO);
+        assert_eq!((end.terminate, end.kill), (Duration::ZERO, Duration::ZERO));
+    }
 }

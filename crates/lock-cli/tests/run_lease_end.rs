@@ -38,6 +38,7 @@ async fn a_lease_found_ended_when_the_command_finishes_exits_70() {
     );
 }
 
+/// A fixed lease running out is announced ahead of its end, when the command is terminated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_lease_that_runs_out_is_named_as_such() {
     let redis = RedisServer::start().await.unwrap();
@@ -52,11 +53,11 @@ async fn a_fixed_lease_that_runs_out_is_named_as_such() {
     .await
     .expect("run kept its command past the fixed lease")
     .unwrap();
-    assert_eq!(code(&output), 70, "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("its fixed lease of 1s ran out"),
-        "{}",
-        stderr(&output)
+    assert_one_line(
+        "fixed lease running out",
+        &output,
+        70,
+        &["its fixed lease of 1s runs out in", "SIGTERM now"],
     );
 }
 
@@ -110,5 +111,121 @@ async fn configuration_warnings_are_shown() {
         stderr(&output).contains("TELCO_PLATFROM_LOCK_KEY_PREFIX is ignored"),
         "{}",
         stderr(&output)
+    );
+}
+
+/// A fixed lease ends while the command ignores SIGTERM: the command must be dead before Redis
+/// can grant the key to the next `run`, not SIGKILLed 5 s after the lease ended. The second
+/// run checks, as its first act, whether any process of the first command's group is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    assert!(
+        std::path::Path::new("/bin/kill").exists(),
+        "the check needs /bin/kill"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("a.pid");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; while true; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let a = start_holding(
+        &url,
+        &pod,
+        "job",
+        &[
+            "run", "--key", "job", "--lease", "2s", "--", "sh", "-c", &script,
+        ],
+    )
+    .await;
+    assert!(
+        common::eventually(|| async { pid_file.exists() }).await,
+        "the command never started"
+    );
+    let group = std::fs::read_to_string(&pid_file).unwrap();
+    let check = format!(
+        "if /bin/kill -0 -- -{} 2>/dev/null; then echo alive; else echo gone; fi",
+        group.trim()
+    );
+    let b = cli(
+        &url,
+        &[
+            "run", "--key", "job", "--wait", "20s", "--", "sh", "-c", &check,
+        ],
+    )
+    .await;
+    let a = tokio::time::timeout(SLACK, a.wait_with_output())
+        .await
+        .expect("run kept its command past the fixed lease")
+        .unwrap();
+    assert_eq!(code(&b), 0, "{}", stderr(&b));
+    assert_eq!(
+        common::stdout(&b).trim(),
+        "gone",
+        "the second run was granted while the first command still ran: {}",
+        stderr(&a)
+    );
+    assert_eq!(code(&a), 70, "{}", stderr(&a));
+}
+
+/// Redis stops answering, so the watchdog's renewals go unconfirmed: the command (ignoring
+/// SIGTERM) is terminated ahead of the lease's local deadline and dead before it — not SIGKILLed
+/// 5 s after the lease was already found lost, with the key free in Redis meanwhile. The key's
+/// expiry in Redis is at most one TTL after the pause (the last renewal it got was sent before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unconfirmed_renewals_end_the_command_before_the_lease_lapses() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    const WATCHDOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("a.pid");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; echo ready; while true; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let mut command = platform_lock(&url, &["run", "--key", "job", "--", "sh", "-c", &script]);
+    command
+        .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "3s")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut a = command.spawn().unwrap();
+    let mut lines = BufReader::new(a.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(SLACK, lines.next_line())
+        .await
+        .expect("the command never said ready")
+        .unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+    let shell = common::read_pid(&pid_file);
+    let _reap = common::Reap(shell);
+
+    let paused_at = tokio::time::Instant::now();
+    redis.pause().unwrap();
+    let dead = common::eventually(|| async { !common::alive(shell) }).await;
+    let took = paused_at.elapsed();
+    redis.resume().unwrap();
+    let a = tokio::time::timeout(SLACK, a.wait_with_output())
+        .await
+        .expect("run did not end after its command")
+        .unwrap();
+    eprintln!(
+        "dead {took:?} after the pause: {dead}; run said: {}",
+        stderr(&a)
+    );
+    assert!(dead, "the command outlived its lease: {}", stderr(&a));
+    assert!(
+        took < WATCHDOG_TIMEOUT,
+        "the command was still running {took:?} after renewals stopped, past the lease's \
+         expiry in Redis: {}",
+        stderr(&a)
+    );
+    assert_eq!(code(&a), 70, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("renewals are not being confirmed"),
+        "{}",
+        stderr(&a)
     );
 }

@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Reap, SLACK, alive, cli, code, eventually, other_pod, read_pid, start_ready, stderr};
+use common::{
+    Reap, SLACK, alive, cli, code, eventually, other_pod, platform_lock, read_pid, start_ready,
+    stderr,
+};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
 use nix::unistd::Pid;
@@ -200,4 +203,54 @@ async fn the_guardian_runs_beside_the_command_and_ends_with_run() {
         eventually(|| async { !alive(guardian) }).await,
         "the guardian (pid {guardian}) outlived run"
     );
+}
+
+/// The command exits while a worker it started in the background still runs: the worker is
+/// stopped before the lock is released, so another host granted the lock next never runs the job
+/// beside it. The command's exit code stays run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_normal_end_stops_the_commands_background_workers_before_releasing() {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_file, log) = (dir.path().join("worker.pid"), dir.path().join("worker.log"));
+    let script = format!(
+        "(while true; do echo A-worker >> '{}'; sleep 0.3; done) & echo $! > '{}'; exit 3",
+        log.display(),
+        pid_file.display()
+    );
+    let errors = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut a = platform_lock(
+        &url,
+        &[
+            "run", "--wait", "0s", "--key", "job", "--", "sh", "-c", &script,
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(errors)
+    .spawn()
+    .unwrap();
+    let status = tokio::time::timeout(SLACK, a.wait())
+        .await
+        .expect("run did not end after its command exited")
+        .unwrap();
+    let worker = read_pid(&pid_file);
+    let _reap = Reap(worker);
+    let a_errors = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert!(
+        !alive(worker),
+        "run ended (and released the lock) while the command's worker (pid {worker}) still runs"
+    );
+    assert_eq!(status.code(), Some(3), "{a_errors}");
+    assert_eq!(a_errors.lines().count(), 1, "{a_errors}");
+    assert!(
+        a_errors.contains("stopping them before releasing"),
+        "{a_errors}"
+    );
+    let b = cli(
+        &url,
+        &["run", "--wait", "0s", "--key", "job", "--", "echo", "B"],
+    )
+    .await;
+    assert_eq!(code(&b), 0, "{}", stderr(&b));
 }
