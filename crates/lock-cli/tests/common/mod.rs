@@ -20,13 +20,14 @@ pub const SLACK: Duration = Duration::from_secs(15);
 pub const BINARY: &str = env!("CARGO_BIN_EXE_platform-lock");
 
 /// The environment every run gets: nothing inherited but `PATH`, the Redis at `address`,
-/// short timeouts, and instance id `cli-pod`.
+/// short timeouts (a 3 s watchdog: the command is terminated only when renewals run over 1 s
+/// late, which a loaded machine does not reach), and instance id `cli-pod`.
 pub fn environment(address: &str) -> Vec<(&'static str, String)> {
     vec![
         ("PATH", std::env::var("PATH").unwrap_or_default()),
         ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address.to_owned()),
         ("TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT", "1s".to_owned()),
-        ("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "1s".to_owned()),
+        ("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "3s".to_owned()),
         ("TELCO_PLATFORM_LOCK_INSTANCE_ID", "cli-pod".to_owned()),
     ]
 }
