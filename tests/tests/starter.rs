@@ -128,7 +128,7 @@ async fn an_override_replaces_the_redis_lock_entirely() {
     let err = starter
         .lock()
         .unwrap()
-        .with_lock_opts(
+        .with_lock(
             "reaper",
             AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
             || async { runs.fetch_add(1, Ordering::SeqCst) },

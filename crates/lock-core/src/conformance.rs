@@ -765,7 +765,7 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
     let held = b.try_acquire(&key, Lease::Watchdog).await.unwrap();
     let counted = Arc::clone(&runs);
     let err = a
-        .with_lock_opts(&key, wait(Duration::ZERO), || async move {
+        .with_lock(&key, wait(Duration::ZERO), || async move {
             counted.fetch_add(1, Ordering::SeqCst);
         })
         .await
@@ -819,7 +819,7 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
     let outer_token = a
         .with_lock(&key, Lease::Watchdog, || async move {
             let value = a2
-                .with_lock_opts(&key2, wait(Duration::ZERO), || async { 7 })
+                .with_lock(&key2, wait(Duration::ZERO), || async { 7 })
                 .await
                 .expect("a nested with_lock of the held key must re-enter");
             assert_eq!(value, 7);
@@ -875,7 +875,7 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
             let nested_section = |patience| {
                 let (a3, key3, inside, most) = (Arc::clone(&a2), key2.clone(), &inside, &most);
                 async move {
-                    a3.with_lock_opts(&key3, wait(patience), || async {
+                    a3.with_lock(&key3, wait(patience), || async {
                         let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -911,10 +911,10 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
             // Two futures of this task racing for a third key: only code inside a section
             // re-enters, so the sibling contends like anyone else.
             let race_key = format!("{key2}:race");
-            let one = a2.with_lock_opts(&race_key, wait(Duration::ZERO), || {
+            let one = a2.with_lock(&race_key, wait(Duration::ZERO), || {
                 tokio::time::sleep(Duration::from_millis(300))
             });
-            let two = a2.with_lock_opts(&race_key, wait(Duration::ZERO), || {
+            let two = a2.with_lock(&race_key, wait(Duration::ZERO), || {
                 tokio::time::sleep(Duration::from_millis(300))
             });
             let (one, two) = tokio::join!(one, two);

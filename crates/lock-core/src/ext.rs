@@ -4,7 +4,6 @@ use std::future::Future;
 
 use crate::error::LockError;
 use crate::fail_open::FailOpen;
-use crate::lease::Lease;
 use crate::lock::DistributedLock;
 use crate::options::AcquireOptions;
 
@@ -35,6 +34,9 @@ pub trait DistributedLockExt: DistributedLock {
     /// another owner may have run concurrently); use [`DistributedLock::acquire`] and
     /// [`LockHandle::lost`](crate::LockHandle::lost) to react to that.
     ///
+    /// `options` is a [`Lease`] (the configured wait time) or [`AcquireOptions`] (a wait time of
+    /// its own, fair, a minimum hold).
+    ///
     /// Inside the section, the same task acquiring the same key again (with `with_lock` or
     /// `acquire`) re-enters: see the `# Contract` of [`DistributedLock`].
     ///
@@ -54,28 +56,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// # Ok(()) }
     /// ```
     ///
-    /// # Errors
-    /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
-    fn with_lock<F, Fut, T>(
-        &self,
-        key: &str,
-        lease: Lease,
-        critical_section: F,
-    ) -> impl Future<Output = Result<T, LockError>> + Send
-    where
-        F: FnOnce() -> Fut + Send,
-        Fut: Future<Output = T> + Send,
-        T: Send,
-    {
-        self.with_lock_opts(key, AcquireOptions::new(lease), critical_section)
-    }
-
-    /// [`with_lock`](DistributedLockExt::with_lock) with per-call options (e.g. a wait time).
-    ///
-    /// # Errors
-    /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
-    ///
-    /// # Examples
+    /// With options:
     ///
     /// ```
     /// use std::time::Duration;
@@ -88,16 +69,19 @@ pub trait DistributedLockExt: DistributedLock {
     /// // One attempt: a bill run already in progress elsewhere is an answer, not a queue.
     /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
     /// let result = lock
-    ///     .with_lock_opts("bill-run:2026-11", once, || async { unreachable!("not granted") })
+    ///     .with_lock("bill-run:2026-11", once, || async { unreachable!("not granted") })
     ///     .await;
     /// let error = result.unwrap_err(); // the section did not run
     /// assert_eq!(error.details()["holder"], other_pod.owner());
     /// # Ok(()) }
     /// ```
-    fn with_lock_opts<F, Fut, T>(
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
+    fn with_lock<F, Fut, T>(
         &self,
         key: &str,
-        options: AcquireOptions,
+        options: impl Into<AcquireOptions>,
         critical_section: F,
     ) -> impl Future<Output = Result<T, LockError>> + Send
     where
@@ -105,6 +89,7 @@ pub trait DistributedLockExt: DistributedLock {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
+        let options = options.into();
         async move {
             let handle = self.acquire_with(key, options).await?;
             Ok(
@@ -138,9 +123,8 @@ pub trait DistributedLockExt: DistributedLock {
     ///
     /// The section runs at most once, and its value is always returned — a section that returns
     /// `Err` of its own has that `Err` inside the `FailOpen`, never replaced by a lock error. It
-    /// starts no later than the wait time (the configured one; the per-call one with
-    /// [`with_lock_opts_fail_open`](DistributedLockExt::with_lock_opts_fail_open)) plus one
-    /// backend command timeout. An unguarded section holds no lease: acquisitions of the same
+    /// starts no later than the wait time (the configured one, or that of the [`AcquireOptions`]
+    /// passed as `options`; zero = one attempt) plus one backend command timeout. An unguarded section holds no lease: acquisitions of the same
     /// key inside it contend like any other.
     ///
     /// # Examples
@@ -169,29 +153,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// # Ok(()) }
     /// ```
     ///
-    /// # Errors
-    /// [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`, HTTP
-    /// 500): the key or lease is rejected before any backend call — a defect of the caller, so
-    /// the section does not run. No other error: every other outcome runs the section.
-    fn with_lock_fail_open<F, Fut, T>(
-        &self,
-        key: &str,
-        lease: Lease,
-        critical_section: F,
-    ) -> impl Future<Output = Result<FailOpen<T>, LockError>> + Send
-    where
-        F: FnOnce() -> Fut + Send,
-        Fut: Future<Output = T> + Send,
-        T: Send,
-    {
-        self.with_lock_opts_fail_open(key, AcquireOptions::new(lease), critical_section)
-    }
-
-    /// [`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open) with per-call options:
-    /// a wait time (how long contention may delay the section before it runs unguarded; zero =
-    /// one attempt), a fair acquisition.
-    ///
-    /// # Examples
+    /// With a wait time of its own:
     ///
     /// ```
     /// use std::time::Duration;
@@ -205,7 +167,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// // Wait at most 200 ms for the other pod, then send the digest anyway.
     /// let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(200));
     /// let sent = lock
-    ///     .with_lock_opts_fail_open("digest:2026-11-30", options, || async { "sent" })
+    ///     .with_lock_fail_open("digest:2026-11-30", options, || async { "sent" })
     ///     .await?;
     /// assert_eq!(sent.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
     /// assert_eq!(sent.into_value(), "sent");
@@ -214,12 +176,13 @@ pub trait DistributedLockExt: DistributedLock {
     /// ```
     ///
     /// # Errors
-    /// As [`with_lock_fail_open`](DistributedLockExt::with_lock_fail_open): only
-    /// `LOCK_INVALID_ARGUMENT` (a bad key, lease or wait), and then the section did not run.
-    fn with_lock_opts_fail_open<F, Fut, T>(
+    /// [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`, HTTP
+    /// 500): the key or lease is rejected before any backend call — a defect of the caller, so
+    /// the section does not run. No other error: every other outcome runs the section.
+    fn with_lock_fail_open<F, Fut, T>(
         &self,
         key: &str,
-        options: AcquireOptions,
+        options: impl Into<AcquireOptions>,
         critical_section: F,
     ) -> impl Future<Output = Result<FailOpen<T>, LockError>> + Send
     where
@@ -227,7 +190,7 @@ pub trait DistributedLockExt: DistributedLock {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        crate::fail_open::with_lock_fail_open(self, key, options, critical_section)
+        crate::fail_open::with_lock_fail_open(self, key, options.into(), critical_section)
     }
 }
 

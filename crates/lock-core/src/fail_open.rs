@@ -33,7 +33,7 @@ use crate::options::AcquireOptions;
 /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
 ///
 /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
-/// match lock.with_lock_opts_fail_open("cache-warm:tariffs", once, || async { 120 }).await? {
+/// match lock.with_lock_fail_open("cache-warm:tariffs", once, || async { 120 }).await? {
 ///     FailOpen::Guarded(warmed) => println!("warmed {warmed} entries under the lock"),
 ///     FailOpen::Unguarded { value: warmed, unguarded } => {
 ///         assert_eq!(unguarded.reason(), UnguardedReason::WaitTimeElapsed);
@@ -207,7 +207,7 @@ impl Unguarded {
     /// let lock = InMemoryLock::new();
     /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
     /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
-    /// let warmed = lock.with_lock_opts_fail_open("cache-warm:tariffs", once, || async { 120 }).await?;
+    /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", once, || async { 120 }).await?;
     /// // Another owner may be warming the same cache right now.
     /// assert_eq!(warmed.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
     /// # drop(other_pod);
@@ -352,7 +352,7 @@ impl fmt::Display for UnguardedReason {
     }
 }
 
-/// The body of [`DistributedLockExt::with_lock_opts_fail_open`](crate::DistributedLockExt::with_lock_opts_fail_open).
+/// The body of [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open).
 pub(crate) async fn with_lock_fail_open<L, F, Fut, T>(
     lock: &L,
     key: &str,

@@ -670,7 +670,7 @@ mod tests {
         let lock = InMemoryLock::new();
         let outer = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(10));
         let granted = Instant::now();
-        lock.with_lock_opts("k", outer, || async {
+        lock.with_lock("k", outer, || async {
             let nested =
                 AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(100));
             let handle = lock.acquire_with("k", nested).await.unwrap();

@@ -156,14 +156,14 @@ impl AcquireOptions {
     /// let tick = AcquireOptions::new(Lease::Fixed(Duration::from_secs(50)))
     ///     .wait(Duration::ZERO)
     ///     .hold_at_least(Duration::from_secs(30));
-    /// pod_a.with_lock_opts("msisdn-reaper", tick, || tokio::time::sleep(Duration::from_millis(10))).await?;
+    /// pod_a.with_lock("msisdn-reaper", tick, || tokio::time::sleep(Duration::from_millis(10))).await?;
     ///
     /// tokio::time::sleep(Duration::from_secs(2)).await; // pod B's tick comes 2 s late
-    /// let late = pod_b.with_lock_opts("msisdn-reaper", tick, || async {}).await.unwrap_err();
+    /// let late = pod_b.with_lock("msisdn-reaper", tick, || async {}).await.unwrap_err();
     /// assert_eq!(late.details()["reason"], "held_by_another_owner");
     ///
     /// tokio::time::sleep(Duration::from_secs(30)).await; // the next tick
-    /// pod_b.with_lock_opts("msisdn-reaper", tick, || async {}).await?;
+    /// pod_b.with_lock("msisdn-reaper", tick, || async {}).await?;
     ///
     /// let too_long = tick.hold_at_least(Duration::from_secs(60));
     /// assert_eq!(
@@ -228,5 +228,13 @@ impl AcquireOptions {
             crate::lease::validate_wait(wait).map_err(|e| e.for_key(key))?;
         }
         Ok(())
+    }
+}
+
+/// A lease with the default options: `with_lock(key, Lease::Watchdog, …)` and
+/// `with_lock(key, AcquireOptions::new(…).wait(…), …)` are the same call.
+impl From<Lease> for AcquireOptions {
+    fn from(lease: Lease) -> Self {
+        AcquireOptions::new(lease)
     }
 }

@@ -1,4 +1,4 @@
-//! The fail-open policy (`with_lock_fail_open`, `with_lock_opts_fail_open`) on the in-process
+//! The fail-open policy (`with_lock_fail_open`, `with_lock_fail_open`) on the in-process
 //! lock, a disabled lock and a lock whose backend is down: the section runs exactly once on every
 //! path, its value comes back with the right marker, the `WARN` is logged before it runs, and an
 //! invalid argument is the one error (the section does not run).
@@ -91,7 +91,7 @@ async fn contention_past_the_wait_time_runs_the_section_unguarded_once() {
     let runs = AtomicUsize::new(0);
     let started = tokio::time::Instant::now();
     let outcome = lock
-        .with_lock_opts_fail_open("fo-contended", wait(Duration::from_millis(300)), || async {
+        .with_lock_fail_open("fo-contended", wait(Duration::from_millis(300)), || async {
             runs.fetch_add(1, Ordering::SeqCst);
             // The WARN is out before the section runs.
             assert_eq!(logs().fail_open_warnings("fo-contended").len(), 1);
@@ -194,7 +194,7 @@ async fn an_invalid_key_or_lease_is_an_error_and_the_section_does_not_run() {
             .unwrap_err();
         assert_eq!(err.details()["argument"], "lease", "{lock:?}");
         let err = lock
-            .with_lock_opts_fail_open("fo-bad-wait", wait(Duration::from_secs(7200)), || async {
+            .with_lock_fail_open("fo-bad-wait", wait(Duration::from_secs(7200)), || async {
                 runs.fetch_add(1, Ordering::SeqCst);
             })
             .await

@@ -203,7 +203,7 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
     let started = Instant::now();
     let flag = Arc::clone(&ran);
     let err = lock
-        .with_lock_opts(
+        .with_lock(
             key,
             AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(wait),
             || async move { flag.store(true, Ordering::SeqCst) },

@@ -365,7 +365,7 @@ async fn reaper_pod() {
     for tick in 0..TICKS {
         tokio::time::sleep_until(origin + Duration::from_millis(tick * PERIOD_MS) + skew).await;
         let swept = lock
-            .with_lock_opts("msisdn-reaper", tick_options, || async {
+            .with_lock("msisdn-reaper", tick_options, || async {
                 redis(vec!["INCR".into(), format!("reaper:sweeps:{tick}")]).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             })

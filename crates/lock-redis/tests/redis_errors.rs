@@ -36,7 +36,7 @@ async fn patient(redis: &RedisServer) -> RedisLock {
     RedisLock::connect(patient_config(redis)).await.unwrap()
 }
 
-/// Runs `with_lock_opts` on lock `name` and checks that it failed closed as an unavailable
+/// Runs `with_lock` on lock `name` and checks that it failed closed as an unavailable
 /// backend, not as contention, without running the critical section. Returns the error.
 async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     let ran = Arc::new(AtomicBool::new(false));
@@ -44,7 +44,7 @@ async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     let options =
         AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::from_millis(500));
     let err = lock
-        .with_lock_opts(name, options, || async move {
+        .with_lock(name, options, || async move {
             flag.store(true, Ordering::SeqCst);
         })
         .await

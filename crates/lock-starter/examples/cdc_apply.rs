@@ -104,7 +104,7 @@ async fn main() -> ExitCode {
         }
         let apply_time = args.apply_time;
         tasks.push(tokio::spawn(async move {
-            lock.with_lock_opts("cdc:ticket-4711", options, || async move {
+            lock.with_lock("cdc:ticket-4711", options, || async move {
                 // Stands in for applying the event to the ticket's row.
                 tokio::time::sleep(apply_time).await;
                 applied.lock().unwrap().push(seq);

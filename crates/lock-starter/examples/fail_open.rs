@@ -3,7 +3,7 @@
 //!
 //! Loading the tariff table into the shared cache twice only costs database reads; not loading
 //! it makes every rating request slow. So the job asks for fail open at this one call site
-//! (`with_lock_opts_fail_open`): under the lock when Redis grants it, and otherwise — another
+//! (`with_lock_fail_open`): under the lock when Redis grants it, and otherwise — another
 //! replica warming for longer than the wait time, Redis unreachable, or the lock disabled —
 //! unguarded, with a `WARN` on stderr and the reason printed. Everything else in a service keeps
 //! the fail-closed default (see docs/failure-policy.md).
@@ -72,7 +72,7 @@ async fn main() -> ExitCode {
         options = options.wait(wait);
     }
     let warmed = match lock
-        .with_lock_opts_fail_open(&key, options, || warm(&args.cache, args.warm_time))
+        .with_lock_fail_open(&key, options, || warm(&args.cache, args.warm_time))
         .await
     {
         Ok(warmed) => warmed,

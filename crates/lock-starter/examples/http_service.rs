@@ -54,7 +54,7 @@ async fn start_bill_run(
     let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
     let invoices = app
         .lock
-        .with_lock_opts(&format!("bill-run:{period}"), options, || async {
+        .with_lock(&format!("bill-run:{period}"), options, || async {
             tokio::time::sleep(app.bill_run).await; // … the bill run …
             1_204
         })

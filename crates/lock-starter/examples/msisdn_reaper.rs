@@ -84,7 +84,7 @@ async fn main() -> ExitCode {
     for tick in 1..=args.ticks {
         ticks.tick().await;
         let swept = lock
-            .with_lock_opts("msisdn-reaper", options, || sweep(tick, args.sweep_time))
+            .with_lock("msisdn-reaper", options, || sweep(tick, args.sweep_time))
             .await;
         match swept {
             Ok(count) => println!("tick {tick}: swept {count} expired reservations"),

@@ -190,7 +190,7 @@ async fn a_redis_that_never_answered_runs_the_section_unguarded_with_backend_una
         .lock_or_disabled();
     let runs = AtomicUsize::new(0);
     let outcome = lock
-        .with_lock_opts_fail_open(
+        .with_lock_fail_open(
             "digest:never-there",
             AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO),
             || async {
