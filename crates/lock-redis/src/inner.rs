@@ -41,6 +41,9 @@ pub(crate) struct Inner {
     /// Background releases, fair-queue leaves and acquisitions in flight, which a shutdown
     /// waits for.
     pub(crate) background: Arc<Background>,
+    /// Dropped with the client: ends the retries of a first connection that has not succeeded
+    /// (see `connection::keep_connecting`).
+    pub(crate) _stop_connecting: tokio::sync::watch::Sender<()>,
 }
 
 /// Why a release runs in the background.
