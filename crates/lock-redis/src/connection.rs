@@ -404,6 +404,7 @@ impl Health {
         let mut errors = client.error_rx();
         let mut reconnects = client.reconnect_rx();
         let address = config.address.clone();
+        let timeout = config.command_timeout;
         tokio::spawn(async move {
             loop {
                 let error = tokio::select! {
@@ -424,7 +425,7 @@ impl Health {
                     return;
                 };
                 match error {
-                    Some(error) => health.failed(error, &address),
+                    Some(error) => health.failed(error, &address, timeout),
                     None => health.connected(&address),
                 }
                 health.changed.notify_waiters();
@@ -436,10 +437,17 @@ impl Health {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a connection error of the connection to `address`; the first of an outage is
-    /// logged as a warning.
-    fn failed(&self, error: Error, address: &str) {
-        let described = scrub(&describe(&error), address);
+    /// Records a connection error of the connection to `address`, whose attempts are bounded
+    /// by `timeout` (the command timeout); the first of an outage is logged as a warning.
+    fn failed(&self, error: Error, address: &str, timeout: Duration) {
+        let described = match error.kind() {
+            // fred says only "Request timed out.": name what did not answer, and within what.
+            ErrorKind::Timeout => format!(
+                "connecting to Redis at {} timed out: no answer within {timeout:?} (command_timeout)",
+                crate::config::redact(address)
+            ),
+            _ => scrub(&describe(&error), address),
+        };
         let outage_starts = {
             let mut state = self.lock();
             state.last_error = Some((error, described.clone()));

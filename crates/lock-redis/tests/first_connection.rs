@@ -26,3 +26,41 @@ async fn a_short_command_timeout_still_connects_before_the_first_acquisition() {
         let _ = handle.release().await.unwrap();
     }
 }
+
+/// A listener that accepts connections and never answers (a hung Redis, a wrong port behind a
+/// proxy): the connection attempt times out, and the acquisitions' error names the address and
+/// the timeout, as a command timeout on a live connection does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_attempt_that_times_out_names_the_address_and_the_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let address = format!("redis://:secret@127.0.0.1:{port}");
+    let lock = RedisLock::connect(
+        lock_redis::RedisLockConfig::new(&address)
+            .command_timeout(Duration::from_millis(200))
+            .wait_time(Duration::ZERO),
+    )
+    .await
+    .unwrap();
+    let error = lock
+        .try_acquire("hung", Lease::Fixed(Duration::from_secs(10)))
+        .await
+        .expect_err("granted by a server that never answers");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("redis://:***@127.0.0.1:{port}")),
+        "the address is not named: {text}"
+    );
+    assert!(
+        text.contains("200ms") && text.contains("command_timeout"),
+        "the timeout is not named: {text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+    eprintln!("{text}");
+}
