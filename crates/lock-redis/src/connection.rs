@@ -557,10 +557,20 @@ pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Opt
         refusal,
         message: scrub(error.details().trim(), &config.address),
     };
+    // Not the URL grammar: the address parsed; what Redis wants is other credentials.
+    let accepted = match refusal {
+        Refusal::NoAuth => {
+            "an address with a user and password Redis accepts (ACL user or requirepass)"
+        }
+        _ => {
+            "an address whose user Redis allows the commands the connection set-up sends \
+             (AUTH; SELECT for an address with a database number)"
+        }
+    };
     Some(LockError::invalid_argument(
         "redis.address",
         config.redacted_address(),
-        refused.to_string(),
+        format!("{refused}; accepted: {accepted}"),
     ))
 }
 
