@@ -135,9 +135,15 @@ impl Redis {
     async fn connect(settings: &LockSettings) -> Result<Redis, Failure> {
         let config = lock_starter::redis_config(settings);
         let address = config.redacted_address();
-        let lock = RedisLock::connect(config)
-            .await
-            .map_err(|error| Failure::new(EXIT_CONFIG, format!("bad configuration: {error}")))?;
+        // Mapped as the service's start-up maps it: the full key and where it was set.
+        let lock = RedisLock::connect(config).await.map_err(|error| {
+            let error = match lock_starter::connect_error(settings, error) {
+                lock_starter::StartError::Config(error) => error.to_string(),
+                lock_starter::StartError::Lock(error) => error.to_string(),
+                other => other.to_string(),
+            };
+            Failure::new(EXIT_CONFIG, format!("bad configuration: {error}"))
+        })?;
         Ok(Redis {
             lock,
             address,

@@ -537,7 +537,15 @@ async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
                 &[
                     refusal,
                     "put the right user and password in telco.platform.lock.redis.address",
+                    // The full key and where the address came from, as the service says it.
+                    "bad configuration: telco.platform.lock.redis.address = \"redis://",
+                    "(from environment variable TELCO_PLATFORM_LOCK_REDIS_ADDRESS)",
+                    "accepted: an address with a user and password Redis accepts",
                 ],
+            );
+            assert!(
+                !stderr(&output).contains("redis-sentinel://"),
+                "{label}: the URL grammar is no help for refused credentials"
             );
             assert!(
                 !stderr(&output).contains("check that Redis is up"),

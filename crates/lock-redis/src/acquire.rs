@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::error::{RedisFailure, Refusal};
 use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
-use crate::shutdown::Grant;
+use crate::shutdown::{Grant, Ticket};
 
 mod fair;
 
@@ -84,6 +84,11 @@ pub(crate) struct Acquisition<'a> {
     queued: bool,
     /// Whether a script call was made (or failed fast) yet: only the first fails fast.
     attempted: bool,
+    /// Counts the acquisition as a background task until it is dropped, so a shutdown waits for
+    /// an acquisition whose script is in flight: its clean-up (releasing a grant of unknown
+    /// outcome, leaving the fair queue) starts its own tickets in `Drop` before this one ends.
+    /// Declared last: fields drop after `Drop::drop` has run.
+    _in_flight: Ticket,
 }
 
 impl Drop for Acquisition<'_> {
@@ -125,6 +130,7 @@ impl<'a> Acquisition<'a> {
             outcome_unknown: false,
             queued: false,
             attempted: false,
+            _in_flight: inner.background.start(),
         }
     }
 

@@ -21,6 +21,36 @@ fn reconnect_policy() -> ReconnectPolicy {
     ReconnectPolicy::new_exponential(0, 100, RECONNECT_MAX_DELAY.as_millis() as u32, 2)
 }
 
+/// Connects `client` at once and keeps retrying the first connection (with the delays of
+/// [`reconnect_policy`]) until one succeeds or `stop`'s sender is dropped; from then on fred's
+/// connection task reconnects by itself. A service may start while Redis is down: its
+/// acquisitions fail closed until Redis answers. Each failed attempt reaches the client's error
+/// events, so [`Health`] sees it.
+pub(crate) fn keep_connecting<C>(client: &C, mut stop: tokio::sync::watch::Receiver<()>)
+where
+    C: ClientLike + Clone + Send + Sync + 'static,
+{
+    let client = client.clone();
+    tokio::spawn(async move {
+        let mut policy = reconnect_policy();
+        loop {
+            // Pending while connected (fred's task reconnects after a later loss); ends after a
+            // failed first attempt (`fail_fast`), or with `quit`.
+            match client.connect().await {
+                Ok(Err(error)) if !error.is_canceled() => {}
+                _ => return,
+            }
+            let delay = policy
+                .next_delay()
+                .map_or(RECONNECT_MAX_DELAY, Duration::from_millis);
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    });
+}
+
 /// What the addresses accept, quoted in errors.
 pub(crate) const ACCEPTED_ADDRESSES: &str = "redis://[user[:password]@]host[:port][/db], \
 redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name[&node=host:port…], \
@@ -161,9 +191,12 @@ pub(crate) fn build_clients(
             ),
         )
     })?;
-    // Keep retrying the first connection too: a service may start while Redis is down, and its
-    // acquisitions fail closed until Redis answers.
-    fred_config.fail_fast = false;
+    // The first connection attempt is made at once and ends the connection task when it fails
+    // (fred's own retry of the first connection would sleep its first reconnect delay, 100 to
+    // 200 ms, before even trying — longer than a short command timeout, which `connect` waits
+    // for the outcome); `keep_connecting` retries it. fred reads `fail_fast` for the first
+    // connection only: a connection lost later is retried by its reconnect policy.
+    fred_config.fail_fast = true;
     fred_config.tls = tls_config(config, tls)?;
 
     let builder = client_builder(fred_config, reconnect_policy(), config);
@@ -356,6 +389,11 @@ struct HealthState {
     /// When the first connection error since the last (re)connect arrived: measured locally
     /// (monotonic) for the "reachable again" line only, never shared with other hosts.
     down_since: Option<Instant>,
+    /// Set by [`Health::started`]: until then `connect` has not decided whether a connection
+    /// error is an outage (warned of) or a start-up failure (its error says it all).
+    started: bool,
+    /// An outage began before [`Health::started`]; its warning is logged then, if it lasts.
+    warning_deferred: bool,
 }
 
 impl Health {
@@ -366,6 +404,7 @@ impl Health {
         let mut errors = client.error_rx();
         let mut reconnects = client.reconnect_rx();
         let address = config.address.clone();
+        let timeout = config.command_timeout;
         tokio::spawn(async move {
             loop {
                 let error = tokio::select! {
@@ -386,7 +425,7 @@ impl Health {
                     return;
                 };
                 match error {
-                    Some(error) => health.failed(error, &address),
+                    Some(error) => health.failed(error, &address, timeout),
                     None => health.connected(&address),
                 }
                 health.changed.notify_waiters();
@@ -398,25 +437,51 @@ impl Health {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a connection error of the connection to `address`; the first of an outage is
-    /// logged as a warning.
-    fn failed(&self, error: Error, address: &str) {
-        let described = scrub(&describe(&error), address);
+    /// Records a connection error of the connection to `address`, whose attempts are bounded
+    /// by `timeout` (the command timeout); the first of an outage is logged as a warning.
+    fn failed(&self, error: Error, address: &str, timeout: Duration) {
+        let described = match error.kind() {
+            // fred says only "Request timed out.": name what did not answer, and within what.
+            ErrorKind::Timeout => format!(
+                "connecting to Redis at {} timed out: no answer within {timeout:?} (command_timeout)",
+                crate::config::redact(address)
+            ),
+            _ => scrub(&describe(&error), address),
+        };
         let outage_starts = {
             let mut state = self.lock();
             state.last_error = Some((error, described.clone()));
             state.connected = false;
             let starts = state.down_since.is_none();
             state.down_since.get_or_insert_with(Instant::now);
-            starts
+            if starts && !state.started {
+                state.warning_deferred = true;
+            }
+            starts && state.started
         };
         if outage_starts {
-            tracing::warn!(
-                address = %crate::config::redact(address),
-                error = %described,
-                "Redis connection failed; acquisitions fail closed, at once, until it answers"
-            );
+            warn_outage(address, &described);
         }
+    }
+
+    /// `connect` has decided the client starts: an outage that began during start-up is
+    /// warned of now. Not called when the first attempt's error fails `connect` (refused
+    /// credentials), so that error is not also logged as an outage. Returns whether it warned.
+    pub(crate) fn started(&self, address: &str) -> bool {
+        let deferred = {
+            let mut state = self.lock();
+            state.started = true;
+            let deferred = std::mem::take(&mut state.warning_deferred);
+            state
+                .last_error
+                .as_ref()
+                .filter(|_| deferred)
+                .map(|(_, described)| described.clone())
+        };
+        if let Some(described) = &deferred {
+            warn_outage(address, described);
+        }
+        deferred.is_some()
     }
 
     /// Records a (re)connection, logging once how long Redis was unreachable when it was.
@@ -425,7 +490,9 @@ impl Health {
             let mut state = self.lock();
             state.last_error = None;
             state.connected = true;
-            state.down_since.take()
+            // An outage never warned of (over before `connect` decided) is not announced over.
+            let warned = !std::mem::take(&mut state.warning_deferred);
+            state.down_since.take().filter(|_| warned)
         };
         if let Some(since) = down_since {
             let down = since.elapsed();
@@ -468,6 +535,14 @@ impl Health {
     }
 }
 
+fn warn_outage(address: &str, described: &str) {
+    tracing::warn!(
+        address = %crate::config::redact(address),
+        error = %described,
+        "Redis connection failed; acquisitions fail closed, at once, until it answers"
+    );
+}
+
 /// A connection error at connect that no retry can cure: Redis turned down the credentials
 /// (`WRONGPASS`, `NOAUTH`) or the user lacks a command the connection set-up sends (`NOPERM`,
 /// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming the
@@ -482,10 +557,20 @@ pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Opt
         refusal,
         message: scrub(error.details().trim(), &config.address),
     };
+    // Not the URL grammar: the address parsed; what Redis wants is other credentials.
+    let accepted = match refusal {
+        Refusal::NoAuth => {
+            "an address with a user and password Redis accepts (ACL user or requirepass)"
+        }
+        _ => {
+            "an address whose user Redis allows the commands the connection set-up sends \
+             (AUTH; SELECT for an address with a database number)"
+        }
+    };
     Some(LockError::invalid_argument(
         "redis.address",
         config.redacted_address(),
-        refused.to_string(),
+        format!("{refused}; accepted: {accepted}"),
     ))
 }
 

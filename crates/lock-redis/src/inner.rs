@@ -38,8 +38,12 @@ pub(crate) struct Inner {
     pub(crate) following_master: Arc<AtomicBool>,
     /// The grants this client holds, closed by [`Inner::shutdown`].
     pub(crate) held: HeldLeases<Arc<Grant>>,
-    /// Background releases in flight, which a shutdown waits for.
+    /// Background releases, fair-queue leaves and acquisitions in flight, which a shutdown
+    /// waits for.
     pub(crate) background: Arc<Background>,
+    /// Dropped with the client: ends the retries of a first connection that has not succeeded
+    /// (see `connection::keep_connecting`).
+    pub(crate) _stop_connecting: tokio::sync::watch::Sender<()>,
 }
 
 /// Why a release runs in the background.
@@ -252,9 +256,11 @@ impl Inner {
     /// Takes fair waiter `owner` out of lock `name`'s queue in the background (it gave up,
     /// failed or was dropped), so the waiters behind it move up now rather than when its place
     /// times out. A failure is logged at debug: the place then times out (the fair waiter
-    /// timeout at most).
+    /// timeout at most). A shutdown waits for it like for a release (counted as pending if it
+    /// is still running at the shutdown's deadline).
     pub(crate) fn leave_queue_in_background(self: &Arc<Self>, name: String, owner: String) {
         let inner = Arc::clone(self);
+        let ticket = self.background.start();
         self.runtime.spawn(async move {
             let args: Vec<Value> = vec![
                 owner.as_str().into(),
@@ -268,6 +274,8 @@ impl Inner {
             if let Err(error) = left {
                 tracing::debug!(lock_key = %name, %owner, %error, "leaving the fair queue failed; the place times out");
             }
+            // Not a release: a place in the queue is no lease.
+            ticket.done(false, false);
         });
     }
 }

@@ -132,6 +132,10 @@ use crate::keys::KeyLayout;
 use crate::scripts::Scripts;
 use crate::subscriptions::Subscriptions;
 
+/// The least [`RedisLock::connect`] waits for the first connection attempt's outcome: 1 s (it
+/// waits the command timeout when that is longer).
+const FIRST_CONNECTION_WAIT: Duration = Duration::from_secs(1);
+
 /// The local safety margin subtracted from every confirmed expiry: 1 % of the TTL plus 5 ms. It
 /// absorbs clock-rate differences between this host and Redis and timer lateness, so the local
 /// deadline passes before Redis expires the key.
@@ -184,9 +188,12 @@ impl fmt::Debug for RedisLock {
 impl RedisLock {
     /// Connects to Redis and starts the watchdog.
     ///
-    /// Waits for the outcome of the first connection attempt, at most one command timeout. A
-    /// Redis that is down (connection refused: at once) or does not answer (after the command
-    /// timeout) does not fail this call: the client keeps reconnecting in the background
+    /// Makes the first connection attempt at once and waits for its outcome, at most the
+    /// command timeout or 1 s, whichever is longer (the attempt's TCP connect and its set-up
+    /// commands are each bounded by the command timeout; the floor keeps a short command
+    /// timeout from giving up on an attempt that is still under way). A Redis that is down
+    /// (connection refused: at once) or does not answer (after that wait) does not fail this
+    /// call: the client keeps reconnecting in the background
     /// (100 ms doubling to 2 s), a warning is logged, and acquisitions fail closed until Redis
     /// answers (at once, with the connection error, once a connection attempt has failed).
     /// Must be called inside a Tokio runtime.
@@ -228,9 +235,11 @@ impl RedisLock {
         let scripts = Scripts::new();
         let health = Arc::new(connection::Health::default());
         health.follow(&client, &config);
-        // Detached: the connection tasks end with `quit`, sent when the lock is dropped.
-        drop(client.connect());
-        drop(subscriber.connect());
+        // The connection tasks end with `quit`, sent when the lock is dropped; the retries of
+        // a first connection that failed end when `stop_connecting` is dropped with it.
+        let (stop_connecting, stop) = tokio::sync::watch::channel(());
+        connection::keep_connecting(&client, stop.clone());
+        connection::keep_connecting(&subscriber, stop);
         if config.command_timeout > renewal_period(config.watchdog_timeout) {
             tracing::warn!(
                 command_timeout_ms = config.command_timeout.as_millis() as u64,
@@ -238,11 +247,16 @@ impl RedisLock {
                 "command-timeout is longer than a third of watchdog-timeout: one slow renewal can outlast a watchdog lease"
             );
         }
-        // The first attempt's outcome, no longer than one command timeout: a refused
-        // connection (Redis down) ends it within a round trip.
-        let first = tokio::time::timeout(config.command_timeout, health.first_outcome()).await;
+        // The first attempt's outcome (it starts at once): a refused connection (Redis down)
+        // or refused credentials end it within a round trip.
+        let first = tokio::time::timeout(
+            config.command_timeout.max(FIRST_CONNECTION_WAIT),
+            health.first_outcome(),
+        )
+        .await;
         match first {
             Ok(Ok(())) => {
+                health.started(&config.address);
                 if let Err(error) = scripts.load(&client).await {
                     tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
                 }
@@ -251,19 +265,25 @@ impl RedisLock {
             }
             Ok(Err(error)) => {
                 if let Some(refused) = connection::refused_at_connect(&config, &error) {
+                    drop(stop_connecting);
                     tokio::spawn(async move {
                         let _ = client.quit().await;
                         let _ = subscriber.quit().await;
                     });
                     return Err(refused);
                 }
-                // Otherwise Redis is down or unreachable: logged (once) by the health task.
+                // Otherwise Redis is down or unreachable: warned of (once) from here on.
+                health.started(&config.address);
             }
-            Err(_) => tracing::warn!(
-                address = %config.redacted_address(),
-                last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
-                "Redis is not reachable yet; acquisitions fail closed until it is"
-            ),
+            Err(_) => {
+                if !health.started(&config.address) {
+                    tracing::warn!(
+                        address = %config.redacted_address(),
+                        last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
+                        "Redis is not reachable yet; acquisitions fail closed until it is"
+                    );
+                }
+            }
         }
         let subscriptions = Subscriptions::start(subscriber, &client);
         let inner = Arc::new(Inner {
@@ -280,6 +300,7 @@ impl RedisLock {
             following_master: Default::default(),
             held: Default::default(),
             background: Default::default(),
+            _stop_connecting: stop_connecting,
         });
         if let Some(switches) = switches {
             switches.start(Arc::downgrade(&inner), inner.config.address.clone());

@@ -1,4 +1,5 @@
-//! The client's shutdown: the grants it holds, its background releases in flight, and
+//! The client's shutdown: the grants it holds, its background tasks in flight (releases, fair
+//! queue leaves, and acquisitions, whose script may be making a grant), and
 //! [`Inner::shutdown`], which releases the former and waits for the latter.
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,8 +24,8 @@ pub(crate) struct Grant {
     pub(crate) ttl: Duration,
 }
 
-/// The background tasks (releases, leaving a fair queue) in flight, and how the releases that
-/// ended came out, so a shutdown can wait for them and count them.
+/// The background tasks (releases, leaving a fair queue) and acquisitions in flight, and how
+/// the releases that ended came out, so a shutdown can wait for them and count them.
 #[derive(Debug, Default)]
 pub(crate) struct Background {
     counts: Mutex<Counts>,
@@ -102,7 +103,11 @@ impl Drop for Ticket {
 
 impl Inner {
     /// Refuses further grants, releases every lease still held (each handle's `lost()` fires
-    /// first) and waits up to `timeout` for every background task, those releases included.
+    /// first) and waits up to `timeout` for every background task, those releases included,
+    /// and for every acquisition in flight: closing the table makes each give up (see
+    /// `RedisLock::acquire_lease`), and one whose script may have made a grant hands it back
+    /// in the background before it ends — that release is waited for and counted too. An
+    /// acquisition or background task still running at the deadline counts as pending.
     pub(crate) async fn shutdown(self: &Arc<Self>, timeout: Duration) -> ShutdownSummary {
         let deadline = Instant::now() + timeout;
         let before = *self.background.counts();

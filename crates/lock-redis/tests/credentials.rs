@@ -344,3 +344,40 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
     }
     assert_logs_have_no_secret();
 }
+
+/// A command timeout shorter than fred's first reconnect delay (100 to 200 ms) does not hide
+/// refused credentials: the first attempt starts at once and `connect` waits for its outcome
+/// (at least 1 s), so connect fails as with the default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_connect_with_a_short_command_timeout() {
+    let redis = server_with_user(PASSWORD).await;
+    let wrong = url_with(&redis, &format!("{USER}:{WRONG}"));
+    for _ in 0..3 {
+        let config = common::config(&redis)
+            .address(&wrong)
+            .command_timeout(Duration::from_millis(100));
+        connect_fails_naming(config, "WRONGPASS").await;
+    }
+    assert_logs_have_no_secret();
+}
+
+/// Refused credentials fail connect; they are not also warned of as an outage ("acquisitions
+/// fail closed … until it answers"): there will be no acquisitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_are_not_logged_as_an_outage() {
+    let redis = server_with_user(PASSWORD).await;
+    let wrong = url_with(&redis, &format!("{USER}:{WRONG}"));
+    connect_fails_naming(common::config(&redis).address(&wrong), "WRONGPASS").await;
+    let port = format!("127.0.0.1:{}", redis.port());
+    let outage_warnings: Vec<String> = logs()
+        .text()
+        .lines()
+        .filter(|line| line.contains(&port) && line.contains("acquisitions fail closed"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        outage_warnings.is_empty(),
+        "refused credentials were logged as an outage: {outage_warnings:#?}"
+    );
+    assert_logs_have_no_secret();
+}

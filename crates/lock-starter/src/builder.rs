@@ -520,7 +520,38 @@ impl LockStarterBuilder {
 
 /// A setting the Redis lock rejected at connect (a refused password, an unusable CA file) as
 /// the configuration error of the key it came from, with the key's origin, like any other bad
-/// value; other errors as they are.
+/// value; other errors as they are ([`StartError::Lock`]).
+///
+/// What [`LockStarter::build`] reports; for tools that connect [`RedisLock`] themselves with
+/// [`redis_config`], so their start-up errors name the full key and where it was set as the
+/// service's do. What the value accepts comes from the error when it says (after
+/// `"; accepted: "`), else from the key table.
+///
+/// # Examples
+///
+/// ```
+/// use lock_starter::config::{ConfigSources, LockSettings};
+/// use lock_starter::{LockError, StartError, connect_error};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let sources = ConfigSources::new()
+///     .env_from([("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://:wrong@127.0.0.1:6379")]);
+/// let settings = LockSettings::load(&sources)?;
+/// let refused = LockError::invalid_argument(
+///     "redis.address",
+///     "redis://:***@127.0.0.1:6379",
+///     "Redis refused the connection: WRONGPASS; accepted: a password Redis accepts",
+/// );
+/// let StartError::Config(error) = connect_error(&settings, refused) else { panic!() };
+/// assert_eq!(error.key(), Some("telco.platform.lock.redis.address"));
+/// assert!(error.to_string().contains("(from environment variable TELCO_PLATFORM_LOCK_REDIS_ADDRESS)"));
+/// assert!(error.to_string().ends_with("; accepted: a password Redis accepts"));
+/// # Ok(()) }
+/// ```
+pub fn connect_error(settings: &LockSettings, error: LockError) -> StartError {
+    start_error(settings, error)
+}
+
 fn start_error(settings: &LockSettings, error: LockError) -> StartError {
     if let LockError::InvalidArgument {
         name,

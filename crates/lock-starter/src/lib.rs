@@ -80,7 +80,7 @@ mod health;
 #[cfg(feature = "http")]
 pub mod http;
 
-pub use builder::{LockStarter, LockStarterBuilder, StartError, redis_config};
+pub use builder::{LockStarter, LockStarterBuilder, StartError, connect_error, redis_config};
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use health::{Health, HealthStatus};

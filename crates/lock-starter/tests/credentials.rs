@@ -210,6 +210,12 @@ fn start_fails_naming(starter: Result<LockStarter, StartError>, refusal: &str, o
         !text.contains("unreachable"),
         "reported as an outage: {text}"
     );
+    // What the key accepts, for refused credentials: not the URL grammar (the address parsed).
+    assert!(
+        text.contains("; accepted: an address with a user and password Redis accepts")
+            && !text.contains("redis-sentinel://"),
+        "{text}"
+    );
     assert_no_secret("the StartError", &text);
     assert_no_secret("the StartError's Debug", &format!("{error:?}"));
     eprintln!("{text}");
@@ -255,6 +261,17 @@ async fn refused_credentials_fail_the_start_naming_the_address_and_its_origin() 
     )]))
     .await;
     start_fails_naming(missing, "NOAUTH", "");
+    // A start that fails on refused credentials does not also warn of an outage first.
+    for port in [redis.port(), requirepass.port()] {
+        let address = format!("127.0.0.1:{port}");
+        let outage: Vec<String> = logs()
+            .text()
+            .lines()
+            .filter(|line| line.contains(&address) && line.contains("acquisitions fail closed"))
+            .map(str::to_owned)
+            .collect();
+        assert!(outage.is_empty(), "logged as an outage: {outage:#?}");
+    }
     assert_start_logs_have_no_secret();
 }
 
