@@ -46,7 +46,8 @@ pub struct ShutdownSummary {
     /// background release (a dropped handle, an acquisition of unknown outcome) it waited for.
     /// A release that found the lease already ended is not counted.
     pub released: usize,
-    /// Releases not finished when the timeout ran out. They go on in the background while the
+    /// Releases not finished when the timeout ran out, and acquisitions still in flight then
+    /// (their grant, should one arrive, is handed back). They go on in the background while the
     /// process lives; if it exits first, those leases end at their TTL.
     pub pending: usize,
     /// Releases that failed for good (the backend refused, or stayed unreachable until the
