@@ -34,7 +34,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// another owner may have run concurrently); use [`DistributedLock::acquire`] and
     /// [`LockHandle::lost`](crate::LockHandle::lost) to react to that.
     ///
-    /// `options` is a [`Lease`] (the configured wait time) or [`AcquireOptions`] (a wait time of
+    /// `options` is a [`Lease`](crate::Lease) (the configured wait time) or [`AcquireOptions`] (a wait time of
     /// its own, fair, a minimum hold).
     ///
     /// Inside the section, the same task acquiring the same key again (with `with_lock` or
