@@ -522,7 +522,7 @@ impl LockStarterBuilder {
 /// the configuration error of the key it came from, with the key's origin, like any other bad
 /// value; other errors as they are ([`StartError::Lock`]).
 ///
-/// What [`LockStarter::build`] reports; for tools that connect [`RedisLock`] themselves with
+/// What [`LockStarterBuilder::build`] reports; for tools that connect [`RedisLock`] themselves with
 /// [`redis_config`], so their start-up errors name the full key and where it was set as the
 /// service's do. What the value accepts comes from the error when it says (after
 /// `"; accepted: "`), else from the key table.
