@@ -9,6 +9,7 @@ use fred::types::ClusterHash;
 use lock_core::{AcquireFailure, AcquireOptions, Lease, LeaseState, LockError, LockHandle};
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::error::{RedisFailure, Refusal};
 use crate::inner::{BackgroundRelease, Inner};
 use crate::release::RedisRelease;
@@ -180,7 +181,7 @@ impl<'a> Acquisition<'a> {
         }
         let mut try_now = subscription.is_head();
         let mut wake_at = deadline;
-        let mut retry = FIRST_RETRY;
+        let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY);
         loop {
             if try_now {
                 match self.attempt().await {
@@ -195,7 +196,7 @@ impl<'a> Acquisition<'a> {
                             return Err(self.held(Some(held), started));
                         }
                         wake_at = held.ttl.map_or(deadline, |ttl| deadline.min(now + ttl));
-                        retry = FIRST_RETRY;
+                        retry.reset();
                     }
                     // A queued waiter has chosen to wait: a Redis that is briefly unreachable,
                     // slow or refusing for a passing reason (`is_transient`) is retried (100 ms
@@ -204,9 +205,9 @@ impl<'a> Acquisition<'a> {
                     // wait at once.
                     // (A retry due after the deadline becomes the last try at the deadline.)
                     Err(error) if is_transient(&error) && Instant::now() < deadline => {
-                        tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "queued waiter retrying");
-                        wake_at = deadline.min(Instant::now() + retry);
-                        retry = (retry * 2).min(MAX_RETRY);
+                        let delay = retry.next_delay();
+                        tracing::debug!(lock_key = self.name, %error, retry_in_ms = delay.as_millis() as u64, "queued waiter retrying");
+                        wake_at = deadline.min(Instant::now() + delay);
                     }
                     Err(error) => {
                         // The next waiter backs off before trying: Redis just failed this one.

@@ -8,6 +8,7 @@ use fred::types::CustomCommand;
 use lock_core::LockError;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::config::{RedisLockConfig, scrub};
 use crate::error::{RedisFailure, Refusal};
 
@@ -15,10 +16,19 @@ use crate::error::{RedisFailure, Refusal};
 /// 100 ms, doubling). Once Redis answers again, a client is connected within about this long.
 pub const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
 
-/// Reconnect forever, 100 ms doubling to [`RECONNECT_MAX_DELAY`]: a Redis outage makes
-/// acquisitions fail closed, it must never leave the client permanently disconnected.
+/// The first delay of a reconnection; the next ones double up to [`RECONNECT_MAX_DELAY`].
+const FIRST_RECONNECT_DELAY: Duration = Duration::from_millis(100);
+
+/// Reconnect forever, [`FIRST_RECONNECT_DELAY`] doubling to [`RECONNECT_MAX_DELAY`]: a Redis
+/// outage makes acquisitions fail closed, it must never leave the client permanently
+/// disconnected.
 fn reconnect_policy() -> ReconnectPolicy {
-    ReconnectPolicy::new_exponential(0, 100, RECONNECT_MAX_DELAY.as_millis() as u32, 2)
+    ReconnectPolicy::new_exponential(
+        0,
+        FIRST_RECONNECT_DELAY.as_millis() as u32,
+        RECONNECT_MAX_DELAY.as_millis() as u32,
+        2,
+    )
 }
 
 /// Connects `client` at once and keeps retrying the first connection (with the delays of
@@ -32,7 +42,7 @@ where
 {
     let client = client.clone();
     tokio::spawn(async move {
-        let mut policy = reconnect_policy();
+        let mut backoff = Backoff::new(FIRST_RECONNECT_DELAY, RECONNECT_MAX_DELAY);
         loop {
             // Pending while connected (fred's task reconnects after a later loss); ends after a
             // failed first attempt (`fail_fast`), or with `quit`.
@@ -40,11 +50,8 @@ where
                 Ok(Err(error)) if !error.is_canceled() => {}
                 _ => return,
             }
-            let delay = policy
-                .next_delay()
-                .map_or(RECONNECT_MAX_DELAY, Duration::from_millis);
             tokio::select! {
-                () = tokio::time::sleep(delay) => {}
+                () = tokio::time::sleep(backoff.next_delay()) => {}
                 _ = stop.changed() => return,
             }
         }

@@ -86,6 +86,7 @@
 //! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
 mod acquire;
+mod backoff;
 mod config;
 mod connection;
 mod error;

@@ -23,6 +23,7 @@ use lock_core::LockError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::config::{RedisLockConfig, scrub};
 use crate::connection::{client_builder, tls_config, without_tls};
 use crate::inner::Inner;
@@ -222,7 +223,7 @@ async fn listen(
     let mut subscribed = false;
     // SUBSCRIBE retries: 500 ms doubling to 30 s; a refusal (NOPERM) is retried every minute.
     let mut next_try = Instant::now();
-    let mut backoff = Duration::from_millis(500);
+    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let mut warned = false;
     let mut reset = false;
     let mut retry = tokio::time::interval(Duration::from_millis(500));
@@ -242,7 +243,7 @@ async fn listen(
             match outcome {
                 Ok(Ok(confirmed @ (Confirmed::Yes | Confirmed::Unknown))) => {
                     subscribed = true;
-                    backoff = Duration::from_millis(500);
+                    backoff.reset();
                     tracing::debug!(
                         sentinel = %at, ?confirmed,
                         "following the Sentinel's +switch-master events"
@@ -264,13 +265,11 @@ async fn listen(
                         sentinel = %at, error = %scrub(&error.to_string(), &address),
                         "SUBSCRIBE +switch-master failed; retrying"
                     );
-                    next_try = Instant::now() + backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    next_try = Instant::now() + backoff.next_delay();
                 }
                 Err(_) => {
                     tracing::debug!(sentinel = %at, "SUBSCRIBE +switch-master timed out; retrying");
-                    next_try = Instant::now() + backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    next_try = Instant::now() + backoff.next_delay();
                 }
             }
         }

@@ -33,6 +33,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
+
 /// First retry delay of a failed `SSUBSCRIBE`; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
@@ -443,7 +445,7 @@ impl Shared {
 
 /// Owns one channel's subscription until its last waiter has left.
 async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
-    let mut retry = FIRST_RETRY;
+    let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY);
     loop {
         let (wanted, confirmed) = {
             let channels = shared.channels();
@@ -495,7 +497,7 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
         let generation = shared.generation.load(Ordering::SeqCst);
         match shared.subscriber.ssubscribe(channel.as_str()).await {
             Ok(()) => {
-                retry = FIRST_RETRY;
+                retry.reset();
                 // Compared under the lock the dispatcher bumps it under, so a reconnect cannot
                 // slip between the check and the confirmation.
                 let mut channels = shared.channels();
@@ -518,12 +520,12 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                     tracing::debug!(%channel, "SSUBSCRIBE timed out; replacing the pub/sub connection");
                     let _ = shared.subscriber.force_reconnection().await;
                 }
-                tracing::debug!(%channel, %error, retry_in_ms = retry.as_millis(), "SSUBSCRIBE failed; retrying");
+                let delay = retry.next_delay();
+                tracing::debug!(%channel, %error, retry_in_ms = delay.as_millis(), "SSUBSCRIBE failed; retrying");
                 tokio::select! {
-                    () = tokio::time::sleep(retry) => {}
+                    () = tokio::time::sleep(delay) => {}
                     () = poke.notified() => {}
                 }
-                retry = (retry * 2).min(MAX_RETRY);
             }
         }
     }

@@ -21,6 +21,7 @@ use lock_core::{AcquireFailure, LockError, LockHandle};
 use tokio::time::Instant;
 
 use super::{Acquisition, Attempt, FIRST_RETRY, MAX_RETRY, is_transient};
+use crate::backoff::Backoff;
 
 /// How a call of the fair acquire script treats the caller's place in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +64,7 @@ impl Acquisition<'_> {
         });
         let refresh = self.inner.config.fair_waiter_timeout / 3;
         // Retries keep the place alive: never further apart than a refresh.
-        let max_retry = MAX_RETRY.min(refresh);
-        let mut retry = FIRST_RETRY.min(max_retry);
+        let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY.min(refresh));
         let mut first = true;
         loop {
             let called = self.fair_call(FairCall::Wait, deadline).await;
@@ -88,24 +88,23 @@ impl Acquisition<'_> {
                 Ok(Attempt::Granted(handle)) => return Ok(handle),
                 // First in line behind a holder: it tries again when the holder's TTL runs out.
                 Ok(Attempt::Held(holder, 0)) => {
-                    retry = FIRST_RETRY.min(max_retry);
+                    retry.reset();
                     let refresh_at = now + refresh;
                     holder
                         .ttl
                         .map_or(refresh_at, |ttl| refresh_at.min(now + ttl))
                 }
                 Ok(Attempt::Held(_, _) | Attempt::WaitersAhead(_)) => {
-                    retry = FIRST_RETRY.min(max_retry);
+                    retry.reset();
                     now + refresh
                 }
                 // A waiter keeps trying through a passing Redis failure (see `is_transient`)
                 // until its wait is spent, and keeps its place as long as a call gets through
                 // before the place times out (see docs/design.md, "Fair locks").
                 Err(error) if is_transient(&error) => {
-                    tracing::debug!(lock_key = self.name, %error, retry_in_ms = retry.as_millis() as u64, "fair waiter retrying");
-                    let at = now + retry;
-                    retry = (retry * 2).min(max_retry);
-                    at
+                    let delay = retry.next_delay();
+                    tracing::debug!(lock_key = self.name, %error, retry_in_ms = delay.as_millis() as u64, "fair waiter retrying");
+                    now + delay
                 }
                 Err(error) => return Err(error),
             };
