@@ -1,0 +1,573 @@
+//! From the merged figment to checked [`LockSettings`]: serde extraction over the defaults of
+//! the key table, origins from figment's metadata, the table's checks, the Spring fallback, and
+//! warnings for keys the lock does not read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use figment::providers::Serialized;
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::{Deserialize, Deserializer, de};
+
+use super::address::{RedisAddress, encode_userinfo, redact_text};
+use super::error::ConfigError;
+use super::keys::{
+    KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, known_keys, near_miss_of_prefix, spec,
+    unknown_key_hint,
+};
+use super::origin::{DEFAULTS_PROVIDER, Origin};
+use super::sources::{HostEnv, one_line_message};
+use super::{LockSettings, RedisSettings};
+
+/// The longest value shown in a message, in characters.
+const SHOWN_CHARS: usize = 120;
+
+/// A string as messages show it: quoted and escaped, cut after 120 characters, passwords
+/// redacted.
+pub(crate) fn quote(text: &str) -> String {
+    let redacted = redact_text(text);
+    if redacted.chars().count() > SHOWN_CHARS {
+        let cut: String = redacted.chars().take(SHOWN_CHARS).collect();
+        format!("{cut:?}… ({} bytes)", text.len())
+    } else {
+        format!("{redacted:?}")
+    }
+}
+
+/// A figment value as messages show it: `"5s"`, `5`, `true`, `a table {a, b}`.
+fn show(value: &Value) -> String {
+    match value {
+        Value::String(_, text) => quote(text),
+        Value::Char(_, c) => quote(&c.to_string()),
+        Value::Bool(_, b) => b.to_string(),
+        Value::Num(_, num) => match (num.to_i128(), num.to_f64()) {
+            (Some(int), _) => int.to_string(),
+            (_, Some(float)) => float.to_string(),
+            _ => "a number".to_owned(),
+        },
+        Value::Empty(..) => "nothing".to_owned(),
+        Value::Dict(_, dict) => {
+            let keys: Vec<&str> = dict.keys().map(String::as_str).collect();
+            format!("a table {{{}}}", keys.join(", "))
+        }
+        Value::Array(_, items) => format!("an array of {} items", items.len()),
+    }
+}
+
+/// A setting as [`LockSettings::describe`] shows it.
+pub(crate) fn show_val(value: &Val<'_>) -> String {
+    match value {
+        Val::Bool(b) => b.to_string(),
+        Val::Duration(d) => humantime::format_duration(*d).to_string(),
+        Val::Count(n) => n.to_string(),
+        Val::Text(text) => quote(text),
+        Val::Address(address) => address.to_string(),
+        Val::Path(Some(path)) => quote(&path.display().to_string()),
+        Val::Path(None) => "none (the system's root certificates)".to_owned(),
+    }
+}
+
+/// The duration syntax of every duration key: `0`, or numbers with the units ms, s, m and h
+/// (`1m30s`); parsed by humantime once the units are checked, since humantime also takes `us`,
+/// `M` (months) and more.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("empty; a duration is required".to_owned());
+    }
+    if text.starts_with('-') {
+        return Err("negative durations are not accepted".to_owned());
+    }
+    if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
+    }
+    for unit in text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace()) {
+        match unit {
+            "" | "ms" | "s" | "m" | "h" => {}
+            "M" => {
+                return Err(
+                    "unknown unit \"M\": M is not minutes (it is months); the units \
+                            are ms, s, m (minutes) and h"
+                        .to_owned(),
+                );
+            }
+            other => {
+                return Err(format!(
+                    "unknown unit {other:?}; the units are ms, s, m and h"
+                ));
+            }
+        }
+    }
+    humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => "too large".to_owned(),
+        other => format!("not a duration ({other})"),
+    })
+}
+
+/// Serde: a duration as [`parse_duration`] reads it; also a bare number 0 (TOML `wait-time = 0`).
+pub(crate) fn duration<'de, D: Deserializer<'de>>(de: D) -> Result<Duration, D::Error> {
+    struct V;
+    impl de::Visitor<'_> for V {
+        type Value = Duration;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a duration")
+        }
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
+            parse_duration(text).map_err(E::custom)
+        }
+        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Duration, E> {
+            self.visit_str(&n.to_string())
+        }
+        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Duration, E> {
+            self.visit_str(&n.to_string())
+        }
+        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Duration, E> {
+            self.visit_str(&n.to_string())
+        }
+    }
+    de.deserialize_any(V)
+}
+
+/// Serde: a Redis address, checked by [`RedisAddress::parse`].
+pub(crate) fn address<'de, D: Deserializer<'de>>(de: D) -> Result<RedisAddress, D::Error> {
+    let text = String::deserialize(de)?;
+    RedisAddress::parse(&text).map_err(|e| de::Error::custom(e.problem()))
+}
+
+/// Serde: the `tls` table, of which the lock reads `ca-file`.
+pub(crate) fn ca_file<'de, D: Deserializer<'de>>(de: D) -> Result<Option<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    struct Tls {
+        ca_file: Option<PathBuf>,
+    }
+    Ok(Tls::deserialize(de)?.ca_file)
+}
+
+/// The Spring Boot keys of the address fallback.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Spring {
+    url: Option<String>,
+    host: Option<String>,
+    port: Option<u16>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+/// One value with its own metadata: the defaults of the table, and the variables that set a
+/// key (see [`super::sources`]).
+pub(crate) struct Fixed {
+    pub(crate) metadata: Metadata,
+    pub(crate) key: &'static str,
+    pub(crate) value: String,
+}
+
+impl Provider for Fixed {
+    fn metadata(&self) -> Metadata {
+        self.metadata.clone()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Serialized::default(self.key, &self.value).data()
+    }
+}
+
+/// The defaults of the key table, and the default instance id read from the host.
+fn defaults(host_env: &HostEnv) -> Figment {
+    let mut figment = Figment::new();
+    for spec in KEYS {
+        if let KeyDefault::Value(value) = spec.default {
+            figment = figment.merge(Fixed {
+                metadata: Metadata::named(DEFAULTS_PROVIDER),
+                key: spec.name,
+                value: value.to_owned(),
+            });
+        }
+    }
+    let (metadata, id) = match (&host_env.pod_name, &host_env.hostname) {
+        (Some(pod), _) => (
+            Metadata::named(DEFAULTS_PROVIDER).source("POD_NAME"),
+            pod.clone(),
+        ),
+        (None, Some(host)) => (
+            Metadata::named(DEFAULTS_PROVIDER).source("HOSTNAME"),
+            host.clone(),
+        ),
+        (None, None) => (
+            Metadata::named(DEFAULTS_PROVIDER).source(super::origin::HOST_NAME),
+            gethostname::gethostname().to_string_lossy().into_owned(),
+        ),
+    };
+    figment.merge(Fixed {
+        metadata,
+        key: spec("instance-id").name,
+        value: id,
+    })
+}
+
+/// Where the value at `path` came from; [`Origin::Default`] when it is not set.
+fn origin_of(figment: &Figment, path: &str) -> Origin {
+    match figment.find_metadata(path) {
+        Some(metadata) => Origin::from_metadata(Some(metadata), path),
+        None => Origin::Default,
+    }
+}
+
+fn invalid(figment: &Figment, spec: &KeySpec, problem: String) -> ConfigError {
+    let shown = match figment.find_value(spec.name) {
+        _ if spec.name.contains("password") => "***".to_owned(),
+        Ok(value) => show(&value),
+        Err(_) => "nothing".to_owned(),
+    };
+    ConfigError::InvalidValue {
+        key: spec.name.to_owned(),
+        value: shown,
+        origin: Box::new(origin_of(figment, spec.name)),
+        problem,
+        accepted: spec.accepted(),
+    }
+}
+
+/// A serde error as the error of the key (or table) it is about.
+fn extraction_error(figment: &Figment, section: &str, error: figment::Error) -> ConfigError {
+    // Figment appends the extracted section's segments after the keys inside it.
+    let inside = error.path.len().saturating_sub(section.split('.').count());
+    let (keys, outer) = error.path.split_at(inside);
+    let key = outer
+        .iter()
+        .chain(keys)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(".");
+    let problem = match &error.kind {
+        figment::error::Kind::Message(message) => message.clone(),
+        kind => kind.to_string(),
+    };
+    match KEYS.iter().chain(SPRING_KEYS).find(|spec| spec.name == key) {
+        Some(spec) => invalid(figment, spec, problem),
+        None => ConfigError::InvalidValue {
+            value: figment
+                .find_value(&key)
+                .map_or_else(|_| "nothing".to_owned(), |v| show(&v)),
+            origin: Box::new(Origin::from_metadata(error.metadata.as_ref(), &key)),
+            accepted: table_accepted(&key),
+            key,
+            problem,
+        },
+    }
+}
+
+/// What a table of the key table accepts: its keys.
+fn table_accepted(table: &str) -> String {
+    let keys: Vec<&str> = KEYS
+        .iter()
+        .chain(SPRING_KEYS)
+        .filter_map(|spec| spec.name.strip_prefix(table)?.strip_prefix('.'))
+        .collect();
+    format!("a table with the keys {}", keys.join(", "))
+}
+
+/// Rejects a value that is not a table where the key table has one (`redis = "redis://…"`
+/// under `[telco.platform.lock]`). Run on every source by itself, before they are merged, so a
+/// later source setting a key inside the table cannot hide it.
+pub(crate) fn check_tables(figment: &Figment) -> Result<(), ConfigError> {
+    for spec in KEYS.iter().chain(SPRING_KEYS) {
+        let mut table = spec.name;
+        while let Some((parent, _)) = table.rsplit_once('.') {
+            table = parent;
+            if let Ok(value) = figment.find_value(table) {
+                if !matches!(value, Value::Dict(..)) {
+                    return Err(ConfigError::InvalidValue {
+                        key: table.to_owned(),
+                        value: show(&value),
+                        origin: Box::new(origin_of(figment, table)),
+                        problem: "a value where a table is expected".to_owned(),
+                        accepted: table_accepted(table),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every value under `value` that is not a table, by dotted path below it.
+fn leaves(value: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    match value {
+        Value::Dict(_, dict) => {
+            for (name, inner) in dict {
+                let inner_path = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                leaves(inner, &inner_path, out);
+            }
+        }
+        _ => out.push((path.to_owned(), value.clone())),
+    }
+}
+
+/// Warnings found while loading, each also logged with `tracing::warn!`.
+#[derive(Default)]
+pub(crate) struct Warnings(pub(crate) Vec<String>);
+
+impl Warnings {
+    pub(crate) fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.0.push(message);
+    }
+}
+
+/// Keys under `telco.platform.lock` that are not in the table, and sections that look like a
+/// misspelt `telco.platform.lock`: warnings, never errors, since a file is shared (a key a newer
+/// version added must not stop an older service). Values are not shown: one may be a secret.
+fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
+    let mut all = Vec::new();
+    if let Ok(root) = figment.find_value("") {
+        leaves(&root, "", &mut all);
+    }
+    for (path, value) in &all {
+        let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
+        if let Some(rest) = path.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('.')) {
+            if KEYS.iter().any(|spec| spec.name == path) {
+                continue;
+            }
+            let hint = unknown_key_hint(rest, false).map_or_else(String::new, |h| format!("; {h}"));
+            warnings.warn(format!(
+                "unknown key {path} (from {origin}) is ignored{hint}; accepted keys: {}",
+                known_keys()
+            ));
+        } else {
+            let section: Vec<&str> = path.splitn(4, '.').take(3).collect();
+            if near_miss_of_prefix(&section) {
+                warnings.warn(format!(
+                    "key {path} (from {origin}) is not read by the lock; did you mean {PREFIX}?"
+                ));
+            }
+        }
+    }
+}
+
+/// Reads, checks and completes the lock settings from a merged figment.
+pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSettings, ConfigError> {
+    if let Err(error) = figment.data() {
+        return Err(ConfigError::Source {
+            message: one_line_message(&error),
+        });
+    }
+    check_tables(figment)?;
+    let mut warnings = Warnings::default();
+    for message in &host_env.warnings {
+        warnings.warn(message.clone());
+    }
+    warn_unknown(figment, &mut warnings);
+
+    let full = defaults(host_env).merge(figment.clone());
+    let mut settings: LockSettings = full
+        .extract_inner_lossy(PREFIX)
+        .map_err(|e| extraction_error(&full, PREFIX, e))?;
+    for spec in KEYS {
+        settings.origins.set(spec.name, origin_of(&full, spec.name));
+    }
+    if settings.origins.get(spec("redis.address").name) == Some(&Origin::Default) {
+        if let Some((address, origin)) = spring_address(&full, host_env, &mut warnings)? {
+            settings.redis.address = address;
+            settings.origins.set(spec("redis.address").name, origin);
+        }
+    }
+    for spec in KEYS {
+        if let Some(problem) = spec.value(&settings).and_then(|value| spec.problem(&value)) {
+            return Err(invalid(&full, spec, problem));
+        }
+    }
+    check_ca_file(&full, &settings.redis)?;
+    settings.warnings = warnings.0;
+    for spec in KEYS {
+        if let Some(line) = settings.describe(spec.name) {
+            tracing::debug!("{line}");
+        }
+    }
+    Ok(settings)
+}
+
+/// The address from `spring.data.redis.url`, else from `host`/`port` with `username` and
+/// `password`; `None` when none is set. The URL with host/port from the same source leaves open
+/// which Redis is meant: an error naming both.
+fn spring_address(
+    figment: &Figment,
+    host_env: &HostEnv,
+    warnings: &mut Warnings,
+) -> Result<Option<(RedisAddress, Origin)>, ConfigError> {
+    const SECTION: &str = "spring.data.redis";
+    let section = figment.find_value(SECTION).ok();
+    let spring: Spring = match section {
+        Some(_) => figment
+            .extract_inner_lossy(SECTION)
+            .map_err(|e| extraction_error(figment, SECTION, e))?,
+        None => Spring::default(),
+    };
+    let origin = |key: &str| origin_of(figment, &format!("{SECTION}.{key}"));
+    let mut used = vec!["url"];
+    let found = if let Some(url) = &spring.url {
+        for other in ["host", "port"]
+            .into_iter()
+            .filter(|k| figment.contains(&format!("{SECTION}.{k}")))
+        {
+            if origin(other).same_source(&origin("url")) {
+                return Err(invalid(
+                    figment,
+                    spec("spring.data.redis.url"),
+                    format!(
+                        "{SECTION}.{other} is set in the same source ({}), so which Redis is \
+                         meant is ambiguous; remove one of them, or set {}",
+                        origin(other),
+                        spec("redis.address").name
+                    ),
+                ));
+            }
+        }
+        let address = RedisAddress::parse(url).map_err(|e| {
+            invalid(
+                figment,
+                spec("spring.data.redis.url"),
+                e.problem().to_owned(),
+            )
+        })?;
+        Some((address, Origin::SpringUrl(Box::new(origin("url")))))
+    } else if spring.host.is_some()
+        || spring.port.is_some()
+        || spring.password.is_some()
+        || spring.username.is_some()
+    {
+        used = vec!["host", "port", "username", "password"];
+        let host = spring.host.as_deref().unwrap_or("localhost");
+        let host_spec = spec("spring.data.redis.host");
+        if host.is_empty()
+            || host
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || "/@?#\\[]".contains(c))
+        {
+            return Err(invalid(
+                figment,
+                host_spec,
+                "not a host name or IP address".to_owned(),
+            ));
+        }
+        let port = spring.port.unwrap_or(6379);
+        if port == 0 {
+            return Err(invalid(
+                figment,
+                spec("spring.data.redis.port"),
+                "port 0 is not accepted".to_owned(),
+            ));
+        }
+        let bracketed = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let mut url = url::Url::parse(&format!("redis://{bracketed}:{port}")).map_err(|e| {
+            invalid(
+                figment,
+                host_spec,
+                format!("not a host name or IP address ({e})"),
+            )
+        })?;
+        // Percent-encoded, every character but the unreserved ones, so the client, which
+        // decodes them, sends them as written. Cannot fail: the URL has a host.
+        if let Some(user) = spring.username.as_deref().filter(|u| !u.is_empty()) {
+            let _ = url.set_username(&encode_userinfo(user));
+        }
+        if let Some(password) = spring.password.as_deref().filter(|p| !p.is_empty()) {
+            let _ = url.set_password(Some(&encode_userinfo(password)));
+        }
+        let address = RedisAddress::parse(url.as_str())
+            .map_err(|e| invalid(figment, host_spec, e.problem().to_owned()))?;
+        let keys = ["host", "port", "username", "password"]
+            .into_iter()
+            .filter(|k| {
+                matches!(*k, "host" | "port") || figment.contains(&format!("{SECTION}.{k}"))
+            })
+            .map(|k| (format!("{SECTION}.{k}"), origin(k)))
+            .collect();
+        Some((address, Origin::SpringFallback { keys }))
+    } else {
+        None
+    };
+    let mut unread = Vec::new();
+    if let Some(section) = &section {
+        leaves(section, "", &mut unread);
+    }
+    let mut unread: Vec<String> = unread
+        .iter()
+        .filter(|(path, _)| !used.contains(&path.as_str()))
+        .map(|(path, value)| {
+            let full = format!("{SECTION}.{path}");
+            let origin = Origin::from_metadata(figment.get_metadata(value.tag()), &full);
+            format!("{full} (from {origin})")
+        })
+        .collect();
+    unread.extend(
+        host_env
+            .spring_unread
+            .iter()
+            .map(|var| format!("environment variable {var}")),
+    );
+    if !unread.is_empty() {
+        warnings.warn(format!(
+            "these Spring settings are not read by the lock, which takes its address only from \
+             {} or spring.data.redis url, host, port, username and password: {}. Set {} if the \
+             lock needs them",
+            spec("redis.address").name,
+            unread.join(", "),
+            spec("redis.address").name
+        ));
+    }
+    Ok(found)
+}
+
+/// `redis.tls.ca-file`: only with a TLS address; a readable file holding a PEM certificate.
+fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigError> {
+    let Some(path) = &redis.tls_ca_file else {
+        return Ok(());
+    };
+    let spec = spec("redis.tls.ca-file");
+    let fail = |problem: String| Err(invalid(figment, spec, problem));
+    if path.as_os_str().is_empty() {
+        return fail("empty; a path is required".to_owned());
+    }
+    if !redis.address.tls() {
+        return fail(format!(
+            "{} = {} does not use TLS, so a CA file would not be used; use rediss://, \
+             rediss-sentinel:// or rediss-cluster://, or remove {}",
+            KEYS[1].name, redis.address, spec.name
+        ));
+    }
+    match std::fs::read(path) {
+        Ok(contents)
+            if String::from_utf8_lossy(&contents).contains("-----BEGIN CERTIFICATE-----") =>
+        {
+            Ok(())
+        }
+        Ok(_) => fail(
+            "the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)".to_owned(),
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let relative = match std::env::current_dir() {
+                Ok(dir) if path.is_relative() => {
+                    format!(" (relative to the working directory {})", dir.display())
+                }
+                _ => String::new(),
+            };
+            fail(format!("the file does not exist{relative}"))
+        }
+        Err(_) if path.is_dir() => fail("it is a directory, not a file".to_owned()),
+        Err(e) => fail(format!("the file cannot be read: {e}")),
+    }
+}
