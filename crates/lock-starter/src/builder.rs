@@ -456,7 +456,7 @@ impl LockStarterBuilder {
     /// Must run inside a Tokio runtime (the Redis client's tasks run on it).
     ///
     /// # Errors
-    /// [`StartError::Config`] for any bad or unknown key, and for an address whose credentials
+    /// [`StartError::Config`] for any bad value (unknown keys are warnings), and for an address whose credentials
     /// Redis refuses at connect (`WRONGPASS`, `NOAUTH`, or `NOPERM` for a command the connection
     /// set-up sends): it names `telco.platform.lock.redis.address`, the address (password as
     /// `***`) and where it came from; [`StartError::Lock`] when the Redis client rejects the

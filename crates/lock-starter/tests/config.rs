@@ -315,13 +315,13 @@ fn unknown_keys_and_variables_are_warnings_with_a_suggestion() {
         "nothing misspelt is read"
     );
     for expected in [
-        format!("unknown key telco.platform.lock.wait-tme (from TOML file {}) is ignored; did you mean telco.platform.lock.wait-time?; accepted keys: telco.platform.lock.{{enabled, redis.address,", path.display()),
+        format!("unknown key telco.platform.lock.wait-tme (from TOML file {}) is ignored; did you mean telco.platform.lock.wait-time? Accepted keys: telco.platform.lock.{{enabled, redis.address,", path.display()),
         "unknown key telco.platform.lock.lease-time".to_owned(),
         "there is deliberately no lease-time key".to_owned(),
         "unknown key telco.platform.lock.newer-key".to_owned(),
         "key telco.platform.lok.wait-time".to_owned(),
         "did you mean telco.platform.lock?".to_owned(),
-        "unknown environment variable TELCO_PLATFORM_LOCK_WATCHDOG_TIMOUT is ignored: it names no key under telco.platform.lock; did you mean TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT?; accepted variables: TELCO_PLATFORM_LOCK_ENABLED,".to_owned(),
+        "unknown environment variable TELCO_PLATFORM_LOCK_WATCHDOG_TIMOUT is ignored: it names no key under telco.platform.lock; did you mean TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT? Accepted variables: TELCO_PLATFORM_LOCK_ENABLED,".to_owned(),
         "environment variable TELCO_PLATFROM_LOCK_WAIT_TIME is ignored".to_owned(),
     ] {
         assert!(warnings.contains(&expected), "{expected}\nnot in\n{warnings}");
@@ -658,6 +658,23 @@ fn check_generated(path: &str, expected: &str, whole: bool) {
 }
 
 #[test]
+fn the_example_files_load_without_warnings() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config");
+    for (file, topology) in [("sentinel.toml", "Sentinel"), ("cluster.toml", "Cluster")] {
+        let sources = ConfigSources::new()
+            .toml_file(root.join(file))
+            .env_from([POD]);
+        let settings = LockSettings::load(&sources).unwrap();
+        assert!(
+            settings.warnings().is_empty(),
+            "{file}: {:?}",
+            settings.warnings()
+        );
+        assert!(format!("{:?}", settings.redis.address.topology()).starts_with(topology));
+    }
+}
+
+#[test]
 fn the_docs_table_and_lock_toml_follow_the_table() {
     check_generated("docs/configuration.md", &doc_table(), false);
     check_generated("config/lock.toml", &lock_toml(), true);
@@ -667,5 +684,73 @@ fn the_docs_table_and_lock_toml_follow_the_table() {
     assert!(
         KEYS.iter()
             .all(|spec| settings.source_of(spec.name).unwrap().is_default())
+    );
+}
+
+/// The messages docs/configuration.md quotes, produced here.
+fn quoted_messages() -> Vec<String> {
+    use lock_starter::figment::{
+        Figment,
+        providers::{Format, Toml},
+    };
+    let error = |pairs: &[(&str, &str)]| from_env(pairs).unwrap_err().to_string();
+    let toml = |text: &str| {
+        LockSettings::load(&ConfigSources::from_figment(Figment::from(Toml::string(
+            text,
+        ))))
+    };
+    let warnings = |pairs: &[(&str, &str)]| from_env(pairs).unwrap().warnings().to_vec();
+    let mut out = vec![
+        error(&[("TELCO_PLATFORM_LOCK_WAIT_TIME", "5 parsecs")]),
+        error(&[("TELCO_PLATFORM_LOCK_WAITTIME", "5")]),
+        error(&[("TELCO_PLATFORM_LOCK_WAIT_TIME", "500us")]),
+        error(&[("TELCO_PLATFORM_LOCK_WAIT_TIME", "1M")]),
+        error(&[("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "0")]),
+        error(&[("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "localhost:6379")]),
+        error(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_ADDRESS",
+            "redis://:s3cret@redis.internal:99999",
+        )]),
+        error(&[(
+            "TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE",
+            "/etc/ssl/certs/redis-ca.pem",
+        )]),
+        error(&[("TELCO_PLATFORM_LOCK_KEY_PREFIX", "lock{")]),
+        error(&[
+            ("TELCO_PLATFORM_LOCK_WAIT_TIME", "2s"),
+            ("TELCO_PLATFORM_LOCK_WAITTIME", "3s"),
+        ]),
+        error(&[
+            ("SPRING_DATA_REDIS_URL", "redis://cache:6379"),
+            ("SPRING_DATA_REDIS_HOST", "redis.internal"),
+        ]),
+        toml("[telco.platform.lock]\nredis = \"redis://cache:6379\"\n")
+            .unwrap_err()
+            .to_string(),
+    ];
+    out.extend(warnings(&[
+        ("TELCO_PLATFORM_LOCK_WAIT_TME", "5s"),
+        ("TELCO_PLATFROM_LOCK_WAIT_TIME", "5s"),
+    ]));
+    out.extend(warnings(&[
+        ("SPRING_DATA_REDIS_HOST", "cache"),
+        ("SPRING_DATA_REDIS_TIMEOUT", "2s"),
+    ]));
+    out.extend(toml("[telco.platform.lock]\nwait-tme = \"5s\"\nlease-time = \"30s\"\n[telco.platform.lok]\nkey-prefix = \"x\"\n").unwrap().warnings().to_vec());
+    out
+}
+
+#[test]
+fn the_messages_the_docs_quote_are_real() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+    let docs = std::fs::read_to_string(path).unwrap();
+    let missing: Vec<String> = quoted_messages()
+        .into_iter()
+        .filter(|m| !docs.contains(&format!("```text\n{m}\n```")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not quoted in docs/configuration.md:\n{}",
+        missing.join("\n")
     );
 }

@@ -425,6 +425,16 @@ pub(crate) fn unknown_key_hint(unknown: &str, as_env: bool) -> Option<String> {
     (!norm.is_empty()).then(|| format!("did you mean {name}?"))
 }
 
+/// The hint for an unknown key as a message continues it, up to the accepted list: `; did you
+/// mean …? `, `; explanation. ` or `. `.
+pub(crate) fn hint_part(unknown: &str, as_env: bool) -> String {
+    match unknown_key_hint(unknown, as_env) {
+        Some(hint) if hint.ends_with('?') => format!("; {hint} "),
+        Some(hint) => format!("; {hint}. "),
+        None => ". ".to_owned(),
+    }
+}
+
 /// Whether three segments (of a section path or a variable's name) are a misspelt
 /// `telco.platform.lock` (`telco.platform.lok`, `TELCO_PLATFROM_LOCK`, `Telco.Platform.Lock`):
 /// each within one edit per four letters of its segment, and not all exact. `log` and `kafka`

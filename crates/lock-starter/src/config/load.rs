@@ -13,8 +13,8 @@ use serde::{Deserialize, Deserializer, de};
 use super::address::{RedisAddress, encode_userinfo, redact_text};
 use super::error::ConfigError;
 use super::keys::{
-    KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, known_keys, near_miss_of_prefix, spec,
-    unknown_key_hint,
+    KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
+    near_miss_of_prefix, spec,
 };
 use super::origin::{DEFAULTS_PROVIDER, Origin};
 use super::sources::{HostEnv, one_line_message};
@@ -338,9 +338,9 @@ fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
             if KEYS.iter().any(|spec| spec.name == path) {
                 continue;
             }
-            let hint = unknown_key_hint(rest, false).map_or_else(String::new, |h| format!("; {h}"));
             warnings.warn(format!(
-                "unknown key {path} (from {origin}) is ignored{hint}; accepted keys: {}",
+                "unknown key {path} (from {origin}) is ignored{}Accepted keys: {}",
+                hint_part(rest, false),
                 known_keys()
             ));
         } else {

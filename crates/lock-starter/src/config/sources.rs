@@ -10,7 +10,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 
 use super::address::redact_text;
 use super::error::ConfigError;
-use super::keys::{ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, near_miss_of_prefix, unknown_key_hint};
+use super::keys::{ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, hint_part, near_miss_of_prefix};
 use super::load::{Fixed, check_tables, quote};
 use super::origin::ENV_PROVIDER;
 
@@ -66,7 +66,7 @@ impl ConfigSources {
     }
 
     /// A consumer's own figment instead of the standard sources: the figment is read like a TOML
-    /// file (same key layout, unknown keys under `telco.platform.lock` rejected) and the
+    /// file (same key layout, unknown keys under `telco.platform.lock` warned about) and the
     /// environment is **not** read, as with [`LockSettings::from_figment`](super::LockSettings::from_figment).
     /// Add [`env(true)`](Self::env) to layer the environment on top, or more files or figments.
     ///
@@ -380,10 +380,10 @@ fn merge_env(
         if let Some(spec) = spec {
             by_key.entry(spec.name).or_default().push((name, value));
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
-            let hint = unknown_key_hint(rest, true).map_or_else(String::new, |h| format!("; {h}"));
             host_env.warnings.push(format!(
                 "unknown environment variable {name} is ignored: it names no key under \
-                 telco.platform.lock{hint}; accepted variables: {}",
+                 telco.platform.lock{}Accepted variables: {}",
+                hint_part(rest, true),
                 known_env_names()
             ));
         } else if name.starts_with("SPRING_DATA_REDIS_") {
