@@ -708,6 +708,22 @@ fn next_parameter(text: &str) -> usize {
         .unwrap_or(text.len())
 }
 
+/// Whether a query parameter's value may be a secret (`sentinelPassword`, `token`, `auth`).
+fn looks_secret(name: &str) -> bool {
+    let norm = super::keys::normalize(name);
+    [
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "credential",
+        "auth",
+        "key",
+    ]
+    .iter()
+    .any(|word| norm.contains(word))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1098,20 +1114,4 @@ mod tests {
         assert_eq!(address.expose(), "rediss://Xk4PwLeak@h:6380/1");
         assert_eq!(redact_text(address.expose()), address.to_string().as_str());
     }
-}
-
-/// Whether a query parameter's value may be a secret (`sentinelPassword`, `token`, `auth`).
-fn looks_secret(name: &str) -> bool {
-    let norm = super::keys::normalize(name);
-    [
-        "pass",
-        "pwd",
-        "secret",
-        "token",
-        "credential",
-        "auth",
-        "key",
-    ]
-    .iter()
-    .any(|word| norm.contains(word))
 }

@@ -110,140 +110,74 @@ const fn duration(min: Duration, max: Duration) -> Accepts {
 use KeyDefault::{Described, Value};
 
 /// Every key of the lock, in the order they are checked and documented.
+#[rustfmt::skip]
 pub const KEYS: &[KeySpec] = &[
-    key(
-        "telco.platform.lock.enabled",
-        Value("true"),
-        Accepts::Bool,
+    key("telco.platform.lock.enabled", Value("true"), Accepts::Bool,
         "Master switch. When false, no Redis connection is made and asking for the lock fails with LOCK_DISABLED, naming where it was switched off.",
-        |s| Val::Bool(s.enabled),
-    ),
-    key(
-        "telco.platform.lock.redis.address",
-        Value("redis://localhost:6379"),
-        Accepts::Text {
-            described: "redis[s]://[user[:password]@]host[:port][/db], redis[s]-sentinel://…?sentinelServiceName=name[&node=host:port…] or redis[s]-cluster://host:port[?node=host:port…]",
-            check: |_| None,
-        },
+        |s| Val::Bool(s.enabled)),
+    key("telco.platform.lock.redis.address", Value("redis://localhost:6379"),
+        text("redis[s]://[user[:password]@]host[:port][/db], redis[s]-sentinel://…?sentinelServiceName=name[&node=host:port…] or redis[s]-cluster://host:port[?node=host:port…]", |_| None),
         "Where Redis is: one server, a Sentinel group or a Cluster, with credentials and database; TLS by scheme. When not set: spring.data.redis.url, else spring.data.redis.host/port.",
-        |s| Val::Address(&s.redis.address),
-    ),
-    key(
-        "telco.platform.lock.redis.command-timeout",
-        Value("2s"),
-        duration(MIN_COMMAND_TIMEOUT, MAX_COMMAND_TIMEOUT),
+        |s| Val::Address(&s.redis.address)),
+    key("telco.platform.lock.redis.command-timeout", Value("2s"), duration(MIN_COMMAND_TIMEOUT, MAX_COMMAND_TIMEOUT),
         "Timeout of every Redis command, and of connecting.",
-        |s| Val::Duration(s.redis.command_timeout),
-    ),
-    key(
-        "telco.platform.lock.redis.tls.ca-file",
-        Described("none: the system's root certificates"),
-        Accepts::Text {
-            described: "a readable file with a PEM certificate, only with a rediss:// address",
-            check: |_| None,
-        },
+        |s| Val::Duration(s.redis.command_timeout)),
+    key("telco.platform.lock.redis.tls.ca-file", Described("none: the system's root certificates"),
+        text("a readable file with a PEM certificate, only with a rediss:// address", |_| None),
         "PEM file of the CA certificates to trust for TLS instead of the system's roots.",
-        |s| Val::Path(s.redis.tls_ca_file.as_deref()),
-    ),
-    key(
-        "telco.platform.lock.wait-time",
-        Value("5s"),
-        duration(Duration::ZERO, MAX_WAIT),
+        |s| Val::Path(s.redis.tls_ca_file.as_deref())),
+    key("telco.platform.lock.wait-time", Value("5s"), duration(Duration::ZERO, MAX_WAIT),
         "Longest time an acquire waits for a held lock before failing with LOCK_ACQUISITION_FAILED; 0 means one attempt. A call may pass its own wait.",
-        |s| Val::Duration(s.wait_time),
-    ),
-    key(
-        "telco.platform.lock.watchdog-timeout",
-        Value("30s"),
-        duration(MIN_WATCHDOG_TIMEOUT, MAX_WATCHDOG_TIMEOUT),
+        |s| Val::Duration(s.wait_time)),
+    key("telco.platform.lock.watchdog-timeout", Value("30s"), duration(MIN_WATCHDOG_TIMEOUT, MAX_WATCHDOG_TIMEOUT),
         "TTL of watchdog leases (Lease::Watchdog), renewed every third of it; a crashed holder's lock frees itself within this long.",
-        |s| Val::Duration(s.watchdog_timeout),
-    ),
-    key(
-        "telco.platform.lock.min-replicas",
-        Value("0"),
-        Accepts::Count {
-            max: MAX_MIN_REPLICAS,
-        },
+        |s| Val::Duration(s.watchdog_timeout)),
+    key("telco.platform.lock.min-replicas", Value("0"), Accepts::Count { max: MAX_MIN_REPLICAS },
         "Replicas that must acknowledge a grant (Redis WAIT) before it is reported; with fewer, the acquire fails closed (reason replication_unconfirmed). 0 sends no WAIT.",
-        |s| Val::Count(s.min_replicas),
-    ),
-    key(
-        "telco.platform.lock.replica-sync-timeout",
-        Value("1s"),
-        duration(Duration::from_millis(1), MAX_REPLICA_SYNC_TIMEOUT),
+        |s| Val::Count(s.min_replicas)),
+    key("telco.platform.lock.replica-sync-timeout", Value("1s"), duration(Duration::from_millis(1), MAX_REPLICA_SYNC_TIMEOUT),
         "How long a grant waits for min-replicas acknowledgements (only with min-replicas above 0).",
-        |s| Val::Duration(s.replica_sync_timeout),
-    ),
-    key(
-        "telco.platform.lock.fair-waiter-timeout",
-        Value("5s"),
-        duration(MIN_FAIR_WAITER_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT),
+        |s| Val::Duration(s.replica_sync_timeout)),
+    key("telco.platform.lock.fair-waiter-timeout", Value("5s"), duration(MIN_FAIR_WAITER_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT),
         "How long a fair waiter keeps its place in a key's queue without calling again (plus one command timeout).",
-        |s| Val::Duration(s.fair_waiter_timeout),
-    ),
-    key(
-        "telco.platform.lock.key-prefix",
-        Value("lock:"),
-        Accepts::Text {
-            described: "1 to 64 bytes, no braces, whitespace or control characters",
-            check: key_prefix_problem,
-        },
+        |s| Val::Duration(s.fair_waiter_timeout)),
+    key("telco.platform.lock.key-prefix", Value("lock:"),
+        text("1 to 64 bytes, no braces, whitespace or control characters", key_prefix_problem),
         "Prefix of every Redis key and channel the lock uses.",
-        |s| Val::Text(&s.key_prefix),
-    ),
-    key(
-        "telco.platform.lock.instance-id",
-        Described("POD_NAME, else HOSTNAME, else the host name"),
-        Accepts::Text {
-            described: "1 to 128 bytes, no control characters or |",
-            check: instance_id_problem,
-        },
+        |s| Val::Text(&s.key_prefix)),
+    key("telco.platform.lock.instance-id", Described("POD_NAME, else HOSTNAME, else the host name"),
+        text("1 to 128 bytes, no control characters or |", instance_id_problem),
         "Readable part of every owner token, so on-call can see which pod holds a key.",
-        |s| Val::Text(&s.instance_id),
-    ),
+        |s| Val::Text(&s.instance_id)),
 ];
 
+const fn text(described: &'static str, check: fn(&str) -> Option<String>) -> Accepts {
+    Accepts::Text { described, check }
+}
+
 const fn spring(name: &'static str, described: &'static str, doc: &'static str) -> KeySpec {
+    let accepts = text(described, |_| None);
     KeySpec {
         name,
         default: Described("none"),
-        accepts: Accepts::Text {
-            described,
-            check: |_| None,
-        },
+        accepts,
         doc,
         get: None,
     }
 }
 
 /// The Spring Boot keys the address falls back to when `redis.address` is not set (ADR-024).
+#[rustfmt::skip]
 pub const SPRING_KEYS: &[KeySpec] = &[
-    spring(
-        "spring.data.redis.url",
-        "as telco.platform.lock.redis.address; not with host/port in the same source",
-        "First fallback for the address.",
-    ),
-    spring(
-        "spring.data.redis.host",
-        "a host name or IP address",
-        "Fallback for the address, with port (default localhost).",
-    ),
-    spring(
-        "spring.data.redis.port",
-        "a port from 1 to 65535",
-        "Fallback for the address, with host (default 6379).",
-    ),
-    spring(
-        "spring.data.redis.username",
-        "any text",
-        "User (ACL) of an address built from host/port.",
-    ),
-    spring(
-        "spring.data.redis.password",
-        "any text; an empty one is no password",
-        "Password of an address built from host/port; shown as ***.",
-    ),
+    spring("spring.data.redis.url", "as telco.platform.lock.redis.address; not with host/port in the same source",
+        "First fallback for the address."),
+    spring("spring.data.redis.host", "a host name or IP address",
+        "Fallback for the address, with port (default localhost)."),
+    spring("spring.data.redis.port", "a port from 1 to 65535",
+        "Fallback for the address, with host (default 6379)."),
+    spring("spring.data.redis.username", "any text", "User (ACL) of an address built from host/port."),
+    spring("spring.data.redis.password", "any text; an empty one is no password",
+        "Password of an address built from host/port; shown as ***."),
 ];
 
 fn instance_id_problem(id: &str) -> Option<String> {

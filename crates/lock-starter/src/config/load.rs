@@ -218,7 +218,7 @@ fn origin_of(figment: &Figment, path: &str) -> Origin {
     }
 }
 
-fn invalid(figment: &Figment, spec: &KeySpec, problem: String) -> ConfigError {
+fn invalid(figment: &Figment, spec: &KeySpec, problem: impl Into<String>) -> ConfigError {
     let shown = match figment.find_value(spec.name) {
         _ if spec.name.contains("password") => "***".to_owned(),
         Ok(value) => show(&value),
@@ -228,7 +228,7 @@ fn invalid(figment: &Figment, spec: &KeySpec, problem: String) -> ConfigError {
         key: spec.name.to_owned(),
         value: shown,
         origin: Box::new(origin_of(figment, spec.name)),
-        problem,
+        problem: problem.into(),
         accepted: spec.accepted(),
     }
 }
@@ -398,7 +398,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
 
 /// The address from `spring.data.redis.url`, else from `host`/`port` with `username` and
 /// `password`; `None` when none is set. The URL with host/port from the same source leaves open
-/// which Redis is meant: an error naming both.
+/// which Redis is meant: an error naming both. Other Spring keys are named in a warning.
 fn spring_address(
     figment: &Figment,
     host_env: &HostEnv,
@@ -412,93 +412,66 @@ fn spring_address(
             .map_err(|e| extraction_error(figment, SECTION, e))?,
         None => Spring::default(),
     };
-    let origin = |key: &str| origin_of(figment, &format!("{SECTION}.{key}"));
-    let mut used = vec!["url"];
-    let found = if let Some(url) = &spring.url {
-        for other in ["host", "port"]
+    let key = |name: &str| spec(&format!("{SECTION}.{name}"));
+    let origin = |name: &str| origin_of(figment, key(name).name);
+    let set = |name: &str| figment.contains(key(name).name);
+    let parse = |name: &str, url: &str| {
+        RedisAddress::parse(url).map_err(|e| invalid(figment, key(name), e.problem()))
+    };
+    let built = ["host", "port", "username", "password"];
+    let (found, used) = if let Some(url) = &spring.url {
+        if let Some(other) = ["host", "port"]
             .into_iter()
-            .filter(|k| figment.contains(&format!("{SECTION}.{k}")))
+            .find(|k| set(k) && origin(k).same_source(&origin("url")))
         {
-            if origin(other).same_source(&origin("url")) {
-                return Err(invalid(
-                    figment,
-                    spec("spring.data.redis.url"),
-                    format!(
-                        "{SECTION}.{other} is set in the same source ({}), so which Redis is \
-                         meant is ambiguous; remove one of them, or set {}",
-                        origin(other),
-                        spec("redis.address").name
-                    ),
-                ));
-            }
+            let problem = format!(
+                "{SECTION}.{other} is set in the same source ({}), so which Redis is meant is \
+                 ambiguous; remove one of them, or set {}",
+                origin(other),
+                KEYS[1].name
+            );
+            return Err(invalid(figment, key("url"), problem));
         }
-        let address = RedisAddress::parse(url).map_err(|e| {
-            invalid(
-                figment,
-                spec("spring.data.redis.url"),
-                e.problem().to_owned(),
-            )
-        })?;
-        Some((address, Origin::SpringUrl(Box::new(origin("url")))))
-    } else if spring.host.is_some()
-        || spring.port.is_some()
-        || spring.password.is_some()
-        || spring.username.is_some()
-    {
-        used = vec!["host", "port", "username", "password"];
+        let address = parse("url", url)?;
+        (
+            Some((address, Origin::SpringUrl(Box::new(origin("url"))))),
+            &["url"][..],
+        )
+    } else if built.iter().any(|k| set(k)) {
         let host = spring.host.as_deref().unwrap_or("localhost");
-        let host_spec = spec("spring.data.redis.host");
-        if host.is_empty()
-            || host
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control() || "/@?#\\[]".contains(c))
-        {
+        if host.is_empty() || host.contains(|c: char| c.is_whitespace() || "/@?#[]".contains(c)) {
             return Err(invalid(
                 figment,
-                host_spec,
-                "not a host name or IP address".to_owned(),
+                key("host"),
+                "not a host name or IP address",
             ));
         }
-        let port = spring.port.unwrap_or(6379);
-        if port == 0 {
-            return Err(invalid(
-                figment,
-                spec("spring.data.redis.port"),
-                "port 0 is not accepted".to_owned(),
-            ));
+        if spring.port == Some(0) {
+            return Err(invalid(figment, key("port"), "port 0 is not accepted"));
         }
-        let bracketed = if host.contains(':') {
+        // Percent-encoded, every character but the unreserved ones, so the client, which
+        // decodes them, sends them as written.
+        let text = |v: &Option<String>| v.as_deref().filter(|t| !t.is_empty()).map(encode_userinfo);
+        let userinfo = match (text(&spring.username), text(&spring.password)) {
+            (None, None) => String::new(),
+            (user, None) => format!("{}@", user.unwrap_or_default()),
+            (user, Some(password)) => format!("{}:{password}@", user.unwrap_or_default()),
+        };
+        let host = if host.contains(':') {
             format!("[{host}]")
         } else {
             host.to_owned()
         };
-        let mut url = url::Url::parse(&format!("redis://{bracketed}:{port}")).map_err(|e| {
-            invalid(
-                figment,
-                host_spec,
-                format!("not a host name or IP address ({e})"),
-            )
-        })?;
-        // Percent-encoded, every character but the unreserved ones, so the client, which
-        // decodes them, sends them as written. Cannot fail: the URL has a host.
-        if let Some(user) = spring.username.as_deref().filter(|u| !u.is_empty()) {
-            let _ = url.set_username(&encode_userinfo(user));
-        }
-        if let Some(password) = spring.password.as_deref().filter(|p| !p.is_empty()) {
-            let _ = url.set_password(Some(&encode_userinfo(password)));
-        }
-        let address = RedisAddress::parse(url.as_str())
-            .map_err(|e| invalid(figment, host_spec, e.problem().to_owned()))?;
-        let keys = ["host", "port", "username", "password"]
+        let port = spring.port.unwrap_or(6379);
+        let address = parse("host", &format!("redis://{userinfo}{host}:{port}"))?;
+        let keys = built
             .into_iter()
-            .filter(|k| {
-                matches!(*k, "host" | "port") || figment.contains(&format!("{SECTION}.{k}"))
-            })
-            .map(|k| (format!("{SECTION}.{k}"), origin(k)))
+            .filter(|k| matches!(*k, "host" | "port") || set(k))
+            .map(|k| (key(k).name.to_owned(), origin(k)))
             .collect();
-        Some((address, Origin::SpringFallback { keys }))
+        (Some((address, Origin::SpringFallback { keys })), &built[..])
     } else {
-        None
+        (None, &[][..])
     };
     let mut unread = Vec::new();
     if let Some(section) = &section {
@@ -508,9 +481,8 @@ fn spring_address(
         .iter()
         .filter(|(path, _)| !used.contains(&path.as_str()))
         .map(|(path, value)| {
-            let full = format!("{SECTION}.{path}");
-            let origin = Origin::from_metadata(figment.get_metadata(value.tag()), &full);
-            format!("{full} (from {origin})")
+            let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
+            format!("{SECTION}.{path} (from {origin})")
         })
         .collect();
     unread.extend(
@@ -522,11 +494,10 @@ fn spring_address(
     if !unread.is_empty() {
         warnings.warn(format!(
             "these Spring settings are not read by the lock, which takes its address only from \
-             {} or spring.data.redis url, host, port, username and password: {}. Set {} if the \
-             lock needs them",
-            spec("redis.address").name,
+             {0} or spring.data.redis url, host, port, username and password: {1}. Set {0} if \
+             the lock needs them",
+            KEYS[1].name,
             unread.join(", "),
-            spec("redis.address").name
         ));
     }
     Ok(found)
@@ -538,12 +509,12 @@ fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigE
         return Ok(());
     };
     let spec = spec("redis.tls.ca-file");
-    let fail = |problem: String| Err(invalid(figment, spec, problem));
+    let fail = |problem: &str| Err(invalid(figment, spec, problem));
     if path.as_os_str().is_empty() {
-        return fail("empty; a path is required".to_owned());
+        return fail("empty; a path is required");
     }
     if !redis.address.tls() {
-        return fail(format!(
+        return fail(&format!(
             "{} = {} does not use TLS, so a CA file would not be used; use rediss://, \
              rediss-sentinel:// or rediss-cluster://, or remove {}",
             KEYS[1].name, redis.address, spec.name
@@ -555,9 +526,7 @@ fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigE
         {
             Ok(())
         }
-        Ok(_) => fail(
-            "the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)".to_owned(),
-        ),
+        Ok(_) => fail("the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let relative = match std::env::current_dir() {
                 Ok(dir) if path.is_relative() => {
@@ -565,9 +534,9 @@ fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigE
                 }
                 _ => String::new(),
             };
-            fail(format!("the file does not exist{relative}"))
+            fail(&format!("the file does not exist{relative}"))
         }
-        Err(_) if path.is_dir() => fail("it is a directory, not a file".to_owned()),
-        Err(e) => fail(format!("the file cannot be read: {e}")),
+        Err(_) if path.is_dir() => fail("it is a directory, not a file"),
+        Err(e) => fail(&format!("the file cannot be read: {e}")),
     }
 }
