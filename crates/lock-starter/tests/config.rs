@@ -197,7 +197,7 @@ fn bad_values_of_every_key_name_the_key_value_origin_and_what_is_accepted() {
                     ),
                     (
                         "500us".into(),
-                        "unknown unit \"us\"; the units are ms, s, m and h",
+                        "unknown unit \"us\"; the units are ms, s, m (minutes) and h",
                     ),
                     ("1M".into(), "M is not minutes"),
                     ("5".into(), "a unit is required"),
@@ -252,7 +252,7 @@ fn bad_values_of_every_key_name_the_key_value_origin_and_what_is_accepted() {
     assert_eq!(
         message,
         "telco.platform.lock.wait-time = \"5 parsecs\" (from environment variable \
-         TELCO_PLATFORM_LOCK_WAIT_TIME): unknown unit \"parsecs\"; the units are ms, s, m and h; \
+         TELCO_PLATFORM_LOCK_WAIT_TIME): unknown unit \"parsecs\"; the units are ms, s, m (minutes) and h; \
          accepted: a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from 0 to 1 h"
     );
     // A TOML value of the wrong type.

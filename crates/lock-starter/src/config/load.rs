@@ -16,7 +16,7 @@ use super::keys::{
     KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
     near_miss_of_prefix, spec,
 };
-use super::origin::{DEFAULTS_PROVIDER, Origin};
+use super::origin::{DEFAULTS_PROVIDER, HOST_NAME, Origin};
 use super::sources::{HostEnv, one_line_message};
 use super::{LockSettings, RedisSettings};
 
@@ -85,22 +85,19 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
     }
-    for unit in text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace()) {
-        match unit {
-            "" | "ms" | "s" | "m" | "h" => {}
-            "M" => {
-                return Err(
-                    "unknown unit \"M\": M is not minutes (it is months); the units \
-                            are ms, s, m (minutes) and h"
-                        .to_owned(),
-                );
-            }
-            other => {
-                return Err(format!(
-                    "unknown unit {other:?}; the units are ms, s, m and h"
-                ));
-            }
-        }
+    let units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
+    if let Some(unit) = units
+        .filter(|u| !["", "ms", "s", "m", "h"].contains(u))
+        .next()
+    {
+        let months = if unit == "M" {
+            ": M is not minutes (it is months)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
+        ));
     }
     humantime::parse_duration(text).map_err(|e| match e {
         humantime::DurationError::NumberOverflow => "too large".to_owned(),
@@ -110,26 +107,17 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// Serde: a duration as [`parse_duration`] reads it; also a bare number 0 (TOML `wait-time = 0`).
 pub(crate) fn duration<'de, D: Deserializer<'de>>(de: D) -> Result<Duration, D::Error> {
-    struct V;
-    impl de::Visitor<'_> for V {
-        type Value = Duration;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a duration")
-        }
-        fn visit_str<E: de::Error>(self, text: &str) -> Result<Duration, E> {
-            parse_duration(text).map_err(E::custom)
-        }
-        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Duration, E> {
-            self.visit_str(&n.to_string())
-        }
-        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Duration, E> {
-            self.visit_str(&n.to_string())
-        }
-        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Duration, E> {
-            self.visit_str(&n.to_string())
-        }
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a duration")]
+    enum Raw {
+        Text(String),
+        Number(f64),
     }
-    de.deserialize_any(V)
+    let text = match Raw::deserialize(de)? {
+        Raw::Text(text) => text,
+        Raw::Number(n) => n.to_string(),
+    };
+    parse_duration(&text).map_err(de::Error::custom)
 }
 
 /// Serde: a Redis address, checked by [`RedisAddress::parse`].
@@ -159,22 +147,26 @@ struct Spring {
     password: Option<String>,
 }
 
-/// One value with its own metadata: the defaults of the table, and the variables that set a
-/// key (see [`super::sources`]).
-pub(crate) struct Fixed {
-    pub(crate) metadata: Metadata,
-    pub(crate) key: &'static str,
-    pub(crate) value: String,
-}
+/// Values already read, with the metadata of where they came from.
+pub(crate) struct Parsed(pub(crate) Metadata, pub(crate) Map<Profile, Dict>);
 
-impl Provider for Fixed {
+impl Provider for Parsed {
     fn metadata(&self) -> Metadata {
-        self.metadata.clone()
+        self.0.clone()
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Serialized::default(self.key, &self.value).data()
+        Ok(self.1.clone())
     }
+}
+
+/// One value at a dotted key, with its own metadata: a default of the table, or a variable.
+pub(crate) fn fixed(metadata: Metadata, key: &str, value: &str) -> Parsed {
+    // Serializing a string at a key cannot fail.
+    Parsed(
+        metadata,
+        Serialized::default(key, value).data().unwrap_or_default(),
+    )
 }
 
 /// The defaults of the key table, and the default instance id read from the host.
@@ -182,32 +174,19 @@ fn defaults(host_env: &HostEnv) -> Figment {
     let mut figment = Figment::new();
     for spec in KEYS {
         if let KeyDefault::Value(value) = spec.default {
-            figment = figment.merge(Fixed {
-                metadata: Metadata::named(DEFAULTS_PROVIDER),
-                key: spec.name,
-                value: value.to_owned(),
-            });
+            figment = figment.merge(fixed(Metadata::named(DEFAULTS_PROVIDER), spec.name, value));
         }
     }
-    let (metadata, id) = match (&host_env.pod_name, &host_env.hostname) {
-        (Some(pod), _) => (
-            Metadata::named(DEFAULTS_PROVIDER).source("POD_NAME"),
-            pod.clone(),
-        ),
-        (None, Some(host)) => (
-            Metadata::named(DEFAULTS_PROVIDER).source("HOSTNAME"),
-            host.clone(),
-        ),
+    let (source, id) = match (&host_env.pod_name, &host_env.hostname) {
+        (Some(pod), _) => ("POD_NAME", pod.clone()),
+        (None, Some(host)) => ("HOSTNAME", host.clone()),
         (None, None) => (
-            Metadata::named(DEFAULTS_PROVIDER).source(super::origin::HOST_NAME),
+            HOST_NAME,
             gethostname::gethostname().to_string_lossy().into_owned(),
         ),
     };
-    figment.merge(Fixed {
-        metadata,
-        key: spec("instance-id").name,
-        value: id,
-    })
+    let metadata = Metadata::named(DEFAULTS_PROVIDER).source(source);
+    figment.merge(fixed(metadata, spec("instance-id").name, &id))
 }
 
 /// Where the value at `path` came from; [`Origin::Default`] when it is not set.

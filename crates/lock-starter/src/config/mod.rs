@@ -24,7 +24,7 @@
 //! assert_eq!(
 //!     error.to_string(),
 //!     "telco.platform.lock.wait-time = \"5 parsecs\" (from environment variable \
-//!      TELCO_PLATFORM_LOCK_WAIT_TIME): unknown unit \"parsecs\"; the units are ms, s, m and h; \
+//!      TELCO_PLATFORM_LOCK_WAIT_TIME): unknown unit \"parsecs\"; the units are ms, s, m (minutes) and h; \
 //!      accepted: a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), \
 //!      from 0 to 1 h"
 //! );

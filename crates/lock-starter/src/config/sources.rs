@@ -5,13 +5,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Format, Toml};
-use figment::value::{Dict, Map};
-use figment::{Figment, Metadata, Profile, Provider};
+
+use figment::{Figment, Metadata, Provider};
 
 use super::address::redact_text;
 use super::error::ConfigError;
 use super::keys::{ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, hint_part, near_miss_of_prefix};
-use super::load::{Fixed, check_tables, quote};
+use super::load::{Parsed, check_tables, fixed, quote};
 use super::origin::ENV_PROVIDER;
 
 /// The sources [`LockSettings::load`](super::LockSettings::load) reads, later winning over
@@ -211,7 +211,7 @@ impl ConfigSources {
         let mut figment = Figment::new();
         for layer in &self.layers {
             let layer = match layer {
-                Layer::Toml(path) => Figment::from(TomlFile::read(path)?),
+                Layer::Toml(path) => toml_file(path)?,
                 Layer::Figment(other) => other.as_ref().clone(),
             };
             // Each source by itself: a later one must not hide a scalar where a table belongs.
@@ -232,7 +232,7 @@ impl ConfigSources {
                 host_env
             }
             EnvInput::Vars(vars) => {
-                let mut host_env = HostEnv::from_vars(vars);
+                let mut host_env = HostEnv::with(|name| vars.get(name).cloned());
                 figment = merge_env(figment, vars, &mut host_env)?;
                 host_env
             }
@@ -251,23 +251,19 @@ impl Default for ConfigSources {
 impl fmt::Debug for ConfigSources {
     /// Names the files and counts the variables; values (which may hold passwords) are not shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let layers: Vec<String> = self
-            .layers
-            .iter()
-            .map(|layer| match layer {
-                Layer::Toml(path) => format!("TOML file {}", path.display()),
-                Layer::Figment(_) => "figment".to_owned(),
-            })
-            .collect();
-        let env = match &self.env {
-            EnvInput::Off => "off".to_owned(),
-            EnvInput::Process => "process environment".to_owned(),
-            EnvInput::Vars(vars) => format!("{} given variables", vars.len()),
+        let mut list = f.debug_list();
+        for layer in &self.layers {
+            match layer {
+                Layer::Toml(path) => list.entry(&format_args!("TOML file {}", path.display())),
+                Layer::Figment(_) => list.entry(&format_args!("figment")),
+            };
+        }
+        match &self.env {
+            EnvInput::Off => list.entry(&format_args!("no environment")),
+            EnvInput::Process => list.entry(&format_args!("process environment")),
+            EnvInput::Vars(vars) => list.entry(&format_args!("{} given variables", vars.len())),
         };
-        f.debug_struct("ConfigSources")
-            .field("layers", &layers)
-            .field("env", &env)
-            .finish()
+        list.finish()
     }
 }
 
@@ -284,16 +280,11 @@ pub(crate) struct HostEnv {
 
 impl HostEnv {
     pub(crate) fn process() -> Self {
-        let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
-        HostEnv {
-            pod_name: var("POD_NAME"),
-            hostname: var("HOSTNAME"),
-            ..HostEnv::default()
-        }
+        HostEnv::with(|name| std::env::var(name).ok())
     }
 
-    fn from_vars(vars: &BTreeMap<String, String>) -> Self {
-        let var = |name| vars.get(name).filter(|v| !v.is_empty()).cloned();
+    fn with(var: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |name| var(name).filter(|v| !v.is_empty());
         HostEnv {
             pod_name: var("POD_NAME"),
             hostname: var("HOSTNAME"),
@@ -303,43 +294,25 @@ impl HostEnv {
 }
 
 /// A TOML file, read and parsed up front so a missing or broken file is reported by path.
-struct TomlFile {
-    path: PathBuf,
-    data: Map<Profile, Dict>,
-}
-
-impl TomlFile {
-    fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ConfigError::MissingFile {
-                path: path.to_owned(),
-            },
-            _ => ConfigError::UnreadableFile {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            },
+fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
+    let path = path.to_owned();
+    let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ConfigError::MissingFile { path: path.clone() },
+        _ => ConfigError::UnreadableFile {
+            path: path.clone(),
+            reason: e.to_string(),
+        },
+    })?;
+    let data = Toml::string(&text)
+        .data()
+        .map_err(|e| ConfigError::InvalidToml {
+            path: path.clone(),
+            message: one_line_message(&e),
         })?;
-        let data = Toml::string(&text)
-            .data()
-            .map_err(|e| ConfigError::InvalidToml {
-                path: path.to_owned(),
-                message: one_line_message(&e),
-            })?;
-        Ok(TomlFile {
-            path: path.to_owned(),
-            data,
-        })
-    }
-}
-
-impl Provider for TomlFile {
-    fn metadata(&self) -> Metadata {
-        Metadata::from("TOML file", self.path.as_path())
-    }
-
-    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Ok(self.data.clone())
-    }
+    Ok(Figment::from(Parsed(
+        Metadata::from("TOML file", path.as_path()),
+        data,
+    )))
 }
 
 /// A figment error on one line: for parse errors the position and the problem, without the
@@ -421,11 +394,11 @@ fn merge_env(
                 second_value: shown(other_value),
             });
         }
-        figment = figment.merge(Fixed {
-            metadata: Metadata::named(ENV_PROVIDER).source(name.clone()),
-            key: spec.name,
-            value: value.clone(),
-        });
+        figment = figment.merge(fixed(
+            Metadata::named(ENV_PROVIDER).source(name.clone()),
+            spec.name,
+            value,
+        ));
     }
     Ok(figment)
 }
