@@ -9,7 +9,8 @@ use std::time::Duration;
 use lock_core::{MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, validate_instance_id};
 use lock_redis::{
     MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT,
-    MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT, key_prefix_problem,
+    MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT, MIN_REPLICA_SYNC_TIMEOUT, duration_range,
+    key_prefix_problem,
 };
 
 use super::LockSettings;
@@ -135,7 +136,7 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.min-replicas", Value("0"), Accepts::Count { max: MAX_MIN_REPLICAS },
         "Replicas that must acknowledge a grant (Redis WAIT) before it is reported; with fewer, the acquire fails closed (reason replication_unconfirmed). 0 sends no WAIT.",
         |s| Val::Count(s.min_replicas)),
-    key("telco.platform.lock.replica-sync-timeout", Value("1s"), duration(Duration::from_millis(1), MAX_REPLICA_SYNC_TIMEOUT),
+    key("telco.platform.lock.replica-sync-timeout", Value("1s"), duration(MIN_REPLICA_SYNC_TIMEOUT, MAX_REPLICA_SYNC_TIMEOUT),
         "How long a grant waits for min-replicas acknowledgements (only with min-replicas above 0).",
         |s| Val::Duration(s.replica_sync_timeout)),
     key("telco.platform.lock.fair-waiter-timeout", Value("5s"), duration(MIN_FAIR_WAITER_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT),
@@ -194,17 +195,6 @@ fn instance_id_problem(id: &str) -> Option<String> {
     )
 }
 
-/// A duration as the accepted texts show it: `0`, `250 ms`, `10 s`, `5 min`, `1 h`.
-pub(crate) fn human(d: Duration) -> String {
-    match d.as_millis() {
-        0 => "0".to_owned(),
-        ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 && ms >= 300_000 => format!("{} min", ms / 60_000),
-        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
-        ms => format!("{ms} ms"),
-    }
-}
-
 impl KeySpec {
     /// What the key accepts, as every error and document says it.
     ///
@@ -219,9 +209,8 @@ impl KeySpec {
         match self.accepts {
             Accepts::Bool => "true or false".to_owned(),
             Accepts::Duration { min, max } => format!(
-                "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from {} to {}",
-                human(min),
-                human(max)
+                "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from {}",
+                duration_range(min, max)
             ),
             Accepts::Count { max } => format!("a whole number from 0 to {max}"),
             Accepts::Text { described, .. } => described.to_owned(),
