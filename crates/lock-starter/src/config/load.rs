@@ -85,11 +85,8 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
     }
-    let units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
-    if let Some(unit) = units
-        .filter(|u| !["", "ms", "s", "m", "h"].contains(u))
-        .next()
-    {
+    let mut units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
+    if let Some(unit) = units.find(|u| !["", "ms", "s", "m", "h"].contains(u)) {
         let months = if unit == "M" {
             ": M is not minutes (it is months)"
         } else {
