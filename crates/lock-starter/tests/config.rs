@@ -754,3 +754,16 @@ fn the_messages_the_docs_quote_are_real() {
         missing.join("\n")
     );
 }
+
+#[test]
+fn a_consumer_figment_keeps_its_selected_profile() {
+    use lock_starter::figment::{
+        Figment,
+        providers::{Format, Toml},
+    };
+    let toml = "[default.telco.platform.lock]\nwait-time = \"1s\"\n[prod.telco.platform.lock]\nwait-time = \"2s\"\n";
+    let figment = Figment::from(Toml::string(toml).nested()).select("prod");
+    let settings = LockSettings::from_figment(&figment).unwrap();
+    assert_eq!(settings.wait_time, Duration::from_secs(2));
+    assert_eq!(settings.watchdog_timeout, Duration::from_secs(30));
+}
