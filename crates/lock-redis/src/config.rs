@@ -28,6 +28,8 @@ pub const MAX_MIN_REPLICAS: u32 = 16;
 pub const DEFAULT_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest accepted replica-sync timeout: 10 s.
 pub const MAX_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+/// Shortest accepted replica-sync-timeout: 1 ms.
+pub const MIN_REPLICA_SYNC_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Default fair waiter timeout: 5 s (see [`RedisLockConfig::fair_waiter_timeout`]).
 pub const DEFAULT_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -283,13 +285,13 @@ impl RedisLockConfig {
     /// assert_eq!(error.to_string(), "invalid command-timeout 120000 ms: accepted: 10 ms to 60 s");
     /// ```
     pub fn validate(&self) -> Result<(), LockError> {
-        if !(MIN_COMMAND_TIMEOUT..=MAX_COMMAND_TIMEOUT).contains(&self.command_timeout) {
-            return Err(LockError::invalid_argument(
-                "command-timeout",
-                format!("{} ms", self.command_timeout.as_millis()),
-                "accepted: 10 ms to 60 s",
-            ));
-        }
+        let (command, fair) = (self.command_timeout, self.fair_waiter_timeout);
+        check_range(
+            "command-timeout",
+            command,
+            MIN_COMMAND_TIMEOUT,
+            MAX_COMMAND_TIMEOUT,
+        )?;
         validate_wait(self.wait_time).map_err(|e| rename(e, "wait-time"))?;
         validate_watchdog_timeout(self.watchdog_timeout)?;
         validate_key_prefix(&self.key_prefix)?;
@@ -298,28 +300,60 @@ impl RedisLockConfig {
             return Err(LockError::invalid_argument(
                 "min-replicas",
                 self.min_replicas.to_string(),
-                "accepted: 0 to 16",
+                format!("accepted: 0 to {MAX_MIN_REPLICAS}"),
             ));
         }
-        if self.replica_sync_timeout.is_zero()
-            || self.replica_sync_timeout > MAX_REPLICA_SYNC_TIMEOUT
-        {
-            return Err(LockError::invalid_argument(
-                "replica-sync-timeout",
-                format!("{} ms", self.replica_sync_timeout.as_millis()),
-                "accepted: 1 ms to 10 s",
-            ));
-        }
-        if !(MIN_FAIR_WAITER_TIMEOUT..=MAX_FAIR_WAITER_TIMEOUT).contains(&self.fair_waiter_timeout)
-        {
-            return Err(LockError::invalid_argument(
-                "fair-waiter-timeout",
-                format!("{} ms", self.fair_waiter_timeout.as_millis()),
-                "accepted: 300 ms to 5 min",
-            ));
-        }
-        Ok(())
+        let sync = self.replica_sync_timeout;
+        check_range(
+            "replica-sync-timeout",
+            sync,
+            MIN_REPLICA_SYNC_TIMEOUT,
+            MAX_REPLICA_SYNC_TIMEOUT,
+        )?;
+        check_range(
+            "fair-waiter-timeout",
+            fair,
+            MIN_FAIR_WAITER_TIMEOUT,
+            MAX_FAIR_WAITER_TIMEOUT,
+        )
     }
+}
+
+/// A duration range as every message says it: `10 ms to 60 s`, `300 ms to 5 min`, `0 to 1 h`.
+/// The one rendering of the ranges, used by [`RedisLockConfig::validate`] and by the starter's
+/// key table, from the same constants.
+///
+/// # Examples
+///
+/// ```
+/// use lock_redis::{MAX_COMMAND_TIMEOUT, MIN_COMMAND_TIMEOUT, duration_range};
+/// assert_eq!(duration_range(MIN_COMMAND_TIMEOUT, MAX_COMMAND_TIMEOUT), "10 ms to 60 s");
+/// ```
+pub fn duration_range(min: Duration, max: Duration) -> String {
+    let human = |d: Duration| match d.as_millis() {
+        0 => "0".to_owned(),
+        ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 && ms >= 300_000 => format!("{} min", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+        ms => format!("{ms} ms"),
+    };
+    format!("{} to {}", human(min), human(max))
+}
+
+fn check_range(
+    setting: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), LockError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(LockError::invalid_argument(
+        setting,
+        format!("{} ms", value.as_millis()),
+        format!("accepted: {}", duration_range(min, max)),
+    ))
 }
 
 fn rename(error: LockError, setting: &'static str) -> LockError {

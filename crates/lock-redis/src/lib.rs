@@ -116,7 +116,8 @@ pub use config::{
     DEFAULT_MIN_REPLICAS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_WAIT_TIME,
     DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_KEY_PREFIX_BYTES,
     MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
-    RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem, validate_key_prefix,
+    MIN_REPLICA_SYNC_TIMEOUT, RedisLockConfig, TOMBSTONE_TTL, duration_range, key_prefix_problem,
+    validate_key_prefix,
 };
 pub use connection::RECONNECT_MAX_DELAY;
 pub use error::{RedisFailure, Refusal};

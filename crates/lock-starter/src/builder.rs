@@ -27,7 +27,7 @@ use crate::config::{ConfigError, ConfigSources, KEYS, LockSettings, key_spec, qu
 ///     Err(StartError::Config(error)) => {
 ///         // Stop the service and print it: the key, the value, where from, what is accepted.
 ///         assert_eq!(error.key(), Some("telco.platform.lock.wait-time"));
-///         assert!(error.to_string().contains("a duration with a unit"), "{error}");
+///         assert!(error.to_string().contains("a unit is required"), "{error}");
 ///     }
 ///     other => panic!("expected a configuration error, got {other:?}"),
 /// }
@@ -456,7 +456,7 @@ impl LockStarterBuilder {
     /// Must run inside a Tokio runtime (the Redis client's tasks run on it).
     ///
     /// # Errors
-    /// [`StartError::Config`] for any bad or unknown key, and for an address whose credentials
+    /// [`StartError::Config`] for any bad value (unknown keys are warnings), and for an address whose credentials
     /// Redis refuses at connect (`WRONGPASS`, `NOAUTH`, or `NOPERM` for a command the connection
     /// set-up sends): it names `telco.platform.lock.redis.address`, the address (password as
     /// `***`) and where it came from; [`StartError::Lock`] when the Redis client rejects the
@@ -562,9 +562,10 @@ fn start_error(settings: &LockSettings, error: LockError) -> StartError {
     {
         let spec = key_spec(name).filter(|spec| KEYS.contains(spec));
         if let Some((spec, origin)) = spec.and_then(|s| Some((s, settings.source_of(s.name)?))) {
+            let declared = spec.accepted();
             let (problem, accepted) = problem
                 .split_once("; accepted: ")
-                .unwrap_or((problem, spec.accepted));
+                .unwrap_or((problem, &declared));
             return StartError::Config(ConfigError::InvalidValue {
                 key: spec.name.to_owned(),
                 value: quote(value),

@@ -27,7 +27,7 @@ fn warnings_are_logged_as_they_are_kept() {
     let warnings = settings.warnings();
     assert_eq!(warnings.len(), 3, "{warnings:?}");
     assert!(warnings[0].starts_with("environment variable TELCO_PLATFROM_LOCK_ENABLED "));
-    assert!(warnings[1].starts_with("section telco.platform.lok (keys wait-time; from TOML file"));
+    assert!(warnings[1].starts_with("key telco.platform.lok.wait-time (from TOML file"));
     assert!(warnings[2].contains("environment variable SPRING_DATA_REDIS_SENTINEL_PASSWORD"));
     let lines: Vec<&str> = logged.lines().collect();
     assert_eq!(

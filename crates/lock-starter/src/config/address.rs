@@ -8,8 +8,6 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use url::Url;
 use url::form_urlencoded;
 
-use super::keys::looks_secret;
-
 /// Where Redis is: a URL naming one server, a Sentinel group or a Cluster, with credentials,
 /// database and TLS, in the forms fred 10's `Config::from_url` reads:
 ///
@@ -567,8 +565,7 @@ impl Default for RedisAddress {
     /// `redis://localhost:6379`.
     fn default() -> Self {
         RedisAddress {
-            url: Url::parse(super::keys::DEFAULT_REDIS_ADDRESS)
-                .expect("the default address parses"),
+            url: Url::parse("redis://localhost:6379").expect("the default address parses"),
             topology: Topology::Single,
         }
     }
@@ -709,6 +706,22 @@ fn next_parameter(text: &str) -> usize {
             name_len > 0 && rest[name_len..].starts_with('=')
         })
         .unwrap_or(text.len())
+}
+
+/// Whether a query parameter's value may be a secret (`sentinelPassword`, `token`, `auth`).
+fn looks_secret(name: &str) -> bool {
+    let norm = super::keys::normalize(name);
+    [
+        "pass",
+        "pwd",
+        "secret",
+        "token",
+        "credential",
+        "auth",
+        "key",
+    ]
+    .iter()
+    .any(|word| norm.contains(word))
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use super::origin::Origin;
 /// telco.platform.lock.wait-time = "5 parsecs" (from environment variable TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit "parsecs"); accepted: a duration with a unit (ms, s, m or h), such as 5s, 250ms or 1m30s, from 0 ms to 1 h
 /// ```
 ///
-/// Passwords in Redis URLs are shown as `***` in `Display` and `Debug`, and the values of unknown
-/// keys whose names suggest a secret (`password`, `token`, …) are not shown at all.
+/// Passwords in Redis URLs and `spring.data.redis.password` are shown as `***` in `Display` and
+/// `Debug`.
 ///
 /// # Examples
 ///
@@ -50,36 +50,6 @@ pub enum ConfigError {
         problem: String,
         /// What the key accepts.
         accepted: String,
-    },
-    /// A key under `telco.platform.lock` that is not in the key table.
-    #[error("unknown key {key} = {value} (from {origin}){}Known keys: {known}", hint_part(.hint))]
-    UnknownKey {
-        /// The full dotted key as written.
-        key: String,
-        /// The value as given, or `***` when the key's name suggests a secret.
-        value: String,
-        /// Where the key was set (boxed to keep the error small).
-        origin: Box<Origin>,
-        /// A suggestion (`did you mean …?`) or an explanation (no `lease-time` key).
-        hint: Option<String>,
-        /// The keys that exist.
-        known: String,
-    },
-    /// An environment variable starting with `TELCO_PLATFORM_LOCK_` that names no key.
-    #[error(
-        "unknown environment variable {variable} = {value}: it names no key under \
-         telco.platform.lock{}Known variables: {known}",
-        hint_part(.hint)
-    )]
-    UnknownEnvVar {
-        /// The variable's name.
-        variable: String,
-        /// Its value, or `***` when the name suggests a secret.
-        value: String,
-        /// A suggestion or an explanation, as for [`ConfigError::UnknownKey`].
-        hint: Option<String>,
-        /// The variables that are read.
-        known: String,
     },
     /// Both environment forms of one key are set, to different values.
     #[error(
@@ -132,15 +102,6 @@ pub enum ConfigError {
     },
 }
 
-/// `; did you mean …? ` or `; explanation. ` or `. `, to be followed by the list of known keys.
-fn hint_part(hint: &Option<String>) -> String {
-    match hint {
-        Some(hint) if hint.ends_with(['?', '.']) => format!("; {hint} "),
-        Some(hint) => format!("; {hint}. "),
-        None => ". ".to_owned(),
-    }
-}
-
 impl ConfigError {
     /// The key (full dotted name) or environment variable the error is about, if any.
     ///
@@ -149,20 +110,19 @@ impl ConfigError {
     /// ```
     /// use lock_starter::config::{ConfigSources, LockSettings};
     ///
-    /// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_LEASE_TIME", "30s")]);
+    /// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_WAIT_TIME", "1M")]);
     /// let error = LockSettings::load(&sources).unwrap_err();
-    /// assert_eq!(error.key(), Some("TELCO_PLATFORM_LOCK_LEASE_TIME")); // an unknown variable
-    /// assert!(error.to_string().contains("there is deliberately no lease-time key"));
+    /// assert_eq!(error.key(), Some("telco.platform.lock.wait-time"));
+    /// assert!(error.to_string().contains("M is not minutes"));
     ///
     /// let missing = LockSettings::load(&ConfigSources::new().toml_file("lock-typo.toml"));
     /// assert_eq!(missing.unwrap_err().key(), None); // about a file, not a key
     /// ```
     pub fn key(&self) -> Option<&str> {
         match self {
-            ConfigError::InvalidValue { key, .. }
-            | ConfigError::UnknownKey { key, .. }
-            | ConfigError::ConflictingEnv { key, .. } => Some(key),
-            ConfigError::UnknownEnvVar { variable, .. } => Some(variable),
+            ConfigError::InvalidValue { key, .. } | ConfigError::ConflictingEnv { key, .. } => {
+                Some(key)
+            }
             ConfigError::MissingFile { .. }
             | ConfigError::UnreadableFile { .. }
             | ConfigError::InvalidToml { .. }
@@ -184,9 +144,7 @@ impl ConfigError {
     /// ```
     pub fn origin(&self) -> Option<&Origin> {
         match self {
-            ConfigError::InvalidValue { origin, .. } | ConfigError::UnknownKey { origin, .. } => {
-                Some(origin)
-            }
+            ConfigError::InvalidValue { origin, .. } => Some(origin),
             _ => None,
         }
     }

@@ -12,12 +12,18 @@ use super::keys::{KEYS, key_spec};
 /// variable's name.
 pub(crate) const ENV_PROVIDER: &str = "environment variable";
 
+/// The metadata name of the key table's defaults; a `Source::Custom` names the variable (or
+/// [`HOST_NAME`]) a default was read from.
+pub(crate) const DEFAULTS_PROVIDER: &str = "default";
+
+/// The source of a default read from the operating system's host name.
+pub(crate) const HOST_NAME: &str = "the host name";
+
 /// Where a setting's value came from. `Display` reads as the end of "from …":
 /// `default`, `TOML file config/app.toml`, `environment variable TELCO_PLATFORM_LOCK_WAIT_TIME`,
 /// `spring.data.redis.url from environment variable SPRING_DATA_REDIS_URL`,
-/// `spring.data.redis.sentinel.master from TOML file config/app.toml,
-/// spring.data.redis.sentinel.nodes from TOML file config/app.toml and
-/// spring.data.redis.password from environment variable SPRING_DATA_REDIS_PASSWORD`.
+/// `spring.data.redis.host from TOML file config/app.toml, spring.data.redis.port from default
+/// and spring.data.redis.password from environment variable SPRING_DATA_REDIS_PASSWORD`.
 ///
 /// # Examples
 ///
@@ -57,10 +63,8 @@ pub enum Origin {
     Env(String),
     /// `redis.address` taken from `spring.data.redis.url`, which came from the origin inside.
     SpringUrl(Box<Origin>),
-    /// `redis.address` built from separate `spring.data.redis` keys: `host` and `port` (both
-    /// always listed, [`Origin::Default`] for one not set), or `sentinel.master` and
-    /// `sentinel.nodes`, or `cluster.nodes`; then whichever of `username`, `password`,
-    /// `database` and `ssl.enabled` are set.
+    /// `redis.address` built from `spring.data.redis.host` and `port` (both always listed,
+    /// [`Origin::Default`] for one not set), then whichever of `username` and `password` are set.
     SpringFallback {
         /// Each key used, by its full name, with where its value came from, in that order.
         keys: Vec<(String, Origin)>,
@@ -77,6 +81,14 @@ impl Origin {
             return Origin::Provider("an unnamed figment provider".to_owned());
         };
         match &metadata.source {
+            Some(figment::Source::Custom(name)) if metadata.name == DEFAULTS_PROVIDER => {
+                if name == HOST_NAME {
+                    Origin::DefaultFromHostname
+                } else {
+                    Origin::DefaultFromEnv(name.clone())
+                }
+            }
+            None if metadata.name == DEFAULTS_PROVIDER => Origin::Default,
             Some(figment::Source::Custom(name)) if metadata.name == ENV_PROVIDER => {
                 Origin::Env(name.clone())
             }
@@ -103,6 +115,14 @@ impl Origin {
                 }
                 Origin::Provider(text)
             }
+        }
+    }
+
+    /// Whether two values came from the same file, the environment, or the same provider.
+    pub(crate) fn same_source(&self, other: &Origin) -> bool {
+        match (self, other) {
+            (Origin::Env(_), Origin::Env(_)) => true,
+            (a, b) => a == b,
         }
     }
 

@@ -4,18 +4,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use figment::providers::{Format, Serialized, Toml};
-use figment::value::{Dict, Map};
-use figment::{Figment, Metadata, Profile, Provider};
+use figment::providers::{Format, Toml};
+
+use figment::{Figment, Metadata, Provider};
 
 use super::address::redact_text;
 use super::error::ConfigError;
-use super::keys::{
-    ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, env_near_miss, known_env_names, looks_secret,
-    unknown_key_hint,
-};
+use super::keys::{ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, hint_part, near_miss_of_prefix};
+use super::load::{Parsed, check_tables, fixed, quote};
 use super::origin::ENV_PROVIDER;
-use super::resolve::quote;
 
 /// The sources [`LockSettings::load`](super::LockSettings::load) reads, later winning over
 /// earlier: built-in defaults, then the TOML files and figments in the order they were added,
@@ -69,7 +66,7 @@ impl ConfigSources {
     }
 
     /// A consumer's own figment instead of the standard sources: the figment is read like a TOML
-    /// file (same key layout, unknown keys under `telco.platform.lock` rejected) and the
+    /// file (same key layout, unknown keys under `telco.platform.lock` warned about) and the
     /// environment is **not** read, as with [`LockSettings::from_figment`](super::LockSettings::from_figment).
     /// Add [`env(true)`](Self::env) to layer the environment on top, or more files or figments.
     ///
@@ -213,10 +210,13 @@ impl ConfigSources {
     pub(crate) fn build(&self) -> Result<(Figment, HostEnv), ConfigError> {
         let mut figment = Figment::new();
         for layer in &self.layers {
-            figment = match layer {
-                Layer::Toml(path) => figment.merge(TomlFile::read(path)?),
-                Layer::Figment(other) => figment.merge(other.as_ref().clone()),
+            let layer = match layer {
+                Layer::Toml(path) => toml_file(path)?,
+                Layer::Figment(other) => other.as_ref().clone(),
             };
+            // Each source by itself: a later one must not hide a scalar where a table belongs.
+            check_tables(&layer)?;
+            figment = figment.merge(layer);
         }
         let host_env = match &self.env {
             EnvInput::Off => HostEnv::process(),
@@ -227,12 +227,14 @@ impl ConfigSources {
                         Some((name, value.to_string_lossy().into_owned()))
                     })
                     .collect();
-                figment = merge_env(figment, &vars)?;
-                HostEnv::process().noting(&vars)
+                let mut host_env = HostEnv::process();
+                figment = merge_env(figment, &vars, &mut host_env)?;
+                host_env
             }
             EnvInput::Vars(vars) => {
-                figment = merge_env(figment, vars)?;
-                HostEnv::from_vars(vars).noting(vars)
+                let mut host_env = HostEnv::with(|name| vars.get(name).cloned());
+                figment = merge_env(figment, vars, &mut host_env)?;
+                host_env
             }
         };
         Ok((figment, host_env))
@@ -249,117 +251,68 @@ impl Default for ConfigSources {
 impl fmt::Debug for ConfigSources {
     /// Names the files and counts the variables; values (which may hold passwords) are not shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let layers: Vec<String> = self
-            .layers
-            .iter()
-            .map(|layer| match layer {
-                Layer::Toml(path) => format!("TOML file {}", path.display()),
-                Layer::Figment(_) => "figment".to_owned(),
-            })
-            .collect();
-        let env = match &self.env {
-            EnvInput::Off => "off".to_owned(),
-            EnvInput::Process => "process environment".to_owned(),
-            EnvInput::Vars(vars) => format!("{} given variables", vars.len()),
+        let mut list = f.debug_list();
+        for layer in &self.layers {
+            match layer {
+                Layer::Toml(path) => list.entry(&format_args!("TOML file {}", path.display())),
+                Layer::Figment(_) => list.entry(&format_args!("figment")),
+            };
+        }
+        match &self.env {
+            EnvInput::Off => list.entry(&format_args!("no environment")),
+            EnvInput::Process => list.entry(&format_args!("process environment")),
+            EnvInput::Vars(vars) => list.entry(&format_args!("{} given variables", vars.len())),
         };
-        f.debug_struct("ConfigSources")
-            .field("layers", &layers)
-            .field("env", &env)
-            .finish()
+        list.finish()
     }
 }
 
-/// What the settings need from the environment besides the keys: the variables the defaults
-/// read (`POD_NAME` and `HOSTNAME` for `instance-id`), and the variables the lock does not read
-/// but warns about. The latter two are empty when the environment is not read.
+/// What the settings need from the environment besides the keys: `POD_NAME` and `HOSTNAME` for
+/// the default `instance-id`, and the warnings about variables the lock does not read.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HostEnv {
     pub(crate) pod_name: Option<String>,
     pub(crate) hostname: Option<String>,
-    /// Warnings for variables that look like a misspelt `TELCO_PLATFORM_LOCK_` prefix.
-    pub(crate) near_misses: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// The `SPRING_DATA_REDIS_*` variables that set no key the lock reads (names only).
     pub(crate) spring_unread: Vec<String>,
 }
 
-/// The start of every Spring Boot Redis variable.
-pub(crate) const SPRING_ENV_PREFIX: &str = "SPRING_DATA_REDIS_";
-
 impl HostEnv {
     pub(crate) fn process() -> Self {
-        let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+        HostEnv::with(|name| std::env::var(name).ok())
+    }
+
+    fn with(var: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |name| var(name).filter(|v| !v.is_empty());
         HostEnv {
             pod_name: var("POD_NAME"),
             hostname: var("HOSTNAME"),
             ..HostEnv::default()
         }
-    }
-
-    fn from_vars(vars: &BTreeMap<String, String>) -> Self {
-        let var = |name| vars.get(name).filter(|v| !v.is_empty()).cloned();
-        HostEnv {
-            pod_name: var("POD_NAME"),
-            hostname: var("HOSTNAME"),
-            ..HostEnv::default()
-        }
-    }
-
-    /// Notes the variables worth a warning: near misses of `TELCO_PLATFORM_LOCK_` and unread
-    /// `SPRING_DATA_REDIS_*` variables. Only names are kept, never values.
-    fn noting(mut self, vars: &BTreeMap<String, String>) -> Self {
-        let read: Vec<String> = SPRING_KEYS.iter().flat_map(KeySpec::env_names).collect();
-        for name in vars.keys() {
-            if let Some(meant) = env_near_miss(name) {
-                self.near_misses.push(format!(
-                    "environment variable {name} is ignored: the lock reads only variables \
-                     starting with {ENV_PREFIX}; did you mean {meant}?"
-                ));
-            } else if name.starts_with(SPRING_ENV_PREFIX) && !read.contains(name) {
-                self.spring_unread.push(name.clone());
-            }
-        }
-        self
     }
 }
 
 /// A TOML file, read and parsed up front so a missing or broken file is reported by path.
-struct TomlFile {
-    path: PathBuf,
-    data: Map<Profile, Dict>,
-}
-
-impl TomlFile {
-    fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => ConfigError::MissingFile {
-                path: path.to_owned(),
-            },
-            _ => ConfigError::UnreadableFile {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            },
+fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
+    let path = path.to_owned();
+    let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ConfigError::MissingFile { path: path.clone() },
+        _ => ConfigError::UnreadableFile {
+            path: path.clone(),
+            reason: e.to_string(),
+        },
+    })?;
+    let data = Toml::string(&text)
+        .data()
+        .map_err(|e| ConfigError::InvalidToml {
+            path: path.clone(),
+            message: one_line_message(&e),
         })?;
-        let data = Toml::string(&text)
-            .data()
-            .map_err(|e| ConfigError::InvalidToml {
-                path: path.to_owned(),
-                message: one_line_message(&e),
-            })?;
-        Ok(TomlFile {
-            path: path.to_owned(),
-            data,
-        })
-    }
-}
-
-impl Provider for TomlFile {
-    fn metadata(&self) -> Metadata {
-        Metadata::from("TOML file", self.path.as_path())
-    }
-
-    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Ok(self.data.clone())
-    }
+    Ok(Figment::from(Parsed(
+        Metadata::from("TOML file", path.as_path()),
+        data,
+    )))
 }
 
 /// A figment error on one line: for parse errors the position and the problem, without the
@@ -383,63 +336,51 @@ pub(crate) fn one_line_message(error: &figment::Error) -> String {
     redact_text(&message).into_owned()
 }
 
-/// One environment variable that sets one key. Its metadata carries the variable's name, so
-/// errors and [`Origin`](super::Origin) name the exact variable.
-struct EnvVar {
-    name: String,
-    key: &'static str,
-    value: String,
-}
-
-impl Provider for EnvVar {
-    fn metadata(&self) -> Metadata {
-        Metadata::named(ENV_PROVIDER).source(self.name.clone())
-    }
-
-    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Serialized::default(self.key, &self.value).data()
-    }
-}
-
-/// Maps the variables named in the key table onto their keys, rejecting unknown
-/// `TELCO_PLATFORM_LOCK_*` variables and keys set twice with different values.
+/// Maps the variables named after the keys onto them; a key set by both its forms with
+/// different values is an error. A `TELCO_PLATFORM_LOCK_*` variable that names no key, or one
+/// with a misspelt prefix, is a warning, like an unknown key in a file.
 fn merge_env(
     mut figment: Figment,
     vars: &BTreeMap<String, String>,
+    host_env: &mut HostEnv,
 ) -> Result<Figment, ConfigError> {
-    let names: BTreeMap<String, &'static KeySpec> = KEYS
-        .iter()
-        .chain(SPRING_KEYS)
-        .flat_map(|spec| spec.env_names().into_iter().map(move |name| (name, spec)))
-        .collect();
     let mut by_key: BTreeMap<&'static str, Vec<(&String, &String)>> = BTreeMap::new();
     for (name, value) in vars {
-        if let Some(spec) = names.get(name) {
+        let spec = KEYS
+            .iter()
+            .chain(SPRING_KEYS)
+            .find(|spec| spec.env_names().contains(name));
+        if let Some(spec) = spec {
             by_key.entry(spec.name).or_default().push((name, value));
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
-            return Err(ConfigError::UnknownEnvVar {
-                variable: name.clone(),
-                value: if looks_secret(rest) {
-                    "***".to_owned()
-                } else {
-                    quote(value)
-                },
-                hint: unknown_key_hint(rest, true),
-                known: known_env_names(),
-            });
+            host_env.warnings.push(format!(
+                "unknown environment variable {name} is ignored: it names no key under \
+                 telco.platform.lock{}Accepted variables: {}",
+                hint_part(rest, true),
+                known_env_names()
+            ));
+        } else if name.starts_with("SPRING_DATA_REDIS_") {
+            host_env.spring_unread.push(name.clone());
+        } else if name.split('_').count() > 3 {
+            let prefix: Vec<&str> = name.splitn(4, '_').take(3).collect();
+            if near_miss_of_prefix(&prefix) {
+                host_env.warnings.push(format!(
+                    "environment variable {name} is ignored: the lock reads only variables \
+                     starting with {ENV_PREFIX}"
+                ));
+            }
         }
     }
     for spec in KEYS.iter().chain(SPRING_KEYS) {
         let Some(set) = by_key.get(spec.name) else {
             continue;
         };
-        // Strict form first: it is first in `env_names`, and names sort `_` before letters.
         let mut set = set.clone();
         set.sort_by_key(|(name, _)| spec.env_names().iter().position(|n| n == *name));
         let (name, value) = set[0];
         if let Some((other, other_value)) = set.get(1).filter(|(_, v)| *v != value) {
             let shown = |value: &str| {
-                if looks_secret(spec.name) {
+                if spec.name.contains("password") {
                     "***".to_owned()
                 } else {
                     quote(value)
@@ -453,11 +394,25 @@ fn merge_env(
                 second_value: shown(other_value),
             });
         }
-        figment = figment.merge(EnvVar {
-            name: name.clone(),
-            key: spec.name,
-            value: value.clone(),
-        });
+        figment = figment.merge(fixed(
+            Metadata::named(ENV_PROVIDER).source(name.clone()),
+            spec.name,
+            value,
+        ));
     }
     Ok(figment)
+}
+
+/// The strict variable of every key, for "accepted variables" lists.
+fn known_env_names() -> String {
+    let names: Vec<String> = KEYS
+        .iter()
+        .chain(SPRING_KEYS)
+        .map(KeySpec::env_name)
+        .collect();
+    format!(
+        "{} (each also without the underscores that stand for dashes, e.g. \
+         TELCO_PLATFORM_LOCK_WAITTIME)",
+        names.join(", ")
+    )
 }

@@ -1,0 +1,518 @@
+//! From the merged figment to checked [`LockSettings`]: serde extraction over the defaults of
+//! the key table, origins from figment's metadata, the table's checks, the Spring fallback, and
+//! warnings for keys the lock does not read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use figment::providers::Serialized;
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::{Deserialize, Deserializer, de};
+
+use super::address::{RedisAddress, encode_userinfo, redact_text};
+use super::error::ConfigError;
+use super::keys::{
+    KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
+    near_miss_of_prefix, spec,
+};
+use super::origin::{DEFAULTS_PROVIDER, HOST_NAME, Origin};
+use super::sources::{HostEnv, one_line_message};
+use super::{LockSettings, RedisSettings};
+
+/// The longest value shown in a message, in characters.
+const SHOWN_CHARS: usize = 120;
+
+/// A string as messages show it: quoted and escaped, cut after 120 characters, passwords
+/// redacted.
+pub(crate) fn quote(text: &str) -> String {
+    let redacted = redact_text(text);
+    if redacted.chars().count() > SHOWN_CHARS {
+        let cut: String = redacted.chars().take(SHOWN_CHARS).collect();
+        format!("{cut:?}… ({} bytes)", text.len())
+    } else {
+        format!("{redacted:?}")
+    }
+}
+
+/// A figment value as messages show it: `"5s"`, `5`, `true`, `a table {a, b}`.
+fn show(value: &Value) -> String {
+    match value {
+        Value::String(_, text) => quote(text),
+        Value::Char(_, c) => quote(&c.to_string()),
+        Value::Bool(_, b) => b.to_string(),
+        Value::Num(_, num) => match (num.to_i128(), num.to_f64()) {
+            (Some(int), _) => int.to_string(),
+            (_, Some(float)) => float.to_string(),
+            _ => "a number".to_owned(),
+        },
+        Value::Empty(..) => "nothing".to_owned(),
+        Value::Dict(_, dict) => {
+            let keys: Vec<&str> = dict.keys().map(String::as_str).collect();
+            format!("a table {{{}}}", keys.join(", "))
+        }
+        Value::Array(_, items) => format!("an array of {} items", items.len()),
+    }
+}
+
+/// A setting as [`LockSettings::describe`] shows it.
+pub(crate) fn show_val(value: &Val<'_>) -> String {
+    match value {
+        Val::Bool(b) => b.to_string(),
+        Val::Duration(d) => humantime::format_duration(*d).to_string(),
+        Val::Count(n) => n.to_string(),
+        Val::Text(text) => quote(text),
+        Val::Address(address) => address.to_string(),
+        Val::Path(Some(path)) => quote(&path.display().to_string()),
+        Val::Path(None) => "none (the system's root certificates)".to_owned(),
+    }
+}
+
+/// The duration syntax of every duration key: `0`, or numbers with the units ms, s, m and h
+/// (`1m30s`); parsed by humantime once the units are checked, since humantime also takes `us`,
+/// `M` (months) and more.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("empty; a duration is required".to_owned());
+    }
+    if text.starts_with('-') {
+        return Err("negative durations are not accepted".to_owned());
+    }
+    if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
+    }
+    let mut units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
+    if let Some(unit) = units.find(|u| !["", "ms", "s", "m", "h"].contains(u)) {
+        let months = if unit == "M" {
+            ": M is not minutes (it is months)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
+        ));
+    }
+    humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => "too large".to_owned(),
+        other => format!("not a duration ({other})"),
+    })
+}
+
+/// Serde: a duration as [`parse_duration`] reads it; also a bare number 0 (TOML `wait-time = 0`).
+pub(crate) fn duration<'de, D: Deserializer<'de>>(de: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "a duration")]
+    enum Raw {
+        Text(String),
+        Number(f64),
+    }
+    let text = match Raw::deserialize(de)? {
+        Raw::Text(text) => text,
+        Raw::Number(n) => n.to_string(),
+    };
+    parse_duration(&text).map_err(de::Error::custom)
+}
+
+/// Serde: a Redis address, checked by [`RedisAddress::parse`].
+pub(crate) fn address<'de, D: Deserializer<'de>>(de: D) -> Result<RedisAddress, D::Error> {
+    let text = String::deserialize(de)?;
+    RedisAddress::parse(&text).map_err(|e| de::Error::custom(e.problem()))
+}
+
+/// Serde: the `tls` table, of which the lock reads `ca-file`.
+pub(crate) fn ca_file<'de, D: Deserializer<'de>>(de: D) -> Result<Option<PathBuf>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    struct Tls {
+        ca_file: Option<PathBuf>,
+    }
+    Ok(Tls::deserialize(de)?.ca_file)
+}
+
+/// The Spring Boot keys of the address fallback.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Spring {
+    url: Option<String>,
+    host: Option<String>,
+    port: Option<u16>,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+/// Values already read, with the metadata of where they came from.
+pub(crate) struct Parsed(pub(crate) Metadata, pub(crate) Map<Profile, Dict>);
+
+impl Provider for Parsed {
+    fn metadata(&self) -> Metadata {
+        self.0.clone()
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Ok(self.1.clone())
+    }
+}
+
+/// One value at a dotted key, with its own metadata: a default of the table, or a variable.
+pub(crate) fn fixed(metadata: Metadata, key: &str, value: &str) -> Parsed {
+    // Serializing a string at a key cannot fail.
+    Parsed(
+        metadata,
+        Serialized::default(key, value).data().unwrap_or_default(),
+    )
+}
+
+/// The defaults of the key table, and the default instance id read from the host.
+fn defaults(host_env: &HostEnv) -> Figment {
+    let mut figment = Figment::new();
+    for spec in KEYS {
+        if let KeyDefault::Value(value) = spec.default {
+            figment = figment.merge(fixed(Metadata::named(DEFAULTS_PROVIDER), spec.name, value));
+        }
+    }
+    let (source, id) = match (&host_env.pod_name, &host_env.hostname) {
+        (Some(pod), _) => ("POD_NAME", pod.clone()),
+        (None, Some(host)) => ("HOSTNAME", host.clone()),
+        (None, None) => (
+            HOST_NAME,
+            gethostname::gethostname().to_string_lossy().into_owned(),
+        ),
+    };
+    let metadata = Metadata::named(DEFAULTS_PROVIDER).source(source);
+    figment.merge(fixed(metadata, spec("instance-id").name, &id))
+}
+
+/// Where the value at `path` came from; [`Origin::Default`] when it is not set.
+fn origin_of(figment: &Figment, path: &str) -> Origin {
+    match figment.find_metadata(path) {
+        Some(metadata) => Origin::from_metadata(Some(metadata), path),
+        None => Origin::Default,
+    }
+}
+
+fn invalid(figment: &Figment, spec: &KeySpec, problem: impl Into<String>) -> ConfigError {
+    let shown = match figment.find_value(spec.name) {
+        _ if spec.name.contains("password") => "***".to_owned(),
+        Ok(value) => show(&value),
+        Err(_) => "nothing".to_owned(),
+    };
+    ConfigError::InvalidValue {
+        key: spec.name.to_owned(),
+        value: shown,
+        origin: Box::new(origin_of(figment, spec.name)),
+        problem: problem.into(),
+        accepted: spec.accepted(),
+    }
+}
+
+/// A serde error as the error of the key (or table) it is about.
+fn extraction_error(figment: &Figment, section: &str, error: figment::Error) -> ConfigError {
+    // Figment appends the extracted section's segments after the keys inside it.
+    let inside = error.path.len().saturating_sub(section.split('.').count());
+    let (keys, outer) = error.path.split_at(inside);
+    let key = outer
+        .iter()
+        .chain(keys)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(".");
+    let problem = match &error.kind {
+        figment::error::Kind::Message(message) => message.clone(),
+        kind => kind.to_string(),
+    };
+    match KEYS.iter().chain(SPRING_KEYS).find(|spec| spec.name == key) {
+        Some(spec) => invalid(figment, spec, problem),
+        None => ConfigError::InvalidValue {
+            value: figment
+                .find_value(&key)
+                .map_or_else(|_| "nothing".to_owned(), |v| show(&v)),
+            origin: Box::new(Origin::from_metadata(error.metadata.as_ref(), &key)),
+            accepted: table_accepted(&key),
+            key,
+            problem,
+        },
+    }
+}
+
+/// What a table of the key table accepts: its keys.
+fn table_accepted(table: &str) -> String {
+    let keys: Vec<&str> = KEYS
+        .iter()
+        .chain(SPRING_KEYS)
+        .filter_map(|spec| spec.name.strip_prefix(table)?.strip_prefix('.'))
+        .collect();
+    format!("a table with the keys {}", keys.join(", "))
+}
+
+/// Rejects a value that is not a table where the key table has one (`redis = "redis://…"`
+/// under `[telco.platform.lock]`). Run on every source by itself, before they are merged, so a
+/// later source setting a key inside the table cannot hide it.
+pub(crate) fn check_tables(figment: &Figment) -> Result<(), ConfigError> {
+    for spec in KEYS.iter().chain(SPRING_KEYS) {
+        let mut table = spec.name;
+        while let Some((parent, _)) = table.rsplit_once('.') {
+            table = parent;
+            if let Ok(value) = figment.find_value(table) {
+                if !matches!(value, Value::Dict(..)) {
+                    return Err(ConfigError::InvalidValue {
+                        key: table.to_owned(),
+                        value: show(&value),
+                        origin: Box::new(origin_of(figment, table)),
+                        problem: "a value where a table is expected".to_owned(),
+                        accepted: table_accepted(table),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every value under `value` that is not a table, by dotted path below it.
+fn leaves(value: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    match value {
+        Value::Dict(_, dict) => {
+            for (name, inner) in dict {
+                let inner_path = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                leaves(inner, &inner_path, out);
+            }
+        }
+        _ => out.push((path.to_owned(), value.clone())),
+    }
+}
+
+/// Warnings found while loading, each also logged with `tracing::warn!`.
+#[derive(Default)]
+pub(crate) struct Warnings(pub(crate) Vec<String>);
+
+impl Warnings {
+    pub(crate) fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.0.push(message);
+    }
+}
+
+/// Keys under `telco.platform.lock` that are not in the table, and sections that look like a
+/// misspelt `telco.platform.lock`: warnings, never errors, since a file is shared (a key a newer
+/// version added must not stop an older service). Values are not shown: one may be a secret.
+fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
+    let mut all = Vec::new();
+    if let Ok(root) = figment.find_value("") {
+        leaves(&root, "", &mut all);
+    }
+    for (path, value) in &all {
+        let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
+        if let Some(rest) = path.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('.')) {
+            if KEYS.iter().any(|spec| spec.name == path) {
+                continue;
+            }
+            warnings.warn(format!(
+                "unknown key {path} (from {origin}) is ignored{}Accepted keys: {}",
+                hint_part(rest, false),
+                known_keys()
+            ));
+        } else {
+            let section: Vec<&str> = path.splitn(4, '.').take(3).collect();
+            if near_miss_of_prefix(&section) {
+                warnings.warn(format!(
+                    "key {path} (from {origin}) is not read by the lock; did you mean {PREFIX}?"
+                ));
+            }
+        }
+    }
+}
+
+/// Reads, checks and completes the lock settings from a merged figment.
+pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSettings, ConfigError> {
+    if let Err(error) = figment.data() {
+        return Err(ConfigError::Source {
+            message: one_line_message(&error),
+        });
+    }
+    check_tables(figment)?;
+    let mut warnings = Warnings::default();
+    for message in &host_env.warnings {
+        warnings.warn(message.clone());
+    }
+    warn_unknown(figment, &mut warnings);
+
+    let full = defaults(host_env).merge(figment.clone());
+    let mut settings: LockSettings = full
+        .extract_inner_lossy(PREFIX)
+        .map_err(|e| extraction_error(&full, PREFIX, e))?;
+    for spec in KEYS {
+        settings.origins.set(spec.name, origin_of(&full, spec.name));
+    }
+    if settings.origins.get(spec("redis.address").name) == Some(&Origin::Default) {
+        if let Some((address, origin)) = spring_address(&full, host_env, &mut warnings)? {
+            settings.redis.address = address;
+            settings.origins.set(spec("redis.address").name, origin);
+        }
+    }
+    for spec in KEYS {
+        if let Some(problem) = spec.value(&settings).and_then(|value| spec.problem(&value)) {
+            return Err(invalid(&full, spec, problem));
+        }
+    }
+    check_ca_file(&full, &settings.redis)?;
+    settings.warnings = warnings.0;
+    for spec in KEYS {
+        if let Some(line) = settings.describe(spec.name) {
+            tracing::debug!("{line}");
+        }
+    }
+    Ok(settings)
+}
+
+/// The address from `spring.data.redis.url`, else from `host`/`port` with `username` and
+/// `password`; `None` when none is set. The URL with host/port from the same source leaves open
+/// which Redis is meant: an error naming both. Other Spring keys are named in a warning.
+fn spring_address(
+    figment: &Figment,
+    host_env: &HostEnv,
+    warnings: &mut Warnings,
+) -> Result<Option<(RedisAddress, Origin)>, ConfigError> {
+    const SECTION: &str = "spring.data.redis";
+    let section = figment.find_value(SECTION).ok();
+    let spring: Spring = match section {
+        Some(_) => figment
+            .extract_inner_lossy(SECTION)
+            .map_err(|e| extraction_error(figment, SECTION, e))?,
+        None => Spring::default(),
+    };
+    let key = |name: &str| spec(&format!("{SECTION}.{name}"));
+    let origin = |name: &str| origin_of(figment, key(name).name);
+    let set = |name: &str| figment.contains(key(name).name);
+    let parse = |name: &str, url: &str| {
+        RedisAddress::parse(url).map_err(|e| invalid(figment, key(name), e.problem()))
+    };
+    let built = ["host", "port", "username", "password"];
+    let (found, used) = if let Some(url) = &spring.url {
+        if let Some(other) = ["host", "port"]
+            .into_iter()
+            .find(|k| set(k) && origin(k).same_source(&origin("url")))
+        {
+            let problem = format!(
+                "{SECTION}.{other} is set in the same source ({}), so which Redis is meant is \
+                 ambiguous; remove one of them, or set {}",
+                origin(other),
+                KEYS[1].name
+            );
+            return Err(invalid(figment, key("url"), problem));
+        }
+        let address = parse("url", url)?;
+        (
+            Some((address, Origin::SpringUrl(Box::new(origin("url"))))),
+            &["url"][..],
+        )
+    } else if built.iter().any(|k| set(k)) {
+        let host = spring.host.as_deref().unwrap_or("localhost");
+        if host.is_empty() || host.contains(|c: char| c.is_whitespace() || "/@?#[]".contains(c)) {
+            return Err(invalid(
+                figment,
+                key("host"),
+                "not a host name or IP address",
+            ));
+        }
+        if spring.port == Some(0) {
+            return Err(invalid(figment, key("port"), "port 0 is not accepted"));
+        }
+        // Percent-encoded, every character but the unreserved ones, so the client, which
+        // decodes them, sends them as written.
+        let text = |v: &Option<String>| v.as_deref().filter(|t| !t.is_empty()).map(encode_userinfo);
+        let userinfo = match (text(&spring.username), text(&spring.password)) {
+            (None, None) => String::new(),
+            (user, None) => format!("{}@", user.unwrap_or_default()),
+            (user, Some(password)) => format!("{}:{password}@", user.unwrap_or_default()),
+        };
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let port = spring.port.unwrap_or(6379);
+        let address = parse("host", &format!("redis://{userinfo}{host}:{port}"))?;
+        let keys = built
+            .into_iter()
+            .filter(|k| matches!(*k, "host" | "port") || set(k))
+            .map(|k| (key(k).name.to_owned(), origin(k)))
+            .collect();
+        (Some((address, Origin::SpringFallback { keys })), &built[..])
+    } else {
+        (None, &[][..])
+    };
+    let mut unread = Vec::new();
+    if let Some(section) = &section {
+        leaves(section, "", &mut unread);
+    }
+    let mut unread: Vec<String> = unread
+        .iter()
+        .filter(|(path, _)| !used.contains(&path.as_str()))
+        .map(|(path, value)| {
+            let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
+            format!("{SECTION}.{path} (from {origin})")
+        })
+        .collect();
+    unread.extend(
+        host_env
+            .spring_unread
+            .iter()
+            .map(|var| format!("environment variable {var}")),
+    );
+    if !unread.is_empty() {
+        warnings.warn(format!(
+            "these Spring settings are not read by the lock, which takes its address only from \
+             {0} or spring.data.redis url, host, port, username and password: {1}. Set {0} if \
+             the lock needs them",
+            KEYS[1].name,
+            unread.join(", "),
+        ));
+    }
+    Ok(found)
+}
+
+/// `redis.tls.ca-file`: only with a TLS address; a readable file holding a PEM certificate.
+fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigError> {
+    let Some(path) = &redis.tls_ca_file else {
+        return Ok(());
+    };
+    let spec = spec("redis.tls.ca-file");
+    let fail = |problem: &str| Err(invalid(figment, spec, problem));
+    if path.as_os_str().is_empty() {
+        return fail("empty; a path is required");
+    }
+    if !redis.address.tls() {
+        return fail(&format!(
+            "{} = {} does not use TLS, so a CA file would not be used; use rediss://, \
+             rediss-sentinel:// or rediss-cluster://, or remove {}",
+            KEYS[1].name, redis.address, spec.name
+        ));
+    }
+    match std::fs::read(path) {
+        Ok(contents)
+            if String::from_utf8_lossy(&contents).contains("-----BEGIN CERTIFICATE-----") =>
+        {
+            Ok(())
+        }
+        Ok(_) => fail("the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let relative = match std::env::current_dir() {
+                Ok(dir) if path.is_relative() => {
+                    format!(" (relative to the working directory {})", dir.display())
+                }
+                _ => String::new(),
+            };
+            fail(&format!("the file does not exist{relative}"))
+        }
+        Err(_) if path.is_dir() => fail("it is a directory, not a file"),
+        Err(e) => fail(&format!("the file cannot be read: {e}")),
+    }
+}
