@@ -733,7 +733,12 @@ async fn a_killed_first_waiter_holds_up_a_free_lock_for_at_most_the_documented_t
         .await
         .unwrap();
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let mut child = common::spawn_test_child(module_path!(), "review_child_fair_waiter", CHILD_URL, &redis.url());
+    let mut child = common::spawn_test_child(
+        module_path!(),
+        "review_child_fair_waiter",
+        CHILD_URL,
+        &redis.url(),
+    );
     let queued = |n: i64| {
         let (redis, key) = (&redis, holder.queue_key(KEY));
         async move {

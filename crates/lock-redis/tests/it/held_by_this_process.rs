@@ -72,7 +72,8 @@ async fn child_holder() {
 async fn a_holder_in_another_process_is_another_owner() {
     let redis = server().await;
     let lock = RedisLock::connect(config(&redis)).await.unwrap();
-    let mut child = common::spawn_test_child(module_path!(), "child_holder", CHILD_URL, &redis.url());
+    let mut child =
+        common::spawn_test_child(module_path!(), "child_holder", CHILD_URL, &redis.url());
     let redis_key = lock.redis_key(KEY);
     let held = eventually(Duration::from_secs(30), || async {
         redis.cmd(&["EXISTS", &redis_key]).await.unwrap_or_default() == "1"

@@ -388,8 +388,14 @@ async fn reaper_pod() {
 async fn two_reaper_pods_sweep_each_tick_exactly_once() {
     let redis = server().await;
     let test = "reaper_pod";
-    let mut pods = [("pod-a", 0), ("pod-b", SKEW_MS)]
-        .map(|(pod, skew)| spawn_test_child(module_path!(), test, POD, &format!("{}|{pod}|{skew}", redis.url())));
+    let mut pods = [("pod-a", 0), ("pod-b", SKEW_MS)].map(|(pod, skew)| {
+        spawn_test_child(
+            module_path!(),
+            test,
+            POD,
+            &format!("{}|{pod}|{skew}", redis.url()),
+        )
+    });
     let ready = eventually(Duration::from_secs(30), || async {
         redis
             .cmd(&["GET", "reaper:ready"])
