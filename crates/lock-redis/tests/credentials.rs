@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::error::Error as _;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
@@ -20,48 +19,23 @@ use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
+use lock_testkit::secrets::{
+    AT_PASSWORD, AT_PASSWORD_IN_URL, PASSWORD, SENTINEL_PASSWORD, USER, WRONG,
+    assert_error_has_no_secret, assert_no_secret,
+};
 use lock_testkit::tls::TestCertificates;
 use tokio::time::Instant;
-
-/// In every secret below, and nowhere else.
-const MARK: &str = "Pa55";
-/// The ACL user's password.
-const PASSWORD: &str = "s3cr3t-Pa55-word";
-/// A password with an `@`, written percent-encoded in URLs.
-const AT_PASSWORD: &str = "s3cr3t@Pa55:w/rd";
-/// [`AT_PASSWORD`] percent-encoded.
-const AT_PASSWORD_IN_URL: &str = "s3cr3t%40Pa55%3Aw%2Frd";
-/// A wrong password.
-const WRONG: &str = "wr0ng-Pa55-word";
-/// The password of the sentinels in a `sentinelPassword` query parameter.
-const SENTINEL_PASSWORD: &str = "sentinel-Pa55-word";
-const USER: &str = "app";
 
 /// Everything logged at `TRACE` by this test process, `log` records included.
 fn logs() -> &'static CapturedLogs {
     CapturedLogs::global(tracing::Level::TRACE)
 }
 
-/// `text` shows no secret.
-#[track_caller]
-fn assert_no_secret(what: &str, text: &str) {
-    assert!(
-        !text.contains(MARK) && !text.contains("s3cr3t"),
-        "a password shows in {what}: {text}"
-    );
-}
-
 /// The error shows no secret in `Display`, `Debug`, `details()` or any source's `Display`.
 #[track_caller]
-fn assert_error_has_no_secret(error: &LockError) {
-    assert_no_secret("the error's Display", &error.to_string());
-    assert_no_secret("the error's Debug", &format!("{error:?}"));
+fn assert_lock_error_has_no_secret(error: &LockError) {
+    assert_error_has_no_secret(error);
     assert_no_secret("the error's details", &format!("{:?}", error.details()));
-    let mut cause = error.source();
-    while let Some(source) = cause {
-        assert_no_secret("a source's Display", &source.to_string());
-        cause = source.source();
-    }
 }
 
 /// Nothing logged so far in this process shows a secret, and at `TRACE` there was plenty of
@@ -200,7 +174,7 @@ async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
         !text.contains("unreachable"),
         "reported as an outage: {text}"
     );
-    assert_error_has_no_secret(&error);
+    assert_lock_error_has_no_secret(&error);
     eprintln!("{expected}: {text}");
 }
 
@@ -308,7 +282,7 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
         match RedisLock::connect(config).await {
             Err(error) => {
-                assert_error_has_no_secret(&error);
+                assert_lock_error_has_no_secret(&error);
                 eprintln!("{error}");
             }
             Ok(lock) => panic!("{} was accepted", lock.config().redacted_address()),
@@ -340,7 +314,7 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
             )
             .await
             .unwrap_err();
-        assert_error_has_no_secret(&error);
+        assert_lock_error_has_no_secret(&error);
     }
     assert_logs_have_no_secret();
 }

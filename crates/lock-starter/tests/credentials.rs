@@ -18,27 +18,13 @@ use lock_starter::prelude::*;
 use lock_starter::{LockStarter, StartError};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
-
-/// In every secret below, and nowhere else.
-const MARK: &str = "Pa55";
-const PASSWORD: &str = "s3cr3t-Pa55-word";
-/// A password with `@`, `:` and `/`, percent-encoded in URLs.
-const AT_PASSWORD: &str = "s3cr3t@Pa55:w/rd";
-const AT_PASSWORD_IN_URL: &str = "s3cr3t%40Pa55%3Aw%2Frd";
-const SENTINEL_PASSWORD: &str = "sentinel-Pa55-word";
-const USER: &str = "app";
+use lock_testkit::secrets::{
+    AT_PASSWORD, AT_PASSWORD_IN_URL, MARK, PASSWORD, SENTINEL_PASSWORD, USER, assert_no_secret,
+};
 
 /// Everything logged at `TRACE` in this test binary, `log` records included.
 fn logs() -> &'static CapturedLogs {
     CapturedLogs::global(tracing::Level::TRACE)
-}
-
-#[track_caller]
-fn assert_no_secret(what: &str, text: &str) {
-    assert!(
-        !text.contains(MARK) && !text.contains("s3cr3t"),
-        "a password shows in {what}: {text}"
-    );
 }
 
 /// Nothing logged so far in this test binary shows a secret.

@@ -22,7 +22,7 @@
 //! - Topologies are costly to start: [`shared::Shared`] lets the tests of one binary take one
 //!   in turn, the last stopping it.
 //! - Logs: [`logs::CapturedLogs`] keeps what a test logged, to check a warning appears or a
-//!   password does not.
+//!   password does not; [`secrets`] has the test passwords and that check.
 //! - TLS: [`TestCertificates`] (module [`tls`]) makes a CA and a server certificate;
 //!   [`RedisServerBuilder::tls`] opens a TLS port next to the plain one
 //!   ([`RedisServer::tls_url`]).
@@ -74,6 +74,7 @@ pub mod logs;
 pub mod metrics;
 pub mod proxy;
 mod resp;
+pub mod secrets;
 pub mod sentinel;
 mod server;
 pub mod shared;
