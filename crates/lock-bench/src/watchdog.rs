@@ -15,7 +15,8 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use lock_starter::redis::{RENEW_BATCH, RedisLock};
+use lock_redis::RENEW_BATCH;
+use lock_starter::redis::RedisLock;
 use lock_starter::{AcquireOptions, DistributedLock, Lease, LockHandle};
 use serde_json::{Map, Value, json};
 
@@ -42,7 +43,7 @@ pub(crate) async fn run(
     watchdog_timeout: Duration,
     held: usize,
 ) -> Result<Map<String, Value>, String> {
-    let period = lock_starter::redis::renewal_period(watchdog_timeout);
+    let period = lock_redis::renewal_period(watchdog_timeout);
     let rss_before = resident_bytes();
     let server_before = used_memory(target).await?;
     let started = Instant::now();

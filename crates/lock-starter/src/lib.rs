@@ -108,10 +108,8 @@ pub mod backend {
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::{
-        ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT,
-        ForceReleased, LockState, LockStatus, RELEASE_SCRIPT, RENEW_BATCH, RENEW_SCRIPT,
-        RedisFailure, RedisLock, RedisLockConfig, Refusal, STATUS_SCRIPT, TOMBSTONE_TTL,
-        WatchdogStats, key_prefix_problem, renewal_period, validate_key_prefix,
+        ForceReleased, LockState, LockStatus, RedisFailure, RedisLock, RedisLockConfig, Refusal,
+        WatchdogStats,
     };
 }
 
