@@ -136,7 +136,7 @@ impl Guardian {
 }
 
 /// `platform-lock guardian`: waits for EOF on stdin, then kills the target it was given unless
-/// it was told `done`. Exit code 0, or [`crate::args::EXIT_USAGE`] when started by hand on a
+/// it was told `done`. Exit code 0, or [`crate::exit::EXIT_USAGE`] when started by hand on a
 /// terminal (it would read orders from the keyboard).
 pub(crate) fn main() -> ExitCode {
     // Signals meant for the command's group, its job or its session (it shares the session)
@@ -159,7 +159,7 @@ pub(crate) fn main() -> ExitCode {
             "platform-lock: `{SUBCOMMAND}` is started by `platform-lock run` with a pipe on \
              stdin, not by hand; use `platform-lock run`"
         );
-        return ExitCode::from(crate::args::EXIT_USAGE);
+        return ExitCode::from(crate::exit::EXIT_USAGE);
     }
     let mut orders = Vec::new();
     // Returns at EOF (the wrapper ended) or on a read error, which is treated alike: fail closed.

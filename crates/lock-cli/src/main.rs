@@ -6,6 +6,7 @@
 //! files, then `TELCO_PLATFORM_LOCK_*` variables). Exit codes: see [`args::AFTER_HELP`].
 
 mod args;
+mod exit;
 mod guardian;
 mod inspect;
 mod output;
@@ -19,7 +20,8 @@ use lock_starter::config::{ConfigSources, LockSettings};
 use lock_starter::redis::RedisLock;
 use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, Lease, LockError};
 
-use crate::args::{Cli, Command, EXIT_CONFIG};
+use crate::args::{Cli, Command};
+use crate::exit::EXIT_CONFIG;
 use crate::output::Failure;
 
 fn main() -> ExitCode {

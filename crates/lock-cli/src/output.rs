@@ -10,7 +10,7 @@ use lock_starter::redis::{LockState, LockStatus, RedisFailure};
 use lock_starter::{AcquireFailure, LockError, LockErrorCode};
 use serde_json::json;
 
-use crate::args::{EXIT_OUTPUT, EXIT_REDIS, EXIT_USAGE};
+use crate::exit::{EXIT_OUTPUT, EXIT_REDIS, EXIT_USAGE};
 
 /// A failed command: one line on stderr (what failed, why, what to do) and its exit code.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use lock_starter::redis::{ForceReleased, LockState};
 
 use crate::Redis;
-use crate::args::{EXIT_DECLINED, EXIT_HOLDER_CHANGED, EXIT_USAGE};
+use crate::exit::{EXIT_DECLINED, EXIT_HOLDER_CHANGED, EXIT_USAGE};
 use crate::output::{self, Failure};
 
 /// `platform-lock release --force KEY [--yes]`.

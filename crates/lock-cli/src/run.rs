@@ -18,7 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use crate::Redis;
-use crate::args::{EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
+use crate::exit::{EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
 use crate::guardian::{Guardian, Target};
 use crate::output::Failure;
 use crate::spinner::Spinner;

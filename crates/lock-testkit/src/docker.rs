@@ -38,7 +38,7 @@ impl DockerServer {
         args: Vec<String>,
         startup_timeout: Duration,
     ) -> Result<(DockerServer, String, u16), TestkitError> {
-        let password = crate::server::password_in(&args);
+        let password = crate::local::password_in(&args);
         let docker_error = |action: &str, e: &dyn std::fmt::Display| TestkitError::Docker {
             action: action.to_owned(),
             message: e.to_string(),

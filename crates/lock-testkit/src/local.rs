@@ -78,7 +78,7 @@ impl LocalServer {
         let mut server = LocalServer {
             process: None,
             binary,
-            password: crate::server::password_in(&args),
+            password: password_in(&args),
             config_file,
             args,
             startup_timeout,
@@ -479,4 +479,13 @@ fn die_with_parent(command: &mut Command) {
 fn die_with_parent(_command: &mut Command) {
     // No PR_SET_PDEATHSIG outside Linux: Drop still stops the server, an aborted test process
     // leaves it running.
+}
+
+/// The value of the last `--requirepass` among redis-server arguments, if any.
+pub(crate) fn password_in(args: &[String]) -> Option<String> {
+    args.windows(2)
+        .rev()
+        .find(|pair| pair[0] == "--requirepass")
+        .map(|pair| pair[1].clone())
+        .filter(|password| !password.is_empty())
 }

@@ -10,7 +10,7 @@ use tokio::time::timeout;
 
 use crate::TestkitError;
 use crate::error::BACKEND_ENV;
-use crate::local::LocalServer;
+use crate::local::{LocalServer, password_in};
 use crate::resp::{self, Reply};
 use crate::tls::TestCertificates;
 
@@ -469,15 +469,6 @@ impl RedisServer {
             Inner::Docker(docker) => docker.is_running(),
         }
     }
-}
-
-/// The value of the last `--requirepass` among redis-server arguments, if any.
-pub(crate) fn password_in(args: &[String]) -> Option<String> {
-    args.windows(2)
-        .rev()
-        .find(|pair| pair[0] == "--requirepass")
-        .map(|pair| pair[1].clone())
-        .filter(|password| !password.is_empty())
 }
 
 impl fmt::Debug for RedisServer {

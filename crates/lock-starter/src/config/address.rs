@@ -710,7 +710,7 @@ fn next_parameter(text: &str) -> usize {
 
 /// Whether a query parameter's value may be a secret (`sentinelPassword`, `token`, `auth`).
 fn looks_secret(name: &str) -> bool {
-    let norm = super::keys::normalize(name);
+    let norm = name.to_ascii_lowercase();
     [
         "pass",
         "pwd",

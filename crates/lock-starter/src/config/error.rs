@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::address::redact_text;
 use super::origin::Origin;
 
 /// Why the lock configuration was not accepted. Start-up should stop and print it.
@@ -148,4 +149,25 @@ impl ConfigError {
             _ => None,
         }
     }
+}
+
+/// A figment error on one line: for parse errors the position and the problem, without the
+/// quoted source line (which could hold a password); URL passwords redacted.
+pub(crate) fn one_line_message(error: &figment::Error) -> String {
+    let text = match &error.kind {
+        figment::error::Kind::Message(message) => message.clone(),
+        _ => error.to_string(),
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    let message = match (lines.first(), lines.last()) {
+        (Some(first), Some(last)) if lines.len() > 1 && first.starts_with("TOML parse error") => {
+            format!("{first}: {last}")
+        }
+        _ => lines.join(" "),
+    };
+    redact_text(&message).into_owned()
 }

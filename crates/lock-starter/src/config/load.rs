@@ -12,12 +12,13 @@ use serde::{Deserialize, Deserializer, de};
 
 use super::address::{RedisAddress, encode_userinfo, redact_text};
 use super::error::ConfigError;
+use super::error::one_line_message;
 use super::keys::{
     KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
     near_miss_of_prefix, spec,
 };
+use super::origin::HostEnv;
 use super::origin::{DEFAULTS_PROVIDER, HOST_NAME, Origin};
-use super::sources::{HostEnv, one_line_message};
 use super::{LockSettings, RedisSettings};
 
 /// The longest value shown in a message, in characters.

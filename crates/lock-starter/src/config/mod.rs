@@ -232,7 +232,7 @@ impl LockSettings {
     /// # Ok(()) }
     /// ```
     pub fn from_figment(figment: &Figment) -> Result<LockSettings, ConfigError> {
-        load::resolve(figment, &sources::HostEnv::process())
+        load::resolve(figment, &origin::HostEnv::process())
     }
 
     /// The warnings of loading, each also logged with `tracing::warn!` when found: a

@@ -223,3 +223,29 @@ impl Origins {
         self.by_key.insert(name, origin);
     }
 }
+
+/// What the settings need from the environment besides the keys: `POD_NAME` and `HOSTNAME` for
+/// the default `instance-id`, and the warnings about variables the lock does not read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HostEnv {
+    pub(crate) pod_name: Option<String>,
+    pub(crate) hostname: Option<String>,
+    pub(crate) warnings: Vec<String>,
+    /// The `SPRING_DATA_REDIS_*` variables that set no key the lock reads (names only).
+    pub(crate) spring_unread: Vec<String>,
+}
+
+impl HostEnv {
+    pub(crate) fn process() -> Self {
+        HostEnv::with(|name| std::env::var(name).ok())
+    }
+
+    pub(crate) fn with(var: impl Fn(&str) -> Option<String>) -> Self {
+        let var = |name| var(name).filter(|v| !v.is_empty());
+        HostEnv {
+            pod_name: var("POD_NAME"),
+            hostname: var("HOSTNAME"),
+            ..HostEnv::default()
+        }
+    }
+}

@@ -8,11 +8,10 @@ use figment::providers::{Format, Toml};
 
 use figment::{Figment, Metadata, Provider};
 
-use super::address::redact_text;
-use super::error::ConfigError;
+use super::error::{ConfigError, one_line_message};
 use super::keys::{ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, hint_part, near_miss_of_prefix};
 use super::load::{Parsed, check_tables, fixed, quote};
-use super::origin::ENV_PROVIDER;
+use super::origin::{ENV_PROVIDER, HostEnv};
 
 /// The sources [`LockSettings::load`](super::LockSettings::load) reads, later winning over
 /// earlier: built-in defaults, then the TOML files and figments in the order they were added,
@@ -267,32 +266,6 @@ impl fmt::Debug for ConfigSources {
     }
 }
 
-/// What the settings need from the environment besides the keys: `POD_NAME` and `HOSTNAME` for
-/// the default `instance-id`, and the warnings about variables the lock does not read.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HostEnv {
-    pub(crate) pod_name: Option<String>,
-    pub(crate) hostname: Option<String>,
-    pub(crate) warnings: Vec<String>,
-    /// The `SPRING_DATA_REDIS_*` variables that set no key the lock reads (names only).
-    pub(crate) spring_unread: Vec<String>,
-}
-
-impl HostEnv {
-    pub(crate) fn process() -> Self {
-        HostEnv::with(|name| std::env::var(name).ok())
-    }
-
-    fn with(var: impl Fn(&str) -> Option<String>) -> Self {
-        let var = |name| var(name).filter(|v| !v.is_empty());
-        HostEnv {
-            pod_name: var("POD_NAME"),
-            hostname: var("HOSTNAME"),
-            ..HostEnv::default()
-        }
-    }
-}
-
 /// A TOML file, read and parsed up front so a missing or broken file is reported by path.
 fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
     let path = path.to_owned();
@@ -313,27 +286,6 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
         Metadata::from("TOML file", path.as_path()),
         data,
     )))
-}
-
-/// A figment error on one line: for parse errors the position and the problem, without the
-/// quoted source line (which could hold a password); URL passwords redacted.
-pub(crate) fn one_line_message(error: &figment::Error) -> String {
-    let text = match &error.kind {
-        figment::error::Kind::Message(message) => message.clone(),
-        _ => error.to_string(),
-    };
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect();
-    let message = match (lines.first(), lines.last()) {
-        (Some(first), Some(last)) if lines.len() > 1 && first.starts_with("TOML parse error") => {
-            format!("{first}: {last}")
-        }
-        _ => lines.join(" "),
-    };
-    redact_text(&message).into_owned()
 }
 
 /// Maps the variables named after the keys onto them; a key set by both its forms with
