@@ -152,6 +152,43 @@ pub trait LockFactory: Send + Sync + 'static {
     fn command_timeout(&self) -> Duration {
         Duration::ZERO
     }
+
+    /// Ends the lease now held on `key` (a name as passed to `acquire`) from outside the
+    /// holder's client, as the backend would if the holder's renewals stopped getting through,
+    /// and returns `true`. The holder's client is not told; the key must not become free before
+    /// the holder can learn it lost the lease (a renewal refused, or its local deadline) — keep
+    /// it held and unrenewable until it runs out rather than deleting it. Used by
+    /// [`lost_fires_before_the_key_is_granted_again`] for a watchdog lease.
+    ///
+    /// Default: `false`, this factory cannot; that check then covers fixed leases only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use std::{sync::Arc, time::Duration};
+    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// struct Memory(InMemoryLock);
+    ///
+    /// #[async_trait::async_trait]
+    /// impl LockFactory for Memory {
+    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+    /// #         Arc::new(self.0.clone())
+    /// #     }
+    /// #     fn watchdog_timeout(&self) -> Duration {
+    /// #         Duration::from_secs(1)
+    /// #     }
+    ///     // ... client() and watchdog_timeout() as above ...
+    ///     async fn expire(&self, key: &str) -> bool {
+    ///         self.0.expire(key) // the holder's handle turns lost before the key is free
+    ///     }
+    /// }
+    /// // A Redis factory overwrites the key's owner keeping its TTL: renewals are refused, and
+    /// // the key runs out a watchdog timeout later at most.
+    /// ```
+    async fn expire(&self, key: &str) -> bool {
+        let _ = key;
+        false
+    }
 }
 
 /// A key no other check (or concurrent run) uses.
@@ -1041,6 +1078,311 @@ pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
     assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
+/// Fair acquisitions of a key are granted in the order they asked, across clients: fair waiters
+/// on alternating clients, each asking well after the one before, are granted one at a time in
+/// that order as each releases.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// lock_core::conformance::fair_acquisitions_are_granted_in_the_order_asked(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
+pub async fn fair_acquisitions_are_granted_in_the_order_asked(factory: &dyn LockFactory) {
+    const WAITERS: usize = 4;
+    // Between two waiters' first requests: far longer than one backend command takes even on a
+    // loaded machine, so the order started is the order asked.
+    const GAP: Duration = Duration::from_millis(500);
+    let key = unique_key("fair-order");
+    let clients = [factory.client().await, factory.client().await];
+    let holder = clients[0].acquire(&key, Lease::Watchdog).await.unwrap();
+    let granted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let (client, key, granted) = (
+            Arc::clone(&clients[i % 2]),
+            key.clone(),
+            Arc::clone(&granted),
+        );
+        waiters.push(tokio::spawn(async move {
+            let handle = client
+                .acquire_with(&key, wait(LONG_WAIT).fair())
+                .await
+                .unwrap_or_else(|e| panic!("fair waiter {i}: {e}"));
+            granted.lock().unwrap().push(i);
+            assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+        }));
+        tokio::time::sleep(GAP).await;
+    }
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    for waiter in waiters {
+        tokio::time::timeout(LONG_WAIT + SLACK, waiter)
+            .await
+            .expect("a fair waiter was never granted")
+            .expect("a fair waiter failed");
+    }
+    let order = granted.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "not granted in the order asked"
+    );
+}
+
+/// [`LockHandle::lost`] fires and [`LockHandle::is_held`] turns false before the key is granted
+/// to anyone else — for a fixed lease running out and, when the factory can
+/// [`expire`](LockFactory::expire) one, for a watchdog lease ended from outside (renewal never
+/// re-creates it) — and the old holder's release after that grant, owner-checked, reports
+/// `NotHeld` and leaves the new holder in place.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// #     async fn expire(&self, key: &str) -> bool {
+/// #         self.0.expire(key)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// lock_core::conformance::lost_fires_before_the_key_is_granted_again(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
+pub async fn lost_fires_before_the_key_is_granted_again(factory: &dyn LockFactory) {
+    let (a, b, c) = (
+        factory.client().await,
+        factory.client().await,
+        factory.client().await,
+    );
+    let lost_within = factory.watchdog_timeout() + factory.command_timeout() + SLACK;
+    for lease in [Lease::Fixed(Duration::from_millis(600)), Lease::Watchdog] {
+        let key = unique_key("lost-before-grant");
+        let old = Arc::new(a.acquire(&key, lease).await.unwrap());
+        let lost = tokio::spawn(old.lost());
+        if lease == Lease::Watchdog && !factory.expire(&key).await {
+            tracing::warn!("LockFactory::expire unsupported: the watchdog case is not checked");
+            break;
+        }
+        let waiter = {
+            let (b, key, old) = (Arc::clone(&b), key.clone(), Arc::clone(&old));
+            tokio::spawn(async move {
+                let new = b.acquire_with(&key, wait(LONG_WAIT)).await;
+                (new, old.is_held())
+            })
+        };
+        let reason = tokio::time::timeout(lost_within, lost).await;
+        let reason = reason.unwrap_or_else(|_| panic!("{lease:?}: lost() did not fire"));
+        assert!(
+            matches!(reason.unwrap(), LostReason::Expired | LostReason::NotOwner),
+            "{lease:?}"
+        );
+        let (new, old_held) = waiter.await.unwrap();
+        let new = new.unwrap_or_else(|e| panic!("{lease:?}: never granted again: {e}"));
+        assert!(
+            !old_held,
+            "{lease:?}: granted to another owner while the old handle still said held"
+        );
+        assert!(new.fencing_token() > old.fencing_token());
+        let old = Arc::into_inner(old).expect("the waiter dropped its copy");
+        assert_eq!(old.release().await.unwrap(), ReleaseOutcome::NotHeld);
+        expect_held_by(
+            c.try_acquire(&key, Lease::Watchdog).await.unwrap_err(),
+            &new,
+        );
+        assert_eq!(new.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
+/// Re-entry needs a `with_lock` scope and spans the namespace: a task holding a key through a
+/// plain `acquire` contends for it like anyone (neither `acquire` nor `with_lock` re-enters),
+/// while inside a `with_lock` scope the task re-enters through any client of the same
+/// namespace, on the one outer lease, owner and fencing token.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// lock_core::conformance::reentry_needs_a_with_lock_scope_and_spans_the_namespace(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
+pub async fn reentry_needs_a_with_lock_scope_and_spans_the_namespace(factory: &dyn LockFactory) {
+    let key = unique_key("reentry-scope");
+    let (a, b) = (factory.client().await, factory.client().await);
+    assert_eq!(a.namespace(), b.namespace(), "one backend, one namespace");
+    let plain = a.acquire(&key, Lease::Watchdog).await.unwrap();
+    let again = a.try_acquire(&key, Lease::Watchdog).await;
+    assert!(
+        again.is_err(),
+        "a plain acquire re-entered a plain handle's lease"
+    );
+    let section = a.with_lock(&key, wait(Duration::ZERO), || async {}).await;
+    assert!(
+        section.is_err(),
+        "with_lock re-entered a plain handle's lease"
+    );
+    assert!(plain.is_held() && !plain.is_reentrant());
+    assert_eq!(plain.release().await.unwrap(), ReleaseOutcome::Released);
+
+    let (a2, b2, key2) = (Arc::clone(&a), Arc::clone(&b), key.clone());
+    let (through_a, through_b) = a
+        .with_lock(&key, Lease::Watchdog, || async move {
+            let mut seen = Vec::new();
+            for client in [&a2, &b2] {
+                let nested = client
+                    .try_acquire(&key2, Lease::Watchdog)
+                    .await
+                    .expect("a client of the same namespace must re-enter inside the scope");
+                assert!(nested.is_reentrant() && nested.is_held());
+                seen.push((nested.owner().to_owned(), nested.fencing_token()));
+            }
+            (seen[0].clone(), seen[1].clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        through_a, through_b,
+        "re-entries did not share the outer lease"
+    );
+    let after = b.try_acquire(&key, Lease::Watchdog).await.unwrap();
+    assert!(!after.is_reentrant() && after.fencing_token() > through_a.1);
+    assert_eq!(after.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
+/// The wait bound for every kind of wait: while another client holds the key, plain and fair
+/// acquisitions with zero and non-zero waits, all at once from several clients (fair ones queued
+/// behind a fair one that waits longer), each give up no sooner than their wait time and no later than it
+/// plus one command timeout (plus slack); the given-up fair waiters leave no queue behind.
+///
+/// # Examples
+///
+/// ```
+/// # use std::{sync::Arc, time::Duration};
+/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # struct Memory(InMemoryLock);
+/// # #[async_trait::async_trait]
+/// # impl LockFactory for Memory {
+/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
+/// #         Arc::new(self.0.clone())
+/// #     }
+/// #     fn watchdog_timeout(&self) -> Duration {
+/// #         Duration::from_secs(1)
+/// #     }
+/// # }
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() {
+/// lock_core::conformance::wait_bound_holds_for_plain_and_fair_waits(&Memory(InMemoryLock::new())).await;
+/// # }
+/// ```
+pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory) {
+    let key = unique_key("wait-bound");
+    let clients = [factory.client().await, factory.client().await];
+    let holder = factory.client().await;
+    let held = holder
+        .acquire(&key, Lease::Fixed(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let bound = |w: Duration| w + factory.command_timeout() + SLACK;
+    let ms = Duration::from_millis;
+    let mut waiters = Vec::new();
+    // Asked first (a moment before the rest), so the fair ones after it reach their wait time
+    // queued behind it; it outlasts the slack, so their giving up must not hang on it leaving.
+    // (The outcome is the same in any order; the order only makes that case happen.)
+    for (i, (patience, fair)) in [
+        (SLACK + Duration::from_secs(2), true),
+        (ms(0), false),
+        (ms(300), false),
+        (ms(900), false),
+        (ms(0), true),
+        (ms(300), true),
+        (ms(900), true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (client, key) = (Arc::clone(&clients[i % 2]), key.clone());
+        let options = if fair {
+            wait(patience).fair()
+        } else {
+            wait(patience)
+        };
+        waiters.push((
+            patience,
+            fair,
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let outcome = client.acquire_with(&key, options).await.map(|_| ());
+                (outcome, started.elapsed())
+            }),
+        ));
+        if i == 0 {
+            tokio::time::sleep(ms(200)).await;
+        }
+    }
+    for (patience, fair, waiter) in waiters {
+        let (outcome, took) = tokio::time::timeout(bound(patience) + SLACK, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("wait {patience:?} (fair: {fair}) never returned"))
+            .unwrap();
+        let error = outcome.expect_err("granted while another client held the key");
+        assert_eq!(
+            error.code(),
+            crate::LockErrorCode::LockAcquisitionFailed,
+            "{error}"
+        );
+        assert!(
+            took >= patience,
+            "wait {patience:?} (fair: {fair}) gave up after {took:?}"
+        );
+        assert!(
+            took <= bound(patience),
+            "wait {patience:?} (fair: {fair}) overran: {took:?}"
+        );
+    }
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let next = clients[0]
+        .acquire_with(&key, wait(Duration::ZERO).fair())
+        .await
+        .expect("given-up fair waiters left a queue behind");
+    assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
+}
+
 /// Runs every check of the suite in turn against one `factory`, for backends too costly to set up
 /// once per check (a Redis Cluster, a Sentinel deployment). Each check runs in a task of its
 /// own, so a failing check does not stop the others; its panic message goes to the test output.
@@ -1154,6 +1496,10 @@ macro_rules! conformance_checks {
             with_lock_runs_only_when_granted,
             with_lock_is_reentrant_for_its_task,
             shutdown_releases_and_refuses,
+            fair_acquisitions_are_granted_in_the_order_asked,
+            lost_fires_before_the_key_is_granted_again,
+            reentry_needs_a_with_lock_scope_and_spans_the_namespace,
+            wait_bound_holds_for_plain_and_fair_waits,
         }
     };
     ($callback:ident) => {

@@ -17,7 +17,7 @@ use crate::options::AcquireOptions;
 use crate::options::DEFAULT_WAIT_TIME;
 use crate::owner::OwnerTokens;
 use crate::shutdown::{HeldLeases, ShutdownSummary};
-use crate::status::ReleaseOutcome;
+use crate::status::{LostReason, ReleaseOutcome};
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 
@@ -86,6 +86,8 @@ struct Entry {
     expires_at: Option<Instant>,
     /// A release before this instant keeps the key until then (the minimum hold).
     hold_until: Option<Instant>,
+    /// What the holder's handle watches, so [`InMemoryLock::expire`] can tell it first.
+    state: LeaseState,
 }
 
 impl Entry {
@@ -202,6 +204,41 @@ impl InMemoryLock {
             .count()
     }
 
+    /// Ends the lease now held on `key` as if it had run out, whichever client of the table holds
+    /// it: the holder's handle turns lost first ([`LostReason::Expired`]), then the key is free
+    /// and waiters are woken. Returns whether a live lease was ended. A test hook, for the
+    /// conformance suite's lost-lease check (`LockFactory::expire`) and for tests of code that
+    /// must react to a lost lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let lock = InMemoryLock::new();
+    /// let held = lock.acquire("reaper", Lease::Watchdog).await.unwrap();
+    /// assert!(lock.expire("reaper"));
+    /// assert_eq!(held.lost().await, LostReason::Expired);
+    /// assert!(lock.try_acquire("reaper", Lease::Watchdog).await.is_ok());
+    /// assert!(!lock.expire("never-held"));
+    /// # }
+    /// ```
+    pub fn expire(&self, key: &str) -> bool {
+        let now = Instant::now();
+        let mut table = self.shared.table();
+        let Some(entry) = table.get(key).filter(|e| e.is_live(now)) else {
+            return false;
+        };
+        // Lost before the key is free, under the table's lock: nobody can be granted it while
+        // the old handle still says held — the order the contract promises.
+        entry.state.mark_lost(LostReason::Expired);
+        table.remove(key);
+        drop(table);
+        self.shared.released.notify_waiters();
+        true
+    }
+
     /// The live holder of `key`, if any, and when its lease expires.
     fn holder(&self, key: &str) -> Option<(String, Option<Instant>)> {
         let now = Instant::now();
@@ -233,12 +270,14 @@ impl InMemoryLock {
             Lease::Watchdog => None,
             Lease::Fixed(d) => Some(now + d),
         };
+        let state = LeaseState::new(expires_at);
         table.insert(
             key.to_owned(),
             Entry {
                 owner: owner.clone(),
                 expires_at,
                 hold_until: Some(now + options.minimum_hold()).filter(|at| *at > now),
+                state: state.clone(),
             },
         );
         drop(table);
@@ -246,7 +285,6 @@ impl InMemoryLock {
             .shared
             .next_fencing_token
             .fetch_add(1, Ordering::Relaxed);
-        let state = LeaseState::new(expires_at);
         let Some(id) = self
             .held
             .insert(state.clone(), (key.to_owned(), owner.clone()))

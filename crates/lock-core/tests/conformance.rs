@@ -17,6 +17,10 @@ impl LockFactory for Memory {
     fn watchdog_timeout(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    async fn expire(&self, key: &str) -> bool {
+        self.0.expire(key)
+    }
 }
 
 lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });

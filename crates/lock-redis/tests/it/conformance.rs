@@ -25,6 +25,25 @@ impl LockFactory for Redis {
     fn command_timeout(&self) -> Duration {
         common::COMMAND_TIMEOUT
     }
+
+    /// Another owner written over the holder's value, keeping its TTL: the holder's renewals
+    /// are refused, yet the key stays unavailable until it runs out (as it would if the
+    /// renewals stopped arriving), so nobody can be granted it before the holder learns.
+    async fn expire(&self, key: &str) -> bool {
+        let lock = RedisLock::connect(common::config(&self.0)).await.unwrap();
+        let reply = self
+            .0
+            .cmd(&[
+                "SET",
+                &lock.redis_key(key),
+                "H|1|conformance-expire|pod/x/1",
+                "XX",
+                "KEEPTTL",
+            ])
+            .await
+            .unwrap();
+        reply.trim() == "OK"
+    }
 }
 
 lock_core::conformance_tests!(async { Redis(common::server().await) });
