@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::conformance::LockFactory;
+use lock_starter::backend::conformance::LockFactory;
 use lock_starter::figment::Figment;
 use lock_starter::{
     AcquireOptions, DistributedLock, InMemoryLock, LockError, LockHandle, LockStarter,
@@ -67,4 +67,4 @@ impl LockFactory for ThroughTheStarter {
     }
 }
 
-lock_core::conformance_tests!(async { ThroughTheStarter(InMemoryLock::new()) });
+lock_starter::backend::conformance_tests!(async { ThroughTheStarter(InMemoryLock::new()) });

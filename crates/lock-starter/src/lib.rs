@@ -103,6 +103,10 @@ pub mod backend {
         issued_by_this_process, validate_instance_id, validate_key, validate_wait,
         validate_watchdog_timeout,
     };
+    /// The conformance suite (feature `conformance`): every check of the `DistributedLock`
+    /// contract, for a test of your own implementation.
+    #[cfg(feature = "conformance")]
+    pub use lock_core::{conformance, conformance_checks, conformance_tests};
 }
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
