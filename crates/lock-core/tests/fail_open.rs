@@ -1,4 +1,4 @@
-//! The fail-open policy (`with_lock_fail_open`, `with_lock_fail_open`) on the in-process
+//! The fail-open policy (`with_lock_fail_open`) on the in-process
 //! lock, a disabled lock and a lock whose backend is down: the section runs exactly once on every
 //! path, its value comes back with the right marker, the `WARN` is logged before it runs, and an
 //! invalid argument is the one error (the section does not run).
