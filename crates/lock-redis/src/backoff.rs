@@ -1,7 +1,8 @@
 //! The one back-off of this crate's retry loops — a queued or fair waiter retrying through an
-//! outage, a failed `SSUBSCRIBE`, a Sentinel's `SUBSCRIBE`, the first connection: exponential,
-//! doubling from `first` up to `max`, and back to `first` after a success. (fred's own reconnect
-//! back-off is configured in `connection.rs`.)
+//! outage, a background release, a failed `SSUBSCRIBE`, a Sentinel's `SUBSCRIBE`, following a
+//! `+switch-master`, the first connection: exponential, doubling from `first` up to `max`, and
+//! back to `first` after a success. (fred's own reconnect back-off is configured in
+//! `connection.rs`.)
 
 use std::time::Duration;
 

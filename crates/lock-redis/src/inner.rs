@@ -8,6 +8,7 @@ use fred::prelude::*;
 use lock_core::{HeldLeases, LockError, OwnerTokens, ReleaseOutcome};
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::config::{RedisLockConfig, TOMBSTONE_TTL};
 use crate::connection::Health;
 use crate::error::{RedisFailure, Refusal};
@@ -216,19 +217,21 @@ impl Inner {
             // TTL; given up once the grant would have expired anyway (at most a minute, so a
             // client is not kept alive for a long fixed lease). A refusal is not retried.
             let give_up = Instant::now() + ttl.min(BACKGROUND_RELEASE_RETRY);
-            let mut delay = Duration::from_millis(100);
+            let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
             let error = loop {
                 match inner.release(&name, &owner, token).await {
                     Ok(outcome) => return ticket.done(outcome == ReleaseOutcome::Released, false),
                     Err(error)
-                        if RedisFailure::find(&error).is_some_and(|f| f.refusal().is_some())
-                            || Instant::now() + delay >= give_up =>
+                        if RedisFailure::find(&error).is_some_and(|f| f.refusal().is_some()) =>
                     {
                         break error;
                     }
-                    Err(_) => {
+                    Err(error) => {
+                        let delay = backoff.next_delay();
+                        if Instant::now() + delay >= give_up {
+                            break error;
+                        }
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(2));
                     }
                 }
             };

@@ -352,7 +352,7 @@ async fn follow(
     command_timeout: Duration,
 ) -> bool {
     let started = Instant::now();
-    let mut pause = Duration::from_millis(100);
+    let mut pause = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut announced = false;
     loop {
         while let Ok(newer) = switches.try_recv() {
@@ -407,13 +407,12 @@ async fn follow(
             return true;
         }
         tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(pause.next_delay()) => {}
             newer = switches.recv() => match newer {
                 Some(newer) => target = newer,
                 None => return false,
             },
         }
-        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }
 
