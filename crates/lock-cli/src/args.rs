@@ -97,7 +97,7 @@ pub(crate) enum Command {
         /// The lock's name.
         #[arg(long)]
         key: String,
-        /// A fixed lease instead of the watchdog, 100ms to 7days, e.g. 30s: the lock ends after
+        /// A fixed lease instead of the watchdog, 100ms to 168h, e.g. 30s: the lock ends after
         /// it even if the command still runs (the command is then terminated).
         #[arg(long, value_parser = parse_lease, allow_hyphen_values = true)]
         lease: Option<Duration>,
@@ -144,13 +144,11 @@ fn usage_line(rendered: &str) -> String {
     }
 }
 
-/// A duration with a unit, as the configuration writes them.
+/// A duration as the configuration's keys read it ([`lock_starter::config::parse_duration`]).
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    const FORMS: &str = "a duration takes a unit (ms, s, m or h), e.g. 500ms, 30s, 2m or 1h30m";
-    if text.trim_start().starts_with('-') {
-        return Err(format!("negative durations are not accepted; {FORMS}"));
-    }
-    humantime::parse_duration(text).map_err(|error| format!("not a duration ({error}); {FORMS}"))
+    const FORMS: &str =
+        "a duration takes a unit (ms, s, m or h; 0 needs none), e.g. 500ms, 30s, 2m or 1h30m";
+    lock_starter::config::parse_duration(text).map_err(|problem| format!("{problem}; {FORMS}"))
 }
 
 /// `--lease`: the fixed leases the lock accepts.
@@ -160,10 +158,9 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
         return Ok(lease);
     }
     Err(format!(
-        "a fixed lease is {} to {}; leave --lease out for a watchdog lease, renewed while the \
-         command runs",
-        humantime::format_duration(MIN_LEASE),
-        humantime::format_duration(MAX_LEASE)
+        "a fixed lease is {}; leave --lease out for a watchdog lease, renewed while the command \
+         runs",
+        lock_starter::config::duration_range(MIN_LEASE, MAX_LEASE)
     ))
 }
 
@@ -224,9 +221,9 @@ mod tests {
     fn durations_outside_the_locks_bounds_are_bad_arguments() {
         assert_eq!(parse_lease("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_lease("100ms"), Ok(MIN_LEASE));
-        for bad in ["0s", "99ms", "8days", "99999999999999999s"] {
+        for bad in ["0s", "99ms", "169h", "99999999999999999s"] {
             let problem = parse_lease(bad).expect_err(bad);
-            assert!(problem.contains("100ms to 7days"), "{bad}: {problem}");
+            assert!(problem.contains("100 ms to 168 h"), "{bad}: {problem}");
         }
         assert!(parse_lease("abc").unwrap_err().contains("takes a unit"));
         assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));

@@ -384,14 +384,14 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
         (
             vec!["run", "--key", "job", "--lease", "0s", "--", "echo", "ran"],
             2,
-            vec!["--lease", "100ms to 7days"],
+            vec!["--lease", "100 ms to 168 h"],
         ),
         (
             vec![
                 "run", "--key", "job", "--lease", "50ms", "--", "echo", "ran",
             ],
             2,
-            vec!["--lease", "100ms to 7days"],
+            vec!["--lease", "100 ms to 168 h"],
         ),
         (
             vec!["run", "--key", "job", "--lease", "abc", "--", "echo", "ran"],
@@ -410,7 +410,7 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
                 "ran",
             ],
             2,
-            vec!["--lease", "100ms to 7days"],
+            vec!["--lease", "100 ms to 168 h"],
         ),
         (
             vec![

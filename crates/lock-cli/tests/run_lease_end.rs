@@ -89,6 +89,8 @@ async fn negative_and_unitless_durations_are_refused_by_name() {
         (["--wait", "-5s"], "negative durations are not accepted"),
         (["--lease", "abc"], "not a duration"),
         (["--wait", "5"], "a duration takes a unit"),
+        (["--lease", "1M"], "M is not minutes"),
+        (["--wait", "500us"], "unknown unit \"us\""),
     ] {
         let mut full = vec!["run", "--key", "job"];
         full.extend(args);

@@ -203,6 +203,7 @@ fn bad_values_of_every_key_name_the_key_value_origin_and_what_is_accepted() {
                     ("5".into(), "a unit is required"),
                     ("-1s".into(), "negative"),
                     ("5 parsecs".into(), "unknown unit \"parsecs\""),
+                    ("abc".into(), "not a duration: it starts with a number"),
                     ("".into(), "empty"),
                 ];
                 if !min.is_zero() {

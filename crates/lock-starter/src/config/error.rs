@@ -12,7 +12,7 @@ use super::origin::Origin;
 /// offending value, where it came from, and what is accepted, e.g.
 ///
 /// ```text
-/// telco.platform.lock.wait-time = "5 parsecs" (from environment variable TELCO_PLATFORM_LOCK_WAIT_TIME): not a duration (unknown unit "parsecs"); accepted: a duration with a unit (ms, s, m or h), such as 5s, 250ms or 1m30s, from 0 ms to 1 h
+/// telco.platform.lock.wait-time = "5 parsecs" (from environment variable TELCO_PLATFORM_LOCK_WAIT_TIME): unknown unit "parsecs"; the units are ms, s, m (minutes) and h; accepted: a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from 0 to 1 h
 /// ```
 ///
 /// Passwords in Redis URLs and `spring.data.redis.password` are shown as `***` in `Display` and

@@ -69,10 +69,24 @@ pub(crate) fn show_val(value: &Val<'_>) -> String {
     }
 }
 
-/// The duration syntax of every duration key: `0`, or numbers with the units ms, s, m and h
-/// (`1m30s`); parsed by humantime once the units are checked, since humantime also takes `us`,
-/// `M` (months) and more.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+/// The duration syntax of every duration key (and of the CLI's `--wait` and `--lease`): `0`, or
+/// numbers with the units ms, s, m and h (`1m30s`); parsed by humantime once the units are
+/// checked, since humantime also takes `us`, `M` (months) and more.
+///
+/// # Errors
+/// What is wrong with `text`, in words (a missing or unknown unit, a negative or empty value).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_starter::config::parse_duration;
+///
+/// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+/// assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+/// assert!(parse_duration("1M").unwrap_err().contains("M is not minutes"));
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
@@ -82,6 +96,9 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     if text.starts_with('-') {
         return Err("negative durations are not accepted".to_owned());
+    }
+    if !text.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return Err("not a duration: it starts with a number, such as 5s".to_owned());
     }
     if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());

@@ -48,7 +48,10 @@ pub use address::{
 };
 pub use error::ConfigError;
 pub use keys::{Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, key_spec};
+pub use load::parse_duration;
 pub(crate) use load::quote;
+/// How every range error writes a duration range (`10 ms to 60 s`).
+pub use lock_redis::duration_range;
 pub use origin::{Origin, Origins};
 pub use sources::ConfigSources;
 
