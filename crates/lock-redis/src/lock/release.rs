@@ -5,8 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
 
-use crate::inner::{BackgroundRelease, Inner};
-use crate::shutdown::Grant;
+use crate::lock::background::BackgroundRelease;
+use crate::lock::background::Grant;
+use crate::lock::inner::Inner;
 
 /// The release side of one grant: owner-checked, and it stops the watchdog first.
 #[derive(Debug)]

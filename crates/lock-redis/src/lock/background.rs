@@ -1,15 +1,24 @@
-//! The client's shutdown: the grants it holds, its background tasks in flight (releases, fair
-//! queue leaves, and acquisitions, whose script may be making a grant), and
-//! [`Inner::shutdown`], which releases the former and waits for the latter.
+//! What a client's shutdown accounts for: the grants it holds ([`Grant`]) and its background
+//! tasks in flight ([`Background`]: releases, fair queue leaves, and acquisitions, whose script
+//! may be making a grant).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lock_core::ShutdownSummary;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::inner::{BackgroundRelease, Inner};
+/// Why a release runs in the background.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BackgroundRelease {
+    /// A handle was dropped: the lease was granted and should be freed now.
+    Dropped,
+    /// An acquisition failed, timed out or was cancelled after its script may have run: the
+    /// grant may or may not exist.
+    OutcomeUnknown,
+    /// The client was shut down while the lease was held.
+    ShutDown,
+}
 
 /// One grant this client holds: what its release — by its handle or by a shutdown — needs.
 #[derive(Debug)]
@@ -33,14 +42,14 @@ pub(crate) struct Background {
 }
 
 #[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    running: usize,
-    released: usize,
-    failed: usize,
+pub(crate) struct Counts {
+    pub(crate) running: usize,
+    pub(crate) released: usize,
+    pub(crate) failed: usize,
 }
 
 impl Background {
-    fn counts(&self) -> MutexGuard<'_, Counts> {
+    pub(crate) fn counts(&self) -> MutexGuard<'_, Counts> {
         // Plain counters: a panic elsewhere cannot leave them half-written.
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -54,7 +63,7 @@ impl Background {
     }
 
     /// Waits until no background task runs, or until `deadline`.
-    async fn idle_by(&self, deadline: Instant) {
+    pub(crate) async fn idle_by(&self, deadline: Instant) {
         loop {
             // Registered before the count is read, so a task ending in between still wakes us.
             let idle = self.idle.notified();
@@ -98,47 +107,5 @@ impl Drop for Ticket {
         if running == 0 {
             self.background.idle.notify_waiters();
         }
-    }
-}
-
-impl Inner {
-    /// Refuses further grants, releases every lease still held (each handle's `lost()` fires
-    /// first) and waits up to `timeout` for every background task, those releases included,
-    /// and for every acquisition in flight: closing the table makes each give up (see
-    /// `RedisLock::acquire_lease`), and one whose script may have made a grant hands it back
-    /// in the background before it ends — that release is waited for and counted too. An
-    /// acquisition or background task still running at the deadline counts as pending.
-    pub(crate) async fn shutdown(self: &Arc<Self>, timeout: Duration) -> ShutdownSummary {
-        let deadline = Instant::now() + timeout;
-        let before = *self.background.counts();
-        for grant in self.held.close() {
-            if let Some(id) = grant.renewal {
-                self.watchdog.unregister(id);
-            }
-            self.release_in_background(
-                grant.name.clone(),
-                grant.owner.clone(),
-                Some(grant.token),
-                BackgroundRelease::ShutDown,
-                grant.ttl,
-            );
-        }
-        self.background.idle_by(deadline).await;
-        let after = *self.background.counts();
-        let summary = ShutdownSummary::new(
-            after.released - before.released,
-            after.running,
-            after.failed - before.failed,
-        );
-        if summary.is_complete() {
-            tracing::debug!(%summary, "lock client shut down");
-        } else {
-            tracing::warn!(
-                %summary,
-                timeout_ms = timeout.as_millis() as u64,
-                "lock client shut down with releases unfinished; those leases end at their TTL"
-            );
-        }
-        summary
     }
 }

@@ -44,6 +44,13 @@ pub const MAX_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 /// back of up to this long, and makes a re-sent release report its first outcome.
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(10);
 
+/// The local safety margin subtracted from every confirmed expiry: 1 % of the TTL plus 5 ms. It
+/// absorbs clock-rate differences between this host and Redis and timer lateness, so the local
+/// deadline passes before Redis expires the key.
+pub(crate) fn safety_margin(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(5)
+}
+
 /// Settings of a [`crate::RedisLock`]: where Redis is, and the timing of every lock.
 ///
 /// Services get these from `lock-starter`'s configuration (`telco.platform.lock.*`); build one

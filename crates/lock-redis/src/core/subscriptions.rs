@@ -33,7 +33,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use crate::core::backoff::Backoff;
 
 /// First retry delay of a failed `SSUBSCRIBE`; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(100);

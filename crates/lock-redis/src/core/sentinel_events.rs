@@ -10,7 +10,7 @@
 //!
 //! The subscriptions run in the background: Sentinels that do not answer never hold the lock
 //! client up (they are retried with a backoff, 250 ms doubling to 5 s), and the `READONLY`
-//! fallback of [`Inner::follow_if_demoted`] still applies. The tasks end within a second of the
+//! fallback of [`RedisCore::follow_if_demoted`](crate::core::client::RedisCore::follow_if_demoted) still applies. The tasks end within a second of the
 //! lock client's last clone being dropped.
 
 use std::sync::Weak;
@@ -23,10 +23,10 @@ use lock_core::LockError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
-use crate::config::{RedisLockConfig, scrub};
-use crate::connection::{client_builder, tls_config, without_tls};
-use crate::inner::Inner;
+use crate::core::backoff::Backoff;
+use crate::core::client::RedisCore;
+use crate::core::connection::{client_builder, tls_config, without_tls};
+use crate::lock::config::{RedisLockConfig, scrub};
 
 /// The Sentinels' channel announcing a new master:
 /// `<service> <old-ip> <old-port> <new-ip> <new-port>`.
@@ -155,7 +155,7 @@ impl SwitchWatch {
 
     /// Connects to the Sentinels and follows their `+switch-master` events for `inner`'s client
     /// in the background, until `inner` is dropped.
-    pub(crate) fn start(self, inner: Weak<Inner>, address: String) {
+    pub(crate) fn start(self, inner: Weak<RedisCore>, address: String) {
         let (switches, received) = mpsc::channel(16);
         let (stop, stopped) = watch::channel(());
         for (at, sentinel) in self.sentinels {
@@ -317,7 +317,7 @@ async fn listen(
 /// Receives the switches from all Sentinels and moves the client to each new master; ends when
 /// `inner` is gone (dropping `_stop` ends the listeners).
 async fn follow_switches(
-    inner: Weak<Inner>,
+    inner: Weak<RedisCore>,
     mut switches: mpsc::Receiver<Switch>,
     _stop: watch::Sender<()>,
     command_timeout: Duration,
@@ -346,7 +346,7 @@ async fn follow_switches(
 /// Reconnects both connections until both are on `target` (or on a newer master named
 /// meanwhile), for at most [`FOLLOW_FOR`]. Returns false once `inner` is gone.
 async fn follow(
-    inner: &Weak<Inner>,
+    inner: &Weak<RedisCore>,
     mut target: Switch,
     switches: &mut mpsc::Receiver<Switch>,
     command_timeout: Duration,
@@ -388,7 +388,7 @@ async fn follow(
             match moved {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::debug!(
-                    error = %scrub(&error.to_string(), &strong.config.address),
+                    error = %scrub(&error.to_string(), &strong.address),
                     "reconnecting after +switch-master failed; retrying"
                 ),
                 Err(_) => tracing::debug!("reconnecting after +switch-master timed out; retrying"),

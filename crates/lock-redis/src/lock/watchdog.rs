@@ -4,74 +4,20 @@
 //! leases due then (and those due soon after, so they share calls), concurrently with later
 //! rounds.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, Weak};
+use std::collections::BTreeMap;
+use std::sync::Weak;
 use std::time::Duration;
 
-use fred::bytes_utils::Str;
 use fred::prelude::*;
 use fred::types::{ClusterHash, Key};
 use futures::StreamExt as _;
+use lock_core::LostReason;
 use lock_core::telemetry::RENEWALS_TOTAL;
-use lock_core::{LeaseState, LostReason};
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::inner::Inner;
-
-/// Keys per renewal call: bounds the time one script holds the Redis thread (about 1–1.5 µs a
-/// key, so under 1 ms a call; see docs/performance.md, "Watchdog capacity").
-pub const RENEW_BATCH: usize = 500;
-
-/// How often a watchdog lease is renewed: every third of the watchdog timeout, so a lease
-/// survives two renewals in a row that do not get through.
-pub fn renewal_period(watchdog_timeout: Duration) -> Duration {
-    watchdog_timeout / 3
-}
-
-/// What a client's watchdog has done since it started, from
-/// [`RedisLock::watchdog_stats`](crate::RedisLock::watchdog_stats).
-///
-/// # Examples
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use lock_redis::{RedisLock, RedisLockConfig};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let config = RedisLockConfig::new("redis://redis.internal:6379")
-///     .watchdog_timeout(Duration::from_secs(30));
-/// let lock = RedisLock::connect(config).await?;
-/// // … later, e.g. from a debug endpoint:
-/// let stats = lock.watchdog_stats();
-/// println!(
-///     "{} renewal rounds, {} renewal calls, last round {:?}, longest {:?}",
-///     stats.ticks, stats.renewal_calls, stats.last_tick, stats.longest_tick
-/// );
-/// if stats.longest_tick > Duration::from_secs(10) / 2 {
-///     eprintln!("renewals take half of a renewal interval: check Redis latency");
-/// }
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WatchdogStats {
-    /// Renewal rounds so far. A round renews the leases due at one wake-up of the watchdog and
-    /// those due within a renewal period after (they share its calls), so a client's leases
-    /// are renewed in about one round per renewal period.
-    pub ticks: u64,
-    /// Renewal script calls sent: one per [`RENEW_BATCH`] keys per round (per hash slot on a
-    /// Cluster).
-    pub renewal_calls: u64,
-    /// Wall time of the last round, from taking its leases until every renewal reply (and
-    /// `WAIT`, with min-replicas) was in. Rounds can overlap: a slow one does not hold up the
-    /// next.
-    pub last_tick: Duration,
-    /// The longest round so far. Above a third of the renewal period the watchdog logs a
-    /// `WARN` (at most once a minute).
-    pub longest_tick: Duration,
-}
+use crate::lock::inner::Inner;
+use crate::lock::registry::{Due, RENEW_BATCH};
 
 /// Wake-ups of the watchdog per renewal period: a lease's renewal starts at most this fraction
 /// of a period after it is due (a tenth: 1 s at the default 30 s watchdog timeout).
@@ -80,153 +26,6 @@ const WAKES_PER_PERIOD: u32 = 10;
 /// A round slower than a third of the renewal period is logged at `WARN`: at that load a
 /// lease has about two periods of slack left before its TTL runs out.
 const SLOW_ROUND_DIVISOR: u32 = 3;
-
-/// After a slow-round warning, the next one waits this long: a Redis that stays slow logs
-/// once a minute, not once a round.
-const SLOW_WARNING_INTERVAL: Duration = Duration::from_secs(60);
-
-/// The leases the watchdog renews.
-///
-/// Each lease is renewed on its own schedule — a period after its last renewal was sent — not
-/// on one tick for all: a slow batch (a paused shard, a slow replica) delays only its own
-/// leases, and a round that runs long does not hold up the next one.
-#[derive(Debug, Default)]
-pub(crate) struct Registry {
-    leases: Mutex<HashMap<u64, Renewal>>,
-    next_id: AtomicU64,
-    stats: Mutex<WatchdogStats>,
-    /// When the last slow-round warning was logged.
-    warned_slow: Mutex<Option<Instant>>,
-}
-
-/// One lease's renewal entry. The key and the expected grant are reference-counted bytes:
-/// a round clones them into its script call without copying.
-#[derive(Debug)]
-struct Renewal {
-    key: Key,
-    /// [`held_prefix`](crate::scripts::held_prefix): what renew.lua expects at the start of the
-    /// value.
-    grant: Str,
-    state: LeaseState,
-    /// When the next renewal is due; `None` while one is in flight, so a slow call is not sent
-    /// again on top of itself.
-    due: Option<Instant>,
-}
-
-/// A lease taken into a round.
-#[derive(Debug)]
-struct Due {
-    id: u64,
-    key: Key,
-    grant: Str,
-    state: LeaseState,
-}
-
-impl Registry {
-    fn leases(&self) -> MutexGuard<'_, HashMap<u64, Renewal>> {
-        // Inserts, removes and field stores only; a panic cannot leave the map inconsistent.
-        self.leases.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Starts renewing the lease `owner` was granted with fencing token `token` at
-    /// `redis_key`; its first renewal is due a renewal `period` from now. Returns the id to
-    /// stop it with.
-    pub(crate) fn register(
-        &self,
-        redis_key: String,
-        token: u64,
-        owner: &str,
-        state: LeaseState,
-        period: Duration,
-    ) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let renewal = Renewal {
-            key: Key::from(redis_key),
-            grant: Str::from(crate::scripts::held_prefix(token, owner)),
-            state,
-            due: Some(Instant::now() + period),
-        };
-        self.leases().insert(id, renewal);
-        id
-    }
-
-    /// Stops renewing a lease at once (called on release and drop).
-    pub(crate) fn unregister(&self, id: u64) {
-        self.leases().remove(&id);
-    }
-
-    /// Number of leases being renewed.
-    pub(crate) fn len(&self) -> usize {
-        self.leases().len()
-    }
-
-    pub(crate) fn stats(&self) -> WatchdogStats {
-        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn record_round(&self, calls: usize, took: Duration) {
-        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
-        stats.ticks += 1;
-        stats.renewal_calls += calls as u64;
-        stats.last_tick = took;
-        stats.longest_tick = stats.longest_tick.max(took);
-    }
-
-    /// Whether a slow round may be warned about now (at most once per
-    /// [`SLOW_WARNING_INTERVAL`]).
-    fn may_warn_slow(&self, now: Instant) -> bool {
-        let mut warned = self.warned_slow.lock().unwrap_or_else(|p| p.into_inner());
-        if warned.is_some_and(|at| now < at + SLOW_WARNING_INTERVAL) {
-            return false;
-        }
-        *warned = Some(now);
-        true
-    }
-
-    /// The leases of the next round, marked in flight: none unless one is due at `now`, and
-    /// then every lease due within a renewal `period` of it. The early ones ride along so
-    /// that a client's leases share one round (and its calls) per period, as leases granted
-    /// at different times would otherwise each start rounds of their own; a lease whose
-    /// renewal was slow rejoins the others at the next round. Leases released or lost since
-    /// they were registered are dropped here.
-    fn take_due(&self, now: Instant, period: Duration) -> Vec<Due> {
-        let mut leases = self.leases();
-        // Compares instants only: this runs every wake-up, over every lease.
-        if !leases.values().any(|r| r.due.is_some_and(|due| due <= now)) {
-            return Vec::new();
-        }
-        let until = now + period;
-        let mut taken = Vec::new();
-        leases.retain(|id, r| {
-            if r.due.is_none_or(|due| due > until) {
-                return true;
-            }
-            if !r.state.is_held() {
-                return false;
-            }
-            r.due = None;
-            taken.push(Due {
-                id: *id,
-                key: r.key.clone(),
-                grant: r.grant.clone(),
-                state: r.state.clone(),
-            });
-            true
-        });
-        taken
-    }
-
-    /// The renewal of `ids` sent at `sent` has its answer: their next one is due a `period`
-    /// after it was sent (whatever the answer; a failed one keeps the old local deadline).
-    fn answered(&self, ids: impl Iterator<Item = u64>, sent: Instant, period: Duration) {
-        let mut leases = self.leases();
-        for id in ids {
-            if let Some(renewal) = leases.get_mut(&id) {
-                renewal.due = Some(sent + period);
-            }
-        }
-    }
-}
 
 /// Runs until the client is dropped (the weak reference stops upgrading): wakes
 /// [`WAKES_PER_PERIOD`] times per renewal `period` and starts a round when a lease is due.
@@ -323,7 +122,7 @@ async fn renew_leases(inner: &Inner, leases: Vec<Due>, period: Duration) -> Tota
     // A script may only touch keys of one hash slot on a Cluster: one call per slot there, one
     // call per batch of any keys on a single server.
     let mut groups: BTreeMap<u16, Vec<Due>> = BTreeMap::new();
-    let clustered = inner.client.is_clustered();
+    let clustered = inner.core.client.is_clustered();
     for lease in leases {
         let slot = if clustered {
             fred::util::redis_keyslot(lease.key.as_bytes())
@@ -395,7 +194,7 @@ async fn renew_batch_call(
     let reply: Result<Vec<i64>, Error> = inner
         .scripts
         .renew
-        .evalsha_with_reload(&inner.client, keys, args)
+        .evalsha_with_reload(&inner.core.client, keys, args)
         .await;
     // The positions (1-based) of the keys not renewed.
     let mut not_renewed = vec![false; batch.len()];
@@ -421,7 +220,7 @@ async fn renew_batch_call(
         // Leases keep their old local deadline; if no renewal gets through before it, the
         // holders' lost() fires.
         Err(error) => {
-            inner.follow_if_demoted(&error);
+            inner.core.follow_if_demoted(&error);
             tracing::warn!(%error, leases = batch.len(), "watchdog renewal failed");
             return failed;
         }
@@ -431,7 +230,7 @@ async fn renew_batch_call(
     // unconfirmed renewal leaves the old local deadline, so lost() fires before that copy can
     // expire and be granted to someone else.
     let replicated = renewal_replicated(inner, slot).await;
-    let valid_until = sent + ttl - crate::safety_margin(ttl);
+    let valid_until = sent + ttl - crate::lock::config::safety_margin(ttl);
     let mut result = Renewed::default();
     for (lease, lost) in batch.iter().zip(not_renewed) {
         if lost && !lease.state.is_held() {
@@ -474,6 +273,7 @@ async fn renewal_replicated(inner: &Inner, slot: u16) -> bool {
     };
     let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);
     let acknowledged: Result<i64, Error> = inner
+        .core
         .client
         .with_options(&options)
         .wait(i64::from(config.min_replicas), timeout_ms)

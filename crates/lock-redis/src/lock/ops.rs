@@ -9,9 +9,9 @@ use fred::types::scan::ScanType;
 use lock_core::{LockError, OwnerTokens, validate_key};
 
 use crate::RedisLock;
-use crate::config::TOMBSTONE_TTL;
-use crate::error::RedisFailure;
-use crate::keys::KeyLayout;
+use crate::core::error::RedisFailure;
+use crate::core::keys::KeyLayout;
+use crate::lock::config::TOMBSTONE_TTL;
 
 /// What Redis says about one lock, read in one atomic script call (plus one `PUBSUB
 /// SHARDNUMSUB` for the subscribed clients).
@@ -214,11 +214,11 @@ impl RedisLock {
     async fn read_status(&self, name: &str) -> Result<Option<LockStatus>, LockError> {
         let inner = &self.inner;
         let keys = vec![inner.keys.lock_key(name), inner.keys.queue_key(name)];
-        let fail = |e| LockError::backend_unavailable(name, inner.failure("status script", e));
+        let fail = |e| LockError::backend_unavailable(name, inner.core.failure("status script", e));
         let reply: Vec<Value> = inner
             .scripts
             .status
-            .evalsha_with_reload(&inner.client, keys, Vec::<Value>::new())
+            .evalsha_with_reload(&inner.core.client, keys, Vec::<Value>::new())
             .await
             .map_err(fail)?;
         let [value, pttl, queued, lock] = <[Value; 4]>::try_from(reply).map_err(|_| {
@@ -229,11 +229,12 @@ impl RedisLock {
         })?;
         let channel = inner.keys.release_channel(name);
         let subscribed: Value = inner
+            .core
             .client
             .pubsub_shardnumsub(channel.as_str())
             .await
             .map_err(|e| {
-                LockError::backend_unavailable(name, inner.failure("PUBSUB SHARDNUMSUB", e))
+                LockError::backend_unavailable(name, inner.core.failure("PUBSUB SHARDNUMSUB", e))
             })?;
         let ttl = pttl
             .as_i64()
@@ -304,8 +305,8 @@ impl RedisLock {
         // The pattern names lock names; keys hold them encoded (`%`, `{`, `}`).
         KeyLayout::push_encoded(&mut glob, pattern.unwrap_or("*"));
         glob.push('}');
-        let fail = |e| LockError::backend_unavailable(LIST, inner.failure(SCAN, e));
-        for server in scan_targets(&inner.client).map_err(fail)? {
+        let fail = |e| LockError::backend_unavailable(LIST, inner.core.failure(SCAN, e));
+        for server in scan_targets(&inner.core.client).map_err(fail)? {
             let mut cursor = String::from("0");
             loop {
                 // Page by page, as plain commands: fred's SCAN streams parse Redis' error reply
@@ -314,13 +315,13 @@ impl RedisLock {
                 let page = match &server {
                     Some(server) => {
                         scan_page(
-                            &inner.client.with_cluster_node(server.clone()),
+                            &inner.core.client.with_cluster_node(server.clone()),
                             cursor,
                             &glob,
                         )
                         .await
                     }
-                    None => scan_page(&inner.client, cursor, &glob).await,
+                    None => scan_page(&inner.core.client, cursor, &glob).await,
                 }
                 .map_err(fail)?;
                 let (next, keys) = parse_scan_page(page).ok_or_else(|| {
@@ -440,9 +441,9 @@ impl RedisLock {
         let reply: Vec<Value> = inner
             .scripts
             .force_release
-            .evalsha_with_reload(&inner.client, inner.keys.fair_keys(name), args)
+            .evalsha_with_reload(&inner.core.client, inner.keys.fair_keys(name), args)
             .await
-            .map_err(|e| failed(inner.failure("force-release script", e)))?;
+            .map_err(|e| failed(inner.core.failure("force-release script", e)))?;
         let token_of = |token: &Value| {
             token
                 .as_string()

@@ -8,9 +8,9 @@ use fred::types::CustomCommand;
 use lock_core::LockError;
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
-use crate::config::{RedisLockConfig, scrub};
-use crate::error::{RedisFailure, Refusal};
+use crate::core::backoff::Backoff;
+use crate::core::error::{RedisFailure, Refusal};
+use crate::lock::config::{RedisLockConfig, scrub};
 
 /// The longest delay between two attempts to reconnect to Redis: 2 s (the first comes after
 /// 100 ms, doubling). Once Redis answers again, a client is connected within about this long.
@@ -451,7 +451,7 @@ impl Health {
             // fred says only "Request timed out.": name what did not answer, and within what.
             ErrorKind::Timeout => format!(
                 "connecting to Redis at {} timed out: no answer within {timeout:?} (command_timeout)",
-                crate::config::redact(address)
+                crate::lock::config::redact(address)
             ),
             _ => scrub(&describe(&error), address),
         };
@@ -504,7 +504,7 @@ impl Health {
         if let Some(since) = down_since {
             let down = since.elapsed();
             tracing::info!(
-                address = %crate::config::redact(address),
+                address = %crate::lock::config::redact(address),
                 unreachable_ms = down.as_millis() as u64,
                 "Redis reachable again after {:.1} s",
                 down.as_secs_f64()
@@ -544,7 +544,7 @@ impl Health {
 
 fn warn_outage(address: &str, described: &str) {
     tracing::warn!(
-        address = %crate::config::redact(address),
+        address = %crate::lock::config::redact(address),
         error = %described,
         "Redis connection failed; acquisitions fail closed, at once, until it answers"
     );

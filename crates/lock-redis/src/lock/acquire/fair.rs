@@ -21,7 +21,7 @@ use lock_core::{AcquireFailure, LockError, LockHandle};
 use tokio::time::Instant;
 
 use super::{Acquisition, Attempt, FIRST_RETRY, MAX_RETRY, is_transient};
-use crate::backoff::Backoff;
+use crate::core::backoff::Backoff;
 
 /// How a call of the fair acquire script treats the caller's place in the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,11 +57,17 @@ impl Acquisition<'_> {
         // call, so no release naming this waiter can be missed. Otherwise the first call goes
         // alone — an uncontended acquisition costs no subscription — and the waiter registers
         // if it was not granted (see below).
-        let mut subscription = self.inner.subscriptions.is_subscribed(&channel).then(|| {
-            self.inner
-                .subscriptions
-                .subscribe_fair(&channel, &self.owner)
-        });
+        let mut subscription = self
+            .inner
+            .core
+            .subscriptions
+            .is_subscribed(&channel)
+            .then(|| {
+                self.inner
+                    .core
+                    .subscriptions
+                    .subscribe_fair(&channel, &self.owner)
+            });
         let refresh = self.inner.config.fair_waiter_timeout / 3;
         // Retries keep the place alive: never further apart than a refresh.
         let mut retry = Backoff::new(FIRST_RETRY, MAX_RETRY.min(refresh));
@@ -113,6 +119,7 @@ impl Acquisition<'_> {
                 None => {
                     let registered = self
                         .inner
+                        .core
                         .subscriptions
                         .subscribe_fair(&channel, &self.owner);
                     // A release between the call and the registration went unheard: a new

@@ -9,11 +9,12 @@ use fred::types::ClusterHash;
 use lock_core::{AcquireFailure, AcquireOptions, Lease, LeaseState, LockError, LockHandle};
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
-use crate::error::{RedisFailure, Refusal};
-use crate::inner::{BackgroundRelease, Inner};
-use crate::release::RedisRelease;
-use crate::shutdown::{Grant, Ticket};
+use crate::core::backoff::Backoff;
+use crate::core::error::{RedisFailure, Refusal};
+use crate::lock::background::BackgroundRelease;
+use crate::lock::background::{Grant, Ticket};
+use crate::lock::inner::Inner;
+use crate::lock::release::RedisRelease;
 
 mod fair;
 
@@ -152,7 +153,7 @@ impl<'a> Acquisition<'a> {
         let deadline = started + wait;
         let channel = self.inner.keys.release_channel(self.name);
         let mut holder = None;
-        if wait.is_zero() || self.inner.subscriptions.waiters(&channel) == 0 {
+        if wait.is_zero() || self.inner.core.subscriptions.waiters(&channel) == 0 {
             match self.attempt().await? {
                 Attempt::Granted(handle) => return Ok(handle),
                 Attempt::Held(held, _) => holder = Some(held),
@@ -163,7 +164,7 @@ impl<'a> Acquisition<'a> {
             }
         }
 
-        let mut subscription = self.inner.subscriptions.subscribe(&channel);
+        let mut subscription = self.inner.core.subscriptions.subscribe(&channel);
         // A head that found the lock held waits for the confirmation before trying again, no
         // longer than it would take the holder's lease to run out: a slow or dead pub/sub
         // connection costs at most that, and the subscription's driver wakes the head if it
@@ -296,7 +297,7 @@ impl<'a> Acquisition<'a> {
         // attempts (a queued waiter's, which chose to wait) are sent, so they are answered as
         // soon as Redis is back.
         if !std::mem::replace(&mut self.attempted, true) {
-            if let Some(unreachable) = self.inner.unreachable("acquire script") {
+            if let Some(unreachable) = self.inner.core.unreachable("acquire script") {
                 // Nothing here waits: yield, so a caller retrying in a loop cannot starve the
                 // runtime's other tasks — the reconnect and the health task among them.
                 tokio::task::yield_now().await;
@@ -311,7 +312,7 @@ impl<'a> Acquisition<'a> {
                 self.inner
                     .scripts
                     .acquire
-                    .evalsha_with_reload(&self.inner.client, redis_key.as_str(), args)
+                    .evalsha_with_reload(&self.inner.core.client, redis_key.as_str(), args)
                     .await
             }
             Some((call, place_ttl)) => {
@@ -323,7 +324,7 @@ impl<'a> Acquisition<'a> {
                     .scripts
                     .fair_acquire
                     .evalsha_with_reload(
-                        &self.inner.client,
+                        &self.inner.core.client,
                         self.inner.keys.fair_keys(self.name),
                         args,
                     )
@@ -331,7 +332,7 @@ impl<'a> Acquisition<'a> {
             }
         };
         let reply: Vec<Value> =
-            reply.map_err(|e| self.failed(self.inner.failure("acquire script", e)))?;
+            reply.map_err(|e| self.failed(self.inner.core.failure("acquire script", e)))?;
         // The reply tells where this owner stands; only `wait` keeps a place when not granted.
         if matches!(reply.first().and_then(Value::as_i64), Some(0 | 3)) {
             self.queued = fair.is_some_and(|(call, _)| call == FairCall::Wait);
@@ -352,7 +353,7 @@ impl<'a> Acquisition<'a> {
                     // early return below hands the grant back.
                     self.confirm_replication(&redis_key).await?;
                 }
-                let valid_until = sent + ttl - crate::safety_margin(ttl);
+                let valid_until = sent + ttl - crate::lock::config::safety_margin(ttl);
                 if Instant::now() >= valid_until {
                     // Stay "outcome unknown": dropping the acquisition hands the grant back.
                     return Err(LockError::AcquisitionFailed {
@@ -417,12 +418,13 @@ impl<'a> Acquisition<'a> {
         let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);
         let acknowledged: i64 = self
             .inner
+            .core
             .client
             .with_options(&options)
             .wait(i64::from(config.min_replicas), timeout_ms)
             .await
             .map_err(|e| {
-                self.failed(self.inner.failure_within(
+                self.failed(self.inner.core.failure_within(
                     "WAIT for replicas",
                     e,
                     config.replica_sync_timeout + config.command_timeout,
@@ -459,7 +461,7 @@ impl<'a> Acquisition<'a> {
                 token,
                 &self.owner,
                 state.clone(),
-                crate::watchdog::renewal_period(self.inner.config.watchdog_timeout),
+                crate::lock::registry::renewal_period(self.inner.config.watchdog_timeout),
             )
         });
         let grant = Arc::new(Grant {

@@ -1,0 +1,212 @@
+//! The watchdog's bookkeeping: the watchdog leases of one client, when each is due a renewal,
+//! and what the watchdog has done ([`WatchdogStats`]). The renewal task is `watchdog`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use fred::bytes_utils::Str;
+use fred::types::Key;
+use lock_core::LeaseState;
+use tokio::time::Instant;
+
+/// Keys per renewal call: bounds the time one script holds the Redis thread (about 1–1.5 µs a
+/// key, so under 1 ms a call; see docs/performance.md, "Watchdog capacity").
+pub const RENEW_BATCH: usize = 500;
+
+/// How often a watchdog lease is renewed: every third of the watchdog timeout, so a lease
+/// survives two renewals in a row that do not get through.
+pub fn renewal_period(watchdog_timeout: Duration) -> Duration {
+    watchdog_timeout / 3
+}
+
+/// What a client's watchdog has done since it started, from
+/// [`RedisLock::watchdog_stats`](crate::RedisLock::watchdog_stats).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_redis::{RedisLock, RedisLockConfig};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// let config = RedisLockConfig::new("redis://redis.internal:6379")
+///     .watchdog_timeout(Duration::from_secs(30));
+/// let lock = RedisLock::connect(config).await?;
+/// // … later, e.g. from a debug endpoint:
+/// let stats = lock.watchdog_stats();
+/// println!(
+///     "{} renewal rounds, {} renewal calls, last round {:?}, longest {:?}",
+///     stats.ticks, stats.renewal_calls, stats.last_tick, stats.longest_tick
+/// );
+/// if stats.longest_tick > Duration::from_secs(10) / 2 {
+///     eprintln!("renewals take half of a renewal interval: check Redis latency");
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchdogStats {
+    /// Renewal rounds so far. A round renews the leases due at one wake-up of the watchdog and
+    /// those due within a renewal period after (they share its calls), so a client's leases
+    /// are renewed in about one round per renewal period.
+    pub ticks: u64,
+    /// Renewal script calls sent: one per [`RENEW_BATCH`] keys per round (per hash slot on a
+    /// Cluster).
+    pub renewal_calls: u64,
+    /// Wall time of the last round, from taking its leases until every renewal reply (and
+    /// `WAIT`, with min-replicas) was in. Rounds can overlap: a slow one does not hold up the
+    /// next.
+    pub last_tick: Duration,
+    /// The longest round so far. Above a third of the renewal period the watchdog logs a
+    /// `WARN` (at most once a minute).
+    pub longest_tick: Duration,
+}
+
+/// After a slow-round warning, the next one waits this long: a Redis that stays slow logs
+/// once a minute, not once a round.
+const SLOW_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The leases the watchdog renews.
+///
+/// Each lease is renewed on its own schedule — a period after its last renewal was sent — not
+/// on one tick for all: a slow batch (a paused shard, a slow replica) delays only its own
+/// leases, and a round that runs long does not hold up the next one.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    leases: Mutex<HashMap<u64, Renewal>>,
+    next_id: AtomicU64,
+    stats: Mutex<WatchdogStats>,
+    /// When the last slow-round warning was logged.
+    warned_slow: Mutex<Option<Instant>>,
+}
+
+/// One lease's renewal entry. The key and the expected grant are reference-counted bytes:
+/// a round clones them into its script call without copying.
+#[derive(Debug)]
+struct Renewal {
+    key: Key,
+    /// [`held_prefix`](crate::lock::scripts::held_prefix): what renew.lua expects at the start of the
+    /// value.
+    grant: Str,
+    state: LeaseState,
+    /// When the next renewal is due; `None` while one is in flight, so a slow call is not sent
+    /// again on top of itself.
+    due: Option<Instant>,
+}
+
+/// A lease taken into a round.
+#[derive(Debug)]
+pub(crate) struct Due {
+    pub(crate) id: u64,
+    pub(crate) key: Key,
+    pub(crate) grant: Str,
+    pub(crate) state: LeaseState,
+}
+
+impl Registry {
+    fn leases(&self) -> MutexGuard<'_, HashMap<u64, Renewal>> {
+        // Inserts, removes and field stores only; a panic cannot leave the map inconsistent.
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts renewing the lease `owner` was granted with fencing token `token` at
+    /// `redis_key`; its first renewal is due a renewal `period` from now. Returns the id to
+    /// stop it with.
+    pub(crate) fn register(
+        &self,
+        redis_key: String,
+        token: u64,
+        owner: &str,
+        state: LeaseState,
+        period: Duration,
+    ) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let renewal = Renewal {
+            key: Key::from(redis_key),
+            grant: Str::from(crate::lock::scripts::held_prefix(token, owner)),
+            state,
+            due: Some(Instant::now() + period),
+        };
+        self.leases().insert(id, renewal);
+        id
+    }
+
+    /// Stops renewing a lease at once (called on release and drop).
+    pub(crate) fn unregister(&self, id: u64) {
+        self.leases().remove(&id);
+    }
+
+    /// Number of leases being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.leases().len()
+    }
+
+    pub(crate) fn stats(&self) -> WatchdogStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn record_round(&self, calls: usize, took: Duration) {
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.ticks += 1;
+        stats.renewal_calls += calls as u64;
+        stats.last_tick = took;
+        stats.longest_tick = stats.longest_tick.max(took);
+    }
+
+    /// Whether a slow round may be warned about now (at most once per
+    /// [`SLOW_WARNING_INTERVAL`]).
+    pub(crate) fn may_warn_slow(&self, now: Instant) -> bool {
+        let mut warned = self.warned_slow.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.is_some_and(|at| now < at + SLOW_WARNING_INTERVAL) {
+            return false;
+        }
+        *warned = Some(now);
+        true
+    }
+
+    /// The leases of the next round, marked in flight: none unless one is due at `now`, and
+    /// then every lease due within a renewal `period` of it. The early ones ride along so
+    /// that a client's leases share one round (and its calls) per period, as leases granted
+    /// at different times would otherwise each start rounds of their own; a lease whose
+    /// renewal was slow rejoins the others at the next round. Leases released or lost since
+    /// they were registered are dropped here.
+    pub(crate) fn take_due(&self, now: Instant, period: Duration) -> Vec<Due> {
+        let mut leases = self.leases();
+        // Compares instants only: this runs every wake-up, over every lease.
+        if !leases.values().any(|r| r.due.is_some_and(|due| due <= now)) {
+            return Vec::new();
+        }
+        let until = now + period;
+        let mut taken = Vec::new();
+        leases.retain(|id, r| {
+            if r.due.is_none_or(|due| due > until) {
+                return true;
+            }
+            if !r.state.is_held() {
+                return false;
+            }
+            r.due = None;
+            taken.push(Due {
+                id: *id,
+                key: r.key.clone(),
+                grant: r.grant.clone(),
+                state: r.state.clone(),
+            });
+            true
+        });
+        taken
+    }
+
+    /// The renewal of `ids` sent at `sent` has its answer: their next one is due a `period`
+    /// after it was sent (whatever the answer; a failed one keeps the old local deadline).
+    pub(crate) fn answered(&self, ids: impl Iterator<Item = u64>, sent: Instant, period: Duration) {
+        let mut leases = self.leases();
+        for id in ids {
+            if let Some(renewal) = leases.get_mut(&id) {
+                renewal.due = Some(sent + period);
+            }
+        }
+    }
+}
