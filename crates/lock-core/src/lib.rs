@@ -1,4 +1,13 @@
-//! # lock-core: the distributed-lock port
+//! # lock-core: the ports of platform-lock (Redis-free)
+//!
+//! Each capability is a port (a trait) with an in-memory implementation and a conformance
+//! suite; the Redis implementations are in `lock-redis`. Laid out by capability:
+//! - `lock/`: the distributed lock, [`DistributedLock`] — described below;
+//! - shared by every capability: the error type and its stable codes ([`LockError`],
+//!   [`LockErrorCode`]), key validation ([`validate_key`]), and owner tokens
+//!   ([`OwnerTokens`]).
+//!
+//! ## The distributed lock
 //!
 //! A distributed lock here is **mutual exclusion per key across processes**: while one pod holds
 //! `bill-run:2026-11`, no other pod sharing the backend gets it. It is built for work that must run
@@ -57,40 +66,30 @@
 //! stands in for unit tests. Implementations prove themselves with the conformance suite
 //! (`conformance` feature).
 
-mod disabled;
 mod error;
-mod ext;
-mod fail_open;
-mod handle;
 mod key;
-mod lease;
 mod lock;
-mod memory;
-mod options;
 mod owner;
 mod process;
-mod reentrant;
-mod shutdown;
-mod status;
-pub mod telemetry;
 
 #[cfg(feature = "conformance")]
-pub mod conformance;
+pub use lock::conformance;
+pub use lock::telemetry;
 
-pub use disabled::DisabledLock;
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
-pub use ext::DistributedLockExt;
-pub use fail_open::{FailOpen, Unguarded, UnguardedReason};
-pub use handle::{LeaseRelease, LeaseState, LockHandle};
 pub use key::{MAX_KEY_BYTES, validate_key};
-pub use lease::{
+pub use lock::disabled::DisabledLock;
+pub use lock::ext::DistributedLockExt;
+pub use lock::fail_open::{FailOpen, Unguarded, UnguardedReason};
+pub use lock::handle::{LeaseRelease, LeaseState, LockHandle};
+pub use lock::lease::{
     Lease, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
     validate_wait, validate_watchdog_timeout,
 };
-pub use lock::DistributedLock;
-pub use memory::InMemoryLock;
-pub use options::{AcquireOptions, DEFAULT_WAIT_TIME};
+pub use lock::memory::InMemoryLock;
+pub use lock::options::{AcquireOptions, DEFAULT_WAIT_TIME};
+pub use lock::port::DistributedLock;
+pub use lock::shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
+pub use lock::status::{LeaseStatus, LostReason, ReleaseOutcome};
 pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
 pub use process::issued_by_this_process;
-pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
-pub use status::{LeaseStatus, LostReason, ReleaseOutcome};

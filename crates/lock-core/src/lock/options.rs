@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::lease::Lease;
+use crate::lock::lease::Lease;
 
 /// The wait time of an acquisition that names none, where the lock has no configured one: 5 s,
 /// as the default of `telco.platform.lock.wait-time` (the in-memory lock's default, and what a
@@ -222,10 +222,10 @@ impl AcquireOptions {
     pub fn validate(&self, key: &str) -> Result<(), LockError> {
         crate::key::validate_key(key)?;
         self.lease.validate().map_err(|e| e.for_key(key))?;
-        crate::lease::validate_hold_at_least(self.hold_at_least, self.lease)
+        crate::lock::lease::validate_hold_at_least(self.hold_at_least, self.lease)
             .map_err(|e| e.for_key(key))?;
         if let Some(wait) = self.wait {
-            crate::lease::validate_wait(wait).map_err(|e| e.for_key(key))?;
+            crate::lock::lease::validate_wait(wait).map_err(|e| e.for_key(key))?;
         }
         Ok(())
     }

@@ -29,9 +29,9 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use crate::error::{AcquireFailure, LockError};
-use crate::handle::{LeaseRelease, LeaseState, LockHandle};
-use crate::lease::Lease;
-use crate::status::ReleaseOutcome;
+use crate::lock::handle::{LeaseRelease, LeaseState, LockHandle};
+use crate::lock::lease::Lease;
+use crate::lock::status::ReleaseOutcome;
 
 tokio::task_local! {
     /// The leases held by the `with_lock` scopes enclosing the future being polled.

@@ -5,10 +5,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::LockError;
-use crate::handle::LockHandle;
-use crate::lock::DistributedLock;
-use crate::options::AcquireOptions;
-use crate::shutdown::ShutdownSummary;
+use crate::lock::handle::LockHandle;
+use crate::lock::options::AcquireOptions;
+use crate::lock::port::DistributedLock;
+use crate::lock::shutdown::ShutdownSummary;
 
 /// The lock of a service whose distributed lock is switched off by configuration
 /// (`telco.platform.lock.enabled = false`): it never grants, and holds no backend connection.

@@ -10,14 +10,14 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{AcquireFailure, LockError};
-use crate::handle::{LeaseRelease, LeaseState, LockHandle};
-use crate::lease::{Lease, validate_wait};
-use crate::lock::DistributedLock;
-use crate::options::AcquireOptions;
-use crate::options::DEFAULT_WAIT_TIME;
+use crate::lock::handle::{LeaseRelease, LeaseState, LockHandle};
+use crate::lock::lease::{Lease, validate_wait};
+use crate::lock::options::AcquireOptions;
+use crate::lock::options::DEFAULT_WAIT_TIME;
+use crate::lock::port::DistributedLock;
+use crate::lock::shutdown::{HeldLeases, ShutdownSummary};
+use crate::lock::status::{LostReason, ReleaseOutcome};
 use crate::owner::OwnerTokens;
-use crate::shutdown::{HeldLeases, ShutdownSummary};
-use crate::status::{LostReason, ReleaseOutcome};
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 

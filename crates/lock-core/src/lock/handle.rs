@@ -11,8 +11,8 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::lease::Lease;
-use crate::status::{LeaseStatus, LostReason, ReleaseOutcome};
+use crate::lock::lease::Lease;
+use crate::lock::status::{LeaseStatus, LostReason, ReleaseOutcome};
 
 /// Shared, observable status of one lease: the backend writes it (grants, renewals, losses), the
 /// [`LockHandle`] reads it. Cheap to clone.
@@ -174,7 +174,7 @@ impl LeaseState {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
                 *status = LeaseStatus::Lost(reason);
-                crate::telemetry::lost(reason);
+                crate::lock::telemetry::lost(reason);
                 true
             }
             _ => false,
@@ -215,7 +215,7 @@ impl LeaseState {
                 valid_until: Some(deadline),
             } if *deadline <= now => {
                 *status = LeaseStatus::Lost(LostReason::Expired);
-                crate::telemetry::lost(LostReason::Expired);
+                crate::lock::telemetry::lost(LostReason::Expired);
                 true
             }
             _ => false,
@@ -809,7 +809,7 @@ impl LockHandle {
         if nested {
             return release.await;
         }
-        crate::telemetry::release(&key, fencing_token, held_for, release).await
+        crate::lock::telemetry::release(&key, fencing_token, held_for, release).await
     }
 }
 
@@ -818,14 +818,14 @@ impl Drop for LockHandle {
         if let Some(release) = self.release.take() {
             if !self.nested {
                 self.state.mark_released();
-                crate::telemetry::dropped(&self.key, self.granted_at.elapsed());
+                crate::lock::telemetry::dropped(&self.key, self.granted_at.elapsed());
             }
             release.release_in_background();
         }
     }
 }
 
-impl crate::telemetry::Grant for LockHandle {
+impl crate::lock::telemetry::Grant for LockHandle {
     fn fencing_token(&self) -> u64 {
         LockHandle::fencing_token(self)
     }

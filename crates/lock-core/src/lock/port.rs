@@ -8,10 +8,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::LockError;
-use crate::handle::LockHandle;
-use crate::lease::Lease;
-use crate::options::{AcquireOptions, DEFAULT_WAIT_TIME};
-use crate::shutdown::ShutdownSummary;
+use crate::lock::handle::LockHandle;
+use crate::lock::lease::Lease;
+use crate::lock::options::{AcquireOptions, DEFAULT_WAIT_TIME};
+use crate::lock::shutdown::ShutdownSummary;
 
 /// Mutual exclusion across processes: at most one holder per key at a time, for the length of a
 /// lease.
@@ -237,10 +237,10 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        crate::telemetry::acquire(key, options, async {
+        crate::lock::telemetry::acquire(key, options, async {
             options.validate(key)?;
             let wait = options.wait_time().unwrap_or(DEFAULT_WAIT_TIME);
-            if let Some(nested) = crate::reentrant::enter(self.namespace(), key, wait).await {
+            if let Some(nested) = crate::lock::reentrant::enter(self.namespace(), key, wait).await {
                 return nested;
             }
             self.acquire_lease(key, options).await

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::handle::LeaseState;
-use crate::status::LostReason;
+use crate::lock::handle::LeaseState;
+use crate::lock::status::LostReason;
 
 /// The bound of a shutdown when the caller does not choose one: 5 s. Enough for a release round
 /// trip to a slow backend with room to spare (the default command timeout is 2 s), and well

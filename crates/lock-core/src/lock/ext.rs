@@ -3,9 +3,9 @@
 use std::future::Future;
 
 use crate::error::LockError;
-use crate::fail_open::FailOpen;
-use crate::lock::DistributedLock;
-use crate::options::AcquireOptions;
+use crate::lock::fail_open::FailOpen;
+use crate::lock::options::AcquireOptions;
+use crate::lock::port::DistributedLock;
 
 /// Closure helpers for every [`DistributedLock`], including `dyn DistributedLock`.
 ///
@@ -93,8 +93,13 @@ pub trait DistributedLockExt: DistributedLock {
         async move {
             let handle = self.acquire_with(key, options).await?;
             Ok(
-                crate::reentrant::run_holding(self.namespace(), key, handle, critical_section)
-                    .await,
+                crate::lock::reentrant::run_holding(
+                    self.namespace(),
+                    key,
+                    handle,
+                    critical_section,
+                )
+                .await,
             )
         }
     }
@@ -190,7 +195,7 @@ pub trait DistributedLockExt: DistributedLock {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        crate::fail_open::with_lock_fail_open(self, key, options.into(), critical_section)
+        crate::lock::fail_open::with_lock_fail_open(self, key, options.into(), critical_section)
     }
 }
 

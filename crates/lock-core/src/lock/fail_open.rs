@@ -12,8 +12,8 @@ use std::fmt;
 use std::future::Future;
 
 use crate::error::{AcquireFailure, LockError};
-use crate::lock::DistributedLock;
-use crate::options::AcquireOptions;
+use crate::lock::options::AcquireOptions;
+use crate::lock::port::DistributedLock;
 
 /// The value of a critical section run under the fail-open policy, and whether the lock was held
 /// while it ran.
@@ -367,7 +367,8 @@ where
 {
     match lock.acquire_with(key, options).await {
         Ok(handle) => Ok(FailOpen::Guarded(
-            crate::reentrant::run_holding(lock.namespace(), key, handle, critical_section).await,
+            crate::lock::reentrant::run_holding(lock.namespace(), key, handle, critical_section)
+                .await,
         )),
         Err(error) => {
             let unguarded = Unguarded::from_error(error)?;

@@ -39,9 +39,9 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::error::LockError;
-use crate::lease::Lease;
-use crate::options::AcquireOptions;
-use crate::status::{LostReason, ReleaseOutcome};
+use crate::lock::lease::Lease;
+use crate::lock::options::AcquireOptions;
+use crate::lock::status::{LostReason, ReleaseOutcome};
 
 /// Counter: acquisitions by `outcome`: `granted`, `reentered` (a nested acquisition inside a
 /// `with_lock` scope; no backend call), `held_by_another_owner`, `waiters_ahead`,
