@@ -20,7 +20,7 @@
 //!   sleeps until a release message or the holder's TTL, whichever is first — no fixed-interval
 //!   polling. Subscriptions are shared per channel per client, re-established after reconnects,
 //!   and taken down with the last waiter.
-//! - **Fair acquire** ([`AcquireOptions::fair`]) is `fair_acquire.lua`: the lock goes to the
+//! - **Fair acquire** ([`AcquireOptions::fair`](lock_core::AcquireOptions::fair)) is `fair_acquire.lua`: the lock goes to the
 //!   first of the key's queue of fair waiters in Redis, the others keep their place by calling
 //!   again every third of the fair waiter timeout (a dead waiter loses it within that timeout
 //!   plus one command timeout),

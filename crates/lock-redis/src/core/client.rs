@@ -28,9 +28,6 @@ pub(crate) struct RedisCore {
     /// Set while both connections are being moved off a demoted master (see
     /// [`RedisCore::follow_if_demoted`]).
     pub(crate) following_master: Arc<AtomicBool>,
-    /// The address as configured, secrets included: for the client, and for scrubbing them
-    /// out of its errors.
-    pub(crate) address: String,
     /// The address with its secrets redacted, for errors.
     pub(crate) redacted_address: String,
     pub(crate) command_timeout: Duration,
@@ -99,21 +96,27 @@ impl RedisCore {
                 }
             }
         }
+        let following_master = Arc::<AtomicBool>::default();
+        if let Some(switches) = switches {
+            let connections = sentinel_events::Connections {
+                client: client.clone(),
+                subscriber: subscriber.clone(),
+                following_master: Arc::clone(&following_master),
+                address: config.address.clone(),
+            };
+            switches.start(connections, stop_connecting.subscribe());
+        }
         let subscriptions = Subscriptions::start(subscriber, &client);
         let core = Arc::new(RedisCore {
             client,
             subscriptions,
             health,
             runtime: tokio::runtime::Handle::current(),
-            following_master: Default::default(),
-            address: config.address.clone(),
+            following_master,
             redacted_address: config.redacted_address(),
             command_timeout: config.command_timeout,
             _stop_connecting: stop_connecting,
         });
-        if let Some(switches) = switches {
-            switches.start(Arc::downgrade(&core), config.address.clone());
-        }
         Ok((core, answered))
     }
 

@@ -10,11 +10,11 @@
 //!
 //! The subscriptions run in the background: Sentinels that do not answer never hold the lock
 //! client up (they are retried with a backoff, 250 ms doubling to 5 s), and the `READONLY`
-//! fallback of [`RedisCore::follow_if_demoted`](crate::core::client::RedisCore::follow_if_demoted) still applies. The tasks end within a second of the
-//! lock client's last clone being dropped.
+//! fallback of `RedisCore::follow_if_demoted` still applies. The tasks end when the client's
+//! core is dropped (its last user gone).
 
-use std::sync::Weak;
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
@@ -24,7 +24,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;
-use crate::core::client::RedisCore;
 use crate::core::connection::{client_builder, tls_config, without_tls};
 use crate::lock::config::{RedisLockConfig, scrub};
 
@@ -35,9 +34,6 @@ pub(crate) const SWITCH_CHANNEL: &str = "+switch-master";
 /// How long to keep trying to reach the master a `+switch-master` named (a Sentinel asked by
 /// fred may not have learnt of the switch yet, and still name the old master).
 const FOLLOW_FOR: Duration = Duration::from_secs(60);
-
-/// How often a task checks whether its lock client is gone.
-const LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
 /// Reconnection policy towards a Sentinel: forever, 250 ms doubling to 5 s.
 fn sentinel_policy() -> ReconnectPolicy {
@@ -153,9 +149,10 @@ impl SwitchWatch {
         }))
     }
 
-    /// Connects to the Sentinels and follows their `+switch-master` events for `inner`'s client
-    /// in the background, until `inner` is dropped.
-    pub(crate) fn start(self, inner: Weak<RedisCore>, address: String) {
+    /// Connects to the Sentinels and follows their `+switch-master` events for `connections` in
+    /// the background, until the sender of `alive` is dropped (with the client's core).
+    pub(crate) fn start(self, connections: Connections, alive: watch::Receiver<()>) {
+        let address = connections.address.clone();
         let (switches, received) = mpsc::channel(16);
         let (stop, stopped) = watch::channel(());
         for (at, sentinel) in self.sentinels {
@@ -170,7 +167,13 @@ impl SwitchWatch {
             ));
         }
         drop(switches);
-        tokio::spawn(follow_switches(inner, received, stop, self.command_timeout));
+        tokio::spawn(follow_switches(
+            connections,
+            alive,
+            received,
+            stop,
+            self.command_timeout,
+        ));
     }
 }
 
@@ -314,39 +317,47 @@ async fn listen(
     let _ = tokio::time::timeout(command_timeout, sentinel.quit()).await;
 }
 
+/// What following a switch moves: both connections of one client.
+#[derive(Debug, Clone)]
+pub(crate) struct Connections {
+    pub(crate) client: Client,
+    pub(crate) subscriber: SubscriberClient,
+    /// Set while both connections are being moved: one reconnection at a time, shared with the
+    /// `READONLY` path.
+    pub(crate) following_master: Arc<AtomicBool>,
+    /// The configured address, for scrubbing its secrets out of errors.
+    pub(crate) address: String,
+}
+
 /// Receives the switches from all Sentinels and moves the client to each new master; ends when
-/// `inner` is gone (dropping `_stop` ends the listeners).
+/// `alive`'s sender is dropped (dropping `_stop` ends the listeners).
 async fn follow_switches(
-    inner: Weak<RedisCore>,
+    connections: Connections,
+    mut alive: watch::Receiver<()>,
     mut switches: mpsc::Receiver<Switch>,
     _stop: watch::Sender<()>,
     command_timeout: Duration,
 ) {
-    let mut liveness = tokio::time::interval(LIVENESS_CHECK);
-    liveness.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let target = tokio::select! {
             switch = switches.recv() => match switch {
                 Some(switch) => switch,
                 None => return,
             },
-            _ = liveness.tick() => {
-                if inner.strong_count() == 0 {
-                    return;
-                }
-                continue;
-            }
+            // Nothing is ever sent: this ends when the sender is dropped.
+            _ = alive.changed() => return,
         };
-        if !follow(&inner, target, &mut switches, command_timeout).await {
+        if !follow(&connections, &alive, target, &mut switches, command_timeout).await {
             return;
         }
     }
 }
 
 /// Reconnects both connections until both are on `target` (or on a newer master named
-/// meanwhile), for at most [`FOLLOW_FOR`]. Returns false once `inner` is gone.
+/// meanwhile), for at most [`FOLLOW_FOR`]. Returns false once the client is gone.
 async fn follow(
-    inner: &Weak<RedisCore>,
+    connections: &Connections,
+    alive: &watch::Receiver<()>,
     mut target: Switch,
     switches: &mut mpsc::Receiver<Switch>,
     command_timeout: Duration,
@@ -358,12 +369,16 @@ async fn follow(
         while let Ok(newer) = switches.try_recv() {
             target = newer;
         }
-        let Some(strong) = inner.upgrade() else {
+        if alive.has_changed().is_err() {
             return false;
-        };
-        let client = strong.client.clone();
-        let subscriber = strong.subscriptions.subscriber().clone();
-        if connected_to(&client, &target) && connected_to(&subscriber, &target) {
+        }
+        let Connections {
+            client,
+            subscriber,
+            following_master,
+            address,
+        } = connections;
+        if connected_to(client, &target) && connected_to(subscriber, &target) {
             if announced {
                 tracing::info!(
                     master = %target, took_ms = started.elapsed().as_millis() as u64,
@@ -380,22 +395,20 @@ async fn follow(
             announced = true;
         }
         // One reconnection at a time, shared with the READONLY path.
-        if !strong.following_master.swap(true, Ordering::SeqCst) {
+        if !following_master.swap(true, Ordering::SeqCst) {
             let moved =
-                tokio::time::timeout(4 * command_timeout, reconnect_both(&client, &subscriber))
-                    .await;
-            strong.following_master.store(false, Ordering::SeqCst);
+                tokio::time::timeout(4 * command_timeout, reconnect_both(client, subscriber)).await;
+            following_master.store(false, Ordering::SeqCst);
             match moved {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::debug!(
-                    error = %scrub(&error.to_string(), &strong.address),
+                    error = %scrub(&error.to_string(), address),
                     "reconnecting after +switch-master failed; retrying"
                 ),
                 Err(_) => tracing::debug!("reconnecting after +switch-master timed out; retrying"),
             }
         }
-        let all_moved = connected_to(&client, &target) && connected_to(&subscriber, &target);
-        drop(strong);
+        let all_moved = connected_to(client, &target) && connected_to(subscriber, &target);
         if all_moved {
             continue;
         }
