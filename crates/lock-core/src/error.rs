@@ -32,7 +32,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// ```
 /// use lock_core::{LockError, LockErrorCode};
 ///
-/// let error = LockError::invalid_argument("lease", "0s", "accepted: 100ms to 7days");
+/// let error = LockError::invalid_argument("lease", "0s", "accepted: 100 ms to 168 h");
 /// assert_eq!(error.code(), LockErrorCode::LockInvalidArgument);
 /// assert_eq!(error.code().to_string(), "LOCK_INVALID_ARGUMENT"); // `Display` is the wire form
 /// ```
@@ -365,7 +365,7 @@ impl LockError {
     ///     outage.acquire_failure(),
     ///     Some(AcquireFailure::BackendUnavailable { .. })
     /// ));
-    /// let bad_wait = LockError::invalid_argument("wait", "2h", "accepted: 0s to 1h");
+    /// let bad_wait = LockError::invalid_argument("wait", "2h", "accepted: 0 to 1 h");
     /// assert!(bad_wait.acquire_failure().is_none());
     /// ```
     pub fn acquire_failure(&self) -> Option<&AcquireFailure> {
@@ -483,7 +483,7 @@ impl LockError {
     /// assert_eq!(error.lock_key(), Some("bill-run:2026-11"));
     /// assert_eq!(
     ///     error.to_string(),
-    ///     "invalid lease 0s for lock `bill-run:2026-11`: accepted: 100ms to 7days"
+    ///     "invalid lease 0 for lock `bill-run:2026-11`: accepted: 100 ms to 168 h"
     /// );
     /// ```
     pub fn for_key(self, lock_key: &str) -> Self {
@@ -615,7 +615,7 @@ mod tests {
 
     #[test]
     fn invalid_arguments_are_500_and_name_the_argument() {
-        let err = LockError::invalid_argument("lease", "0ms", "accepted: 100ms to 7days");
+        let err = LockError::invalid_argument("lease", "0", "accepted: 100 ms to 168 h");
         assert_eq!(err.code().as_str(), "LOCK_INVALID_ARGUMENT");
         assert_eq!(err.http_status(), 500);
         assert_eq!(err.details()["argument"], "lease");
@@ -624,7 +624,7 @@ mod tests {
         assert_eq!(err.details()["lockKey"], "bill-run:2026-11");
         assert_eq!(
             err.to_string(),
-            "invalid lease 0ms for lock `bill-run:2026-11`: accepted: 100ms to 7days"
+            "invalid lease 0 for lock `bill-run:2026-11`: accepted: 100 ms to 168 h"
         );
     }
 }

@@ -66,6 +66,7 @@
 //! stands in for unit tests. Implementations prove themselves with the conformance suite
 //! (`conformance` feature).
 
+mod duration;
 mod error;
 mod key;
 mod lock;
@@ -76,6 +77,7 @@ mod process;
 pub use lock::conformance;
 pub use lock::telemetry;
 
+pub use duration::{check_duration, duration_range, format_duration};
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use lock::disabled::DisabledLock;

@@ -317,7 +317,7 @@ impl ProblemDetails {
     /// use lock_starter::http::ProblemDetails;
     /// use lock_starter::LockError;
     ///
-    /// let error = LockError::invalid_argument("lease", "0s", "accepted: 100ms to 7days")
+    /// let error = LockError::invalid_argument("lease", "0s", "accepted: 100 ms to 168 h")
     ///     .for_key("bill-run:2026-11");
     /// let problem = ProblemDetails::detailed(&error);
     /// assert_eq!(problem.status, 500); // a bug of the calling service

@@ -188,7 +188,7 @@ async fn every_error_code_has_its_status_type_and_reason() {
             "release_failed",
         ),
         (
-            LockError::invalid_argument("lease", "0ms", "accepted: 100ms to 7days").for_key("k"),
+            LockError::invalid_argument("lease", "0", "accepted: 100 ms to 168 h").for_key("k"),
             500,
             "lock-invalid-argument",
             "invalid_argument",

@@ -649,7 +649,7 @@ pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) 
     assert_eq!(error.details()["argument"], "hold-at-least");
     let text = error.to_string();
     assert!(
-        text.contains("2s") && text.contains("fixed lease 1s"),
+        text.contains("2 s") && text.contains("fixed lease 1 s"),
         "{text}"
     );
 }

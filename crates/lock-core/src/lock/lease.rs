@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::duration::{check_duration, format_duration};
 use crate::error::LockError;
 
 /// The shortest accepted fixed lease: 100 ms. Shorter leases would end within a few round trips,
@@ -57,12 +58,12 @@ impl Lease {
     ///
     /// assert!(Lease::Fixed(Duration::from_secs(30)).validate().is_ok());
     /// let error = Lease::Fixed(Duration::from_millis(50)).validate().unwrap_err();
-    /// assert_eq!(error.to_string(), "invalid lease 50ms: accepted: 100ms to 7days");
+    /// assert_eq!(error.to_string(), "invalid lease 50 ms: accepted: 100 ms to 168 h");
     /// ```
     pub fn validate(&self) -> Result<(), LockError> {
         match *self {
             Lease::Watchdog => Ok(()),
-            Lease::Fixed(d) => check_range("lease", d, MIN_LEASE, MAX_LEASE),
+            Lease::Fixed(d) => check_duration("lease", d, MIN_LEASE, MAX_LEASE),
         }
     }
 
@@ -100,10 +101,10 @@ impl Lease {
 /// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
 /// assert!(validate_wait(MAX_WAIT).is_ok());
 /// let error = validate_wait(Duration::from_secs(2 * 3600)).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid wait 2h: accepted: 0s to 1h");
+/// assert_eq!(error.to_string(), "invalid wait 2 h: accepted: 0 to 1 h");
 /// ```
 pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
-    check_range("wait", wait, Duration::ZERO, MAX_WAIT)
+    check_duration("wait", wait, Duration::ZERO, MAX_WAIT)
 }
 
 /// Checks a watchdog timeout: [`MIN_WATCHDOG_TIMEOUT`] to [`MAX_WATCHDOG_TIMEOUT`].
@@ -119,10 +120,10 @@ pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
 ///
 /// assert!(validate_watchdog_timeout(Duration::from_secs(30)).is_ok());
 /// let error = validate_watchdog_timeout(Duration::from_millis(500)).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid watchdog-timeout 500ms: accepted: 1s to 1h");
+/// assert_eq!(error.to_string(), "invalid watchdog-timeout 500 ms: accepted: 1 s to 1 h");
 /// ```
 pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
-    check_range(
+    check_duration(
         "watchdog-timeout",
         timeout,
         MIN_WATCHDOG_TIMEOUT,
@@ -136,35 +137,14 @@ pub(crate) fn validate_hold_at_least(hold: Duration, lease: Lease) -> Result<(),
     match lease {
         Lease::Fixed(lease) if hold > lease => Err(LockError::invalid_argument(
             "hold-at-least",
-            humanize(hold),
+            format_duration(hold),
             format!(
-                "accepted: 0s to the fixed lease {} (the key ends with its lease)",
-                humanize(lease)
+                "accepted: 0 to the fixed lease {} (the key ends with its lease)",
+                format_duration(lease)
             ),
         )),
-        _ => check_range("hold-at-least", hold, Duration::ZERO, MAX_LEASE),
+        _ => check_duration("hold-at-least", hold, Duration::ZERO, MAX_LEASE),
     }
-}
-
-fn check_range(
-    name: &'static str,
-    value: Duration,
-    min: Duration,
-    max: Duration,
-) -> Result<(), LockError> {
-    if (min..=max).contains(&value) {
-        return Ok(());
-    }
-    Err(LockError::invalid_argument(
-        name,
-        humanize(value),
-        format!("accepted: {} to {}", humanize(min), humanize(max)),
-    ))
-}
-
-/// `1h 30m`, `250ms`, `7days`, `0s`: humantime's notation, which the configuration also reads.
-fn humanize(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
 }
 
 #[cfg(test)]
@@ -183,7 +163,7 @@ mod tests {
         ] {
             let text = Lease::Fixed(bad).validate().unwrap_err().to_string();
             assert!(text.starts_with("invalid lease"), "{text}");
-            assert!(text.contains("accepted: 100ms to 7days"), "{text}");
+            assert!(text.contains("accepted: 100 ms to 168 h"), "{text}");
         }
     }
 
@@ -195,7 +175,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            text.contains("invalid wait 1h 1ms: accepted: 0s to 1h"),
+            text.contains("invalid wait 3600001 ms: accepted: 0 to 1 h"),
             "{text}"
         );
     }
@@ -207,7 +187,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            text.contains("invalid watchdog-timeout 500ms: accepted: 1s to 1h"),
+            text.contains("invalid watchdog-timeout 500 ms: accepted: 1 s to 1 h"),
             "{text}"
         );
     }

@@ -168,7 +168,7 @@ impl AcquireOptions {
     /// let too_long = tick.hold_at_least(Duration::from_secs(60));
     /// assert_eq!(
     ///     too_long.validate("msisdn-reaper").unwrap_err().to_string(),
-    ///     "invalid hold-at-least 1m for lock `msisdn-reaper`: accepted: 0s to the fixed lease 50s (the key ends with its lease)"
+    ///     "invalid hold-at-least 60 s for lock `msisdn-reaper`: accepted: 0 to the fixed lease 50 s (the key ends with its lease)"
     /// );
     /// # Ok(()) }
     /// ```
@@ -216,7 +216,7 @@ impl AcquireOptions {
     /// let too_long = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(2 * 3600));
     /// assert_eq!(
     ///     too_long.validate("bill-run:2026-11").unwrap_err().to_string(),
-    ///     "invalid wait 2h for lock `bill-run:2026-11`: accepted: 0s to 1h"
+    ///     "invalid wait 2 h for lock `bill-run:2026-11`: accepted: 0 to 1 h"
     /// );
     /// ```
     pub fn validate(&self, key: &str) -> Result<(), LockError> {

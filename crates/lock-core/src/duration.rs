@@ -1,0 +1,79 @@
+//! Durations as every message writes them — `250 ms`, `5 s`, `5 min`, `1 h`, `0` — and the one
+//! range check behind every duration setting and argument.
+
+use std::time::Duration;
+
+use crate::error::LockError;
+
+/// A duration as messages write it: the largest of `h`, `min` (from 5 min), `s` and `ms` that
+/// says it exactly, `0` for zero; below a millisecond, humantime's notation (`500us`).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::format_duration;
+///
+/// assert_eq!(format_duration(Duration::from_secs(7 * 24 * 3600)), "168 h");
+/// assert_eq!(format_duration(Duration::from_secs(300)), "5 min");
+/// assert_eq!(format_duration(Duration::from_secs(90)), "90 s");
+/// assert_eq!(format_duration(Duration::from_millis(1500)), "1500 ms");
+/// assert_eq!(format_duration(Duration::ZERO), "0");
+/// assert_eq!(format_duration(Duration::from_micros(500)), "500us");
+/// ```
+pub fn format_duration(d: Duration) -> String {
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return humantime::format_duration(d).to_string();
+    }
+    match d.as_millis() {
+        0 => "0".to_owned(),
+        ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 && ms >= 300_000 => format!("{} min", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+        ms => format!("{ms} ms"),
+    }
+}
+
+/// A range of durations as every message writes it: `10 ms to 60 s`, `0 to 1 h`.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{MAX_LEASE, MIN_LEASE, duration_range};
+/// assert_eq!(duration_range(MIN_LEASE, MAX_LEASE), "100 ms to 168 h");
+/// ```
+pub fn duration_range(min: Duration, max: Duration) -> String {
+    format!("{} to {}", format_duration(min), format_duration(max))
+}
+
+/// Checks that `value`, the setting or argument `name`, lies in `min..=max`.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `name` and `value`, with the accepted range.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::check_duration;
+///
+/// let (min, max) = (Duration::from_millis(10), Duration::from_secs(60));
+/// assert!(check_duration("command_timeout", Duration::from_secs(2), min, max).is_ok());
+/// let error = check_duration("command_timeout", Duration::from_secs(120), min, max).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid command_timeout 120 s: accepted: 10 ms to 60 s");
+/// ```
+pub fn check_duration(
+    name: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), LockError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(LockError::invalid_argument(
+        name,
+        format_duration(value),
+        format!("accepted: {}", duration_range(min, max)),
+    ))
+}
