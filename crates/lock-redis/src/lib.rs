@@ -86,6 +86,7 @@
 //! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
 mod acquire;
+mod address;
 mod backoff;
 mod config;
 mod connection;
@@ -93,6 +94,7 @@ mod error;
 mod inner;
 mod keys;
 mod ops;
+mod redact;
 mod release;
 mod scripts;
 mod sentinel_events;
@@ -111,6 +113,10 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
+pub use address::{
+    ACCEPTED_ADDRESSES, DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress,
+    Topology,
+};
 pub use config::{
     DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_MIN_REPLICAS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_WAIT_TIME,
@@ -122,6 +128,7 @@ pub use config::{
 pub use connection::RECONNECT_MAX_DELAY;
 pub use error::{RedisFailure, Refusal};
 pub use ops::{ForceReleased, LockState, LockStatus};
+pub use redact::redact;
 pub use scripts::{
     ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT, RELEASE_SCRIPT,
     RENEW_SCRIPT, STATUS_SCRIPT,
@@ -201,9 +208,10 @@ impl RedisLock {
     /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting:
-    /// `redis.address`, `command-timeout`, `wait-time`, `watchdog-timeout`, `key-prefix` or
-    /// `instance-id`. Also `redis.address`, with the (redacted) address, when Redis answers the
+    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting by its
+    /// [`RedisLockConfig`] method, as [`RedisLockConfig::validate`] does (`address`,
+    /// `command_timeout`, `key_prefix`, …), or `tls_ca_file` for a CA file that cannot be used.
+    /// Also `address`, with the (redacted) address, when Redis answers the
     /// first connection attempt by refusing it for good: the credentials are wrong or missing
     /// (`WRONGPASS`, `NOAUTH`), or the user lacks a command the connection set-up sends
     /// (`NOPERM`, e.g. `SELECT` for the address's database). Retrying cannot cure these, so
@@ -222,7 +230,7 @@ impl RedisLock {
     ///
     /// // Bad settings fail at once, before anything connects:
     /// let error = RedisLock::connect(config.clone().key_prefix("{lock}:")).await.unwrap_err();
-    /// assert_eq!(error.details()["argument"], "key-prefix");
+    /// assert_eq!(error.details()["argument"], "key_prefix");
     ///
     /// // Redis not answering (yet) does not: acquisitions fail closed until it does.
     /// let lock = RedisLock::connect(config).await?;
@@ -231,12 +239,13 @@ impl RedisLock {
     /// ```
     pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
         config.validate()?;
+        let address = config.redis_address()?.clone();
         let owners = OwnerTokens::new(&config.instance_id)?;
         let (client, subscriber) = connection::build_clients(&config)?;
         let switches = sentinel_events::SwitchWatch::build(&config)?;
         let scripts = Scripts::new();
         let health = Arc::new(connection::Health::default());
-        health.follow(&client, &config);
+        health.follow(&client, &address, config.command_timeout);
         // The connection tasks end with `quit`, sent when the lock is dropped; the retries of
         // a first connection that failed end when `stop_connecting` is dropped with it.
         let (stop_connecting, stop) = tokio::sync::watch::channel(());
@@ -258,7 +267,7 @@ impl RedisLock {
         .await;
         match first {
             Ok(Ok(())) => {
-                health.started(&config.address);
+                health.started(&address);
                 if let Err(error) = scripts.load(&client).await {
                     tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
                 }
@@ -275,10 +284,10 @@ impl RedisLock {
                     return Err(refused);
                 }
                 // Otherwise Redis is down or unreachable: warned of (once) from here on.
-                health.started(&config.address);
+                health.started(&address);
             }
             Err(_) => {
-                if !health.started(&config.address) {
+                if !health.started(&address) {
                     tracing::warn!(
                         address = %config.redacted_address(),
                         last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
@@ -289,7 +298,7 @@ impl RedisLock {
         }
         let subscriptions = Subscriptions::start(subscriber, &client);
         let inner = Arc::new(Inner {
-            namespace: connection::namespace(&config),
+            namespace: connection::namespace(&address, &config.key_prefix),
             client,
             subscriptions,
             scripts,
@@ -305,7 +314,7 @@ impl RedisLock {
             _stop_connecting: stop_connecting,
         });
         if let Some(switches) = switches {
-            switches.start(Arc::downgrade(&inner), inner.config.address.clone());
+            switches.start(Arc::downgrade(&inner), address);
         }
         tokio::spawn(watchdog::run(
             Arc::downgrade(&inner),

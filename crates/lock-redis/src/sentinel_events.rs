@@ -23,9 +23,10 @@ use lock_core::LockError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::address::RedisAddress;
 use crate::backoff::Backoff;
-use crate::config::{RedisLockConfig, scrub};
-use crate::connection::{client_builder, tls_config, without_tls};
+use crate::config::RedisLockConfig;
+use crate::connection::{client_builder, tls_config};
 use crate::inner::Inner;
 
 /// The Sentinels' channel announcing a new master:
@@ -110,26 +111,24 @@ impl SwitchWatch {
     /// # Errors
     /// [`LockError::InvalidArgument`] as for the lock's own clients.
     pub(crate) fn build(config: &RedisLockConfig) -> Result<Option<SwitchWatch>, LockError> {
-        let (plain_address, tls) = without_tls(&config.address);
-        let Ok(parsed) = Config::from_url(&plain_address) else {
-            // Reported by `build_clients`.
-            return Ok(None);
-        };
+        let address = config.redis_address()?;
         let ServerConfig::Sentinel {
             hosts,
             service_name,
             username,
             password,
-        } = parsed.server
+        } = &address.client_config().server
         else {
             return Ok(None);
         };
-        let tls = tls_config(config, tls)?;
+        let tls = tls_config(config, address.tls())?;
         let mut sentinels = Vec::with_capacity(hosts.len());
         for host in hosts {
             let at = format!("{}:{}", host.host, host.port);
             let sentinel_config = Config {
-                server: ServerConfig::Centralized { server: host },
+                server: ServerConfig::Centralized {
+                    server: host.clone(),
+                },
                 username: username.clone(),
                 password: password.clone(),
                 tls: tls.clone(),
@@ -139,15 +138,15 @@ impl SwitchWatch {
             let builder = client_builder(sentinel_config, sentinel_policy(), config);
             let subscriber = builder.build_subscriber_client().map_err(|e| {
                 LockError::invalid_argument(
-                    "redis.address",
+                    "address",
                     config.redacted_address(),
-                    scrub(e.details(), &config.address),
+                    config.scrub(e.details()),
                 )
             })?;
             sentinels.push((at, subscriber));
         }
         Ok(Some(SwitchWatch {
-            service: service_name,
+            service: service_name.clone(),
             sentinels,
             command_timeout: config.command_timeout,
         }))
@@ -155,7 +154,7 @@ impl SwitchWatch {
 
     /// Connects to the Sentinels and follows their `+switch-master` events for `inner`'s client
     /// in the background, until `inner` is dropped.
-    pub(crate) fn start(self, inner: Weak<Inner>, address: String) {
+    pub(crate) fn start(self, inner: Weak<Inner>, address: RedisAddress) {
         let (switches, received) = mpsc::channel(16);
         let (stop, stopped) = watch::channel(());
         for (at, sentinel) in self.sentinels {
@@ -213,7 +212,7 @@ async fn listen(
     switches: mpsc::Sender<Switch>,
     mut stop: watch::Receiver<()>,
     command_timeout: Duration,
-    address: String,
+    address: RedisAddress,
 ) {
     let mut messages = sentinel.message_rx();
     let mut reconnects = sentinel.reconnect_rx();
@@ -262,7 +261,7 @@ async fn listen(
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(
-                        sentinel = %at, error = %scrub(&error.to_string(), &address),
+                        sentinel = %at, error = %address.scrub(&error.to_string()),
                         "SUBSCRIBE +switch-master failed; retrying"
                     );
                     next_try = Instant::now() + backoff.next_delay();
@@ -301,7 +300,7 @@ async fn listen(
                 Ok((error, _)) => {
                     subscribed = false;
                     tracing::debug!(
-                        sentinel = %at, error = %scrub(&error.to_string(), &address),
+                        sentinel = %at, error = %address.scrub(&error.to_string()),
                         "Sentinel connection failed; reconnecting"
                     );
                 }
@@ -388,7 +387,7 @@ async fn follow(
             match moved {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::debug!(
-                    error = %scrub(&error.to_string(), &strong.config.address),
+                    error = %strong.config.scrub(&error.to_string()),
                     "reconnecting after +switch-master failed; retrying"
                 ),
                 Err(_) => tracing::debug!("reconnecting after +switch-master timed out; retrying"),
@@ -418,9 +417,9 @@ async fn follow(
 
 /// The Sentinel list of an address, for tests.
 #[cfg(test)]
-fn hosts_of(address: &str) -> Vec<Server> {
-    match Config::from_url(address).map(|c| c.server) {
-        Ok(ServerConfig::Sentinel { hosts, .. }) => hosts,
+fn hosts_of(config: &RedisLockConfig) -> Vec<Server> {
+    match config.redis_address().map(|a| &a.client_config().server) {
+        Ok(ServerConfig::Sentinel { hosts, .. }) => hosts.clone(),
         _ => Vec::new(),
     }
 }
@@ -459,7 +458,7 @@ mod tests {
         let mut at: Vec<&str> = watch.sentinels.iter().map(|(a, _)| a.as_str()).collect();
         at.sort_unstable();
         assert_eq!(at, ["127.0.0.1:26379", "127.0.0.1:26380"]);
-        assert_eq!(hosts_of(&config.address).len(), 2);
+        assert_eq!(hosts_of(&config).len(), 2);
         let plain = RedisLockConfig::new("redis://127.0.0.1:6379");
         assert!(SwitchWatch::build(&plain).unwrap().is_none());
     }
