@@ -323,7 +323,7 @@ fn runtime_name(flavour: Flavour) -> &'static str {
 }
 
 async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<RedisLock, String> {
-    let mut config = RedisLockConfig::new(target.url.clone()).instance_id("lock-bench");
+    let mut config = RedisLockConfig::from(target.address.clone()).instance_id("lock-bench");
     if let Some(timeout) = watchdog_timeout {
         config = config.watchdog_timeout(timeout);
     }

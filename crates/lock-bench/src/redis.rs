@@ -1,64 +1,45 @@
 //! The Redis a run measures: a private `redis-server` started for the run, or the one at
 //! `--redis-url`; and what only the server can tell (`INFO commandstats`).
 
+use lock_redis::{RedisAddress, Topology, redact};
 use lock_testkit::{RedisServer, TestkitError, command_at};
 
 /// Where the Redis is, as the raw `INFO` connection needs it.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    pub(crate) url: String,
+    pub(crate) address: RedisAddress,
+    /// Without the brackets of an IPv6 address.
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) password: Option<String>,
 }
 
 impl Target {
-    /// Parses `redis://[[user]:password@]host[:port][/db]`; an IPv6 host goes in brackets.
+    /// Parses `redis://[[user]:password@]host[:port][/db]` with [`RedisAddress::parse`]; an IPv6
+    /// host goes in brackets.
     ///
     /// # Errors
-    /// A message naming the URL (password masked) and the accepted form.
+    /// A message naming the URL (password masked), what is wrong and the accepted form.
     pub(crate) fn parse(url: &str) -> Result<Self, String> {
-        let shown = redact(url);
         let problem = |what: &str| {
             format!(
-                "--redis-url '{shown}': {what}; expected redis://[:password@]host[:port][/db] (a single server; no TLS, Sentinel or Cluster)"
+                "--redis-url '{}': {what}; expected redis://[:password@]host[:port][/db] (a single server; no TLS, Sentinel or Cluster)",
+                redact(url)
             )
         };
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or_else(|| problem("not a redis:// URL"))?;
-        let (credentials, address) = match rest.rsplit_once('@') {
-            Some((credentials, address)) => (Some(credentials), address),
-            None => (None, rest),
-        };
-        let (address, database) = address.split_once('/').unwrap_or((address, ""));
-        if !database.is_empty() && database.parse::<u16>().is_err() {
-            return Err(problem(&format!("database '{database}' is not a number")));
+        let address = RedisAddress::parse(url).map_err(|e| problem(e.problem()))?;
+        if address.topology() != &Topology::Single || address.tls() {
+            return Err(problem("not a redis:// URL"));
         }
-        // `[::1]:6379`: the port is after the closing bracket.
-        let (host, port) = match address.rsplit_once(':').filter(|(_, p)| !p.contains(']')) {
-            Some((host, port)) => (
-                host,
-                port.parse::<u16>()
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| problem(&format!("port '{port}' is not a number 1..65535")))?,
-            ),
-            None => (address, 6379),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() {
-            return Err(problem("no host"));
-        }
-        let password = credentials
-            .map(|c| c.rsplit_once(':').map_or(c, |(_, password)| password))
-            .filter(|p| !p.is_empty())
-            .map(str::to_owned);
         Ok(Target {
-            url: url.to_owned(),
-            host: host.to_owned(),
-            port,
-            password,
+            host: address
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+            port: address.port(),
+            password: address.password().map(|p| p.into_owned()),
+            address,
         })
     }
 
@@ -77,7 +58,7 @@ impl Target {
 
     /// The URL with its password masked, for messages.
     pub(crate) fn shown(&self) -> String {
-        redact(&self.url)
+        self.address.to_string()
     }
 
     /// One command on a fresh connection, reply as text.
@@ -118,27 +99,6 @@ impl Target {
     pub(crate) async fn command_calls(&self) -> Result<CommandCalls, String> {
         let info = self.command(&["INFO", "commandstats"]).await?;
         Ok(CommandCalls::parse(&info))
-    }
-}
-
-/// `url` with the password between `:` and `@` replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((credentials, address)) => {
-            let user = credentials
-                .split_once(':')
-                .map_or(credentials, |(user, _)| user);
-            let masked = if credentials.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
-            };
-            format!("{scheme}://{masked}@{address}")
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -202,6 +162,9 @@ mod tests {
         assert_eq!(t.password.as_deref(), Some("s3cret"));
         let t = Target::parse("redis://bench:pw@h:1").expect("user");
         assert_eq!(t.password.as_deref(), Some("pw"));
+        // Percent-encoded, as the lock's client decodes it.
+        let t = Target::parse("redis://bench:p%40ss@h:1").expect("encoded");
+        assert_eq!(t.password.as_deref(), Some("p@ss"));
     }
 
     #[test]
@@ -258,10 +221,11 @@ mod tests {
 
     #[test]
     fn passwords_never_show_in_messages() {
-        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact("redis://bench:s3cret@h:1"), "redis://bench:***@h:1");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        let target = Target::parse("redis://bench:s3cret@h:1/0").unwrap();
+        assert_eq!(target.shown(), "redis://bench:***@h:1/0");
         let error = Target::parse("redis://:s3cret@h:port").expect_err("bad port");
+        assert!(!error.contains("s3cret"), "{error}");
+        let error = Target::parse("rediss://:s3cret@h:1").expect_err("TLS");
         assert!(!error.contains("s3cret"), "{error}");
     }
 }

@@ -94,14 +94,19 @@
 mod core;
 mod lock;
 
+pub use core::address::{
+    ACCEPTED_ADDRESSES, DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress,
+    Topology,
+};
 pub use core::connection::RECONNECT_MAX_DELAY;
 pub use core::error::{RedisFailure, Refusal};
+pub use core::redact::redact;
 pub use lock::config::{
     DEFAULT_ADDRESS, DEFAULT_COMMAND_TIMEOUT, DEFAULT_FAIR_WAITER_TIMEOUT, DEFAULT_KEY_PREFIX,
     DEFAULT_MIN_REPLICAS, DEFAULT_REPLICA_SYNC_TIMEOUT, DEFAULT_WAIT_TIME,
     DEFAULT_WATCHDOG_TIMEOUT, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_KEY_PREFIX_BYTES,
     MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
-    MIN_REPLICA_SYNC_TIMEOUT, RedisLockConfig, TOMBSTONE_TTL, duration_range, key_prefix_problem,
+    MIN_REPLICA_SYNC_TIMEOUT, RedisLockConfig, TOMBSTONE_TTL, key_prefix_problem,
     validate_key_prefix,
 };
 pub use lock::ops::{ForceReleased, LockState, LockStatus};
@@ -110,5 +115,7 @@ pub use lock::scripts::{
     ACQUIRE_SCRIPT, FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FORCE_RELEASE_SCRIPT, RELEASE_SCRIPT,
     RENEW_SCRIPT, STATUS_SCRIPT,
 };
+/// Re-exported from lock-core, which renders every duration range.
+pub use lock_core::duration_range;
 
 pub use lock::RedisLock;

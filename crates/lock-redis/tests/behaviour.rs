@@ -488,22 +488,22 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
     for (config, setting, expected) in [
         (
             lock_redis::RedisLockConfig::new("http://h"),
-            "redis.address",
-            "not a Redis URL",
+            "address",
+            "the scheme http:// is not a Redis scheme",
         ),
         (
             lock_redis::RedisLockConfig::new("redis-sentinel://h:26379"),
-            "redis.address",
+            "address",
             "sentinelServiceName",
         ),
         (
             lock_redis::RedisLockConfig::new("rediss://h:6379").tls_ca_file(&ca),
-            "redis.tls.ca-file",
+            "tls_ca_file",
             "cannot read it",
         ),
         (
             lock_redis::RedisLockConfig::new("redis://h:6379").tls_ca_file(&ca),
-            "redis.tls.ca-file",
+            "tls_ca_file",
             "only applies to TLS addresses",
         ),
     ] {
@@ -511,7 +511,11 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
             .await
             .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains(setting) && text.contains(expected), "{text}");
+        assert_eq!(err.details()["argument"], setting, "{text}");
+        assert!(
+            text.starts_with(&format!("invalid {setting} ")) && text.contains(expected),
+            "{text}"
+        );
     }
 }
 

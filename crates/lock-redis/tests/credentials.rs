@@ -150,7 +150,7 @@ async fn a_password_alone_authenticates_against_requirepass() {
 
 /// Connects with `config` and expects the connect itself to fail, within one command timeout:
 /// refused credentials are a configuration error (`LOCK_INVALID_ARGUMENT` naming
-/// `redis.address`), not an outage. The error names `expected` (`WRONGPASS`, `NOAUTH`,
+/// `address`), not an outage. The error names `expected` (`WRONGPASS`, `NOAUTH`,
 /// `NOPERM`) and the address with its password as `***`, and shows no secret.
 async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
     let started = Instant::now();
@@ -163,7 +163,7 @@ async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
         started.elapsed()
     );
     assert_eq!(error.code(), LockErrorCode::LockInvalidArgument, "{error}");
-    assert_eq!(error.details()["argument"], "redis.address", "{error}");
+    assert_eq!(error.details()["argument"], "address", "{error}");
     let text = error.to_string();
     assert!(text.contains(expected), "{expected} not named: {text}");
     assert!(

@@ -11,7 +11,7 @@ use lock_core::{
 };
 use lock_redis::{RedisLock, RedisLockConfig};
 
-use crate::config::{ConfigError, ConfigSources, KEYS, LockSettings, key_spec, quote};
+use crate::config::{ConfigError, ConfigSources, LockSettings, key_of_setting, quote};
 
 /// Why the starter could not start.
 ///
@@ -524,8 +524,10 @@ impl LockStarterBuilder {
 ///
 /// What [`LockStarterBuilder::build`] reports; for tools that connect [`RedisLock`] themselves with
 /// [`redis_config`], so their start-up errors name the full key and where it was set as the
-/// service's do. What the value accepts comes from the error when it says (after
-/// `"; accepted: "`), else from the key table.
+/// service's do. lock-redis names the setting by its [`RedisLockConfig`] method (`address`,
+/// `tls_ca_file`, `wait_time`); the error names the key it came from
+/// (`telco.platform.lock.redis.address`, …). What the value accepts comes from the error when
+/// it says (after `"; accepted: "`), else from the key table.
 ///
 /// # Examples
 ///
@@ -538,7 +540,7 @@ impl LockStarterBuilder {
 ///     .env_from([("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "redis://:wrong@127.0.0.1:6379")]);
 /// let settings = LockSettings::load(&sources)?;
 /// let refused = LockError::invalid_argument(
-///     "redis.address",
+///     "address", // the `RedisLockConfig` setting
 ///     "redis://:***@127.0.0.1:6379",
 ///     "Redis refused the connection: WRONGPASS; accepted: a password Redis accepts",
 /// );
@@ -560,7 +562,8 @@ fn start_error(settings: &LockSettings, error: LockError) -> StartError {
         ..
     } = &error
     {
-        let spec = key_spec(name).filter(|spec| KEYS.contains(spec));
+        // lock-redis names its own settings (`address`, `tls_ca_file`); the service knows keys.
+        let spec = key_of_setting(name);
         if let Some((spec, origin)) = spec.and_then(|s| Some((s, settings.source_of(s.name)?))) {
             let declared = spec.accepted();
             let (problem, accepted) = problem
@@ -610,7 +613,7 @@ fn start_error(settings: &LockSettings, error: LockError) -> StartError {
 /// # Ok(()) }
 /// ```
 pub fn redis_config(settings: &LockSettings) -> RedisLockConfig {
-    let config = RedisLockConfig::new(settings.redis.address.expose())
+    let config = RedisLockConfig::from(settings.redis.address.clone())
         .command_timeout(settings.redis.command_timeout)
         .wait_time(settings.wait_time)
         .watchdog_timeout(settings.watchdog_timeout)

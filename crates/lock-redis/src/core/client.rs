@@ -52,10 +52,11 @@ impl RedisCore {
     pub(crate) async fn connect(
         config: &RedisLockConfig,
     ) -> Result<(Arc<RedisCore>, bool), LockError> {
+        let address = config.redis_address()?.clone();
         let (client, subscriber) = connection::build_clients(config)?;
         let switches = sentinel_events::SwitchWatch::build(config)?;
         let health = Arc::new(Health::default());
-        health.follow(&client, config);
+        health.follow(&client, &address, config.command_timeout);
         // The connection tasks end with `quit`, sent when the core is dropped; the retries of
         // a first connection that failed end when `stop_connecting` is dropped with it.
         let (stop_connecting, stop) = tokio::sync::watch::channel(());
@@ -71,7 +72,7 @@ impl RedisCore {
         let answered = matches!(first, Ok(Ok(())));
         match first {
             Ok(Ok(())) => {
-                health.started(&config.address);
+                health.started(&address);
                 connection::check_eviction_policy(&client).await;
             }
             Ok(Err(error)) => {
@@ -84,10 +85,10 @@ impl RedisCore {
                     return Err(refused);
                 }
                 // Otherwise Redis is down or unreachable: warned of (once) from here on.
-                health.started(&config.address);
+                health.started(&address);
             }
             Err(_) => {
-                if !health.started(&config.address) {
+                if !health.started(&address) {
                     tracing::warn!(
                         address = %config.redacted_address(),
                         last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
@@ -102,7 +103,7 @@ impl RedisCore {
                 client: client.clone(),
                 subscriber: subscriber.clone(),
                 following_master: Arc::clone(&following_master),
-                address: config.address.clone(),
+                address: address.clone(),
             };
             switches.start(connections, stop_connecting.subscribe());
         }

@@ -8,9 +8,10 @@ use fred::types::CustomCommand;
 use lock_core::LockError;
 use tokio::time::Instant;
 
+use crate::core::address::RedisAddress;
 use crate::core::backoff::Backoff;
 use crate::core::error::{RedisFailure, Refusal};
-use crate::lock::config::{RedisLockConfig, scrub};
+use crate::lock::config::RedisLockConfig;
 
 /// The longest delay between two attempts to reconnect to Redis: 2 s (the first comes after
 /// 100 ms, doubling). Once Redis answers again, a client is connected within about this long.
@@ -58,11 +59,6 @@ where
     });
 }
 
-/// What the addresses accept, quoted in errors.
-pub(crate) const ACCEPTED_ADDRESSES: &str = "redis://[user[:password]@]host[:port][/db], \
-redis-sentinel://[user[:password]@]host[:port][/db]?sentinelServiceName=name[&node=host:port…], \
-redis-cluster://[user[:password]@]host:port[?node=host:port…], each also with TLS as rediss…://";
-
 /// The lock space of an address and key prefix, the same however the address was written
 /// (default port and database filled in, user and password left out, cluster and Sentinel
 /// nodes sorted): `redis://<host>:<port>/<db> <prefix>`,
@@ -70,20 +66,10 @@ redis-cluster://[user[:password]@]host:port[?node=host:port…], each also with 
 /// with `rediss…` for TLS. Re-entry is decided by it, so where two spellings might name two
 /// deployments they must differ (and contend): the Sentinel hosts are part of it because the
 /// service name alone (`mymaster` by default) is shared by unrelated deployments; host names
-/// are compared as written (`localhost` and `127.0.0.1` differ); and an address fred cannot
-/// parse gets a namespace of its own, shared with no other lock.
-pub(crate) fn namespace(config: &RedisLockConfig) -> String {
-    // Parsed without TLS, as `build_clients` does: fred's parser would load the system's roots.
-    let (plain, tls) = without_tls(&config.address);
-    let unparsed = || {
-        static UNPARSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = UNPARSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("unparsed#{n} {}", config.redacted_address())
-    };
-    let Ok(parsed) = Config::from_url(&plain) else {
-        return format!("{} {}", unparsed(), config.key_prefix);
-    };
-    let scheme = if tls { "rediss" } else { "redis" };
+/// are compared as written (`localhost` and `127.0.0.1` differ).
+pub(crate) fn namespace(address: &RedisAddress, key_prefix: &str) -> String {
+    let parsed = address.client_config();
+    let scheme = if address.tls() { "rediss" } else { "redis" };
     let sorted = |hosts: &[Server]| {
         let mut nodes: Vec<String> = hosts
             .iter()
@@ -106,10 +92,15 @@ pub(crate) fn namespace(config: &RedisLockConfig) -> String {
         ),
         other => match other.hosts().first() {
             Some(s) => format!("{scheme}://{}:{}/{database}", s.host, s.port),
-            None => unparsed(),
+            // Only a Unix socket has no host, and `RedisAddress::parse` refuses those.
+            None => format!(
+                "{scheme}://{}:{}/{database}",
+                address.host(),
+                address.port()
+            ),
         },
     };
-    format!("{place} {}", config.key_prefix)
+    format!("{place} {key_prefix}")
 }
 
 #[cfg(test)]
@@ -117,7 +108,7 @@ mod namespace_tests {
     use super::*;
 
     fn ns(address: &str) -> String {
-        namespace(&RedisLockConfig::new(address).key_prefix("p:"))
+        namespace(&RedisAddress::parse(address).unwrap(), "p:")
     }
 
     #[test]
@@ -166,45 +157,31 @@ mod namespace_tests {
         ] {
             assert_ne!(ns(a), ns(b), "{a} and {b}");
         }
-        // An address fred cannot parse never shares a namespace, not even with itself.
-        let unparsable = "redis://h:6379/0 p:";
-        assert_ne!(ns(unparsable), ns("redis://h:6379/0"));
-        assert_ne!(ns(unparsable), ns(unparsable));
-        assert_ne!(
-            namespace(&RedisLockConfig::new(unparsable).key_prefix("")),
-            ns("redis://h:6379/0")
-        );
+        // An address that does not parse gets no namespace: the lock does not start.
+        let unparsable = RedisLockConfig::new("redis://h:6379/0 p:").key_prefix("");
+        let error = unparsable.validate().unwrap_err();
+        assert_eq!(error.details()["argument"], "address", "{error}");
     }
 }
 
 /// Builds (does not connect) the command client and the subscriber client.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] naming `redis.address` when fred cannot parse the URL.
+/// [`LockError::InvalidArgument`] naming `address` when it did not parse, or `tls_ca_file`.
 pub(crate) fn build_clients(
     config: &RedisLockConfig,
 ) -> Result<(Client, SubscriberClient), LockError> {
-    check_scheme(config)?;
+    let address = config.redis_address()?;
     // TLS is set up here rather than by fred's URL parser, which would load the system's roots
     // even when a CA file is configured (and fail where the system has none).
-    let (plain_address, tls) = without_tls(&config.address);
-    let mut fred_config = Config::from_url(&plain_address).map_err(|e| {
-        LockError::invalid_argument(
-            "redis.address",
-            config.redacted_address(),
-            format!(
-                "{}; accepted: {ACCEPTED_ADDRESSES}",
-                scrub(e.details(), &config.address)
-            ),
-        )
-    })?;
+    let mut fred_config = address.client_config().clone();
     // The first connection attempt is made at once and ends the connection task when it fails
     // (fred's own retry of the first connection would sleep its first reconnect delay, 100 to
     // 200 ms, before even trying — longer than a short command timeout, which `connect` waits
     // for the outcome); `keep_connecting` retries it. fred reads `fail_fast` for the first
     // connection only: a connection lost later is retried by its reconnect policy.
     fred_config.fail_fast = true;
-    fred_config.tls = tls_config(config, tls)?;
+    fred_config.tls = tls_config(config, address.tls())?;
 
     let builder = client_builder(fred_config, reconnect_policy(), config);
     let client = builder.build().map_err(|e| invalid_address(config, &e))?;
@@ -227,7 +204,7 @@ pub(crate) fn tls_config(
     Ok(match (&config.tls_ca_file, tls) {
         (Some(ca_file), false) => {
             return Err(LockError::invalid_argument(
-                "redis.tls.ca-file",
+                "tls_ca_file",
                 ca_file.display().to_string(),
                 "a CA file only applies to TLS addresses (rediss://, rediss-sentinel://, rediss-cluster://)",
             ));
@@ -237,10 +214,10 @@ pub(crate) fn tls_config(
             fred::types::config::TlsConnector::default_rustls()
                 .map_err(|e| {
                     LockError::invalid_argument(
-                        "redis.address",
+                        "address",
                         config.redacted_address(),
                         format!(
-                            "TLS with the system's CA certificates is not available ({}); set telco.platform.lock.redis.tls.ca-file",
+                            "TLS with the system's CA certificates is not available ({}); configure a CA file (tls_ca_file)",
                             e.details()
                         ),
                     )
@@ -301,44 +278,13 @@ pub(crate) async fn check_eviction_policy(client: &Client) {
     }
 }
 
-/// The URL schemes the lock supports.
-fn check_scheme(config: &RedisLockConfig) -> Result<(), LockError> {
-    let scheme = config.address.split_once("://").map(|(scheme, _)| scheme);
-    if let Some(
-        "redis" | "rediss" | "redis-sentinel" | "rediss-sentinel" | "redis-cluster"
-        | "rediss-cluster",
-    ) = scheme
-    {
-        return Ok(());
-    }
-    Err(LockError::invalid_argument(
-        "redis.address",
-        config.redacted_address(),
-        format!("not a Redis URL; accepted: {ACCEPTED_ADDRESSES}"),
-    ))
-}
-
-/// The address with its TLS scheme replaced by the plain one, and whether it had TLS.
-pub(crate) fn without_tls(address: &str) -> (String, bool) {
-    for (tls, plain) in [
-        ("rediss-sentinel://", "redis-sentinel://"),
-        ("rediss-cluster://", "redis-cluster://"),
-        ("rediss://", "redis://"),
-    ] {
-        if let Some(rest) = address.strip_prefix(tls) {
-            return (format!("{plain}{rest}"), true);
-        }
-    }
-    (address.to_owned(), false)
-}
-
 /// A rustls configuration trusting exactly the CA certificates in `path` (PEM).
 fn tls_with_ca(path: &std::path::Path) -> Result<fred::types::config::TlsConfig, LockError> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
 
     let invalid = |problem: String| {
-        LockError::invalid_argument("redis.tls.ca-file", path.display().to_string(), problem)
+        LockError::invalid_argument("tls_ca_file", path.display().to_string(), problem)
     };
     let mut roots = rustls::RootCertStore::empty();
     let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
@@ -368,9 +314,9 @@ fn tls_with_ca(path: &std::path::Path) -> Result<fred::types::config::TlsConfig,
 
 fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
     LockError::invalid_argument(
-        "redis.address",
+        "address",
         config.redacted_address(),
-        scrub(error.details(), &config.address),
+        config.scrub(error.details()),
     )
 }
 
@@ -406,12 +352,16 @@ struct HealthState {
 impl Health {
     /// Starts following `client`'s error and reconnect events; call it before connecting. The
     /// task ends with the client.
-    pub(crate) fn follow(self: &std::sync::Arc<Self>, client: &Client, config: &RedisLockConfig) {
+    pub(crate) fn follow(
+        self: &std::sync::Arc<Self>,
+        client: &Client,
+        address: &RedisAddress,
+        timeout: Duration,
+    ) {
         let health = std::sync::Arc::downgrade(self);
         let mut errors = client.error_rx();
         let mut reconnects = client.reconnect_rx();
-        let address = config.address.clone();
-        let timeout = config.command_timeout;
+        let address = address.clone();
         tokio::spawn(async move {
             loop {
                 let error = tokio::select! {
@@ -446,14 +396,13 @@ impl Health {
 
     /// Records a connection error of the connection to `address`, whose attempts are bounded
     /// by `timeout` (the command timeout); the first of an outage is logged as a warning.
-    fn failed(&self, error: Error, address: &str, timeout: Duration) {
+    fn failed(&self, error: Error, address: &RedisAddress, timeout: Duration) {
         let described = match error.kind() {
             // fred says only "Request timed out.": name what did not answer, and within what.
             ErrorKind::Timeout => format!(
-                "connecting to Redis at {} timed out: no answer within {timeout:?} (command_timeout)",
-                crate::lock::config::redact(address)
+                "connecting to Redis at {address} timed out: no answer within {timeout:?} (command_timeout)"
             ),
-            _ => scrub(&describe(&error), address),
+            _ => address.scrub(&describe(&error)),
         };
         let outage_starts = {
             let mut state = self.lock();
@@ -474,7 +423,7 @@ impl Health {
     /// `connect` has decided the client starts: an outage that began during start-up is
     /// warned of now. Not called when the first attempt's error fails `connect` (refused
     /// credentials), so that error is not also logged as an outage. Returns whether it warned.
-    pub(crate) fn started(&self, address: &str) -> bool {
+    pub(crate) fn started(&self, address: &RedisAddress) -> bool {
         let deferred = {
             let mut state = self.lock();
             state.started = true;
@@ -492,7 +441,7 @@ impl Health {
     }
 
     /// Records a (re)connection, logging once how long Redis was unreachable when it was.
-    fn connected(&self, address: &str) {
+    fn connected(&self, address: &RedisAddress) {
         let down_since = {
             let mut state = self.lock();
             state.last_error = None;
@@ -504,7 +453,7 @@ impl Health {
         if let Some(since) = down_since {
             let down = since.elapsed();
             tracing::info!(
-                address = %crate::lock::config::redact(address),
+                address = %address,
                 unreachable_ms = down.as_millis() as u64,
                 "Redis reachable again after {:.1} s",
                 down.as_secs_f64()
@@ -542,9 +491,9 @@ impl Health {
     }
 }
 
-fn warn_outage(address: &str, described: &str) {
+fn warn_outage(address: &RedisAddress, described: &str) {
     tracing::warn!(
-        address = %crate::lock::config::redact(address),
+        address = %address,
         error = %described,
         "Redis connection failed; acquisitions fail closed, at once, until it answers"
     );
@@ -552,8 +501,8 @@ fn warn_outage(address: &str, described: &str) {
 
 /// A connection error at connect that no retry can cure: Redis turned down the credentials
 /// (`WRONGPASS`, `NOAUTH`) or the user lacks a command the connection set-up sends (`NOPERM`,
-/// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming the
-/// address; `None` for every other error (Redis down, unreachable, slow).
+/// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming
+/// `address`; `None` for every other error (Redis down, unreachable, slow).
 pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Option<LockError> {
     let refusal = Refusal::of_reply(error)?;
     if !matches!(refusal, Refusal::NoAuth | Refusal::NoPermission) {
@@ -562,7 +511,7 @@ pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Opt
     let refused = RedisFailure::Refused {
         operation: "connection",
         refusal,
-        message: scrub(error.details().trim(), &config.address),
+        message: config.scrub(error.details().trim()),
     };
     // Not the URL grammar: the address parsed; what Redis wants is other credentials.
     let accepted = match refusal {
@@ -575,7 +524,7 @@ pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Opt
         }
     };
     Some(LockError::invalid_argument(
-        "redis.address",
+        "address",
         config.redacted_address(),
         format!("{refused}; accepted: {accepted}"),
     ))

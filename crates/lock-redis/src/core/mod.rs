@@ -7,16 +7,20 @@
 //! - `subscriptions`: sharded pub/sub channels shared by every waiter of a client, re-established
 //!   after reconnects;
 //! - `keys`: the key layout, every key of one name sharing one hash tag;
+//! - `address`: the one Redis address type, [`RedisAddress`](crate::RedisAddress), parsed once;
+//! - `redact`: the one redactor of secrets in addresses and free text;
 //! - `error`: what went wrong talking to Redis ([`RedisFailure`](crate::RedisFailure));
 //! - `backoff`: the one retry back-off.
 //!
 //! Scripts are fred's `Script`, sent with `EVALSHA` and reloaded on `NOSCRIPT`; each capability
 //! keeps its own set next to it.
 
+pub(crate) mod address;
 pub(crate) mod backoff;
 pub(crate) mod client;
 pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) mod keys;
+pub(crate) mod redact;
 pub(crate) mod sentinel_events;
 pub(crate) mod subscriptions;

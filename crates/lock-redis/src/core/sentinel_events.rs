@@ -23,9 +23,10 @@ use lock_core::LockError;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use crate::core::address::RedisAddress;
 use crate::core::backoff::Backoff;
-use crate::core::connection::{client_builder, tls_config, without_tls};
-use crate::lock::config::{RedisLockConfig, scrub};
+use crate::core::connection::{client_builder, tls_config};
+use crate::lock::config::RedisLockConfig;
 
 /// The Sentinels' channel announcing a new master:
 /// `<service> <old-ip> <old-port> <new-ip> <new-port>`.
@@ -106,26 +107,24 @@ impl SwitchWatch {
     /// # Errors
     /// [`LockError::InvalidArgument`] as for the lock's own clients.
     pub(crate) fn build(config: &RedisLockConfig) -> Result<Option<SwitchWatch>, LockError> {
-        let (plain_address, tls) = without_tls(&config.address);
-        let Ok(parsed) = Config::from_url(&plain_address) else {
-            // Reported by `build_clients`.
-            return Ok(None);
-        };
+        let address = config.redis_address()?;
         let ServerConfig::Sentinel {
             hosts,
             service_name,
             username,
             password,
-        } = parsed.server
+        } = &address.client_config().server
         else {
             return Ok(None);
         };
-        let tls = tls_config(config, tls)?;
+        let tls = tls_config(config, address.tls())?;
         let mut sentinels = Vec::with_capacity(hosts.len());
         for host in hosts {
             let at = format!("{}:{}", host.host, host.port);
             let sentinel_config = Config {
-                server: ServerConfig::Centralized { server: host },
+                server: ServerConfig::Centralized {
+                    server: host.clone(),
+                },
                 username: username.clone(),
                 password: password.clone(),
                 tls: tls.clone(),
@@ -135,15 +134,15 @@ impl SwitchWatch {
             let builder = client_builder(sentinel_config, sentinel_policy(), config);
             let subscriber = builder.build_subscriber_client().map_err(|e| {
                 LockError::invalid_argument(
-                    "redis.address",
+                    "address",
                     config.redacted_address(),
-                    scrub(e.details(), &config.address),
+                    config.scrub(e.details()),
                 )
             })?;
             sentinels.push((at, subscriber));
         }
         Ok(Some(SwitchWatch {
-            service: service_name,
+            service: service_name.clone(),
             sentinels,
             command_timeout: config.command_timeout,
         }))
@@ -216,7 +215,7 @@ async fn listen(
     switches: mpsc::Sender<Switch>,
     mut stop: watch::Receiver<()>,
     command_timeout: Duration,
-    address: String,
+    address: RedisAddress,
 ) {
     let mut messages = sentinel.message_rx();
     let mut reconnects = sentinel.reconnect_rx();
@@ -265,7 +264,7 @@ async fn listen(
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(
-                        sentinel = %at, error = %scrub(&error.to_string(), &address),
+                        sentinel = %at, error = %address.scrub(&error.to_string()),
                         "SUBSCRIBE +switch-master failed; retrying"
                     );
                     next_try = Instant::now() + backoff.next_delay();
@@ -304,7 +303,7 @@ async fn listen(
                 Ok((error, _)) => {
                     subscribed = false;
                     tracing::debug!(
-                        sentinel = %at, error = %scrub(&error.to_string(), &address),
+                        sentinel = %at, error = %address.scrub(&error.to_string()),
                         "Sentinel connection failed; reconnecting"
                     );
                 }
@@ -325,8 +324,8 @@ pub(crate) struct Connections {
     /// Set while both connections are being moved: one reconnection at a time, shared with the
     /// `READONLY` path.
     pub(crate) following_master: Arc<AtomicBool>,
-    /// The configured address, for scrubbing its secrets out of errors.
-    pub(crate) address: String,
+    /// The address, for scrubbing its secrets out of errors.
+    pub(crate) address: RedisAddress,
 }
 
 /// Receives the switches from all Sentinels and moves the client to each new master; ends when
@@ -402,7 +401,7 @@ async fn follow(
             match moved {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => tracing::debug!(
-                    error = %scrub(&error.to_string(), address),
+                    error = %address.scrub(&error.to_string()),
                     "reconnecting after +switch-master failed; retrying"
                 ),
                 Err(_) => tracing::debug!("reconnecting after +switch-master timed out; retrying"),
@@ -431,9 +430,9 @@ async fn follow(
 
 /// The Sentinel list of an address, for tests.
 #[cfg(test)]
-fn hosts_of(address: &str) -> Vec<Server> {
-    match Config::from_url(address).map(|c| c.server) {
-        Ok(ServerConfig::Sentinel { hosts, .. }) => hosts,
+fn hosts_of(config: &RedisLockConfig) -> Vec<Server> {
+    match config.redis_address().map(|a| &a.client_config().server) {
+        Ok(ServerConfig::Sentinel { hosts, .. }) => hosts.clone(),
         _ => Vec::new(),
     }
 }
@@ -472,7 +471,7 @@ mod tests {
         let mut at: Vec<&str> = watch.sentinels.iter().map(|(a, _)| a.as_str()).collect();
         at.sort_unstable();
         assert_eq!(at, ["127.0.0.1:26379", "127.0.0.1:26380"]);
-        assert_eq!(hosts_of(&config.address).len(), 2);
+        assert_eq!(hosts_of(&config).len(), 2);
         let plain = RedisLockConfig::new("redis://127.0.0.1:6379");
         assert!(SwitchWatch::build(&plain).unwrap().is_none());
     }

@@ -94,9 +94,10 @@ impl RedisLock {
     /// Must be called inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting:
-    /// `redis.address`, `command-timeout`, `wait-time`, `watchdog-timeout`, `key-prefix` or
-    /// `instance-id`. Also `redis.address`, with the (redacted) address, when Redis answers the
+    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting by its
+    /// [`RedisLockConfig`] method, as [`RedisLockConfig::validate`] does (`address`,
+    /// `command_timeout`, `key_prefix`, …), or `tls_ca_file` for a CA file that cannot be used.
+    /// Also `address`, with the (redacted) address, when Redis answers the
     /// first connection attempt by refusing it for good: the credentials are wrong or missing
     /// (`WRONGPASS`, `NOAUTH`), or the user lacks a command the connection set-up sends
     /// (`NOPERM`, e.g. `SELECT` for the address's database). Retrying cannot cure these, so
@@ -115,7 +116,7 @@ impl RedisLock {
     ///
     /// // Bad settings fail at once, before anything connects:
     /// let error = RedisLock::connect(config.clone().key_prefix("{lock}:")).await.unwrap_err();
-    /// assert_eq!(error.details()["argument"], "key-prefix");
+    /// assert_eq!(error.details()["argument"], "key_prefix");
     ///
     /// // Redis not answering (yet) does not: acquisitions fail closed until it does.
     /// let lock = RedisLock::connect(config).await?;
@@ -141,7 +142,7 @@ impl RedisLock {
             acquire::check_replica_count(&core.client, config.min_replicas).await;
         }
         let inner = Arc::new(Inner {
-            namespace: connection::namespace(&config),
+            namespace: connection::namespace(config.redis_address()?, &config.key_prefix),
             core,
             scripts,
             keys: KeyLayout::new(&config.key_prefix),

@@ -391,7 +391,7 @@ async fn a_client_without_the_password_fails_connect_naming_noauth() {
         .await
         .expect_err("connected without the password");
     assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{err}");
-    assert_eq!(err.details()["argument"], "redis.address", "{err}");
+    assert_eq!(err.details()["argument"], "address", "{err}");
     let text = err.to_string();
     assert!(text.contains("NOAUTH"), "{text}");
     assert!(

@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 
-use super::address::redact_text;
 use super::origin::Origin;
 
 /// Why the lock configuration was not accepted. Start-up should stop and print it.
@@ -169,5 +168,5 @@ pub(crate) fn one_line_message(error: &figment::Error) -> String {
         }
         _ => lines.join(" "),
     };
-    redact_text(&message).into_owned()
+    lock_redis::redact(&message).into_owned()
 }

@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use lock_core::{MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, validate_instance_id};
 use lock_redis::{
-    MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS, MAX_REPLICA_SYNC_TIMEOUT,
-    MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT, MIN_REPLICA_SYNC_TIMEOUT, duration_range,
-    key_prefix_problem,
+    ACCEPTED_ADDRESSES, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS,
+    MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
+    MIN_REPLICA_SYNC_TIMEOUT, RedisAddress, duration_range, key_prefix_problem,
 };
 
 use super::LockSettings;
-use super::address::RedisAddress;
 
 /// The section of every key of the lock.
 pub const PREFIX: &str = "telco.platform.lock";
@@ -117,7 +116,7 @@ pub const KEYS: &[KeySpec] = &[
         "Master switch. When false, no Redis connection is made and asking for the lock fails with LOCK_DISABLED, naming where it was switched off.",
         |s| Val::Bool(s.enabled)),
     key("telco.platform.lock.redis.address", Value("redis://localhost:6379"),
-        text("redis[s]://[user[:password]@]host[:port][/db], redis[s]-sentinel://…?sentinelServiceName=name[&node=host:port…] or redis[s]-cluster://host:port[?node=host:port…]", |_| None),
+        text(ACCEPTED_ADDRESSES, |_| None),
         "Where Redis is: one server, a Sentinel group or a Cluster, with credentials and database; TLS by scheme. When not set: spring.data.redis.url, else spring.data.redis.host/port.",
         |s| Val::Address(&s.redis.address)),
     key("telco.platform.lock.redis.command-timeout", Value("2s"), duration(MIN_COMMAND_TIMEOUT, MAX_COMMAND_TIMEOUT),
@@ -299,6 +298,18 @@ pub fn key_spec(key: &str) -> Option<&'static KeySpec> {
         .find(|spec| spec.name == key || spec.short_name() == key)
 }
 
+/// The key of a [`RedisLockConfig`](lock_redis::RedisLockConfig) setting, as lock-redis names
+/// it in its errors: its builder method (`address`, `command_timeout`, `tls_ca_file`,
+/// `wait_time`, …) is the key relative to `telco.platform.lock`, without `redis.`, with `_` for
+/// `-` and `.`.
+pub(crate) fn key_of_setting(setting: &str) -> Option<&'static KeySpec> {
+    KEYS.iter().find(|spec| {
+        let short = spec.short_name();
+        let short = short.strip_prefix("redis.").unwrap_or(short);
+        short.replace(['-', '.'], "_") == setting
+    })
+}
+
 pub(crate) fn spec(name: &str) -> &'static KeySpec {
     key_spec(name).unwrap_or_else(|| panic!("{name} is not in the key table"))
 }
@@ -369,4 +380,31 @@ pub(crate) fn near_miss_of_prefix(segments: &[&str]) -> bool {
         && segments.iter().zip(wanted).all(|(got, want)| {
             strsim::damerau_levenshtein(&normalize(got), want) <= (want.len() / 4).max(1)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_setting_of_the_redis_lock_has_its_key() {
+        for (setting, key) in [
+            ("address", "redis.address"),
+            ("command_timeout", "redis.command-timeout"),
+            ("tls_ca_file", "redis.tls.ca-file"),
+            ("wait_time", "wait-time"),
+            ("watchdog_timeout", "watchdog-timeout"),
+            ("min_replicas", "min-replicas"),
+            ("replica_sync_timeout", "replica-sync-timeout"),
+            ("fair_waiter_timeout", "fair-waiter-timeout"),
+            ("key_prefix", "key-prefix"),
+            ("instance_id", "instance-id"),
+        ] {
+            assert_eq!(key_of_setting(setting), key_spec(key), "{setting}");
+            assert!(key_of_setting(setting).is_some(), "{setting}");
+        }
+        // The starter's own spelling is not a lock-redis setting.
+        assert_eq!(key_of_setting("wait-time"), None);
+        assert_eq!(key_of_setting("redis.address"), None);
+    }
 }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use lock_redis::{RedisAddress, redact};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, de};
 
-use super::address::{RedisAddress, encode_userinfo, redact_text};
 use super::error::ConfigError;
 use super::error::one_line_message;
 use super::keys::{
@@ -27,7 +28,7 @@ const SHOWN_CHARS: usize = 120;
 /// A string as messages show it: quoted and escaped, cut after 120 characters, passwords
 /// redacted.
 pub(crate) fn quote(text: &str) -> String {
-    let redacted = redact_text(text);
+    let redacted = redact(text);
     if redacted.chars().count() > SHOWN_CHARS {
         let cut: String = redacted.chars().take(SHOWN_CHARS).collect();
         format!("{cut:?}… ({} bytes)", text.len())
@@ -532,5 +533,39 @@ fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigE
         }
         Err(_) if path.is_dir() => fail("it is a directory, not a file"),
         Err(e) => fail(&format!("the file cannot be read: {e}")),
+    }
+}
+
+/// `text` (a user name or password) for the user part of a URL: every character but the
+/// unreserved ones (`A-Z a-z 0-9 - . _ ~`) percent-encoded, `%` included, so the Redis client,
+/// which percent-decodes the user part, gets `text` exactly as written.
+fn encode_userinfo(text: &str) -> String {
+    const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    utf8_percent_encode(text, NOT_UNRESERVED).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_parts_are_encoded_whole() {
+        for (text, encoded) in [
+            ("plain-ok_1.2~", "plain-ok_1.2~"),
+            ("pa%41ss", "pa%2541ss"),
+            ("100%", "100%25"),
+            ("a+b", "a%2Bb"),
+            ("p@ss:w/rd?#", "p%40ss%3Aw%2Frd%3F%23"),
+            ("späß", "sp%C3%A4%C3%9F"),
+            ("a b&c=d'\"`", "a%20b%26c%3Dd%27%22%60"),
+        ] {
+            assert_eq!(encode_userinfo(text), encoded, "{text}");
+            let decoded = percent_encoding::percent_decode_str(encoded).decode_utf8();
+            assert_eq!(decoded.unwrap(), text);
+        }
     }
 }

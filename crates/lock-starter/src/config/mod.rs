@@ -30,7 +30,6 @@
 //! );
 //! ```
 
-mod address;
 mod error;
 mod keys;
 mod load;
@@ -43,15 +42,17 @@ use std::time::Duration;
 use figment::Figment;
 use serde::Deserialize;
 
-pub use address::{
-    DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress, Topology,
-};
 pub use error::ConfigError;
+pub(crate) use keys::key_of_setting;
 pub use keys::{Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, key_spec};
 pub use load::parse_duration;
 pub(crate) use load::quote;
 /// How every range error writes a duration range (`10 ms to 60 s`).
 pub use lock_redis::duration_range;
+/// The Redis address, parsed once: lock-redis's own type.
+pub use lock_redis::{
+    DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress, Topology,
+};
 pub use origin::{Origin, Origins};
 pub use sources::ConfigSources;
 
