@@ -8,11 +8,10 @@ use std::time::Duration;
 use fred::prelude::*;
 use lock_core::LockError;
 
-use crate::core::connection::{self, Health};
+use crate::core::connection::{self, Endpoint, Health};
 use crate::core::error::{RedisFailure, Refusal};
 use crate::core::sentinel_events;
 use crate::core::subscriptions::Subscriptions;
-use crate::lock::config::RedisLockConfig;
 
 /// The connections every capability of one client uses: cheap to share (`Arc`), closed when
 /// the last user drops it.
@@ -50,9 +49,9 @@ impl RedisCore {
     /// [`LockError::InvalidArgument`] when the address cannot be used, or when Redis refuses
     /// the first connection for good (credentials, `NOPERM`): see `RedisLock::connect`.
     pub(crate) async fn connect(
-        config: &RedisLockConfig,
+        config: &Endpoint<'_>,
     ) -> Result<(Arc<RedisCore>, bool), LockError> {
-        let address = config.redis_address()?.clone();
+        let address = config.address.clone();
         let (client, subscriber) = connection::build_clients(config)?;
         let switches = sentinel_events::SwitchWatch::build(config)?;
         let health = Arc::new(Health::default());
@@ -90,7 +89,7 @@ impl RedisCore {
             Err(_) => {
                 if !health.started(&address) {
                     tracing::warn!(
-                        address = %config.redacted_address(),
+                        address = %config.address.to_string(),
                         last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
                         "Redis is not reachable yet; acquisitions fail closed until it is"
                     );
@@ -114,7 +113,7 @@ impl RedisCore {
             health,
             runtime: tokio::runtime::Handle::current(),
             following_master,
-            redacted_address: config.redacted_address(),
+            redacted_address: config.address.to_string(),
             command_timeout: config.command_timeout,
             _stop_connecting: stop_connecting,
         });

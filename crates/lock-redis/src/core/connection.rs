@@ -1,5 +1,6 @@
 //! The fred clients behind a lock: one multiplexed connection for commands, one for pub/sub.
 
+use std::path::Path;
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
@@ -11,7 +12,6 @@ use tokio::time::Instant;
 use crate::core::address::RedisAddress;
 use crate::core::backoff::Backoff;
 use crate::core::error::{RedisFailure, Refusal};
-use crate::lock::config::RedisLockConfig;
 
 /// The longest delay between two attempts to reconnect to Redis: 2 s (the first comes after
 /// 100 ms, doubling). Once Redis answers again, a client is connected within about this long.
@@ -158,10 +158,20 @@ mod namespace_tests {
             assert_ne!(ns(a), ns(b), "{a} and {b}");
         }
         // An address that does not parse gets no namespace: the lock does not start.
-        let unparsable = RedisLockConfig::new("redis://h:6379/0 p:").key_prefix("");
+        let unparsable = crate::RedisLockConfig::new("redis://h:6379/0 p:").key_prefix("");
         let error = unparsable.validate().unwrap_err();
         assert_eq!(error.details()["argument"], "address", "{error}");
     }
+}
+
+/// What the shared core connects with: the address, the command timeout (which bounds every
+/// command and connection attempt) and the CA file for TLS. Each capability's settings give one
+/// (`RedisLockConfig::endpoint`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Endpoint<'a> {
+    pub(crate) address: &'a RedisAddress,
+    pub(crate) command_timeout: Duration,
+    pub(crate) tls_ca_file: Option<&'a Path>,
 }
 
 /// Builds (does not connect) the command client and the subscriber client.
@@ -169,9 +179,9 @@ mod namespace_tests {
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `address` when it did not parse, or `tls_ca_file`.
 pub(crate) fn build_clients(
-    config: &RedisLockConfig,
+    config: &Endpoint<'_>,
 ) -> Result<(Client, SubscriberClient), LockError> {
-    let address = config.redis_address()?;
+    let address = config.address;
     // TLS is set up here rather than by fred's URL parser, which would load the system's roots
     // even when a CA file is configured (and fail where the system has none).
     let mut fred_config = address.client_config().clone();
@@ -198,10 +208,10 @@ pub(crate) fn build_clients(
 /// [`LockError::InvalidArgument`] for a CA file with a plain address or an unusable CA file, or
 /// TLS without a CA file where the system has no roots.
 pub(crate) fn tls_config(
-    config: &RedisLockConfig,
+    config: &Endpoint<'_>,
     tls: bool,
 ) -> Result<Option<fred::types::config::TlsConfig>, LockError> {
-    Ok(match (&config.tls_ca_file, tls) {
+    Ok(match (config.tls_ca_file, tls) {
         (Some(ca_file), false) => {
             return Err(LockError::invalid_argument(
                 "tls_ca_file",
@@ -215,7 +225,7 @@ pub(crate) fn tls_config(
                 .map_err(|e| {
                     LockError::invalid_argument(
                         "address",
-                        config.redacted_address(),
+                        config.address.to_string(),
                         format!(
                             "TLS with the system's CA certificates is not available ({}); configure a CA file (tls_ca_file)",
                             e.details()
@@ -235,7 +245,7 @@ pub(crate) fn tls_config(
 pub(crate) fn client_builder(
     fred_config: Config,
     policy: ReconnectPolicy,
-    config: &RedisLockConfig,
+    config: &Endpoint<'_>,
 ) -> Builder {
     let mut builder = Builder::from_config(fred_config);
     builder
@@ -312,11 +322,11 @@ fn tls_with_ca(path: &std::path::Path) -> Result<fred::types::config::TlsConfig,
     Ok(client.into())
 }
 
-fn invalid_address(config: &RedisLockConfig, error: &Error) -> LockError {
+fn invalid_address(config: &Endpoint<'_>, error: &Error) -> LockError {
     LockError::invalid_argument(
         "address",
-        config.redacted_address(),
-        config.scrub(error.details()),
+        config.address.to_string(),
+        config.address.scrub(error.details()),
     )
 }
 
@@ -503,7 +513,7 @@ fn warn_outage(address: &RedisAddress, described: &str) {
 /// (`WRONGPASS`, `NOAUTH`) or the user lacks a command the connection set-up sends (`NOPERM`,
 /// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming
 /// `address`; `None` for every other error (Redis down, unreachable, slow).
-pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Option<LockError> {
+pub(crate) fn refused_at_connect(config: &Endpoint<'_>, error: &Error) -> Option<LockError> {
     let refusal = Refusal::of_reply(error)?;
     if !matches!(refusal, Refusal::NoAuth | Refusal::NoPermission) {
         return None;
@@ -511,7 +521,7 @@ pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Opt
     let refused = RedisFailure::Refused {
         operation: "connection",
         refusal,
-        message: config.scrub(error.details().trim()),
+        message: config.address.scrub(error.details().trim()),
     };
     // Not the URL grammar: the address parsed; what Redis wants is other credentials.
     let accepted = match refusal {
@@ -525,7 +535,7 @@ pub(crate) fn refused_at_connect(config: &RedisLockConfig, error: &Error) -> Opt
     };
     Some(LockError::invalid_argument(
         "address",
-        config.redacted_address(),
+        config.address.to_string(),
         format!("{refused}; accepted: {accepted}"),
     ))
 }

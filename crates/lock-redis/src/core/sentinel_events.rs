@@ -25,8 +25,7 @@ use tokio::time::Instant;
 
 use crate::core::address::RedisAddress;
 use crate::core::backoff::Backoff;
-use crate::core::connection::{client_builder, tls_config};
-use crate::lock::config::RedisLockConfig;
+use crate::core::connection::{Endpoint, client_builder, tls_config};
 
 /// The Sentinels' channel announcing a new master:
 /// `<service> <old-ip> <old-port> <new-ip> <new-port>`.
@@ -106,8 +105,8 @@ impl SwitchWatch {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] as for the lock's own clients.
-    pub(crate) fn build(config: &RedisLockConfig) -> Result<Option<SwitchWatch>, LockError> {
-        let address = config.redis_address()?;
+    pub(crate) fn build(config: &Endpoint<'_>) -> Result<Option<SwitchWatch>, LockError> {
+        let address = config.address;
         let ServerConfig::Sentinel {
             hosts,
             service_name,
@@ -135,8 +134,8 @@ impl SwitchWatch {
             let subscriber = builder.build_subscriber_client().map_err(|e| {
                 LockError::invalid_argument(
                     "address",
-                    config.redacted_address(),
-                    config.scrub(e.details()),
+                    config.address.to_string(),
+                    config.address.scrub(e.details()),
                 )
             })?;
             sentinels.push((at, subscriber));
@@ -430,9 +429,9 @@ async fn follow(
 
 /// The Sentinel list of an address, for tests.
 #[cfg(test)]
-fn hosts_of(config: &RedisLockConfig) -> Vec<Server> {
-    match config.redis_address().map(|a| &a.client_config().server) {
-        Ok(ServerConfig::Sentinel { hosts, .. }) => hosts.clone(),
+fn hosts_of(address: &RedisAddress) -> Vec<Server> {
+    match &address.client_config().server {
+        ServerConfig::Sentinel { hosts, .. } => hosts.clone(),
         _ => Vec::new(),
     }
 }
@@ -440,6 +439,7 @@ fn hosts_of(config: &RedisLockConfig) -> Vec<Server> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RedisLockConfig;
 
     #[test]
     fn parses_switches_of_its_service_only() {
@@ -466,13 +466,19 @@ mod tests {
         let config = RedisLockConfig::new(
             "redis-sentinel://u:p@127.0.0.1:26379?sentinelServiceName=svc&node=127.0.0.1:26380&sentinelPassword=s3",
         );
-        let watch = SwitchWatch::build(&config).unwrap().unwrap();
+        let watch = SwitchWatch::build(&config.endpoint().unwrap())
+            .unwrap()
+            .unwrap();
         assert_eq!(watch.service, "svc");
         let mut at: Vec<&str> = watch.sentinels.iter().map(|(a, _)| a.as_str()).collect();
         at.sort_unstable();
         assert_eq!(at, ["127.0.0.1:26379", "127.0.0.1:26380"]);
-        assert_eq!(hosts_of(&config).len(), 2);
+        assert_eq!(hosts_of(config.endpoint().unwrap().address).len(), 2);
         let plain = RedisLockConfig::new("redis://127.0.0.1:6379");
-        assert!(SwitchWatch::build(&plain).unwrap().is_none());
+        assert!(
+            SwitchWatch::build(&plain.endpoint().unwrap())
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -10,6 +10,7 @@ use lock_core::{
 };
 
 use crate::core::address::{ACCEPTED_ADDRESSES, InvalidAddress, RedisAddress};
+use crate::core::connection::Endpoint;
 use crate::core::redact::redact;
 
 /// Default Redis address: `redis://localhost:6379`.
@@ -334,12 +335,16 @@ impl RedisLockConfig {
         })
     }
 
-    /// `text` (a client error, a log line) with the address's secrets as `***`.
-    pub(crate) fn scrub(&self, text: &str) -> String {
-        match &self.address {
-            Ok(address) => address.scrub(text),
-            Err(_) => redact(text).into_owned(),
-        }
+    /// What the shared core connects with.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming `address` when the address did not parse.
+    pub(crate) fn endpoint(&self) -> Result<Endpoint<'_>, LockError> {
+        Ok(Endpoint {
+            address: self.redis_address()?,
+            command_timeout: self.command_timeout,
+            tls_ca_file: self.tls_ca_file.as_deref(),
+        })
     }
 
     /// Checks every setting.
@@ -502,10 +507,12 @@ mod tests {
             let config = RedisLockConfig::new(&address);
             assert_no_secret("the config's Debug", &format!("{config:?}"));
             assert_no_secret("the redacted address", &config.redacted_address());
-            assert_no_secret(
-                "a scrubbed text",
-                &config.scrub(&format!("{address} failed")),
-            );
+            let text = format!("{address} failed");
+            let scrubbed = match config.endpoint() {
+                Ok(endpoint) => endpoint.address.scrub(&text),
+                Err(_) => redact(&text).into_owned(),
+            };
+            assert_no_secret("a scrubbed text", &scrubbed);
         }
         let refused = RedisLockConfig::new(format!("redis://{USER}:{PASSWORD}@db:0"));
         let error = refused.validate().unwrap_err();

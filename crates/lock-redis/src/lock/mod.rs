@@ -134,7 +134,7 @@ impl RedisLock {
             );
         }
         let scripts = Scripts::new();
-        let (core, answered) = RedisCore::connect(&config).await?;
+        let (core, answered) = RedisCore::connect(&config.endpoint()?).await?;
         if answered {
             if let Err(error) = scripts.load(&core.client).await {
                 tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
