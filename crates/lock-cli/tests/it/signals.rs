@@ -3,12 +3,10 @@
 //! with the command's code, and releases the lock; a command that ignores them is killed after
 //! the grace.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Reap, SLACK, alive, code, other_pod, read_pid, start_ready, stderr};
+use crate::common::{Reap, SLACK, alive, code, other_pod, read_pid, start_ready, stderr};
 use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};

@@ -1,9 +1,10 @@
 //! How `run` reports a lease that ended under its command, the switch that only `run` honours,
 //! and the arguments and warnings found in a new user's trial.
 
-mod common;
-
-use common::{SLACK, assert_one_line, cli, code, other_pod, platform_lock, start_holding, stderr};
+use crate::common;
+use crate::common::{
+    SLACK, assert_one_line, cli, code, other_pod, platform_lock, start_holding, stderr,
+};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
 

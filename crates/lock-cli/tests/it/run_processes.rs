@@ -2,11 +2,9 @@
 //! the processes it started — and a command that ignores SIGTERM is killed after the grace;
 //! `run` killed with SIGKILL takes its command along, through its guardian process.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     Reap, SLACK, alive, cli, code, eventually, other_pod, platform_lock, read_pid, start_ready,
     stderr,
 };

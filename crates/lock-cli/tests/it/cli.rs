@@ -1,12 +1,10 @@
 //! The `platform-lock` binary against private redis-servers: what on-call sees and the exit
 //! codes scripts rely on.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     SLACK, assert_one_line, cli, code, finish, free_port, other_pod, platform_lock, start_holding,
     stderr, stdout,
 };

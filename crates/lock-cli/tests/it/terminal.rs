@@ -2,11 +2,9 @@
 //! `release --force` and the spinner `run` shows while it waits for a held lock; and that a
 //! `run` killed there takes its command along.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{BINARY, Reap, SLACK, alive, environment, eventually, other_pod, read_pid};
+use crate::common::{BINARY, Reap, SLACK, alive, environment, eventually, other_pod, read_pid};
 use lock_starter::redis::LockState;
 use lock_starter::{DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome};
 use lock_testkit::RedisServer;

@@ -1,7 +1,7 @@
 //! Shared set-up for the `platform-lock` tests: the binary with a test environment, the "other
 //! pod" holding locks, and waiting on events with generous deadlines.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(unreachable_pub)]
 
 use std::path::Path;
 use std::process::{Output, Stdio};
