@@ -334,6 +334,11 @@ async fn list_as_a_redis_user_without_scan_says_the_permission_is_missing() {
     }
 }
 
+/// `platform-lock run --key job OPTION VALUE -- echo ran`.
+fn run_echo_ran<'a>(option: &'a str, value: &'a str) -> Vec<&'a str> {
+    vec!["run", "--key", "job", option, value, "--", "echo", "ran"]
+}
+
 /// Each bad input gives one line saying what is wrong and what to do, with the documented
 /// exit code, and the command does not run (or, when it cannot be started, the lock is given
 /// back at once).
@@ -350,66 +355,37 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
     ];
     let cases: Vec<(Vec<&str>, i32, Vec<&str>)> = vec![
         (
-            vec!["run", "--key", "job", "--lease", "0s", "--", "echo", "ran"],
+            run_echo_ran("--lease", "0s"),
             2,
             vec!["--lease", "100 ms to 168 h"],
         ),
         (
-            vec![
-                "run", "--key", "job", "--lease", "50ms", "--", "echo", "ran",
-            ],
+            run_echo_ran("--lease", "50ms"),
             2,
             vec!["--lease", "100 ms to 168 h"],
         ),
         (
-            vec!["run", "--key", "job", "--lease", "abc", "--", "echo", "ran"],
+            run_echo_ran("--lease", "abc"),
             2,
             vec!["--lease", "a duration takes a unit"],
         ),
         (
-            vec![
-                "run",
-                "--key",
-                "job",
-                "--lease",
-                "99999999999999999s",
-                "--",
-                "echo",
-                "ran",
-            ],
+            run_echo_ran("--lease", "99999999999999999s"),
             2,
             vec!["--lease", "100 ms to 168 h"],
         ),
         (
-            vec![
-                "run",
-                "--key",
-                "job",
-                "--lease",
-                "18446744073709551616s",
-                "--",
-                "echo",
-                "ran",
-            ],
+            run_echo_ran("--lease", "18446744073709551616s"),
             2,
             vec!["--lease", "too large"],
         ),
         (
-            vec!["run", "--key", "job", "--wait", "2h", "--", "echo", "ran"],
+            run_echo_ran("--wait", "2h"),
             2,
             vec!["--wait", "0s (one attempt) to 1h"],
         ),
         (
-            vec![
-                "run",
-                "--key",
-                "job",
-                "--wait",
-                "18446744073709551615s",
-                "--",
-                "echo",
-                "ran",
-            ],
+            run_echo_ran("--wait", "18446744073709551615s"),
             2,
             vec!["--wait", "0s (one attempt) to 1h"],
         ),

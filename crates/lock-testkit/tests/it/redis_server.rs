@@ -414,6 +414,18 @@ fn child_test(name: &str) -> Command {
     command
 }
 
+/// The runtime of a helper test in its child process; `None` outside one (the helper then does
+/// nothing).
+fn child_runtime() -> Option<tokio::runtime::Runtime> {
+    std::env::var_os(CHILD_ENV)?;
+    Some(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    )
+}
+
 #[test]
 fn a_server_dies_with_a_test_process_that_never_dropped_it() {
     let mut child = child_test("helper_start_then_exit_without_drop")
@@ -445,13 +457,9 @@ fn a_server_dies_with_a_test_process_that_never_dropped_it() {
 #[test]
 #[ignore = "helper: runs only in the child process of a_server_dies_with_a_test_process_that_never_dropped_it"]
 fn helper_start_then_exit_without_drop() {
-    if std::env::var_os(CHILD_ENV).is_none() {
+    let Some(runtime) = child_runtime() else {
         return;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    };
     let redis = runtime.block_on(local_server());
     println!(
         "REDIS_PID={} REDIS_DIR={}",
@@ -517,13 +525,9 @@ fn the_local_backend_can_be_forced_from_the_environment() {
 #[test]
 #[ignore = "helper: runs only in child processes started by start_in_child"]
 fn helper_report_start_outcome() {
-    if std::env::var_os(CHILD_ENV).is_none() {
+    let Some(runtime) = child_runtime() else {
         return;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    };
     let outcome = match runtime.block_on(RedisServer::start()) {
         Ok(_server) => "STARTED".to_owned(),
         Err(e) => e.to_string(),
