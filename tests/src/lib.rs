@@ -4,4 +4,5 @@
 //! The workers (`lock-worker`) depend on lock-starter alone, like a service; the controller uses
 //! lock-testkit to run Redis, inject faults and check the history.
 
+pub mod consumer;
 pub mod stress;

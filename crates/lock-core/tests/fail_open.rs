@@ -1,3 +1,4 @@
+// A binary of its own: it installs a process-wide log capture that other tests' logs would fill.
 //! The fail-open policy (`with_lock_fail_open`) on the in-process
 //! lock, a disabled lock and a lock whose backend is down: the section runs exactly once on every
 //! path, its value comes back with the right marker, the `WARN` is logged before it runs, and an

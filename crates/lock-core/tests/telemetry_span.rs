@@ -1,3 +1,4 @@
+// A binary of its own: tracing's per-call-site interest cache is process-wide (see below).
 //! The `lock.acquire` span and its events, as a plain fmt subscriber prints them — for every
 //! implementation, here the in-memory one.
 //!

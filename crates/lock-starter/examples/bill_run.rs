@@ -15,6 +15,8 @@
 //! Exit codes: 0 run completed or found completed, 75 lock not acquired, 78 bad configuration,
 //! 1 lease lost or stale write refused.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -57,15 +59,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            // fred warns about routine shutdown steps; its errors still show.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fred=error".into()),
-        )
-        .init();
+    common::log_to_stderr();
     let args = Args::parse();
     let mut builder = LockStarter::builder();
     if let Some(path) = &args.config {

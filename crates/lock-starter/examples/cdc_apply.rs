@@ -18,6 +18,8 @@
 //! ```
 //! Each pod is its own Redis client, as separate processes would be.
 
+mod common;
+
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,25 +66,19 @@ fn parse_every(text: &str) -> Result<Duration, String> {
     Ok(every)
 }
 
+/// One pod's lock, as lock-starter configures it from the environment.
+async fn configured_lock() -> Result<Arc<dyn DistributedLock>, Box<dyn std::error::Error>> {
+    Ok(LockStarter::builder().build().await?.lock()?)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fred=error".into()),
-        )
-        .init();
+    common::log_to_stderr();
     let args = Args::parse();
     let mut pods = Vec::new();
     for _ in 0..args.pods {
-        match LockStarter::builder().build().await.map(|s| s.lock()) {
-            Ok(Ok(lock)) => pods.push(lock),
-            Ok(Err(error)) => {
-                eprintln!("{error}");
-                return ExitCode::from(78);
-            }
+        match configured_lock().await {
+            Ok(lock) => pods.push(lock),
             Err(error) => {
                 eprintln!("{error}");
                 return ExitCode::from(78);

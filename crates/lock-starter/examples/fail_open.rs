@@ -16,6 +16,8 @@
 //! `wait_time_elapsed`; point the address at a port nothing listens on to see
 //! `backend_unavailable`; set `TELCO_PLATFORM_LOCK_ENABLED=false` to see `lock_disabled`.
 
+mod common;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -45,15 +47,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            // fred warns about routine shutdown steps; its errors still show.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fred=error".into()),
-        )
-        .init();
+    common::log_to_stderr();
     let args = Args::parse();
     let starter = match LockStarter::builder().build().await {
         Ok(starter) => starter,

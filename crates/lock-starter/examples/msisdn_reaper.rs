@@ -14,6 +14,8 @@
 //! ```
 //! Start it in several terminals to watch the replicas share the ticks.
 
+mod common;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -48,15 +50,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            // fred warns about routine shutdown steps; its errors still show.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,fred=error".into()),
-        )
-        .init();
+    common::log_to_stderr();
     let args = Args::parse();
     // A bad lease or hold is a bug in the caller, not a reason to skip ticks: refuse it up front.
     let options = AcquireOptions::new(Lease::Fixed(args.lease))

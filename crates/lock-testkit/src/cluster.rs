@@ -1084,14 +1084,7 @@ pub(crate) fn free_port() -> Result<u16, TestkitError> {
 /// file).
 pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
-    let text = strip_ansi(&text);
-    let all: Vec<&str> = text.lines().collect();
-    let tail = all[all.len().saturating_sub(lines)..].join("\n");
-    if tail.is_empty() {
-        "(empty)".to_owned()
-    } else {
-        tail
-    }
+    crate::local::last_lines(&strip_ansi(&text), lines, "(empty)")
 }
 
 fn strip_ansi(text: &str) -> String {

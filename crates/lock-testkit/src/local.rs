@@ -385,12 +385,17 @@ fn log_tail(path: &Path, offset: u64) -> String {
 }
 
 fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    let text = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
-    if text.is_empty() {
-        "(the log is empty)".to_owned()
+    last_lines(log, LOG_TAIL_LINES, "(the log is empty)")
+}
+
+/// The last `lines` lines of `text`, or `empty` when it has none.
+pub(crate) fn last_lines(text: &str, lines: usize, empty: &str) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    let tail = all[all.len().saturating_sub(lines)..].join("\n");
+    if tail.is_empty() {
+        empty.to_owned()
     } else {
-        text
+        tail
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use lock_starter::prelude::*;
+use platform_lock_tests::consumer::{lock_from_environment, parse_lease};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -15,22 +15,15 @@ async fn main() -> ExitCode {
         eprintln!("usage: lock-holder <key> <watchdog|DURATION>");
         return ExitCode::from(2);
     };
-    let lease = match lease.as_str() {
-        "watchdog" => Lease::Watchdog,
-        other => match humantime::parse_duration(other) {
-            Ok(d) => Lease::Fixed(d),
-            Err(e) => {
-                eprintln!("bad lease {other:?}: {e}");
-                return ExitCode::from(2);
-            }
-        },
-    };
-    let lock = match LockStarter::builder().build().await.map(|s| s.lock()) {
-        Ok(Ok(lock)) => lock,
-        Ok(Err(e)) => {
-            eprintln!("{e}");
-            return ExitCode::from(78);
+    let lease = match parse_lease(lease) {
+        Ok(lease) => lease,
+        Err(e) => {
+            eprintln!("bad lease {lease:?}: {e}");
+            return ExitCode::from(2);
         }
+    };
+    let lock = match lock_from_environment().await {
+        Ok(lock) => lock,
         Err(e) => {
             eprintln!("{e}");
             return ExitCode::from(78);

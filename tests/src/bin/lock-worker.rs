@@ -13,6 +13,7 @@ use clap::Parser;
 use lock_starter::prelude::*;
 use lock_testkit::fenced::{FencedResource, WriteOutcome};
 use lock_testkit::history::{Event, Op, Phase, Recorder, monotonic_ns};
+use platform_lock_tests::consumer::{lock_from_environment, parse_lease};
 use tokio::time::Instant;
 
 #[derive(Debug, Parser)]
@@ -45,15 +46,12 @@ struct Args {
 async fn main() -> ExitCode {
     let args = Args::parse();
     let name = std::env::var("TELCO_PLATFORM_LOCK_INSTANCE_ID").unwrap_or_else(|_| "worker".into());
-    let lease = match args.lease.as_str() {
-        "watchdog" => Lease::Watchdog,
-        fixed => match humantime::parse_duration(fixed) {
-            Ok(d) => Lease::Fixed(d),
-            Err(e) => {
-                eprintln!("{name}: bad --lease {fixed:?}: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    let lease = match parse_lease(&args.lease) {
+        Ok(lease) => lease,
+        Err(e) => {
+            eprintln!("{name}: bad --lease {:?}: {e}", args.lease);
+            return ExitCode::from(2);
+        }
     };
     let (recorder, resource) = match (
         Recorder::create(&args.run_dir.join("history"), &name),
@@ -65,12 +63,8 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let lock = match LockStarter::builder().build().await.map(|s| s.lock()) {
-        Ok(Ok(lock)) => lock,
-        Ok(Err(e)) => {
-            eprintln!("{name}: {e}");
-            return ExitCode::from(78);
-        }
+    let lock = match lock_from_environment().await {
+        Ok(lock) => lock,
         Err(e) => {
             eprintln!("{name}: {e}");
             return ExitCode::from(78);

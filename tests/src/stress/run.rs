@@ -386,32 +386,14 @@ async fn holder(redis: &RedisServer, redis_key: &str, workers: &[Worker]) -> Opt
 /// process `redis` at now, with the window's start in `value`.
 fn record_key_loss(controller: &Recorder, key: &str, from: u64) {
     let _ = controller.record(Event {
-        process: "redis".to_owned(),
-        t_ns: monotonic_ns(),
-        op: Op::Crash,
-        phase: Phase::Complete,
-        key: key.to_owned(),
-        token: None,
-        ok: None,
-        code: None,
         reason: Some("key loss".to_owned()),
         value: i64::try_from(from).ok(),
+        ..Event::new("redis", Op::Crash, Phase::Complete, key)
     });
 }
 
 fn record_crash(controller: &Recorder, process: &str, key: &str) {
-    let _ = controller.record(Event {
-        process: process.to_owned(),
-        t_ns: monotonic_ns(),
-        op: Op::Crash,
-        phase: Phase::Complete,
-        key: key.to_owned(),
-        token: None,
-        ok: None,
-        code: None,
-        reason: None,
-        value: None,
-    });
+    let _ = controller.record(Event::new(process, Op::Crash, Phase::Complete, key));
 }
 
 async fn evicted_keys(redis: &RedisServer) -> u64 {

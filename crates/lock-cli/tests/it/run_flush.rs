@@ -2,9 +2,7 @@
 //! handed back is gone from Redis when the process is: here, a grant whose replicas did not
 //! confirm it (`min-replicas = 1` on a Redis without replicas), released in the background.
 
-mod common;
-
-use common::{assert_one_line, finish, platform_lock, stderr};
+use crate::common::{assert_one_line, finish, platform_lock, stderr};
 use lock_testkit::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

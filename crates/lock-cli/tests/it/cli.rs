@@ -1,25 +1,20 @@
 //! The `platform-lock` binary against private redis-servers: what on-call sees and the exit
 //! codes scripts rely on.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{
-    SLACK, assert_one_line, cli, code, finish, free_port, other_pod, platform_lock, start_holding,
-    stderr, stdout,
+use crate::common::{
+    SLACK, assert_force_released, assert_one_line, cli, code, finish, free_port, lose_the_lease,
+    other_pod, platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
 };
-use lock_starter::redis::{ForceReleased, LockState};
-use lock_starter::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_starter::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_list_and_release_a_lock_held_by_another_pod() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let handle = pod
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
@@ -74,14 +69,7 @@ async fn status_list_and_release_a_lock_held_by_another_pod() {
         "{}",
         stdout(&released)
     );
-    let reason = tokio::time::timeout(SLACK, handle.lost())
-        .await
-        .expect("the holder never learnt of the forced release");
-    assert_eq!(reason, LostReason::NotOwner);
-    assert!(matches!(
-        pod.status("bill-run:2026-11").await.unwrap().state,
-        LockState::Released { .. }
-    ));
+    assert_force_released(&pod, &handle, "bill-run:2026-11").await;
 
     let again = cli(&url, &["release", "--force", "--yes", "bill-run:2026-11"]).await;
     assert_eq!(code(&again), 0);
@@ -92,9 +80,7 @@ async fn status_list_and_release_a_lock_held_by_another_pod() {
 /// it is still held (text and JSON) rather than showing a plain holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_list_say_a_lock_is_kept_for_its_minimum_hold() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(60));
     let handle = pod.acquire_with("reaper", options).await.unwrap();
     let live = cli(&url, &["status", "--json", "reaper"]).await;
@@ -164,9 +150,7 @@ async fn run_holds_the_lock_and_passes_the_commands_exit_code_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_exits_75_without_running_the_command_when_the_lock_is_held_elsewhere() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let _held = pod.acquire("job", Lease::Watchdog).await.unwrap();
     let started = Instant::now();
     let output = cli(
@@ -183,9 +167,7 @@ async fn run_exits_75_without_running_the_command_when_the_lock_is_held_elsewher
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_terminates_its_command_when_the_lease_is_lost() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let child = start_holding(
         &url,
         &pod,
@@ -193,21 +175,9 @@ async fn run_terminates_its_command_when_the_lease_is_lost() {
         &["run", "--key", "job", "--", "sleep", "60"],
     )
     .await;
-    let forced_at = Instant::now();
-    assert!(matches!(
-        pod.force_release("job").await.unwrap(),
-        ForceReleased::Released { .. }
-    ));
-    let output = tokio::time::timeout(SLACK, child.wait_with_output())
-        .await
-        .expect("run kept its command running after the lease was lost")
-        .unwrap();
+    let (output, took) = lose_the_lease(&pod, "job", child).await;
     // The watchdog notices within a third of its 1 s timeout; SIGTERM ends `sleep` at once.
-    assert!(
-        forced_at.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        forced_at.elapsed()
-    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(code(&output), 70, "{}", stderr(&output));
     assert!(stderr(&output).contains("was lost"), "{}", stderr(&output));
 }
@@ -364,14 +334,17 @@ async fn list_as_a_redis_user_without_scan_says_the_permission_is_missing() {
     }
 }
 
+/// `platform-lock run --key job OPTION VALUE -- echo ran`.
+fn run_echo_ran<'a>(option: &'a str, value: &'a str) -> Vec<&'a str> {
+    vec!["run", "--key", "job", option, value, "--", "echo", "ran"]
+}
+
 /// Each bad input gives one line saying what is wrong and what to do, with the documented
 /// exit code, and the command does not run (or, when it cannot be started, the lock is given
 /// back at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_inputs_are_one_line_each_with_the_documented_code() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("no-execute-permission.sh");
     std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
@@ -382,66 +355,37 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
     ];
     let cases: Vec<(Vec<&str>, i32, Vec<&str>)> = vec![
         (
-            vec!["run", "--key", "job", "--lease", "0s", "--", "echo", "ran"],
+            run_echo_ran("--lease", "0s"),
             2,
             vec!["--lease", "100 ms to 168 h"],
         ),
         (
-            vec![
-                "run", "--key", "job", "--lease", "50ms", "--", "echo", "ran",
-            ],
+            run_echo_ran("--lease", "50ms"),
             2,
             vec!["--lease", "100 ms to 168 h"],
         ),
         (
-            vec!["run", "--key", "job", "--lease", "abc", "--", "echo", "ran"],
+            run_echo_ran("--lease", "abc"),
             2,
             vec!["--lease", "a duration takes a unit"],
         ),
         (
-            vec![
-                "run",
-                "--key",
-                "job",
-                "--lease",
-                "99999999999999999s",
-                "--",
-                "echo",
-                "ran",
-            ],
+            run_echo_ran("--lease", "99999999999999999s"),
             2,
             vec!["--lease", "100 ms to 168 h"],
         ),
         (
-            vec![
-                "run",
-                "--key",
-                "job",
-                "--lease",
-                "18446744073709551616s",
-                "--",
-                "echo",
-                "ran",
-            ],
+            run_echo_ran("--lease", "18446744073709551616s"),
             2,
             vec!["--lease", "too large"],
         ),
         (
-            vec!["run", "--key", "job", "--wait", "2h", "--", "echo", "ran"],
+            run_echo_ran("--wait", "2h"),
             2,
             vec!["--wait", "0s (one attempt) to 1h"],
         ),
         (
-            vec![
-                "run",
-                "--key",
-                "job",
-                "--wait",
-                "18446744073709551615s",
-                "--",
-                "echo",
-                "ran",
-            ],
+            run_echo_ran("--wait", "18446744073709551615s"),
             2,
             vec!["--wait", "0s (one attempt) to 1h"],
         ),
@@ -569,9 +513,7 @@ async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
 /// failure (no panic, exit 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_goes_away_is_no_failure() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let _held = pod.acquire("held", Lease::Watchdog).await.unwrap();
     for args in [
         &["status", "held"][..],

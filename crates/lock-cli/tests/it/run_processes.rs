@@ -2,15 +2,12 @@
 //! the processes it started — and a command that ignores SIGTERM is killed after the grace;
 //! `run` killed with SIGKILL takes its command along, through its guardian process.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{
-    Reap, SLACK, alive, cli, code, eventually, other_pod, platform_lock, read_pid, start_ready,
-    stderr,
+use crate::common::{
+    Reap, SLACK, alive, cli, code, eventually, lose_the_lease, other_pod, platform_lock, read_pid,
+    start_ready, stderr,
 };
-use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
@@ -40,16 +37,7 @@ fn children_of(parent: Pid) -> Vec<Pid> {
 async fn lose_the_lease_of(url: &str, script: &str) -> (std::process::Output, Duration) {
     let pod = other_pod(url).await;
     let child = start_ready(url, script).await;
-    let forced_at = Instant::now();
-    assert!(matches!(
-        pod.force_release("job").await.unwrap(),
-        ForceReleased::Released { .. }
-    ));
-    let output = tokio::time::timeout(SLACK, child.wait_with_output())
-        .await
-        .expect("run kept its command running after the lease was lost")
-        .unwrap();
-    (output, forced_at.elapsed())
+    lose_the_lease(&pod, "job", child).await
 }
 
 /// A job script that starts a worker process (as `sh -c 'a; b'`, a shell script or `make` do)

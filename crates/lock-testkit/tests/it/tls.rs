@@ -5,7 +5,6 @@
 use std::io::ErrorKind;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use lock_testkit::tls::TestCertificates;
 use lock_testkit::{Backend, RedisServer};
@@ -13,8 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-/// Deadline for things that normally take milliseconds.
-const GENEROUS: Duration = Duration::from_secs(20);
+use crate::common::GENEROUS;
 
 async fn tls_server(certs: &TestCertificates) -> RedisServer {
     RedisServer::builder()

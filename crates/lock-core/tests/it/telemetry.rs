@@ -1,6 +1,6 @@
 //! The acquisition, release and lost-lease metrics, recorded by the provided `acquire_with` and
 //! by `LockHandle` for every implementation — here the in-memory one (the `lock.acquire` span:
-//! `telemetry_span.rs`).
+//! `tests/telemetry_span.rs`).
 //!
 //! Each test installs its own recorder as the thread's default and runs on a `current_thread`
 //! runtime, so it sees exactly what its own lock did.

@@ -6,31 +6,11 @@
 //! testkit's settle timeout); nothing sleeps for a fixed time.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lock_testkit::{RedisCluster, TestkitError};
-use nix::errno::Errno;
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
 
-/// Deadline for processes to disappear after the cluster is dropped.
-const GENEROUS: Duration = Duration::from_secs(20);
-
-/// Whether `pid` is gone: no such process, or only a zombie left for a parent that is not us.
-fn process_is_gone(pid: u32) -> bool {
-    match kill(Pid::from_raw(pid as i32), None) {
-        Err(Errno::ESRCH) => true,
-        _ => std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                let state = stat
-                    .rfind(')')
-                    .map(|i| stat[i + 1..].trim_start().to_owned());
-                state.map(|s| s.starts_with('Z') || s.starts_with('X'))
-            })
-            .unwrap_or(true),
-    }
-}
+use crate::common::wait_until_all_gone;
 
 /// The error message of a `cmd_on` that Redis refused, e.g. `MOVED 1234 127.0.0.1:7001`.
 fn refusal(result: Result<String, TestkitError>) -> String {
@@ -228,13 +208,6 @@ async fn a_cluster_serves_every_master_fails_over_migrates_and_stops_on_drop() {
     assert_eq!(pids.len(), 5);
     let dir = cluster.dir().to_owned();
     drop(cluster);
-    let started = Instant::now();
-    while !pids.iter().all(|pid| process_is_gone(*pid)) {
-        assert!(
-            started.elapsed() < GENEROUS,
-            "processes {pids:?} still alive"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_all_gone(&pids);
     assert!(!dir.exists(), "{} removed", dir.display());
 }

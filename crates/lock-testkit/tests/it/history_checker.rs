@@ -1,14 +1,15 @@
 //! The history recorder, the fenced reference resource and the checker (no Redis needed).
 //!
 //! Multi-process tests spawn this test binary itself as child processes: the parent runs
-//! `<this binary> --exact child_entry` with [`CHILD_ENV`] naming the child's role, and the
-//! `child_entry` test does the child's work (it does nothing when the variable is unset).
+//! `<this binary> history_checker::child_entry --exact --ignored` with [`CHILD_ENV`] naming the
+//! child's role, and the ignored `child_entry` test does the child's work (it does nothing when
+//! the variable is unset).
 
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use lock_testkit::checker::{self, Report};
@@ -16,6 +17,8 @@ use lock_testkit::fenced::{self, FencedResource, WriteOutcome, WriteRecord};
 use lock_testkit::history::{self, Event, Op, Phase, Recorder, monotonic_ns};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+use crate::common::{test_child, wait_until};
 
 /// Set in child processes: their role.
 const CHILD_ENV: &str = "LOCK_TESTKIT_HISTORY_CHILD";
@@ -34,18 +37,10 @@ const ALLOWED: &[&str] = &["LOCK_ACQUISITION_FAILED", "LOCK_RELEASE_FAILED"];
 // Child processes
 
 fn spawn_child(role: &str, dir: &Path, name: &str) -> Child {
-    Command::new(std::env::current_exe().expect("the test binary's path"))
-        .args([
-            "--exact",
-            "child_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
+    test_child(module_path!(), "child_entry")
         .env(CHILD_ENV, role)
         .env(DIR_ENV, dir)
         .env(NAME_ENV, name)
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -76,20 +71,9 @@ fn wait_success(mut child: Child, what: &str) -> String {
     stdout
 }
 
-/// Polls `done` every few milliseconds until it holds or [`GENEROUS`] passes.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < GENEROUS,
-            "{what}: not within {GENEROUS:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The work of a child process; a no-op in the parent test run.
+/// The work of a child process; ignored in the parent test run, and a no-op if run there.
 #[test]
+#[ignore = "helper: runs only in the child processes spawn_child starts"]
 fn child_entry() {
     let Ok(role) = std::env::var(CHILD_ENV) else {
         return;
@@ -113,7 +97,7 @@ fn fenced_writer(dir: &Path, name: &str) {
         .trim_start_matches("writer-")
         .parse()
         .expect("writer-<n>");
-    wait_until("the go file", || dir.join("go").exists());
+    wait_until("the go file", GENEROUS, || dir.join("go").exists());
     for i in 0..WRITES_PER_CHILD {
         let key = if i % 2 == 0 { "k1" } else { "k2" };
         let (_, highest) = resource.read(key).expect("read");
@@ -441,7 +425,7 @@ fn a_writer_killed_mid_write_leaves_a_consistent_resource_and_history() {
     let controller = Recorder::create(&dir.path().join("history"), "controller").unwrap();
     let survivor = Recorder::create(&dir.path().join("history"), "survivor").unwrap();
     let mut looper = spawn_child("looper", dir.path(), "looper");
-    wait_until("the looper has written 50 times", || {
+    wait_until("the looper has written 50 times", GENEROUS, || {
         resource.read("k").map(|(value, _)| value).unwrap_or(0) >= 50
     });
     controller.record(Event::crash("looper", "")).unwrap();

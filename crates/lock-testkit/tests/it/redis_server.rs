@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpStream as StdTcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_testkit::{Backend, RedisServer, TestkitError};
 use nix::errno::Errno;
@@ -18,8 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-/// Deadline for things that normally take milliseconds.
-const GENEROUS: Duration = Duration::from_secs(20);
+use crate::common::{GENEROUS, process_is_gone, test_child, wait_until};
 
 async fn local_server() -> RedisServer {
     RedisServer::builder()
@@ -27,34 +26,6 @@ async fn local_server() -> RedisServer {
         .start()
         .await
         .expect("redis-server starts")
-}
-
-/// Polls `done` every few milliseconds until it holds or [`GENEROUS`] passes.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < GENEROUS,
-            "{what}: not within {GENEROUS:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Whether `pid` is gone: no such process, or only a zombie left for a parent that is not us.
-fn process_is_gone(pid: u32) -> bool {
-    match kill(Pid::from_raw(pid as i32), None) {
-        Err(Errno::ESRCH) => true,
-        _ => std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                let state = stat
-                    .rfind(')')
-                    .map(|i| stat[i + 1..].trim_start().to_owned());
-                state.map(|s| s.starts_with('Z') || s.starts_with('X'))
-            })
-            .unwrap_or(true),
-    }
 }
 
 /// Sends an inline `PING` on `conn` and reads the reply, giving up after `within`.
@@ -370,7 +341,7 @@ async fn drop_stops_the_process_and_removes_the_temp_dir() {
     redis.pause().unwrap(); // a stopped process must die too
     drop(redis);
 
-    wait_until("the redis-server pid is gone", || {
+    wait_until("the redis-server pid is gone", GENEROUS, || {
         kill(Pid::from_raw(pid as i32), None) == Err(Errno::ESRCH)
     });
     assert!(!dir.exists(), "{} was removed", dir.display());
@@ -426,7 +397,7 @@ async fn a_server_outlives_the_thread_that_started_it() {
     .unwrap();
     // The thread is fully gone (and any death signal sent) once its /proc entry disappears.
     let task = format!("/proc/self/task/{tid}");
-    wait_until("the starting thread is reaped", || {
+    wait_until("the starting thread is reaped", GENEROUS, || {
         !Path::new(&task).exists()
     });
     assert_eq!(redis.cmd(&["PING"]).await.unwrap(), "PONG");
@@ -436,20 +407,23 @@ async fn a_server_outlives_the_thread_that_started_it() {
 /// inside a child process started by the test next to them.
 const CHILD_ENV: &str = "LOCK_TESTKIT_TEST_CHILD";
 
-/// Runs one of this binary's ignored helper tests in a child process.
+/// Runs one of this module's ignored helper tests in a child process.
 fn child_test(name: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
+    let mut command = test_child(module_path!(), name);
+    command.env(CHILD_ENV, "1");
     command
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .stdin(Stdio::null());
-    command
+}
+
+/// The runtime of a helper test in its child process; `None` outside one (the helper then does
+/// nothing).
+fn child_runtime() -> Option<tokio::runtime::Runtime> {
+    std::env::var_os(CHILD_ENV)?;
+    Some(
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+    )
 }
 
 #[test]
@@ -473,7 +447,7 @@ fn a_server_dies_with_a_test_process_that_never_dropped_it() {
     let pid: u32 = pid.parse().unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "helper exited with {status}");
-    wait_until("the orphaned redis-server is killed", || {
+    wait_until("the orphaned redis-server is killed", GENEROUS, || {
         process_is_gone(pid)
     });
     // Nothing removed the dead helper's temp dir: do not litter /tmp on every run.
@@ -483,13 +457,9 @@ fn a_server_dies_with_a_test_process_that_never_dropped_it() {
 #[test]
 #[ignore = "helper: runs only in the child process of a_server_dies_with_a_test_process_that_never_dropped_it"]
 fn helper_start_then_exit_without_drop() {
-    if std::env::var_os(CHILD_ENV).is_none() {
+    let Some(runtime) = child_runtime() else {
         return;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    };
     let redis = runtime.block_on(local_server());
     println!(
         "REDIS_PID={} REDIS_DIR={}",
@@ -555,13 +525,9 @@ fn the_local_backend_can_be_forced_from_the_environment() {
 #[test]
 #[ignore = "helper: runs only in child processes started by start_in_child"]
 fn helper_report_start_outcome() {
-    if std::env::var_os(CHILD_ENV).is_none() {
+    let Some(runtime) = child_runtime() else {
         return;
-    }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    };
     let outcome = match runtime.block_on(RedisServer::start()) {
         Ok(_server) => "STARTED".to_owned(),
         Err(e) => e.to_string(),

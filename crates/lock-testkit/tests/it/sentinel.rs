@@ -5,31 +5,11 @@
 //! master is killed, drop. Every wait is on an event with a generous deadline (the testkit's
 //! settle timeout); nothing sleeps for a fixed time.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lock_testkit::{RedisSentinel, TestkitError};
-use nix::errno::Errno;
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
 
-/// Deadline for processes to disappear after the deployment is dropped.
-const GENEROUS: Duration = Duration::from_secs(20);
-
-/// Whether `pid` is gone: no such process, or only a zombie left for a parent that is not us.
-fn process_is_gone(pid: u32) -> bool {
-    match kill(Pid::from_raw(pid as i32), None) {
-        Err(Errno::ESRCH) => true,
-        _ => std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|stat| {
-                let state = stat
-                    .rfind(')')
-                    .map(|i| stat[i + 1..].trim_start().to_owned());
-                state.map(|s| s.starts_with('Z') || s.starts_with('X'))
-            })
-            .unwrap_or(true),
-    }
-}
+use crate::common::wait_until_all_gone;
 
 /// What every Sentinel answers to `SENTINEL GET-MASTER-ADDR-BY-NAME`.
 async fn addresses(sentinel: &RedisSentinel) -> Vec<String> {
@@ -203,13 +183,6 @@ async fn a_sentinel_deployment_fails_over_loses_cut_off_writes_and_stops_on_drop
     assert_eq!(pids.len(), 4, "three Sentinels and the surviving node");
     let dir = sentinel.dir().to_owned();
     drop(sentinel);
-    let started = Instant::now();
-    while !pids.iter().all(|pid| process_is_gone(*pid)) {
-        assert!(
-            started.elapsed() < GENEROUS,
-            "processes {pids:?} still alive"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_all_gone(&pids);
     assert!(!dir.exists(), "{} removed", dir.display());
 }

@@ -2,13 +2,14 @@
 //! `release --force` and the spinner `run` shows while it waits for a held lock; and that a
 //! `run` killed there takes its command along.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{BINARY, Reap, SLACK, alive, environment, eventually, other_pod, read_pid};
+use crate::common::{
+    BINARY, Reap, alive, assert_force_released, environment, eventually, other_pod, read_pid,
+    redis_and_other_pod,
+};
 use lock_starter::redis::LockState;
-use lock_starter::{DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome};
+use lock_starter::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use rexpect::process::WaitStatus;
 use rexpect::session::{Options, PtySession};
@@ -69,9 +70,7 @@ async fn answer_release_prompt(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answering_no_at_the_release_prompt_leaves_the_lock_held() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let handle = pod
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
@@ -89,9 +88,7 @@ async fn answering_no_at_the_release_prompt_leaves_the_lock_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answering_yes_at_the_release_prompt_releases_the_lock() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let handle = pod
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
@@ -103,23 +100,14 @@ async fn answering_yes_at_the_release_prompt_releases_the_lock() {
         shown.contains(&format!("released lock `bill-run:2026-11` held by {owner}")),
         "{shown}"
     );
-    let reason = tokio::time::timeout(SLACK, handle.lost())
-        .await
-        .expect("the holder never learnt of the forced release");
-    assert_eq!(reason, LostReason::NotOwner);
-    assert!(matches!(
-        pod.status("bill-run:2026-11").await.unwrap().state,
-        LockState::Released { .. }
-    ));
+    assert_force_released(&pod, &handle, "bill-run:2026-11").await;
 }
 
 /// The operator is shown one holder; before they answer, that holder releases and another pod
 /// takes the lock. Their "y" must not free the new holder's lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_yes_for_a_holder_that_is_gone_does_not_release_the_new_one() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let first = pod
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
@@ -159,9 +147,7 @@ async fn a_yes_for_a_holder_that_is_gone_does_not_release_the_new_one() {
 /// line is cleared first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_run_spins_naming_the_holder_until_it_is_granted() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let held = pod.acquire("job", Lease::Watchdog).await.unwrap();
     let address = url.clone();
     let session = blocking(move || {

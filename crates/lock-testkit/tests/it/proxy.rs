@@ -12,8 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, timeout, timeout_at};
 
-/// Deadline for things that normally take milliseconds.
-const GENEROUS: Duration = Duration::from_secs(20);
+use crate::common::GENEROUS;
+
 /// How long "no reply" is watched for.
 const QUIET: Duration = Duration::from_millis(300);
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";

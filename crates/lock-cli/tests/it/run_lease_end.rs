@@ -1,9 +1,10 @@
 //! How `run` reports a lease that ended under its command, the switch that only `run` honours,
 //! and the arguments and warnings found in a new user's trial.
 
-mod common;
-
-use common::{SLACK, assert_one_line, cli, code, other_pod, platform_lock, start_holding, stderr};
+use crate::common;
+use crate::common::{
+    SLACK, assert_one_line, cli, code, platform_lock, redis_and_other_pod, start_holding, stderr,
+};
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
 
@@ -11,9 +12,7 @@ use lock_testkit::RedisServer;
 /// the command finished without the lock, and exit 0 would tell the caller it ran exclusively.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_found_ended_when_the_command_finishes_exits_70() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
@@ -121,9 +120,7 @@ async fn configuration_warnings_are_shown() {
 /// run checks, as its first act, whether any process of the first command's group is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     assert!(
         std::path::Path::new("/bin/kill").exists(),
         "the check needs /bin/kill"
@@ -179,7 +176,6 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
 /// expiry in Redis is at most one TTL after the pause (the last renewal it got was sent before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unconfirmed_renewals_end_the_command_before_the_lease_lapses() {
-    use tokio::io::{AsyncBufReadExt, BufReader};
     const WATCHDOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
     let redis = RedisServer::start().await.unwrap();
     let url = redis.url();
@@ -190,17 +186,8 @@ async fn unconfirmed_renewals_end_the_command_before_the_lease_lapses() {
         pid_file.display()
     );
     let mut command = platform_lock(&url, &["run", "--key", "job", "--", "sh", "-c", &script]);
-    command
-        .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "3s")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut a = command.spawn().unwrap();
-    let mut lines = BufReader::new(a.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(SLACK, lines.next_line())
-        .await
-        .expect("the command never said ready")
-        .unwrap();
-    assert_eq!(ready.as_deref(), Some("ready"));
+    command.env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", "3s");
+    let a = common::spawn_ready(command).await;
     let shell = common::read_pid(&pid_file);
     let _reap = common::Reap(shell);
 

@@ -3,14 +3,11 @@
 //! with the command's code, and releases the lock; a command that ignores them is killed after
 //! the grace.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Reap, SLACK, alive, code, other_pod, read_pid, start_ready, stderr};
+use crate::common::{Reap, SLACK, alive, code, read_pid, redis_and_other_pod, start_ready, stderr};
 use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
-use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -32,9 +29,7 @@ fn trapping_command(trap_signal: &str, file: &Path, exit_code: u8) -> String {
 /// Runs the trapping command under lock `job`, sends `signal` to platform-lock once the command
 /// runs, and checks the command got it, platform-lock exited with its code, and the lock is free.
 async fn forwards(signal: Signal, trap_signal: &str, exit_code: u8) {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("received");
     let script = trapping_command(trap_signal, &file, exit_code);
@@ -81,9 +76,7 @@ async fn run_forwards_sigint_to_its_command_and_exits_with_its_code() {
 /// ends (exit 128+9), and the lock is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_sigterms_kill_a_command_that_ignores_them_after_the_grace() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let pod = other_pod(&url).await;
+    let (_redis, url, pod) = redis_and_other_pod().await;
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("shell.pid");
     let script = format!(

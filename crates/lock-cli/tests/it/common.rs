@@ -1,13 +1,15 @@
 //! Shared set-up for the `platform-lock` tests: the binary with a test environment, the "other
 //! pod" holding locks, and waiting on events with generous deadlines.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(unreachable_pub)]
 
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use lock_starter::redis::{RedisLock, RedisLockConfig};
+use lock_starter::redis::{ForceReleased, LockState, RedisLock, RedisLockConfig};
+use lock_starter::{LockHandle, LostReason};
+use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -81,6 +83,46 @@ pub async fn other_pod(address: &str) -> RedisLock {
     .unwrap()
 }
 
+/// A private redis-server, its URL, and the "other pod" (see [`other_pod`]) connected to it.
+pub async fn redis_and_other_pod() -> (RedisServer, String, RedisLock) {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    let pod = other_pod(&url).await;
+    (redis, url, pod)
+}
+
+/// Asserts that the holder of `handle` learns (within [`SLACK`]) that its lock `key` was
+/// force-released, and that `pod` sees `key` released.
+pub async fn assert_force_released(pod: &RedisLock, handle: &LockHandle, key: &str) {
+    let reason = tokio::time::timeout(SLACK, handle.lost())
+        .await
+        .expect("the holder never learnt of the forced release");
+    assert_eq!(reason, LostReason::NotOwner);
+    assert!(matches!(
+        pod.status(key).await.unwrap().state,
+        LockState::Released { .. }
+    ));
+}
+
+/// Force-releases `key` from `pod` under a running `run` (`child`), waits for `run` to end, and
+/// returns its output and how long that took from the forced release.
+pub async fn lose_the_lease(
+    pod: &RedisLock,
+    key: &str,
+    child: tokio::process::Child,
+) -> (Output, Duration) {
+    let forced_at = Instant::now();
+    assert!(matches!(
+        pod.force_release(key).await.unwrap(),
+        ForceReleased::Released { .. }
+    ));
+    let output = tokio::time::timeout(SLACK, child.wait_with_output())
+        .await
+        .expect("run kept its command running after the lease was lost")
+        .unwrap();
+    (output, forced_at.elapsed())
+}
+
 /// Polls `check` until it holds, for at most [`SLACK`].
 pub async fn eventually<F, Fut>(mut check: F) -> bool
 where
@@ -120,8 +162,18 @@ pub async fn start_holding(
 /// Starts `platform-lock run --key job -- sh -c script` with its output piped, and waits for
 /// the script's first stdout line, which must be `ready` (so it runs, under the lock).
 pub async fn start_ready(address: &str, script: &str) -> tokio::process::Child {
+    spawn_ready(platform_lock(
+        address,
+        &["run", "--key", "job", "--", "sh", "-c", script],
+    ))
+    .await
+}
+
+/// Spawns `command` (a `run` whose command says `ready` first) with its output piped, and waits
+/// for that first stdout line.
+pub async fn spawn_ready(mut command: Command) -> tokio::process::Child {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let mut child = platform_lock(address, &["run", "--key", "job", "--", "sh", "-c", script])
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
