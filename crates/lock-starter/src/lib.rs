@@ -4,6 +4,11 @@
 //! configuration under `telco.platform.lock.*` (TOML files, then environment variables), builds
 //! the Redis-backed lock, and re-exports the whole lock API, so no other crate of ours is needed.
 //!
+//! Laid out by capability, like `lock-core` and `lock-redis`: `lock/` wires the distributed
+//! lock (its settings as a `RedisLockConfig`, its connect errors as configuration errors); the
+//! shared part — configuration loading and the key table (`config/`), the builder and
+//! [`LockStarter`], the health check and HTTP problem responses — serves every capability.
+//!
 //! # Examples
 //!
 //! ```no_run
@@ -76,14 +81,18 @@
 
 mod builder;
 pub mod config;
+mod error;
 mod health;
 #[cfg(feature = "http")]
 pub mod http;
+mod lock;
 
-pub use builder::{LockStarter, LockStarterBuilder, StartError, connect_error, redis_config};
+pub use builder::{LockStarter, LockStarterBuilder};
+pub use error::StartError;
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use health::{Health, HealthStatus};
+pub use lock::{connect_error, redis_config};
 pub use lock_core::{
     AcquireFailure, AcquireOptions, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_TIME, DisabledLock,
     DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease, LeaseStatus, LockError,
