@@ -1,9 +1,60 @@
-//! Durations as every message writes them — `250 ms`, `5 s`, `5 min`, `1 h`, `0` — and the one
-//! range check behind every duration setting and argument.
+//! Durations: the one syntax every duration setting and argument is read in ([`parse_duration`]),
+//! as every message writes them — `250 ms`, `5 s`, `5 min`, `1 h`, `0` — and the one range check.
 
 use std::time::Duration;
 
 use crate::error::LockError;
+
+/// The duration syntax of every duration key (and of the CLI's `--wait` and `--lease`): `0`, or
+/// numbers with the units ms, s, m and h (`1m30s`); parsed by humantime once the units are
+/// checked, since humantime also takes `us`, `M` (months) and more.
+///
+/// # Errors
+/// What is wrong with `text`, in words (a missing or unknown unit, a negative or empty value).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::parse_duration;
+///
+/// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+/// assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+/// assert!(parse_duration("1M").unwrap_err().contains("M is not minutes"));
+/// ```
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("empty; a duration is required".to_owned());
+    }
+    if text.starts_with('-') {
+        return Err("negative durations are not accepted".to_owned());
+    }
+    if !text.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+        return Err("not a duration: it starts with a number, such as 5s".to_owned());
+    }
+    if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
+    }
+    let mut units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
+    if let Some(unit) = units.find(|u| !["", "ms", "s", "m", "h"].contains(u)) {
+        let months = if unit == "M" {
+            ": M is not minutes (it is months)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
+        ));
+    }
+    humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::NumberOverflow => "too large".to_owned(),
+        other => format!("not a duration ({other})"),
+    })
+}
 
 /// A duration as messages write it: the largest of `h`, `min` (from 5 min), `s` and `ms` that
 /// says it exactly, `0` for zero; below a millisecond, humantime's notation (`500us`).

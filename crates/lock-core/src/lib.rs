@@ -77,7 +77,7 @@ mod process;
 pub use lock::conformance;
 pub use lock::telemetry;
 
-pub use duration::{check_duration, duration_range, format_duration};
+pub use duration::{check_duration, duration_range, format_duration, parse_duration};
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use lock::disabled::DisabledLock;

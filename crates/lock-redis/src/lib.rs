@@ -98,7 +98,7 @@ pub use core::address::{
     ACCEPTED_ADDRESSES, DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress,
     Topology,
 };
-pub use core::connection::RECONNECT_MAX_DELAY;
+pub use core::connection::{RECONNECT_MAX_DELAY, check_ca_file};
 pub use core::error::{RedisFailure, Refusal};
 pub use core::redact::redact;
 pub use lock::config::{

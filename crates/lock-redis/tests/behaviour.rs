@@ -499,7 +499,7 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
         (
             lock_redis::RedisLockConfig::new("rediss://h:6379").tls_ca_file(&ca),
             "tls_ca_file",
-            "cannot read it",
+            "the file does not exist",
         ),
         (
             lock_redis::RedisLockConfig::new("redis://h:6379").tls_ca_file(&ca),

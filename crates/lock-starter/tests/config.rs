@@ -480,15 +480,17 @@ fn bad_spring_values_name_the_spring_key_and_hide_the_password() {
 #[test]
 fn the_ca_file_needs_tls_and_a_pem_file() {
     let dir = tempfile::tempdir().unwrap();
-    let pem = dir.path().join("ca.pem");
+    let certificates = lock_testkit::TestCertificates::generate(dir.path()).unwrap();
+    let not_pem = dir.path().join("ca.txt");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let not_a_certificate = dir.path().join("garbled.pem");
     std::fs::write(
-        &pem,
+        &not_a_certificate,
         "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
     )
     .unwrap();
-    let not_pem = dir.path().join("ca.txt");
-    std::fs::write(&not_pem, "hello").unwrap();
-    let (pem, not_pem) = (pem.to_str().unwrap(), not_pem.to_str().unwrap());
+    let (pem, not_pem) = (certificates.ca.to_str().unwrap(), not_pem.to_str().unwrap());
+    let not_a_certificate = not_a_certificate.to_str().unwrap();
     let ca = "TELCO_PLATFORM_LOCK_REDIS_TLS_CA_FILE";
     let tls = ("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", "rediss://cache:6379");
     let settings = from_env(&[tls, (ca, pem)]).unwrap();
@@ -503,6 +505,7 @@ fn the_ca_file_needs_tls_and_a_pem_file() {
     for (pairs, says) in [
         (vec![(ca, pem)], "does not use TLS"),
         (vec![tls, (ca, not_pem)], "no PEM certificate"),
+        (vec![tls, (ca, not_a_certificate)], "not a usable CA certificate"),
         (vec![tls, (ca, "/nonexistent/ca.pem")], "does not exist"),
         (vec![tls, (ca, dir.path().to_str().unwrap())], "directory"),
     ] {

@@ -288,31 +288,67 @@ pub(crate) async fn check_eviction_policy(client: &Client) {
     }
 }
 
-/// A rustls configuration trusting exactly the CA certificates in `path` (PEM).
-fn tls_with_ca(path: &std::path::Path) -> Result<fred::types::config::TlsConfig, LockError> {
+/// Checks a CA file ([`RedisLockConfig::tls_ca_file`](crate::RedisLockConfig::tls_ca_file)):
+/// PEM CA certificates to trust for TLS instead of the system's roots, read as a connection
+/// reads them — for checking configuration before connecting.
+///
+/// # Errors
+/// What is wrong with the file, in words: missing (with the working directory a relative path
+/// is read from), a directory, unreadable, without a certificate, or not a usable certificate.
+///
+/// # Examples
+///
+/// ```
+/// let error = lock_redis::check_ca_file("/nonexistent/ca.pem".as_ref()).unwrap_err();
+/// assert_eq!(error, "the file does not exist");
+/// ```
+pub fn check_ca_file(path: &Path) -> Result<(), String> {
+    ca_roots(path).map(drop)
+}
+
+/// The CA certificates in `path`; what is wrong with the file, in words.
+fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     use rustls_pki_types::CertificateDer;
     use rustls_pki_types::pem::PemObject;
 
+    if path.as_os_str().is_empty() {
+        return Err("empty; a path is required".to_owned());
+    }
+    let contents = std::fs::read(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => match std::env::current_dir() {
+            Ok(dir) if path.is_relative() => format!(
+                "the file does not exist (relative to the working directory {})",
+                dir.display()
+            ),
+            _ => "the file does not exist".to_owned(),
+        },
+        _ if path.is_dir() => "it is a directory, not a file".to_owned(),
+        _ => format!("the file cannot be read: {e}"),
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&contents) {
+        let cert = cert.map_err(|e| format!("not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("not a usable CA certificate: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err(
+            "the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)".to_owned(),
+        );
+    }
+    Ok(roots)
+}
+
+fn tls_with_ca(path: &Path) -> Result<fred::types::config::TlsConfig, LockError> {
     let invalid = |problem: String| {
         LockError::invalid_argument("tls_ca_file", path.display().to_string(), problem)
     };
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(path).map_err(|e| {
+    let roots = ca_roots(path).map_err(|problem| {
         invalid(format!(
-            "cannot read it: {e}; accepted: a readable PEM file of CA certificates"
+            "{problem}; accepted: a readable PEM file of CA certificates"
         ))
     })?;
-    for cert in certs {
-        let cert = cert.map_err(|e| invalid(format!("not PEM: {e}")))?;
-        roots
-            .add(cert)
-            .map_err(|e| invalid(format!("not a usable CA certificate: {e}")))?;
-    }
-    if roots.is_empty() {
-        return Err(invalid(
-            "it holds no certificate; accepted: a PEM file of CA certificates".into(),
-        ));
-    }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let client = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -8,6 +8,7 @@ use std::time::Duration;
 use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use lock_core::parse_duration;
 use lock_redis::{RedisAddress, redact};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, de};
@@ -68,57 +69,6 @@ pub(crate) fn show_val(value: &Val<'_>) -> String {
         Val::Path(Some(path)) => quote(&path.display().to_string()),
         Val::Path(None) => "none (the system's root certificates)".to_owned(),
     }
-}
-
-/// The duration syntax of every duration key (and of the CLI's `--wait` and `--lease`): `0`, or
-/// numbers with the units ms, s, m and h (`1m30s`); parsed by humantime once the units are
-/// checked, since humantime also takes `us`, `M` (months) and more.
-///
-/// # Errors
-/// What is wrong with `text`, in words (a missing or unknown unit, a negative or empty value).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_starter::config::parse_duration;
-///
-/// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-/// assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-/// assert!(parse_duration("1M").unwrap_err().contains("M is not minutes"));
-/// ```
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if text.is_empty() {
-        return Err("empty; a duration is required".to_owned());
-    }
-    if text.starts_with('-') {
-        return Err("negative durations are not accepted".to_owned());
-    }
-    if !text.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
-        return Err("not a duration: it starts with a number, such as 5s".to_owned());
-    }
-    if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
-        return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
-    }
-    let mut units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
-    if let Some(unit) = units.find(|u| !["", "ms", "s", "m", "h"].contains(u)) {
-        let months = if unit == "M" {
-            ": M is not minutes (it is months)"
-        } else {
-            ""
-        };
-        return Err(format!(
-            "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
-        ));
-    }
-    humantime::parse_duration(text).map_err(|e| match e {
-        humantime::DurationError::NumberOverflow => "too large".to_owned(),
-        other => format!("not a duration ({other})"),
-    })
 }
 
 /// Serde: a duration as [`parse_duration`] reads it; also a bare number 0 (TOML `wait-time = 0`).
@@ -498,42 +448,21 @@ fn spring_address(
     Ok(found)
 }
 
-/// `redis.tls.ca-file`: only with a TLS address; a readable file holding a PEM certificate.
+/// `redis.tls.ca-file`: only with a TLS address; a file lock-redis can read CA certificates from.
 fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigError> {
     let Some(path) = &redis.tls_ca_file else {
         return Ok(());
     };
     let spec = spec("redis.tls.ca-file");
-    let fail = |problem: &str| Err(invalid(figment, spec, problem));
-    if path.as_os_str().is_empty() {
-        return fail("empty; a path is required");
-    }
-    if !redis.address.tls() {
-        return fail(&format!(
+    if !redis.address.tls() && !path.as_os_str().is_empty() {
+        let problem = format!(
             "{} = {} does not use TLS, so a CA file would not be used; use rediss://, \
              rediss-sentinel:// or rediss-cluster://, or remove {}",
             KEYS[1].name, redis.address, spec.name
-        ));
+        );
+        return Err(invalid(figment, spec, problem));
     }
-    match std::fs::read(path) {
-        Ok(contents)
-            if String::from_utf8_lossy(&contents).contains("-----BEGIN CERTIFICATE-----") =>
-        {
-            Ok(())
-        }
-        Ok(_) => fail("the file holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let relative = match std::env::current_dir() {
-                Ok(dir) if path.is_relative() => {
-                    format!(" (relative to the working directory {})", dir.display())
-                }
-                _ => String::new(),
-            };
-            fail(&format!("the file does not exist{relative}"))
-        }
-        Err(_) if path.is_dir() => fail("it is a directory, not a file"),
-        Err(e) => fail(&format!("the file cannot be read: {e}")),
-    }
+    lock_redis::check_ca_file(path).map_err(|problem| invalid(figment, spec, problem))
 }
 
 /// `text` (a user name or password) for the user part of a URL: every character but the
