@@ -505,7 +505,10 @@ fn the_ca_file_needs_tls_and_a_pem_file() {
     for (pairs, says) in [
         (vec![(ca, pem)], "does not use TLS"),
         (vec![tls, (ca, not_pem)], "no PEM certificate"),
-        (vec![tls, (ca, not_a_certificate)], "not a usable CA certificate"),
+        (
+            vec![tls, (ca, not_a_certificate)],
+            "not a usable CA certificate",
+        ),
         (vec![tls, (ca, "/nonexistent/ca.pem")], "does not exist"),
         (vec![tls, (ca, dir.path().to_str().unwrap())], "directory"),
     ] {

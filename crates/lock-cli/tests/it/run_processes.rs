@@ -1,4 +1,4 @@
-//! Adversarial review of `platform-lock run`: a lost lease must stop the whole command — also
+//! `platform-lock run` and the processes of its command: a lost lease must stop the whole command — also
 //! the processes it started — and a command that ignores SIGTERM is killed after the grace;
 //! `run` killed with SIGKILL takes its command along, through its guardian process.
 

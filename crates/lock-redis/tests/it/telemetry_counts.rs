@@ -1,5 +1,5 @@
-//! Adversarial review of the metrics: a forced release seen by a watchdog holder, the release
-//! after it, a cancelled wait and a fair wait — each counted exactly once.
+//! The metrics count each event exactly once: a forced release seen by a watchdog holder, the
+//! release after it, a cancelled wait and a fair wait.
 //!
 //! As telemetry.rs: a `current_thread` runtime with the recorder as the thread's default, so
 //! the background tasks record into it too.

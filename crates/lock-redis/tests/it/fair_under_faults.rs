@@ -1,4 +1,4 @@
-//! Fair (FIFO) locks under adverse conditions, from an adversarial review: a slow Redis, a slow
+//! Fair (FIFO) locks under faults: a slow Redis, a slow
 //! link, a short outage, a stalled Redis, dead and dropped waiters, hundreds of waiters, and a
 //! randomized stress test (many fair waiters, random cancellation, random wait times, killed
 //! connections) that checks exclusion, order, wait bounds and clean-up. Each targeted test
@@ -714,8 +714,8 @@ async fn a_redis_stall_longer_than_the_place_may_reorder_the_queue_but_fails_no_
 const CHILD_URL: &str = "FAIR_REVIEW_CHILD_REDIS_URL";
 
 #[tokio::test]
-#[ignore = "the body of a child process the review tests start and kill"]
-async fn review_child_fair_waiter() {
+#[ignore = "the body of a child process these tests start and kill"]
+async fn child_fair_waiter() {
     common::run_fair_child_waiter(CHILD_URL, KEY, Duration::from_secs(1)).await;
 }
 
@@ -733,12 +733,8 @@ async fn a_killed_first_waiter_holds_up_a_free_lock_for_at_most_the_documented_t
         .await
         .unwrap();
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let mut child = common::spawn_test_child(
-        module_path!(),
-        "review_child_fair_waiter",
-        CHILD_URL,
-        &redis.url(),
-    );
+    let mut child =
+        common::spawn_test_child(module_path!(), "child_fair_waiter", CHILD_URL, &redis.url());
     let queued = |n: i64| {
         let (redis, key) = (&redis, holder.queue_key(KEY));
         async move {

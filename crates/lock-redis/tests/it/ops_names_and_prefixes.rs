@@ -1,5 +1,5 @@
-//! Adversarial review of the operators' API (`status`, `list`, `force_release`): odd names,
-//! glob patterns, prefixes and keys that are not locks, against a real redis-server.
+//! The operators' API (`status`, `list`, `force_release`) with odd names, glob patterns, other
+//! prefixes and keys that are not locks, against a real redis-server.
 
 use crate::common;
 
