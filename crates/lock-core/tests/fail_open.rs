@@ -5,7 +5,8 @@
 //! invalid argument is the one error (the section does not run).
 //!
 //! Logs go to one global capture for the whole test binary (tests run in parallel); each test
-//! uses its own key and looks only at the lines naming it.
+//! uses its own key and looks only at the lines naming it. `with_lock`'s own warnings (a lease that
+//! ended in the section) are checked here too, for the capture.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -258,4 +259,82 @@ async fn inside_a_with_lock_section_of_the_key_it_re_enters() {
     assert_eq!(started.elapsed(), Duration::ZERO, "waited for itself");
     assert!(logs().fail_open_warnings("fo-reentry").is_empty());
     assert_eq!(lock.held_count(), 0);
+}
+
+/// A lock whose leases end after 50 ms and whose store is unreachable when they are released.
+#[derive(Debug)]
+struct ExpiringUnreachableLock;
+
+#[derive(Debug)]
+struct UnreachableRelease;
+
+#[async_trait]
+impl lock_core::LeaseRelease for UnreachableRelease {
+    async fn release(self: Box<Self>) -> Result<lock_core::ReleaseOutcome, LockError> {
+        Err(LockError::ReleaseFailed {
+            key: "lost-unreachable".into(),
+            cause: "connection refused".into(),
+        })
+    }
+
+    fn release_in_background(self: Box<Self>) {}
+}
+
+#[async_trait]
+impl DistributedLock for ExpiringUnreachableLock {
+    fn namespace(&self) -> &str {
+        "expiring-unreachable"
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        options: AcquireOptions,
+    ) -> Result<LockHandle, LockError> {
+        let state = lock_core::LeaseState::new(Some(
+            tokio::time::Instant::now() + Duration::from_millis(50),
+        ));
+        let release = Box::new(UnreachableRelease);
+        Ok(LockHandle::new(
+            key,
+            options.lease(),
+            "owner-1",
+            1,
+            state,
+            release,
+        ))
+    }
+
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::ShutdownSummary {
+        lock_core::ShutdownSummary::default()
+    }
+}
+
+/// The lease ran out during the section and the release then failed (the store unreachable):
+/// `with_lock` warns that another owner may have run, not that the lease "ends at its TTL" — it
+/// ended already.
+#[tokio::test(start_paused = true)]
+async fn a_lease_that_ended_in_the_section_is_reported_even_when_the_release_fails() {
+    logs();
+    let value = ExpiringUnreachableLock
+        .with_lock("lost-unreachable", Lease::Watchdog, || async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            42
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, 42);
+    let text = logs().text();
+    let line = text
+        .lines()
+        .find(|line| line.contains("lost-unreachable"))
+        .unwrap_or_else(|| panic!("no warning for the key in:\n{text}"));
+    assert!(
+        line.contains("another owner may have run concurrently"),
+        "{line}"
+    );
+    assert!(
+        !line.contains("release after the critical section"),
+        "{line}"
+    );
 }

@@ -236,6 +236,12 @@ where
             still_held_locally = still_held,
             "the lease ended before the critical section finished; another owner may have run concurrently"
         ),
+        // Ended locally before the section did: whatever the release says, the lease was gone.
+        Err(error) if !still_held => tracing::warn!(
+            lock_key = key,
+            %error,
+            "the lease ended before the critical section finished; another owner may have run concurrently (the release was not confirmed either)"
+        ),
         Err(error) => tracing::warn!(
             lock_key = key,
             %error,
