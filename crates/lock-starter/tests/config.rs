@@ -475,6 +475,14 @@ fn bad_spring_values_name_the_spring_key_and_hide_the_password() {
         assert_eq!(got, key, "{message}");
         assert!(!message.contains("s3cret"), "{message}");
     }
+    // A password TOML reads as a number, a boolean or a date: serde's reason would quote it.
+    for value in ["123456789", "true", "1979-05-27"] {
+        let toml = format!("[spring.data.redis]\nhost = \"h\"\npassword = {value}\n");
+        let (got, message, _, _) = invalid(from_toml(&toml, &[]).0);
+        assert_eq!(got, "spring.data.redis.password", "{message}");
+        assert!(message.contains("not text"), "{message}");
+        assert!(!message.contains(value), "{message}");
+    }
 }
 
 #[test]

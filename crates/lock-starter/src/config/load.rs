@@ -194,6 +194,12 @@ fn extraction_error(figment: &Figment, section: &str, error: figment::Error) -> 
         kind => kind.to_string(),
     };
     match KEYS.iter().chain(SPRING_KEYS).find(|spec| spec.name == key) {
+        // serde quotes the value it refused ("found signed int `123456`"): not for a secret.
+        Some(spec) if spec.name.contains("password") => invalid(
+            figment,
+            spec,
+            "not text; a password is a string (in TOML, in quotes)",
+        ),
         Some(spec) => invalid(figment, spec, problem),
         None => ConfigError::InvalidValue {
             value: figment
