@@ -504,7 +504,7 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
         (
             lock_redis::RedisLockConfig::new("redis://h:6379").tls_ca_file(&ca),
             "tls_ca_file",
-            "only applies to TLS addresses",
+            "does not use TLS, so a CA file would not be used",
         ),
     ] {
         let err = RedisLock::connect(config.instance_id("t"))
@@ -517,6 +517,12 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
             "{text}"
         );
     }
+    // A CA file with a plain address is wrong whatever the file: `validate` says so already.
+    let error = lock_redis::RedisLockConfig::new("redis://h:6379")
+        .tls_ca_file(&ca)
+        .validate()
+        .unwrap_err();
+    assert_eq!(error.details()["argument"], "tls_ca_file", "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

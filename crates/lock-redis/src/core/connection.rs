@@ -201,6 +201,25 @@ pub(crate) fn build_clients(
     Ok((client, subscriber))
 }
 
+/// A CA file is only for a TLS address (`rediss…://`).
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `tls_ca_file` when it is set with a plain address.
+pub(crate) fn check_ca_file_use(config: &Endpoint<'_>) -> Result<(), LockError> {
+    match config.tls_ca_file {
+        Some(ca_file) if !config.address.tls() => Err(LockError::invalid_argument(
+            "tls_ca_file",
+            ca_file.display().to_string(),
+            format!(
+                "{} does not use TLS, so a CA file would not be used; accepted: a CA file with \
+                 a TLS address (rediss://, rediss-sentinel://, rediss-cluster://), or none",
+                config.address
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The TLS settings for the address (`tls`: it had a TLS scheme): the configured CA file, else
 /// the system's roots; none for a plain address.
 ///
@@ -211,15 +230,9 @@ pub(crate) fn tls_config(
     config: &Endpoint<'_>,
     tls: bool,
 ) -> Result<Option<fred::types::config::TlsConfig>, LockError> {
+    check_ca_file_use(config)?;
     Ok(match (config.tls_ca_file, tls) {
-        (Some(ca_file), false) => {
-            return Err(LockError::invalid_argument(
-                "tls_ca_file",
-                ca_file.display().to_string(),
-                "a CA file only applies to TLS addresses (rediss://, rediss-sentinel://, rediss-cluster://)",
-            ));
-        }
-        (Some(ca_file), true) => Some(tls_with_ca(ca_file)?),
+        (Some(ca_file), _) => Some(tls_with_ca(ca_file)?),
         (None, true) => Some(
             fred::types::config::TlsConnector::default_rustls()
                 .map_err(|e| {
@@ -546,10 +559,23 @@ fn warn_outage(address: &RedisAddress, described: &str) {
 }
 
 /// A connection error at connect that no retry can cure: Redis turned down the credentials
-/// (`WRONGPASS`, `NOAUTH`) or the user lacks a command the connection set-up sends (`NOPERM`,
-/// e.g. `SELECT` of the address's database). As [`LockError::InvalidArgument`] naming
+/// (`WRONGPASS`, `NOAUTH`), the user lacks a command the connection set-up sends (`NOPERM`,
+/// e.g. `SELECT` of the address's database), or the server has no database of the address's
+/// number. As [`LockError::InvalidArgument`] naming
 /// `address`; `None` for every other error (Redis down, unreachable, slow).
 pub(crate) fn refused_at_connect(config: &Endpoint<'_>, error: &Error) -> Option<LockError> {
+    // `SELECT` of a database the server does not have: fred reports no reply kind for it.
+    if error.details().contains(NO_SUCH_DATABASE) {
+        return Some(LockError::invalid_argument(
+            "address",
+            config.address.to_string(),
+            format!(
+                "{}; accepted: an address whose database number is below the server's \
+                 `databases` setting (16 by default)",
+                describe(error)
+            ),
+        ));
+    }
     let refusal = Refusal::of_reply(error)?;
     if !matches!(refusal, Refusal::NoAuth | Refusal::NoPermission) {
         return None;
@@ -576,6 +602,9 @@ pub(crate) fn refused_at_connect(config: &Endpoint<'_>, error: &Error) -> Option
     ))
 }
 
+/// Redis' reply to `SELECT` of a database number at or above its `databases` setting.
+const NO_SUCH_DATABASE: &str = "DB index is out of range";
+
 /// A connection error as one readable phrase: fred renders I/O errors with `Debug`
 /// (`Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`, or for a host
 /// name that does not resolve `Custom { kind: Uncategorized, error: "failed to lookup address
@@ -595,7 +624,7 @@ fn describe(error: &Error) -> String {
         }
         ErrorKind::Auth => format!("authentication failed: {details}"),
         // SELECT of the address's database, refused at connect: fred calls it "Unknown Error".
-        _ if details.contains("DB index is out of range") => format!(
+        _ if details.contains(NO_SUCH_DATABASE) => format!(
             "the server has no database of the address's number ({details}); use one below its \
              `databases` setting (16 by default)"
         ),

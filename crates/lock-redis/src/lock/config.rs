@@ -10,7 +10,7 @@ use lock_core::{
 };
 
 use crate::core::address::{ACCEPTED_ADDRESSES, InvalidAddress, RedisAddress};
-use crate::core::connection::Endpoint;
+use crate::core::connection::{Endpoint, check_ca_file_use};
 use crate::core::redact::redact;
 
 /// Default Redis address: `redis://localhost:6379`.
@@ -352,8 +352,9 @@ impl RedisLockConfig {
     /// # Errors
     /// [`LockError::InvalidArgument`] naming the setting by its builder method (`address`,
     /// `command_timeout`, `wait_time`, `watchdog_timeout`, `key_prefix`, `instance_id`,
-    /// `min_replicas`, `replica_sync_timeout`, `fair_waiter_timeout`) and what is accepted.
-    /// The CA file ([`tls_ca_file`](Self::tls_ca_file)) is read when connecting.
+    /// `min_replicas`, `replica_sync_timeout`, `fair_waiter_timeout`, `tls_ca_file` — set with an
+    /// address without TLS) and what is accepted. The CA file
+    /// ([`tls_ca_file`](Self::tls_ca_file)) is read when connecting.
     ///
     /// # Examples
     ///
@@ -373,7 +374,7 @@ impl RedisLockConfig {
     /// assert!(error.to_string().starts_with("invalid address redis://redis.internal:0: port 0 is not accepted"));
     /// ```
     pub fn validate(&self) -> Result<(), LockError> {
-        self.redis_address()?;
+        check_ca_file_use(&self.endpoint()?)?;
         let (command, fair) = (self.command_timeout, self.fair_waiter_timeout);
         check_duration(
             "command_timeout",

@@ -64,3 +64,21 @@ async fn a_connection_attempt_that_times_out_names_the_address_and_the_timeout()
     assert!(!text.contains("secret"), "{text}");
     eprintln!("{text}");
 }
+
+/// An address naming a database the server does not have (`/99` on a default server of 16) is
+/// a configuration error at connect, like a refused password — not an outage to wait out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_does_not_have_fails_connect_naming_the_address() {
+    let redis = server().await;
+    let address = format!("{}/99", redis.url().trim_end_matches('/'));
+    let error = RedisLock::connect(config(&redis).address(&address))
+        .await
+        .expect_err("connect succeeded with a database the server does not have");
+    assert_eq!(error.details()["argument"], "address", "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("no database of the address's number"),
+        "{text}"
+    );
+    assert!(text.contains("databases"), "{text}");
+}
