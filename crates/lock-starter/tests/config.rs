@@ -438,12 +438,35 @@ fn spring_url_with_host_or_port_in_one_source_is_a_conflict() {
         ("SPRING_DATA_REDIS_HOST", "b"),
     ]));
     assert!(message.contains("spring.data.redis.host"), "{message}");
-    // From different sources, the URL wins (as in Spring Boot) and host is reported unread.
+    // From different sources, the URL wins (as in Spring Boot), and the warning says so.
     let (settings, _) = from_toml(
-        "[spring.data.redis]\nurl = \"redis://a:6379\"\n",
-        &[("SPRING_DATA_REDIS_HOST", "b")],
+        "[spring.data.redis]\nhost = \"b\"\npassword = \"s3cret\"\n",
+        &[("SPRING_DATA_REDIS_URL", "redis://a:6379")],
     );
-    assert_eq!(settings.unwrap().redis.address.host(), "a");
+    let settings = settings.unwrap();
+    assert_eq!(settings.redis.address.host(), "a");
+    let warnings = settings.warnings().join("\n");
+    assert!(
+        warnings.contains("spring.data.redis.host (from TOML file")
+            && warnings.contains("ignored: spring.data.redis.url (from environment variable SPRING_DATA_REDIS_URL) gives the whole address"),
+        "{warnings}"
+    );
+    assert!(!warnings.contains("not read by the lock"), "{warnings}");
+    assert!(!warnings.contains("s3cret"), "{warnings}");
+}
+
+#[test]
+fn a_spring_host_is_a_host_without_a_port() {
+    let (key, message, _, _) = invalid(from_env(&[("SPRING_DATA_REDIS_HOST", "10.0.0.5:6380")]));
+    assert_eq!(key, "spring.data.redis.host");
+    assert!(
+        message.contains("a host without a port; set the port in spring.data.redis.port"),
+        "{message}"
+    );
+    for host in ["::1", "[::1]"] {
+        let settings = from_env(&[("SPRING_DATA_REDIS_HOST", host)]).unwrap();
+        assert_eq!(settings.redis.address.host(), "[::1]", "{host}");
+    }
 }
 
 #[test]

@@ -480,7 +480,7 @@ async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
                 78,
                 &[
                     refusal,
-                    "put the right user and password in telco.platform.lock.redis.address",
+                    "put the right user and password in the address",
                     // The full key and where the address came from, as the service says it.
                     "bad configuration: telco.platform.lock.redis.address = \"redis://",
                     "(from environment variable TELCO_PLATFORM_LOCK_REDIS_ADDRESS)",

@@ -224,7 +224,8 @@ impl RedisFailure {
 pub enum Refusal {
     /// `WRONGTYPE`: the lock's key holds a Redis value of another type (a hash, a list, …), so
     /// another program uses the key. The key is left alone. On-call: change
-    /// `telco.platform.lock.key-prefix`, or remove the key if nothing needs it.
+    /// the key prefix (`key_prefix`; a service's `telco.platform.lock.key-prefix`), or remove
+    /// the key if nothing needs it.
     WrongType,
     /// `LOCKVALUE` (raised by the lock's acquire script): the lock's key holds a string that is
     /// not a lock value (`H|…` or `R|…`), so another program writes the key. The key is left
@@ -232,7 +233,7 @@ pub enum Refusal {
     NotALock,
     /// `READONLY`: the server is a read-only replica — the address points at a replica, or the
     /// primary was demoted (a failover) while the client stayed connected. On-call: point
-    /// `telco.platform.lock.redis.address` at the primary.
+    /// the address at the primary.
     ReadOnly,
     /// `OOM`: Redis is at `maxmemory` with `maxmemory-policy noeviction` and refuses commands
     /// that may use more memory. New grants are refused; releases and watchdog renewals still
@@ -244,7 +245,7 @@ pub enum Refusal {
     Busy,
     /// `NOAUTH` or `WRONGPASS`: Redis requires authentication and did not accept this client's
     /// credentials. On-call: put the right user and password in
-    /// `telco.platform.lock.redis.address`.
+    /// the address.
     NoAuth,
     /// `NOPERM` (or an ACL error raised inside a script): the Redis user lacks an ACL permission
     /// the lock needs — a command, the lock's keys or its channels. On-call: grant them (see
@@ -346,10 +347,10 @@ impl Refusal {
     const fn remedy(self) -> &'static str {
         match self {
             Refusal::WrongType | Refusal::NotALock => {
-                "another program uses this key: change telco.platform.lock.key-prefix, or remove the key if nothing needs it"
+                "another program uses this key: change the key prefix (key_prefix), or remove the key if nothing needs it"
             }
             Refusal::ReadOnly => {
-                "point telco.platform.lock.redis.address at the primary (after a failover, the new primary)"
+                "point the address at the primary (after a failover, the new primary)"
             }
             Refusal::OutOfMemory => {
                 "free memory or raise maxmemory; held locks can still be released and renewed"
@@ -358,22 +359,18 @@ impl Refusal {
                 "end the script with SCRIPT KILL (or FUNCTION KILL), or wait for it; Redis answers nothing else meanwhile"
             }
             Refusal::NoAuth => {
-                "put the right user and password in telco.platform.lock.redis.address (redis://user:password@host:port)"
+                "put the right user and password in the address (redis://user:password@host:port)"
             }
             Refusal::NoPermission => {
-                "grant the lock's Redis user the minimal ACL of docs/design.md: EVALSHA, SCRIPT LOAD, SSUBSCRIBE, SUNSUBSCRIBE, the commands the scripts call (GET, SET, PEXPIRE, PTTL, TIME, SPUBLISH), WAIT with min-replicas, and the keys and channels under telco.platform.lock.key-prefix (ACL SETUSER)"
+                "grant the lock's Redis user the minimal ACL of docs/design.md: EVALSHA, SCRIPT LOAD, SSUBSCRIBE, SUNSUBSCRIBE, the commands the scripts call (GET, SET, PEXPIRE, PTTL, TIME, SPUBLISH), WAIT with min-replicas, and the keys and channels under the key prefix (ACL SETUSER)"
             }
             Refusal::Loading => "wait: Redis answers once the dataset is loaded",
-            Refusal::MasterDown => {
-                "point telco.platform.lock.redis.address at the primary, or repair replication"
-            }
+            Refusal::MasterDown => "point the address at the primary, or repair replication",
             Refusal::NoReplicas => "restore the replicas, or lower min-replicas-to-write",
             Refusal::PersistenceFailed => {
                 "fix the disk Redis saves to (see the Redis log); writes resume after a successful save"
             }
-            Refusal::ClusterRedirect => {
-                "use a redis-cluster:// (or rediss-cluster://) address for telco.platform.lock.redis.address"
-            }
+            Refusal::ClusterRedirect => "use a redis-cluster:// (or rediss-cluster://) address",
             Refusal::Other => "see the message and the Redis server log",
         }
     }
@@ -627,8 +624,8 @@ mod tests {
             failure.to_string(),
             "Redis refused the acquire script: the lock key holds a value of another type \
              (WRONGTYPE Operation against a key holding the wrong kind of value script: 78d7, \
-             on @user_script:25.); another program uses this key: change \
-             telco.platform.lock.key-prefix, or remove the key if nothing needs it"
+             on @user_script:25.); another program uses this key: change the \
+             key prefix (key_prefix), or remove the key if nothing needs it"
         );
         assert_eq!(Refusal::WrongType.to_string(), "wrong_type");
     }

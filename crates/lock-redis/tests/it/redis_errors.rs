@@ -124,7 +124,7 @@ async fn a_hash_at_the_lock_key_is_refused_as_wrong_type_and_left_alone() {
     assert!(message.starts_with("WRONGTYPE"), "{message}");
     assert!(
         err.to_string()
-            .contains("change telco.platform.lock.key-prefix"),
+            .contains("change the key prefix (key_prefix)"),
         "{err}"
     );
 

@@ -101,13 +101,13 @@ async fn logs_of<F: std::future::Future>(f: F) -> (F::Output, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_key() {
+async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_setting() {
     let (primary, _replica) = common::primary_with_replica().await;
     let (lock, logged) =
         logs_of(RedisLock::connect(common::config(&primary).min_replicas(2))).await;
     lock.unwrap();
     assert!(
-        logged.contains("telco.platform.lock.min-replicas")
+        logged.contains("min_replicas asks for more replicas")
             && logged.contains("connected_replicas=1"),
         "{logged}"
     );

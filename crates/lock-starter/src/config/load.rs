@@ -390,6 +390,18 @@ fn spring_address(
         )
     } else if built.iter().any(|k| set(k)) {
         let host = spring.host.as_deref().unwrap_or("localhost");
+        // `[::1]` as written in a URL, or `::1`; one colon is a port, which has a key of its own.
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.matches(':').count() == 1 {
+            return Err(invalid(
+                figment,
+                key("host"),
+                format!("a host without a port; set the port in {SECTION}.port"),
+            ));
+        }
         if host.is_empty() || host.contains(|c: char| c.is_whitespace() || "/@?#[]".contains(c)) {
             return Err(invalid(
                 figment,
@@ -428,14 +440,23 @@ fn spring_address(
     if let Some(section) = &section {
         leaves(section, "", &mut unread);
     }
-    let mut unread: Vec<String> = unread
+    let shown = |(path, value): &(String, Value)| {
+        let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
+        format!("{SECTION}.{path} (from {origin})")
+    };
+    let (overridden, unread): (Vec<_>, Vec<_>) = unread
         .iter()
         .filter(|(path, _)| !used.contains(&path.as_str()))
-        .map(|(path, value)| {
-            let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
-            format!("{SECTION}.{path} (from {origin})")
-        })
-        .collect();
+        .partition(|(path, _)| used == ["url"] && built.contains(&path.as_str()));
+    if !overridden.is_empty() {
+        let overridden: Vec<String> = overridden.into_iter().map(shown).collect();
+        warnings.warn(format!(
+            "{} ignored: {SECTION}.url (from {}) gives the whole address",
+            overridden.join(", "),
+            origin("url")
+        ));
+    }
+    let mut unread: Vec<String> = unread.into_iter().map(shown).collect();
     unread.extend(
         host_env
             .spring_unread
