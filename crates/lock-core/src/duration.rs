@@ -21,6 +21,9 @@ use crate::error::LockError;
 /// assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
 /// assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
 /// assert!(parse_duration("1M").unwrap_err().contains("M is not minutes"));
+/// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+/// assert_eq!(parse_duration("1m30").unwrap_err(), "a unit is required after 30 (ms, s, m or h)");
+/// assert!(parse_duration("0.0001s").unwrap_err().contains("finer than a millisecond"));
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -34,7 +37,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("negative durations are not accepted".to_owned());
     }
     if !text.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
-        return Err("not a duration: it starts with a number, such as 5s".to_owned());
+        return Err("not a duration; a duration starts with a number, such as 5s".to_owned());
     }
     if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
@@ -50,10 +53,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
         ));
     }
-    humantime::parse_duration(text).map_err(|e| match e {
+    if text.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
+        let last = text
+            .rsplit(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .next();
+        return Err(format!(
+            "a unit is required after {} (ms, s, m or h)",
+            last.unwrap_or(text)
+        ));
+    }
+    let duration = humantime::parse_duration(text).map_err(|e| match e {
         humantime::DurationError::NumberOverflow => "too large".to_owned(),
         other => format!("not a duration ({other})"),
-    })
+    })?;
+    if duration.subsec_nanos() % 1_000_000 != 0 {
+        return Err("finer than a millisecond; the smallest unit is ms".to_owned());
+    }
+    Ok(duration)
 }
 
 /// A duration as messages write it: the largest of `h`, `min` (from 5 min), `s` and `ms` that

@@ -462,9 +462,14 @@ impl LockError {
         value: impl Into<String>,
         problem: impl Into<String>,
     ) -> Self {
+        // An empty value would leave a gap in "invalid address : empty".
+        let value = match value.into() {
+            empty if empty.is_empty() => "\"\"".to_owned(),
+            value => value,
+        };
         LockError::InvalidArgument {
             name,
-            value: value.into(),
+            value,
             problem: problem.into(),
             key: None,
         }
@@ -615,6 +620,11 @@ mod tests {
 
     #[test]
     fn invalid_arguments_are_500_and_name_the_argument() {
+        let empty = LockError::invalid_argument("address", "", "empty; a Redis URL is required");
+        assert_eq!(
+            empty.to_string(),
+            "invalid address \"\": empty; a Redis URL is required"
+        );
         let err = LockError::invalid_argument("lease", "0", "accepted: 100 ms to 168 h");
         assert_eq!(err.code().as_str(), "LOCK_INVALID_ARGUMENT");
         assert_eq!(err.http_status(), 500);

@@ -203,7 +203,12 @@ fn bad_values_of_every_key_name_the_key_value_origin_and_what_is_accepted() {
                     ("5".into(), "a unit is required"),
                     ("-1s".into(), "negative"),
                     ("5 parsecs".into(), "unknown unit \"parsecs\""),
-                    ("abc".into(), "not a duration: it starts with a number"),
+                    (
+                        "abc".into(),
+                        "not a duration; a duration starts with a number",
+                    ),
+                    ("1m30".into(), "a unit is required after 30"),
+                    ("0.0001s".into(), "finer than a millisecond"),
                     ("".into(), "empty"),
                 ];
                 if !min.is_zero() {
@@ -497,6 +502,13 @@ fn bad_spring_values_name_the_spring_key_and_hide_the_password() {
         let (got, message, _, _) = invalid(from_env(&pairs));
         assert_eq!(got, key, "{message}");
         assert!(!message.contains("s3cret"), "{message}");
+    }
+    for port in ["70000", "abc", "-1"] {
+        let (_, message, _, _) = invalid(from_env(&[("SPRING_DATA_REDIS_PORT", port)]));
+        assert!(
+            message.contains("not a port: a whole number from 1 to 65535"),
+            "{message}"
+        );
     }
     // A password TOML reads as a number, a boolean or a date: serde's reason would quote it.
     for value in ["123456789", "true", "1979-05-27"] {

@@ -86,6 +86,23 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(de: D) -> Result<Duration, D::
     parse_duration(&text).map_err(de::Error::custom)
 }
 
+/// Serde: a port, 1 to 65535, as a number or a text of digits (`port = "6380"`).
+fn port<'de, D: Deserializer<'de>>(de: D) -> Result<Option<u16>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Number(i64),
+        Text(String),
+    }
+    let port = match Raw::deserialize(de) {
+        Ok(Raw::Number(n)) => u16::try_from(n).ok(),
+        Ok(Raw::Text(text)) => text.trim().parse().ok(),
+        Err(_) => None,
+    };
+    port.map(Some)
+        .ok_or_else(|| de::Error::custom("not a port: a whole number from 1 to 65535"))
+}
+
 /// Serde: a Redis address, checked by [`RedisAddress::parse`].
 pub(crate) fn address<'de, D: Deserializer<'de>>(de: D) -> Result<RedisAddress, D::Error> {
     let text = String::deserialize(de)?;
@@ -108,6 +125,7 @@ pub(crate) fn ca_file<'de, D: Deserializer<'de>>(de: D) -> Result<Option<PathBuf
 struct Spring {
     url: Option<String>,
     host: Option<String>,
+    #[serde(deserialize_with = "port")]
     port: Option<u16>,
     username: Option<String>,
     password: Option<String>,
