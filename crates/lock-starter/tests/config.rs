@@ -661,9 +661,10 @@ const LOCK_TOML_HEADER: &str = "\
 # platform-lock: every configuration key with its default (generated from \
 lock_starter::config::KEYS by tests/config.rs).
 #
-# Every key is commented out because it shows the built-in default; uncomment a line to change
-# it. Sources, later wins: built-in defaults, then TOML files (in the order the service passes
-# them), then environment variables. Full reference: docs/configuration.md.
+# A key with a built-in value is a commented-out line with that value: uncomment it to change it;
+# the others (no value, or one computed at start-up) say their default in words. Sources, later
+# wins: built-in defaults, then TOML files (in the order the service passes them), then
+# environment variables. Full reference: docs/configuration.md.
 #
 # Durations: a number with the unit ms, s, m (minutes) or h, combined as in 1m30s, or a bare 0;
 # other units (500us, 1M) are rejected. Quoted numbers (min-replicas = \"1\") are read as numbers.
