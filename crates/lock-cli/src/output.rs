@@ -204,7 +204,7 @@ pub(crate) fn write_status(
         _ => writeln!(out, "state:          free")?,
     }
     writeln!(out, "fair waiters:   {}", status.fair_waiters)?;
-    writeln!(out, "waiting clients: {}", status.subscribed_clients)
+    writeln!(out, "waiting:        {} clients", status.subscribed_clients)
 }
 
 /// `list` as a line saying where it searched and a table of the held locks, or a line saying
