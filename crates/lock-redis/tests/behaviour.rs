@@ -285,6 +285,11 @@ async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_tim
         text.contains("unreachable") && text.contains("refused"),
         "{text}"
     );
+    // Which Redis: a service's error says it too, not only the CLI's.
+    assert!(
+        text.contains(&format!("(Redis at {})", redis.url())),
+        "{text}"
+    );
 
     // A wrong password is no outage: connect fails, naming it (tests/credentials.rs).
     let redis = lock_testkit::RedisServer::builder()

@@ -461,7 +461,8 @@ impl Health {
             ErrorKind::Timeout => format!(
                 "connecting to Redis at {address} timed out: no answer within {timeout:?} (command_timeout)"
             ),
-            _ => address.scrub(&describe(&error)),
+            // Named, so "unreachable" in a service's error says which Redis (secrets hidden).
+            _ => format!("{} (Redis at {address})", address.scrub(&describe(&error))),
         };
         let outage_starts = {
             let mut state = self.lock();
