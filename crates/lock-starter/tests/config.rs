@@ -150,6 +150,28 @@ fn every_key_is_read_from_a_file_and_from_each_of_its_variables() {
     );
 }
 
+/// The one line per key that hands it to the Redis lock: a key left out of `redis_config` would
+/// be read, described and then ignored.
+#[test]
+fn every_key_of_the_lock_reaches_the_redis_lock_config() {
+    let shown = |pairs: &[(&str, &str)]| {
+        format!(
+            "{:?}",
+            lock_starter::redis_config(&from_env(pairs).unwrap())
+        )
+    };
+    let defaults = shown(&[]);
+    for spec in KEYS.iter().filter(|spec| spec.short_name() != "enabled") {
+        let value = match (good_value(spec), spec.default) {
+            (None, _) => continue, // the CA file: its own test checks it reaches the connection
+            (Some(value), KeyDefault::Value(default)) if value == default => "3s",
+            (Some(value), _) => value,
+        };
+        let env = spec.env_name();
+        assert_ne!(shown(&[(&env, value)]), defaults, "{} = {value}", spec.name);
+    }
+}
+
 #[test]
 fn the_environment_wins_and_both_forms_of_one_key_must_agree() {
     let (settings, _) = from_toml(
