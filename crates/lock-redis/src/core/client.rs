@@ -31,7 +31,7 @@ pub(crate) struct RedisCore {
     pub(crate) redacted_address: String,
     pub(crate) command_timeout: Duration,
     /// Dropped with the client: ends the retries of a first connection that has not succeeded
-    /// (see `connection::keep_connecting`).
+    /// (see `connection::keep_connecting`) and the Sentinel follower (`sentinel_events`).
     pub(crate) _stop_connecting: tokio::sync::watch::Sender<()>,
 }
 
