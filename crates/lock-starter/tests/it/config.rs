@@ -524,7 +524,7 @@ fn sources_fail_by_path() {
 }
 
 // The documents that follow the table. `UPDATE_CONFIG_DOCS=1 cargo test -p lock-starter
-// --test config` rewrites them from the table.
+// --test it -- config::` rewrites them from the table.
 
 fn env_list(spec: &KeySpec, code: bool) -> String {
     let names = spec.env_names();
@@ -610,7 +610,7 @@ fn lock_toml() -> String {
 
 const LOCK_TOML_HEADER: &str = "\
 # platform-lock: every configuration key with its default (generated from \
-lock_starter::config::KEYS by tests/config.rs).
+lock_starter::config::KEYS by crates/lock-starter/tests/it/config.rs).
 #
 # Every key is commented out because it shows the built-in default; uncomment a line to change
 # it. Sources, later wins: built-in defaults, then TOML files (in the order the service passes
