@@ -1,7 +1,7 @@
+// Own binary: its scoped capture would race `it`'s config tests first hitting the same call sites.
+
 //! The warnings of loading are logged with `tracing::warn!` as well as kept in
-//! `LockSettings::warnings`. Its own test binary: a scoped subscriber (`with_default`) is only
-//! reliable when no other test thread registers the same callsites concurrently, because
-//! `tracing` caches each callsite's interest globally.
+//! `LockSettings::warnings`.
 
 use lock_starter::config::{ConfigSources, LockSettings};
 use lock_testkit::logs::CapturedLogs;

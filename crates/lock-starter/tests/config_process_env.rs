@@ -1,6 +1,7 @@
+// Own binary: the jail sets real env vars and the cwd, seen by every test and child process.
+
 //! The real process environment (`ConfigSources::env(true)`), inside figment's `Jail`, which
-//! serialises access to the environment and restores it afterwards. Its own test binary, because
-//! the jail also changes the working directory.
+//! serialises access to the environment and restores it afterwards.
 
 // `Jail` closures return `figment::Error`, which is large; it is figment's type, not ours.
 #![allow(clippy::result_large_err)]

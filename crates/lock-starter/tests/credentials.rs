@@ -1,3 +1,5 @@
+// Own binary: its global TRACE log capture must hold only these tests' lines (it checks all).
+
 //! Passwords through the starter: in `telco.platform.lock.redis.address` (also percent-encoded,
 //! also a Sentinel's `sentinelPassword`) or in `spring.data.redis.password`, they reach Redis
 //! (a real redis-server with an ACL user) but never `LockSettings`' or `LockStarter`'s `Debug`,

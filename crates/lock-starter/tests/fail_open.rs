@@ -1,3 +1,5 @@
+// Own binary: it installs a global WARN log capture; one per process, at one level.
+
 //! The fail-open policy through the starter, on real `redis-server` processes: the section runs
 //! guarded when Redis grants the lock, and unguarded — exactly once, its value returned, marked
 //! with why and logged as a `WARN` — when another pod holds the key past the wait time, when

@@ -23,6 +23,8 @@
 //!   in turn, the last stopping it.
 //! - Logs: [`logs::CapturedLogs`] keeps what a test logged, to check a warning appears or a
 //!   password does not; [`secrets`] has the test passwords and that check.
+//! - Child processes: [`test_child`] starts the running test binary again for one ignored test,
+//!   for a client in a process of its own (killed with `SIGKILL`, or left to exit).
 //! - TLS: [`TestCertificates`] (module [`tls`]) makes a CA and a server certificate;
 //!   [`RedisServerBuilder::tls`] opens a TLS port next to the plain one
 //!   ([`RedisServer::tls_url`]).
@@ -65,6 +67,7 @@
 //! fence, or not), and failures without an allowed error code. These modules do not need Redis.
 
 pub mod checker;
+mod child;
 pub mod cluster;
 mod error;
 pub mod fenced;
@@ -83,6 +86,7 @@ pub mod tls;
 #[cfg(feature = "docker")]
 mod docker;
 
+pub use child::test_child;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
 pub use proxy::{FaultProxy, TrapAction};

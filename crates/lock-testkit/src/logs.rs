@@ -46,10 +46,19 @@ impl CapturedLogs {
 
     /// A new capture and a subscriber at `level` writing into it, for
     /// `tracing::subscriber::with_default` or `set_default`: it sees only what the current
-    /// thread logs while it is the default. `tracing` caches per call site whether anything is
-    /// interested, so prefer [`global`](Self::global) when other tests of the binary log the
-    /// same call sites at the same time.
+    /// thread logs while it is the default, also when other threads of the binary log the same
+    /// call sites at the same time. One narrow gap is left: a call site another thread hits for
+    /// the first time during the process's very first call of `scoped` can be missed, because
+    /// `tracing` caches each call site's interest.
     pub fn scoped(level: tracing::Level) -> (CapturedLogs, impl Subscriber + Send + Sync) {
+        // While only one dispatcher exists, `tracing` works out a call site's interest, when
+        // the site is first hit, from the hitting thread's subscriber alone and caches it: a
+        // site first hit by another thread while a scoped capture is the only dispatcher would
+        // stay "never" for that capture too. A second dispatcher that lives for the rest of the
+        // process makes every later computation ask all live ones.
+        static WITNESS: OnceLock<tracing::Dispatch> = OnceLock::new();
+        WITNESS
+            .get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
         let logs = CapturedLogs::default();
         let subscriber = logs.subscriber(level);
         (logs, subscriber)

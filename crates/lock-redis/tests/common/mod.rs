@@ -107,32 +107,9 @@ pub fn redis_failure(error: &LockError) -> &RedisFailure {
     RedisFailure::find(error).unwrap_or_else(|| panic!("no RedisFailure behind {error:?}"))
 }
 
-/// Starts this test binary again as a child process running only the ignored test `test` of
-/// the test file whose `module_path!()` is `module`, with `var` set to `value` (the test body
-/// reads it, and does nothing when run on its own): a lock client in a process of its own, for
-/// tests that kill it with `SIGKILL`.
-pub fn spawn_test_child(module: &str, test: &str, var: &str, value: &str) -> std::process::Child {
-    // A test's name is its path below the binary's root module.
-    let name = match module.split_once("::") {
-        Some((_, path)) => format!("{path}::{test}"),
-        None => test.to_owned(),
-    };
-    std::process::Command::new(std::env::current_exe().expect("the test binary"))
-        .args([
-            name.as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(var, value)
-        .spawn()
-        .expect("start the child process")
-}
-
-/// The body of a fair-waiter child process (see [`spawn_test_child`]): when `var` holds a Redis
-/// URL, queues fairly for `key` (fair waiter timeout `place`, command timeout
-/// [`COMMAND_TIMEOUT`]) and waits to be killed; does nothing when `var` is unset.
+/// The body of a fair-waiter child process (started with `lock_testkit::test_child`): when
+/// `var` holds a Redis URL, queues fairly for `key` (fair waiter timeout `place`, command
+/// timeout [`COMMAND_TIMEOUT`]) and waits to be killed; does nothing when `var` is unset.
 pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
     let Ok(url) = std::env::var(var) else {
         return;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{COMMAND_TIMEOUT, SLACK, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, TOMBSTONE_TTL};
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, test_child};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -83,7 +83,10 @@ fn waiter(lock: &RedisLock, i: usize, order: &Arc<Mutex<Vec<usize>>>) -> JoinHan
 /// A fair waiter for `KEY` in a process of its own (this test binary running
 /// [`child_fair_waiter`]), to be killed mid-wait.
 fn child_waiter(redis: &RedisServer) -> Child {
-    common::spawn_test_child(module_path!(), "child_fair_waiter", CHILD_URL, &redis.url())
+    test_child(module_path!(), "child_fair_waiter")
+        .env(CHILD_URL, redis.url())
+        .spawn()
+        .expect("start the child process")
 }
 
 /// The body of [`child_waiter`]'s process: queues fairly for `KEY` and waits. Does nothing when

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{Rng, SLACK, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock, RedisLockConfig};
-use lock_testkit::{FaultProxy, RedisServer};
+use lock_testkit::{FaultProxy, RedisServer, test_child};
 use tokio::time::Instant;
 
 const KEY: &str = "cdc:review";
@@ -733,8 +733,10 @@ async fn a_killed_first_waiter_holds_up_a_free_lock_for_at_most_the_documented_t
         .await
         .unwrap();
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let mut child =
-        common::spawn_test_child(module_path!(), "child_fair_waiter", CHILD_URL, &redis.url());
+    let mut child = test_child(module_path!(), "child_fair_waiter")
+        .env(CHILD_URL, redis.url())
+        .spawn()
+        .expect("start the child process");
     let queued = |n: i64| {
         let (redis, key) = (&redis, holder.queue_key(KEY));
         async move {

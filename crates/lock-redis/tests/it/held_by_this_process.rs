@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{client, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
 use lock_redis::RedisLock;
+use lock_testkit::test_child;
 
 const KEY: &str = "bill-run:2026-11";
 /// The Redis URL handed to the child process.
@@ -72,8 +73,10 @@ async fn child_holder() {
 async fn a_holder_in_another_process_is_another_owner() {
     let redis = server().await;
     let lock = RedisLock::connect(config(&redis)).await.unwrap();
-    let mut child =
-        common::spawn_test_child(module_path!(), "child_holder", CHILD_URL, &redis.url());
+    let mut child = test_child(module_path!(), "child_holder")
+        .env(CHILD_URL, redis.url())
+        .spawn()
+        .expect("start the child process");
     let redis_key = lock.redis_key(KEY);
     let held = eventually(Duration::from_secs(30), || async {
         redis.cmd(&["EXISTS", &redis_key]).await.unwrap_or_default() == "1"

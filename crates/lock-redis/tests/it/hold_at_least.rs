@@ -7,10 +7,10 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, client, config, eventually, server, spawn_test_child};
+use common::{SLACK, client, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::{ForceReleased, LockState, RedisLock, RedisLockConfig, TOMBSTONE_TTL};
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, test_child};
 use tokio::time::Instant;
 
 async fn pttl(redis: &RedisServer, key: &str) -> i64 {
@@ -389,12 +389,10 @@ async fn two_reaper_pods_sweep_each_tick_exactly_once() {
     let redis = server().await;
     let test = "reaper_pod";
     let mut pods = [("pod-a", 0), ("pod-b", SKEW_MS)].map(|(pod, skew)| {
-        spawn_test_child(
-            module_path!(),
-            test,
-            POD,
-            &format!("{}|{pod}|{skew}", redis.url()),
-        )
+        test_child(module_path!(), test)
+            .env(POD, format!("{}|{pod}|{skew}", redis.url()))
+            .spawn()
+            .expect("start the child process")
     });
     let ready = eventually(Duration::from_secs(30), || async {
         redis

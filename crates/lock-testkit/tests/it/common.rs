@@ -1,8 +1,6 @@
 //! What several test modules share: the deadline for things that should be prompt, polling
-//! until something holds, whether a process is gone, and this test binary started again as a
-//! child process.
+//! until something holds, and whether a process is gone.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -42,26 +40,4 @@ pub(crate) fn wait_until_all_gone(pids: &[u32]) {
     wait_until(&format!("processes {pids:?} gone"), GENEROUS, || {
         pids.iter().all(|&pid| process_is_gone(pid))
     });
-}
-
-/// This test binary again, set up to run only the ignored test `test` of the module whose
-/// `module_path!()` is `module`, stdin closed. The child's test reads an environment variable
-/// the caller sets and does nothing without it, so the parent run's `--ignored` pass is harmless.
-pub(crate) fn test_child(module: &str, test: &str) -> Command {
-    // A test's name is its path below the binary's root module.
-    let name = match module.split_once("::") {
-        Some((_, path)) => format!("{path}::{test}"),
-        None => test.to_owned(),
-    };
-    let mut command = Command::new(std::env::current_exe().expect("the test binary's path"));
-    command
-        .args([
-            name.as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .stdin(Stdio::null());
-    command
 }

@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use lock_testkit::checker::{self, Report};
 use lock_testkit::fenced::{self, FencedResource, WriteOutcome, WriteRecord};
 use lock_testkit::history::{self, Event, Op, Phase, Recorder, monotonic_ns};
+use lock_testkit::test_child;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::common::{test_child, wait_until};
+use crate::common::wait_until;
 
 /// Set in child processes: their role.
 const CHILD_ENV: &str = "LOCK_TESTKIT_HISTORY_CHILD";

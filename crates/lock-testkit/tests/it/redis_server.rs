@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use lock_testkit::{Backend, RedisServer, TestkitError};
+use lock_testkit::{Backend, RedisServer, TestkitError, test_child};
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use crate::common::{GENEROUS, process_is_gone, test_child, wait_until};
+use crate::common::{GENEROUS, process_is_gone, wait_until};
 
 async fn local_server() -> RedisServer {
     RedisServer::builder()

@@ -3,14 +3,13 @@
 //! OS process again and again against a real redis-server, leaves the key free every time.
 //!
 //! The program is the ignored test `child_acquires_drops_and_exits`, run by this test binary
-//! re-executing itself; a test returning ends the child's runtime and then its process, as a
-//! return from `main` would.
+//! re-executing itself (`lock_testkit::test_child`); a test returning ends the child's runtime
+//! and then its process, as a return from `main` would.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use lock_starter::prelude::*;
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, test_child};
 
 /// Set (to anything) only in the child processes: the ignored test then runs the program.
 const CHILD: &str = "LOCK_SHUTDOWN_TEST_CHILD";
@@ -40,24 +39,18 @@ async fn child_acquires_drops_and_exits() {
 
 /// Runs the program once in a process of its own against `redis`; panics if it failed.
 async fn run_child(redis: &RedisServer, shutdown: bool) {
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
+    let mut child = test_child(module_path!(), "child_acquires_drops_and_exits");
     child
-        .args([
-            "child_acquires_drops_and_exits",
-            "--exact",
-            "--ignored",
-            "--test-threads=1",
-        ])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env(CHILD, "1")
         .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", redis.url())
-        .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", "exiting-pod")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+        .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", "exiting-pod");
     if !shutdown {
         child.env(SKIP_SHUTDOWN, "1");
     }
+    let mut child = tokio::process::Command::from(child);
+    child.kill_on_drop(true);
     let output = tokio::time::timeout(Duration::from_secs(120), child.output())
         .await
         .expect("the child process did not finish")
@@ -94,7 +87,7 @@ async fn a_process_that_drops_its_handle_and_shuts_down_leaves_the_key_free_ever
 
 /// Without the shutdown, the same program leaves the key held some of the time (the background
 /// release loses the race with the process exit). Timing-dependent, so not part of the suite:
-/// `cargo test -p lock-starter --test shutdown -- --ignored without_shutdown`.
+/// `cargo test -p lock-starter --test it -- --ignored shutdown::without_shutdown`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "shows the race the shutdown closes; its count depends on timing"]
 async fn without_shutdown_the_key_is_left_held_some_of_the_time() {

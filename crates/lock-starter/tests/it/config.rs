@@ -595,7 +595,7 @@ fn sources_fail_by_path() {
 }
 
 // The documents that follow the table. `UPDATE_CONFIG_DOCS=1 cargo test -p lock-starter
-// --test config` rewrites them from the table.
+// --test it -- config::` rewrites them from the table.
 
 fn env_list(spec: &KeySpec, code: bool) -> String {
     let names = spec.env_names();
@@ -681,7 +681,7 @@ fn lock_toml() -> String {
 
 const LOCK_TOML_HEADER: &str = "\
 # platform-lock: every configuration key with its default (generated from \
-lock_starter::config::KEYS by tests/config.rs).
+lock_starter::config::KEYS by crates/lock-starter/tests/it/config.rs).
 #
 # A key with a built-in value is a commented-out line with that value: uncomment it to change it;
 # the others (no value, or one computed at start-up) say their default in words. Sources, later

@@ -6,7 +6,7 @@
 //! Redis up and down.
 
 #[allow(dead_code, unreachable_pub, missing_docs)]
-#[path = "../examples/http_service.rs"]
+#[path = "../../examples/http_service.rs"]
 mod http_service;
 
 use std::sync::Arc;
