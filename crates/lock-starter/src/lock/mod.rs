@@ -11,7 +11,7 @@ use crate::error::StartError;
 /// the configuration error of the key it came from, with the key's origin, like any other bad
 /// value; other errors as they are ([`StartError::Lock`]).
 ///
-/// What [`LockStarterBuilder::build`] reports; for tools that connect [`RedisLock`] themselves with
+/// What [`LockStarterBuilder::build`](crate::LockStarterBuilder::build) reports; for tools that connect [`RedisLock`](lock_redis::RedisLock) themselves with
 /// [`redis_config`], so their start-up errors name the full key and where it was set as the
 /// service's do. lock-redis names the setting by its [`RedisLockConfig`] method (`address`,
 /// `tls_ca_file`, `wait_time`); the error names the key it came from
@@ -70,8 +70,8 @@ pub(crate) fn start_error(settings: &LockSettings, error: LockError) -> StartErr
     StartError::Lock(error)
 }
 
-/// The lock-redis settings for validated starter settings: what [`LockStarter`] connects with,
-/// for tools that need the concrete [`RedisLock`] (its operations: `status`, `list`,
+/// The lock-redis settings for validated starter settings: what [`LockStarter`](crate::LockStarter) connects with,
+/// for tools that need the concrete [`RedisLock`](lock_redis::RedisLock) (its operations: `status`, `list`,
 /// `force_release`).
 ///
 /// # Examples
