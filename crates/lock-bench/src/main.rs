@@ -118,16 +118,14 @@ fn parse_duration_secs(text: &str) -> Result<f64, String> {
 }
 
 fn parse_watchdog_timeout(text: &str) -> Result<Duration, String> {
-    let timeout = humantime::parse_duration(text)
-        .map_err(|e| format!("'{text}' is not a duration ({e}); e.g. 3s or 1500ms"))?;
+    let timeout = lock_starter::config::parse_duration(text)?;
     let (min, max) = (
         lock_starter::MIN_WATCHDOG_TIMEOUT,
         lock_starter::MAX_WATCHDOG_TIMEOUT,
     );
     if !(min..=max).contains(&timeout) {
-        return Err(format!(
-            "{text} is out of range; accepted: {min:?} to {max:?}"
-        ));
+        let range = lock_starter::config::duration_range(min, max);
+        return Err(format!("{text} is out of range; accepted: {range}"));
     }
     Ok(timeout)
 }

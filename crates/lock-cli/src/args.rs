@@ -101,7 +101,7 @@ pub(crate) enum Command {
         /// it even if the command still runs (the command is then terminated).
         #[arg(long, value_parser = parse_lease, allow_hyphen_values = true)]
         lease: Option<Duration>,
-        /// How long to wait for the lock, 0s (one attempt) to 1h, e.g. 2m. Default: the
+        /// How long to wait for the lock, 0 (one attempt) to 1h, e.g. 2m. Default: the
         /// configured telco.platform.lock.wait-time (5 s).
         #[arg(long, value_parser = parse_wait, allow_hyphen_values = true)]
         wait: Option<Duration>,
@@ -171,8 +171,8 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
         return Ok(wait);
     }
     Err(format!(
-        "the wait is 0s (one attempt) to {}",
-        humantime::format_duration(MAX_WAIT)
+        "the wait is {} (0 is one attempt)",
+        lock_starter::config::duration_range(Duration::ZERO, MAX_WAIT)
     ))
 }
 
@@ -231,7 +231,7 @@ mod tests {
         assert!(
             parse_wait("61m")
                 .unwrap_err()
-                .contains("0s (one attempt) to 1h")
+                .contains("the wait is 0 to 1 h (0 is one attempt)")
         );
         assert!(parse_wait("18446744073709551616s").is_err());
     }

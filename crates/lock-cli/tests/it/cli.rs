@@ -382,12 +382,12 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
         (
             run_echo_ran("--wait", "2h"),
             2,
-            vec!["--wait", "0s (one attempt) to 1h"],
+            vec!["--wait", "0 to 1 h (0 is one attempt)"],
         ),
         (
             run_echo_ran("--wait", "18446744073709551615s"),
             2,
-            vec!["--wait", "0s (one attempt) to 1h"],
+            vec!["--wait", "0 to 1 h (0 is one attempt)"],
         ),
         (
             vec!["run", "--key", "", "--", "echo", "ran"],

@@ -207,17 +207,22 @@ pub(crate) fn build_clients(
 /// [`LockError::InvalidArgument`] naming `tls_ca_file` when it is set with a plain address.
 pub(crate) fn check_ca_file_use(config: &Endpoint<'_>) -> Result<(), LockError> {
     match config.tls_ca_file {
-        Some(ca_file) if !config.address.tls() => Err(LockError::invalid_argument(
-            "tls_ca_file",
-            ca_file.display().to_string(),
-            format!(
-                "{} does not use TLS, so a CA file would not be used; accepted: a CA file with \
-                 a TLS address (rediss://, rediss-sentinel://, rediss-cluster://), or none",
-                config.address
-            ),
-        )),
-        _ => Ok(()),
+        Some(ca_file) => ca_file_needs_tls(config.address).map_err(|problem| {
+            LockError::invalid_argument("tls_ca_file", ca_file.display().to_string(), problem)
+        }),
+        None => Ok(()),
     }
+}
+
+/// What is wrong with a CA file for `address`, if it does not use TLS.
+fn ca_file_needs_tls(address: &RedisAddress) -> Result<(), String> {
+    if address.tls() {
+        return Ok(());
+    }
+    Err(format!(
+        "the address {address} does not use TLS, so a CA file would not be used; use \
+         rediss://, rediss-sentinel:// or rediss-cluster://, or no CA file"
+    ))
 }
 
 /// The TLS settings for the address (`tls`: it had a TLS scheme): the configured CA file, else
@@ -301,23 +306,38 @@ pub(crate) async fn check_eviction_policy(client: &Client) {
     }
 }
 
-/// Checks a CA file ([`RedisLockConfig::tls_ca_file`](crate::RedisLockConfig::tls_ca_file)):
-/// PEM CA certificates to trust for TLS instead of the system's roots, read as a connection
-/// reads them — for checking configuration before connecting.
+/// Checks a CA file ([`RedisLockConfig::tls_ca_file`](crate::RedisLockConfig::tls_ca_file))
+/// for `address`: PEM CA certificates to trust for TLS instead of the system's roots, read as a
+/// connection reads them, and only with a TLS address — for checking configuration before
+/// connecting, with the words a connection would use.
 ///
 /// # Errors
-/// What is wrong with the file, in words: missing (with the working directory a relative path
-/// is read from), a directory, unreadable, without a certificate, or not a usable certificate.
+/// What is wrong, in words: an empty path, an address without TLS, a missing file (with the
+/// working directory a relative path is read from), a directory, an unreadable file, one
+/// without a certificate, or not a usable certificate.
 ///
 /// # Examples
 ///
 /// ```
-/// let error = lock_redis::check_ca_file("/nonexistent/ca.pem".as_ref()).unwrap_err();
+/// use lock_redis::{RedisAddress, check_ca_file};
+///
+/// let tls = RedisAddress::parse("rediss://redis.internal:6380").unwrap();
+/// let error = check_ca_file("/nonexistent/ca.pem".as_ref(), &tls).unwrap_err();
 /// assert_eq!(error, "the file does not exist");
+///
+/// let plain = RedisAddress::parse("redis://redis.internal:6379").unwrap();
+/// let error = check_ca_file("/etc/ssl/redis-ca.pem".as_ref(), &plain).unwrap_err();
+/// assert!(error.contains("does not use TLS"));
 /// ```
-pub fn check_ca_file(path: &Path) -> Result<(), String> {
+pub fn check_ca_file(path: &Path, address: &RedisAddress) -> Result<(), String> {
+    if path.as_os_str().is_empty() {
+        return Err(EMPTY_PATH.to_owned());
+    }
+    ca_file_needs_tls(address)?;
     ca_roots(path).map(drop)
 }
+
+const EMPTY_PATH: &str = "empty; a path is required";
 
 /// The CA certificates in `path`; what is wrong with the file, in words.
 fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
@@ -325,7 +345,7 @@ fn ca_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
     use rustls_pki_types::pem::PemObject;
 
     if path.as_os_str().is_empty() {
-        return Err("empty; a path is required".to_owned());
+        return Err(EMPTY_PATH.to_owned());
     }
     let contents = std::fs::read(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => match std::env::current_dir() {

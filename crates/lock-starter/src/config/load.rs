@@ -397,7 +397,7 @@ fn spring_address(
                 "{SECTION}.{other} is set in the same source ({}), so which Redis is meant is \
                  ambiguous; remove one of them, or set {}",
                 origin(other),
-                KEYS[1].name
+                spec("redis.address").name
             );
             return Err(invalid(figment, key("url"), problem));
         }
@@ -486,28 +486,20 @@ fn spring_address(
             "these Spring settings are not read by the lock, which takes its address only from \
              {0} or spring.data.redis url, host, port, username and password: {1}. Set {0} if \
              the lock needs them",
-            KEYS[1].name,
+            spec("redis.address").name,
             unread.join(", "),
         ));
     }
     Ok(found)
 }
 
-/// `redis.tls.ca-file`: only with a TLS address; a file lock-redis can read CA certificates from.
+/// `redis.tls.ca-file`: as lock-redis checks it (a TLS address, a file of CA certificates).
 fn check_ca_file(figment: &Figment, redis: &RedisSettings) -> Result<(), ConfigError> {
     let Some(path) = &redis.tls_ca_file else {
         return Ok(());
     };
-    let spec = spec("redis.tls.ca-file");
-    if !redis.address.tls() && !path.as_os_str().is_empty() {
-        let problem = format!(
-            "{} = {} does not use TLS, so a CA file would not be used; use rediss://, \
-             rediss-sentinel:// or rediss-cluster://, or remove {}",
-            KEYS[1].name, redis.address, spec.name
-        );
-        return Err(invalid(figment, spec, problem));
-    }
-    lock_redis::check_ca_file(path).map_err(|problem| invalid(figment, spec, problem))
+    lock_redis::check_ca_file(path, &redis.address)
+        .map_err(|problem| invalid(figment, spec("redis.tls.ca-file"), problem))
 }
 
 /// `text` (a user name or password) for the user part of a URL: every character but the
