@@ -260,12 +260,9 @@ async fn tls_with_a_user_and_password_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_and_unreachable_addresses_show_no_password() {
     logs();
-    // A port nobody listens on: a listener bound and dropped.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port nobody listens on, kept so for the test.
+    let closed_port = lock_testkit::ClosedPort::new().unwrap();
+    let closed = closed_port.port();
     let rejected = [
         format!("redis://{USER}:{PASSWORD}@127.0.0.1:99999"),
         format!("redis://{USER}:{AT_PASSWORD_IN_URL}@127.0.0.1:99999"),

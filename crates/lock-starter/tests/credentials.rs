@@ -351,11 +351,8 @@ async fn config_errors_show_no_password() {
 /// settings, the starter, the lock, its errors nor the logs show either password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_addresses_show_no_password() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed_port = lock_testkit::ClosedPort::new().unwrap();
+    let closed = closed_port.port();
     for address in [
         format!(
             "redis-sentinel://{USER}:{PASSWORD}@127.0.0.1:{closed}?sentinelServiceName=m&sentinelPassword={SENTINEL_PASSWORD}"
@@ -507,11 +504,8 @@ async fn a_spring_password_with_percent_alone_authenticates_against_requirepass(
 /// the warnings or the logs. Everything from the user part's `:` to the last `@` is hidden.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_passwords_in_any_address_never_show() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed_port = lock_testkit::ClosedPort::new().unwrap();
+    let closed = closed_port.port();
     let passwords = [
         "Pa55 word",
         "pa ss-Pa55",

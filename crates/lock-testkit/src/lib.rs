@@ -68,6 +68,7 @@
 
 pub mod checker;
 mod child;
+mod closed;
 pub mod cluster;
 mod error;
 pub mod fenced;
@@ -87,6 +88,7 @@ pub mod tls;
 mod docker;
 
 pub use child::test_child;
+pub use closed::ClosedPort;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
 pub use proxy::{FaultProxy, TrapAction};

@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{
-    SLACK, assert_force_released, assert_one_line, cli, code, finish, free_port, lose_the_lease,
-    other_pod, platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
+    SLACK, assert_force_released, assert_one_line, cli, code, finish, lose_the_lease, other_pod,
+    platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
 };
 use lock_starter::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
@@ -184,7 +184,8 @@ async fn run_terminates_its_command_when_the_lease_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_arguments_configuration_and_an_unreachable_redis_are_one_line_each() {
-    let nowhere = format!("redis://:n0wh3re-pw@127.0.0.1:{}", free_port());
+    let closed = lock_testkit::ClosedPort::new().unwrap();
+    let nowhere = format!("redis://:n0wh3re-pw@127.0.0.1:{}", closed.port());
     for (args, expected) in [
         (&["frobnicate"][..], 2),
         (&["run", "--key", "job"][..], 2),

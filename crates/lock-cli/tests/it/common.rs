@@ -187,15 +187,6 @@ pub async fn spawn_ready(mut command: Command) -> tokio::process::Child {
     child
 }
 
-/// A free loopback port with nothing listening on it.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Asserts `output` is one failure line (`platform-lock: …` on stderr) with exit code
 /// `expected` that mentions each of `mentions` (case-insensitive).
 pub fn assert_one_line(label: &str, output: &Output, expected: i32, mentions: &[&str]) {

@@ -515,11 +515,8 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
         .await
         .unwrap();
     }
-    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let dead_port_port = lock_testkit::ClosedPort::new().unwrap();
+    let dead_port = dead_port_port.port();
     let address = format!(
         "{}&node=127.0.0.1:{dead_port}&sentinelUsername={SENTINEL_USER}&sentinelPassword={SENTINEL_PASSWORD}",
         sentinel.url()
