@@ -58,6 +58,20 @@ impl KeyLayout {
         ]
     }
 
+    /// The key of object `name` of another capability, e.g. `lock:idempotency:{create-42}` for
+    /// `capability` `idempotency`: under the prefix, with the name as the hash tag, and never
+    /// equal to a lock key (those have the tag right after the prefix). A capability's further
+    /// keys and channels append a `:suffix`, so they share the tag.
+    pub(crate) fn capability_key(&self, capability: &str, name: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + capability.len() + name.len() + 3);
+        key.push_str(&self.prefix);
+        key.push_str(capability);
+        key.push_str(":{");
+        push_encoded(&mut key, name);
+        key.push('}');
+        key
+    }
+
     /// The channel on which releases of `name` are published.
     pub(crate) fn release_channel(&self, name: &str) -> String {
         let mut channel = self.lock_key(name);
@@ -133,6 +147,19 @@ mod tests {
             }
             assert_ne!(hash_tag(&key), key, "{name:?} lost its hash tag: {key}");
         }
+    }
+
+    #[test]
+    fn capability_keys_share_the_name_tag_and_never_meet_lock_keys() {
+        let layout = KeyLayout::new("lock:");
+        let key = layout.capability_key("idempotency", "a{b}");
+        assert_eq!(key, "lock:idempotency:{a%7Bb%7D}");
+        assert_eq!(hash_tag(&key), hash_tag(&layout.lock_key("a{b}")));
+        // A lock named `idempotency:x` lives at `lock:{idempotency:x}`.
+        assert_ne!(
+            layout.capability_key("idempotency", "x"),
+            layout.lock_key("idempotency:x")
+        );
     }
 
     #[test]

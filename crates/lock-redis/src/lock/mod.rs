@@ -81,6 +81,12 @@ impl fmt::Debug for RedisLock {
 }
 
 impl RedisLock {
+    /// What this client shares with the other capabilities built on it: its connections, key
+    /// layout and owner tokens. They open no connection of their own.
+    pub(crate) fn shared(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// Connects to Redis and starts the watchdog.
     ///
     /// Makes the first connection attempt at once and waits for its outcome, at most the
