@@ -4,6 +4,7 @@
 //! (`fail_open`, `telemetry_span`).
 
 mod conformance;
+mod idempotency;
 mod lease_state;
 mod reentry;
 mod telemetry;
