@@ -5,6 +5,8 @@
 //!
 //! The crate is laid out by capability, each on one shared Redis core:
 //! - `lock/`: the distributed lock, [`RedisLock`] (its settings are [`RedisLockConfig`]);
+//! - `idempotency/`: idempotent execution's record store, [`RedisIdempotencyStore`], on a
+//!   `RedisLock`'s connections;
 //! - `core/`: what every capability stands on — the command and pub/sub connections and their
 //!   health, following a Sentinel failover, pub/sub subscriptions shared per channel, the key
 //!   layout (one hash tag per name), [`RedisFailure`], and the one retry back-off.
@@ -92,6 +94,7 @@
 //! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
 mod core;
+mod idempotency;
 mod lock;
 
 pub use core::address::{
@@ -119,3 +122,9 @@ pub use lock::scripts::{
 pub use lock_core::duration_range;
 
 pub use lock::RedisLock;
+
+pub use idempotency::RedisIdempotencyStore;
+pub use idempotency::scripts::{
+    IDEMPOTENCY_ABANDON_SCRIPT, IDEMPOTENCY_CLAIM_SCRIPT, IDEMPOTENCY_COMPLETE_SCRIPT,
+    IDEMPOTENCY_FORGET_SCRIPT, IDEMPOTENCY_RENEW_SCRIPT,
+};
