@@ -4,9 +4,12 @@
 //! configuration under `telco.platform.lock.*` (TOML files, then environment variables), builds
 //! the Redis-backed lock, and re-exports the whole lock API, so no other crate of ours is needed.
 //!
+//! On the same Redis connections it gives idempotent execution, [`LockStarter::idempotency`]: a
+//! retried call gets the first call's result instead of running twice (`docs/idempotency.md`).
+//!
 //! Laid out by capability, like `lock-core` and `lock-redis`: `lock/` wires the distributed
-//! lock (its settings as a `RedisLockConfig`, its connect errors as configuration errors); the
-//! shared part — configuration loading and the key table (`config/`), the builder and
+//! lock (its settings as a `RedisLockConfig`, its connect errors as configuration errors),
+//! `idempotency.rs` idempotent execution's store; the shared part — configuration loading and the key table (`config/`), the builder and
 //! [`LockStarter`], the health check and HTTP problem responses — serves every capability.
 //!
 //! # Examples

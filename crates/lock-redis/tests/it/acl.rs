@@ -211,6 +211,66 @@ async fn the_conformance_suite_passes_as_the_minimal_acl_user() {
     );
 }
 
+/// The grants docs/idempotency.md adds to the lock's ACL (its backquoted `ACL SETUSER <user> …`).
+fn idempotency_acl() -> Vec<String> {
+    const DOC: &str = include_str!("../../../../docs/idempotency.md");
+    const MARKER: &str = "`ACL SETUSER <user> ";
+    let start = DOC.find(MARKER).expect("docs/idempotency.md names its ACL") + MARKER.len();
+    let end = DOC[start..]
+        .find('`')
+        .expect("unterminated ACL in docs/idempotency.md");
+    DOC[start..start + end]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+struct IdempotencyAclUser(RedisServer);
+
+#[async_trait::async_trait]
+impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyAclUser {
+    async fn client(&self) -> Arc<dyn lock_core::IdempotencyStore> {
+        Arc::new(lock_redis::RedisIdempotencyStore::on(
+            &user_client(&self.0).await,
+        ))
+    }
+}
+
+/// Idempotent execution's whole conformance suite as a user with the lock's ACL plus the
+/// documented additions; Redis refuses nothing else, and without the additions it fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_runs_idempotent_execution() {
+    let redis = common::server().await;
+    set_user(&redis, &documented_acl()).await;
+    let without = user_client(&redis).await;
+    let store = lock_redis::RedisIdempotencyStore::on(&without);
+    use lock_core::IdempotencyStore;
+    let error = store
+        .claim("k", &store.new_owner(), "", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("lacks an ACL permission"),
+        "the additions are needed: {error}"
+    );
+
+    let mut rules = documented_acl();
+    rules.extend(idempotency_acl());
+    set_user(&redis, &rules).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let factory = Arc::new(IdempotencyAclUser(redis));
+    let failed = lock_core::idempotency::conformance::run_all(Arc::clone(&factory) as _).await;
+    assert!(
+        failed.is_empty(),
+        "idempotency checks failed as the ACL user: {failed:?}"
+    );
+    let refused = refused(&factory.0).await;
+    assert!(
+        refused.is_subset(&harmless()),
+        "Redis refused more: {refused:?}"
+    );
+}
+
 /// With the optional grants of the document too, Redis refuses nothing: the document names
 /// every command the client sends (connect, acquire, wait, renew, release, reload, WAIT, PING,
 /// and QUIT when the lock is dropped).

@@ -6,4 +6,5 @@
 
 mod config;
 mod http;
+mod http_idempotency;
 mod shutdown;

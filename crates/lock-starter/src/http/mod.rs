@@ -1,5 +1,5 @@
-//! Lock errors as HTTP responses: RFC 9457 problem details, and axum's `IntoResponse` (feature
-//! `http`).
+//! Lock and idempotency errors as HTTP responses: RFC 9457 problem details, axum's
+//! `IntoResponse`, and the `Idempotency-Key` layer [`IdempotencyLayer`] (feature `http`).
 //!
 //! A lock that failed closed ends the request with **503 Service Unavailable** and, by default,
 //! a **public** body that tells the client what happened and when to retry, and nothing about
@@ -58,6 +58,13 @@
 //! never a credential (addresses in it are redacted), and the extension members are those of
 //! [`LockError::details`], camelCase, with the numeric ones (`holderTtlMs`, `waitedMs`,
 //! `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`) as JSON numbers.
+
+mod idempotency;
+
+pub use idempotency::{
+    DEFAULT_MAX_BODY_BYTES, IDEMPOTENCY_KEY_HEADER, IdempotencyLayer, IdempotencyRejection,
+    IdempotencyService, REPLAYED_HEADER,
+};
 
 use std::collections::BTreeMap;
 use std::time::Duration;

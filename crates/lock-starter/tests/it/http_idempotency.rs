@@ -1,0 +1,275 @@
+//! The `Idempotency-Key` layer (feature `http`): a retried create runs once and is marked as a
+//! replay, a concurrent retry gets 409, a reused key with another body 422, a handler's 5xx is
+//! not stored, Redis down is 503 — in memory, and across two "pods" on one real redis-server.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use axum::response::Response;
+use axum::routing::post;
+use lock_starter::figment::Figment;
+use lock_starter::figment::providers::{Format, Toml};
+use lock_starter::http::{IdempotencyLayer, PROBLEM_JSON, REPLAYED_HEADER};
+use lock_starter::prelude::*;
+use lock_testkit::{ClosedPort, RedisServer};
+use tokio::sync::Notify;
+use tower::ServiceExt;
+
+/// Holds a handler: it says it `entered`, then waits to be `released`.
+#[derive(Clone, Default)]
+struct Gate {
+    entered: Arc<Notify>,
+    released: Arc<Notify>,
+}
+
+/// `POST /tickets` creating ticket `TT-<n>`; waits at `gate` first when one is given, and
+/// answers 500 for a body of `fail`.
+fn app(idempotency: Idempotency, runs: Arc<AtomicU32>, gate: Option<Gate>) -> Router {
+    let create = move |body: String| {
+        let (runs, gate) = (Arc::clone(&runs), gate.clone());
+        async move {
+            if let Some(gate) = gate {
+                gate.entered.notify_one();
+                gate.released.notified().await;
+            }
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            if body == "fail" {
+                return (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    [(header::LOCATION, String::new())],
+                    String::new(),
+                );
+            }
+            (
+                StatusCode::CREATED,
+                [(header::LOCATION, format!("/tickets/TT-{n}"))],
+                format!(r#"{{"ticket":"TT-{n}"}}"#),
+            )
+        }
+    };
+    Router::new()
+        .route("/tickets", post(create))
+        .layer(IdempotencyLayer::new(idempotency))
+}
+
+fn create(key: Option<&str>, body: &str) -> Request<Body> {
+    let mut request = Request::post("/tickets").header(header::CONTENT_TYPE, "application/json");
+    if let Some(key) = key {
+        request = request.header("Idempotency-Key", key);
+    }
+    request.body(Body::from(body.to_owned())).unwrap()
+}
+
+async fn body(response: Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn a_retried_create_runs_once_and_the_retry_is_marked_as_a_replay() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
+    let first = app
+        .clone()
+        .oneshot(create(Some("key-1"), r#"{"title":"x"}"#))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert!(first.headers().get(REPLAYED_HEADER).is_none());
+    let retry = app
+        .clone()
+        .oneshot(create(Some("key-1"), r#"{"title":"x"}"#))
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(retry.headers()[header::LOCATION], "/tickets/TT-1");
+    assert_eq!(body(retry).await, r#"{"ticket":"TT-1"}"#);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // Another key, or no key at all, is another request.
+    app.clone()
+        .oneshot(create(Some("key-2"), r#"{"title":"x"}"#))
+        .await
+        .unwrap();
+    app.clone()
+        .oneshot(create(None, r#"{"title":"x"}"#))
+        .await
+        .unwrap();
+    app.clone()
+        .oneshot(create(None, r#"{"title":"x"}"#))
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_body_is_422_and_runs_nothing() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
+    app.clone()
+        .oneshot(create(Some("key-1"), r#"{"title":"x"}"#))
+        .await
+        .unwrap();
+    let reused = app
+        .clone()
+        .oneshot(create(Some("key-1"), r#"{"title":"y"}"#))
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reused.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+    let problem: serde_json::Value = serde_json::from_str(&body(reused).await).unwrap();
+    assert_eq!(problem["code"], "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let gate = Gate::default();
+    let app = app(
+        Idempotency::in_memory(),
+        Arc::clone(&runs),
+        Some(gate.clone()),
+    );
+    let first = tokio::spawn(app.clone().oneshot(create(Some("key-1"), "{}")));
+    gate.entered.notified().await;
+    let retry = app
+        .clone()
+        .oneshot(create(Some("key-1"), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), StatusCode::CONFLICT);
+    let problem: serde_json::Value = serde_json::from_str(&body(retry).await).unwrap();
+    assert_eq!(problem["code"], "IDEMPOTENCY_IN_PROGRESS");
+    assert!(
+        !problem.to_string().contains("in-memory/"),
+        "no holder in a public body: {problem}"
+    );
+    gate.released.notify_one();
+    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_handlers_5xx_is_not_stored_and_the_retry_runs_again() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
+    for _ in 0..2 {
+        let failed = app
+            .clone()
+            .oneshot(create(Some("key-1"), "fail"))
+            .await
+            .unwrap();
+        assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn bad_or_missing_keys_and_big_bodies_are_client_errors() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let required = Router::new()
+        .route("/tickets", post(|| async { "made" }))
+        .layer(
+            IdempotencyLayer::new(Idempotency::in_memory())
+                .require_key()
+                .max_body_bytes(8),
+        );
+    let missing = required.clone().oneshot(create(None, "{}")).await.unwrap();
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    let too_long = "k".repeat(600);
+    let long = required
+        .clone()
+        .oneshot(create(Some(&too_long), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(long.status(), StatusCode::BAD_REQUEST);
+    assert!(body(long).await.contains("longer than 512 bytes"));
+    let big = required
+        .clone()
+        .oneshot(create(Some("k"), "0123456789"))
+        .await
+        .unwrap();
+    assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+fn starter_config(address: &str) -> Figment {
+    Figment::from(Toml::string(&format!(
+        "[telco.platform.lock.redis]\naddress = \"{address}\"\ncommand-timeout = \"500ms\"\n"
+    )))
+}
+
+/// The payment-service case: two pods behind a load balancer, the client's retry lands on the
+/// other pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_on_another_pod_replays_the_first_pods_response() {
+    let redis = RedisServer::start().await.unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut pods = Vec::new();
+    for _ in 0..2 {
+        let starter = LockStarter::builder()
+            .figment(starter_config(&redis.url()))
+            .build()
+            .await
+            .unwrap();
+        pods.push((
+            app(starter.idempotency().clone(), Arc::clone(&runs), None),
+            starter,
+        ));
+    }
+    let first = pods[0]
+        .0
+        .clone()
+        .oneshot(create(Some("pay-77"), r#"{"amount":5}"#))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let retry = pods[1]
+        .0
+        .clone()
+        .oneshot(create(Some("pay-77"), r#"{"amount":5}"#))
+        .await
+        .unwrap();
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(body(retry).await, r#"{"ticket":"TT-1"}"#);
+    let reused = pods[1]
+        .0
+        .clone()
+        .oneshot(create(Some("pay-77"), r#"{"amount":500}"#))
+        .await
+        .unwrap();
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_handler_does_not_run_and_the_answer_is_503() {
+    let closed = ClosedPort::new().unwrap();
+    let address = format!("redis://127.0.0.1:{}", closed.port());
+    let starter = LockStarter::builder()
+        .figment(starter_config(&address))
+        .build()
+        .await
+        .unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app(starter.idempotency().clone(), Arc::clone(&runs), None);
+    let response = app.oneshot(create(Some("pay-78"), "{}")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+    let problem = body(response).await;
+    assert!(
+        problem.contains("IDEMPOTENCY_BACKEND_UNAVAILABLE"),
+        "{problem}"
+    );
+    assert!(
+        !problem.contains("127.0.0.1"),
+        "no backend detail in a public body: {problem}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
