@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark, in one go on one private redis-server: our lock-bench and the peers
-# of ../shared/peers (existing lock libraries and the raw Redis limit), same scenarios, same
-# JSON lines. Writes OUT/results.jsonl, OUT/table.md and OUT/latency.svg (see docs/performance.md).
+# of ../shared/peers (existing lock libraries and the raw Redis limit; the toolkit peers for
+# idempotent execution), same scenarios, same JSON lines. Writes OUT/results.jsonl, OUT/table.md,
+# OUT/latency.svg (the lock) and OUT/toolkit.jsonl, OUT/toolkit.md (idempotent execution); see
+# docs/performance.md.
 #
-# usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"]
+# usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"] [--suite NAME]
 #   --duration  seconds per scenario and impl (default 5)
 #   --peers     the peers' folder (default ../shared/peers next to this repository)
 #   --out       output folder (default target/bench)
-#   --impl      peers to run (default all: raw redis-py python-redis-lock node-redlock redis-semaphore rslock)
+#   --impl      lock peers to run (default all: raw redis-py python-redis-lock node-redlock redis-semaphore rslock)
+#   --suite     lock, toolkit (idempotent execution vs toolkit/toolkit.sh) or all (default)
 set -euo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-usage() { sed -n 6,10p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n 8,13p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Relative paths are the caller's, not this repository's.
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
 PEER_IMPLS="raw redis-py python-redis-lock node-redlock redis-semaphore rslock"
 
-DURATION=5 PEERS=$ROOT/../shared/peers OUT=$ROOT/target/bench IMPLS=all
+DURATION=5 PEERS=$ROOT/../shared/peers OUT=$ROOT/target/bench IMPLS=all SUITE=all
 while [ $# -gt 0 ]; do
   case $1 in -h | --help) usage ;; esac
   [ $# -ge 2 ] || usage
@@ -27,6 +30,7 @@ while [ $# -gt 0 ]; do
     --peers) PEERS=$(absolute "$2") ;;
     --out) OUT=$(absolute "$2") ;;
     --impl) IMPLS=$2 ;;
+    --suite) SUITE=$2 ;;
     *) echo "bench.sh: unknown option $1" >&2; usage ;;
   esac
   shift 2
@@ -40,7 +44,19 @@ if [ "$IMPLS" != all ]; then
     [[ " $PEER_IMPLS " == *" $impl "* ]] || { echo "bench.sh: --impl '$impl': accepted: all or some of: $PEER_IMPLS" >&2; exit 2; }
   done
 fi
-[ -x "$PEERS/run.sh" ] || { echo "bench.sh: no peers at $PEERS (expected run.sh there; --peers DIR)" >&2; exit 2; }
+case $SUITE in
+  lock | toolkit | all) ;;
+  *) echo "bench.sh: --suite '$SUITE': accepted: lock, toolkit or all" >&2; exit 2 ;;
+esac
+LOCK=false TOOLKIT=false
+[ "$SUITE" = toolkit ] || LOCK=true
+[ "$SUITE" = lock ] || TOOLKIT=true
+if $LOCK; then
+  [ -x "$PEERS/run.sh" ] || { echo "bench.sh: no peers at $PEERS (expected run.sh there; --peers DIR)" >&2; exit 2; }
+fi
+if $TOOLKIT; then
+  [ -x "$PEERS/toolkit/toolkit.sh" ] || { echo "bench.sh: no toolkit peers at $PEERS (expected toolkit/toolkit.sh there; --peers DIR, or --suite lock)" >&2; exit 2; }
+fi
 scripts/ensure-redis.sh
 mkdir -p "$OUT"
 
@@ -58,26 +74,46 @@ URL=redis://127.0.0.1:$PORT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 FAILED=0
-: > "$OUT/results.jsonl"
 # Scenario by scenario, ours next to the peers, so machine noise hits everyone alike.
-for scenario in uncontended parallel contended; do
-  echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
-  "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
-    || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
-  # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
-  env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$IMPLS" --duration "$DURATION" >> "$OUT/results.jsonl"
-done
-for scenario in scripts watchdog; do
-  echo "[bench] platform-lock / $scenario" >&2
-  "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
-    || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
-done
+if $LOCK; then
+  : > "$OUT/results.jsonl"
+  for scenario in uncontended parallel contended; do
+    echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
+    "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
+      || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
+    # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
+    env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$IMPLS" --duration "$DURATION" >> "$OUT/results.jsonl"
+  done
+  for scenario in scripts watchdog; do
+    echo "[bench] platform-lock / $scenario" >&2
+    "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
+      || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
+  done
 
-"$BIN/bench-table" "$OUT/results.jsonl" > "$OUT/table.md" || FAILED=1
-"$BIN/bench-chart" --input "$OUT/results.jsonl" --output "$OUT/latency.svg" || FAILED=1
-cat "$OUT/table.md"
-echo "[bench] wrote $OUT/results.jsonl, $OUT/table.md, $OUT/latency.svg" >&2
+  "$BIN/bench-table" "$OUT/results.jsonl" > "$OUT/table.md" || FAILED=1
+  "$BIN/bench-chart" --input "$OUT/results.jsonl" --output "$OUT/latency.svg" || FAILED=1
+  cat "$OUT/table.md"
+  echo "[bench] wrote $OUT/results.jsonl, $OUT/table.md, $OUT/latency.svg" >&2
+fi
+
+# Idempotent execution: ours (with the raw commands beneath it) next to the toolkit peers,
+# scenario by scenario, on the same server.
+if $TOOLKIT; then
+  : > "$OUT/toolkit.jsonl"
+  for scenario in first replay duplicates; do
+    echo "[bench] platform-lock / idempotency $scenario (${DURATION}s)" >&2
+    "$BIN/lock-bench" --redis-url "$URL" --scenario "idempotency-$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
+      || { echo "[bench] platform-lock / idempotency $scenario failed" >&2; FAILED=1; }
+    # A peer that fails leaves the peers' error line, so the table lists it.
+    "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
+      || echo "{\"impl\": \"powertools\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/toolkit.jsonl"
+  done
+  "$BIN/bench-table" "$OUT/toolkit.jsonl" > "$OUT/toolkit.md" || FAILED=1
+  if $LOCK; then echo; fi
+  cat "$OUT/toolkit.md"
+  echo "[bench] wrote $OUT/toolkit.jsonl, $OUT/toolkit.md" >&2
+fi
 if [ "$FAILED" -ne 0 ]; then
-  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl)" >&2
+  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl or toolkit.jsonl)" >&2
   exit 1
 fi

@@ -12,10 +12,14 @@
 //! persistence) and stops it on exit. One JSON line per scenario goes to stdout, progress to
 //! stderr. Scenarios: the peers' `uncontended`, `parallel`, `contended`; `scripts`, the
 //! server-side limit of our scripts under `redis-benchmark` (impl `scripts`, one line per peer
-//! scenario); `watchdog`, 10,000 watchdog leases held for three renewal periods. See
-//! docs/performance.md for what each field means and the latest side-by-side run.
+//! scenario); `watchdog`, 10,000 watchdog leases held for three renewal periods; and the
+//! toolkit peers' idempotent-execution scenarios `first`, `replay`, `duplicates`
+//! (`--scenario idempotency`, or one of them: `idempotency-first`, …), each with a `raw` line
+//! of the plain Redis commands beneath it. See docs/performance.md for what each field means
+//! and the latest side-by-side runs.
 
 mod cycles;
+mod idempotency;
 mod redis;
 mod report;
 mod scripts;
@@ -86,6 +90,14 @@ enum Which {
     Contended,
     Scripts,
     Watchdog,
+    /// `first`, `replay` and `duplicates` of idempotent execution, with their `raw` lines.
+    Idempotency,
+    /// `first` alone, with its `raw` line.
+    IdempotencyFirst,
+    /// `replay` alone, with its `raw` line.
+    IdempotencyReplay,
+    /// `duplicates` alone (no `raw` line: plain commands do not wait for a result).
+    IdempotencyDuplicates,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,6 +114,18 @@ fn runs(which: Which, scenario: Scenario) -> bool {
             | (Which::Uncontended, Scenario::Uncontended)
             | (Which::Parallel, Scenario::Parallel)
             | (Which::Contended, Scenario::Contended)
+    )
+}
+
+/// Whether `--scenario` selects the idempotency scenario `scenario`.
+fn runs_idempotency(which: Which, scenario: idempotency::Scenario) -> bool {
+    use idempotency::Scenario as S;
+    matches!(
+        (which, scenario),
+        (Which::All | Which::Idempotency, _)
+            | (Which::IdempotencyFirst, S::First)
+            | (Which::IdempotencyReplay, S::Replay)
+            | (Which::IdempotencyDuplicates, S::Duplicates)
     )
 }
 
@@ -204,23 +228,26 @@ async fn run(args: Args) -> ExitCode {
         Scenario::Contended,
     ];
     let mut failed = false;
-    // A failed scenario prints the peers' error line: {"impl", "scenario", "error"}.
-    let mut emit =
-        |imp: &str, scenario: &str, result: Result<Map<String, Value>, String>| match result {
-            Ok(mut line) => {
-                line.insert("runtime".into(), json!(runtime_name(args.runtime)));
-                if prometheus.is_some() {
-                    line.insert("metrics_recorder".into(), json!("prometheus"));
+    // A failed scenario prints the peers' error line: {"impl", "scenario", "error"}. Lines of
+    // the lock's scenarios take the lock peers' field order, idempotency lines the toolkit's.
+    let mut emit_in =
+        |fields: &[&str], imp: &str, scenario: &str, result: Result<Map<String, Value>, String>| {
+            match result {
+                Ok(mut line) => {
+                    line.insert("runtime".into(), json!(runtime_name(args.runtime)));
+                    if prometheus.is_some() {
+                        line.insert("metrics_recorder".into(), json!("prometheus"));
+                    }
+                    println!("{}", report::to_json_line_in(&line, fields));
                 }
-                println!("{}", report::to_json_line(&line));
-            }
-            Err(error) => {
-                failed = true;
-                eprintln!("lock-bench: {imp} / {scenario}: {error}");
-                println!(
-                    "{}",
-                    json!({"impl": imp, "scenario": scenario, "error": error})
-                );
+                Err(error) => {
+                    failed = true;
+                    eprintln!("lock-bench: {imp} / {scenario}: {error}");
+                    println!(
+                        "{}",
+                        json!({"impl": imp, "scenario": scenario, "error": error})
+                    );
+                }
             }
         };
     for scenario in peer_scenarios {
@@ -249,7 +276,8 @@ async fn run(args: Args) -> ExitCode {
             }
             line
         });
-        emit(
+        emit_in(
+            &report::FIELDS,
             if args.fair { IMPL_FAIR } else { IMPL },
             scenario.name(),
             result,
@@ -266,7 +294,7 @@ async fn run(args: Args) -> ExitCode {
                 Ok(lock) => scripts::run(scenario, &target, &lock, duration).await,
                 Err(error) => Err(error),
             };
-            emit("scripts", scenario.name(), result);
+            emit_in(&report::FIELDS, "scripts", scenario.name(), result);
         }
     }
     if matches!(args.scenario, Which::All | Which::Watchdog) {
@@ -283,7 +311,22 @@ async fn run(args: Args) -> ExitCode {
             }
             Err(error) => Err(error),
         };
-        emit(IMPL, "watchdog", result);
+        emit_in(&report::FIELDS, IMPL, "watchdog", result);
+    }
+    for scenario in idempotency::Scenario::ALL {
+        if !runs_idempotency(args.scenario, scenario) {
+            continue;
+        }
+        let name = scenario.name();
+        eprintln!("[lock-bench] idempotency/{name} ({:.1}s)", args.duration);
+        let result = match connect(&target, None).await {
+            Ok(lock) => idempotency::run(scenario, &target, &lock, duration).await,
+            Err(error) => Err(error),
+        };
+        emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
+        if let Some(result) = idempotency::raw::run(scenario, &target, duration).await {
+            emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
+        }
     }
     if let Some(handle) = &prometheus {
         // Shows the recorder really saw the lock's metrics.

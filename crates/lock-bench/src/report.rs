@@ -60,8 +60,8 @@ pub(crate) fn resident_bytes() -> Option<u64> {
 /// The version reported in the `version` field.
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Field order of the peers' JSON lines (../shared/peers/harness.py); scenarios of our own
-/// append their extra fields after these.
+/// Field order of the lock peers' JSON lines (../shared/peers/harness.py); scenarios of our
+/// own append their extra fields after these.
 pub(crate) const FIELDS: [&str; 15] = [
     "impl",
     "scenario",
@@ -80,9 +80,27 @@ pub(crate) const FIELDS: [&str; 15] = [
     "version",
 ];
 
-/// Renders `line` with the peers' fields first, in their order, then any extra fields.
-pub(crate) fn to_json_line(line: &serde_json::Map<String, Value>) -> String {
-    let mut parts: Vec<String> = FIELDS
+/// Field order of the toolkit peers' JSON lines (../shared/peers/toolkit/idempotency.py), for
+/// the idempotent-execution scenarios.
+pub(crate) const TOOLKIT_FIELDS: [&str; 12] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "calls",
+    "calls_per_s",
+    "call_us",
+    "executions",
+    "results",
+    "errors",
+    "redis_cmds_per_call",
+    "version",
+];
+
+/// Renders `line` with `fields` first, in their order (`null` where absent), then any extra
+/// fields.
+pub(crate) fn to_json_line_in(line: &serde_json::Map<String, Value>, fields: &[&str]) -> String {
+    let mut parts: Vec<String> = fields
         .iter()
         .map(|field| {
             let value = line.get(*field).cloned().unwrap_or(Value::Null);
@@ -91,7 +109,7 @@ pub(crate) fn to_json_line(line: &serde_json::Map<String, Value>) -> String {
         .collect();
     parts.extend(
         line.iter()
-            .filter(|(field, _)| !FIELDS.contains(&field.as_str()))
+            .filter(|(field, _)| !fields.contains(&field.as_str()))
             .map(|(field, value)| format!("{}:{}", json!(field), value)),
     );
     format!("{{{}}}", parts.join(","))
@@ -119,7 +137,7 @@ mod tests {
         line.insert("extra".into(), json!(1));
         line.insert("version".into(), json!("x"));
         line.insert("impl".into(), json!("platform-lock"));
-        let text = to_json_line(&line);
+        let text = to_json_line_in(&line, &FIELDS);
         assert!(
             text.starts_with(r#"{"impl":"platform-lock","scenario":null"#),
             "{text}"
@@ -127,6 +145,21 @@ mod tests {
         assert!(text.ends_with(r#""version":"x","extra":1}"#), "{text}");
         let parsed: Value = serde_json::from_str(&text).expect("valid JSON");
         assert_eq!(parsed.as_object().map(|o| o.len()), Some(16));
+    }
+
+    #[test]
+    fn toolkit_lines_take_the_toolkit_peers_order() {
+        let mut line = serde_json::Map::new();
+        line.insert("replays".into(), json!(7));
+        line.insert("calls".into(), json!(8));
+        line.insert("impl".into(), json!("platform-lock"));
+        let text = to_json_line_in(&line, &TOOLKIT_FIELDS);
+        assert!(
+            text.starts_with(r#"{"impl":"platform-lock","scenario":null,"workers":null,"duration_s":null,"calls":8,"#),
+            "{text}"
+        );
+        assert!(text.ends_with(r#""version":null,"replays":7}"#), "{text}");
+        assert!(!text.contains("acquisitions"), "{text}");
     }
 
     #[test]

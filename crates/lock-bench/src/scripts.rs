@@ -19,15 +19,21 @@ use crate::report::{round1, round3};
 
 const OWNER: &str = "bench-owner/0/0";
 /// Requests of the calibration run that sizes the measured one.
-const CALIBRATE_N: u64 = 10_000;
+pub(crate) const CALIBRATE_N: u64 = 10_000;
 
 /// One `redis-benchmark` run: requests/s and its latency percentiles in µs.
-struct Run {
-    requests_per_s: f64,
-    latency_us: Value,
+pub(crate) struct Run {
+    pub(crate) requests_per_s: f64,
+    /// `{p50, p99, p999, max}` µs, from redis-benchmark's percentile table.
+    pub(crate) latency_us: Value,
 }
 
-fn redis_benchmark(
+/// Runs `command` `n` times with redis-benchmark: `clients` connections (`-c`), `pipeline`
+/// requests in flight per connection (`-P`), `__rand_int__` drawn from `keyspace` (`-r`).
+///
+/// # Errors
+/// When redis-benchmark is missing, fails, or its summary cannot be read.
+pub(crate) fn redis_benchmark(
     target: &Target,
     clients: usize,
     pipeline: usize,
@@ -209,7 +215,7 @@ pub(crate) async fn run(
 }
 
 /// CPU of finished child processes (redis-benchmark), in seconds.
-fn children_cpu_seconds() -> f64 {
+pub(crate) fn children_cpu_seconds() -> f64 {
     use nix::sys::resource::{UsageWho, getrusage};
     let Ok(usage) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
         return 0.0;

@@ -1,7 +1,8 @@
 //! A short run of every scenario against a private redis-server (the benchmark itself is not
 //! part of CI): the lines parse, carry the peers' fields, and say what the protocol promises —
 //! one script call per acquire and per release, no two holders, every contended worker served,
-//! one renewal call per batch per tick. No timing is asserted.
+//! one renewal call per batch per tick, one execution per key of idempotent execution with the
+//! result for every duplicate. No timing is asserted (beyond the action's own 50 ms).
 
 use std::path::Path;
 use std::process::Command;
@@ -164,6 +165,129 @@ fn the_scripts_limit_runs_redis_benchmark_and_the_table_and_chart_read_the_lines
         String::from_utf8_lossy(&chart.stderr)
     );
     assert!(std::fs::read_to_string(&svg).unwrap().contains("scripts"));
+}
+
+/// The toolkit peer's field order (../shared/peers/toolkit/idempotency.py), stated here for the
+/// same reason as [`PEER_FIELDS`].
+const TOOLKIT_FIELDS: [&str; 12] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "calls",
+    "calls_per_s",
+    "call_us",
+    "executions",
+    "results",
+    "errors",
+    "redis_cmds_per_call",
+    "version",
+];
+
+#[test]
+fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
+    let lines = lock_bench(&["--scenario", "idempotency", "--duration", "0.5"]);
+    let names: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("platform-lock", "first"),
+            ("raw", "first"),
+            ("platform-lock", "replay"),
+            ("raw", "replay"),
+            ("platform-lock", "duplicates"),
+        ]
+    );
+    for line in &lines {
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys[..12], TOOLKIT_FIELDS, "field order: {line}");
+        assert_eq!(line["errors"], 0, "{line}");
+        assert!(line["calls_per_s"].as_f64().unwrap() > 0.0, "{line}");
+    }
+    let [first, raw_first, replay, raw_replay, duplicates] = lines.as_slice() else {
+        unreachable!()
+    };
+    let calls = |line: &Value| line["calls"].as_u64().unwrap();
+
+    // Every call of `first` runs the action: one claim and one completion script call.
+    assert_eq!(first["executions"].as_u64(), Some(calls(first)), "{first}");
+    assert_eq!(first["results"].as_u64(), Some(calls(first)), "{first}");
+    assert_eq!(first["replays"], 0, "{first}");
+    assert_eq!(first["evalsha_per_call"], 2.0, "{first}");
+    // `replay` runs it once, then one script call per replay.
+    assert_eq!(replay["executions"], 1, "{replay}");
+    assert_eq!(
+        replay["replays"].as_u64(),
+        Some(calls(replay) - 1),
+        "{replay}"
+    );
+    assert_eq!(replay["evalsha_per_call"], 1.0, "{replay}");
+    // The right answer to 8 concurrent duplicates: one execution, every caller the result.
+    let rounds = duplicates["rounds"].as_u64().unwrap();
+    assert!(rounds > 0, "{duplicates}");
+    assert_eq!(
+        duplicates["executions"].as_u64(),
+        Some(rounds),
+        "{duplicates}"
+    );
+    assert_eq!(calls(duplicates), 8 * rounds, "{duplicates}");
+    assert_eq!(
+        duplicates["results"].as_u64(),
+        Some(8 * rounds),
+        "{duplicates}"
+    );
+    assert_eq!(
+        duplicates["replays"].as_u64(),
+        Some(7 * rounds),
+        "{duplicates}"
+    );
+    // Each caller waited for the 50 ms action.
+    assert!(
+        duplicates["call_us"]["p50"].as_f64().unwrap() >= 50_000.0,
+        "{duplicates}"
+    );
+    // The raw lines: SET NX + SET per first call, one GET per replay (plus redis-benchmark's
+    // set-up, a few commands over thousands of calls).
+    for (line, commands) in [(raw_first, 2.0), (raw_replay, 1.0)] {
+        let per_call = line["redis_cmds_per_call"].as_f64().unwrap();
+        assert!((commands..commands + 0.01).contains(&per_call), "{line}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("toolkit.jsonl");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&results, text.join("\n")).unwrap();
+    let table = Command::new(env!("CARGO_BIN_EXE_bench-table"))
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(
+        table.starts_with("| scenario | impl | calls/s | × raw |"),
+        "{table}"
+    );
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.contains("**platform-lock**"))
+            .count(),
+        3,
+        "{table}"
+    );
+    assert!(!table.contains("not in the table"), "{table}");
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //! ```
 //!
 //! Lines that are not result objects (or carry an `error`) are listed under the table instead;
-//! lock-bench's `watchdog` line gets a table of its own.
+//! lock-bench's `watchdog` line gets a table of its own, and so do the idempotent-execution
+//! lines (scenarios `first`, `replay`, `duplicates` of lock-bench and the toolkit peers), with
+//! calls/s as a ratio of `raw`.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -27,6 +29,9 @@ struct Args {
 
 /// Scenario order of the table, then impl order within a scenario.
 const SCENARIOS: [&str; 3] = ["uncontended", "parallel", "contended"];
+/// The same for the idempotency table.
+const TOOLKIT_SCENARIOS: [&str; 3] = ["first", "replay", "duplicates"];
+const TOOLKIT_IMPLS: [&str; 3] = ["platform-lock", "raw", "powertools"];
 const IMPLS: [&str; 8] = [
     "platform-lock",
     "scripts",
@@ -53,18 +58,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (results, problems) = parse(&text);
-    if results.is_empty() {
+    let (results, toolkit, problems) = parse(&text);
+    if results.is_empty() && toolkit.is_empty() {
         eprintln!("bench-table: {path}: no result lines");
         for problem in problems {
             eprintln!("  {problem}");
         }
         return ExitCode::FAILURE;
     }
-    print!("{}", table(&results));
-    if let Some(watchdog) = watchdog_table(&text) {
-        print!("\n{watchdog}");
+    let mut tables = Vec::new();
+    if !results.is_empty() {
+        tables.push(table(&results));
     }
+    tables.extend(watchdog_table(&text));
+    if !toolkit.is_empty() {
+        tables.push(toolkit_table(&toolkit));
+    }
+    print!("{}", tables.join("\n"));
     for problem in problems {
         println!("\n- not in the table: {problem}");
     }
@@ -102,9 +112,11 @@ fn watchdog_table(text: &str) -> Option<String> {
 /// Result lines by (scenario position, impl position, impl name), in table order.
 type Results = BTreeMap<(usize, usize, String), Value>;
 
-/// Result lines by (scenario, impl); later lines replace earlier ones. Also the lines left out.
-fn parse(text: &str) -> (Results, Vec<String>) {
+/// Result lines by (scenario, impl) — the lock's, then the idempotency ones; later lines replace
+/// earlier ones. Also the lines left out.
+fn parse(text: &str) -> (Results, Results, Vec<String>) {
     let mut results = BTreeMap::new();
+    let mut toolkit = BTreeMap::new();
     let mut problems = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Ok(value) = serde_json::from_str::<Value>(line) else {
@@ -126,6 +138,14 @@ fn parse(text: &str) -> (Results, Vec<String>) {
             problems.push(format!("{imp} / {scenario}: {error}"));
             continue;
         }
+        if let Some(s) = TOOLKIT_SCENARIOS.iter().position(|s| *s == scenario) {
+            let i = TOOLKIT_IMPLS
+                .iter()
+                .position(|i| *i == imp)
+                .unwrap_or(TOOLKIT_IMPLS.len());
+            toolkit.insert((s, i, imp), value);
+            continue;
+        }
         let Some(s) = SCENARIOS.iter().position(|s| *s == scenario) else {
             if scenario != "watchdog" {
                 problems.push(format!("{imp} / {scenario}: not a scenario of the table"));
@@ -135,7 +155,56 @@ fn parse(text: &str) -> (Results, Vec<String>) {
         let i = IMPLS.iter().position(|i| *i == imp).unwrap_or(IMPLS.len());
         results.insert((s, i, imp), value);
     }
-    (results, problems)
+    (results, toolkit, problems)
+}
+
+/// The idempotent-execution lines: calls/s (and as a ratio of `raw`), call latency, Redis
+/// commands per call, and what `duplicates` is about: executions, results, errors.
+fn toolkit_table(results: &Results) -> String {
+    let mut out = String::from(
+        "| scenario | impl | calls/s | × raw | call p50 / p99 µs | Redis cmds / call | calls | executions | results | errors |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let rate = |v: &Value| v.get("calls_per_s").and_then(Value::as_f64);
+    for ((s, _, imp), v) in results {
+        let raw = results
+            .iter()
+            .find(|((os, _, oi), _)| os == s && oi == "raw")
+            .and_then(|(_, o)| rate(o));
+        let ratio = match (rate(v), raw) {
+            (Some(c), Some(b)) if b > 0.0 => format!("{:.2}", c / b),
+            _ => "–".to_owned(),
+        };
+        let num = |field: &str, digits: usize| {
+            v.get(field)
+                .and_then(Value::as_f64)
+                .map_or("–".to_owned(), |x| format!("{x:.digits$}"))
+        };
+        let us = |p: &str| {
+            v.get("call_us")
+                .and_then(|d| d.get(p))
+                .and_then(Value::as_f64)
+                .map_or("–".to_owned(), |x| format!("{x:.0}"))
+        };
+        let name = if imp == "platform-lock" {
+            format!("**{imp}**")
+        } else {
+            imp.clone()
+        };
+        out.push_str(&format!(
+            "| {} | {name} | {} | {ratio} | {} / {} | {} | {} | {} | {} | {} |\n",
+            TOOLKIT_SCENARIOS[*s],
+            num("calls_per_s", 0),
+            us("p50"),
+            us("p99"),
+            num("redis_cmds_per_call", 2),
+            num("calls", 0),
+            num("executions", 0),
+            num("results", 0),
+            num("errors", 0),
+        ));
+    }
+    out
 }
 
 fn table(results: &Results) -> String {
@@ -205,7 +274,8 @@ mod tests {
 {"impl":"platform-lock","scenario":"parallel","cycles_per_s":400.0,"acquisitions":4000,"client_cpu_s":0.2,"per_worker_min":90,"per_worker_max":100}
 {"impl":"rslock","scenario":"contended","error":"peer exited 1"}
 not json"#;
-        let (results, problems) = parse(text);
+        let (results, toolkit, problems) = parse(text);
+        assert!(toolkit.is_empty());
         assert_eq!(results.len(), 3);
         assert_eq!(problems.len(), 2, "{problems:?}");
         let table = table(&results);
@@ -224,13 +294,42 @@ not json"#;
     #[test]
     fn the_watchdog_line_gets_a_table_of_its_own() {
         let text = r#"{"impl":"platform-lock","scenario":"watchdog","held":10000,"renewal_period_ms":1000,"calls_per_tick":20.0,"calls_per_tick_bound":20,"last_tick_us":39000.5,"longest_tick_us":41000.0,"client_cpu_s":0.05,"client_memory_per_lock_bytes":919}"#;
-        let (results, problems) = parse(text);
-        assert!(results.is_empty() && problems.is_empty(), "{problems:?}");
+        let (results, toolkit, problems) = parse(text);
+        assert!(
+            results.is_empty() && toolkit.is_empty() && problems.is_empty(),
+            "{problems:?}"
+        );
         let table = watchdog_table(text).expect("a watchdog table");
         assert!(
             table.contains("| 10000 | 1000 | 20.0 (20) | 39000.5 / 41000.0 | 0.05 | 919 |"),
             "{table}"
         );
         assert!(watchdog_table("{}").is_none());
+    }
+
+    #[test]
+    fn idempotency_lines_get_a_table_of_their_own() {
+        let text = r#"{"impl":"powertools","scenario":"duplicates","calls_per_s":100.0,"call_us":{"p50":4400.0,"p99":59000.0},"redis_cmds_per_call":2.94,"calls":112,"executions":14,"results":14,"errors":98}
+{"impl":"platform-lock","scenario":"first","calls_per_s":3000.0,"call_us":{"p50":300.0,"p99":500.0},"redis_cmds_per_call":9.0,"calls":15000,"executions":15000,"results":15000,"errors":0}
+{"impl":"raw","scenario":"first","calls_per_s":6000.0,"call_us":{"p50":150.0,"p99":200.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
+{"impl":"platform-lock","scenario":"duplicates","calls_per_s":150.0,"call_us":{"p50":51000.0,"p99":52000.0},"redis_cmds_per_call":3.5,"calls":800,"executions":100,"results":800,"errors":0}"#;
+        let (results, toolkit, problems) = parse(text);
+        assert!(results.is_empty() && problems.is_empty(), "{problems:?}");
+        let table = toolkit_table(&toolkit);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        assert!(
+            rows[0].contains("| first | **platform-lock** | 3000 | 0.50 | 300 / 500 | 9.00 |"),
+            "{table}"
+        );
+        assert!(rows[1].contains("| first | raw | 6000 | 1.00 |"), "{table}");
+        assert!(
+            rows[2].contains("| duplicates | **platform-lock** |"),
+            "ours first: {table}"
+        );
+        assert!(
+            rows[3].contains("| powertools | 100 | – | 4400 / 59000 | 2.94 | 112 | 14 | 14 | 98 |"),
+            "{table}"
+        );
     }
 }
