@@ -3,6 +3,8 @@
 //! Each capability is a port (a trait) with an in-memory implementation and a conformance
 //! suite; the Redis implementations are in `lock-redis`. Laid out by capability:
 //! - `lock/`: the distributed lock, [`DistributedLock`] — described below;
+//! - `branches/`: master/sub locks, waiting for the asynchronous branches of an operation
+//!   ([`branches`]);
 //! - shared by every capability: the error type and its stable codes ([`LockError`],
 //!   [`LockErrorCode`]), key validation ([`validate_key`]), and owner tokens
 //!   ([`OwnerTokens`]).
@@ -66,6 +68,7 @@
 //! stands in for unit tests. Implementations prove themselves with the conformance suite
 //! (`conformance` feature).
 
+pub mod branches;
 mod duration;
 mod error;
 mod key;
