@@ -5,6 +5,8 @@
 //!
 //! The crate is laid out by capability, each on one shared Redis core:
 //! - `lock/`: the distributed lock, [`RedisLock`] (its settings are [`RedisLockConfig`]);
+//! - `branches/`: master/sub locks, [`RedisBranches`] (the `lock_core::branches` port, on a
+//!   `RedisLock`'s connections);
 //! - `core/`: what every capability stands on — the command and pub/sub connections and their
 //!   health, following a Sentinel failover, pub/sub subscriptions shared per channel, the key
 //!   layout (one hash tag per name), [`RedisFailure`], and the one retry back-off.
@@ -91,9 +93,14 @@
 //!
 //! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
+mod branches;
 mod core;
 mod lock;
 
+pub use branches::{
+    BRANCH_OPEN_SCRIPT, BRANCH_PENDING_SCRIPT, BRANCH_REGISTER_SCRIPT, BRANCH_RELEASE_SCRIPT,
+    BRANCH_SEAL_SCRIPT, RedisBranches,
+};
 pub use core::address::{
     ACCEPTED_ADDRESSES, DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress,
     Topology,

@@ -9,6 +9,7 @@ mod common;
 mod sentinel_common;
 
 mod acl;
+mod branches;
 mod cluster;
 mod cluster_coverage;
 mod cluster_failover;
