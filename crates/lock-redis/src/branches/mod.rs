@@ -27,7 +27,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::prelude::*;
 use fred::types::ExpireOptions;
-use lock_core::branches::{BranchError, BranchRelease, BranchWatch, Branches, Registration, SubKey};
+use lock_core::branches::{
+    BranchError, BranchRelease, BranchWatch, Branches, Registration, SubKey,
+};
 
 use crate::core::error::RedisFailure;
 use crate::lock::RedisLock;
@@ -250,7 +252,11 @@ impl Branches for RedisBranches {
     async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
         let _set: i64 = self
             .client()
-            .pexpire(self.record_key(sub_key), millis(ttl), Some(ExpireOptions::GT))
+            .pexpire(
+                self.record_key(sub_key),
+                millis(ttl),
+                Some(ExpireOptions::GT),
+            )
             .await
             .map_err(|e| self.failed("refresh", sub_key, e))?;
         Ok(())

@@ -110,21 +110,33 @@ async fn records_follow_the_documented_layout_and_leave_nothing_behind() {
         .unwrap();
     let (key, fields, ttl, invocation) = seen.value;
     // Braces in the master key are percent-encoded inside the tag, as for the lock key.
-    assert_eq!(key, format!("lock:branches:{{ticket:%7B4711%7D}}:{invocation}"));
+    assert_eq!(
+        key,
+        format!("lock:branches:{{ticket:%7B4711%7D}}:{invocation}")
+    );
     let fields: Vec<&str> = fields.lines().collect();
     let mut pairs: Vec<(&str, &str)> = fields.chunks(2).map(|p| (p[0], p[1])).collect();
     pairs.sort();
-    assert_eq!(pairs, [("b:audit", "0"), ("b:search", "0"), ("state", "open")]);
+    assert_eq!(
+        pairs,
+        [("b:audit", "0"), ("b:search", "0"), ("state", "open")]
+    );
     // At least the lease (less what passed since the grant), and not much more.
     let lease_ms = lease.as_millis() as i64;
-    assert!((lease_ms - 2_000..=lease_ms + 3_000).contains(&ttl), "PTTL {ttl}");
+    assert!(
+        (lease_ms - 2_000..=lease_ms + 3_000).contains(&ttl),
+        "PTTL {ttl}"
+    );
     assert_eq!(seen.branches.missing(), ["audit", "search"]);
     assert_eq!(redis.cmd(&["EXISTS", &key]).await.unwrap(), "0");
     let left = redis.cmd(&["KEYS", "lock:branches:*"]).await.unwrap();
     assert_eq!(left, "", "records left behind");
     // The invocation id is the lock grant's fencing token: the next grant's is greater.
     let lock = common::client(&redis).await;
-    let next = lock.acquire("ticket:{4711}", Lease::Watchdog).await.unwrap();
+    let next = lock
+        .acquire("ticket:{4711}", Lease::Watchdog)
+        .await
+        .unwrap();
     assert!(next.fencing_token() > invocation);
 }
 
@@ -135,7 +147,10 @@ async fn scripts_re_sent_after_a_reconnect_change_nothing() {
     let redis = server().await;
     let (_, branches) = masters(&redis).await;
     let sub_key = SubKey::new("resend", 9);
-    let (key, channel) = (branches.record_key(&sub_key), branches.release_channel(&sub_key));
+    let (key, channel) = (
+        branches.record_key(&sub_key),
+        branches.release_channel(&sub_key),
+    );
     let resend = |script: &'static str, args: Vec<String>| {
         let (redis, key) = (&redis, key.clone());
         async move {
@@ -149,14 +164,22 @@ async fn scripts_re_sent_after_a_reconnect_change_nothing() {
     branches.open(&sub_key, ttl).await.unwrap();
     assert_eq!(resend(BRANCH_OPEN_SCRIPT, vec!["30000".into()]).await, "0");
     branches.register(&sub_key, "search", ttl).await.unwrap();
-    let again = resend(BRANCH_REGISTER_SCRIPT, vec!["search".into(), "30000".into()]).await;
+    let again = resend(
+        BRANCH_REGISTER_SCRIPT,
+        vec!["search".into(), "30000".into()],
+    )
+    .await;
     assert_eq!(again, "already_registered");
     branches.register(&sub_key, "audit", ttl).await.unwrap();
     assert_eq!(
         branches.release(&sub_key, "search").await.unwrap(),
         BranchRelease::Released
     );
-    let again = resend(BRANCH_RELEASE_SCRIPT, vec!["search".into(), channel.clone()]).await;
+    let again = resend(
+        BRANCH_RELEASE_SCRIPT,
+        vec!["search".into(), channel.clone()],
+    )
+    .await;
     assert_eq!(again, "already_released");
     assert_eq!(
         branches.seal(&sub_key, ttl).await.unwrap(),
@@ -223,7 +246,9 @@ async fn a_release_during_the_wait_wakes_the_master_at_once() {
                 "wake",
                 MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(60)),
                 |master| async move {
-                    tokens.send(master.register_branch("search").await.unwrap()).unwrap();
+                    tokens
+                        .send(master.register_branch("search").await.unwrap())
+                        .unwrap();
                 },
             )
             .await

@@ -10,6 +10,8 @@ mod sentinel_common;
 
 mod acl;
 mod branches;
+mod branches_cluster;
+mod branches_processes;
 mod cluster;
 mod cluster_coverage;
 mod cluster_failover;
