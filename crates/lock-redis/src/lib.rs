@@ -126,3 +126,8 @@ pub use lock::scripts::{
 pub use lock_core::duration_range;
 
 pub use lock::RedisLock;
+
+/// docs/branches.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/branches.md")]
+struct BranchesDoctests;

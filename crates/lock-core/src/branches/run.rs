@@ -198,8 +198,11 @@ impl MasterLocks {
                 false
             }
             Err(error) => {
-                // Fail closed: the block does not run. The lock is released on drop.
-                drop(handle);
+                // Fail closed: the block does not run, and the lock is free again when the
+                // caller hears of it (a failed release leaves it to its TTL).
+                if let Err(release) = handle.release().await {
+                    tracing::debug!(master_key = key, error = %release, "releasing the master lock after a failed open was not confirmed");
+                }
                 return Err(error);
             }
         };
