@@ -1,6 +1,7 @@
-//! The conformance suite of the master/sub locks: the behaviour every [`Branches`] backend
-//! (with the [`DistributedLock`] it is deployed with) must show, one check per contract clause
-//! (feature `conformance`).
+//! The conformance suite of the master/sub locks: the behaviour every
+//! [`Branches`](crate::branches::Branches) backend (with the
+//! [`DistributedLock`](crate::DistributedLock) it is deployed with) must show, one check per
+//! contract clause (feature `conformance`).
 //!
 //! Implement [`BranchesFactory`] for your backend and expand
 //! [`branches_conformance_tests!`](crate::branches_conformance_tests) in a test module; every

@@ -116,8 +116,8 @@ impl MasterLocks {
     ///    wait plus 2 s), kept alive while the block runs;
     /// 3. runs `block` with the [`Master`], which registers branches;
     /// 4. when the block returns, seals registration and waits — woken by each release, never
-    ///   polling — until every registered branch is released, or the branch wait passes (never
-    ///   past the end of a fixed lease), or the lease is lost;
+    ///    polling — until every registered branch is released, or the branch wait passes (never
+    ///    past the end of a fixed lease), or the lease is lost;
     /// 5. deletes the record and releases the lock; returns the block's value with how the wait
     ///    ended ([`MasterOutcome`]).
     ///

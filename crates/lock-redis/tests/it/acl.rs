@@ -835,25 +835,32 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
     redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let consumer_lock = user_client(&redis).await;
     let consumer = RedisBranches::new(&consumer_lock);
+    let (late_token, late) = tokio::sync::oneshot::channel();
+    let late_consumer = tokio::spawn({
+        let consumer = consumer.clone();
+        async move {
+            use lock_core::branches::Branches;
+            // While the master waits (or just before it: counted either way).
+            let token = late.await.unwrap();
+            consumer.release_branch(&token).await.unwrap()
+        }
+    });
     let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(30));
     let outcome = masters
         .with_master_lock("acl:branches", options, |master| async move {
+            use lock_core::branches::Branches;
             let early = master.register_branch("search").await.unwrap();
             let late = master.register_branch("audit").await.unwrap();
             assert!(early.is_registered() && late.is_registered());
-            use lock_core::branches::Branches;
             assert_eq!(
                 consumer.release_branch(&early).await.unwrap(),
                 BranchRelease::Released
             );
-            tokio::spawn(async move {
-                // While the master waits (or just before: counted either way).
-                consumer.release_branch(&late).await.unwrap()
-            })
+            late_token.send(late).unwrap();
         })
         .await
         .unwrap();
-    assert_eq!(outcome.value.await.unwrap(), BranchRelease::Released);
+    assert_eq!(late_consumer.await.unwrap(), BranchRelease::Released);
     assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
     let refused = refused(&redis).await;
     assert!(

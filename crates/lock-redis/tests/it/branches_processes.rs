@@ -64,21 +64,23 @@ async fn a_producer_and_two_consumer_processes_exchange_tokens_through_a_list() 
     let producer = child(&redis, "producer");
 
     let mut events = Vec::new();
-    let mut result = None;
-    while result.is_none() {
+    let next = async |events: &mut Vec<String>| {
         let event = next_event(&redis, BRANCH_WAIT + SLACK * 4)
             .await
             .unwrap_or_else(|| panic!("no result from the producer; events so far: {events:?}"));
-        if event == "audit-consumer|audit|received" {
-            // Killed holding its token: its branch is never released.
-            auditor.kill().unwrap();
-            auditor.wait().unwrap();
-        }
+        events.push(event.clone());
+        event
+    };
+    while next(&mut events).await != "audit-consumer|audit|received" {}
+    // Killed holding its token: its branch is never released.
+    auditor.kill().unwrap();
+    auditor.wait().unwrap();
+    let result = loop {
+        let event = next(&mut events).await;
         if event.starts_with("producer|") {
-            result = Some(event.clone());
+            break event;
         }
-        events.push(event);
-    }
+    };
     assert!(
         exits(producer, SLACK).await,
         "the producer failed: {events:?}"
@@ -101,7 +103,6 @@ async fn a_producer_and_two_consumer_processes_exchange_tokens_through_a_list() 
             "{expected} missing from {events:?}"
         );
     }
-    let result = result.unwrap();
     let fields: Vec<&str> = result.split('|').collect();
     // producer|<outcome>|<missing>|<unregistered>|<waited ms>
     assert_eq!(
