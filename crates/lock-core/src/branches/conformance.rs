@@ -21,8 +21,8 @@
 //!     async fn client(&self) -> MasterLocks {
 //!         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
 //!     }
-//!     async fn record_ttls(&self, _master_key: &str) -> Vec<Option<Duration>> {
-//!         vec![None; self.1.record_count()] // a real factory looks up the key's records
+//!     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
+//!         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
 //!     }
 //! }
 //!
@@ -70,8 +70,8 @@ const LONG: Duration = Duration::from_secs(30);
 ///     async fn client(&self) -> MasterLocks {
 ///         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
 ///     }
-///     async fn record_ttls(&self, _master_key: &str) -> Vec<Option<Duration>> {
-///         vec![None; self.1.record_count()]
+///     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
+///         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
 ///     }
 /// }
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -645,8 +645,8 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn BranchesFactory) {
 /// #     async fn client(&self) -> MasterLocks {
 /// #         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
 /// #     }
-/// #     async fn record_ttls(&self, key: &str) -> Vec<Option<Duration>> {
-/// #         vec![None; self.1.record_count()]
+/// #     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
+/// #         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
 /// #     }
 /// # }
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -689,8 +689,8 @@ pub async fn run_all(factory: Arc<dyn BranchesFactory>) -> Vec<&'static str> {
 /// #     async fn client(&self) -> MasterLocks {
 /// #         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
 /// #     }
-/// #     async fn record_ttls(&self, key: &str) -> Vec<Option<Duration>> {
-/// #         vec![None; self.1.record_count()]
+/// #     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
+/// #         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
 /// #     }
 /// # }
 /// lock_core::branches_conformance_tests!(async { Memory(InMemoryLock::new(), InMemoryBranches::new()) });

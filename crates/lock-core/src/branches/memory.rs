@@ -100,19 +100,32 @@ impl InMemoryBranches {
     /// How many invocation records exist now (expired ones not counted): 0 once every master
     /// has finished.
     pub fn record_count(&self) -> usize {
-        self.records().len()
+        self.table().len()
     }
 
     /// The remaining TTL of `sub_key`'s record, if it exists.
     pub fn ttl(&self, sub_key: &SubKey) -> Option<Duration> {
         let now = Instant::now();
-        self.records()
+        self.table()
             .get(sub_key)
             .map(|r| r.expires_at.saturating_duration_since(now))
     }
 
+    /// Every record that exists now, with its remaining TTL, sorted by sub-key: for tests that
+    /// check what a master left behind.
+    pub fn records(&self) -> Vec<(SubKey, Duration)> {
+        let now = Instant::now();
+        let mut records: Vec<_> = self
+            .table()
+            .iter()
+            .map(|(sub_key, r)| (sub_key.clone(), r.expires_at.saturating_duration_since(now)))
+            .collect();
+        records.sort();
+        records
+    }
+
     /// The records with the expired ones removed.
-    fn records(&self) -> MutexGuard<'_, HashMap<SubKey, Record>> {
+    fn table(&self) -> MutexGuard<'_, HashMap<SubKey, Record>> {
         // Plain maps: a panic elsewhere cannot leave one half-written.
         let mut records = self
             .shared
@@ -132,7 +145,7 @@ impl Branches for InMemoryBranches {
     }
 
     async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.records()
+        self.table()
             .entry(sub_key.clone())
             .or_insert_with(|| Record {
                 sealed: false,
@@ -150,7 +163,7 @@ impl Branches for InMemoryBranches {
         branch: &str,
         ttl: Duration,
     ) -> Result<Registration, BranchError> {
-        let mut records = self.records();
+        let mut records = self.table();
         let Some(record) = records.get_mut(sub_key) else {
             return Ok(Registration::Unknown);
         };
@@ -168,7 +181,7 @@ impl Branches for InMemoryBranches {
     }
 
     async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        if let Some(record) = self.records().get_mut(sub_key) {
+        if let Some(record) = self.table().get_mut(sub_key) {
             record.lengthen(ttl);
         }
         Ok(())
@@ -179,7 +192,7 @@ impl Branches for InMemoryBranches {
         sub_key: &SubKey,
         ttl: Duration,
     ) -> Result<Option<Vec<String>>, BranchError> {
-        Ok(self.records().get_mut(sub_key).map(|record| {
+        Ok(self.table().get_mut(sub_key).map(|record| {
             record.sealed = true;
             record.lengthen(ttl);
             record.pending()
@@ -187,13 +200,13 @@ impl Branches for InMemoryBranches {
     }
 
     async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
-        Ok(self.records().get(sub_key).map(Record::pending))
+        Ok(self.table().get(sub_key).map(Record::pending))
     }
 
     async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
         // A watch on a record that does not exist is never woken; the read after it says why.
         let released = self
-            .records()
+            .table()
             .get(sub_key)
             .map(|r| Arc::clone(&r.released))
             .unwrap_or_default();
@@ -201,7 +214,7 @@ impl Branches for InMemoryBranches {
     }
 
     async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
-        let mut records = self.records();
+        let mut records = self.table();
         let Some(record) = records.get_mut(sub_key) else {
             return Ok(BranchRelease::Unknown);
         };
@@ -216,7 +229,7 @@ impl Branches for InMemoryBranches {
     }
 
     async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
-        self.records().remove(sub_key);
+        self.table().remove(sub_key);
         Ok(())
     }
 }
