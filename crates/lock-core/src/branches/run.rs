@@ -311,6 +311,15 @@ async fn wait_for_branches(
     let mut sealed = false;
     let mut watch: Option<Box<dyn BranchWatch>> = None;
     let mut read = branches.seal(sub_key, master.ttl()).await;
+    // Lost while the block ran (a fixed lease shorter than the block, a failed renewal): the
+    // next owner may be running already, so do not wait.
+    if let Some(reason) = poll_lost(lost) {
+        let missing = match read {
+            Ok(Some(pending)) => pending,
+            _ => last,
+        };
+        return BranchesOutcome::LeaseLost { missing, reason };
+    }
     loop {
         sealed |= read.is_ok();
         match read {

@@ -122,6 +122,23 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
         .unwrap();
     assert_eq!(outcome.waited, Duration::from_millis(1500));
     assert_eq!(outcome.branches.as_str(), "timed_out");
+
+    // A block that outlasts its fixed lease: lost, not waited for.
+    let outcome = masters
+        .with_master_lock("fixed", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+            tokio::time::sleep(lease * 2).await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::LeaseLost {
+            missing: vec!["search".into()],
+            reason: LostReason::Expired
+        }
+    );
+    assert_eq!(outcome.waited, Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]
