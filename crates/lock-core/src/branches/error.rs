@@ -37,7 +37,8 @@ pub enum BranchErrorCode {
     /// A branch token's text (e.g. from a message header) does not parse. HTTP 400: it came
     /// from outside.
     BranchesInvalidToken,
-    /// The master/sub locks are switched off: no backend exists. HTTP 503.
+    /// The master/sub locks are switched off (no backend), or the master's lock is disabled or
+    /// shut down. HTTP 503.
     BranchesDisabled,
 }
 
@@ -134,8 +135,8 @@ pub struct InvalidBranchToken {
 #[non_exhaustive]
 pub enum BranchError {
     /// The master lock was not acquired (or its key or lease was rejected): the master block did
-    /// not run. Code `BRANCHES_MASTER_LOCK_FAILED`, or `BRANCHES_INVALID_ARGUMENT` when the lock
-    /// rejected an argument.
+    /// not run. Code `BRANCHES_MASTER_LOCK_FAILED`; `BRANCHES_INVALID_ARGUMENT` when the lock
+    /// rejected an argument, `BRANCHES_DISABLED` when the lock is disabled or shut down.
     #[error("the master block did not run: {source}")]
     MasterLock {
         /// The lock's error (its details carry the holder, the reason, …).
@@ -210,6 +211,8 @@ impl BranchError {
         match self {
             BranchError::MasterLock { source } => match source.code() {
                 LockErrorCode::LockInvalidArgument => BranchErrorCode::BranchesInvalidArgument,
+                // Switched off (or shut down): no master can run, whatever the key.
+                LockErrorCode::LockDisabled => BranchErrorCode::BranchesDisabled,
                 _ => BranchErrorCode::BranchesMasterLockFailed,
             },
             BranchError::Unavailable { .. } => BranchErrorCode::BranchesUnavailable,
@@ -359,6 +362,16 @@ mod tests {
                 .to_string()
                 .starts_with("the master block did not run: lock `ticket:4711`")
         );
+    }
+
+    #[test]
+    fn a_disabled_master_lock_is_branches_disabled() {
+        let error = BranchError::from(LockError::Disabled {
+            detail: "enabled = false".into(),
+        });
+        assert_eq!(error.code(), BranchErrorCode::BranchesDisabled);
+        assert_eq!(error.details()["lockCode"], "LOCK_DISABLED");
+        assert_eq!(error.details()["reason"], "disabled");
     }
 
     #[test]
