@@ -230,3 +230,102 @@ async fn the_tls_ca_file_key_reaches_the_redis_lock() {
         .unwrap();
     assert_eq!(answer, 42);
 }
+
+/// Idempotent execution as a service gets it from the starter: on the lock's own two
+/// connections (a waiting duplicate included), with the configured defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults() {
+    let redis = RedisServer::start().await.unwrap();
+    let baseline = connected_clients(&redis).await;
+    let starter = LockStarter::builder()
+        .figment(config(&format!(
+            "[telco.platform.lock.redis]\naddress = \"{}\"\n\
+             [telco.platform.lock.idempotency]\nwait-time = \"300ms\"\nresult-ttl = \"20s\"\n",
+            redis.url()
+        )))
+        .build()
+        .await
+        .unwrap();
+    let opened = connected_clients(&redis).await - baseline;
+    let idempotency = starter.idempotency().clone();
+    assert_eq!(idempotency.settings().wait_time, Duration::from_millis(300));
+
+    let runs = Arc::new(AtomicU32::new(0));
+    let (first, duplicate) = {
+        let call = |value: u32| {
+            let (idempotency, runs) = (idempotency.clone(), Arc::clone(&runs));
+            async move {
+                idempotency
+                    .execute(
+                        "ticket-create:req-1",
+                        &IdempotencyOptions::new(),
+                        || async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            Ok::<_, IdempotencyError>(value)
+                        },
+                    )
+                    .await
+            }
+        };
+        tokio::join!(call(1), call(2))
+    };
+    let (first, duplicate) = (first.unwrap(), duplicate.unwrap());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(first.get(), duplicate.get());
+    assert_ne!(first.is_replay(), duplicate.is_replay());
+    assert_eq!(
+        connected_clients(&redis).await - baseline,
+        opened,
+        "no connection of its own"
+    );
+    let ttl: u64 = redis
+        .cmd(&["PTTL", "lock:idempotency:{ticket-create:req-1}"])
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        ttl <= 20_000 && ttl > 10_000,
+        "result-ttl is the configured 20 s: {ttl} ms"
+    );
+
+    // The configured duplicate wait: 300 ms, then IDEMPOTENCY_IN_PROGRESS (409).
+    let held = idempotency
+        .begin::<u32>("ticket-create:req-2", &IdempotencyOptions::new())
+        .await
+        .unwrap();
+    let error = idempotency
+        .execute(
+            "ticket-create:req-2",
+            &IdempotencyOptions::new(),
+            || async { Ok::<u32, IdempotencyError>(0) },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.http_status(), 409, "{error}");
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switched_off_idempotent_calls_run_their_action_every_time() {
+    let starter = LockStarter::builder()
+        .figment(config("[telco.platform.lock]\nenabled = false\n"))
+        .build()
+        .await
+        .unwrap();
+    let runs = AtomicU32::new(0);
+    for _ in 0..2 {
+        let result = starter
+            .idempotency()
+            .execute(
+                "ticket-create:req-3",
+                &IdempotencyOptions::new(),
+                || async { Ok::<_, IdempotencyError>(runs.fetch_add(1, Ordering::SeqCst)) },
+            )
+            .await
+            .unwrap();
+        assert!(!result.is_replay());
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

@@ -50,7 +50,7 @@ pub fn validate_key(key: &str) -> Result<(), LockError> {
 }
 
 /// Keeps error messages readable when someone passes a megabyte as a key.
-fn truncate_for_display(key: &str) -> String {
+pub(crate) fn truncate_for_display(key: &str) -> String {
     const SHOWN: usize = 64;
     if key.len() <= SHOWN {
         return key.to_owned();

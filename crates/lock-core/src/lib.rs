@@ -5,6 +5,8 @@
 //! - `lock/`: the distributed lock, [`DistributedLock`] — described below;
 //! - `branches/`: master/sub locks, waiting for the asynchronous branches of an operation
 //!   ([`branches`]);
+//! - `idempotency/`: idempotent execution, [`Idempotency`] over the [`IdempotencyStore`] port —
+//!   a retried call gets the first call's result instead of running twice;
 //! - shared by every capability: the error type and its stable codes ([`LockError`],
 //!   [`LockErrorCode`]), key validation ([`validate_key`]), and owner tokens
 //!   ([`OwnerTokens`]).
@@ -71,6 +73,7 @@
 pub mod branches;
 mod duration;
 mod error;
+pub mod idempotency;
 mod key;
 mod lock;
 mod owner;
@@ -82,6 +85,16 @@ pub use lock::telemetry;
 
 pub use duration::{check_duration, duration_range, format_duration, parse_duration};
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
+pub use idempotency::disabled::DisabledIdempotencyStore;
+pub use idempotency::error::{IdempotencyError, NotStored};
+pub use idempotency::execute::{Begun, Idempotency, Idempotent};
+pub use idempotency::memory::InMemoryIdempotencyStore;
+pub use idempotency::options::{
+    DEFAULT_DUPLICATE_WAIT, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESULT_TTL, IdempotencyOptions,
+    IdempotencySettings, MAX_RESULT_BYTES, MIN_RESULT_TTL,
+};
+pub use idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+pub use idempotency::scope::IdempotencyScope;
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use lock::disabled::DisabledLock;
 pub use lock::ext::DistributedLockExt;

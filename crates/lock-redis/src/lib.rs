@@ -7,6 +7,8 @@
 //! - `lock/`: the distributed lock, [`RedisLock`] (its settings are [`RedisLockConfig`]);
 //! - `branches/`: master/sub locks, [`RedisBranches`] (the `lock_core::branches` port, on a
 //!   `RedisLock`'s connections);
+//! - `idempotency/`: idempotent execution's record store, [`RedisIdempotencyStore`], on a
+//!   `RedisLock`'s connections;
 //! - `core/`: what every capability stands on — the command and pub/sub connections and their
 //!   health, following a Sentinel failover, pub/sub subscriptions shared per channel, the key
 //!   layout (one hash tag per name), [`RedisFailure`], and the one retry back-off.
@@ -95,6 +97,7 @@
 
 mod branches;
 mod core;
+mod idempotency;
 mod lock;
 
 pub use branches::{
@@ -126,6 +129,12 @@ pub use lock::scripts::{
 pub use lock_core::duration_range;
 
 pub use lock::RedisLock;
+
+pub use idempotency::RedisIdempotencyStore;
+pub use idempotency::scripts::{
+    IDEMPOTENCY_ABANDON_SCRIPT, IDEMPOTENCY_CLAIM_SCRIPT, IDEMPOTENCY_COMPLETE_SCRIPT,
+    IDEMPOTENCY_FORGET_SCRIPT, IDEMPOTENCY_RENEW_SCRIPT,
+};
 
 /// docs/branches.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]

@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use figment::Figment;
 use lock_core::{
-    DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, LockError, ShutdownSummary,
+    DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, Idempotency, IdempotencyStore,
+    LockError, ShutdownSummary,
 };
 use lock_redis::RedisLock;
 
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
+use crate::idempotency::{self, Store};
 use crate::lock::{redis_config, start_error};
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
@@ -33,6 +35,7 @@ pub struct LockStarter {
     pub(crate) lock: Result<Arc<dyn DistributedLock>, String>,
     /// The Redis lock the starter built (not a custom one), for [`LockStarter::health`].
     pub(crate) redis: Option<RedisLock>,
+    idempotency: Idempotency,
     settings: LockSettings,
 }
 
@@ -144,6 +147,37 @@ impl LockStarter {
             Ok(lock) => Arc::clone(lock),
             Err(detail) => Arc::new(DisabledLock::new(detail.clone())),
         }
+    }
+
+    /// Idempotent execution on the lock's Redis connections, with the
+    /// `telco.platform.lock.idempotency.*` defaults: a retried call gets the first call's
+    /// result instead of running twice (see [`Idempotency`]).
+    ///
+    /// Never fails: with `telco.platform.lock.enabled = false` every call runs its action (one
+    /// `WARN` says so), as the seed's services expect without Redis. With a custom lock
+    /// ([`LockStarterBuilder::lock`]) and no [`idempotency_store`](LockStarterBuilder::idempotency_store),
+    /// records are kept in this process only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// let create = || async { Ok::<_, IdempotencyError>(String::from("TT-1001")) };
+    /// let ticket = starter.idempotency().execute("ticket-create:req-42", &IdempotencyOptions::new(), create).await?;
+    /// assert!(!ticket.is_replay());
+    /// # Ok(()) }
+    /// ```
+    pub fn idempotency(&self) -> &Idempotency {
+        &self.idempotency
     }
 
     /// Whether a lock is available (`telco.platform.lock.enabled`).
@@ -312,6 +346,7 @@ pub struct LockStarterBuilder {
     toml_files: Vec<PathBuf>,
     figment: Option<Figment>,
     lock: Option<Arc<dyn DistributedLock>>,
+    idempotency_store: Option<Arc<dyn IdempotencyStore>>,
 }
 
 impl fmt::Debug for LockStarterBuilder {
@@ -320,6 +355,7 @@ impl fmt::Debug for LockStarterBuilder {
             .field("toml_files", &self.toml_files)
             .field("custom_figment", &self.figment.is_some())
             .field("custom_lock", &self.lock)
+            .field("custom_idempotency_store", &self.idempotency_store)
             .finish()
     }
 }
@@ -415,6 +451,33 @@ impl LockStarterBuilder {
         self
     }
 
+    /// Keeps idempotency records in this store instead of on the Redis lock's connections (a
+    /// fake in tests, your own backend). `telco.platform.lock.enabled = false` still switches
+    /// deduplication off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let records = Arc::new(InMemoryIdempotencyStore::new());
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    ///     .lock(Arc::new(InMemoryLock::new()))
+    ///     .idempotency_store(records.clone())
+    ///     .build()
+    ///     .await?;
+    /// # let _ = starter;
+    /// # Ok(()) }
+    /// ```
+    pub fn idempotency_store(mut self, store: Arc<dyn IdempotencyStore>) -> Self {
+        self.idempotency_store = Some(store);
+        self
+    }
+
     /// Reads and validates the configuration, then builds the lock: the override if one was
     /// given, otherwise a [`RedisLock`] connected to `telco.platform.lock.redis.address`.
     /// Disabled: no connection is opened and [`LockStarter::lock`] says why. An unreachable
@@ -464,9 +527,11 @@ impl LockStarterBuilder {
                 .describe("enabled")
                 .unwrap_or_else(|| "telco.platform.lock.enabled = false".to_owned());
             tracing::info!(%detail, "distributed lock disabled; no Redis connection opened");
+            let idempotency = idempotency::build(&settings, Store::Disabled(&detail));
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
+                idempotency,
                 settings,
             });
         }
@@ -479,9 +544,16 @@ impl LockStarterBuilder {
                 (Arc::new(redis.clone()), Some(redis))
             }
         };
+        let store = match (self.idempotency_store, &redis) {
+            (Some(custom), _) => Store::Custom(custom),
+            (None, Some(redis)) => Store::Redis(redis),
+            (None, None) => Store::InProcess,
+        };
+        let idempotency = idempotency::build(&settings, store);
         Ok(LockStarter {
             lock: Ok(lock),
             redis,
+            idempotency,
             settings,
         })
     }

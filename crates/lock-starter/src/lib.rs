@@ -85,6 +85,7 @@ mod error;
 mod health;
 #[cfg(feature = "http")]
 pub mod http;
+mod idempotency;
 mod lock;
 
 pub use builder::{LockStarter, LockStarterBuilder};
@@ -94,11 +95,13 @@ pub use figment;
 pub use health::{Health, HealthStatus};
 pub use lock::{connect_error, redis_config};
 pub use lock_core::{
-    AcquireFailure, AcquireOptions, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_TIME, DisabledLock,
-    DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease, LeaseStatus, LockError,
-    LockErrorCode, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT,
-    MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT, ReleaseOutcome, ShutdownSummary,
-    Unguarded, UnguardedReason, telemetry,
+    AcquireFailure, AcquireOptions, Begun, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_TIME,
+    DisabledIdempotencyStore, DisabledLock, DistributedLock, DistributedLockExt, FailOpen,
+    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencyScope, IdempotencySettings,
+    IdempotencyStore, Idempotent, InMemoryIdempotencyStore, InMemoryLock, Lease, LeaseStatus,
+    LockError, LockErrorCode, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT,
+    MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT, NotStored, ReleaseOutcome,
+    ShutdownSummary, Unguarded, UnguardedReason, telemetry,
 };
 
 /// What implementing [`DistributedLock`] yourself takes, for a lock handed in with
@@ -107,9 +110,14 @@ pub use lock_core::{
 /// implementation applies. The contract and its conformance suite are described on
 /// [`DistributedLock`].
 pub mod backend {
+    /// The conformance suite of [`IdempotencyStore`](crate::IdempotencyStore) (feature
+    /// `conformance`), for a store handed in with
+    /// [`LockStarterBuilder::idempotency_store`](crate::LockStarterBuilder::idempotency_store).
+    #[cfg(feature = "conformance")]
+    pub use lock_core::idempotency::conformance as idempotency_conformance;
     pub use lock_core::{
-        BoxError, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
-        issued_by_this_process, validate_instance_id, validate_key, validate_wait,
+        BoxError, Claim, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
+        RecordWatch, issued_by_this_process, validate_instance_id, validate_key, validate_wait,
         validate_watchdog_timeout,
     };
     /// The conformance suite (feature `conformance`): every check of the `DistributedLock`
@@ -121,17 +129,18 @@ pub mod backend {
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::{
-        ForceReleased, LockState, LockStatus, RedisFailure, RedisLock, RedisLockConfig, Refusal,
-        WatchdogStats,
+        ForceReleased, LockState, LockStatus, RedisFailure, RedisIdempotencyStore, RedisLock,
+        RedisLockConfig, Refusal, WatchdogStats,
     };
 }
 
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
-        InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter,
-        LostReason, ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
+        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, Idempotency,
+        IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore, InMemoryLock,
+        Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter, LostReason,
+        ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
     };
 }
 

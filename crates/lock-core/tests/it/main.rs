@@ -5,6 +5,7 @@
 
 mod branches;
 mod conformance;
+mod idempotency;
 mod lease_state;
 mod reentry;
 mod telemetry;

@@ -204,6 +204,32 @@ async fn the_conformance_suite_passes_on_the_cluster() {
     );
 }
 
+struct IdempotencyOnCluster {
+    url: String,
+}
+
+#[async_trait::async_trait]
+impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyOnCluster {
+    async fn client(&self) -> Arc<dyn lock_core::IdempotencyStore> {
+        Arc::new(lock_redis::RedisIdempotencyStore::on(
+            &client(&self.url).await,
+        ))
+    }
+}
+
+/// Idempotent execution's scripts are single-key and publish on a channel of the record's slot:
+/// its whole conformance suite on the cluster (keys of many slots, clients of every node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_conformance_suite_passes_on_the_cluster() {
+    let cluster = cluster().await;
+    let factory = IdempotencyOnCluster { url: cluster.url() };
+    let failed = lock_core::idempotency::conformance::run_all(Arc::new(factory)).await;
+    assert!(
+        failed.is_empty(),
+        "idempotency checks failed on the Cluster: {failed:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. Every script's keys share one slot, whatever the name
 // ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ mod first_connection;
 mod handle_drop;
 mod held_by_this_process;
 mod hold_at_least;
+mod idempotency;
 mod key_encoding;
 mod lost_lease;
 mod lost_replies;

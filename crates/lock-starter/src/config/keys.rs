@@ -6,7 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lock_core::{MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, validate_instance_id};
+use lock_core::{
+    MAX_LEASE, MAX_RESULT_BYTES, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_RESULT_TTL,
+    MIN_WATCHDOG_TIMEOUT, validate_instance_id,
+};
 use lock_redis::{
     ACCEPTED_ADDRESSES, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS,
     MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
@@ -33,8 +36,10 @@ pub enum Accepts {
         /// Longest accepted.
         max: Duration,
     },
-    /// A whole number from 0 to `max`.
+    /// A whole number from `min` to `max`, both included.
     Count {
+        /// Smallest accepted.
+        min: u32,
         /// Largest accepted.
         max: u32,
     },
@@ -132,7 +137,7 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.watchdog-timeout", Value("30s"), duration(MIN_WATCHDOG_TIMEOUT, MAX_WATCHDOG_TIMEOUT),
         "TTL of watchdog leases (Lease::Watchdog), renewed every third of it; a crashed holder's lock frees itself within this long.",
         |s| Val::Duration(s.watchdog_timeout)),
-    key("telco.platform.lock.min-replicas", Value("0"), Accepts::Count { max: MAX_MIN_REPLICAS },
+    key("telco.platform.lock.min-replicas", Value("0"), Accepts::Count { min: 0, max: MAX_MIN_REPLICAS },
         "Replicas that must acknowledge a grant (Redis WAIT) before it is reported; with fewer, the acquire fails closed (reason replication_unconfirmed). 0 sends no WAIT.",
         |s| Val::Count(s.min_replicas)),
     key("telco.platform.lock.replica-sync-timeout", Value("1s"), duration(MIN_REPLICA_SYNC_TIMEOUT, MAX_REPLICA_SYNC_TIMEOUT),
@@ -149,6 +154,15 @@ pub const KEYS: &[KeySpec] = &[
         text("1 to 128 bytes, no control characters or |", instance_id_problem),
         "Readable part of every owner token, so on-call can see which pod holds a key.",
         |s| Val::Text(&s.instance_id)),
+    key("telco.platform.lock.idempotency.wait-time", Value("3m20s"), duration(Duration::ZERO, MAX_WAIT),
+        "Longest time a duplicate idempotent call waits for the first one to finish before failing with IDEMPOTENCY_IN_PROGRESS (409); 0 means do not wait. A call may pass its own.",
+        |s| Val::Duration(s.idempotency.wait_time)),
+    key("telco.platform.lock.idempotency.result-ttl", Value("1m30s"), duration(MIN_RESULT_TTL, MAX_LEASE),
+        "How long an idempotent call's result is replayed to duplicates. A call may pass its own.",
+        |s| Val::Duration(s.idempotency.result_ttl)),
+    key("telco.platform.lock.idempotency.max-result-bytes", Value("1048576"), Accepts::Count { min: 1, max: MAX_RESULT_BYTES as u32 },
+        "Largest result (serialized as JSON, bytes) stored for replay; a larger one is returned to its caller, not stored, and counted.",
+        |s| Val::Count(s.idempotency.max_result_bytes)),
 ];
 
 const fn text(described: &'static str, check: fn(&str) -> Option<String>) -> Accepts {
@@ -211,7 +225,7 @@ impl KeySpec {
                 "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from {}",
                 duration_range(min, max)
             ),
-            Accepts::Count { max } => format!("a whole number from 0 to {max}"),
+            Accepts::Count { min, max } => format!("a whole number from {min} to {max}"),
             Accepts::Text { described, .. } => described.to_owned(),
         }
     }
@@ -276,7 +290,10 @@ impl KeySpec {
             (Accepts::Duration { max, .. }, Val::Duration(d)) if *d > max => {
                 Some("longer than the maximum".to_owned())
             }
-            (Accepts::Count { max }, Val::Count(n)) if *n > max => {
+            (Accepts::Count { min, .. }, Val::Count(n)) if *n < min => {
+                Some("smaller than the minimum".to_owned())
+            }
+            (Accepts::Count { max, .. }, Val::Count(n)) if *n > max => {
                 Some("larger than the maximum".to_owned())
             }
             (Accepts::Text { check, .. }, Val::Text(text)) => check(text),

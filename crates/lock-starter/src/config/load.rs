@@ -62,7 +62,8 @@ fn show(value: &Value) -> String {
 pub(crate) fn show_val(value: &Val<'_>) -> String {
     match value {
         Val::Bool(b) => b.to_string(),
-        Val::Duration(d) => humantime::format_duration(*d).to_string(),
+        // In the syntax a file takes: `1m30s`, not humantime's `1m 30s`.
+        Val::Duration(d) => humantime::format_duration(*d).to_string().replace(' ', ""),
         Val::Count(n) => n.to_string(),
         Val::Text(text) => quote(text),
         Val::Address(address) => address.to_string(),

@@ -115,6 +115,8 @@ pub struct LockSettings {
     /// `telco.platform.lock.instance-id`: readable part of owner tokens. Default `POD_NAME`, else
     /// `HOSTNAME`, else the host name; 1 to 128 bytes.
     pub instance_id: String,
+    /// `telco.platform.lock.idempotency.*`: the defaults of idempotent calls.
+    pub idempotency: IdempotencySection,
     /// Where each value came from; [`Origins::default`] (all defaults) for settings built by hand.
     #[serde(skip)]
     pub origins: Origins,
@@ -163,7 +165,35 @@ pub struct RedisSettings {
     pub tls_ca_file: Option<PathBuf>,
 }
 
+/// `telco.platform.lock.idempotency.*`: the defaults of every idempotent call (a call may pass
+/// its own wait time and result TTL).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct IdempotencySection {
+    /// `…idempotency.wait-time`: how long a duplicate waits for the first call. Default 200 s;
+    /// 0 to 1 h.
+    #[serde(deserialize_with = "load::duration")]
+    pub wait_time: Duration,
+    /// `…idempotency.result-ttl`: how long a result is replayed. Default 90 s; 1 s to 7 days.
+    #[serde(deserialize_with = "load::duration")]
+    pub result_ttl: Duration,
+    /// `…idempotency.max-result-bytes`: the largest stored result, bytes of JSON. Default 1 MiB;
+    /// 1 to 64 MiB.
+    pub max_result_bytes: u32,
+}
+
 impl LockSettings {
+    /// The settings of idempotent execution: this section, and the lock's watchdog timeout for
+    /// the in-progress lease.
+    pub fn idempotency_settings(&self) -> lock_core::IdempotencySettings {
+        lock_core::IdempotencySettings {
+            wait_time: self.idempotency.wait_time,
+            result_ttl: self.idempotency.result_ttl,
+            max_result_bytes: self.idempotency.max_result_bytes as usize,
+            watchdog_timeout: self.watchdog_timeout,
+        }
+    }
+
     /// Reads and checks the settings from `sources` (defaults → TOML files and figments in
     /// order → environment).
     ///

@@ -150,10 +150,10 @@ fn every_key_is_read_from_a_file_and_from_each_of_its_variables() {
     );
 }
 
-/// The one line per key that hands it to the Redis lock: a key left out of `redis_config` would
-/// be read, described and then ignored.
+/// The one line per key that hands it on (to `redis_config`, or to `idempotency_settings` for
+/// `idempotency.*`): a key left out would be read, described and then ignored.
 #[test]
-fn every_key_of_the_lock_reaches_the_redis_lock_config() {
+fn every_key_reaches_the_redis_lock_config_or_the_idempotency_settings() {
     let shown = |pairs: &[(&str, &str)]| {
         format!(
             "{:?}",
@@ -161,7 +161,25 @@ fn every_key_of_the_lock_reaches_the_redis_lock_config() {
         )
     };
     let defaults = shown(&[]);
+    let idempotency =
+        |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().idempotency_settings());
+    let idempotency_defaults = idempotency(&[]);
     for spec in KEYS.iter().filter(|spec| spec.short_name() != "enabled") {
+        if spec.short_name().starts_with("idempotency.") {
+            let env = spec.env_name();
+            let value = if spec.short_name().ends_with("bytes") {
+                "4096"
+            } else {
+                "7s"
+            };
+            assert_ne!(
+                idempotency(&[(&env, value)]),
+                idempotency_defaults,
+                "{} = {value}",
+                spec.name
+            );
+            continue;
+        }
         let value = match (good_value(spec), spec.default) {
             (None, _) => continue, // the CA file: its own test checks it reaches the connection
             (Some(value), KeyDefault::Value(default)) if value == default => "3s",
@@ -206,11 +224,17 @@ fn bad_values_of_every_key_name_the_key_value_origin_and_what_is_accepted() {
     for spec in KEYS {
         let mut bad: Vec<(String, &str)> = match spec.accepts {
             Accepts::Bool => vec![("maybe".into(), "")],
-            Accepts::Count { max } => vec![
-                ((max + 1).to_string(), "larger than the maximum"),
-                ("-1".into(), ""),
-                ("x".into(), ""),
-            ],
+            Accepts::Count { min, max } => {
+                let mut cases = vec![
+                    ((max + 1).to_string(), "larger than the maximum"),
+                    ("-1".into(), ""),
+                    ("x".into(), ""),
+                ];
+                if min > 0 {
+                    cases.push(((min - 1).to_string(), "smaller than the minimum"));
+                }
+                cases
+            }
             Accepts::Duration { min, max } => {
                 let mut cases = vec![
                     (

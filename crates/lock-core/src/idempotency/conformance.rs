@@ -1,0 +1,538 @@
+//! The conformance suite of [`IdempotencyStore`]: the contract its `# Contract` section states,
+//! runnable against any implementation (feature `conformance`), plus the guarantees
+//! [`Idempotency`] builds on it.
+//!
+//! Implement [`IdempotencyFactory`] for your backend and call [`run_all`]; it returns the names
+//! of the checks that failed (each panics with its reason, logged by the test harness).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use lock_core::idempotency::conformance::{self, IdempotencyFactory};
+//! use lock_core::{IdempotencyStore, InMemoryIdempotencyStore};
+//!
+//! struct Memory(Arc<InMemoryIdempotencyStore>);
+//!
+//! #[async_trait::async_trait]
+//! impl IdempotencyFactory for Memory {
+//!     async fn client(&self) -> Arc<dyn IdempotencyStore> {
+//!         self.0.clone()
+//!     }
+//! }
+//! # #[tokio::main]
+//! # async fn main() {
+//! let failed = conformance::run_all(Arc::new(Memory(Arc::default()))).await;
+//! assert!(failed.is_empty(), "{failed:?}");
+//! # }
+//! ```
+//!
+//! Checks use real time with short leases (300 ms) and wait on events with generous deadlines.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::{
+    Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
+    IdempotencyStore, Lease,
+};
+
+/// Slack added to every upper bound, for a loaded 2-core CI machine.
+const SLACK: Duration = Duration::from_secs(10);
+/// The short in-progress lease of the expiry checks.
+const LEASE: Duration = Duration::from_millis(300);
+const RESULT_TTL: Duration = Duration::from_secs(60);
+
+/// Builds clients of one shared backend for the suite: each call may return a new client (a
+/// Redis factory connects a new one), so that concurrency is checked across clients.
+#[async_trait]
+pub trait IdempotencyFactory: Send + Sync + 'static {
+    /// A client of the shared backend.
+    async fn client(&self) -> Arc<dyn IdempotencyStore>;
+}
+
+/// A key no other check or run uses.
+pub fn unique_key(check: &str) -> String {
+    format!("conformance:{check}:{:016x}", rand::random::<u64>())
+}
+
+type Check = fn(Arc<dyn IdempotencyFactory>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+macro_rules! checks {
+    ($($check:ident),+ $(,)?) => {
+        /// Every check, by name.
+        const CHECKS: &[(&str, Check)] = &[$((stringify!($check), |f| Box::pin(async move { $check(&*f).await }))),+];
+    };
+}
+
+checks!(
+    claim_is_exclusive_and_idempotent_for_the_owner,
+    an_unrenewed_lease_ends_and_renew_never_recreates,
+    terminal_writes_are_fenced_by_the_owner,
+    a_completed_record_replays_its_bytes_then_expires,
+    forget_spares_a_record_in_progress,
+    watches_wake_on_every_terminal_write,
+    concurrent_duplicates_get_the_first_result,
+    a_failed_action_lets_exactly_one_waiter_run,
+    another_fingerprint_is_key_reused,
+    an_oversize_result_is_returned_and_not_stored,
+    a_spent_wait_is_in_progress_and_does_not_run,
+);
+
+/// Runs every check, each on its own task; returns the names of those that failed.
+pub async fn run_all(factory: Arc<dyn IdempotencyFactory>) -> Vec<&'static str> {
+    let mut failed = Vec::new();
+    for (name, check) in CHECKS {
+        let started = Instant::now();
+        let outcome = tokio::spawn(check(Arc::clone(&factory))).await;
+        tracing::info!(
+            check = name,
+            passed = outcome.is_ok(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "idempotency conformance check"
+        );
+        if outcome.is_err() {
+            failed.push(*name);
+        }
+    }
+    failed
+}
+
+/// Polls `claim` until it reports `want` (by variant) or [`SLACK`] passes.
+async fn claim_until(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    owner: &str,
+    want: fn(&Claim) -> bool,
+) -> Claim {
+    let deadline = Instant::now() + SLACK;
+    loop {
+        let claim = store.claim(key, owner, "", LEASE).await.expect("claim");
+        if want(&claim) || Instant::now() > deadline {
+            return claim;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn idempotency(store: Arc<dyn IdempotencyStore>, max_result_bytes: usize) -> Idempotency {
+    let settings = IdempotencySettings {
+        wait_time: SLACK,
+        result_ttl: RESULT_TTL,
+        max_result_bytes,
+        watchdog_timeout: Duration::from_secs(1),
+    };
+    Idempotency::new(store, settings).expect("valid settings")
+}
+
+/// Contract 1: of concurrent claims across clients exactly one owns; the others see it; the
+/// owner's repeated claim owns again.
+pub async fn claim_is_exclusive_and_idempotent_for_the_owner(factory: &dyn IdempotencyFactory) {
+    let key = unique_key("claim");
+    let mut claims = Vec::new();
+    for _ in 0..4 {
+        let store = factory.client().await;
+        for _ in 0..4 {
+            let (store, key) = (Arc::clone(&store), key.clone());
+            claims.push(tokio::spawn(async move {
+                let owner = store.new_owner();
+                let claim = store
+                    .claim(&key, &owner, "fp-1", SLACK)
+                    .await
+                    .expect("claim");
+                (owner, claim)
+            }));
+        }
+    }
+    let mut owners = Vec::new();
+    let mut holders = Vec::new();
+    for claim in claims {
+        match claim.await.unwrap() {
+            (owner, Claim::Owner) => owners.push(owner),
+            (
+                _,
+                Claim::InProgress {
+                    holder,
+                    fingerprint,
+                    ttl,
+                },
+            ) => {
+                assert_eq!(fingerprint, "fp-1");
+                assert!(ttl.is_none_or(|t| t <= SLACK), "ttl {ttl:?}");
+                holders.push(holder);
+            }
+            (_, other) => panic!("a fresh key claimed concurrently: {other:?}"),
+        }
+    }
+    assert_eq!(
+        owners.len(),
+        1,
+        "exactly one claim owns the key: {owners:?}"
+    );
+    assert!(
+        holders.iter().all(|h| *h == owners[0]),
+        "every other claim names the owner"
+    );
+    let store = factory.client().await;
+    assert_eq!(
+        store.claim(&key, &owners[0], "fp-1", SLACK).await.unwrap(),
+        Claim::Owner
+    );
+}
+
+/// Contract 2: renewals keep a record past its lease; without them it ends and is granted
+/// anew; a renewal never re-creates it.
+pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn IdempotencyFactory) {
+    let (a, b) = (factory.client().await, factory.client().await);
+    let key = unique_key("lease");
+    let (owner_a, owner_b) = (a.new_owner(), b.new_owner());
+    assert_eq!(
+        a.claim(&key, &owner_a, "", LEASE).await.unwrap(),
+        Claim::Owner
+    );
+    let renewed_until = Instant::now() + LEASE * 3;
+    while Instant::now() < renewed_until {
+        assert!(
+            a.renew(&key, &owner_a, LEASE).await.unwrap(),
+            "the owner renews its record"
+        );
+        let seen = b.claim(&key, &owner_b, "", LEASE).await.unwrap();
+        assert!(
+            matches!(seen, Claim::InProgress { .. }),
+            "renewed, still in progress: {seen:?}"
+        );
+        tokio::time::sleep(LEASE / 4).await;
+    }
+    let claim = claim_until(&*b, &key, &owner_b, |c| *c == Claim::Owner).await;
+    assert_eq!(claim, Claim::Owner, "an unrenewed record ends at its lease");
+    assert!(
+        !a.renew(&key, &owner_a, LEASE).await.unwrap(),
+        "not the owner any more"
+    );
+    let other = unique_key("lease-absent");
+    assert!(!a.renew(&other, &owner_a, LEASE).await.unwrap());
+    let claim = b.claim(&other, &owner_b, "", LEASE).await.unwrap();
+    assert_eq!(claim, Claim::Owner, "renew must not create a record");
+}
+
+/// Contract 3: a zombie (lease ended, key claimed anew) can neither complete nor abandon the
+/// new owner's record; the owner's own completion is idempotent.
+pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFactory) {
+    let (a, b) = (factory.client().await, factory.client().await);
+    let key = unique_key("fenced");
+    let (zombie, owner) = (a.new_owner(), b.new_owner());
+    assert_eq!(
+        a.claim(&key, &zombie, "", LEASE).await.unwrap(),
+        Claim::Owner
+    );
+    assert_eq!(
+        claim_until(&*b, &key, &owner, |c| *c == Claim::Owner).await,
+        Claim::Owner
+    );
+    assert!(
+        !a.complete(&key, &zombie, b"zombie", RESULT_TTL)
+            .await
+            .unwrap()
+    );
+    assert!(!a.abandon(&key, &zombie).await.unwrap());
+    match a.claim(&key, &a.new_owner(), "", LEASE).await.unwrap() {
+        Claim::InProgress { holder, .. } => {
+            assert_eq!(holder, owner, "the new owner's record is intact")
+        }
+        other => panic!("the zombie changed the record: {other:?}"),
+    }
+    assert!(
+        b.complete(&key, &owner, b"first", RESULT_TTL)
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.complete(&key, &owner, b"first", RESULT_TTL)
+            .await
+            .unwrap(),
+        "a repeated completion"
+    );
+    assert!(
+        !a.complete(&key, &zombie, b"zombie", RESULT_TTL)
+            .await
+            .unwrap()
+    );
+    let claim = a.claim(&key, &zombie, "", LEASE).await.unwrap();
+    assert_eq!(
+        claim,
+        Claim::Completed {
+            result: b"first".to_vec(),
+            fingerprint: String::new()
+        }
+    );
+}
+
+/// Contract 4: the exact bytes and fingerprint for the result TTL, then nothing.
+pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn IdempotencyFactory) {
+    let store = factory.client().await;
+    let key = unique_key("replay");
+    let owner = store.new_owner();
+    let bytes: Vec<u8> = (0..=255).collect();
+    assert_eq!(
+        store.claim(&key, &owner, "fp-7", LEASE).await.unwrap(),
+        Claim::Owner
+    );
+    assert!(
+        store
+            .complete(&key, &owner, &bytes, Duration::from_secs(1))
+            .await
+            .unwrap()
+    );
+    let other = factory.client().await;
+    let claim = other
+        .claim(&key, &other.new_owner(), "fp-other", LEASE)
+        .await
+        .unwrap();
+    assert_eq!(
+        claim,
+        Claim::Completed {
+            result: bytes,
+            fingerprint: "fp-7".into()
+        }
+    );
+    let claim = claim_until(&*other, &key, &other.new_owner(), |c| *c == Claim::Owner).await;
+    assert_eq!(claim, Claim::Owner, "the result ends at its TTL");
+}
+
+/// Contract 5.
+pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory) {
+    let store = factory.client().await;
+    let key = unique_key("forget");
+    let owner = store.new_owner();
+    assert_eq!(
+        store.claim(&key, &owner, "", SLACK).await.unwrap(),
+        Claim::Owner
+    );
+    assert!(
+        !store.forget(&key).await.unwrap(),
+        "an in-progress record is not forgotten"
+    );
+    assert!(
+        store.renew(&key, &owner, SLACK).await.unwrap(),
+        "and stays the owner's"
+    );
+    assert!(
+        store
+            .complete(&key, &owner, b"r", RESULT_TTL)
+            .await
+            .unwrap()
+    );
+    assert!(store.forget(&key).await.unwrap());
+    assert!(!store.forget(&key).await.unwrap());
+    assert_eq!(
+        store
+            .claim(&key, &store.new_owner(), "", LEASE)
+            .await
+            .unwrap(),
+        Claim::Owner
+    );
+}
+
+/// Contract 6: a watch made before a completion, an abandonment or a forget returns.
+pub async fn watches_wake_on_every_terminal_write(factory: &dyn IdempotencyFactory) {
+    let (writer, watcher) = (factory.client().await, factory.client().await);
+    for write in ["complete", "abandon", "forget"] {
+        let key = unique_key(write);
+        let owner = writer.new_owner();
+        assert_eq!(
+            writer.claim(&key, &owner, "", SLACK).await.unwrap(),
+            Claim::Owner
+        );
+        if write == "forget" {
+            assert!(
+                writer
+                    .complete(&key, &owner, b"r", RESULT_TTL)
+                    .await
+                    .unwrap()
+            );
+        }
+        let mut watch = watcher.watch(&key).await.expect("watch");
+        match write {
+            "complete" => assert!(
+                writer
+                    .complete(&key, &owner, b"r", RESULT_TTL)
+                    .await
+                    .unwrap()
+            ),
+            "abandon" => assert!(writer.abandon(&key, &owner).await.unwrap()),
+            _ => assert!(writer.forget(&key).await.unwrap()),
+        }
+        tokio::time::timeout(SLACK, watch.changed())
+            .await
+            .unwrap_or_else(|_| panic!("a watch missed `{write}`"));
+    }
+}
+
+/// [`Idempotency`]: 4 clients × 5 concurrent duplicates → one execution, every caller gets its
+/// result, exactly one of them marked executed.
+pub async fn concurrent_duplicates_get_the_first_result(factory: &dyn IdempotencyFactory) {
+    let key = unique_key("duplicates");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        let idempotency = idempotency(factory.client().await, 1 << 20);
+        for _ in 0..5 {
+            let (idempotency, key, runs) = (idempotency.clone(), key.clone(), Arc::clone(&runs));
+            calls.push(tokio::spawn(async move {
+                idempotency
+                    .execute(&key, &IdempotencyOptions::new(), || async {
+                        let run = runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Ok::<_, IdempotencyError>(format!("ticket-{run}"))
+                    })
+                    .await
+            }));
+        }
+    }
+    let mut executed = 0;
+    for call in calls {
+        let result = call
+            .await
+            .unwrap()
+            .expect("every duplicate gets the result");
+        executed += usize::from(!result.is_replay());
+        assert_eq!(result.into_inner(), "ticket-0");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the action ran once");
+    assert_eq!(executed, 1, "exactly one call is marked executed");
+}
+
+/// [`Idempotency`]: the first action fails → nothing stored, and of the waiting duplicates
+/// exactly one runs it; the others get that run's result.
+pub async fn a_failed_action_lets_exactly_one_waiter_run(factory: &dyn IdempotencyFactory) {
+    let key = unique_key("failed");
+    let idempotency = idempotency(factory.client().await, 1 << 20);
+    let owner = idempotency.store().new_owner();
+    // Hold the key as a first caller would, so the duplicates queue up behind it.
+    let store = factory.client().await;
+    assert_eq!(
+        store.claim(&key, &owner, "", SLACK).await.unwrap(),
+        Claim::Owner
+    );
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for _ in 0..5 {
+        let (idempotency, key, runs) = (idempotency.clone(), key.clone(), Arc::clone(&runs));
+        waiters.push(tokio::spawn(async move {
+            idempotency
+                .execute(&key, &IdempotencyOptions::new(), || async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, IdempotencyError>(7_u32)
+                })
+                .await
+        }));
+    }
+    // The first caller's action fails: it abandons the record.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(store.abandon(&key, &owner).await.unwrap());
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap().expect("a result").into_inner(), 7);
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "exactly one waiter re-ran the action"
+    );
+}
+
+/// [`Idempotency`]: the same key with another fingerprint, running or completed.
+pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory) {
+    let idempotency = idempotency(factory.client().await, 1 << 20);
+    let key = unique_key("fingerprint");
+    let store = factory.client().await;
+    let owner = store.new_owner();
+    assert_eq!(
+        store.claim(&key, &owner, "body-a", SLACK).await.unwrap(),
+        Claim::Owner
+    );
+    let other = IdempotencyOptions::new().fingerprint("body-b");
+    let run = || async { Ok::<_, IdempotencyError>(()) };
+    let error = idempotency.execute(&key, &other, run).await.unwrap_err();
+    assert!(
+        matches!(error, IdempotencyError::KeyReused { .. }),
+        "in progress: {error}"
+    );
+    assert!(
+        store
+            .complete(&key, &owner, b"1", RESULT_TTL)
+            .await
+            .unwrap()
+    );
+    let error = idempotency.execute(&key, &other, run).await.unwrap_err();
+    assert!(
+        matches!(error, IdempotencyError::KeyReused { .. }),
+        "completed: {error}"
+    );
+    assert_eq!(error.http_status(), 422);
+    let same = IdempotencyOptions::new().fingerprint("body-a");
+    let replay = idempotency.execute(&key, &same, || async { Ok::<u32, IdempotencyError>(2) });
+    assert_eq!(replay.await.unwrap(), crate::Idempotent::Replayed(1));
+}
+
+/// [`Idempotency`]: a result over the cap reaches its caller, is not stored, and leaves no
+/// record behind.
+pub async fn an_oversize_result_is_returned_and_not_stored(factory: &dyn IdempotencyFactory) {
+    let idempotency = idempotency(factory.client().await, 16);
+    let key = unique_key("oversize");
+    let big = "x".repeat(100);
+    for _ in 0..2 {
+        let result = idempotency
+            .execute(&key, &IdempotencyOptions::new(), || async {
+                Ok::<_, IdempotencyError>(big.clone())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            result,
+            crate::Idempotent::Executed(big.clone()),
+            "not stored, so run again"
+        );
+    }
+    let store = factory.client().await;
+    assert_eq!(
+        store
+            .claim(&key, &store.new_owner(), "", LEASE)
+            .await
+            .unwrap(),
+        Claim::Owner
+    );
+}
+
+/// [`Idempotency`]: a duplicate whose wait runs out gets `InProgress` naming the holder, and
+/// its action does not run.
+pub async fn a_spent_wait_is_in_progress_and_does_not_run(factory: &dyn IdempotencyFactory) {
+    let idempotency = idempotency(factory.client().await, 1 << 20);
+    let key = unique_key("wait");
+    let store = factory.client().await;
+    let owner = store.new_owner();
+    assert_eq!(
+        store.claim(&key, &owner, "", SLACK).await.unwrap(),
+        Claim::Owner
+    );
+    let wait = Duration::from_millis(300);
+    let options = IdempotencyOptions::new()
+        .wait_time(wait)
+        .lease(Lease::Fixed(SLACK));
+    let started = Instant::now();
+    let error = idempotency
+        .execute(&key, &options, || async {
+            panic!("the action must not run") as Result<(), IdempotencyError>
+        })
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() >= wait, "gave up before its wait time");
+    match &error {
+        IdempotencyError::InProgress { holder, .. } => assert_eq!(*holder, owner),
+        other => panic!("expected in progress: {other}"),
+    }
+    assert_eq!(error.http_status(), 409);
+}

@@ -1,0 +1,85 @@
+//! The store used when platform-lock is switched off: every call runs the action.
+
+use std::sync::Once;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::idempotency::error::IdempotencyError;
+use crate::idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+
+/// The seed's "without Redis, the action runs every time": every claim is granted, nothing is
+/// stored, and one `WARN` per process says so on first use. For `enabled = false`; a Redis
+/// outage is a different case (fail closed, see [`Idempotency`](crate::Idempotency)).
+#[derive(Debug, Default)]
+pub struct DisabledIdempotencyStore {
+    /// Where the switch was set, for the warning.
+    detail: String,
+}
+
+impl DisabledIdempotencyStore {
+    /// A store that deduplicates nothing; `detail` says where it was switched off.
+    pub fn new(detail: impl Into<String>) -> Self {
+        DisabledIdempotencyStore {
+            detail: detail.into(),
+        }
+    }
+}
+
+static WARNED: Once = Once::new();
+
+#[async_trait]
+impl IdempotencyStore for DisabledIdempotencyStore {
+    async fn claim(
+        &self,
+        key: &str,
+        _owner: &str,
+        _fingerprint: &str,
+        _ttl: Duration,
+    ) -> Result<Claim, IdempotencyError> {
+        WARNED.call_once(|| {
+            tracing::warn!(%key, detail = %self.detail, "idempotent execution is disabled: every call runs its action (no deduplication)");
+        });
+        Ok(Claim::Owner)
+    }
+
+    async fn renew(&self, _: &str, _: &str, _: Duration) -> Result<bool, IdempotencyError> {
+        Ok(true)
+    }
+
+    async fn complete(
+        &self,
+        _: &str,
+        _: &str,
+        _: &[u8],
+        _: Duration,
+    ) -> Result<bool, IdempotencyError> {
+        Ok(true)
+    }
+
+    async fn abandon(&self, _: &str, _: &str) -> Result<bool, IdempotencyError> {
+        Ok(true)
+    }
+
+    async fn forget(&self, _: &str) -> Result<bool, IdempotencyError> {
+        Ok(false)
+    }
+
+    async fn watch(&self, _: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError> {
+        Ok(Box::new(Never))
+    }
+
+    fn new_owner(&self) -> String {
+        "disabled".to_owned()
+    }
+}
+
+#[derive(Debug)]
+struct Never;
+
+#[async_trait]
+impl RecordWatch for Never {
+    async fn changed(&mut self) {
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,227 @@
+//! The errors of idempotent execution: one enum, a stable code and HTTP status per variant.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::{BoxError, LockError};
+
+/// Why an idempotent call did not produce a result.
+///
+/// Each variant has a stable wire code ([`IdempotencyError::code`]) and the HTTP status the IETF
+/// `Idempotency-Key` draft gives it ([`IdempotencyError::http_status`]): a concurrent duplicate
+/// whose wait ran out is 409, a key reused with another request 422, an unreachable backend 503.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::IdempotencyError;
+///
+/// let error = IdempotencyError::InProgress {
+///     key: "ticket-create:42".into(),
+///     holder: "billing-7f9c/3e1f0c9a2b7d4e58/1".into(),
+///     waited: Duration::from_secs(200),
+/// };
+/// assert_eq!(error.code(), "IDEMPOTENCY_IN_PROGRESS");
+/// assert_eq!(error.http_status(), 409);
+/// assert_eq!(error.details()["idempotencyKey"], "ticket-create:42");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdempotencyError {
+    /// The backend could not be reached, timed out or refused a command: the action did not run
+    /// (fail closed). Code `IDEMPOTENCY_BACKEND_UNAVAILABLE`, HTTP 503.
+    #[error("idempotent call `{key}` did not run: backend unavailable: {cause}")]
+    Unavailable {
+        /// The idempotency key.
+        key: String,
+        /// The backend's error.
+        #[source]
+        cause: BoxError,
+    },
+    /// Another caller is still executing this key and the duplicate wait ran out; the action did
+    /// not run a second time. Code `IDEMPOTENCY_IN_PROGRESS`, HTTP 409.
+    #[error(
+        "idempotent call `{key}` is still in progress at {holder} after waiting {}; the action did not run again",
+        crate::duration::format_duration(*.waited)
+    )]
+    InProgress {
+        /// The idempotency key.
+        key: String,
+        /// The owner token of the caller executing it (instance id first).
+        holder: String,
+        /// How long this duplicate waited.
+        waited: Duration,
+    },
+    /// The key was used before with a different request fingerprint: replaying that result
+    /// would hand this caller someone else's answer. Code `IDEMPOTENCY_KEY_REUSED`, HTTP 422.
+    #[error(
+        "idempotency key `{key}` was already used for a different request (fingerprint mismatch); use a new key for a new request"
+    )]
+    KeyReused {
+        /// The idempotency key.
+        key: String,
+    },
+    /// The stored result could not be decoded into the caller's type (the type changed between
+    /// deployments, say). The action did not run again. Code `IDEMPOTENCY_RESULT_UNREADABLE`,
+    /// HTTP 500; `forget` the key to run it again.
+    #[error(
+        "the stored result of idempotent call `{key}` cannot be read as the caller's type: {cause}"
+    )]
+    ResultUnreadable {
+        /// The idempotency key.
+        key: String,
+        /// The decoder's error.
+        #[source]
+        cause: BoxError,
+    },
+    /// The result could not be stored (see [`NotStored`]); the record was given up so that a
+    /// duplicate runs the action again. Returned by
+    /// [`IdempotencyScope::complete`](crate::IdempotencyScope::complete) only:
+    /// `execute` logs it and returns the result. Code `IDEMPOTENCY_RESULT_NOT_STORED`, HTTP 500.
+    #[error("the result of idempotent call `{key}` was not stored: {reason}")]
+    ResultNotStored {
+        /// The idempotency key.
+        key: String,
+        /// Why.
+        #[source]
+        reason: NotStored,
+    },
+    /// A key, duration or option is not accepted; nothing was sent to the backend. Code
+    /// `IDEMPOTENCY_INVALID_ARGUMENT`, HTTP 500 (a defect of the calling service).
+    #[error("invalid {name} {value:?}: {problem}")]
+    InvalidArgument {
+        /// The argument, e.g. `idempotency key` or `wait_time`.
+        name: &'static str,
+        /// The rejected value.
+        value: String,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
+}
+
+/// Why a result was not stored.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotStored {
+    /// The serialized result is larger than the configured cap
+    /// (`telco.platform.lock.idempotency.max-result-size`).
+    #[error("its {size} bytes exceed the {max}-byte cap (max-result-size)")]
+    TooLarge {
+        /// Serialized size, bytes.
+        size: usize,
+        /// The cap, bytes.
+        max: usize,
+    },
+    /// The result type failed to serialize.
+    #[error("it cannot be serialized: {0}")]
+    NotSerializable(#[source] BoxError),
+    /// The in-progress lease ended before the result arrived and the record may have another
+    /// owner now (a paused or partitioned process): writing would overwrite that owner's record.
+    #[error("the in-progress lease ended first (another caller may have run the action too)")]
+    LeaseLost,
+    /// The backend did not confirm the write; the record ends at its lease TTL.
+    #[error("the backend did not confirm it: {0}")]
+    Unavailable(#[source] BoxError),
+}
+
+impl IdempotencyError {
+    /// The stable wire code: `IDEMPOTENCY_BACKEND_UNAVAILABLE`, `IDEMPOTENCY_IN_PROGRESS`,
+    /// `IDEMPOTENCY_KEY_REUSED`, `IDEMPOTENCY_RESULT_UNREADABLE`, `IDEMPOTENCY_RESULT_NOT_STORED`
+    /// or `IDEMPOTENCY_INVALID_ARGUMENT`.
+    pub const fn code(&self) -> &'static str {
+        match self {
+            IdempotencyError::Unavailable { .. } => "IDEMPOTENCY_BACKEND_UNAVAILABLE",
+            IdempotencyError::InProgress { .. } => "IDEMPOTENCY_IN_PROGRESS",
+            IdempotencyError::KeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
+            IdempotencyError::ResultUnreadable { .. } => "IDEMPOTENCY_RESULT_UNREADABLE",
+            IdempotencyError::ResultNotStored { .. } => "IDEMPOTENCY_RESULT_NOT_STORED",
+            IdempotencyError::InvalidArgument { .. } => "IDEMPOTENCY_INVALID_ARGUMENT",
+        }
+    }
+
+    /// The HTTP status to answer with: 503 unavailable, 409 in progress, 422 key reused, 500
+    /// otherwise.
+    pub const fn http_status(&self) -> u16 {
+        match self {
+            IdempotencyError::Unavailable { .. } => 503,
+            IdempotencyError::InProgress { .. } => 409,
+            IdempotencyError::KeyReused { .. } => 422,
+            IdempotencyError::ResultUnreadable { .. }
+            | IdempotencyError::ResultNotStored { .. }
+            | IdempotencyError::InvalidArgument { .. } => 500,
+        }
+    }
+
+    /// The idempotency key this error is about, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            IdempotencyError::Unavailable { key, .. }
+            | IdempotencyError::InProgress { key, .. }
+            | IdempotencyError::KeyReused { key }
+            | IdempotencyError::ResultUnreadable { key, .. }
+            | IdempotencyError::ResultNotStored { key, .. } => Some(key),
+            IdempotencyError::InvalidArgument { .. } => None,
+        }
+    }
+
+    /// A details map for problem bodies and logs, camelCase keys: `code`, `message`, and where
+    /// known `idempotencyKey`, `holder`, `waitedMs`, `argument`.
+    pub fn details(&self) -> BTreeMap<&'static str, String> {
+        let mut details = BTreeMap::new();
+        details.insert("code", self.code().to_owned());
+        details.insert("message", self.to_string());
+        if let Some(key) = self.key() {
+            details.insert("idempotencyKey", key.to_owned());
+        }
+        match self {
+            IdempotencyError::InProgress { holder, waited, .. } => {
+                details.insert("holder", holder.clone());
+                details.insert("waitedMs", waited.as_millis().to_string());
+            }
+            IdempotencyError::InvalidArgument { name, .. } => {
+                details.insert("argument", (*name).to_owned());
+            }
+            _ => {}
+        }
+        details
+    }
+
+    /// The backend is unavailable for `key`.
+    pub fn unavailable(key: &str, cause: impl Into<BoxError>) -> Self {
+        IdempotencyError::Unavailable {
+            key: key.to_owned(),
+            cause: cause.into(),
+        }
+    }
+
+    /// Restates a [`LockError::InvalidKey`] or [`LockError::InvalidArgument`] from the shared
+    /// validation for an idempotent call.
+    pub(crate) fn from_validation(error: LockError) -> Self {
+        match error {
+            LockError::InvalidKey { key, problem, .. } => IdempotencyError::InvalidArgument {
+                name: "idempotency key",
+                value: key,
+                problem: format!("{problem}; {KEY_RULES}"),
+            },
+            LockError::InvalidArgument {
+                name,
+                value,
+                problem,
+                ..
+            } => IdempotencyError::InvalidArgument {
+                name,
+                value,
+                problem,
+            },
+            other => IdempotencyError::InvalidArgument {
+                name: "argument",
+                value: String::new(),
+                problem: other.to_string(),
+            },
+        }
+    }
+}
+
+/// What a valid idempotency key looks like: the lock's key rules.
+const KEY_RULES: &str = "an idempotency key is 1 to 512 bytes of UTF-8 with no control characters";

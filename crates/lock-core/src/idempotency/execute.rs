@@ -1,0 +1,310 @@
+//! [`Idempotency`]: the protocol over an [`IdempotencyStore`] — claim, wait for a running
+//! duplicate, replay a stored result, or run the action and store its result.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::idempotency::error::IdempotencyError;
+use crate::idempotency::memory::InMemoryIdempotencyStore;
+use crate::idempotency::options::{IdempotencyOptions, IdempotencySettings};
+use crate::idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+use crate::idempotency::scope::IdempotencyScope;
+use crate::idempotency::telemetry;
+use crate::key::validate_key;
+
+/// The result of an idempotent call, telling an execution from a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Idempotent<T> {
+    /// This call ran the action.
+    Executed(T),
+    /// An earlier call ran it; this is its stored result.
+    Replayed(T),
+}
+
+impl<T> Idempotent<T> {
+    /// The result, however it was obtained.
+    pub fn into_inner(self) -> T {
+        match self {
+            Idempotent::Executed(value) | Idempotent::Replayed(value) => value,
+        }
+    }
+
+    /// The result, borrowed.
+    pub fn get(&self) -> &T {
+        match self {
+            Idempotent::Executed(value) | Idempotent::Replayed(value) => value,
+        }
+    }
+
+    /// Whether this is an earlier call's stored result (mark the response as a replay).
+    pub fn is_replay(&self) -> bool {
+        matches!(self, Idempotent::Replayed(_))
+    }
+}
+
+/// What [`Idempotency::begin`] found: a stored result, or the record to run the action under.
+#[derive(Debug)]
+pub enum Begun<T> {
+    /// An earlier call's result: do not run the action.
+    Replayed(T),
+    /// This caller owns the key: run the action, then complete or abandon the scope.
+    Owner(IdempotencyScope),
+}
+
+/// Idempotent execution: a repeated call with the same key returns the first call's result
+/// instead of running the action again.
+///
+/// - **Concurrent duplicates wait** (event-driven, up to the wait time, 200 s by default) for
+///   the first execution and receive its result; duplicates within the result TTL (90 s) get the
+///   stored result without running. [`Idempotent::is_replay`] tells which happened.
+/// - **The in-progress record is a lease** (renewed by a watchdog by default): a crashed
+///   owner's record frees itself within the watchdog timeout, and exactly one waiting duplicate
+///   then runs the action. Storing and deleting are fenced by the owner token, so a zombie
+///   whose lease ended cannot overwrite the next owner's record.
+/// - **The action fails** → nothing is stored, the duplicates are woken at once, and exactly one
+///   of them runs it.
+/// - **The result cannot be stored** (over the size cap, not serializable) → the caller still
+///   gets it; the failure is logged (`WARN`) and counted; no record is left behind.
+/// - **A fingerprint** ([`IdempotencyOptions::fingerprint`]) makes the same key with another
+///   request an error ([`IdempotencyError::KeyReused`], HTTP 422) instead of a replay.
+/// - **Fail closed**: with the backend down the action does not run
+///   ([`IdempotencyError::Unavailable`], HTTP 503); a duplicate whose wait ran out gets
+///   [`IdempotencyError::InProgress`] (HTTP 409) and the action does not run a second time.
+///   Switched off (`telco.platform.lock.enabled = false`), the action runs every time.
+///
+/// Best-effort deduplication, not exactly-once: a crash after the action's effect and before the
+/// result is stored, a result that could not be stored, or a lease that ended during a pause
+/// lets the action run again. Keep business operations correct on their own (database
+/// constraints).
+///
+/// A result stays stored when the caller's transaction later rolls back, on purpose (external
+/// side effects are not rolled back either): use [`Idempotency::begin`] to complete only after
+/// the commit, or [`Idempotency::forget`] to drop a stored result.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::{Idempotency, IdempotencyError, IdempotencyOptions};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), IdempotencyError> {
+/// let idempotency = Idempotency::in_memory();
+/// let create = || async { Ok::<_, IdempotencyError>(String::from("TT-1001")) };
+///
+/// let first = idempotency.execute("ticket-create:req-42", &IdempotencyOptions::new(), create).await?;
+/// assert!(!first.is_replay());
+///
+/// // A client retry after a timeout: the first result, the action does not run again.
+/// let retry = idempotency
+///     .execute("ticket-create:req-42", &IdempotencyOptions::new(), || async {
+///         unreachable!("replayed, not run")
+///     })
+///     .await?;
+/// assert!(retry.is_replay());
+/// assert_eq!(retry.into_inner(), "TT-1001");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    store: Arc<dyn IdempotencyStore>,
+    settings: IdempotencySettings,
+}
+
+impl Idempotency {
+    /// Idempotent execution on `store` with `settings` as every call's defaults.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] for a setting out of its range.
+    pub fn new(
+        store: Arc<dyn IdempotencyStore>,
+        settings: IdempotencySettings,
+    ) -> Result<Self, IdempotencyError> {
+        settings.validate()?;
+        Ok(Idempotency { store, settings })
+    }
+
+    /// An in-process store with the default settings, for tests and single-process tools.
+    pub fn in_memory() -> Self {
+        Idempotency {
+            store: Arc::new(InMemoryIdempotencyStore::new()),
+            settings: IdempotencySettings::default(),
+        }
+    }
+
+    /// The defaults of every call.
+    pub fn settings(&self) -> &IdempotencySettings {
+        &self.settings
+    }
+
+    /// The store the records live in.
+    pub fn store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.store
+    }
+
+    /// Runs `action` once per `key`: the first caller runs it and stores its `Ok` result (as
+    /// JSON) for the result TTL; concurrent duplicates wait for it and every later one within
+    /// the TTL gets the stored result. The action's error is returned to its caller and nothing
+    /// is stored.
+    ///
+    /// # Errors
+    /// The action's own error, or an [`IdempotencyError`] converted into `E`: `Unavailable`
+    /// (the action did not run), `InProgress` (wait time spent; it did not run again),
+    /// `KeyReused` (another fingerprint), `ResultUnreadable`, `InvalidArgument`.
+    pub async fn execute<T, E, F, Fut>(
+        &self,
+        key: &str,
+        options: &IdempotencyOptions,
+        action: F,
+    ) -> Result<Idempotent<T>, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<IdempotencyError>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        telemetry::execute(key, async {
+            let scope = match self.begin(key, options).await {
+                Ok(Begun::Replayed(value)) => {
+                    return (Ok(Idempotent::Replayed(value)), "replayed");
+                }
+                Ok(Begun::Owner(scope)) => scope,
+                Err(error) => return (Err(E::from(error)), "refused"),
+            };
+            match action().await {
+                Ok(value) => {
+                    if let Err(error) = scope.complete(&value).await {
+                        tracing::warn!(%key, %error, "the result is returned but was not stored; a duplicate will run the action again");
+                    }
+                    (Ok(Idempotent::Executed(value)), "executed")
+                }
+                Err(error) => {
+                    if let Err(error) = scope.abandon().await {
+                        tracing::debug!(%key, %error, "abandoning after a failed action was not confirmed; the record ends at its lease TTL");
+                    }
+                    (Err(error), "action_failed")
+                }
+            }
+        })
+        .await
+    }
+
+    /// The first half of [`execute`](Self::execute), for callers that complete the record
+    /// themselves — after their transaction commits, say (the seed's manual unlock): returns a
+    /// stored result, or the [`IdempotencyScope`] to run the action under. Waits for a running
+    /// duplicate like `execute`, and sleeps the options' delayed start before returning a scope.
+    ///
+    /// # Errors
+    /// As [`execute`](Self::execute), without the action's.
+    pub async fn begin<T: DeserializeOwned>(
+        &self,
+        key: &str,
+        options: &IdempotencyOptions,
+    ) -> Result<Begun<T>, IdempotencyError> {
+        validate_key(key).map_err(IdempotencyError::from_validation)?;
+        let resolved = options.resolve(&self.settings)?;
+        let owner = self.store.new_owner();
+        let started = Instant::now();
+        let deadline = started + resolved.wait_time;
+        let mut watch: Option<Box<dyn RecordWatch>> = None;
+        loop {
+            let claim = self
+                .store
+                .claim(key, &owner, &options.fingerprint, resolved.lease_ttl)
+                .await;
+            let claim = match claim {
+                Ok(claim) => claim,
+                Err(error) => {
+                    self.abandon_unknown(key, &owner);
+                    return Err(error);
+                }
+            };
+            let (holder, ttl) = match claim {
+                Claim::Owner => {
+                    drop(watch);
+                    let scope =
+                        IdempotencyScope::start(Arc::clone(&self.store), key, owner, resolved);
+                    if !options.delayed_start.is_zero() {
+                        tokio::time::sleep(options.delayed_start).await;
+                    }
+                    return Ok(Begun::Owner(scope));
+                }
+                Claim::Completed {
+                    result,
+                    fingerprint,
+                } => {
+                    reused(key, &fingerprint, &options.fingerprint)?;
+                    return serde_json::from_slice(&result)
+                        .map(Begun::Replayed)
+                        .map_err(|cause| IdempotencyError::ResultUnreadable {
+                            key: key.to_owned(),
+                            cause: cause.into(),
+                        });
+                }
+                Claim::InProgress {
+                    holder,
+                    fingerprint,
+                    ttl,
+                } => {
+                    reused(key, &fingerprint, &options.fingerprint)?;
+                    (holder, ttl)
+                }
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(IdempotencyError::InProgress {
+                    key: key.to_owned(),
+                    holder,
+                    waited: now - started,
+                });
+            }
+            let Some(watch) = watch.as_mut() else {
+                // Watch first, then look again: a completion between the first look and the
+                // watch would otherwise be missed until the holder's TTL.
+                watch = Some(self.store.watch(key).await?);
+                continue;
+            };
+            // The holder's TTL bounds the sleep: its record may expire (a crashed owner)
+            // without any message.
+            let wake_at = ttl.map_or(deadline, |ttl| {
+                deadline.min(now + ttl.max(Duration::from_millis(1)))
+            });
+            tokio::select! {
+                () = watch.changed() => {}
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+
+    /// Deletes the stored result of `key`, so that the next call runs the action again (e.g.
+    /// after the transaction that produced it rolled back). Returns whether there was one; a
+    /// record still in progress is left alone.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`], [`IdempotencyError::InvalidArgument`] for a bad key.
+    pub async fn forget(&self, key: &str) -> Result<bool, IdempotencyError> {
+        validate_key(key).map_err(IdempotencyError::from_validation)?;
+        self.store.forget(key).await
+    }
+
+    /// A claim whose reply was lost may have created a record of ours: delete it (fenced by the
+    /// owner token, so nobody else's), in the background.
+    fn abandon_unknown(&self, key: &str, owner: &str) {
+        let (store, key, owner) = (Arc::clone(&self.store), key.to_owned(), owner.to_owned());
+        tokio::spawn(async move {
+            let _ = store.abandon(&key, &owner).await;
+        });
+    }
+}
+
+fn reused(key: &str, stored: &str, ours: &str) -> Result<(), IdempotencyError> {
+    if stored == ours {
+        return Ok(());
+    }
+    Err(IdempotencyError::KeyReused {
+        key: key.to_owned(),
+    })
+}

@@ -1,0 +1,192 @@
+//! The settings of an [`Idempotency`](crate::Idempotency) and the options of one call.
+
+use std::time::Duration;
+
+use crate::duration::check_duration;
+use crate::idempotency::error::IdempotencyError;
+use crate::key::truncate_for_display;
+use crate::lock::lease::{Lease, MAX_LEASE, MAX_WAIT};
+
+/// How long a duplicate waits for the first execution by default: 200 s (the seed's
+/// `timeoutSeconds`).
+pub const DEFAULT_DUPLICATE_WAIT: Duration = Duration::from_secs(200);
+/// How long a result is replayed by default: 90 s (the seed's `releaseAfterFinishedSeconds`).
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(90);
+/// The largest serialized result stored by default: 1 MiB.
+pub const DEFAULT_MAX_RESULT_BYTES: usize = 1 << 20;
+/// The shortest accepted result TTL: 1 s.
+pub const MIN_RESULT_TTL: Duration = Duration::from_secs(1);
+/// The largest accepted result cap: 64 MiB (Redis takes 512 MB, but a replay sends it whole).
+pub const MAX_RESULT_BYTES: usize = 64 << 20;
+
+/// The defaults every call of one [`Idempotency`](crate::Idempotency) uses
+/// (`telco.platform.lock.idempotency.*` in lock-starter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencySettings {
+    /// How long a duplicate waits for a running first execution before failing with
+    /// [`IdempotencyError::InProgress`]. 0 to 1 h; default 200 s.
+    pub wait_time: Duration,
+    /// How long a completed result is replayed. 1 s to 7 days; default 90 s.
+    pub result_ttl: Duration,
+    /// The largest serialized result stored, bytes. 1 to 64 MiB; default 1 MiB.
+    pub max_result_bytes: usize,
+    /// The in-progress lease under [`Lease::Watchdog`]: renewed every third while the owner
+    /// lives. 1 s to 1 h; default 30 s (the lock's watchdog timeout).
+    pub watchdog_timeout: Duration,
+}
+
+impl Default for IdempotencySettings {
+    fn default() -> Self {
+        IdempotencySettings {
+            wait_time: DEFAULT_DUPLICATE_WAIT,
+            result_ttl: DEFAULT_RESULT_TTL,
+            max_result_bytes: DEFAULT_MAX_RESULT_BYTES,
+            // The lock's default watchdog timeout.
+            watchdog_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl IdempotencySettings {
+    /// Checks every setting against its range.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming the setting and the accepted range.
+    pub fn validate(&self) -> Result<(), IdempotencyError> {
+        check_wait(self.wait_time)?;
+        check_result_ttl(self.result_ttl)?;
+        crate::lock::lease::validate_watchdog_timeout(self.watchdog_timeout)
+            .map_err(IdempotencyError::from_validation)?;
+        if !(1..=MAX_RESULT_BYTES).contains(&self.max_result_bytes) {
+            return Err(IdempotencyError::InvalidArgument {
+                name: "max_result_bytes",
+                value: self.max_result_bytes.to_string(),
+                problem: format!("accepted: 1 to {MAX_RESULT_BYTES} bytes"),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_wait(wait: Duration) -> Result<(), IdempotencyError> {
+    check_duration("wait_time", wait, Duration::ZERO, MAX_WAIT)
+        .map_err(IdempotencyError::from_validation)
+}
+
+fn check_result_ttl(ttl: Duration) -> Result<(), IdempotencyError> {
+    check_duration("result_ttl", ttl, MIN_RESULT_TTL, MAX_LEASE)
+        .map_err(IdempotencyError::from_validation)
+}
+
+/// The options of one idempotent call; every unset one takes the [`IdempotencySettings`]'
+/// value.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::IdempotencyOptions;
+///
+/// let options = IdempotencyOptions::new()
+///     .fingerprint("sha256:4f2a…") // the same key with another request is refused (422)
+///     .result_ttl(Duration::from_secs(600))
+///     .delayed_start(Duration::from_millis(50)); // let a burst of duplicates join
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdempotencyOptions {
+    pub(crate) lease: Lease,
+    pub(crate) wait_time: Option<Duration>,
+    pub(crate) result_ttl: Option<Duration>,
+    pub(crate) fingerprint: String,
+    pub(crate) delayed_start: Duration,
+}
+
+impl IdempotencyOptions {
+    /// The defaults: watchdog lease, the settings' wait time and result TTL, no fingerprint,
+    /// no delayed start.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The in-progress record's lease: [`Lease::Watchdog`] (default; a crashed owner's record
+    /// frees itself within the watchdog timeout) or [`Lease::Fixed`] (ends after that long even
+    /// if the action still runs: a duplicate then runs it too).
+    pub fn lease(mut self, lease: Lease) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long a duplicate waits for a running first execution (0 to 1 h; 0 = do not wait).
+    pub fn wait_time(mut self, wait: Duration) -> Self {
+        self.wait_time = Some(wait);
+        self
+    }
+
+    /// How long the result is replayed (1 s to 7 days).
+    pub fn result_ttl(mut self, ttl: Duration) -> Self {
+        self.result_ttl = Some(ttl);
+        self
+    }
+
+    /// A fingerprint of the request (a hash of its body, say; at most 512 bytes). A later call
+    /// with the same key and a different fingerprint fails with
+    /// [`IdempotencyError::KeyReused`] instead of replaying another request's result. Calls
+    /// without one compare as the empty fingerprint.
+    pub fn fingerprint(mut self, fingerprint: impl Into<String>) -> Self {
+        self.fingerprint = fingerprint.into();
+        self
+    }
+
+    /// How long the first caller waits before running the action, so that a burst of
+    /// identical requests joins it (0 to 1 h; default 0).
+    pub fn delayed_start(mut self, delay: Duration) -> Self {
+        self.delayed_start = delay;
+        self
+    }
+
+    /// The options resolved against `settings`, checked.
+    pub(crate) fn resolve(
+        &self,
+        settings: &IdempotencySettings,
+    ) -> Result<Resolved, IdempotencyError> {
+        self.lease
+            .validate()
+            .map_err(IdempotencyError::from_validation)?;
+        let wait_time = self.wait_time.unwrap_or(settings.wait_time);
+        check_wait(wait_time)?;
+        let result_ttl = self.result_ttl.unwrap_or(settings.result_ttl);
+        check_result_ttl(result_ttl)?;
+        check_duration(
+            "delayed_start",
+            self.delayed_start,
+            Duration::ZERO,
+            MAX_WAIT,
+        )
+        .map_err(IdempotencyError::from_validation)?;
+        if self.fingerprint.len() > crate::MAX_KEY_BYTES {
+            return Err(IdempotencyError::InvalidArgument {
+                name: "fingerprint",
+                value: truncate_for_display(&self.fingerprint),
+                problem: "accepted: at most 512 bytes (pass a hash of the request)".into(),
+            });
+        }
+        Ok(Resolved {
+            lease_ttl: self.lease.ttl(settings.watchdog_timeout),
+            renewed: self.lease == Lease::Watchdog,
+            wait_time,
+            result_ttl,
+            max_result_bytes: settings.max_result_bytes,
+        })
+    }
+}
+
+/// One call's options with the settings filled in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resolved {
+    pub(crate) lease_ttl: Duration,
+    pub(crate) renewed: bool,
+    pub(crate) wait_time: Duration,
+    pub(crate) result_ttl: Duration,
+    pub(crate) max_result_bytes: usize,
+}

@@ -1,0 +1,129 @@
+//! The idempotency record store: the port a backend implements.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::idempotency::error::IdempotencyError;
+
+/// What [`IdempotencyStore::claim`] found at a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The caller now owns the in-progress record (it was absent, or already the caller's: a
+    /// claim re-sent after a lost reply). Run the action, then `complete` or `abandon`.
+    Owner,
+    /// A result is stored: replay it.
+    Completed {
+        /// The serialized result.
+        result: Vec<u8>,
+        /// The request fingerprint the result was produced for (empty: none given).
+        fingerprint: String,
+    },
+    /// Another owner's in-progress record: wait for it.
+    InProgress {
+        /// Its owner token.
+        holder: String,
+        /// The request fingerprint it runs for (empty: none given).
+        fingerprint: String,
+        /// Its remaining lease, if the backend reported one.
+        ttl: Option<Duration>,
+    },
+}
+
+/// Wakes a waiting duplicate when a record of its key may have changed.
+#[async_trait]
+pub trait RecordWatch: Send + Debug {
+    /// Returns when the record watched may have changed (completed, abandoned, forgotten) since
+    /// the watch was made or since the last return. Spurious returns are allowed; a change is
+    /// never missed once [`IdempotencyStore::watch`] has returned.
+    async fn changed(&mut self);
+}
+
+/// Where idempotency records live: one record per key, either *in progress* (owned by one
+/// caller under a lease) or *completed* (holding the serialized result for its TTL).
+///
+/// Callers use [`Idempotency`](crate::Idempotency), which runs the protocol over this port;
+/// implement it to put records in another backend.
+///
+/// # Contract
+///
+/// Every implementation, checked by `lock_core::idempotency::conformance`:
+/// 1. `claim` is atomic: of any number of concurrent claims of an absent key, exactly one gets
+///    [`Claim::Owner`]; the others see [`Claim::InProgress`] with that owner and fingerprint.
+///    A claim by the owner itself returns `Owner` again (idempotent under re-sent commands).
+/// 2. The in-progress record lives for its lease (`ttl`) unless `renew`ed: then `claim`
+///    grants it anew. `renew` extends only the caller's own in-progress record and never
+///    re-creates one (returns `false` instead).
+/// 3. `complete` and `abandon` are fenced by the owner token: they change the record only
+///    while it is the caller's and in progress, and return whether they did. A zombie whose
+///    lease ended cannot overwrite or delete the next owner's record. Both are idempotent for
+///    the owner: a repeated `complete` returns `true`.
+/// 4. A completed record is returned by `claim` as [`Claim::Completed`] with the exact bytes
+///    and fingerprint for its TTL, then disappears.
+/// 5. `forget` deletes a completed record (returns `true`); it never touches an in-progress one.
+/// 6. `complete`, `abandon` and `forget` wake every [`RecordWatch`] of the key made before
+///    them.
+/// 7. Backend failures are [`IdempotencyError::Unavailable`]; nothing is reported as granted
+///    that was not.
+/// 8. Time is the backend's: TTLs are kept by the store, never compared to a client's clock
+///    across hosts.
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync + Debug {
+    /// Claims `key` for `owner` with an in-progress record living `ttl`, unless a record exists.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn claim(
+        &self,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> Result<Claim, IdempotencyError>;
+
+    /// Extends `owner`'s in-progress record of `key` to live `ttl` from now; `false` when it is
+    /// no longer `owner`'s or no longer in progress.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError>;
+
+    /// Turns `owner`'s in-progress record into a completed one holding `result` for `ttl`, and
+    /// wakes the key's watchers; `false` when the record is not `owner`'s in-progress one.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn complete(
+        &self,
+        key: &str,
+        owner: &str,
+        result: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, IdempotencyError>;
+
+    /// Deletes `owner`'s in-progress record and wakes the key's watchers; `false` when it is not
+    /// `owner`'s in-progress one.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn abandon(&self, key: &str, owner: &str) -> Result<bool, IdempotencyError>;
+
+    /// Deletes the completed record of `key`, so the next call runs the action again; `false`
+    /// when there was none (absent, or in progress: that one is left alone).
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn forget(&self, key: &str) -> Result<bool, IdempotencyError>;
+
+    /// Starts watching `key`. Returns once every later change is certain to be seen; a backend
+    /// that cannot confirm that in time returns a watch that may miss changes (the caller also
+    /// wakes at the holder's TTL).
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn watch(&self, key: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError>;
+
+    /// A new owner token, unique per call, carrying a readable instance id.
+    fn new_owner(&self) -> String;
+}

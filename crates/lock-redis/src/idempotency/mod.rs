@@ -1,0 +1,262 @@
+//! Idempotent execution on Redis: [`RedisIdempotencyStore`], the
+//! [`IdempotencyStore`] of `lock_core::Idempotency`, on the connections of a [`RedisLock`].
+//!
+//! One hash per idempotency key, `<prefix>idempotency:{<key>}` (fields `o` owner token, `f`
+//! request fingerprint, `r` result once completed), with a TTL: the in-progress lease, then the
+//! result TTL. Completions, abandonments and forgets are announced on
+//! `<prefix>idempotency:{<key>}:changed` (sharded pub/sub, the same hash tag), which waiting
+//! duplicates subscribe to through the client's shared subscriptions. Every script is
+//! single-key and owner-checked, so a re-sent command (fred re-sends after a reconnect) is
+//! harmless.
+
+pub(crate) mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use lock_core::{Claim, IdempotencyError, IdempotencyStore, RecordWatch};
+use tokio::time::Instant;
+
+use crate::core::error::RedisFailure;
+use crate::core::subscriptions::Subscription;
+use crate::lock::RedisLock;
+use crate::lock::inner::Inner;
+use scripts::Scripts;
+
+/// Where idempotency records live in Redis: on the connections, key prefix and instance id of
+/// a [`RedisLock`] (no connection of its own). Use it through `lock_core::Idempotency`, or get
+/// both from lock-starter.
+///
+/// Duplicates wait event-driven: they subscribe to the record's change channel, look again once
+/// the subscription is confirmed (closing the complete-before-subscribe race), then sleep until
+/// a change message or the holder's TTL. Redis unreachable (after a failed connection attempt)
+/// fails a call at once with [`IdempotencyError::Unavailable`]; a slow Redis after the command
+/// timeout.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use lock_core::{Idempotency, IdempotencyOptions, IdempotencySettings};
+/// use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let lock = RedisLock::connect(RedisLockConfig::new("redis://127.0.0.1:6379")).await?;
+/// let store = Arc::new(RedisIdempotencyStore::on(&lock));
+/// let idempotency = Idempotency::new(store, IdempotencySettings::default())?;
+/// let ticket = idempotency
+///     .execute("ticket-create:req-42", &IdempotencyOptions::new(), || async {
+///         Ok::<_, lock_core::IdempotencyError>(String::from("TT-1001"))
+///     })
+///     .await?;
+/// # let _ = ticket;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisIdempotencyStore {
+    shared: Arc<Inner>,
+    scripts: Scripts,
+}
+
+impl RedisIdempotencyStore {
+    /// A store on `lock`'s connections, under its key prefix.
+    pub fn on(lock: &RedisLock) -> Self {
+        RedisIdempotencyStore {
+            shared: Arc::clone(lock.shared()),
+            scripts: Scripts::new(),
+        }
+    }
+
+    /// The Redis key of the record of `key` (for operators and tests).
+    pub fn record_key(&self, key: &str) -> String {
+        self.shared.keys.capability_key("idempotency", key)
+    }
+
+    fn channel(record: &str) -> String {
+        format!("{record}:changed")
+    }
+
+    fn unavailable(&self, key: &str, operation: &'static str, error: Error) -> IdempotencyError {
+        IdempotencyError::unavailable(key, self.shared.core.failure(operation, error))
+    }
+
+    /// Fails at once while Redis is known to be unreachable, instead of waiting a command
+    /// timeout for an answer that cannot come.
+    fn reachable(&self, key: &str, operation: &'static str) -> Result<(), IdempotencyError> {
+        match self.shared.core.unreachable(operation) {
+            Some(failure) => Err(IdempotencyError::unavailable(key, failure)),
+            None => Ok(()),
+        }
+    }
+
+    async fn call(
+        &self,
+        key: &str,
+        operation: &'static str,
+        script: &fred::types::scripts::Script,
+        args: Vec<Value>,
+    ) -> Result<Value, IdempotencyError> {
+        self.reachable(key, operation)?;
+        script
+            .evalsha_with_reload(&self.shared.core.client, self.record_key(key), args)
+            .await
+            .map_err(|e| self.unavailable(key, operation, e))
+    }
+
+    async fn flag(
+        &self,
+        key: &str,
+        operation: &'static str,
+        script: &fred::types::scripts::Script,
+        args: Vec<Value>,
+    ) -> Result<bool, IdempotencyError> {
+        match self.call(key, operation, script, args).await? {
+            Value::Integer(n) => Ok(n == 1),
+            _ => Err(protocol(key, operation)),
+        }
+    }
+}
+
+fn millis(d: Duration) -> Value {
+    Value::from(i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1))
+}
+
+fn protocol(key: &str, operation: &'static str) -> IdempotencyError {
+    IdempotencyError::unavailable(
+        key,
+        RedisFailure::protocol(operation, "unexpected reply shape"),
+    )
+}
+
+fn text(value: Option<Value>) -> String {
+    value.and_then(|v| v.into_string()).unwrap_or_default()
+}
+
+#[async_trait]
+impl IdempotencyStore for RedisIdempotencyStore {
+    async fn claim(
+        &self,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+        ttl: Duration,
+    ) -> Result<Claim, IdempotencyError> {
+        const OP: &str = "idempotency claim script";
+        let args = vec![owner.into(), fingerprint.into(), millis(ttl)];
+        let Value::Array(reply) = self.call(key, OP, &self.scripts.claim, args).await? else {
+            return Err(protocol(key, OP));
+        };
+        let mut reply = reply.into_iter();
+        match reply.next().and_then(|v| v.as_i64()) {
+            Some(0) => Ok(Claim::Owner),
+            Some(1) => {
+                let fingerprint = text(reply.next());
+                let result = reply
+                    .next()
+                    .and_then(|v| v.into_bytes())
+                    .ok_or_else(|| protocol(key, OP))?;
+                Ok(Claim::Completed {
+                    result: result.to_vec(),
+                    fingerprint,
+                })
+            }
+            Some(2) => {
+                let holder = text(reply.next());
+                let fingerprint = text(reply.next());
+                let ttl = reply
+                    .next()
+                    .and_then(|v| v.as_i64())
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis);
+                Ok(Claim::InProgress {
+                    holder,
+                    fingerprint,
+                    ttl,
+                })
+            }
+            _ => Err(protocol(key, OP)),
+        }
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
+        let args = vec![owner.into(), millis(ttl)];
+        self.flag(key, "idempotency renew script", &self.scripts.renew, args)
+            .await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        owner: &str,
+        result: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, IdempotencyError> {
+        let channel = Self::channel(&self.record_key(key));
+        let args = vec![
+            owner.into(),
+            Value::Bytes(result.to_vec().into()),
+            millis(ttl),
+            channel.into(),
+        ];
+        self.flag(
+            key,
+            "idempotency complete script",
+            &self.scripts.complete,
+            args,
+        )
+        .await
+    }
+
+    async fn abandon(&self, key: &str, owner: &str) -> Result<bool, IdempotencyError> {
+        let channel = Self::channel(&self.record_key(key));
+        let args = vec![owner.into(), channel.into()];
+        self.flag(
+            key,
+            "idempotency abandon script",
+            &self.scripts.abandon,
+            args,
+        )
+        .await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, IdempotencyError> {
+        let channel = Self::channel(&self.record_key(key));
+        self.flag(
+            key,
+            "idempotency forget script",
+            &self.scripts.forget,
+            vec![channel.into()],
+        )
+        .await
+    }
+
+    async fn watch(&self, key: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError> {
+        let channel = Self::channel(&self.record_key(key));
+        let mut subscription = self.shared.core.subscriptions.subscribe(&channel);
+        // Unconfirmed in time, the watch may miss a change: the caller also wakes at the
+        // holder's TTL, so it is late, never stuck.
+        let deadline = Instant::now() + self.shared.core.command_timeout;
+        if !subscription.confirmed_by(deadline).await {
+            tracing::debug!(%channel, "idempotency change channel not confirmed within the command timeout; waiting on the holder's TTL too");
+        }
+        Ok(Box::new(RedisWatch(subscription)))
+    }
+
+    fn new_owner(&self) -> String {
+        self.shared.owners.next_token()
+    }
+}
+
+/// A waiting duplicate's place on the record's change channel. Only the client's first waiter
+/// of a channel is woken per message; it wakes the next one when it leaves.
+#[derive(Debug)]
+struct RedisWatch(Subscription);
+
+#[async_trait]
+impl RecordWatch for RedisWatch {
+    async fn changed(&mut self) {
+        self.0.woken().notified().await;
+    }
+}

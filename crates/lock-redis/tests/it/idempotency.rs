@@ -1,0 +1,313 @@
+//! Idempotent execution on real redis-server processes: the conformance suite, duplicates in
+//! eight OS processes, an owner SIGKILLed or paused mid-action, Redis down, and the keys left.
+
+use crate::common;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{SLACK, WATCHDOG, eventually, server};
+use lock_core::idempotency::conformance::{self, IdempotencyFactory};
+use lock_core::{
+    Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
+};
+use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
+use lock_testkit::{ClosedPort, RedisServer, command_at, test_child};
+
+struct Redis(RedisServer);
+
+#[async_trait::async_trait]
+impl IdempotencyFactory for Redis {
+    async fn client(&self) -> Arc<dyn IdempotencyStore> {
+        Arc::new(RedisIdempotencyStore::on(&common::client(&self.0).await))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_passes_the_conformance_suite() {
+    let redis = server().await;
+    let failed = conformance::run_all(Arc::new(Redis(redis))).await;
+    assert!(failed.is_empty(), "failed checks: {failed:?}");
+}
+
+fn settings() -> IdempotencySettings {
+    IdempotencySettings {
+        watchdog_timeout: WATCHDOG,
+        ..IdempotencySettings::default()
+    }
+}
+
+async fn idempotency(url: &str, instance: &str) -> (RedisLock, Idempotency) {
+    let config = RedisLockConfig::new(url)
+        .watchdog_timeout(WATCHDOG)
+        .command_timeout(common::COMMAND_TIMEOUT)
+        .instance_id(instance);
+    let lock = RedisLock::connect(config).await.unwrap();
+    let store = Arc::new(RedisIdempotencyStore::on(&lock));
+    (lock, Idempotency::new(store, settings()).unwrap())
+}
+
+async fn redis_cmd(url: &str, args: &[&str]) -> String {
+    let port = url.rsplit(':').next().unwrap().parse().unwrap();
+    command_at("127.0.0.1", port, None, args).await.unwrap()
+}
+
+const URL: &str = "IDEMPOTENCY_CHILD_URL";
+const KEY: &str = "ticket-create:req-4711";
+const RESULT_LINE: &str = "IDEMPOTENCY_RESULT ";
+
+/// The body of one of the eight processes: ten concurrent duplicates of [`KEY`] once the
+/// parent says go; prints how many it got and what.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the body of a child process a test starts"]
+async fn child_ten_duplicates() {
+    let Ok(url) = std::env::var(URL) else {
+        return;
+    };
+    let (_lock, idempotency) = idempotency(&url, &format!("pod-{}", std::process::id())).await;
+    redis_cmd(&url, &["RPUSH", "ready", "1"]).await;
+    let go = eventually(Duration::from_secs(60), || async {
+        redis_cmd(&url, &["GET", "go"]).await == "1"
+    });
+    assert!(go.await, "no go from the parent");
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let (idempotency, url) = (idempotency.clone(), url.clone());
+            tokio::spawn(async move {
+                idempotency
+                    .execute(KEY, &IdempotencyOptions::new(), || async {
+                        redis_cmd(&url, &["INCR", "executions"]).await;
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        Ok::<_, IdempotencyError>(format!("TT-{}", std::process::id()))
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(result) => lines.push(format!("{} {}", result.is_replay(), result.get())),
+            Err(error) => lines.push(format!("error {error}")),
+        }
+    }
+    println!("{RESULT_LINE}{}", lines.join(";"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_processes_of_ten_duplicates_run_the_action_once_and_all_get_its_result() {
+    let redis = server().await;
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            test_child(module_path!(), "child_ten_duplicates")
+                .env(URL, redis.url())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a child")
+        })
+        .collect();
+    let ready = eventually(Duration::from_secs(60), || async {
+        redis.cmd(&["LLEN", "ready"]).await.unwrap() == "8"
+    });
+    assert!(ready.await, "the children did not all start");
+    redis.cmd(&["SET", "go", "1"]).await.unwrap();
+    let outputs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let mut results = Vec::new();
+    for output in outputs {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        // libtest prints the test name first, on the same line.
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r));
+        let line = line.unwrap_or_else(|| panic!("a child printed no result: {stdout}"));
+        results.extend(line.split(';').map(str::to_owned));
+    }
+    assert_eq!(results.len(), 80);
+    let executed: Vec<_> = results.iter().filter(|r| r.starts_with("false ")).collect();
+    assert_eq!(
+        executed.len(),
+        1,
+        "exactly one call ran the action: {results:?}"
+    );
+    let value = executed[0].trim_start_matches("false ");
+    for result in &results {
+        assert!(
+            result.ends_with(value) && !result.starts_with("error"),
+            "{result} (the first result is {value})"
+        );
+    }
+    assert_eq!(redis.cmd(&["GET", "executions"]).await.unwrap(), "1");
+}
+
+/// The body of an owner that is killed or paused mid-action: claims [`KEY`], says so, and
+/// waits for the parent's `finish` before returning "from-the-zombie"; prints what it got.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the body of a child process a test starts"]
+async fn child_owner() {
+    let Ok(url) = std::env::var(URL) else {
+        return;
+    };
+    let (_lock, idempotency) = idempotency(&url, "zombie-pod").await;
+    let result = idempotency
+        .execute(KEY, &IdempotencyOptions::new(), || async {
+            redis_cmd(&url, &["SET", "started", "1"]).await;
+            let finish = eventually(Duration::from_secs(120), || async {
+                redis_cmd(&url, &["GET", "finish"]).await == "1"
+            });
+            assert!(finish.await);
+            Ok::<_, IdempotencyError>(String::from("from-the-zombie"))
+        })
+        .await
+        .unwrap();
+    println!("{RESULT_LINE}{} {}", result.is_replay(), result.get());
+}
+
+fn start_owner(redis: &RedisServer) -> std::process::Child {
+    test_child(module_path!(), "child_owner")
+        .env(URL, redis.url())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the owner")
+}
+
+async fn started(redis: &RedisServer) {
+    let started = eventually(Duration::from_secs(60), || async {
+        redis.cmd(&["GET", "started"]).await.unwrap() == "1"
+    });
+    assert!(started.await, "the owner never started its action");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_owner_is_taken_over_within_the_watchdog_timeout() {
+    let redis = server().await;
+    let mut owner = start_owner(&redis);
+    started(&redis).await;
+    let (_lock, idempotency) = idempotency(&redis.url(), "survivor-pod").await;
+    let duplicate = {
+        let idempotency = idempotency.clone();
+        tokio::spawn(async move {
+            idempotency
+                .execute(KEY, &IdempotencyOptions::new(), || async {
+                    Ok::<_, IdempotencyError>(String::from("from-the-survivor"))
+                })
+                .await
+        })
+    };
+    // The duplicate is waiting on the owner's record (it has not run yet).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!duplicate.is_finished());
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let killed = tokio::time::Instant::now();
+    let result = tokio::time::timeout(WATCHDOG + SLACK, duplicate).await;
+    let result = result
+        .expect("no takeover within the watchdog timeout")
+        .unwrap()
+        .unwrap();
+    assert!(!result.is_replay(), "the duplicate ran the action itself");
+    assert_eq!(result.into_inner(), "from-the-survivor");
+    assert!(killed.elapsed() <= WATCHDOG + SLACK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_whose_lease_ended_cannot_overwrite_the_next_owners_result() {
+    let redis = server().await;
+    let owner = start_owner(&redis);
+    started(&redis).await;
+    let pid = nix::unistd::Pid::from_raw(owner.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGSTOP).unwrap();
+    // Its watchdog stops with it: a duplicate takes over once the lease ends.
+    let (_lock, idempotency) = idempotency(&redis.url(), "survivor-pod").await;
+    let result = idempotency
+        .execute(KEY, &IdempotencyOptions::new(), || async {
+            Ok::<_, IdempotencyError>(String::from("from-the-survivor"))
+        })
+        .await
+        .unwrap();
+    assert!(!result.is_replay());
+    // The zombie wakes up and completes late: rejected, it keeps its own result.
+    redis.cmd(&["SET", "finish", "1"]).await.unwrap();
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGCONT).unwrap();
+    let output = tokio::task::spawn_blocking(move || owner.wait_with_output().unwrap());
+    let stdout = String::from_utf8_lossy(&output.await.unwrap().stdout).into_owned();
+    assert!(
+        stdout.contains(&format!("{RESULT_LINE}false from-the-zombie")),
+        "{stdout}"
+    );
+    let replay = idempotency
+        .execute(KEY, &IdempotencyOptions::new(), || async {
+            Ok::<_, IdempotencyError>(String::from("a third run"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        replay,
+        lock_core::Idempotent::Replayed("from-the-survivor".to_owned())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_the_action_does_not_run_and_the_call_fails_closed() {
+    let closed = ClosedPort::new().unwrap();
+    let (_lock, idempotency) =
+        idempotency(&format!("redis://127.0.0.1:{}", closed.port()), "pod").await;
+    let error = idempotency
+        .execute(KEY, &IdempotencyOptions::new(), || async {
+            panic!("the action must not run without Redis") as Result<(), IdempotencyError>
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "IDEMPOTENCY_BACKEND_UNAVAILABLE", "{error}");
+    assert_eq!(error.http_status(), 503);
+    assert!(error.to_string().contains("unreachable"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_ttl() {
+    let redis = server().await;
+    let lock = common::client(&redis).await;
+    let store = Arc::new(RedisIdempotencyStore::on(&lock));
+    let idempotency = Idempotency::new(store.clone(), settings()).unwrap();
+    let key = "ticket-create:{tenant-7}";
+    let options = IdempotencyOptions::new().fingerprint("sha256:ab");
+    idempotency
+        .execute(key, &options, || async {
+            Ok::<_, IdempotencyError>(vec![1, 2, 3])
+        })
+        .await
+        .unwrap();
+    let record = store.record_key(key);
+    assert_eq!(record, "lock:idempotency:{ticket-create:%7Btenant-7%7D}");
+    assert_eq!(
+        redis.cmd(&["KEYS", "*"]).await.unwrap(),
+        record,
+        "nothing else is left"
+    );
+    let ttl: u64 = redis
+        .cmd(&["PTTL", &record])
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ttl > 80_000 && ttl <= 90_000, "the result TTL: {ttl} ms");
+    assert_eq!(redis.cmd(&["HGET", &record, "r"]).await.unwrap(), "[1,2,3]");
+    assert_eq!(
+        redis.cmd(&["HGET", &record, "f"]).await.unwrap(),
+        "sha256:ab"
+    );
+    // No subscription outlives its waiters.
+    assert!(lock.subscribed_channels().is_empty());
+    let claim = store
+        .claim(key, &store.new_owner(), "sha256:ab", WATCHDOG)
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Completed { .. }));
+}
