@@ -3,6 +3,8 @@
 //! Each capability is a port (a trait) with an in-memory implementation and a conformance
 //! suite; the Redis implementations are in `lock-redis`. Laid out by capability:
 //! - `lock/`: the distributed lock, [`DistributedLock`] — described below;
+//! - `branches/`: master/sub locks, waiting for the asynchronous branches of an operation
+//!   ([`branches`]);
 //! - `idempotency/`: idempotent execution, [`Idempotency`] over the [`IdempotencyStore`] port —
 //!   a retried call gets the first call's result instead of running twice;
 //! - shared by every capability: the error type and its stable codes ([`LockError`],
@@ -68,6 +70,7 @@
 //! stands in for unit tests. Implementations prove themselves with the conformance suite
 //! (`conformance` feature).
 
+pub mod branches;
 mod duration;
 mod error;
 pub mod idempotency;

@@ -5,6 +5,8 @@
 //!
 //! The crate is laid out by capability, each on one shared Redis core:
 //! - `lock/`: the distributed lock, [`RedisLock`] (its settings are [`RedisLockConfig`]);
+//! - `branches/`: master/sub locks, [`RedisBranches`] (the `lock_core::branches` port, on a
+//!   `RedisLock`'s connections);
 //! - `idempotency/`: idempotent execution's record store, [`RedisIdempotencyStore`], on a
 //!   `RedisLock`'s connections;
 //! - `core/`: what every capability stands on — the command and pub/sub connections and their
@@ -93,10 +95,15 @@
 //!
 //! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
+mod branches;
 mod core;
 mod idempotency;
 mod lock;
 
+pub use branches::{
+    BRANCH_OPEN_SCRIPT, BRANCH_PENDING_SCRIPT, BRANCH_REGISTER_SCRIPT, BRANCH_RELEASE_SCRIPT,
+    BRANCH_SEAL_SCRIPT, RedisBranches,
+};
 pub use core::address::{
     ACCEPTED_ADDRESSES, DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress,
     Topology,
@@ -128,3 +135,8 @@ pub use idempotency::scripts::{
     IDEMPOTENCY_ABANDON_SCRIPT, IDEMPOTENCY_CLAIM_SCRIPT, IDEMPOTENCY_COMPLETE_SCRIPT,
     IDEMPOTENCY_FORGET_SCRIPT, IDEMPOTENCY_RENEW_SCRIPT,
 };
+
+/// docs/branches.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/branches.md")]
+struct BranchesDoctests;

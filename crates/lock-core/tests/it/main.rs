@@ -3,6 +3,7 @@
 //! need tracing's per-call-site interest cache to themselves, have binaries of their own
 //! (`fail_open`, `telemetry_span`).
 
+mod branches;
 mod conformance;
 mod idempotency;
 mod lease_state;

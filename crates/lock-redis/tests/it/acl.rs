@@ -840,3 +840,92 @@ async fn list_without_scan_fails_as_no_permission_naming_the_grant() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].name, "listed");
 }
+
+/// The master/sub locks' additions to the lock's ACL: the rules of the backquoted
+/// `ACL SETUSER <user> …` of docs/branches.md granting `+hget`.
+fn branches_acl() -> Vec<String> {
+    const BRANCHES: &str = include_str!("../../../../docs/branches.md");
+    const MARKER: &str = "`ACL SETUSER <user> +hget";
+    let start = BRANCHES
+        .find(MARKER)
+        .expect("docs/branches.md has no `ACL SETUSER <user> +hget …`")
+        + "`ACL SETUSER <user> ".len();
+    let end = BRANCHES[start..].find('`').expect("unterminated ACL") + start;
+    BRANCHES[start..end]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The master/sub locks as the lock's ACL user: without docs/branches.md's additions a master
+/// fails closed at its start (the open script is refused: `no_permission`, the lock given back,
+/// the block not run); with them a master and a consumer work and Redis refuses nothing but the
+/// harmless connect-time commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_sub_locks_need_only_the_documented_hash_commands() {
+    use lock_core::branches::{BranchRelease, BranchesOutcome, MasterLocks, MasterOptions};
+    use lock_redis::{RedisBranches, RedisFailure};
+
+    let redis = common::server().await;
+    set_user(&redis, &documented_acl()).await;
+    let lock = user_client(&redis).await;
+    let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(RedisBranches::new(&lock)));
+    let ran = std::sync::atomic::AtomicBool::new(false);
+    let error = masters
+        .with_master_lock("acl:branches", Lease::Watchdog, |_| async {
+            ran.store(true, std::sync::atomic::Ordering::SeqCst)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code().as_str(), "BRANCHES_UNAVAILABLE", "{error}");
+    assert_eq!(error.details()["operation"], "open");
+    let failure = RedisFailure::find(&error).expect("a Redis failure behind it");
+    assert_eq!(failure.refusal(), Some(Refusal::NoPermission), "{failure}");
+    assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    let again = lock.try_acquire("acl:branches", Lease::Watchdog).await;
+    assert!(
+        again.is_ok(),
+        "the master did not give its lock back: {again:?}"
+    );
+    drop(again);
+
+    let mut rules = documented_acl();
+    rules.extend(branches_acl());
+    set_user(&redis, &rules).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let consumer_lock = user_client(&redis).await;
+    let consumer = RedisBranches::new(&consumer_lock);
+    let (late_token, late) = tokio::sync::oneshot::channel();
+    let late_consumer = tokio::spawn({
+        let consumer = consumer.clone();
+        async move {
+            use lock_core::branches::Branches;
+            // While the master waits (or just before it: counted either way).
+            let token = late.await.unwrap();
+            consumer.release_branch(&token).await.unwrap()
+        }
+    });
+    let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(30));
+    let outcome = masters
+        .with_master_lock("acl:branches", options, |master| async move {
+            use lock_core::branches::Branches;
+            let early = master.register_branch("search").await.unwrap();
+            let late = master.register_branch("audit").await.unwrap();
+            assert!(early.is_registered() && late.is_registered());
+            assert_eq!(
+                consumer.release_branch(&early).await.unwrap(),
+                BranchRelease::Released
+            );
+            late_token.send(late).unwrap();
+        })
+        .await
+        .unwrap();
+    assert_eq!(late_consumer.await.unwrap(), BranchRelease::Released);
+    assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
+    let refused = refused(&redis).await;
+    assert!(
+        refused.is_subset(&harmless()),
+        "refused beyond the harmless: {refused:?}"
+    );
+    assert_eq!(redis.cmd(&["KEYS", "lock:branches:*"]).await.unwrap(), "");
+}

@@ -9,6 +9,9 @@ mod common;
 mod sentinel_common;
 
 mod acl;
+mod branches;
+mod branches_cluster;
+mod branches_processes;
 mod cluster;
 mod cluster_coverage;
 mod cluster_failover;

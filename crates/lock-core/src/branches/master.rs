@@ -1,0 +1,224 @@
+//! [`Master`]: what a master block holds — the producer side, registering branches.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::branches::error::BranchError;
+use crate::branches::outcome::Registration;
+use crate::branches::port::Branches;
+use crate::branches::sub_key::SubKey;
+use crate::branches::telemetry;
+use crate::branches::token::{BranchToken, validate_branch_id};
+
+/// The master invocation a block runs in: register each asynchronous branch with
+/// [`register_branch`](Master::register_branch) before starting it, and send the token along.
+/// Cheap to clone; clones are the same invocation.
+///
+/// Registration is sealed when the block returns: a clone kept beyond it (in a spawned task)
+/// gets [`BranchError::Sealed`].
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::branches::{BranchError, InMemoryBranches, Master, MasterLocks};
+/// use lock_core::{InMemoryLock, Lease};
+///
+/// /// The producer: one branch per indexing consumer, each token in its message.
+/// async fn publish(master: Master, outbox: &mut Vec<String>) -> Result<(), BranchError> {
+///     for consumer in ["search", "audit"] {
+///         let token = master.register_branch(consumer).await?; // before the message leaves
+///         outbox.push(token.to_string());
+///     }
+///     Ok(())
+/// }
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), BranchError> {
+/// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), Arc::new(InMemoryBranches::new()));
+/// let mut outbox = Vec::new();
+/// let options = lock_core::branches::MasterOptions::new(Lease::Watchdog)
+///     .branch_wait(std::time::Duration::from_millis(100));
+/// let outcome = masters
+///     .with_master_lock("ticket:4711", options, |master| publish(master, &mut outbox))
+///     .await?;
+/// outcome.value?;
+/// assert_eq!(outbox.len(), 2);
+/// // Nobody consumed the messages: the master waited 100 ms and names both.
+/// assert_eq!(outcome.branches.missing(), ["audit", "search"]);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Master {
+    state: Arc<State>,
+}
+
+struct State {
+    branches: Arc<dyn Branches>,
+    sub_key: SubKey,
+    /// The TTL every call gives the invocation's record (at least the lease).
+    ttl: Duration,
+    /// `false` when the backend is disabled: every registration fails open without a call.
+    tracked: bool,
+    sealed: AtomicBool,
+    /// Branch ids confirmed registered, for naming them when the backend cannot.
+    registered: Mutex<BTreeSet<String>>,
+    /// Branch ids that failed open.
+    unregistered: Mutex<BTreeSet<String>>,
+}
+
+impl fmt::Debug for Master {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Master")
+            .field("sub_key", &self.state.sub_key)
+            .field("tracked", &self.state.tracked)
+            .field("sealed", &self.is_sealed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Master {
+    pub(crate) fn new(
+        branches: Arc<dyn Branches>,
+        sub_key: SubKey,
+        ttl: Duration,
+        tracked: bool,
+    ) -> Self {
+        Master {
+            state: Arc::new(State {
+                branches,
+                sub_key,
+                ttl,
+                tracked,
+                sealed: AtomicBool::new(false),
+                registered: Mutex::default(),
+                unregistered: Mutex::default(),
+            }),
+        }
+    }
+
+    /// This invocation: the master key and the invocation id.
+    pub fn sub_key(&self) -> &SubKey {
+        &self.state.sub_key
+    }
+
+    /// The invocation id: the fencing token of the master's lock grant (strictly increasing per
+    /// key), usable to fence writes the block makes.
+    pub fn invocation(&self) -> u64 {
+        self.state.sub_key.invocation()
+    }
+
+    /// Whether branches are tracked: `false` when the backend is disabled, and every
+    /// registration fails open.
+    pub fn is_tracked(&self) -> bool {
+        self.state.tracked
+    }
+
+    /// Whether the block has returned: registration is sealed.
+    pub fn is_sealed(&self) -> bool {
+        self.state.sealed.load(Ordering::SeqCst)
+    }
+
+    /// Registers the branch `branch_id` (the seed's `withSublock`) and returns the token its
+    /// consumer releases it with. Call it before starting the branch (sending its message), so
+    /// that the release can never come first and go uncounted. Registering the same id again
+    /// returns an equal token and counts once.
+    ///
+    /// **Fail open**: when the backend is disabled or does not confirm the registration (down,
+    /// slow, refusing), or the invocation's record is gone, this still returns a token —
+    /// [marked unregistered](BranchToken::is_registered) — and logs one `WARN`; start the
+    /// branch all the same. The master does not wait for an unregistered branch (it is listed in
+    /// [`MasterOutcome::unregistered`](crate::branches::MasterOutcome::unregistered)); if the
+    /// registration did reach the backend after all, the master waits for it like for any
+    /// other, which is why consumers release unregistered tokens too.
+    ///
+    /// # Errors
+    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`): the id is not accepted
+    ///   ([`validate_branch_id`]); nothing was sent.
+    /// - [`BranchError::Sealed`] (`BRANCHES_SEALED`): the block has returned; do not start the
+    ///   branch, or start it knowing nobody waits for it.
+    pub async fn register_branch(&self, branch_id: &str) -> Result<BranchToken, BranchError> {
+        validate_branch_id(branch_id)?;
+        let state = &self.state;
+        let sealed = || {
+            telemetry::registered("sealed");
+            BranchError::Sealed {
+                sub_key: state.sub_key.clone(),
+                branch: branch_id.to_owned(),
+            }
+        };
+        if self.is_sealed() {
+            return Err(sealed());
+        }
+        if !state.tracked {
+            return Ok(self.fail_open(branch_id, "master/sub locks are disabled", None));
+        }
+        match state
+            .branches
+            .register(&state.sub_key, branch_id, state.ttl)
+            .await
+        {
+            Ok(registration) if registration.is_registered() => {
+                telemetry::registered("registered");
+                lock(&state.registered).insert(branch_id.to_owned());
+                Ok(BranchToken::new(state.sub_key.clone(), branch_id, true))
+            }
+            Ok(Registration::Sealed) => Err(sealed()),
+            Ok(_) => Ok(self.fail_open(
+                branch_id,
+                "the invocation's record is gone (expired or lost)",
+                None,
+            )),
+            Err(error @ BranchError::InvalidArgument { .. }) => Err(error),
+            Err(error) => {
+                Ok(self.fail_open(branch_id, "the registration was not confirmed", Some(error)))
+            }
+        }
+    }
+
+    /// The unregistered token of `branch`, with its `WARN`.
+    fn fail_open(&self, branch: &str, why: &str, error: Option<BranchError>) -> BranchToken {
+        let state = &self.state;
+        telemetry::registered("unregistered");
+        lock(&state.unregistered).insert(branch.to_owned());
+        let error = error.map(|e| e.to_string()).unwrap_or_default();
+        tracing::warn!(
+            master_key = state.sub_key.master_key(),
+            invocation = state.sub_key.invocation(),
+            branch,
+            error,
+            "{why}; the branch runs unregistered and the master does not wait for it (fail open)"
+        );
+        BranchToken::new(state.sub_key.clone(), branch, false)
+    }
+
+    /// Seals registration locally: later calls fail without a backend call.
+    pub(crate) fn seal(&self) {
+        self.state.sealed.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn branches(&self) -> &Arc<dyn Branches> {
+        &self.state.branches
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.state.ttl
+    }
+
+    /// The branch ids confirmed registered, sorted.
+    pub(crate) fn registered(&self) -> Vec<String> {
+        lock(&self.state.registered).iter().cloned().collect()
+    }
+
+    /// The branch ids that failed open, sorted.
+    pub(crate) fn unregistered(&self) -> Vec<String> {
+        lock(&self.state.unregistered).iter().cloned().collect()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Sets of names: a panic elsewhere cannot leave one half-written.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,443 @@
+//! [`MasterLocks`]: the generic master orchestration over a [`DistributedLock`] and a
+//! [`Branches`] backend — acquire, open, run the block, seal, wait (event-driven, bounded),
+//! clean up, release.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::branches::error::BranchError;
+use crate::branches::master::Master;
+use crate::branches::options::{DEFAULT_BRANCH_WAIT, MasterOptions};
+use crate::branches::outcome::{BranchRelease, BranchesOutcome, MasterOutcome};
+use crate::branches::port::{BranchWatch, Branches};
+use crate::branches::sub_key::SubKey;
+use crate::branches::telemetry;
+use crate::branches::token::BranchToken;
+use crate::lock::lease::Lease;
+use crate::lock::port::DistributedLock;
+use crate::lock::status::{LeaseStatus, LostReason};
+
+/// How much longer than the branch wait an invocation's record lives: 2 s, for the last read at
+/// the wait's end (one command timeout) to find it.
+const RECORD_SLACK: Duration = Duration::from_secs(2);
+
+/// Master/sub locks: a [`DistributedLock`] for the master key and a [`Branches`] backend for
+/// the branches, on the same deployment. Cheap to clone.
+///
+/// A master invocation ([`with_master_lock`](MasterLocks::with_master_lock)) holds the lock on
+/// its key for its block *and* for the wait for the branches the block started — so the next
+/// invocation under the same key (the next request for the same entity) starts only once the
+/// previous one's branches are done, or the wait bound has passed.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::branches::{BranchError, Branches, InMemoryBranches, MasterLocks};
+/// use lock_core::{InMemoryLock, Lease};
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> Result<(), BranchError> {
+/// let branches = Arc::new(InMemoryBranches::new());
+/// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), branches.clone());
+/// let (queue, mut consumer) = tokio::sync::mpsc::unbounded_channel::<String>();
+///
+/// // The indexing consumer, elsewhere: releases each branch once its write is visible.
+/// let indexer = tokio::spawn(async move {
+///     while let Some(header) = consumer.recv().await {
+///         let token = header.parse().expect("a branch token");
+///         branches.release_branch(&token).await.expect("released");
+///     }
+/// });
+///
+/// let outcome = masters
+///     .with_master_lock("ticket:4711", Lease::Watchdog, |master| async move {
+///         // … update the ticket in the database, then:
+///         let token = master.register_branch("search-index").await?;
+///         queue.send(token.to_string()).unwrap(); // stands in for a Kafka header
+///         Ok::<_, BranchError>("updated")
+///     })
+///     .await?;
+/// // Returns once the consumer has released the branch: the change is searchable.
+/// assert!(outcome.is_complete());
+/// assert_eq!(outcome.value?, "updated");
+/// # indexer.abort();
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MasterLocks {
+    lock: Arc<dyn DistributedLock>,
+    branches: Arc<dyn Branches>,
+}
+
+impl fmt::Debug for MasterLocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MasterLocks")
+            .field("lock", &self.lock.namespace())
+            .field("branches", &self.branches.namespace())
+            .finish()
+    }
+}
+
+impl MasterLocks {
+    /// Master locks on `lock`, with branches kept in `branches`.
+    pub fn new(lock: Arc<dyn DistributedLock>, branches: Arc<dyn Branches>) -> Self {
+        MasterLocks { lock, branches }
+    }
+
+    /// The lock the master keys are locked with.
+    pub fn lock(&self) -> &Arc<dyn DistributedLock> {
+        &self.lock
+    }
+
+    /// The branch backend (consumers call [`Branches::release_branch`] on it).
+    pub fn branches(&self) -> &Arc<dyn Branches> {
+        &self.branches
+    }
+
+    /// The consumer side, [`Branches::release_branch`] on this backend.
+    ///
+    /// # Errors
+    /// As [`Branches::release_branch`].
+    pub async fn release_branch(&self, token: &BranchToken) -> Result<BranchRelease, BranchError> {
+        self.branches.release_branch(token).await
+    }
+
+    /// Runs `block` as a master invocation of `key`:
+    ///
+    /// 1. acquires the lock on `key` (`options`: a [`Lease`] or [`MasterOptions`]); the
+    ///    invocation id is the grant's fencing token;
+    /// 2. opens the invocation's record, with a TTL of at least the lease (and of the branch
+    ///    wait plus 2 s), kept alive while the block runs;
+    /// 3. runs `block` with the [`Master`], which registers branches;
+    /// 4. when the block returns, seals registration and waits — woken by each release, never
+    ///    polling — until every registered branch is released, or the branch wait passes (never
+    ///    past the end of a fixed lease), or the lease is lost;
+    /// 5. deletes the record and releases the lock; returns the block's value with how the wait
+    ///    ended ([`MasterOutcome`]).
+    ///
+    /// The lock is held for the block and the wait. Inside the block the lock is re-entrant as
+    /// in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task acquiring `key`
+    /// again enters at once). If the returned future is dropped, the lock is released and the
+    /// record deleted in the background (or it ends at its TTL).
+    ///
+    /// **Fail closed** for the master: when the lock is not granted or the record cannot be
+    /// opened, the block does not run. **Fail open** for the branches: a disabled backend runs
+    /// the block untracked, and a registration that fails returns an unregistered token (see
+    /// [`Master::register_branch`]).
+    ///
+    /// # Errors
+    /// - [`BranchError::MasterLock`] (`BRANCHES_MASTER_LOCK_FAILED`, HTTP 503; or
+    ///   `BRANCHES_INVALID_ARGUMENT` for a key or lease the lock rejects): the lock was not
+    ///   granted; the block did not run.
+    /// - [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`, 503): the record could not be
+    ///   opened; the lock was released and the block did not run.
+    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, 500): a bad branch
+    ///   wait, or `key` already held by this task's enclosing `with_lock` or master section
+    ///   (the invocation would share its fencing token); nothing ran.
+    ///
+    /// Once the block has run there is no error: the outcome says what happened.
+    pub fn with_master_lock<F, Fut, T>(
+        &self,
+        key: &str,
+        options: impl Into<MasterOptions>,
+        block: F,
+    ) -> impl Future<Output = Result<MasterOutcome<T>, BranchError>> + Send
+    where
+        F: FnOnce(Master) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let options = options.into();
+        let span = telemetry::master_span(key);
+        self.run(key, options, block, span.clone()).instrument(span)
+    }
+
+    async fn run<F, Fut, T>(
+        &self,
+        key: &str,
+        options: MasterOptions,
+        block: F,
+        span: tracing::Span,
+    ) -> Result<MasterOutcome<T>, BranchError>
+    where
+        F: FnOnce(Master) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        options.validate()?;
+        let handle = self
+            .lock
+            .acquire_with(key, options.acquire_options())
+            .await?;
+        if handle.is_reentrant() {
+            return Err(BranchError::InvalidArgument {
+                name: "key",
+                value: format!("{key:?}"),
+                problem: "this task already holds it (an enclosing with_lock or master section): \
+                          a master invocation needs a grant, and a fencing token, of its own"
+                    .to_owned(),
+            });
+        }
+        let sub_key = SubKey::new(key, handle.fencing_token());
+        span.record("invocation", sub_key.invocation());
+        let lease_end = match handle.status() {
+            LeaseStatus::Held { valid_until } => valid_until,
+            _ => None,
+        };
+        let bounds = Bounds::new(handle.lease(), lease_end, options.branch_wait_time());
+        let tracked = match self.branches.open(&sub_key, bounds.ttl).await {
+            Ok(()) => true,
+            Err(BranchError::Disabled { detail }) => {
+                tracing::debug!(master_key = key, %detail, "master/sub locks disabled; running the master untracked");
+                false
+            }
+            Err(error) => {
+                // Fail closed: the block does not run, and the lock is free again when the
+                // caller hears of it (a failed release leaves it to its TTL).
+                if let Err(release) = handle.release().await {
+                    tracing::debug!(master_key = key, error = %release, "releasing the master lock after a failed open was not confirmed");
+                }
+                return Err(error);
+            }
+        };
+        let master = Master::new(Arc::clone(&self.branches), sub_key, bounds.ttl, tracked);
+        let mut lost: Pin<Box<dyn Future<Output = LostReason> + Send>> = Box::pin(handle.lost());
+        let namespace = self.lock.namespace().to_owned();
+        let section = || async move {
+            let cleanup = Cleanup::armed(&master);
+            let value = {
+                let block = block(master.clone());
+                if tracked {
+                    tokio::select! {
+                        value = block => value,
+                        never = keep_alive(&master) => match never {},
+                    }
+                } else {
+                    block.await
+                }
+            };
+            master.seal();
+            let started = Instant::now();
+            let outcome = if tracked {
+                wait_for_branches(&master, bounds.deadline(), &mut lost).await
+            } else {
+                BranchesOutcome::AllReleased
+            };
+            let waited = started.elapsed();
+            cleanup.run().await;
+            telemetry::master_done(&span, key, master.invocation(), &outcome, waited);
+            MasterOutcome {
+                value,
+                branches: outcome,
+                invocation: master.invocation(),
+                unregistered: master.unregistered(),
+                waited,
+            }
+        };
+        Ok(crate::lock::reentrant::run_holding(&namespace, key, handle, section).await)
+    }
+}
+
+/// The TTL of an invocation's record and the bound of its wait.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    ttl: Duration,
+    /// The branch wait: measured from the block's return.
+    wait: Duration,
+    /// The fixed lease's local end, which the wait never passes.
+    lease_end: Option<Instant>,
+}
+
+impl Bounds {
+    fn new(lease: Lease, lease_end: Option<Instant>, branch_wait: Option<Duration>) -> Self {
+        let remaining = lease_end.map(|end| end.saturating_duration_since(Instant::now()));
+        let (lease_span, fixed_end) = match lease {
+            Lease::Fixed(d) => (d, lease_end),
+            // A watchdog lease is renewed: its present validity is about one watchdog timeout.
+            Lease::Watchdog => (remaining.unwrap_or_default(), None),
+        };
+        let wait = branch_wait.unwrap_or(match lease {
+            Lease::Fixed(d) => remaining.unwrap_or(d),
+            Lease::Watchdog => DEFAULT_BRANCH_WAIT,
+        });
+        Bounds {
+            ttl: lease_span.max(wait + RECORD_SLACK),
+            wait,
+            lease_end: fixed_end,
+        }
+    }
+
+    /// When the wait ends, for a block that returns now.
+    fn deadline(&self) -> Instant {
+        let end = Instant::now() + self.wait;
+        self.lease_end.map_or(end, |lease_end| end.min(lease_end))
+    }
+}
+
+/// Keeps the record alive while the block runs: its TTL lengthened every third of it, as the
+/// watchdog does for a lease (a block may outlast one TTL without registering anything).
+async fn keep_alive(master: &Master) -> std::convert::Infallible {
+    let period = master.ttl() / 3;
+    loop {
+        tokio::time::sleep(period).await;
+        if let Err(error) = master
+            .branches()
+            .refresh(master.sub_key(), master.ttl())
+            .await
+        {
+            tracing::debug!(sub_key = %master.sub_key(), %error, "refreshing the branch record's TTL failed; retrying in a third of it");
+        }
+    }
+}
+
+/// Seals the invocation and waits until its pending branches are released, `deadline` passes
+/// or the lease is lost. Subscribes before each read; re-reads on every wake; one last read at
+/// the deadline (a wake-up lost with a connection must not turn a done branch into a missing
+/// one).
+async fn wait_for_branches(
+    master: &Master,
+    deadline: Instant,
+    lost: &mut Pin<Box<dyn Future<Output = LostReason> + Send>>,
+) -> BranchesOutcome {
+    let (branches, sub_key) = (master.branches(), master.sub_key());
+    // What to name when the backend never answers: every branch it confirmed.
+    let mut last = master.registered();
+    let mut sealed = false;
+    let mut watch: Option<Box<dyn BranchWatch>> = None;
+    let mut read = branches.seal(sub_key, master.ttl()).await;
+    // Lost while the block ran (a fixed lease shorter than the block, a failed renewal): the
+    // next owner may be running already, so do not wait.
+    if let Some(reason) = poll_lost(lost) {
+        let missing = match read {
+            Ok(Some(pending)) => pending,
+            _ => last,
+        };
+        return BranchesOutcome::LeaseLost { missing, reason };
+    }
+    loop {
+        sealed |= read.is_ok();
+        match read {
+            Ok(Some(pending)) if pending.is_empty() => {
+                return match poll_lost(lost) {
+                    Some(reason) => BranchesOutcome::LeaseLost {
+                        missing: Vec::new(),
+                        reason,
+                    },
+                    None => BranchesOutcome::AllReleased,
+                };
+            }
+            Ok(Some(pending)) => last = pending,
+            Ok(None) => return record_gone(sub_key, last),
+            Err(error) => {
+                tracing::debug!(%sub_key, %error, "reading the branches failed; waiting for a wake-up or the bound")
+            }
+        }
+        if watch.is_none() {
+            match branches.watch(sub_key).await {
+                Ok(taken) => {
+                    watch = Some(taken);
+                    // Releases before the watch existed woke nobody: read again behind it.
+                    read = next_read(master, sealed).await;
+                    continue;
+                }
+                Err(error) => {
+                    tracing::debug!(%sub_key, %error, "watching for releases failed; waiting for the bound");
+                }
+            }
+        }
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(deadline) => {
+                return match next_read(master, sealed).await {
+                    Ok(Some(pending)) if pending.is_empty() => BranchesOutcome::AllReleased,
+                    Ok(Some(missing)) => BranchesOutcome::TimedOut { missing },
+                    Ok(None) => record_gone(sub_key, last),
+                    Err(_) => BranchesOutcome::Unconfirmed { missing: last },
+                };
+            }
+            reason = lost.as_mut() => return BranchesOutcome::LeaseLost { missing: last, reason },
+            () = changed(&mut watch) => read = next_read(master, sealed).await,
+        }
+    }
+}
+
+/// Seals if no seal was confirmed yet, else reads.
+async fn next_read(master: &Master, sealed: bool) -> Result<Option<Vec<String>>, BranchError> {
+    if sealed {
+        master.branches().pending(master.sub_key()).await
+    } else {
+        master.branches().seal(master.sub_key(), master.ttl()).await
+    }
+}
+
+async fn changed(watch: &mut Option<Box<dyn BranchWatch>>) {
+    match watch {
+        Some(watch) => watch.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The lease's loss, if `lost` has already fired.
+fn poll_lost(lost: &mut Pin<Box<dyn Future<Output = LostReason> + Send>>) -> Option<LostReason> {
+    let waker = std::task::Waker::noop();
+    match lost
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(waker))
+    {
+        std::task::Poll::Ready(reason) => Some(reason),
+        std::task::Poll::Pending => None,
+    }
+}
+
+fn record_gone(sub_key: &SubKey, last: Vec<String>) -> BranchesOutcome {
+    tracing::warn!(%sub_key, "the invocation's branch record is gone (the backend lost it, e.g. a restart without persistence); the branches cannot be confirmed");
+    BranchesOutcome::Unconfirmed { missing: last }
+}
+
+/// Deletes the record when the invocation ends: awaited normally, in the background if the
+/// invocation's future is dropped or its block panics.
+struct Cleanup {
+    branches: Arc<dyn Branches>,
+    sub_key: SubKey,
+    armed: bool,
+}
+
+impl Cleanup {
+    fn armed(master: &Master) -> Self {
+        Cleanup {
+            branches: Arc::clone(master.branches()),
+            sub_key: master.sub_key().clone(),
+            armed: master.is_tracked(),
+        }
+    }
+
+    async fn run(mut self) {
+        if !std::mem::take(&mut self.armed) {
+            return;
+        }
+        if let Err(error) = self.branches.close(&self.sub_key).await {
+            tracing::debug!(sub_key = %self.sub_key, %error, "deleting the branch record failed; it ends at its TTL");
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime (dropped at exit) the record ends at its TTL.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (branches, sub_key) = (Arc::clone(&self.branches), self.sub_key.clone());
+            runtime.spawn(async move {
+                let _ = branches.close(&sub_key).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! [`BranchToken`]: what a producer hands to a branch (in a message header) so that its consumer
+//! can release it, with its text form; and the branch id rules.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::branches::error::{BranchError, InvalidBranchToken};
+use crate::branches::sub_key::SubKey;
+
+/// The longest branch id accepted: 256 bytes of UTF-8.
+pub const MAX_BRANCH_ID_BYTES: usize = 256;
+
+/// A suggested message header name for a [`BranchToken`]'s text: `platform-branch-token`.
+pub const BRANCH_TOKEN_HEADER: &str = "platform-branch-token";
+
+/// The version tag that starts every token's text.
+const VERSION: &str = "br1";
+
+/// Checks a branch id: 1 to [`MAX_BRANCH_ID_BYTES`] bytes of UTF-8 without control characters.
+/// Spaces, punctuation and unicode are fine.
+///
+/// # Errors
+/// [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`) naming the id and the rule.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::branches::validate_branch_id;
+///
+/// assert!(validate_branch_id("search-index").is_ok());
+/// let error = validate_branch_id("").unwrap_err();
+/// assert_eq!(
+///     error.to_string(),
+///     "invalid branch id \"\": it is empty; a branch id is 1 to 256 bytes of UTF-8 with no control characters"
+/// );
+/// ```
+pub fn validate_branch_id(branch: &str) -> Result<(), BranchError> {
+    let problem = if branch.is_empty() {
+        "it is empty"
+    } else if branch.len() > MAX_BRANCH_ID_BYTES {
+        "it is longer than 256 bytes"
+    } else if branch.chars().any(char::is_control) {
+        "it contains a control character"
+    } else {
+        return Ok(());
+    };
+    Err(BranchError::InvalidArgument {
+        name: "branch id",
+        value: format!("{:?}", shorten(branch)),
+        problem: format!(
+            "{problem}; a branch id is 1 to {MAX_BRANCH_ID_BYTES} bytes of UTF-8 with no control characters"
+        ),
+    })
+}
+
+/// One branch of one master invocation, as the producer registered it: the consumer passes it to
+/// [`Branches::release_branch`](crate::branches::Branches::release_branch) when its work is
+/// done. Travels as text ([`Display`](fmt::Display) / [`FromStr`]), e.g. in the
+/// [`BRANCH_TOKEN_HEADER`] of a message:
+/// `br1|<invocation>|<r or u>|<master key>|<branch id>`, where `r` marks a registered branch and
+/// `u` one the producer could not register (fail open: the master does not wait for it), and
+/// the key and id are percent-encoded (`%`, `|`, spaces, control and non-ASCII characters), so
+/// the text is printable ASCII safe for any header.
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::branches::BranchToken;
+///
+/// let token: BranchToken = "br1|42|r|ticket:4711|search index".replace(' ', "%20").parse()?;
+/// assert_eq!(token.master_key(), "ticket:4711");
+/// assert_eq!(token.invocation(), 42);
+/// assert_eq!(token.branch(), "search index");
+/// assert!(token.is_registered());
+/// assert_eq!(token.to_string(), "br1|42|r|ticket:4711|search%20index");
+/// # Ok::<(), lock_core::branches::InvalidBranchToken>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BranchToken {
+    sub_key: SubKey,
+    branch: String,
+    registered: bool,
+}
+
+impl BranchToken {
+    /// The token of `branch` under `sub_key`; `registered` says whether the registration was
+    /// confirmed.
+    pub(crate) fn new(sub_key: SubKey, branch: &str, registered: bool) -> Self {
+        BranchToken {
+            sub_key,
+            branch: branch.to_owned(),
+            registered,
+        }
+    }
+
+    /// The master invocation this branch belongs to.
+    pub fn sub_key(&self) -> &SubKey {
+        &self.sub_key
+    }
+
+    /// The master lock's key.
+    pub fn master_key(&self) -> &str {
+        self.sub_key.master_key()
+    }
+
+    /// The master invocation id (the fencing token of the master's lock grant).
+    pub fn invocation(&self) -> u64 {
+        self.sub_key.invocation()
+    }
+
+    /// The branch id the producer registered.
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    /// Whether the producer's registration was confirmed. `false` (fail open): the backend was
+    /// disabled or did not confirm it, and the master does not wait for this branch — unless
+    /// the unconfirmed registration did arrive, which is why a consumer releases every token,
+    /// registered or not.
+    pub fn is_registered(&self) -> bool {
+        self.registered
+    }
+}
+
+impl fmt::Display for BranchToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let flag = if self.registered { 'r' } else { 'u' };
+        write!(f, "{VERSION}|{}|{flag}|", self.invocation())?;
+        write_encoded(f, self.master_key())?;
+        f.write_str("|")?;
+        write_encoded(f, &self.branch)
+    }
+}
+
+impl FromStr for BranchToken {
+    type Err = InvalidBranchToken;
+
+    /// Parses the text [`Display`](fmt::Display) writes.
+    ///
+    /// # Errors
+    /// [`InvalidBranchToken`] naming what is wrong: the version, the number of fields, the
+    /// invocation, the flag, an encoding, or a master key or branch id that is not accepted.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = |problem: String| InvalidBranchToken {
+            token: shorten(text).to_owned(),
+            problem,
+        };
+        let fields: Vec<&str> = text.split('|').collect();
+        if fields.first() != Some(&VERSION) {
+            let found = fields.first().copied().unwrap_or_default();
+            return Err(invalid(format!(
+                "it starts with {found:?}, not the version tag `{VERSION}`"
+            )));
+        }
+        let [_, invocation, flag, master, branch] = fields[..] else {
+            return Err(invalid(format!(
+                "it has {} `|`-separated fields, not 5",
+                fields.len()
+            )));
+        };
+        let invocation: u64 = invocation.parse().map_err(|_| {
+            invalid(format!(
+                "the invocation {invocation:?} is not a whole number from 0 to {}",
+                u64::MAX
+            ))
+        })?;
+        let registered = match flag {
+            "r" => true,
+            "u" => false,
+            other => {
+                return Err(invalid(format!(
+                    "the flag {other:?} is neither `r` (registered) nor `u` (unregistered)"
+                )));
+            }
+        };
+        let master = decode(master).map_err(|p| invalid(format!("the master key {p}")))?;
+        crate::key::validate_key(&master)
+            .map_err(|e| invalid(format!("the master key is not accepted: {e}")))?;
+        let branch = decode(branch).map_err(|p| invalid(format!("the branch id {p}")))?;
+        validate_branch_id(&branch)
+            .map_err(|e| invalid(format!("the branch id is not accepted: {e}")))?;
+        Ok(BranchToken::new(
+            SubKey::new(master, invocation),
+            &branch,
+            registered,
+        ))
+    }
+}
+
+/// Whether `byte` is written as itself: printable ASCII except the escape and the separator.
+fn is_plain(byte: u8) -> bool {
+    (0x21..=0x7e).contains(&byte) && byte != b'%' && byte != b'|'
+}
+
+fn write_encoded(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    for byte in text.bytes() {
+        if is_plain(byte) {
+            write!(f, "{}", byte as char)?;
+        } else {
+            write!(f, "%{byte:02X}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Undoes [`write_encoded`]; the error completes "the master key …" / "the branch id …".
+fn decode(field: &str) -> Result<String, String> {
+    let mut bytes = Vec::with_capacity(field.len());
+    let mut rest = field.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = tail
+                .get(..2)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "has a `%` not followed by two hex digits".to_owned())?;
+            bytes.push(hex);
+            rest = &tail[2..];
+        } else if is_plain(byte) {
+            bytes.push(byte);
+            rest = tail;
+        } else {
+            return Err(format!(
+                "has the byte 0x{byte:02X}, which must be percent-encoded"
+            ));
+        }
+    }
+    String::from_utf8(bytes).map_err(|_| "is not UTF-8 once decoded".to_owned())
+}
+
+/// `text` cut to its first 128 bytes (on a character boundary), for error messages.
+fn shorten(text: &str) -> &str {
+    let mut end = text.len().min(128);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(master: &str, branch: &str, registered: bool) -> BranchToken {
+        BranchToken::new(SubKey::new(master, 7), branch, registered)
+    }
+
+    #[test]
+    fn every_accepted_name_round_trips_as_printable_ascii() {
+        for (master, branch) in [
+            ("ticket:4711", "search"),
+            ("a|b", "c|d"),
+            ("100%", "%41"),
+            ("ünï cødé {7}", "🔒 index"),
+            ("x", &"b".repeat(MAX_BRANCH_ID_BYTES)),
+        ] {
+            for registered in [true, false] {
+                let original = token(master, branch, registered);
+                let text = original.to_string();
+                assert!(text.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{text}");
+                assert_eq!(text.parse::<BranchToken>().unwrap(), original, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_text_is_refused_naming_the_problem() {
+        let cases = [
+            ("", "not the version tag"),
+            ("br2|1|r|m|b", "not the version tag `br1`"),
+            ("br1|1|r|m", "4 `|`-separated fields, not 5"),
+            ("br1|-1|r|m|b", "invocation \"-1\" is not a whole number"),
+            ("br1|1|x|m|b", "neither `r` (registered) nor `u`"),
+            ("br1|1|r|m%2|b", "`%` not followed by two hex digits"),
+            ("br1|1|r|m|b c", "0x20, which must be percent-encoded"),
+            ("br1|1|r|%FF|b", "not UTF-8"),
+            ("br1|1|r||b", "master key is not accepted"),
+            ("br1|1|r|m|%0A", "branch id is not accepted"),
+        ];
+        for (text, expected) in cases {
+            let error = text.parse::<BranchToken>().unwrap_err();
+            assert!(error.to_string().contains(expected), "{text:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn branch_ids_follow_the_rule() {
+        assert!(validate_branch_id("ok id / ünï").is_ok());
+        assert!(validate_branch_id(&"x".repeat(MAX_BRANCH_ID_BYTES + 1)).is_err());
+        let error = validate_branch_id("a\tb").unwrap_err();
+        assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+        assert!(error.to_string().contains("control character"), "{error}");
+    }
+}
