@@ -307,6 +307,58 @@ async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults(
     drop(held);
 }
 
+/// Master/sub locks from the starter: on the Redis lock, with the configured branch wait; a
+/// branch registered and released by another client of the same Redis (a consumer pod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn master_locks_wait_for_a_branch_released_by_another_pod() {
+    let redis = RedisServer::start().await.unwrap();
+    let toml = format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n[telco.platform.lock.branches]\nwait-time = \"20s\"\n",
+        redis.url()
+    );
+    let producer = LockStarter::builder()
+        .figment(config(&toml))
+        .build()
+        .await
+        .unwrap();
+    let consumer = LockStarter::builder()
+        .figment(config(&toml))
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(
+        producer.master_locks().branch_wait(),
+        Duration::from_secs(20)
+    );
+    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let consumer_task = tokio::spawn(async move {
+        let token: lock_starter::branches::BranchToken = received.recv().await.unwrap();
+        consumer
+            .master_locks()
+            .release_branch(&token)
+            .await
+            .unwrap()
+    });
+    let outcome = producer
+        .master_locks()
+        .with_master_lock("ticket:42", Lease::Watchdog, |master| async move {
+            let token = master.register_branch("search-index").await.unwrap();
+            tokens.send(token).unwrap(); // the message header, in a service
+        })
+        .await
+        .unwrap();
+    assert!(outcome.is_complete(), "{:?}", outcome.branches);
+    assert_eq!(
+        consumer_task.await.unwrap(),
+        lock_starter::branches::BranchRelease::Released
+    );
+    assert_eq!(
+        redis.cmd(&["DBSIZE"]).await.unwrap(),
+        "1",
+        "only the lock's fencing counter is left"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switched_off_idempotent_calls_run_their_action_every_time() {
     let starter = LockStarter::builder()

@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use figment::Figment;
+use lock_core::branches::{Branches, MasterLocks};
 use lock_core::{
     DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, Idempotency, IdempotencyStore,
     LockError, ShutdownSummary,
 };
 use lock_redis::RedisLock;
 
+use crate::branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
-use crate::idempotency::{self, Store};
+use crate::idempotency_wiring::{self as idempotency, Store};
 use crate::lock::{redis_config, start_error};
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
@@ -36,6 +38,7 @@ pub struct LockStarter {
     /// The Redis lock the starter built (not a custom one), for [`LockStarter::health`].
     pub(crate) redis: Option<RedisLock>,
     idempotency: Idempotency,
+    master_locks: MasterLocks,
     settings: LockSettings,
 }
 
@@ -178,6 +181,43 @@ impl LockStarter {
     /// ```
     pub fn idempotency(&self) -> &Idempotency {
         &self.idempotency
+    }
+
+    /// Master/sub locks on the lock's Redis connections: `with_master_lock` runs a block under
+    /// the lock and, when it returns, waits for every asynchronous branch it registered (a
+    /// message a consumer indexes, say) before releasing; consumers call `release_branch`
+    /// with the token the branch carried. See `docs/branches.md`.
+    ///
+    /// With `telco.platform.lock.enabled = false` the block still runs (under a lock of this
+    /// process only) and branches are not tracked; with a custom lock and no
+    /// [`branches`](LockStarterBuilder::branches), branches are kept in this process only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// let masters = starter.master_locks();
+    /// let outcome = masters
+    ///     .with_master_lock("ticket:42", Lease::Watchdog, |master| async move {
+    ///         let token = master.register_branch("search-index").await?; // put it in the message
+    ///         masters.release_branch(&token).await?; // … the consumer, once indexed
+    ///         Ok::<_, lock_starter::branches::BranchError>(())
+    ///     })
+    ///     .await?;
+    /// assert!(outcome.is_complete());
+    /// # Ok(()) }
+    /// ```
+    pub fn master_locks(&self) -> &MasterLocks {
+        &self.master_locks
     }
 
     /// Whether a lock is available (`telco.platform.lock.enabled`).
@@ -347,6 +387,7 @@ pub struct LockStarterBuilder {
     figment: Option<Figment>,
     lock: Option<Arc<dyn DistributedLock>>,
     idempotency_store: Option<Arc<dyn IdempotencyStore>>,
+    branches: Option<Arc<dyn Branches>>,
 }
 
 impl fmt::Debug for LockStarterBuilder {
@@ -356,6 +397,7 @@ impl fmt::Debug for LockStarterBuilder {
             .field("custom_figment", &self.figment.is_some())
             .field("custom_lock", &self.lock)
             .field("custom_idempotency_store", &self.idempotency_store)
+            .field("custom_branches", &self.branches.is_some())
             .finish()
     }
 }
@@ -478,6 +520,13 @@ impl LockStarterBuilder {
         self
     }
 
+    /// Keeps master/sub locks' branches in this backend instead of on the Redis lock's
+    /// connections (with the service's lock: the Redis one, or [`lock`](Self::lock)'s).
+    pub fn branches(mut self, branches: Arc<dyn Branches>) -> Self {
+        self.branches = Some(branches);
+        self
+    }
+
     /// Reads and validates the configuration, then builds the lock: the override if one was
     /// given, otherwise a [`RedisLock`] connected to `telco.platform.lock.redis.address`.
     /// Disabled: no connection is opened and [`LockStarter::lock`] says why. An unreachable
@@ -528,10 +577,13 @@ impl LockStarterBuilder {
                 .unwrap_or_else(|| "telco.platform.lock.enabled = false".to_owned());
             tracing::info!(%detail, "distributed lock disabled; no Redis connection opened");
             let idempotency = idempotency::build(&settings, Store::Disabled(&detail));
+            let master_locks =
+                branch_wiring::build(&settings, branch_wiring::Store::Disabled(&detail));
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
                 idempotency,
+                master_locks,
                 settings,
             });
         }
@@ -550,10 +602,17 @@ impl LockStarterBuilder {
             (None, None) => Store::InProcess,
         };
         let idempotency = idempotency::build(&settings, store);
+        let branches = match (self.branches, &redis) {
+            (Some(custom), _) => branch_wiring::Store::Custom(Arc::clone(&lock), custom),
+            (None, Some(redis)) => branch_wiring::Store::Redis(redis),
+            (None, None) => branch_wiring::Store::InProcess(Arc::clone(&lock)),
+        };
+        let master_locks = branch_wiring::build(&settings, branches);
         Ok(LockStarter {
             lock: Ok(lock),
             redis,
             idempotency,
+            master_locks,
             settings,
         })
     }

@@ -9,7 +9,8 @@
 //!
 //! Laid out by capability, like `lock-core` and `lock-redis`: `lock/` wires the distributed
 //! lock (its settings as a `RedisLockConfig`, its connect errors as configuration errors),
-//! `idempotency.rs` idempotent execution's store; the shared part — configuration loading and the key table (`config/`), the builder and
+//! `idempotency_wiring.rs` and `branch_wiring.rs` the stores of idempotent execution and
+//! master/sub locks; the shared part — configuration loading and the key table (`config/`), the builder and
 //! [`LockStarter`], the health check and HTTP problem responses — serves every capability.
 //!
 //! # Examples
@@ -88,7 +89,7 @@ mod error;
 mod health;
 #[cfg(feature = "http")]
 pub mod http;
-mod idempotency;
+mod idempotency_wiring;
 mod lock;
 
 pub use builder::{LockStarter, LockStarterBuilder};
@@ -129,11 +130,18 @@ pub mod backend {
     pub use lock_core::{conformance, conformance_checks, conformance_tests};
 }
 
+/// Master/sub locks: wait for the asynchronous branches of an operation (see
+/// [`LockStarter::master_locks`] and `docs/branches.md`).
+pub mod branches {
+    pub use lock_core::branches::*;
+}
+mod branch_wiring;
+
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::{
-        ForceReleased, LockState, LockStatus, RedisFailure, RedisIdempotencyStore, RedisLock,
-        RedisLockConfig, Refusal, WatchdogStats,
+        ForceReleased, LockState, LockStatus, RedisBranches, RedisFailure, RedisIdempotencyStore,
+        RedisLock, RedisLockConfig, Refusal, WatchdogStats,
     };
 }
 

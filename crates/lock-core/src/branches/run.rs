@@ -73,6 +73,8 @@ const RECORD_SLACK: Duration = Duration::from_secs(2);
 pub struct MasterLocks {
     lock: Arc<dyn DistributedLock>,
     branches: Arc<dyn Branches>,
+    /// The branch wait of a watchdog-leased master that gives none.
+    branch_wait: Duration,
 }
 
 impl fmt::Debug for MasterLocks {
@@ -87,7 +89,30 @@ impl fmt::Debug for MasterLocks {
 impl MasterLocks {
     /// Master locks on `lock`, with branches kept in `branches`.
     pub fn new(lock: Arc<dyn DistributedLock>, branches: Arc<dyn Branches>) -> Self {
-        MasterLocks { lock, branches }
+        MasterLocks {
+            lock,
+            branches,
+            branch_wait: DEFAULT_BRANCH_WAIT,
+        }
+    }
+
+    /// Sets the branch wait of a [`Lease::Watchdog`] master whose options give none
+    /// (default [`DEFAULT_BRANCH_WAIT`], 30 s; `telco.platform.lock.branches.wait-time` in
+    /// lock-starter).
+    ///
+    /// # Errors
+    /// [`BranchError::InvalidArgument`] naming `branch_wait` above 1 h.
+    pub fn with_branch_wait(mut self, wait: Duration) -> Result<Self, BranchError> {
+        MasterOptions::new(Lease::Watchdog)
+            .branch_wait(wait)
+            .validate()?;
+        self.branch_wait = wait;
+        Ok(self)
+    }
+
+    /// The branch wait of a watchdog-leased master whose options give none.
+    pub fn branch_wait(&self) -> Duration {
+        self.branch_wait
     }
 
     /// The lock the master keys are locked with.
@@ -190,7 +215,12 @@ impl MasterLocks {
             LeaseStatus::Held { valid_until } => valid_until,
             _ => None,
         };
-        let bounds = Bounds::new(handle.lease(), lease_end, options.branch_wait_time());
+        let bounds = Bounds::new(
+            handle.lease(),
+            lease_end,
+            options.branch_wait_time(),
+            self.branch_wait,
+        );
         let tracked = match self.branches.open(&sub_key, bounds.ttl).await {
             Ok(()) => true,
             Err(BranchError::Disabled { detail }) => {
@@ -255,7 +285,12 @@ struct Bounds {
 }
 
 impl Bounds {
-    fn new(lease: Lease, lease_end: Option<Instant>, branch_wait: Option<Duration>) -> Self {
+    fn new(
+        lease: Lease,
+        lease_end: Option<Instant>,
+        branch_wait: Option<Duration>,
+        watchdog_default: Duration,
+    ) -> Self {
         let remaining = lease_end.map(|end| end.saturating_duration_since(Instant::now()));
         let (lease_span, fixed_end) = match lease {
             Lease::Fixed(d) => (d, lease_end),
@@ -264,7 +299,7 @@ impl Bounds {
         };
         let wait = branch_wait.unwrap_or(match lease {
             Lease::Fixed(d) => remaining.unwrap_or(d),
-            Lease::Watchdog => DEFAULT_BRANCH_WAIT,
+            Lease::Watchdog => watchdog_default,
         });
         Bounds {
             ttl: lease_span.max(wait + RECORD_SLACK),

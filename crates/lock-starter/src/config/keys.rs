@@ -163,6 +163,9 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.idempotency.max-result-bytes", Value("1048576"), Accepts::Count { min: 1, max: MAX_RESULT_BYTES as u32 },
         "Largest result (serialized as JSON, bytes) stored for replay; a larger one is returned to its caller, not stored, and counted.",
         |s| Val::Count(s.idempotency.max_result_bytes)),
+    key("telco.platform.lock.branches.wait-time", Value("30s"), duration(Duration::ZERO, lock_core::branches::MAX_BRANCH_WAIT),
+        "How long a master lock with a watchdog lease waits for its registered branches after its block returned, unless the call gives its own; a fixed lease's master waits at most the rest of its lease.",
+        |s| Val::Duration(s.branches.wait_time)),
 ];
 
 const fn text(described: &'static str, check: fn(&str) -> Option<String>) -> Accepts {

@@ -117,6 +117,8 @@ pub struct LockSettings {
     pub instance_id: String,
     /// `telco.platform.lock.idempotency.*`: the defaults of idempotent calls.
     pub idempotency: IdempotencySection,
+    /// `telco.platform.lock.branches.*`: the defaults of master/sub locks.
+    pub branches: BranchesSection,
     /// Where each value came from; [`Origins::default`] (all defaults) for settings built by hand.
     #[serde(skip)]
     pub origins: Origins,
@@ -180,6 +182,16 @@ pub struct IdempotencySection {
     /// `…idempotency.max-result-bytes`: the largest stored result, bytes of JSON. Default 1 MiB;
     /// 1 to 64 MiB.
     pub max_result_bytes: u32,
+}
+
+/// `telco.platform.lock.branches.*`: the defaults of master/sub locks.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct BranchesSection {
+    /// `…branches.wait-time`: how long a watchdog-leased master waits for its branches unless the
+    /// call gives its own. Default 30 s; 0 to 1 h.
+    #[serde(deserialize_with = "load::duration")]
+    pub wait_time: Duration,
 }
 
 impl LockSettings {

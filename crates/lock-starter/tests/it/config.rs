@@ -153,7 +153,7 @@ fn every_key_is_read_from_a_file_and_from_each_of_its_variables() {
 /// The one line per key that hands it on (to `redis_config`, or to `idempotency_settings` for
 /// `idempotency.*`): a key left out would be read, described and then ignored.
 #[test]
-fn every_key_reaches_the_redis_lock_config_or_the_idempotency_settings() {
+fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
     let shown = |pairs: &[(&str, &str)]| {
         format!(
             "{:?}",
@@ -165,6 +165,14 @@ fn every_key_reaches_the_redis_lock_config_or_the_idempotency_settings() {
         |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().idempotency_settings());
     let idempotency_defaults = idempotency(&[]);
     for spec in KEYS.iter().filter(|spec| spec.short_name() != "enabled") {
+        if spec.short_name().starts_with("branches.") {
+            // Reaches MasterLocks: tests/tests/starter.rs checks `master_locks().branch_wait()`.
+            let env = spec.env_name();
+            let branches =
+                |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().branches);
+            assert_ne!(branches(&[(&env, "7s")]), branches(&[]), "{}", spec.name);
+            continue;
+        }
         if spec.short_name().starts_with("idempotency.") {
             let env = spec.env_name();
             let value = if spec.short_name().ends_with("bytes") {

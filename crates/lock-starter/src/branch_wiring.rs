@@ -1,0 +1,38 @@
+//! Wiring of master/sub locks: their branch backend and lock by the defaults-then-overrides
+//! rule, with the `telco.platform.lock.branches.*` settings.
+
+use std::sync::Arc;
+
+use lock_core::branches::{Branches, DisabledBranches, InMemoryBranches, MasterLocks};
+use lock_core::{DistributedLock, InMemoryLock};
+use lock_redis::{RedisBranches, RedisLock};
+
+use crate::config::LockSettings;
+
+/// Where the master/sub locks of a started service keep their branches, and on which lock.
+pub(crate) enum Store<'a> {
+    /// `enabled = false`: the seed's "the lock is simply skipped" — the block runs (under a lock
+    /// of this process only) and branches are not tracked (a WARN when one registers).
+    Disabled(&'a str),
+    /// The builder's override, on the service's lock.
+    Custom(Arc<dyn DistributedLock>, Arc<dyn Branches>),
+    /// On the Redis lock's connections.
+    Redis(&'a RedisLock),
+    /// A custom lock and no branch backend: branches in this process only.
+    InProcess(Arc<dyn DistributedLock>),
+}
+
+pub(crate) fn build(settings: &LockSettings, store: Store<'_>) -> MasterLocks {
+    let (lock, branches): (Arc<dyn DistributedLock>, Arc<dyn Branches>) = match store {
+        Store::Disabled(detail) => (
+            Arc::new(InMemoryLock::new()),
+            Arc::new(DisabledBranches::new(detail)),
+        ),
+        Store::Custom(lock, branches) => (lock, branches),
+        Store::Redis(redis) => (Arc::new(redis.clone()), Arc::new(RedisBranches::new(redis))),
+        Store::InProcess(lock) => (lock, Arc::new(InMemoryBranches::new())),
+    };
+    MasterLocks::new(lock, branches)
+        .with_branch_wait(settings.branches.wait_time)
+        .expect("the branch wait was checked at load")
+}
