@@ -160,6 +160,11 @@ pub mod prelude {
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
+/// docs/idempotency.md's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/idempotency.md")]
+struct IdempotencyDoctests;
+
 /// docs/failure-policy.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure-policy.md")]
