@@ -14,10 +14,11 @@ cd "$(dirname "$0")/.."
 # The lock-redis tests that exercise the server: the test binaries of their own (credentials,
 # the behaviour contract, watchdog rounds), and the modules of the `it` binary for conformance,
 # ACL refusals, Cluster, Sentinel, replication, fair queues, and the scripts' newer paths
-# (minimum hold, operations, lost replies).
+# (minimum hold, operations, lost replies), and the toolkit's scripts (idempotent execution,
+# master/sub locks).
 VALKEY_BINARIES=(credentials behaviour watchdog)
 VALKEY_MODULES=(conformance acl cluster sentinel sentinel_deployments replication fair
-  redis_errors hold_at_least ops outcome_unknown)
+  redis_errors hold_at_least ops outcome_unknown idempotency branches)
 
 valkey=1
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
