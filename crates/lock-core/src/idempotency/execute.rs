@@ -101,7 +101,7 @@ pub enum Begun<T> {
 /// // A client retry after a timeout: the first result, the action does not run again.
 /// let retry = idempotency
 ///     .execute("ticket-create:req-42", &IdempotencyOptions::new(), || async {
-///         unreachable!("replayed, not run")
+///         unreachable!("replayed, not run") as Result<String, IdempotencyError>
 ///     })
 ///     .await?;
 /// assert!(retry.is_replay());
