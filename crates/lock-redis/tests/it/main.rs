@@ -9,6 +9,7 @@ mod common;
 mod sentinel_common;
 
 mod acl;
+mod adversary_idempotency;
 mod branches;
 mod branches_cluster;
 mod branches_processes;

@@ -1,0 +1,260 @@
+//! ADVERSARY (h/trial): tests written against what README.md "Idempotent execution" and
+//! docs/idempotency.md promise for the `Idempotency-Key` layer. Each asserts the documented
+//! behaviour; tests named `adv_fails_*` FAIL on main at the time of writing (findings for the
+//! integrator), `adv_*` pass (probes that found nothing).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use lock_starter::Idempotency;
+use lock_starter::http::{IdempotencyLayer, REPLAYED_HEADER};
+use tower::ServiceExt;
+
+fn post_with(path: &str, key: &str, body: impl Into<Body>) -> Request<Body> {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header("Idempotency-Key", key)
+        .body(body.into())
+        .unwrap()
+}
+
+async fn bytes(response: Response) -> Bytes {
+    axum::body::to_bytes(response.into_body(), 64 << 20)
+        .await
+        .unwrap()
+}
+
+/// A handler counting its runs, answering 201 with a header whose value is UTF-8 (obs-text,
+/// legal in HTTP: `HeaderValue::from_bytes` accepts it).
+fn app_with_utf8_header(runs: Arc<AtomicU32>) -> Router {
+    let create = move || {
+        let runs = Arc::clone(&runs);
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let mut response = (StatusCode::CREATED, "{}").into_response();
+            response.headers_mut().insert(
+                "x-city",
+                HeaderValue::from_bytes("Zürich".as_bytes()).unwrap(),
+            );
+            response
+        }
+    };
+    Router::new()
+        .route("/tickets", post(create))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()))
+}
+
+/// FINDING: the layer rebuilds even the FIRST response from its stored form, which keeps only
+/// header values that are visible ASCII (`to_str().ok()?`): the handler's own response loses
+/// headers. Docs: "first POST/PATCH with a key → the handler's response, stored (status,
+/// headers, body)".
+#[tokio::test]
+async fn adv_fails_first_response_keeps_a_non_ascii_header_value() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app_with_utf8_header(Arc::clone(&runs));
+    let first = app
+        .oneshot(post_with("/tickets", "k-1", "x"))
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    assert_eq!(
+        first.headers().get("x-city").map(HeaderValue::as_bytes),
+        Some("Zürich".as_bytes()),
+        "the handler's header was dropped from the first response"
+    );
+}
+
+/// FINDING: the same for the replay ("a retry … → the stored response").
+#[tokio::test]
+async fn adv_fails_replay_keeps_a_non_ascii_header_value() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app_with_utf8_header(Arc::clone(&runs));
+    app.clone()
+        .oneshot(post_with("/tickets", "k-1", "x"))
+        .await
+        .unwrap();
+    let retry = app
+        .oneshot(post_with("/tickets", "k-1", "x"))
+        .await
+        .unwrap();
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        retry.headers().get("x-city").map(HeaderValue::as_bytes),
+        Some("Zürich".as_bytes())
+    );
+}
+
+/// FINDING: docs/idempotency.md's table says "the same key, another method/path/… → 422
+/// IDEMPOTENCY_KEY_REUSED", but the key is scoped per method and path (the same page, and the
+/// module docs, say so too): another path runs the handler again as a new request.
+#[tokio::test]
+async fn adv_fails_same_key_on_another_path_is_422_as_the_table_says() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let runs = Arc::clone(&runs);
+        move || {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                StatusCode::CREATED
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/a", post(handler.clone()))
+        .route("/b", post(handler))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+    app.clone()
+        .oneshot(post_with("/a", "k-1", "x"))
+        .await
+        .unwrap();
+    let other_path = app.oneshot(post_with("/b", "k-1", "x")).await.unwrap();
+    assert_eq!(
+        other_path.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "docs table: another path with the same key is 422; ran {} times",
+        runs.load(Ordering::SeqCst)
+    );
+}
+
+/// FINDING: the 512-byte limit is checked on the layer's internal key
+/// (`http POST /path <client key>`), not on the client's key: a 500-byte key is refused with
+/// 400 ("longer than 512 bytes") although the docs accept keys up to 512 bytes.
+#[tokio::test]
+async fn adv_fails_a_500_byte_client_key_is_accepted() {
+    let app = Router::new()
+        .route("/tickets", post(|| async { StatusCode::CREATED }))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+    let key = "k".repeat(500);
+    let response = app.oneshot(post_with("/tickets", &key, "x")).await.unwrap();
+    let status = response.status();
+    let text = String::from_utf8_lossy(&bytes(response).await).into_owned();
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+}
+
+/// FINDING: a binary response is stored as a JSON array of numbers (`StoredBody::Bytes`,
+/// up to 4 bytes of JSON per byte), so a 400 KB binary body — well under the documented 1 MiB
+/// `max-result-bytes` — is "too large", not stored, and the retry runs the handler again.
+#[tokio::test]
+async fn adv_fails_a_400kb_binary_response_is_replayed() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let runs = Arc::clone(&runs);
+        move || {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                // Not UTF-8: every byte 0xFF.
+                (StatusCode::CREATED, vec![0xFF_u8; 400 * 1024])
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/files", post(handler))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+    app.clone()
+        .oneshot(post_with("/files", "k-1", "x"))
+        .await
+        .unwrap();
+    let retry = app.oneshot(post_with("/files", "k-1", "x")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the retry ran the handler");
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(bytes(retry).await.len(), 400 * 1024);
+}
+
+/// Probe: a non-UTF-8 request body, echoed back; a 204 with no body; both replayed exactly.
+#[tokio::test]
+async fn adv_non_utf8_body_and_204_replay_exactly() {
+    let app = Router::new()
+        .route(
+            "/echo",
+            post(|body: Bytes| async move { (StatusCode::OK, body) }),
+        )
+        .route("/empty", post(|| async { StatusCode::NO_CONTENT }))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+    let raw = vec![0xC3_u8, 0x28, 0x00, 0xFF];
+    for _ in 0..2 {
+        let echoed = app
+            .clone()
+            .oneshot(post_with("/echo", "k-1", raw.clone()))
+            .await
+            .unwrap();
+        assert_eq!(echoed.status(), StatusCode::OK);
+        assert_eq!(bytes(echoed).await.as_ref(), raw.as_slice());
+    }
+    for n in 0..2 {
+        let empty = app
+            .clone()
+            .oneshot(post_with("/empty", "k-2", ""))
+            .await
+            .unwrap();
+        assert_eq!(empty.status(), StatusCode::NO_CONTENT);
+        assert_eq!(empty.headers().get(REPLAYED_HEADER).is_some(), n == 1);
+        assert!(bytes(empty).await.is_empty());
+    }
+}
+
+/// Probe: PUT and GET with a key pass through (run every time, never marked a replay).
+#[tokio::test]
+async fn adv_put_and_get_pass_through() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let runs = Arc::clone(&runs);
+        move || {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                StatusCode::OK
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/t", axum::routing::put(handler.clone()).get(handler))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()).require_key());
+    for method in ["PUT", "PUT", "GET", "GET"] {
+        let request = Request::builder()
+            .method(method)
+            .uri("/t")
+            .header("Idempotency-Key", "k-1")
+            .body(Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert!(response.headers().get(REPLAYED_HEADER).is_none());
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+/// Probe: a handler that panics frees its key (the scope is dropped while unwinding): a retry
+/// waiting up to 5 s runs the handler instead of getting 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adv_a_panicking_handler_frees_its_key() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let runs = Arc::clone(&runs);
+        move || {
+            let runs = Arc::clone(&runs);
+            async move {
+                if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                    panic!("adversary: the first run panics");
+                }
+                StatusCode::CREATED
+            }
+        }
+    };
+    let app = Router::new()
+        .route("/t", post(handler))
+        .layer(IdempotencyLayer::new(Idempotency::in_memory()).wait_time(Duration::from_secs(5)));
+    let panicked = tokio::spawn(app.clone().oneshot(post_with("/t", "k-1", "x"))).await;
+    assert!(panicked.is_err());
+    let retry = app.oneshot(post_with("/t", "k-1", "x")).await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert!(retry.headers().get(REPLAYED_HEADER).is_none());
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
