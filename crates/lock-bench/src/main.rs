@@ -15,9 +15,12 @@
 //! scenario); `watchdog`, 10,000 watchdog leases held for three renewal periods; and the
 //! toolkit peers' idempotent-execution scenarios `first`, `replay`, `duplicates`
 //! (`--scenario idempotency`, or one of them: `idempotency-first`, …), each with a `raw` line
-//! of the plain Redis commands beneath it. See docs/performance.md for what each field means
+//! of the plain Redis commands beneath it; and the master/sub locks' `branches-register-release`
+//! and `branches-master` (`--scenario branches`, or one of them), the first with a `raw` line of
+//! its two `HSET`s. See docs/performance.md for what each field means
 //! and the latest side-by-side runs.
 
+mod branches;
 mod cycles;
 mod idempotency;
 mod redis;
@@ -98,6 +101,12 @@ enum Which {
     IdempotencyReplay,
     /// `duplicates` alone (no `raw` line: plain commands do not wait for a result).
     IdempotencyDuplicates,
+    /// `branches-register-release` (with its `raw` line) and `branches-master`.
+    Branches,
+    /// 100 branches registered and released per master, per pair, with its `raw` line.
+    BranchesRegisterRelease,
+    /// A whole master invocation with one branch.
+    BranchesMaster,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -126,6 +135,17 @@ fn runs_idempotency(which: Which, scenario: idempotency::Scenario) -> bool {
             | (Which::IdempotencyFirst, S::First)
             | (Which::IdempotencyReplay, S::Replay)
             | (Which::IdempotencyDuplicates, S::Duplicates)
+    )
+}
+
+/// Whether `--scenario` selects the master/sub-lock scenario `scenario`.
+fn runs_branches(which: Which, scenario: branches::Scenario) -> bool {
+    use branches::Scenario as S;
+    matches!(
+        (which, scenario),
+        (Which::All | Which::Branches, _)
+            | (Which::BranchesRegisterRelease, S::RegisterRelease)
+            | (Which::BranchesMaster, S::Master)
     )
 }
 
@@ -325,6 +345,21 @@ async fn run(args: Args) -> ExitCode {
         };
         emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
         if let Some(result) = idempotency::raw::run(scenario, &target, duration).await {
+            emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
+        }
+    }
+    for scenario in branches::Scenario::ALL {
+        if !runs_branches(args.scenario, scenario) {
+            continue;
+        }
+        let name = scenario.name();
+        eprintln!("[lock-bench] {name} ({:.1}s)", args.duration);
+        let result = match connect(&target, None).await {
+            Ok(lock) => branches::run(scenario, &target, &lock, duration).await,
+            Err(error) => Err(error),
+        };
+        emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
+        if let Some(result) = branches::raw::run(scenario, &target, duration).await {
             emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
         }
     }

@@ -9,7 +9,8 @@
 //! Lines that are not result objects (or carry an `error`) are listed under the table instead;
 //! lock-bench's `watchdog` line gets a table of its own, and so do the idempotent-execution
 //! lines (scenarios `first`, `replay`, `duplicates` of lock-bench and the toolkit peers), with
-//! calls/s as a ratio of `raw`.
+//! calls/s as a ratio of `raw`; the master/sub-lock lines (`branches-register-release`,
+//! `branches-master`) share the idempotency table's columns and go in it.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -29,8 +30,14 @@ struct Args {
 
 /// Scenario order of the table, then impl order within a scenario.
 const SCENARIOS: [&str; 3] = ["uncontended", "parallel", "contended"];
-/// The same for the idempotency table.
-const TOOLKIT_SCENARIOS: [&str; 3] = ["first", "replay", "duplicates"];
+/// The same for the idempotency table, which also takes the master/sub-lock lines.
+const TOOLKIT_SCENARIOS: [&str; 5] = [
+    "first",
+    "replay",
+    "duplicates",
+    "branches-register-release",
+    "branches-master",
+];
 const TOOLKIT_IMPLS: [&str; 3] = ["platform-lock", "raw", "powertools"];
 const IMPLS: [&str; 8] = [
     "platform-lock",
@@ -305,6 +312,36 @@ not json"#;
             "{table}"
         );
         assert!(watchdog_table("{}").is_none());
+    }
+
+    #[test]
+    fn branches_lines_go_in_the_idempotency_table_after_its_scenarios() {
+        let text = r#"{"impl":"platform-lock","scenario":"branches-master","calls_per_s":2000.0,"call_us":{"p50":450.0,"p99":900.0},"redis_cmds_per_call":20.0,"calls":6000,"executions":null,"results":6000,"errors":0}
+{"impl":"raw","scenario":"branches-register-release","calls_per_s":10000.0,"call_us":{"p50":90.0,"p99":150.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
+{"impl":"platform-lock","scenario":"branches-register-release","calls_per_s":5000.0,"call_us":{"p50":190.0,"p99":400.0},"redis_cmds_per_call":7.1,"calls":15000,"executions":null,"results":15000,"errors":0}
+{"impl":"platform-lock","scenario":"replay","calls_per_s":20000.0,"call_us":{"p50":40.0,"p99":120.0},"redis_cmds_per_call":2.0,"calls":60000,"executions":1,"results":60000,"errors":0}"#;
+        let (results, toolkit, problems) = parse(text);
+        assert!(results.is_empty() && problems.is_empty(), "{problems:?}");
+        let table = toolkit_table(&toolkit);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        assert!(rows[0].starts_with("| replay |"), "{table}");
+        assert!(
+            rows[1].contains(
+                "| branches-register-release | **platform-lock** | 5000 | 0.50 | 190 / 400 | 7.10 |"
+            ),
+            "{table}"
+        );
+        assert!(
+            rows[2].contains("| branches-register-release | raw | 10000 | 1.00 |"),
+            "{table}"
+        );
+        assert!(
+            rows[3].contains(
+                "| branches-master | **platform-lock** | 2000 | – | 450 / 900 | 20.00 | 6000 | – |"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

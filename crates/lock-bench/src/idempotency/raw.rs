@@ -85,6 +85,20 @@ async fn measure(
             .command(&["SET", REPLAY_KEY, RESULT, "PX", "90000"])
             .await?;
     }
+    measure_commands(scenario.name(), target, duration, commands).await
+}
+
+/// The `raw` line named `scenario` of one call made of `commands` in sequence (redis-benchmark's
+/// `__rand_int__` form, random keys out of 100,000,000), calibrated to run for about `duration`.
+///
+/// # Errors
+/// When redis-benchmark is missing or fails, or `INFO commandstats` cannot be read.
+pub(crate) async fn measure_commands(
+    scenario: &str,
+    target: &Target,
+    duration: Duration,
+    commands: Vec<Vec<String>>,
+) -> Result<Map<String, Value>, String> {
     let before = target.command_calls().await?;
     let cpu_before = children_cpu_seconds();
     let started = Instant::now();
@@ -108,7 +122,7 @@ async fn measure(
 
     let mut line = Map::new();
     line.insert("impl".into(), json!("raw"));
-    line.insert("scenario".into(), json!(scenario.name()));
+    line.insert("scenario".into(), json!(scenario));
     line.insert("workers".into(), json!(1));
     line.insert("duration_s".into(), json!(round3(elapsed)));
     line.insert("calls".into(), json!(calls));

@@ -1,0 +1,62 @@
+//! The `raw` line of `branches-register-release`: the plain Redis commands one branch stands
+//! on, `HSET <record> b:<branch> 0` (register) then `HSET <record> b:<branch> 1` (release), run
+//! by `redis-benchmark` with one connection and one request in flight (`-c 1 -P 1`), on random
+//! records, as the idempotency `raw` lines are: calls/s from the two commands' rates, `call_us`
+//! the sum of their percentiles. What the scripts add on top (the record's state check, the
+//! `PEXPIRE … GT`, the release's `SPUBLISH`) is the gap between the two lines.
+//!
+//! No `branches-master` line: plain commands have no master to acquire, seal or wait for.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::branches::Scenario;
+use crate::idempotency::raw::measure_commands;
+use crate::redis::Target;
+
+/// The commands of one register + release pair, in redis-benchmark's `__rand_int__` form;
+/// `None` for `branches-master`.
+fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
+    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+    let record = "bench:b:raw:{__rand_int__}:1";
+    match scenario {
+        Scenario::RegisterRelease => Some(vec![
+            owned(&["HSET", record, "b:b1", "0"]),
+            owned(&["HSET", record, "b:b1", "1"]),
+        ]),
+        Scenario::Master => None,
+    }
+}
+
+/// The `raw` line of `scenario`, run for about `duration`; `None` for `branches-master`.
+///
+/// # Errors
+/// When redis-benchmark is missing or fails.
+pub(crate) async fn run(
+    scenario: Scenario,
+    target: &Target,
+    duration: Duration,
+) -> Option<Result<Map<String, Value>, String>> {
+    let commands = commands(scenario)?;
+    eprintln!(
+        "[lock-bench] {} raw ({:.1}s)",
+        scenario.name(),
+        duration.as_secs_f64()
+    );
+    Some(measure_commands(scenario.name(), target, duration, commands).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_branch_is_two_hsets_of_one_field() {
+        let pair = commands(Scenario::RegisterRelease).expect("register-release");
+        assert_eq!(pair.len(), 2);
+        assert!(pair.iter().all(|c| c[0] == "HSET" && c[2] == "b:b1"));
+        assert_eq!((pair[0][3].as_str(), pair[1][3].as_str()), ("0", "1"));
+        assert!(commands(Scenario::Master).is_none());
+    }
+}
