@@ -105,8 +105,11 @@ pub enum IdempotencyError {
 #[non_exhaustive]
 pub enum NotStored {
     /// The serialized result is larger than the configured cap
-    /// (`telco.platform.lock.idempotency.max-result-size`).
-    #[error("its {size} bytes exceed the {max}-byte cap (max-result-size)")]
+    /// ([`IdempotencySettings::max_result_bytes`](crate::IdempotencySettings::max_result_bytes),
+    /// `telco.platform.lock.idempotency.max-result-bytes` in lock-starter).
+    #[error(
+        "its {size} bytes of JSON exceed the {max}-byte cap (max_result_bytes, telco.platform.lock.idempotency.max-result-bytes)"
+    )]
     TooLarge {
         /// Serialized size, bytes.
         size: usize,

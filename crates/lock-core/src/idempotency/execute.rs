@@ -211,17 +211,18 @@ impl Idempotency {
         let deadline = started + resolved.wait_time;
         let mut watch: Option<Box<dyn RecordWatch>> = None;
         loop {
+            // Until its reply arrives, a claim may have created a record of ours: if this
+            // future is dropped or the reply is lost, the guard abandons it (owner-checked).
+            let in_flight = ClaimInFlight {
+                store: &self.store,
+                key,
+                owner: &owner,
+            };
             let claim = self
                 .store
                 .claim(key, &owner, &options.fingerprint, resolved.lease_ttl)
-                .await;
-            let claim = match claim {
-                Ok(claim) => claim,
-                Err(error) => {
-                    self.abandon_unknown(key, &owner);
-                    return Err(error);
-                }
-            };
+                .await?;
+            std::mem::forget(in_flight);
             let (holder, ttl) = match claim {
                 Claim::Owner => {
                     drop(watch);
@@ -289,14 +290,27 @@ impl Idempotency {
         validate_key(key).map_err(IdempotencyError::from_validation)?;
         self.store.forget(key).await
     }
+}
 
-    /// A claim whose reply was lost may have created a record of ours: delete it (fenced by the
-    /// owner token, so nobody else's), in the background.
-    fn abandon_unknown(&self, key: &str, owner: &str) {
-        let (store, key, owner) = (Arc::clone(&self.store), key.to_owned(), owner.to_owned());
-        tokio::spawn(async move {
-            let _ = store.abandon(&key, &owner).await;
-        });
+/// A claim without its reply yet; see [`Idempotency::begin`].
+struct ClaimInFlight<'a> {
+    store: &'a Arc<dyn IdempotencyStore>,
+    key: &'a str,
+    owner: &'a str,
+}
+
+impl Drop for ClaimInFlight<'_> {
+    fn drop(&mut self) {
+        let (store, key, owner) = (
+            Arc::clone(self.store),
+            self.key.to_owned(),
+            self.owner.to_owned(),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = store.abandon(&key, &owner).await;
+            });
+        }
     }
 }
 

@@ -9,7 +9,6 @@ mod common;
 mod sentinel_common;
 
 mod acl;
-mod adversary_idempotency;
 mod branches;
 mod branches_cluster;
 mod branches_processes;
@@ -28,6 +27,7 @@ mod handle_drop;
 mod held_by_this_process;
 mod hold_at_least;
 mod idempotency;
+mod idempotency_edges;
 mod key_encoding;
 mod lost_lease;
 mod lost_replies;

@@ -7,14 +7,16 @@
 //!   `Idempotent-Replayed: true`.
 //! - A retry while the first is still running gets **409** (or, with
 //!   [`IdempotencyLayer::wait_time`], waits for the first and gets its response).
-//! - The same key with a different request (method, path, query, content type or body) gets
-//!   **422**: another request's response is never replayed.
+//! - The same key at the same endpoint with a different request (query, content type or body)
+//!   gets **422**: another request's response is never replayed.
 //! - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
 //! - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
 //!
 //! Keys are scoped per method and path, so one client key cannot collide across endpoints; make
 //! keys unique per client too (a UUID), since two clients sending the same key to one endpoint
-//! share its response. Responses are buffered whole (no streaming bodies).
+//! share its response. Responses are buffered whole (no streaming bodies); the call that ran
+//! the handler gets its response untouched, a replay the stored status, UTF-8 header values
+//! and body (binary bodies as base64).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -292,10 +294,20 @@ impl IdempotencyLayer {
         let Ok(client_key) = header.to_str().map(str::to_owned) else {
             return bad_request("the Idempotency-Key header is not visible ASCII");
         };
+        if let Err(error) = crate::backend::validate_key(&client_key) {
+            let problem = match error {
+                crate::LockError::InvalidKey { problem, .. } => problem,
+                _ => "it is not accepted",
+            };
+            return bad_request(&format!(
+                "the Idempotency-Key header is not accepted: {problem}; a key is 1 to 512 bytes"
+            ));
+        }
         let (parts, body) = request.into_parts();
         let Ok(body) = axum::body::to_bytes(body, self.max_body_bytes).await else {
             return problem(
                 StatusCode::PAYLOAD_TOO_LARGE,
+                "IDEMPOTENCY_REQUEST_TOO_LARGE",
                 "Request body too large",
                 format!(
                     "an idempotent request body is at most {} bytes",
@@ -314,7 +326,7 @@ impl IdempotencyLayer {
         hash.update([0]);
         hash.update(&body);
         let fingerprint: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        let key = format!("http {} {} {client_key}", parts.method, parts.uri.path());
+        let key = record_key(&parts.method, parts.uri.path(), &client_key);
         let options = self.options.clone().fingerprint(fingerprint);
         let executed = self
             .idempotency
@@ -324,11 +336,11 @@ impl IdempotencyLayer {
                 if response.status().is_server_error() {
                     return Err(NotReplayable::ServerError(response));
                 }
-                Ok(StoredResponse::read(response).await)
+                StoredResponse::read(response).await
             })
             .await;
         match executed {
-            Ok(Idempotent::Executed(stored)) => stored.into_response(false),
+            Ok(Idempotent::Executed(stored)) => stored.into_live_response(),
             Ok(Idempotent::Replayed(stored)) => stored.into_response(true),
             Err(NotReplayable::ServerError(response)) => response,
             // The key came from the client: a key it cannot use is its error, not ours.
@@ -342,12 +354,15 @@ impl IdempotencyLayer {
     }
 }
 
-fn problem(status: StatusCode, title: &str, detail: String) -> Response {
+/// A problem body of the layer's own (the request never reached the idempotency store).
+fn problem(status: StatusCode, code: &str, title: &str, detail: String) -> Response {
     let body = serde_json::json!({
-        "type": "about:blank",
+        "type": format!("https://platform.telco/problems/{}", code.to_ascii_lowercase().replace('_', "-")),
         "title": title,
         "status": status.as_u16(),
         "detail": detail,
+        "code": code,
+        "reason": code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase(),
     });
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(
@@ -360,24 +375,47 @@ fn problem(status: StatusCode, title: &str, detail: String) -> Response {
 fn bad_request(detail: &str) -> Response {
     problem(
         StatusCode::BAD_REQUEST,
+        "IDEMPOTENCY_KEY_INVALID",
         "Bad Idempotency-Key",
         detail.to_owned(),
     )
 }
 
-/// A response as stored for replay.
+/// The record of `client_key` at `method` `path`: readable (`http POST /tickets <key>`) when it
+/// fits the 512-byte key limit, else a hash of the path and key, so a long path never shortens
+/// the keys a client may send.
+fn record_key(method: &Method, path: &str, client_key: &str) -> String {
+    let key = format!("http {method} {path} {client_key}");
+    if key.len() <= crate::MAX_KEY_BYTES {
+        return key;
+    }
+    let mut hash = Sha256::new();
+    hash.update(path.as_bytes());
+    hash.update([0]);
+    hash.update(client_key.as_bytes());
+    let digest: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("http {method} #{digest}")
+}
+
+/// A response as stored for replay, and — for the call that ran the handler — the response
+/// itself, returned untouched (never stored).
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredResponse {
     status: u16,
+    /// Values as UTF-8 text; a value that is not (rare, and not allowed by RFC 9110 for new
+    /// fields) is not replayed.
     headers: Vec<(String, String)>,
     body: StoredBody,
+    #[serde(skip)]
+    live: Option<(axum::http::response::Parts, axum::body::Bytes)>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 enum StoredBody {
     /// Most API bodies (JSON): stored as they read.
     Text(String),
-    Bytes(Vec<u8>),
+    /// Anything else, as base64 (4 bytes of JSON per 3 of body).
+    Base64(String),
 }
 
 /// Headers that describe one transfer, not the response: recomputed on replay.
@@ -389,41 +427,65 @@ const PER_TRANSFER: [HeaderName; 4] = [
 ];
 
 impl StoredResponse {
-    async fn read(response: Response) -> StoredResponse {
+    async fn read(response: Response) -> Result<StoredResponse, NotReplayable> {
+        use base64::Engine;
         let (parts, body) = response.into_parts();
-        // A body that fails mid-stream is stored as far as it came; the client saw the same.
-        let bytes = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .unwrap_or_default();
+        let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+            // The client would get a cut-off body: a server error, not a result to replay.
+            return Err(NotReplayable::ServerError(problem(
+                StatusCode::BAD_GATEWAY,
+                "IDEMPOTENCY_RESPONSE_FAILED",
+                "Response failed",
+                "the handler's response body failed while it was read".to_owned(),
+            )));
+        };
         let headers = parts
             .headers
             .iter()
             .filter(|(name, _)| !PER_TRANSFER.contains(name))
-            .filter_map(|(name, value)| Some((name.to_string(), value.to_str().ok()?.to_owned())))
+            .filter_map(|(name, value)| {
+                let text = std::str::from_utf8(value.as_bytes()).ok()?;
+                Some((name.to_string(), text.to_owned()))
+            })
             .collect();
-        let body = match String::from_utf8(bytes.to_vec()) {
-            Ok(text) => StoredBody::Text(text),
-            Err(not_text) => StoredBody::Bytes(not_text.into_bytes()),
+        let body = match std::str::from_utf8(&bytes) {
+            Ok(text) => StoredBody::Text(text.to_owned()),
+            Err(_) => StoredBody::Base64(base64::engine::general_purpose::STANDARD.encode(&bytes)),
         };
-        StoredResponse {
+        Ok(StoredResponse {
             status: parts.status.as_u16(),
             headers,
             body,
+            live: Some((parts, bytes)),
+        })
+    }
+
+    /// The handler's own response (this call ran it).
+    fn into_live_response(self) -> Response {
+        match self.live {
+            Some((parts, bytes)) => Response::from_parts(parts, Body::from(bytes)),
+            None => self.into_response(false),
         }
     }
 
     fn into_response(self, replayed: bool) -> Response {
+        use base64::Engine;
         let body = match self.body {
             StoredBody::Text(text) => Body::from(text),
-            StoredBody::Bytes(bytes) => Body::from(bytes),
+            StoredBody::Base64(encoded) => Body::from(
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .unwrap_or_default(),
+            ),
         };
         let mut response = Response::new(body);
         *response.status_mut() = StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK);
         let headers = response.headers_mut();
         for (name, value) in self.headers {
-            if let (Ok(name), Ok(value)) =
-                (HeaderName::try_from(name), HeaderValue::try_from(value))
-            {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::try_from(name),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
                 headers.append(name, value);
             }
         }

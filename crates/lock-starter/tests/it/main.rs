@@ -4,8 +4,8 @@
 //! a scoped capture of call sites the configuration tests here also log (`config_logging`), and
 //! the real process environment and working directory (`config_process_env`).
 
-mod adversary_idempotency;
 mod config;
 mod http;
 mod http_idempotency;
+mod http_idempotency_edges;
 mod shutdown;
