@@ -11,6 +11,9 @@
 //! # in another terminal: two concurrent bill runs for one period → one 200, one 503
 //! curl -s -X POST localhost:8080/bill-runs/2026-11 & curl -si -X POST localhost:8080/bill-runs/2026-11; wait
 //! curl -s localhost:8080/health   # the opt-in health check of the lock's Redis
+//! # a create the client retries: the retry gets the first ticket, marked Idempotent-Replayed
+//! curl -si -X POST -H 'Idempotency-Key: 3f0c' -d '{"title":"no dial tone"}' localhost:8080/tickets
+//! curl -si -X POST -H 'Idempotency-Key: 3f0c' -d '{"title":"no dial tone"}' localhost:8080/tickets
 //! ```
 //!
 //! `HTTP_SERVICE_ADDR` sets the listen address (default `127.0.0.1:8080`), `BILL_RUN_MS` how long
@@ -22,7 +25,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_starter::http::LockRejection;
+use lock_starter::http::{IdempotencyLayer, LockRejection};
 use lock_starter::prelude::*;
 use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, Health, HealthStatus};
 
@@ -38,12 +41,25 @@ pub struct App {
 }
 
 /// The service's routes: `POST /bill-runs/{period}` (one run per period at a time, 503 when the
-/// period's lock is held elsewhere or Redis is unavailable) and `GET /health`.
+/// period's lock is held elsewhere or Redis is unavailable), `POST /tickets` (idempotent by its
+/// `Idempotency-Key` header: a retry gets the first ticket) and `GET /health`.
 pub fn router(app: App) -> Router {
+    let tickets = Router::new()
+        .route("/tickets", post(create_ticket))
+        .layer(IdempotencyLayer::new(app.starter.idempotency().clone()).require_key());
     Router::new()
         .route("/bill-runs/{period}", post(start_bill_run))
         .route("/health", get(health))
         .with_state(app)
+        .merge(tickets)
+}
+
+/// Creates a ticket; the layer runs this once per `Idempotency-Key` and replays its response.
+async fn create_ticket(body: String) -> (axum::http::StatusCode, Json<serde_json::Value>) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1001);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed); // … insert the ticket …
+    let ticket = serde_json::json!({ "ticket": format!("TT-{id}"), "request": body });
+    (axum::http::StatusCode::CREATED, Json(ticket))
 }
 
 async fn start_bill_run(

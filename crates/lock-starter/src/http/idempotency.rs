@@ -343,12 +343,6 @@ impl IdempotencyLayer {
             Ok(Idempotent::Executed(stored)) => stored.into_live_response(),
             Ok(Idempotent::Replayed(stored)) => stored.into_response(true),
             Err(NotReplayable::ServerError(response)) => response,
-            // The key came from the client: a key it cannot use is its error, not ours.
-            Err(NotReplayable::Idempotency(IdempotencyError::InvalidArgument {
-                problem, ..
-            })) => bad_request(&format!(
-                "the Idempotency-Key header is not accepted: {problem}"
-            )),
             Err(NotReplayable::Idempotency(error)) => IdempotencyRejection(error).into_response(),
         }
     }

@@ -379,3 +379,42 @@ async fn health_is_up_with_a_running_redis_down_with_a_stopped_one_and_disabled_
         .unwrap();
     assert_eq!(custom.health().await.status, HealthStatus::Unknown);
 }
+
+/// The example's `POST /tickets`: a retry with the same `Idempotency-Key` gets the first
+/// ticket, marked as a replay; without the header, 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
+    let redis = RedisServer::start().await.unwrap();
+    let config = format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n",
+        redis.url()
+    );
+    let starter = LockStarter::builder()
+        .figment(Figment::from(Toml::string(&config)))
+        .build()
+        .await
+        .unwrap();
+    let lock = starter.lock().unwrap();
+    let app = http_service::router(http_service::App {
+        starter,
+        lock,
+        bill_run: Duration::from_millis(10),
+    });
+    let create = |key: Option<&str>| {
+        let mut request = Request::post("/tickets");
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request
+            .body(Body::from(r#"{"title":"no dial tone"}"#))
+            .unwrap()
+    };
+    let first = app.clone().oneshot(create(Some("3f0c"))).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first = json_of(first).await;
+    let retry = app.clone().oneshot(create(Some("3f0c"))).await.unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(json_of(retry).await, first);
+    let missing = app.oneshot(create(None)).await.unwrap();
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+}
