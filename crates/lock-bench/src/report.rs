@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// Nearest-rank percentiles `{p50, p99, p999, max}` in µs, rounded to 0.1 µs, as the peers
 /// report them; `null` for no samples.
@@ -113,6 +113,74 @@ pub(crate) fn to_json_line_in(line: &serde_json::Map<String, Value>, fields: &[&
             .map(|(field, value)| format!("{}:{}", json!(field), value)),
     );
     format!("{{{}}}", parts.join(","))
+}
+
+/// One line in the toolkit peers' fields and order (`../shared/peers/README.md`, "Toolkit
+/// peers"): `impl` … `version`, then `extras` (a scenario's own fields), then ours,
+/// `evalsha_per_call` and `client_cpu_s`. Prints the first error, if any, to stderr.
+pub(crate) struct ToolkitLine {
+    /// The scenario's name.
+    pub(crate) scenario: &'static str,
+    pub(crate) workers: u64,
+    /// Wall time, seconds.
+    pub(crate) elapsed: f64,
+    /// One latency sample per call, µs.
+    pub(crate) call_us: Vec<f64>,
+    /// Times the action ran (`null` where the scenario has no action).
+    pub(crate) executions: Value,
+    pub(crate) results: u64,
+    pub(crate) errors: u64,
+    pub(crate) first_error: Option<String>,
+    /// Server-side calls during the scenario.
+    pub(crate) commands: crate::redis::CommandCalls,
+    /// Client CPU, seconds.
+    pub(crate) cpu: f64,
+}
+
+impl ToolkitLine {
+    pub(crate) fn into_json(self, extras: Map<String, Value>) -> Map<String, Value> {
+        if let Some(error) = &self.first_error {
+            eprintln!(
+                "[lock-bench] {}: {} errors, first: {error}",
+                self.scenario, self.errors
+            );
+        }
+        let calls = self.call_us.len() as u64;
+        let mut line = Map::new();
+        line.insert("impl".into(), json!(crate::IMPL));
+        line.insert("scenario".into(), json!(self.scenario));
+        line.insert("workers".into(), json!(self.workers));
+        line.insert("duration_s".into(), json!(round3(self.elapsed)));
+        line.insert("calls".into(), json!(calls));
+        line.insert(
+            "calls_per_s".into(),
+            json!(round1(calls as f64 / self.elapsed)),
+        );
+        line.insert("call_us".into(), percentiles(self.call_us));
+        line.insert("executions".into(), self.executions);
+        line.insert("results".into(), json!(self.results));
+        line.insert("errors".into(), json!(self.errors));
+        line.insert(
+            "redis_cmds_per_call".into(),
+            per_call(self.commands.total, calls),
+        );
+        line.insert("version".into(), json!(VERSION));
+        line.extend(extras);
+        line.insert(
+            "evalsha_per_call".into(),
+            per_call(self.commands.evalsha, calls),
+        );
+        line.insert("client_cpu_s".into(), json!(round3(self.cpu)));
+        line
+    }
+}
+
+/// `n / calls` to two decimals, as the peer rounds it; `null` without calls.
+pub(crate) fn per_call(n: u64, calls: u64) -> Value {
+    match calls {
+        0 => Value::Null,
+        c => json!((n as f64 / c as f64 * 100.0).round() / 100.0),
+    }
 }
 
 #[cfg(test)]

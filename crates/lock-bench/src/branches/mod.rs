@@ -26,9 +26,8 @@ use lock_starter::branches::{BranchError, BranchRelease, Master, MasterLocks};
 use lock_starter::redis::{RedisBranches, RedisLock};
 use serde_json::{Map, Value, json};
 
-use crate::idempotency::per_call;
 use crate::redis::Target;
-use crate::report::{cpu_seconds, micros, percentiles, round1, round3};
+use crate::report::{ToolkitLine, cpu_seconds, micros, percentiles};
 
 /// Branches one `branches-register-release` master registers and releases: 100.
 pub(crate) const BRANCHES_PER_MASTER: usize = 100;
@@ -225,39 +224,26 @@ pub(crate) async fn run(
     let cpu = cpu_seconds() - cpu_before;
     let commands = target.command_calls().await?.since(before, 1);
 
-    if let Some(error) = &counts.first_error {
-        eprintln!(
-            "[lock-bench] {}: {} errors, first: {error}",
-            scenario.name(),
-            counts.errors
-        );
-    }
-    let calls = counts.call_us.len() as u64;
-    let mut line = Map::new();
-    line.insert("impl".into(), json!(crate::IMPL));
-    line.insert("scenario".into(), json!(scenario.name()));
-    line.insert("workers".into(), json!(1));
-    line.insert("duration_s".into(), json!(round3(elapsed)));
-    line.insert("calls".into(), json!(calls));
-    line.insert("calls_per_s".into(), json!(round1(calls as f64 / elapsed)));
-    line.insert("call_us".into(), percentiles(counts.call_us));
-    line.insert("executions".into(), Value::Null);
-    line.insert("results".into(), json!(counts.results));
-    line.insert("errors".into(), json!(counts.errors));
-    line.insert(
-        "redis_cmds_per_call".into(),
-        per_call(commands.total, calls),
-    );
-    line.insert("version".into(), json!(crate::report::VERSION));
-    line.insert("masters".into(), json!(counts.masters));
+    let mut extras = Map::new();
+    extras.insert("masters".into(), json!(counts.masters));
     if scenario == Scenario::RegisterRelease {
-        line.insert("branches_per_master".into(), json!(BRANCHES_PER_MASTER));
-        line.insert("register_us".into(), percentiles(counts.register_us));
-        line.insert("release_us".into(), percentiles(counts.release_us));
+        extras.insert("branches_per_master".into(), json!(BRANCHES_PER_MASTER));
+        extras.insert("register_us".into(), percentiles(counts.register_us));
+        extras.insert("release_us".into(), percentiles(counts.release_us));
     }
-    line.insert("evalsha_per_call".into(), per_call(commands.evalsha, calls));
-    line.insert("client_cpu_s".into(), json!(round3(cpu)));
-    Ok(line)
+    let line = ToolkitLine {
+        scenario: scenario.name(),
+        workers: 1,
+        elapsed,
+        call_us: counts.call_us,
+        executions: Value::Null,
+        results: counts.results,
+        errors: counts.errors,
+        first_error: counts.first_error,
+        commands,
+        cpu,
+    };
+    Ok(line.into_json(extras))
 }
 
 #[cfg(test)]

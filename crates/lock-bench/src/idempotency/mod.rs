@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
 
 use crate::redis::Target;
-use crate::report::{cpu_seconds, micros, percentiles, round1, round3};
+use crate::report::{ToolkitLine, cpu_seconds, micros, percentiles};
 
 /// Concurrent callers of one key per `duplicates` round: 8, the peer's threads.
 pub(crate) const DUPLICATES: usize = 8;
@@ -223,46 +223,25 @@ pub(crate) async fn run(
     let cpu = cpu_seconds() - cpu_before;
     let commands = target.command_calls().await?.since(before, 1);
 
-    if let Some(error) = &counts.first_error {
-        eprintln!(
-            "[lock-bench] idempotency/{}: {} errors, first: {error}",
-            scenario.name(),
-            counts.errors
-        );
-    }
-    let calls = counts.call_us.len() as u64;
-    let mut line = Map::new();
-    line.insert("impl".into(), json!(crate::IMPL));
-    line.insert("scenario".into(), json!(scenario.name()));
-    line.insert("workers".into(), json!(scenario.workers()));
-    line.insert("duration_s".into(), json!(round3(elapsed)));
-    line.insert("calls".into(), json!(calls));
-    line.insert("calls_per_s".into(), json!(round1(calls as f64 / elapsed)));
-    line.insert("call_us".into(), percentiles(counts.call_us));
-    line.insert("executions".into(), json!(subject.executions.load(Relaxed)));
-    line.insert("results".into(), json!(counts.results));
-    line.insert("errors".into(), json!(counts.errors));
-    line.insert(
-        "redis_cmds_per_call".into(),
-        per_call(commands.total, calls),
-    );
-    line.insert("version".into(), json!(crate::report::VERSION));
-    line.insert("replays".into(), json!(counts.replays));
+    let mut extras = Map::new();
+    extras.insert("replays".into(), json!(counts.replays));
     if scenario == Scenario::Duplicates {
-        line.insert("rounds".into(), json!(rounds));
-        line.insert("result_spread_us".into(), percentiles(result_spread_us));
+        extras.insert("rounds".into(), json!(rounds));
+        extras.insert("result_spread_us".into(), percentiles(result_spread_us));
     }
-    line.insert("evalsha_per_call".into(), per_call(commands.evalsha, calls));
-    line.insert("client_cpu_s".into(), json!(round3(cpu)));
-    Ok(line)
-}
-
-/// `n / calls` to two decimals, as the peer rounds it; `null` without calls.
-pub(crate) fn per_call(n: u64, calls: u64) -> Value {
-    match calls {
-        0 => Value::Null,
-        c => json!((n as f64 / c as f64 * 100.0).round() / 100.0),
-    }
+    let line = ToolkitLine {
+        scenario: scenario.name(),
+        workers: scenario.workers() as u64,
+        elapsed,
+        call_us: counts.call_us,
+        executions: json!(subject.executions.load(Relaxed)),
+        results: counts.results,
+        errors: counts.errors,
+        first_error: counts.first_error,
+        commands,
+        cpu,
+    };
+    Ok(line.into_json(extras))
 }
 
 #[cfg(test)]
@@ -296,6 +275,7 @@ mod tests {
 
     #[test]
     fn per_call_rounds_like_the_peer() {
+        use crate::report::per_call;
         assert_eq!(per_call(9, 1), json!(9.0));
         assert_eq!(per_call(20, 3), json!(6.67));
         assert_eq!(per_call(5, 0), Value::Null);

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use crate::idempotency::{Scenario, per_call};
+use crate::idempotency::Scenario;
 use crate::redis::Target;
+use crate::report::per_call;
 use crate::report::{round1, round3};
 use crate::scripts::{CALIBRATE_N, Run, children_cpu_seconds, redis_benchmark};
 
