@@ -13,7 +13,7 @@ use crate::idempotency::error::IdempotencyError;
 use crate::idempotency::memory::InMemoryIdempotencyStore;
 use crate::idempotency::options::{IdempotencyOptions, IdempotencySettings};
 use crate::idempotency::port::{Claim, IdempotencyStore, RecordWatch};
-use crate::idempotency::scope::IdempotencyScope;
+use crate::idempotency::scope::{IdempotencyScope, abandon_in_background};
 use crate::idempotency::telemetry;
 use crate::key::validate_key;
 
@@ -301,16 +301,7 @@ struct ClaimInFlight<'a> {
 
 impl Drop for ClaimInFlight<'_> {
     fn drop(&mut self) {
-        let (store, key, owner) = (
-            Arc::clone(self.store),
-            self.key.to_owned(),
-            self.owner.to_owned(),
-        );
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = store.abandon(&key, &owner).await;
-            });
-        }
+        abandon_in_background(self.store, self.key, self.owner);
     }
 }
 

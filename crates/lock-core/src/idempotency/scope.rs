@@ -151,20 +151,23 @@ impl Drop for IdempotencyScope {
             return;
         }
         // Cancelled (the request future was dropped) or the action panicked: give the key
-        // back now rather than at the end of the lease. Without a runtime the lease ends it.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (store, key, owner) = (
-                Arc::clone(&self.store),
-                self.key.clone(),
-                self.owner.clone(),
-            );
-            runtime.spawn(async move {
-                if let Err(error) = store.abandon(&key, &owner).await {
-                    tracing::debug!(%key, %error, "abandoning a dropped idempotency record failed; it ends at its lease TTL");
-                }
-            });
-        }
+        // back now rather than at the end of the lease.
+        abandon_in_background(&self.store, &self.key, &self.owner);
     }
+}
+
+/// Abandons `owner`'s record of `key` (owner-checked) on a task of its own; without a runtime
+/// the lease ends it.
+pub(crate) fn abandon_in_background(store: &Arc<dyn IdempotencyStore>, key: &str, owner: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let (store, key, owner) = (Arc::clone(store), key.to_owned(), owner.to_owned());
+    runtime.spawn(async move {
+        if let Err(error) = store.abandon(&key, &owner).await {
+            tracing::debug!(%key, %error, "abandoning an idempotency record failed; it ends at its lease TTL");
+        }
+    });
 }
 
 /// The watchdog of one record: renews it every third of its lease until the scope ends or the

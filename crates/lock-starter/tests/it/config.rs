@@ -872,3 +872,18 @@ fn a_consumer_figment_keeps_its_selected_profile() {
     assert_eq!(settings.wait_time, Duration::from_secs(2));
     assert_eq!(settings.watchdog_timeout, Duration::from_secs(30));
 }
+
+/// The table's defaults of the toolkit keys are lock-core's own defaults (declared in both, so
+/// checked here): a drift would make the starter and a hand-wired `Idempotency` disagree.
+#[test]
+fn the_toolkit_defaults_are_lock_cores() {
+    let settings = from_env(&[]).unwrap();
+    assert_eq!(
+        settings.idempotency_settings(),
+        lock_starter::IdempotencySettings::default()
+    );
+    assert_eq!(
+        settings.branches.wait_time,
+        lock_starter::branches::DEFAULT_BRANCH_WAIT
+    );
+}
