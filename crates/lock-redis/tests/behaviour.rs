@@ -164,6 +164,7 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
         .await
         .unwrap();
     let channel = holder.release_channel("event-driven");
+    let start = command_calls(&redis).await;
     let waiting = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
         let handle = waiter.acquire_with("event-driven", options).await;
@@ -171,6 +172,13 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
     });
     let subscribed = one_subscriber(&redis, &channel).await;
     assert!(subscribed, "the waiter never subscribed to {channel}");
+    // Its first try, and the try once the subscription is confirmed (which may land after
+    // the subscription shows in PUBSUB): both expected, neither a poll.
+    let tried_twice = eventually(SLACK, || async {
+        delta(&start, &command_calls(&redis).await, "evalsha") >= 2
+    })
+    .await;
+    assert!(tried_twice, "the waiter did not try on confirmation");
     // Give a polling implementation every chance to show itself.
     let before = command_calls(&redis).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
