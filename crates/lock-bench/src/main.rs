@@ -415,7 +415,9 @@ async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<
 
 /// Runs `body` on a fresh client, adding `redis_cmds_per_acquisition` (every command the
 /// server ran, the client's connection set-up included, as the peers' harness counts them) and
-/// `evalsha_per_acquisition` (script calls alone: 2.0 means no attempt was wasted).
+/// `evalsha_per_acquisition` (script calls alone: 2.0 means no attempt was wasted, below 2.0
+/// means calls were grouped), and `operations_per_script_call` (the client's acquire and release
+/// calls per script call it sent: 1.0 when nothing was grouped).
 async fn measured<F, Fut>(target: &Target, body: F) -> Result<Map<String, Value>, String>
 where
     F: FnOnce(RedisLock) -> Fut,
@@ -423,8 +425,9 @@ where
 {
     let before = target.command_calls().await?;
     let lock = connect(target, None).await?;
-    let mut line = body(lock).await;
+    let mut line = body(lock.clone()).await;
     let calls = target.command_calls().await?.since(before, 1);
+    let grouped = lock.script_call_counts();
     let acquisitions = line
         .get("acquisitions")
         .and_then(Value::as_u64)
@@ -435,5 +438,10 @@ where
     };
     line.insert("redis_cmds_per_acquisition".into(), per(calls.total));
     line.insert("evalsha_per_acquisition".into(), per(calls.evalsha));
+    let per_script_call = grouped.calls as f64 / grouped.script_calls.max(1) as f64;
+    line.insert(
+        "operations_per_script_call".into(),
+        json!((per_script_call * 100.0).round() / 100.0),
+    );
     Ok(line)
 }

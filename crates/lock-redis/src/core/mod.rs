@@ -4,6 +4,8 @@
 //! - `connection`: the command and pub/sub clients, TLS, health ("unreachable" vs "slow") and
 //!   reconnection;
 //! - `sentinel_events`: following a Sentinel failover (`+switch-master`) on both connections;
+//! - `group_commit`: script calls made while one is in flight go to Redis together, one script
+//!   call per script;
 //! - `subscriptions`: sharded pub/sub channels shared by every waiter of a client, re-established
 //!   after reconnects;
 //! - `keys`: the key layout, every key of one name sharing one hash tag;
@@ -20,6 +22,7 @@ pub(crate) mod backoff;
 pub(crate) mod client;
 pub(crate) mod connection;
 pub(crate) mod error;
+pub(crate) mod group_commit;
 pub(crate) mod keys;
 pub(crate) mod redact;
 pub(crate) mod sentinel_events;

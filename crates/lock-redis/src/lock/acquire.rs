@@ -309,10 +309,11 @@ impl<'a> Acquisition<'a> {
         let reply = match fair {
             None => {
                 args.push(hold_ms.into());
+                let keys = vec![Key::from(redis_key.as_str())];
                 self.inner
-                    .scripts
-                    .acquire
-                    .evalsha_with_reload(&self.inner.core.client, redis_key.as_str(), args)
+                    .core
+                    .group_commit
+                    .call(self.inner.scripts.acquire, keys, args)
                     .await
             }
             Some((call, place_ttl)) => {

@@ -50,7 +50,12 @@ impl Inner {
         token: Option<u64>,
     ) -> Result<ReleaseOutcome, LockError> {
         // The fair queue keys too: the release message names the first fair waiter.
-        let keys = self.keys.fair_keys(name);
+        let keys = self
+            .keys
+            .fair_keys(name)
+            .into_iter()
+            .map(Key::from)
+            .collect();
         let channel = self.keys.release_channel(name);
         let args: Vec<Value> = vec![
             owner.into(),
@@ -59,9 +64,9 @@ impl Inner {
             if token.is_some() { "hold" } else { "free" }.into(),
         ];
         let release = self
-            .scripts
-            .release
-            .evalsha_with_reload(&self.core.client, keys, args);
+            .core
+            .group_commit
+            .call::<i64>(self.scripts.release, keys, args);
         let mut release = std::pin::pin!(release);
         // The first poll queues the release on the connection. Waking this client's next waiter
         // now lets its attempt travel right behind the release — Redis runs one connection's

@@ -354,6 +354,34 @@ impl RedisLock {
         self.inner.watchdog.stats()
     }
 
+    /// How this client's acquire and release calls were grouped since [`connect`](Self::connect)
+    /// (and those of the toolkit on the same connection that group theirs): the calls made, and
+    /// the script calls Redis ran for them. While a call to a slot is in flight, the calls that
+    /// arrive meanwhile wait for it and leave together, one script call per run of calls of one
+    /// script, so under load `calls / script_calls` rises above 1; an idle client sends each call
+    /// on its own.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// lock.acquire("bill-run:2026-11", Lease::Watchdog).await?.release().await?;
+    /// let counts = lock.script_call_counts();
+    /// assert_eq!((counts.calls, counts.script_calls), (2, 2)); // one at a time: not grouped
+    /// # Ok(()) }
+    /// ```
+    pub fn script_call_counts(&self) -> ScriptCallCounts {
+        let (calls, script_calls) = self.inner.core.group_commit.counts();
+        ScriptCallCounts {
+            calls,
+            script_calls,
+        }
+    }
+
     /// How many acquisitions of this client are waiting for lock `name` now. They are served in
     /// arrival order: only the first tries the lock when it may be free, and a new acquisition
     /// queues behind them instead of trying first.
@@ -454,4 +482,13 @@ impl DistributedLock for RedisLock {
     async fn shutdown(&self, timeout: Duration) -> ShutdownSummary {
         self.inner.shutdown(timeout).await
     }
+}
+
+/// What [`RedisLock::script_call_counts`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScriptCallCounts {
+    /// Calls of the grouped scripts made.
+    pub calls: u64,
+    /// Script calls sent to Redis for them (`EVALSHA`; a reload after `NOSCRIPT` not counted).
+    pub script_calls: u64,
 }

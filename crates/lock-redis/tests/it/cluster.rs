@@ -22,8 +22,8 @@ use lock_testkit::shared::{Shared, Taken};
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
-/// by the last of its seven tests.
-static CLUSTER: Shared<RedisCluster> = Shared::new(7);
+/// by the last of its nine tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(9);
 
 /// A deadline for events that take milliseconds on an idle machine.
 const GENEROUS: Duration = Duration::from_secs(30);
@@ -904,4 +904,83 @@ async fn operators_list_every_primary_and_force_release_on_a_cluster() {
     for handle in handles {
         let _ = handle.release().await;
     }
+}
+
+/// Group commit on a Cluster: a script's keys must share a slot, so the calls that queue while
+/// a node is paused leave as one grouped call per slot — here two slots of one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_calls_are_split_by_slot_on_a_cluster() {
+    let cluster = cluster().await;
+    let lock = RedisLock::connect(config(&cluster.url()).command_timeout(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let stem = format!("grouped-{:x}", rand_suffix());
+    let first = format!("{stem}-first");
+    let slot = local_slot(&lock.redis_key(&first));
+    let map = slot_map(&cluster).await;
+    let port = owner_of(&map, slot);
+    let other_slot = (0u64..)
+        .map(|i| local_slot(&lock.redis_key(&format!("{stem}-probe-{i}"))))
+        .find(|s| *s != slot && owner_of(&map, *s) == port)
+        .unwrap();
+    let mut rest = names_in_slot(&lock, slot, &format!("{stem}-same"), 3);
+    rest.extend(names_in_slot(
+        &lock,
+        other_slot,
+        &format!("{stem}-other"),
+        3,
+    ));
+    let acquire = |name: &str| {
+        let (lock, name) = (lock.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let handle = lock
+                .acquire(&name, Lease::Fixed(Duration::from_secs(60)))
+                .await;
+            (name, handle)
+        })
+    };
+    let made = |calls: u64| {
+        let lock = lock.clone();
+        async move {
+            let reached =
+                eventually(SLACK, || async { lock.script_call_counts().calls >= calls }).await;
+            assert!(reached, "{:?}", lock.script_call_counts());
+        }
+    };
+    let server_before = calls_on(&cluster, port).await;
+    // Paused for the milliseconds it takes to make the calls: far below the node timeout.
+    let node = cluster.node(port).unwrap();
+    node.pause().unwrap();
+    let mut tasks = vec![acquire(&first)];
+    made(1).await;
+    tasks.extend(rest.iter().map(|name| acquire(name)));
+    made(7).await;
+    node.resume().unwrap();
+    for task in tasks {
+        let (name, handle) = task.await.unwrap();
+        let handle = handle.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let value = cluster
+            .cmd_on(port, &["GET", &lock.redis_key(&name)])
+            .await
+            .unwrap();
+        assert_eq!(
+            value,
+            format!("H|{}|{}", handle.fencing_token(), handle.owner())
+        );
+        assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    // The first alone, the three behind it in its slot as one; in the other slot one alone
+    // (the first to arrive there) and two as one.
+    let counts = lock.script_call_counts();
+    assert_eq!(
+        (counts.calls, counts.script_calls),
+        (7 + 7, 4 + 7),
+        "{counts:?}"
+    );
+    let acquires = delta(&server_before, &calls_on(&cluster, port).await, "evalsha");
+    assert_eq!(
+        acquires,
+        4 + 7,
+        "script calls on the node serving both slots"
+    );
 }

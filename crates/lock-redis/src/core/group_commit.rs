@@ -1,0 +1,414 @@
+//! Group commit: the script calls a client makes to one slot while an earlier one is in flight
+//! wait for its reply and then go to Redis together, the calls of each script as a single script
+//! call (`group_commit.lua` runs the script once per call). An idle client sends a call at once,
+//! as it would without this; a busy one sends one command, one write and one script run for
+//! many calls instead of one each.
+//!
+//! What each call keeps: its own deadline (the command timeout from when it was made, queued or
+//! not), its own reply or error (an error inside one call is that call's alone; a failure of the
+//! grouped call — a timeout, a lost connection, a refusal — is every member's, with the error it
+//! would have had alone), and its place in line: the calls on one key reach Redis in the order
+//! they were made, so a release followed by the next waiter's attempt still arrives in that
+//! order. A call cancelled before its group leaves is never sent.
+//!
+//! One group at a time is in flight per slot (off a Cluster, per client): the next leaves when the
+//! last of its calls is answered. On a Cluster a script's keys must share a slot, so calls are
+//! grouped per slot.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use tokio::sync::oneshot;
+
+/// The most calls one grouped script call carries; a longer run is split.
+const MAX_GROUP: usize = 128;
+
+/// The dispatcher `group_commit.lua` runs after the wrapped body.
+const DISPATCH: &str = include_str!("group_commit.lua");
+
+/// A script whose calls may be grouped: the script as sent alone, and its grouped form, which
+/// runs the same body once per call.
+#[derive(Debug)]
+pub(crate) struct GroupedScript {
+    single: Script,
+    grouped: Script,
+}
+
+impl GroupedScript {
+    /// `source` is the whole script. Its grouped form wraps all of it but the flags line
+    /// (`#!lua flags=…`, which must stay first) in a function taking `KEYS` and `ARGV`, so the
+    /// script and the functions it defines read the call's own keys and arguments.
+    pub(crate) fn new(source: &str) -> Self {
+        let (flags, script) = match source.split_once('\n') {
+            Some((first, rest)) if first.starts_with("#!") => (first, rest),
+            _ => ("", source),
+        };
+        let grouped =
+            format!("{flags}\nlocal function call_once(KEYS, ARGV)\n{script}\nend\n{DISPATCH}");
+        GroupedScript {
+            single: Script::from_lua(source),
+            grouped: Script::from_lua(grouped),
+        }
+    }
+
+    /// Loads both forms, so neither needs a reload on first use.
+    pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
+        self.single.load(client).await?;
+        self.grouped.load(client).await?;
+        Ok(())
+    }
+}
+
+/// The group commit of one client (see the module docs); shared by all its capabilities.
+#[derive(Debug)]
+pub(crate) struct GroupCommit {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    client: Client,
+    runtime: tokio::runtime::Handle,
+    clustered: bool,
+    /// The command timeout: how long a call waits, queued and in flight.
+    timeout: Duration,
+    /// Slot (0 off a Cluster) → the group in flight there and the calls waiting for it; a slot
+    /// with nothing in flight has no entry.
+    slots: Mutex<HashMap<u16, Waiting>>,
+    calls: AtomicU64,
+    script_calls: AtomicU64,
+}
+
+/// The calls waiting for a slot's group in flight to be answered.
+type Waiting = Vec<Queued>;
+
+#[derive(Debug)]
+struct Queued {
+    script: &'static GroupedScript,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    reply: oneshot::Sender<Result<Value, Error>>,
+}
+
+impl GroupCommit {
+    pub(crate) fn new(client: &Client, command_timeout: Duration) -> Self {
+        GroupCommit {
+            shared: Arc::new(Shared {
+                client: client.clone(),
+                runtime: tokio::runtime::Handle::current(),
+                clustered: client.is_clustered(),
+                timeout: command_timeout,
+                slots: Mutex::default(),
+                calls: AtomicU64::new(0),
+                script_calls: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Runs `script` with `keys` (at least one; on a Cluster all in one slot) and `args`: at
+    /// once when nothing is in flight to the slot, else with the next group.
+    ///
+    /// # Errors
+    /// The call's error reply, or the failure of the script call that carried it; a call that
+    /// waited the whole command timeout gets fred's `Timeout` error (it may still run, as a
+    /// timed-out command may).
+    pub(crate) async fn call<R: FromValue>(
+        &self,
+        script: &'static GroupedScript,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Result<R, Error> {
+        let shared = &self.shared;
+        shared.calls.fetch_add(1, Ordering::Relaxed);
+        let slot = match keys.first() {
+            Some(key) if shared.clustered => fred::util::redis_keyslot(key.as_bytes()),
+            _ => 0,
+        };
+        let waiting = {
+            let mut slots = shared.slots.lock().unwrap_or_else(|e| e.into_inner());
+            match slots.get_mut(&slot) {
+                Some(waiting) => {
+                    let (reply, replied) = oneshot::channel();
+                    waiting.push(Queued {
+                        script,
+                        keys,
+                        args,
+                        reply,
+                    });
+                    Err(replied)
+                }
+                None => {
+                    slots.insert(slot, Vec::new());
+                    Ok((keys, args))
+                }
+            }
+        };
+        match waiting {
+            Ok((keys, args)) => {
+                // Hands the slot on when this call ends, answered or cancelled.
+                let _turn = Turn {
+                    shared: Arc::clone(shared),
+                    slot,
+                };
+                shared.script_calls.fetch_add(1, Ordering::Relaxed);
+                script
+                    .single
+                    .evalsha_with_reload(&shared.client, keys, args)
+                    .await
+            }
+            Err(replied) => {
+                let reply = if shared.timeout.is_zero() {
+                    Ok(replied.await)
+                } else {
+                    tokio::time::timeout(shared.timeout, replied).await
+                };
+                match reply {
+                    Ok(Ok(reply)) => reply?.convert(),
+                    Ok(Err(_)) => Err(Error::new(
+                        ErrorKind::Canceled,
+                        "the grouped call was dropped before it was answered",
+                    )),
+                    Err(_) => Err(Error::new(
+                        ErrorKind::Timeout,
+                        "no reply within the command timeout (the call waited its turn in a group commit)",
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Calls made, and script calls sent for them, since the client was created: their ratio
+    /// is the group commit's operations per script call.
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.shared.calls.load(Ordering::Relaxed),
+            self.shared.script_calls.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The slot's turn, held by the call sent at once: when it ends, the calls that queued behind
+/// it leave as the next group, or the slot goes idle.
+struct Turn {
+    shared: Arc<Shared>,
+    slot: u16,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if let Some(next) = self.shared.next_group(self.slot) {
+            let shared = Arc::clone(&self.shared);
+            let slot = self.slot;
+            self.shared.runtime.spawn(async move {
+                let mut group = next;
+                loop {
+                    shared.send(group).await;
+                    match shared.next_group(slot) {
+                        Some(next) => group = next,
+                        None => return,
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl Shared {
+    /// The calls waiting for `slot`, or `None` (and the slot idle) when there are none.
+    fn next_group(&self, slot: u16) -> Option<Waiting> {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = slots.get_mut(&slot)?;
+        if waiting.is_empty() {
+            slots.remove(&slot);
+            return None;
+        }
+        Some(std::mem::take(waiting))
+    }
+
+    /// Sends a group — one script call per script (at most [`MAX_GROUP`] calls each), all at
+    /// once — and answers every call. Calls whose caller has gone are left out.
+    async fn send(&self, mut group: Waiting) {
+        group.retain(|queued| !queued.reply.is_closed());
+        let runs = runs(group);
+        futures::future::join_all(runs.into_iter().map(|run| self.send_run(run))).await;
+    }
+
+    async fn send_run(&self, mut run: Waiting) {
+        self.script_calls.fetch_add(1, Ordering::Relaxed);
+        let script = run[0].script;
+        if run.len() == 1 {
+            let Queued {
+                keys, args, reply, ..
+            } = run.remove(0);
+            let replied = script
+                .single
+                .evalsha_with_reload(&self.client, keys, args)
+                .await;
+            let _ = reply.send(replied);
+            return;
+        }
+        let mut keys = Vec::with_capacity(run.iter().map(|q| q.keys.len()).sum());
+        let mut args = Vec::with_capacity(1 + run.iter().map(|q| 2 + q.args.len()).sum::<usize>());
+        args.push(Value::from(run.len() as i64));
+        let mut callers = Vec::with_capacity(run.len());
+        for queued in run {
+            args.push((queued.keys.len() as i64).into());
+            args.push((queued.args.len() as i64).into());
+            keys.extend(queued.keys);
+            args.extend(queued.args);
+            callers.push(queued.reply);
+        }
+        let replied: Result<Vec<Value>, Error> = script
+            .grouped
+            .evalsha_with_reload(&self.client, keys, args)
+            .await;
+        match replied {
+            Ok(replies) if replies.len() == callers.len() => {
+                for (reply, caller) in replies.into_iter().zip(callers) {
+                    let _ = caller.send(one_reply(reply));
+                }
+            }
+            Ok(replies) => {
+                let error = Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "a grouped script call answered {} of {} calls",
+                        replies.len(),
+                        callers.len()
+                    ),
+                );
+                for caller in callers {
+                    let _ = caller.send(Err(error.clone()));
+                }
+            }
+            Err(error) => {
+                for caller in callers {
+                    let _ = caller.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Splits a group into runs of one script each, sent in the order of the runs. By script, in
+/// the order each first appears — unless some key has calls of two scripts in the group (a
+/// release and the next attempt on that key): then into consecutive runs, so every key's calls
+/// reach Redis in the order they were made.
+fn runs(group: Waiting) -> Vec<Waiting> {
+    let same = |a: &Queued, b: &Queued| std::ptr::eq(a.script, b.script);
+    let mut scripts_of_key: HashMap<&Key, &'static GroupedScript> = HashMap::new();
+    let shared_key = group.iter().any(|queued| {
+        queued.keys.iter().any(|key| {
+            let script = *scripts_of_key.entry(key).or_insert(queued.script);
+            !std::ptr::eq(script, queued.script)
+        })
+    });
+    let mut runs: Vec<Waiting> = Vec::new();
+    for queued in group {
+        let run = if shared_key {
+            runs.last_mut().filter(|run| same(&run[0], &queued))
+        } else {
+            runs.iter_mut().find(|run| same(&run[0], &queued))
+        };
+        match run {
+            Some(run) => run.push(queued),
+            None => runs.push(vec![queued]),
+        }
+    }
+    runs.into_iter()
+        .flat_map(|mut run| {
+            let mut parts = Vec::new();
+            while run.len() > MAX_GROUP {
+                let rest = run.split_off(MAX_GROUP);
+                parts.push(std::mem::replace(&mut run, rest));
+            }
+            parts.push(run);
+            parts
+        })
+        .collect()
+}
+
+/// One call's part of a grouped reply: `{1, reply}` or `{0, error message}` (the message as
+/// Redis would have sent it as an error reply, classified as fred classifies those).
+fn one_reply(reply: Value) -> Result<Value, Error> {
+    let malformed = || {
+        Error::new(
+            ErrorKind::Protocol,
+            "malformed reply in a grouped script call",
+        )
+    };
+    let Value::Array(mut parts) = reply else {
+        return Err(malformed());
+    };
+    if parts.len() != 2 {
+        return Err(malformed());
+    }
+    let value = parts.pop().unwrap_or(Value::Null);
+    match parts[0].as_i64() {
+        Some(1) => Ok(value),
+        Some(0) => {
+            let message = value.as_string().unwrap_or_default();
+            let kind = match message.split_whitespace().next() {
+                Some("WRONGTYPE") => ErrorKind::InvalidArgument,
+                Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
+                Some("MOVED" | "ASK" | "CLUSTERDOWN") => ErrorKind::Cluster,
+                _ => ErrorKind::Unknown,
+            };
+            Err(Error::new(kind, message))
+        }
+        _ => Err(malformed()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_line_stays_first_and_the_rest_is_wrapped() {
+        let script = GroupedScript::new("#!lua flags=allow-oom\nreturn KEYS[1]\n");
+        let grouped = script.grouped.lua().unwrap();
+        assert!(grouped.starts_with(
+            "#!lua flags=allow-oom\nlocal function call_once(KEYS, ARGV)\nreturn KEYS[1]\n\nend\n"
+        ));
+        assert!(grouped.ends_with(DISPATCH));
+        let plain = GroupedScript::new("return ARGV[1]");
+        let grouped = plain.grouped.lua().unwrap();
+        assert!(
+            grouped.starts_with("\nlocal function call_once(KEYS, ARGV)\nreturn ARGV[1]\nend\n")
+        );
+        assert_eq!(plain.single.lua().map(|lua| &**lua), Some("return ARGV[1]"));
+    }
+
+    #[test]
+    fn a_grouped_reply_is_a_value_or_an_error_reply() {
+        let ok = Value::Array(vec![1.into(), Value::Array(vec![1.into(), 42.into()])]);
+        assert_eq!(
+            one_reply(ok).unwrap(),
+            Value::Array(vec![1.into(), 42.into()])
+        );
+        let wrong_type = Value::Array(vec![0.into(), "WRONGTYPE Operation against a key".into()]);
+        let error = one_reply(wrong_type).unwrap_err();
+        assert_eq!(*error.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(error.details(), "WRONGTYPE Operation against a key");
+        let not_a_lock = Value::Array(vec![0.into(), "LOCKVALUE the key k".into()]);
+        assert_eq!(
+            *one_reply(not_a_lock).unwrap_err().kind(),
+            ErrorKind::Unknown
+        );
+        for malformed in [
+            Value::Null,
+            Value::Array(vec![1.into()]),
+            Value::Array(vec![7.into(), Value::Null]),
+        ] {
+            assert_eq!(
+                *one_reply(malformed).unwrap_err().kind(),
+                ErrorKind::Protocol
+            );
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! Group commit: the acquisitions and releases a client makes while one of its script calls is
+//! in flight wait for it and go to Redis together. Redis is paused (SIGSTOP) while they are made,
+//! so they queue behind the first whatever the machine's speed, and each test knows exactly
+//! which calls were grouped.
+
+use crate::common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::{SLACK, command_calls, delta, eventually, redis_failure, server};
+use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockHandle, ReleaseOutcome};
+use lock_redis::{RedisFailure, RedisLock};
+use lock_testkit::{FaultProxy, RedisServer, TrapAction};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// A client whose calls outlast the short pauses of these tests by far.
+async fn patient(redis: &RedisServer) -> RedisLock {
+    let config = common::config(redis).command_timeout(Duration::from_secs(20));
+    RedisLock::connect(config).await.expect("connect")
+}
+
+/// Waits until `lock` has made `calls` calls of the grouped scripts in all.
+async fn made(lock: &RedisLock, calls: u64) {
+    let reached = eventually(SLACK, || async { lock.script_call_counts().calls >= calls }).await;
+    assert!(
+        reached,
+        "only {:?} of {calls} calls made",
+        lock.script_call_counts()
+    );
+}
+
+fn acquire(lock: &RedisLock, name: &str) -> JoinHandle<Result<LockHandle, LockError>> {
+    let (lock, name) = (lock.clone(), name.to_owned());
+    tokio::spawn(async move { lock.acquire(&name, Lease::Fixed(LONG)).await })
+}
+
+/// Runs `start` while `redis` is paused: the first call it makes is sent (and waits in the
+/// socket), the `calls - 1` after it queue behind it; then Redis resumes.
+async fn while_paused<T>(
+    redis: &RedisServer,
+    lock: &RedisLock,
+    calls: usize,
+    start: impl Future<Output = T>,
+) -> T {
+    let before = lock.script_call_counts().calls;
+    redis.pause().unwrap();
+    let started = start.await;
+    made(lock, before + calls as u64).await;
+    redis.resume().unwrap();
+    started
+}
+
+/// Spawns an acquisition of each of `names` in turn, the first alone (so it is the one sent at
+/// once), while Redis is paused.
+async fn acquire_grouped(
+    redis: &RedisServer,
+    lock: &RedisLock,
+    names: &[&str],
+) -> Vec<Result<LockHandle, LockError>> {
+    let tasks = while_paused(redis, lock, names.len(), async {
+        let first_made = lock.script_call_counts().calls + 1;
+        let mut tasks = vec![acquire(lock, names[0])];
+        made(lock, first_made).await;
+        tasks.extend(names[1..].iter().map(|name| acquire(lock, name)));
+        tasks
+    })
+    .await;
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
+}
+
+async fn value(redis: &RedisServer, key: &str) -> String {
+    redis.cmd(&["GET", key]).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_its_own_reply() {
+    let redis = server().await;
+    let lock = patient(&redis).await;
+    let names: Vec<String> = (0..8).map(|i| format!("grouped-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let server_before = command_calls(&redis).await;
+    let counts_before = lock.script_call_counts();
+
+    let handles: Vec<LockHandle> = acquire_grouped(&redis, &lock, &names)
+        .await
+        .into_iter()
+        .map(|granted| granted.expect("every grouped acquisition is granted"))
+        .collect();
+    let counts = lock.script_call_counts();
+    assert_eq!(counts.calls - counts_before.calls, 8);
+    assert_eq!(
+        counts.script_calls - counts_before.script_calls,
+        2,
+        "the first alone, the seven behind it as one"
+    );
+    let server_after = command_calls(&redis).await;
+    assert_eq!(delta(&server_before, &server_after, "evalsha"), 2);
+    // Each got its own grant: its own key, owner and fencing token.
+    for (name, handle) in names.iter().zip(&handles) {
+        assert_eq!(handle.key(), *name);
+        assert_eq!(
+            value(&redis, &lock.redis_key(name)).await,
+            format!("H|{}|{}", handle.fencing_token(), handle.owner())
+        );
+    }
+
+    // Releases group the same way, each owner-checked on its own key.
+    let released = while_paused(&redis, &lock, 8, async {
+        let mut handles = handles.into_iter();
+        let mut tasks = vec![tokio::spawn(handles.next().unwrap().release())];
+        made(&lock, counts.calls + 1).await;
+        tasks.extend(handles.map(|handle| tokio::spawn(handle.release())));
+        tasks
+    })
+    .await;
+    for task in released {
+        assert_eq!(task.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    }
+    assert_eq!(
+        lock.script_call_counts().script_calls - counts.script_calls,
+        2
+    );
+    for name in &names {
+        let tombstone = value(&redis, &lock.redis_key(name)).await;
+        assert!(tombstone.starts_with("R|"), "{name}: {tombstone}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_in_one_grouped_call_is_that_calls_alone() {
+    let redis = server().await;
+    let lock = patient(&redis).await;
+    let (hash, text) = (lock.redis_key("a-hash"), lock.redis_key("a-text"));
+    redis.cmd(&["HSET", &hash, "field", "value"]).await.unwrap();
+    redis.cmd(&["SET", &text, "hello"]).await.unwrap();
+    let before = lock.script_call_counts();
+
+    let results = acquire_grouped(
+        &redis,
+        &lock,
+        &["first", "a-hash", "between", "a-text", "last"],
+    )
+    .await;
+    // The two refused acquisitions each hand back a possible grant, as they would alone.
+    made(&lock, before.calls + 7).await;
+    let script_calls = lock.script_call_counts().script_calls - before.script_calls;
+    assert!(
+        (3..=4).contains(&script_calls),
+        "{script_calls} script calls: 2 for the five acquisitions, 1 or 2 for the clean-ups"
+    );
+    let refusal = |i: usize| {
+        let error = results[i].as_ref().expect_err("refused");
+        redis_failure(error).refusal().map(|r| r.as_str())
+    };
+    // The same refusals as alone (see redis_errors.rs).
+    assert_eq!(refusal(1), Some("wrong_type"));
+    assert_eq!(refusal(3), Some("not_a_lock"));
+    let RedisFailure::Refused { message, .. } = redis_failure(results[3].as_ref().unwrap_err())
+    else {
+        unreachable!()
+    };
+    assert!(
+        message.starts_with("LOCKVALUE") && message.contains(&text),
+        "{message}"
+    );
+    for i in [0, 2, 4] {
+        let handle = results[i]
+            .as_ref()
+            .expect("granted, next to the refused ones");
+        assert!(handle.is_held());
+    }
+    assert_eq!(
+        redis.cmd(&["HGETALL", &hash]).await.unwrap(),
+        "field\nvalue"
+    );
+    assert_eq!(value(&redis, &text).await, "hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_call_redis_refuses_fails_every_member_with_the_refusal() {
+    let redis = server().await;
+    let lock = patient(&redis).await;
+    redis
+        .cmd(&["CONFIG", "SET", "maxmemory", "1"])
+        .await
+        .unwrap();
+    let results = acquire_grouped(&redis, &lock, &["oom-0", "oom-1", "oom-2", "oom-3"]).await;
+    redis
+        .cmd(&["CONFIG", "SET", "maxmemory", "0"])
+        .await
+        .unwrap();
+    for result in &results {
+        let error = result.as_ref().expect_err("refused at maxmemory");
+        assert_eq!(
+            redis_failure(error).refusal().map(|r| r.as_str()),
+            Some("out_of_memory"),
+            "{error}"
+        );
+    }
+    for i in 0..4 {
+        assert_eq!(
+            redis
+                .cmd(&["EXISTS", &lock.redis_key(&format!("oom-{i}"))])
+                .await
+                .unwrap(),
+            "0"
+        );
+    }
+}
+
+/// Each call keeps its own deadline: one that queued behind a call Redis never answered fails
+/// a command timeout after it was made (not after the first), and the possible grants of all of
+/// them are handed back once Redis answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_grouped_call_keeps_its_own_deadline_and_its_own_clean_up() {
+    let redis = server().await;
+    let timeout = Duration::from_secs(1);
+    let lock = RedisLock::connect(common::config(&redis).command_timeout(timeout))
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("deadline-{i}")).collect();
+    redis.pause().unwrap();
+    let once = |name: &str| {
+        let (lock, name) = (lock.clone(), name.to_owned());
+        tokio::spawn(async move {
+            let made_at = Instant::now();
+            let options = AcquireOptions::new(Lease::Fixed(LONG)).wait(Duration::ZERO);
+            (lock.acquire_with(&name, options).await, made_at)
+        })
+    };
+    let mut tasks = vec![once(&names[0])];
+    made(&lock, 1).await;
+    tasks.extend(names[1..].iter().map(|name| once(name)));
+    made(&lock, 4).await;
+    for task in tasks {
+        let (result, made_at) = task.await.unwrap();
+        let failed_after = made_at.elapsed();
+        let error = result.expect_err("Redis is paused");
+        assert!(
+            matches!(
+                redis_failure(&error),
+                RedisFailure::CommandTimeout { .. } | RedisFailure::Unreachable { .. }
+            ),
+            "{error:?}"
+        );
+        assert!(
+            failed_after >= timeout && failed_after < timeout + SLACK,
+            "failed {failed_after:?} after it was made"
+        );
+    }
+    redis.resume().unwrap();
+    // Whatever Redis runs of them now, no grant stays behind.
+    let free = eventually(SLACK * 2, || async {
+        for name in &names {
+            let value = value(&redis, &lock.redis_key(name)).await;
+            if value.starts_with("H|") {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(free, "a possible grant was not handed back");
+}
+
+/// A grouped call whose reply is lost: the proxy forwards it, swallows the reply and closes the
+/// connection; fred re-sends it on the new one, and every member finds its own grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grouped_call_whose_reply_is_lost_grants_each_member_once() {
+    let redis = server().await;
+    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
+    let lock = RedisLock::connect(
+        lock_redis::RedisLockConfig::new(proxy.url())
+            .command_timeout(Duration::from_secs(10))
+            .instance_id("group-pod"),
+    )
+    .await
+    .unwrap();
+    lock.ping().await.unwrap();
+    let server_before = command_calls(&redis).await;
+    let names = [
+        "lost-alone",
+        "lost-grouped-1",
+        "lost-grouped-2",
+        "lost-grouped-3",
+    ];
+    let tasks = while_paused(&redis, &lock, names.len(), async {
+        let mut tasks = vec![acquire(&lock, names[0])];
+        made(&lock, 1).await;
+        // Only the grouped call carries this marker.
+        proxy.arm_trap(
+            b"lost-grouped-2",
+            TrapAction::SwallowReplyThenClose(Duration::from_millis(150)),
+        );
+        tasks.extend(names[1..].iter().map(|name| acquire(&lock, name)));
+        tasks
+    })
+    .await;
+    for (name, task) in names.iter().zip(tasks) {
+        let handle = task.await.unwrap().expect("granted, once");
+        assert_eq!(
+            value(&redis, &lock.redis_key(name)).await,
+            format!("H|{}|{}", handle.fencing_token(), handle.owner())
+        );
+        assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+    assert!(!proxy.trap_armed(), "the trap never fired");
+    assert!(
+        delta(&server_before, &command_calls(&redis).await, "evalsha") >= 3,
+        "the grouped call was not re-sent"
+    );
+}
