@@ -9,11 +9,14 @@
 //! grouped call — a timeout, a lost connection, a refusal — is every member's, with the error it
 //! would have had alone), and its place in line: the calls on one key reach Redis in the order
 //! they were made, so a release followed by the next waiter's attempt still arrives in that
-//! order. A call cancelled before its group leaves is never sent.
+//! order. A call whose caller has gone (cancelled, timed out) is sent all the same, as fred sends
+//! a command whose future was dropped: a release must not be lost with its caller, and an
+//! acquisition's clean-up, which follows it, relies on that order.
 //!
-//! One group at a time is in flight per slot (off a Cluster, per client): the next leaves when the
-//! last of its calls is answered. On a Cluster a script's keys must share a slot, so calls are
-//! grouped per slot.
+//! Per slot (off a Cluster, per client) two calls may be in flight alone — a release and the
+//! attempt of the waiter it wakes travel together — and one group at a time: the next leaves
+//! when the last of its calls is answered. On a Cluster a script's keys must share a slot, so
+//! calls are grouped per slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,6 +72,10 @@ pub(crate) struct GroupCommit {
     shared: Arc<Shared>,
 }
 
+/// How many calls to one slot may be in flight on their own: two, so that a release and the
+/// attempt of the waiter it wakes travel together, as they did before calls were grouped.
+const ALONE: usize = 2;
+
 #[derive(Debug)]
 struct Shared {
     client: Client,
@@ -76,14 +83,30 @@ struct Shared {
     clustered: bool,
     /// The command timeout: how long a call waits, queued and in flight.
     timeout: Duration,
-    /// Slot (0 off a Cluster) → the group in flight there and the calls waiting for it; a slot
-    /// with nothing in flight has no entry.
-    slots: Mutex<HashMap<u16, Waiting>>,
+    /// Slot (0 off a Cluster) → what is in flight there and what waits; an idle slot has no
+    /// entry.
+    slots: Mutex<HashMap<u16, Slot>>,
     calls: AtomicU64,
     script_calls: AtomicU64,
 }
 
-/// The calls waiting for a slot's group in flight to be answered.
+/// One slot's calls. A call goes alone only while nothing waits and no group is being sent, so
+/// it never overtakes an earlier call; the calls that wait leave as the next group, sent by one
+/// task at a time (`flushing`), once a call in flight is answered.
+#[derive(Debug, Default)]
+struct Slot {
+    alone: usize,
+    flushing: bool,
+    waiting: Waiting,
+}
+
+impl Slot {
+    fn idle(&self) -> bool {
+        self.alone == 0 && !self.flushing && self.waiting.is_empty()
+    }
+}
+
+/// Calls waiting to be sent, in the order they were made.
 type Waiting = Vec<Queued>;
 
 #[derive(Debug)]
@@ -110,7 +133,7 @@ impl GroupCommit {
     }
 
     /// Runs `script` with `keys` (at least one; on a Cluster all in one slot) and `args`: at
-    /// once when nothing is in flight to the slot, else with the next group.
+    /// once when the slot is idle or has one call in flight, else with the next group.
     ///
     /// # Errors
     /// The call's error reply, or the failure of the script call that carried it; a call that
@@ -128,28 +151,26 @@ impl GroupCommit {
             Some(key) if shared.clustered => fred::util::redis_keyslot(key.as_bytes()),
             _ => 0,
         };
-        let waiting = {
-            let mut slots = shared.slots.lock().unwrap_or_else(|e| e.into_inner());
-            match slots.get_mut(&slot) {
-                Some(waiting) => {
-                    let (reply, replied) = oneshot::channel();
-                    waiting.push(Queued {
-                        script,
-                        keys,
-                        args,
-                        reply,
-                    });
-                    Err(replied)
-                }
-                None => {
-                    slots.insert(slot, Vec::new());
-                    Ok((keys, args))
-                }
+        let queued = {
+            let mut slots = shared.lock();
+            let state = slots.entry(slot).or_default();
+            if !state.flushing && state.waiting.is_empty() && state.alone < ALONE {
+                state.alone += 1;
+                Ok((keys, args))
+            } else {
+                let (reply, replied) = oneshot::channel();
+                state.waiting.push(Queued {
+                    script,
+                    keys,
+                    args,
+                    reply,
+                });
+                Err(replied)
             }
         };
-        match waiting {
+        match queued {
             Ok((keys, args)) => {
-                // Hands the slot on when this call ends, answered or cancelled.
+                // Sends the calls that queued meanwhile when this one ends, answered or not.
                 let _turn = Turn {
                     shared: Arc::clone(shared),
                     slot,
@@ -191,8 +212,8 @@ impl GroupCommit {
     }
 }
 
-/// The slot's turn, held by the call sent at once: when it ends, the calls that queued behind
-/// it leave as the next group, or the slot goes idle.
+/// A call sent alone: when it ends, the calls that queued behind it leave as a group (unless a
+/// group is being sent already), or the slot goes idle.
 struct Turn {
     shared: Arc<Shared>,
     slot: u16,
@@ -200,39 +221,53 @@ struct Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        if let Some(next) = self.shared.next_group(self.slot) {
-            let shared = Arc::clone(&self.shared);
-            let slot = self.slot;
-            self.shared.runtime.spawn(async move {
-                let mut group = next;
-                loop {
-                    shared.send(group).await;
-                    match shared.next_group(slot) {
-                        Some(next) => group = next,
-                        None => return,
-                    }
+        let group = {
+            let mut slots = self.shared.lock();
+            let Some(state) = slots.get_mut(&self.slot) else {
+                return;
+            };
+            state.alone -= 1;
+            if !state.flushing && !state.waiting.is_empty() {
+                state.flushing = true;
+                std::mem::take(&mut state.waiting)
+            } else {
+                if state.idle() {
+                    slots.remove(&self.slot);
                 }
-            });
-        }
+                return;
+            }
+        };
+        let shared = Arc::clone(&self.shared);
+        let slot = self.slot;
+        self.shared.runtime.spawn(async move {
+            let mut group = group;
+            loop {
+                shared.send(group).await;
+                let mut slots = shared.lock();
+                let Some(state) = slots.get_mut(&slot) else {
+                    return;
+                };
+                if state.waiting.is_empty() {
+                    state.flushing = false;
+                    if state.idle() {
+                        slots.remove(&slot);
+                    }
+                    return;
+                }
+                group = std::mem::take(&mut state.waiting);
+            }
+        });
     }
 }
 
 impl Shared {
-    /// The calls waiting for `slot`, or `None` (and the slot idle) when there are none.
-    fn next_group(&self, slot: u16) -> Option<Waiting> {
-        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        let waiting = slots.get_mut(&slot)?;
-        if waiting.is_empty() {
-            slots.remove(&slot);
-            return None;
-        }
-        Some(std::mem::take(waiting))
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sends a group — one script call per script (at most [`MAX_GROUP`] calls each), all at
-    /// once — and answers every call. Calls whose caller has gone are left out.
-    async fn send(&self, mut group: Waiting) {
-        group.retain(|queued| !queued.reply.is_closed());
+    /// once — and answers every call.
+    async fn send(&self, group: Waiting) {
         let runs = runs(group);
         futures::future::join_all(runs.into_iter().map(|run| self.send_run(run))).await;
     }

@@ -1,7 +1,7 @@
-//! Group commit: the acquisitions and releases a client makes while one of its script calls is
-//! in flight wait for it and go to Redis together. Redis is paused (SIGSTOP) while they are made,
-//! so they queue behind the first whatever the machine's speed, and each test knows exactly
-//! which calls were grouped.
+//! Group commit: the acquisitions and releases a client makes while its script calls are in
+//! flight wait for them and go to Redis together. Redis is paused (SIGSTOP) while they are made,
+//! so they queue behind the first two (a slot has up to two calls in flight alone) whatever the
+//! machine's speed, and each test knows exactly which calls were grouped.
 
 use crate::common;
 
@@ -38,8 +38,11 @@ fn acquire(lock: &RedisLock, name: &str) -> JoinHandle<Result<LockHandle, LockEr
     tokio::spawn(async move { lock.acquire(&name, Lease::Fixed(LONG)).await })
 }
 
-/// Runs `start` while `redis` is paused: the first call it makes is sent (and waits in the
-/// socket), the `calls - 1` after it queue behind it; then Redis resumes.
+/// The calls to one slot that go alone, without waiting, when nothing is queued.
+const ALONE: usize = 2;
+
+/// Runs `start` while `redis` is paused: the first [`ALONE`] calls it makes are sent (and wait
+/// in the socket), the others queue behind them; then Redis resumes.
 async fn while_paused<T>(
     redis: &RedisServer,
     lock: &RedisLock,
@@ -54,18 +57,21 @@ async fn while_paused<T>(
     started
 }
 
-/// Spawns an acquisition of each of `names` in turn, the first alone (so it is the one sent at
-/// once), while Redis is paused.
+/// Spawns an acquisition of each of `names` while Redis is paused: the first [`ALONE`] one at a
+/// time (so they are the ones sent alone), then the others together.
 async fn acquire_grouped(
     redis: &RedisServer,
     lock: &RedisLock,
     names: &[&str],
 ) -> Vec<Result<LockHandle, LockError>> {
     let tasks = while_paused(redis, lock, names.len(), async {
-        let first_made = lock.script_call_counts().calls + 1;
-        let mut tasks = vec![acquire(lock, names[0])];
-        made(lock, first_made).await;
-        tasks.extend(names[1..].iter().map(|name| acquire(lock, name)));
+        let mut tasks = Vec::new();
+        for name in &names[..ALONE] {
+            let calls = lock.script_call_counts().calls;
+            tasks.push(acquire(lock, name));
+            made(lock, calls + 1).await;
+        }
+        tasks.extend(names[ALONE..].iter().map(|name| acquire(lock, name)));
         tasks
     })
     .await;
@@ -98,11 +104,11 @@ async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_i
     assert_eq!(counts.calls - counts_before.calls, 8);
     assert_eq!(
         counts.script_calls - counts_before.script_calls,
-        2,
-        "the first alone, the seven behind it as one"
+        3,
+        "two alone, the six behind them as one"
     );
     let server_after = command_calls(&redis).await;
-    assert_eq!(delta(&server_before, &server_after, "evalsha"), 2);
+    assert_eq!(delta(&server_before, &server_after, "evalsha"), 3);
     // Each got its own grant: its own key, owner and fencing token.
     for (name, handle) in names.iter().zip(&handles) {
         assert_eq!(handle.key(), *name);
@@ -115,8 +121,12 @@ async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_i
     // Releases group the same way, each owner-checked on its own key.
     let released = while_paused(&redis, &lock, 8, async {
         let mut handles = handles.into_iter();
-        let mut tasks = vec![tokio::spawn(handles.next().unwrap().release())];
-        made(&lock, counts.calls + 1).await;
+        let mut tasks = Vec::new();
+        for handle in handles.by_ref().take(ALONE) {
+            let calls = lock.script_call_counts().calls;
+            tasks.push(tokio::spawn(handle.release()));
+            made(&lock, calls + 1).await;
+        }
         tasks.extend(handles.map(|handle| tokio::spawn(handle.release())));
         tasks
     })
@@ -126,7 +136,7 @@ async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_i
     }
     assert_eq!(
         lock.script_call_counts().script_calls - counts.script_calls,
-        2
+        3
     );
     for name in &names {
         let tombstone = value(&redis, &lock.redis_key(name)).await;
@@ -146,24 +156,24 @@ async fn an_error_in_one_grouped_call_is_that_calls_alone() {
     let results = acquire_grouped(
         &redis,
         &lock,
-        &["first", "a-hash", "between", "a-text", "last"],
+        &["first", "second", "a-hash", "between", "a-text", "last"],
     )
     .await;
     // The two refused acquisitions each hand back a possible grant, as they would alone.
-    made(&lock, before.calls + 7).await;
+    made(&lock, before.calls + 8).await;
     let script_calls = lock.script_call_counts().script_calls - before.script_calls;
     assert!(
-        (3..=4).contains(&script_calls),
-        "{script_calls} script calls: 2 for the five acquisitions, 1 or 2 for the clean-ups"
+        (4..=5).contains(&script_calls),
+        "{script_calls} script calls: 3 for the six acquisitions, 1 or 2 for the clean-ups"
     );
     let refusal = |i: usize| {
         let error = results[i].as_ref().expect_err("refused");
         redis_failure(error).refusal().map(|r| r.as_str())
     };
     // The same refusals as alone (see redis_errors.rs).
-    assert_eq!(refusal(1), Some("wrong_type"));
-    assert_eq!(refusal(3), Some("not_a_lock"));
-    let RedisFailure::Refused { message, .. } = redis_failure(results[3].as_ref().unwrap_err())
+    assert_eq!(refusal(2), Some("wrong_type"));
+    assert_eq!(refusal(4), Some("not_a_lock"));
+    let RedisFailure::Refused { message, .. } = redis_failure(results[4].as_ref().unwrap_err())
     else {
         unreachable!()
     };
@@ -171,7 +181,7 @@ async fn an_error_in_one_grouped_call_is_that_calls_alone() {
         message.starts_with("LOCKVALUE") && message.contains(&text),
         "{message}"
     );
-    for i in [0, 2, 4] {
+    for i in [0, 1, 3, 5] {
         let handle = results[i]
             .as_ref()
             .expect("granted, next to the refused ones");
@@ -247,7 +257,9 @@ async fn each_grouped_call_keeps_its_own_deadline_and_its_own_clean_up() {
         assert!(
             matches!(
                 redis_failure(&error),
-                RedisFailure::CommandTimeout { .. } | RedisFailure::Unreachable { .. }
+                RedisFailure::CommandTimeout { .. }
+                    | RedisFailure::Timeout { .. }
+                    | RedisFailure::Unreachable { .. }
             ),
             "{error:?}"
         );
@@ -289,20 +301,23 @@ async fn a_grouped_call_whose_reply_is_lost_grants_each_member_once() {
     lock.ping().await.unwrap();
     let server_before = command_calls(&redis).await;
     let names = [
-        "lost-alone",
+        "lost-alone-1",
+        "lost-alone-2",
         "lost-grouped-1",
         "lost-grouped-2",
-        "lost-grouped-3",
     ];
     let tasks = while_paused(&redis, &lock, names.len(), async {
-        let mut tasks = vec![acquire(&lock, names[0])];
-        made(&lock, 1).await;
+        let mut tasks = Vec::new();
+        for (i, name) in names[..ALONE].iter().enumerate() {
+            tasks.push(acquire(&lock, name));
+            made(&lock, i as u64 + 1).await;
+        }
         // Only the grouped call carries this marker.
         proxy.arm_trap(
             b"lost-grouped-2",
             TrapAction::SwallowReplyThenClose(Duration::from_millis(150)),
         );
-        tasks.extend(names[1..].iter().map(|name| acquire(&lock, name)));
+        tasks.extend(names[ALONE..].iter().map(|name| acquire(&lock, name)));
         tasks
     })
     .await;
