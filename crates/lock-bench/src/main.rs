@@ -78,6 +78,10 @@ struct Args {
     /// (AcquireOptions::fair); reported as impl `platform-lock-fair`.
     #[arg(long)]
     fair: bool,
+    /// Connect with RedisLockConfig::group_commit (off by default; experimental, see
+    /// docs/performance.md); lines get `"group_commit": true`.
+    #[arg(long)]
+    group_commit: bool,
     /// Install a Prometheus metrics recorder first, as a service exporting the lock's metrics
     /// would; lines get `"metrics_recorder": "prometheus"`. Without it the `metrics` facade has
     /// no recorder and every metric call is a no-op.
@@ -217,7 +221,7 @@ async fn run(args: Args) -> ExitCode {
     } else {
         None
     };
-    let (target, _server) = match &args.redis_url {
+    let (mut target, _server) = match &args.redis_url {
         Some(url) => match Target::parse(url) {
             Ok(target) => (target, None),
             Err(error) => {
@@ -236,6 +240,7 @@ async fn run(args: Args) -> ExitCode {
             }
         },
     };
+    target.group_commit = args.group_commit;
     // One clear error up front rather than the same one from every scenario.
     if let Err(error) = target.command(&["PING"]).await {
         eprintln!("lock-bench: {error}");
@@ -399,7 +404,9 @@ fn runtime_name(flavour: Flavour) -> &'static str {
 }
 
 async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<RedisLock, String> {
-    let mut config = RedisLockConfig::from(target.address.clone()).instance_id("lock-bench");
+    let mut config = RedisLockConfig::from(target.address.clone())
+        .instance_id("lock-bench")
+        .group_commit(target.group_commit);
     if let Some(timeout) = watchdog_timeout {
         config = config.watchdog_timeout(timeout);
     }
@@ -443,5 +450,8 @@ where
         "operations_per_script_call".into(),
         json!((per_script_call * 100.0).round() / 100.0),
     );
+    if target.group_commit {
+        line.insert("group_commit".into(), json!(true));
+    }
     Ok(line)
 }

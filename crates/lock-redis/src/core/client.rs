@@ -111,7 +111,7 @@ impl RedisCore {
         }
         let subscriptions = Subscriptions::start(subscriber, &client);
         let core = Arc::new(RedisCore {
-            group_commit: GroupCommit::new(&client, config.command_timeout),
+            group_commit: GroupCommit::new(&client, config.command_timeout, config.group_commit),
             client,
             subscriptions,
             health,

@@ -81,6 +81,8 @@ struct Shared {
     client: Client,
     runtime: tokio::runtime::Handle,
     clustered: bool,
+    /// Off: every call is sent alone, as without group commit.
+    enabled: bool,
     /// The command timeout: how long a call waits, queued and in flight.
     timeout: Duration,
     /// Slot (0 off a Cluster) → what is in flight there and what waits; an idle slot has no
@@ -118,12 +120,13 @@ struct Queued {
 }
 
 impl GroupCommit {
-    pub(crate) fn new(client: &Client, command_timeout: Duration) -> Self {
+    pub(crate) fn new(client: &Client, command_timeout: Duration, enabled: bool) -> Self {
         GroupCommit {
             shared: Arc::new(Shared {
                 client: client.clone(),
                 runtime: tokio::runtime::Handle::current(),
                 clustered: client.is_clustered(),
+                enabled,
                 timeout: command_timeout,
                 slots: Mutex::default(),
                 calls: AtomicU64::new(0),
@@ -147,6 +150,13 @@ impl GroupCommit {
     ) -> Result<R, Error> {
         let shared = &self.shared;
         shared.calls.fetch_add(1, Ordering::Relaxed);
+        if !shared.enabled {
+            shared.script_calls.fetch_add(1, Ordering::Relaxed);
+            return script
+                .single
+                .evalsha_with_reload(&shared.client, keys, args)
+                .await;
+        }
         let slot = match keys.first() {
             Some(key) if shared.clustered => fred::util::redis_keyslot(key.as_bytes()),
             _ => 0,

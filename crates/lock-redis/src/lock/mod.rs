@@ -354,12 +354,12 @@ impl RedisLock {
         self.inner.watchdog.stats()
     }
 
-    /// How this client's acquire and release calls were grouped since [`connect`](Self::connect)
-    /// (and those of the toolkit on the same connection that group theirs): the calls made, and
-    /// the script calls Redis ran for them. While a call to a slot is in flight, the calls that
-    /// arrive meanwhile wait for it and leave together, one script call per run of calls of one
-    /// script, so under load `calls / script_calls` rises above 1; an idle client sends each call
-    /// on its own.
+    /// How this client's acquire and release calls were grouped since [`connect`](Self::connect):
+    /// the calls made, and the script calls Redis ran for them. With
+    /// [`RedisLockConfig::group_commit`] on, the calls that arrive while two to a slot are in
+    /// flight wait and leave together, one script call per script, so under load
+    /// `calls / script_calls` rises above 1; an idle client sends each call on its own. Off (the
+    /// default), the two are equal.
     ///
     /// # Examples
     ///

@@ -911,9 +911,13 @@ async fn operators_list_every_primary_and_force_release_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouped_calls_are_split_by_slot_on_a_cluster() {
     let cluster = cluster().await;
-    let lock = RedisLock::connect(config(&cluster.url()).command_timeout(Duration::from_secs(20)))
-        .await
-        .unwrap();
+    let lock = RedisLock::connect(
+        config(&cluster.url())
+            .command_timeout(Duration::from_secs(20))
+            .group_commit(true),
+    )
+    .await
+    .unwrap();
     let stem = format!("grouped-{:x}", rand_suffix());
     let first = format!("{stem}-first");
     let slot = local_slot(&lock.redis_key(&first));

@@ -19,7 +19,9 @@ const LONG: Duration = Duration::from_secs(60);
 
 /// A client whose calls outlast the short pauses of these tests by far.
 async fn patient(redis: &RedisServer) -> RedisLock {
-    let config = common::config(redis).command_timeout(Duration::from_secs(20));
+    let config = common::config(redis)
+        .command_timeout(Duration::from_secs(20))
+        .group_commit(true);
     RedisLock::connect(config).await.expect("connect")
 }
 
@@ -233,9 +235,13 @@ async fn a_grouped_call_redis_refuses_fails_every_member_with_the_refusal() {
 async fn each_grouped_call_keeps_its_own_deadline_and_its_own_clean_up() {
     let redis = server().await;
     let timeout = Duration::from_secs(1);
-    let lock = RedisLock::connect(common::config(&redis).command_timeout(timeout))
-        .await
-        .unwrap();
+    let lock = RedisLock::connect(
+        common::config(&redis)
+            .command_timeout(timeout)
+            .group_commit(true),
+    )
+    .await
+    .unwrap();
     let names: Vec<String> = (0..4).map(|i| format!("deadline-{i}")).collect();
     redis.pause().unwrap();
     let once = |name: &str| {
@@ -294,6 +300,7 @@ async fn a_grouped_call_whose_reply_is_lost_grants_each_member_once() {
     let lock = RedisLock::connect(
         lock_redis::RedisLockConfig::new(proxy.url())
             .command_timeout(Duration::from_secs(10))
+            .group_commit(true)
             .instance_id("group-pod"),
     )
     .await
