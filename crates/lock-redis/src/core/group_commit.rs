@@ -14,9 +14,9 @@
 //! acquisition's clean-up, which follows it, relies on that order.
 //!
 //! Per slot (off a Cluster, per client) two calls may be in flight alone — a release and the
-//! attempt of the waiter it wakes travel together — and one group at a time: the next leaves
-//! when the last of its calls is answered. On a Cluster a script's keys must share a slot, so
-//! calls are grouped per slot.
+//! attempt of the waiter it wakes travel together — and two groups: while Redis runs one, the
+//! client answers the other's calls and gathers the next. On a Cluster a script's keys must
+//! share a slot, so calls are grouped per slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +76,10 @@ pub(crate) struct GroupCommit {
 /// attempt of the waiter it wakes travel together, as they did before calls were grouped.
 const ALONE: usize = 2;
 
+/// How many groups to one slot may be in flight at once: while Redis runs one, the client
+/// answers the calls of another and gathers the next, so neither waits for the other.
+const GROUPS: usize = 2;
+
 #[derive(Debug)]
 struct Shared {
     client: Client,
@@ -92,19 +96,24 @@ struct Shared {
     script_calls: AtomicU64,
 }
 
-/// One slot's calls. A call goes alone only while nothing waits and no group is being sent, so
-/// it never overtakes an earlier call; the calls that wait leave as the next group, sent by one
-/// task at a time (`flushing`), once a call in flight is answered.
+/// One slot's calls. A call goes alone only while nothing waits, no group is in flight or being
+/// handed to fred, and fewer than [`ALONE`] calls are alone in flight; so it never overtakes an
+/// earlier call. Otherwise it waits for the slot's flusher, one task that sends what waits as a
+/// group whenever fewer than [`GROUPS`] groups are in flight, in the order the calls were made.
 #[derive(Debug, Default)]
 struct Slot {
     alone: usize,
-    flushing: bool,
+    groups: usize,
+    /// A flusher task runs for this slot; `wake` tells it that calls wait.
+    flusher: Option<Arc<tokio::sync::Notify>>,
+    /// A group taken from `waiting` is being handed to fred.
+    handing_over: bool,
     waiting: Waiting,
 }
 
 impl Slot {
     fn idle(&self) -> bool {
-        self.alone == 0 && !self.flushing && self.waiting.is_empty()
+        self.alone == 0 && self.flusher.is_none() && self.waiting.is_empty()
     }
 }
 
@@ -136,7 +145,7 @@ impl GroupCommit {
     }
 
     /// Runs `script` with `keys` (at least one; on a Cluster all in one slot) and `args`: at
-    /// once when the slot is idle or has one call in flight, else with the next group.
+    /// once when the slot is idle or has one call in flight, else with a group.
     ///
     /// # Errors
     /// The call's error reply, or the failure of the script call that carried it; a call that
@@ -164,7 +173,11 @@ impl GroupCommit {
         let queued = {
             let mut slots = shared.lock();
             let state = slots.entry(slot).or_default();
-            if !state.flushing && state.waiting.is_empty() && state.alone < ALONE {
+            if state.waiting.is_empty()
+                && state.groups == 0
+                && !state.handing_over
+                && state.alone < ALONE
+            {
                 state.alone += 1;
                 Ok((keys, args))
             } else {
@@ -175,13 +188,20 @@ impl GroupCommit {
                     args,
                     reply,
                 });
+                match &state.flusher {
+                    Some(wake) => wake.notify_one(),
+                    None => {
+                        let wake = Arc::new(tokio::sync::Notify::new());
+                        state.flusher = Some(Arc::clone(&wake));
+                        shared.runtime.spawn(Arc::clone(shared).flush(slot, wake));
+                    }
+                }
                 Err(replied)
             }
         };
         match queued {
             Ok((keys, args)) => {
-                // Sends the calls that queued meanwhile when this one ends, answered or not.
-                let _turn = Turn {
+                let _alone = Alone {
                     shared: Arc::clone(shared),
                     slot,
                 };
@@ -222,57 +242,85 @@ impl GroupCommit {
     }
 }
 
-/// A call sent alone: when it ends, the calls that queued behind it leave as a group (unless a
-/// group is being sent already), or the slot goes idle.
-struct Turn {
+/// A call sent alone, counted in its slot until it ends (answered or not).
+struct Alone {
     shared: Arc<Shared>,
     slot: u16,
 }
 
-impl Drop for Turn {
+impl Drop for Alone {
     fn drop(&mut self) {
-        let group = {
-            let mut slots = self.shared.lock();
-            let Some(state) = slots.get_mut(&self.slot) else {
-                return;
-            };
+        let mut slots = self.shared.lock();
+        if let Some(state) = slots.get_mut(&self.slot) {
             state.alone -= 1;
-            if !state.flushing && !state.waiting.is_empty() {
-                state.flushing = true;
-                std::mem::take(&mut state.waiting)
-            } else {
-                if state.idle() {
-                    slots.remove(&self.slot);
-                }
-                return;
+            if state.idle() {
+                slots.remove(&self.slot);
             }
-        };
-        let shared = Arc::clone(&self.shared);
-        let slot = self.slot;
-        self.shared.runtime.spawn(async move {
-            let mut group = group;
-            loop {
-                shared.send(group).await;
-                let mut slots = shared.lock();
-                let Some(state) = slots.get_mut(&slot) else {
-                    return;
-                };
-                if state.waiting.is_empty() {
-                    state.flushing = false;
-                    if state.idle() {
-                        slots.remove(&slot);
-                    }
-                    return;
-                }
-                group = std::mem::take(&mut state.waiting);
-            }
-        });
+        }
     }
 }
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, Slot>> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The flusher of `slot`: sends what waits as a group while fewer than [`GROUPS`] are in
+    /// flight, each handed to fred before the next is taken (so they reach Redis in order), and
+    /// ends when nothing waits or is in flight.
+    async fn flush(self: Arc<Self>, slot: u16, wake: Arc<tokio::sync::Notify>) {
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        loop {
+            if in_flight.len() < GROUPS {
+                let group = {
+                    let mut slots = self.lock();
+                    let state = slots.entry(slot).or_default();
+                    if state.waiting.is_empty() {
+                        None
+                    } else {
+                        state.handing_over = true;
+                        state.groups += 1;
+                        Some(std::mem::take(&mut state.waiting))
+                    }
+                };
+                if let Some(group) = group {
+                    let mut sending = Box::pin(self.send(group));
+                    // The first poll hands every script call of the group to fred.
+                    let pending = futures::poll!(sending.as_mut()).is_pending();
+                    let mut slots = self.lock();
+                    let state = slots.entry(slot).or_default();
+                    state.handing_over = false;
+                    if pending {
+                        in_flight.push(sending);
+                    } else {
+                        state.groups -= 1;
+                    }
+                    continue;
+                }
+            }
+            if in_flight.is_empty() {
+                let mut slots = self.lock();
+                let state = slots.entry(slot).or_default();
+                if state.waiting.is_empty() {
+                    state.flusher = None;
+                    if state.idle() {
+                        slots.remove(&slot);
+                    }
+                    return;
+                }
+                continue;
+            }
+            let room = in_flight.len() < GROUPS;
+            tokio::select! {
+                Some(()) = futures::StreamExt::next(&mut in_flight) => {
+                    self.lock().entry(slot).or_default().groups -= 1;
+                    // Lets the calls just answered make their next ones before the next
+                    // group is taken.
+                    tokio::task::yield_now().await;
+                }
+                () = wake.notified(), if room => {}
+            }
+        }
     }
 
     /// Sends a group — one script call per script (at most [`MAX_GROUP`] calls each), all at

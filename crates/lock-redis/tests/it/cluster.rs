@@ -927,6 +927,10 @@ async fn grouped_calls_are_split_by_slot_on_a_cluster() {
         .map(|i| local_slot(&lock.redis_key(&format!("{stem}-probe-{i}"))))
         .find(|s| *s != slot && owner_of(&map, *s) == port)
         .unwrap();
+    // Four sent one at a time (two alone, two groups of one: the slot's limit), then three
+    // more in the same slot, which wait, and three in the other, which do not.
+    let mut sent_first = vec![first];
+    sent_first.extend(names_in_slot(&lock, slot, &format!("{stem}-sent"), 3));
     let mut rest = names_in_slot(&lock, slot, &format!("{stem}-same"), 3);
     rest.extend(names_in_slot(
         &lock,
@@ -943,11 +947,14 @@ async fn grouped_calls_are_split_by_slot_on_a_cluster() {
             (name, handle)
         })
     };
-    let made = |calls: u64| {
+    let made = |calls: u64, script_calls: u64| {
         let lock = lock.clone();
         async move {
-            let reached =
-                eventually(SLACK, || async { lock.script_call_counts().calls >= calls }).await;
+            let reached = eventually(SLACK, || async {
+                let counts = lock.script_call_counts();
+                counts.calls >= calls && counts.script_calls >= script_calls
+            })
+            .await;
             assert!(reached, "{:?}", lock.script_call_counts());
         }
     };
@@ -955,10 +962,13 @@ async fn grouped_calls_are_split_by_slot_on_a_cluster() {
     // Paused for the milliseconds it takes to make the calls: far below the node timeout.
     let node = cluster.node(port).unwrap();
     node.pause().unwrap();
-    let mut tasks = vec![acquire(&first)];
-    made(1).await;
+    let mut tasks = Vec::new();
+    for (i, name) in sent_first.iter().enumerate() {
+        tasks.push(acquire(name));
+        made(i as u64 + 1, i as u64 + 1).await;
+    }
     tasks.extend(rest.iter().map(|name| acquire(name)));
-    made(7).await;
+    made(10, 0).await;
     node.resume().unwrap();
     for task in tasks {
         let (name, handle) = task.await.unwrap();
@@ -973,19 +983,18 @@ async fn grouped_calls_are_split_by_slot_on_a_cluster() {
         );
         assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
     }
-    // Per slot, the first two alone (a slot has up to two calls in flight alone) and the rest
-    // as one: 4 acquisitions in 3 script calls in the first slot, 3 in 3 in the other; then
-    // the 7 releases, one after the other.
+    // The first slot: 4 script calls, then the 3 that waited as one; the other: two alone and
+    // one group of one; then the 10 releases, one after the other.
     let counts = lock.script_call_counts();
     assert_eq!(
         (counts.calls, counts.script_calls),
-        (7 + 7, 6 + 7),
+        (10 + 10, 5 + 3 + 10),
         "{counts:?}"
     );
     let acquires = delta(&server_before, &calls_on(&cluster, port).await, "evalsha");
     assert_eq!(
         acquires,
-        6 + 7,
+        5 + 3 + 10,
         "script calls on the node serving both slots"
     );
 }

@@ -1,11 +1,12 @@
 //! Group commit: the acquisitions and releases a client makes while its script calls are in
-//! flight wait for them and go to Redis together. Redis is paused (SIGSTOP) while they are made,
-//! so they queue behind the first two (a slot has up to two calls in flight alone) whatever the
-//! machine's speed, and each test knows exactly which calls were grouped.
+//! flight wait and go to Redis together. Redis is paused (SIGSTOP) while they are made, and each
+//! test makes its first calls one at a time, each once the one before was sent, so it knows
+//! exactly which calls went alone, which groups are in flight, and which calls wait — whatever
+//! the machine's speed.
 
 use crate::common;
 
-use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually, redis_failure, server};
@@ -16,6 +17,15 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const LONG: Duration = Duration::from_secs(60);
+
+/// The calls to one slot that go alone when nothing waits and no group is in flight.
+const ALONE: usize = 2;
+/// The groups to one slot in flight at once.
+const GROUPS: usize = 2;
+/// Calls sent before Redis answers any: [`ALONE`] alone, then [`GROUPS`] groups of one each
+/// when made one at a time. The calls made after them wait, and leave as one group when Redis
+/// answers: `n` calls take `SENT_FIRST + 1` script calls.
+const SENT_FIRST: usize = ALONE + GROUPS;
 
 /// A client whose calls outlast the short pauses of these tests by far.
 async fn patient(redis: &RedisServer) -> RedisLock {
@@ -30,9 +40,44 @@ async fn made(lock: &RedisLock, calls: u64) {
     let reached = eventually(SLACK, || async { lock.script_call_counts().calls >= calls }).await;
     assert!(
         reached,
-        "only {:?} of {calls} calls made",
+        "{:?}: not {calls} calls",
         lock.script_call_counts()
     );
+}
+
+/// Waits until `lock` has sent `script_calls` script calls in all.
+async fn sent(lock: &RedisLock, script_calls: u64) {
+    let reached = eventually(SLACK, || async {
+        lock.script_call_counts().script_calls >= script_calls
+    })
+    .await;
+    assert!(
+        reached,
+        "{:?}: not {script_calls} script calls",
+        lock.script_call_counts()
+    );
+}
+
+/// Starts `count` tasks (`start(i)`, each making one call) while `redis` is paused: the first
+/// [`SENT_FIRST`] one at a time, each once the one before was sent, then the others together;
+/// resumes Redis once all calls are made.
+async fn start_paused<T>(
+    redis: &RedisServer,
+    lock: &RedisLock,
+    count: usize,
+    start: impl Fn(usize) -> JoinHandle<T>,
+) -> Vec<JoinHandle<T>> {
+    let before = lock.script_call_counts();
+    redis.pause().unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..count.min(SENT_FIRST) {
+        tasks.push(start(i));
+        sent(lock, before.script_calls + i as u64 + 1).await;
+    }
+    tasks.extend((SENT_FIRST..count).map(&start));
+    made(lock, before.calls + count as u64).await;
+    redis.resume().unwrap();
+    tasks
 }
 
 fn acquire(lock: &RedisLock, name: &str) -> JoinHandle<Result<LockHandle, LockError>> {
@@ -40,43 +85,13 @@ fn acquire(lock: &RedisLock, name: &str) -> JoinHandle<Result<LockHandle, LockEr
     tokio::spawn(async move { lock.acquire(&name, Lease::Fixed(LONG)).await })
 }
 
-/// The calls to one slot that go alone, without waiting, when nothing is queued.
-const ALONE: usize = 2;
-
-/// Runs `start` while `redis` is paused: the first [`ALONE`] calls it makes are sent (and wait
-/// in the socket), the others queue behind them; then Redis resumes.
-async fn while_paused<T>(
-    redis: &RedisServer,
-    lock: &RedisLock,
-    calls: usize,
-    start: impl Future<Output = T>,
-) -> T {
-    let before = lock.script_call_counts().calls;
-    redis.pause().unwrap();
-    let started = start.await;
-    made(lock, before + calls as u64).await;
-    redis.resume().unwrap();
-    started
-}
-
-/// Spawns an acquisition of each of `names` while Redis is paused: the first [`ALONE`] one at a
-/// time (so they are the ones sent alone), then the others together.
+/// Acquires each of `names` with [`start_paused`].
 async fn acquire_grouped(
     redis: &RedisServer,
     lock: &RedisLock,
     names: &[&str],
 ) -> Vec<Result<LockHandle, LockError>> {
-    let tasks = while_paused(redis, lock, names.len(), async {
-        let mut tasks = Vec::new();
-        for name in &names[..ALONE] {
-            let calls = lock.script_call_counts().calls;
-            tasks.push(acquire(lock, name));
-            made(lock, calls + 1).await;
-        }
-        tasks.extend(names[ALONE..].iter().map(|name| acquire(lock, name)));
-        tasks
-    })
-    .await;
+    let tasks = start_paused(redis, lock, names.len(), |i| acquire(lock, names[i])).await;
     let mut results = Vec::new();
     for task in tasks {
         results.push(task.await.unwrap());
@@ -106,11 +121,14 @@ async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_i
     assert_eq!(counts.calls - counts_before.calls, 8);
     assert_eq!(
         counts.script_calls - counts_before.script_calls,
-        3,
-        "two alone, the six behind them as one"
+        SENT_FIRST as u64 + 1,
+        "two alone, two groups of one, the four behind them as one"
     );
     let server_after = command_calls(&redis).await;
-    assert_eq!(delta(&server_before, &server_after, "evalsha"), 3);
+    assert_eq!(
+        delta(&server_before, &server_after, "evalsha"),
+        SENT_FIRST as u64 + 1
+    );
     // Each got its own grant: its own key, owner and fencing token.
     for (name, handle) in names.iter().zip(&handles) {
         assert_eq!(handle.key(), *name);
@@ -121,16 +139,10 @@ async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_i
     }
 
     // Releases group the same way, each owner-checked on its own key.
-    let released = while_paused(&redis, &lock, 8, async {
-        let mut handles = handles.into_iter();
-        let mut tasks = Vec::new();
-        for handle in handles.by_ref().take(ALONE) {
-            let calls = lock.script_call_counts().calls;
-            tasks.push(tokio::spawn(handle.release()));
-            made(&lock, calls + 1).await;
-        }
-        tasks.extend(handles.map(|handle| tokio::spawn(handle.release())));
-        tasks
+    let handles = Mutex::new(handles.into_iter().map(Some).collect::<Vec<_>>());
+    let released = start_paused(&redis, &lock, names.len(), |i| {
+        let handle = handles.lock().unwrap()[i].take().unwrap();
+        tokio::spawn(handle.release())
     })
     .await;
     for task in released {
@@ -138,7 +150,7 @@ async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_i
     }
     assert_eq!(
         lock.script_call_counts().script_calls - counts.script_calls,
-        3
+        SENT_FIRST as u64 + 1
     );
     for name in &names {
         let tombstone = value(&redis, &lock.redis_key(name)).await;
@@ -158,24 +170,27 @@ async fn an_error_in_one_grouped_call_is_that_calls_alone() {
     let results = acquire_grouped(
         &redis,
         &lock,
-        &["first", "second", "a-hash", "between", "a-text", "last"],
+        &[
+            "sent-1", "sent-2", "sent-3", "sent-4", "a-hash", "between", "a-text", "last",
+        ],
     )
     .await;
-    // The two refused acquisitions each hand back a possible grant, as they would alone.
-    made(&lock, before.calls + 8).await;
+    // The two refused acquisitions, in the last group, each hand back a possible grant, as
+    // they would alone.
+    made(&lock, before.calls + 10).await;
     let script_calls = lock.script_call_counts().script_calls - before.script_calls;
     assert!(
-        (4..=5).contains(&script_calls),
-        "{script_calls} script calls: 3 for the six acquisitions, 1 or 2 for the clean-ups"
+        (6..=7).contains(&script_calls),
+        "{script_calls} script calls: 5 for the eight acquisitions, 1 or 2 for the clean-ups"
     );
     let refusal = |i: usize| {
         let error = results[i].as_ref().expect_err("refused");
         redis_failure(error).refusal().map(|r| r.as_str())
     };
     // The same refusals as alone (see redis_errors.rs).
-    assert_eq!(refusal(2), Some("wrong_type"));
-    assert_eq!(refusal(4), Some("not_a_lock"));
-    let RedisFailure::Refused { message, .. } = redis_failure(results[4].as_ref().unwrap_err())
+    assert_eq!(refusal(4), Some("wrong_type"));
+    assert_eq!(refusal(6), Some("not_a_lock"));
+    let RedisFailure::Refused { message, .. } = redis_failure(results[6].as_ref().unwrap_err())
     else {
         unreachable!()
     };
@@ -183,7 +198,7 @@ async fn an_error_in_one_grouped_call_is_that_calls_alone() {
         message.starts_with("LOCKVALUE") && message.contains(&text),
         "{message}"
     );
-    for i in [0, 1, 3, 5] {
+    for i in [0, 1, 2, 3, 5, 7] {
         let handle = results[i]
             .as_ref()
             .expect("granted, next to the refused ones");
@@ -204,7 +219,9 @@ async fn a_grouped_call_redis_refuses_fails_every_member_with_the_refusal() {
         .cmd(&["CONFIG", "SET", "maxmemory", "1"])
         .await
         .unwrap();
-    let results = acquire_grouped(&redis, &lock, &["oom-0", "oom-1", "oom-2", "oom-3"]).await;
+    let names: Vec<String> = (0..6).map(|i| format!("oom-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let results = acquire_grouped(&redis, &lock, &names).await;
     redis
         .cmd(&["CONFIG", "SET", "maxmemory", "0"])
         .await
@@ -217,12 +234,9 @@ async fn a_grouped_call_redis_refuses_fails_every_member_with_the_refusal() {
             "{error}"
         );
     }
-    for i in 0..4 {
+    for name in &names {
         assert_eq!(
-            redis
-                .cmd(&["EXISTS", &lock.redis_key(&format!("oom-{i}"))])
-                .await
-                .unwrap(),
+            redis.cmd(&["EXISTS", &lock.redis_key(name)]).await.unwrap(),
             "0"
         );
     }
@@ -307,27 +321,20 @@ async fn a_grouped_call_whose_reply_is_lost_grants_each_member_once() {
     .unwrap();
     lock.ping().await.unwrap();
     let server_before = command_calls(&redis).await;
+    // Only the last group's calls carry the marker.
     let names = [
-        "lost-alone-1",
-        "lost-alone-2",
+        "lost-sent-1",
+        "lost-sent-2",
+        "lost-sent-3",
+        "lost-sent-4",
         "lost-grouped-1",
         "lost-grouped-2",
     ];
-    let tasks = while_paused(&redis, &lock, names.len(), async {
-        let mut tasks = Vec::new();
-        for (i, name) in names[..ALONE].iter().enumerate() {
-            tasks.push(acquire(&lock, name));
-            made(&lock, i as u64 + 1).await;
-        }
-        // Only the grouped call carries this marker.
-        proxy.arm_trap(
-            b"lost-grouped-2",
-            TrapAction::SwallowReplyThenClose(Duration::from_millis(150)),
-        );
-        tasks.extend(names[ALONE..].iter().map(|name| acquire(&lock, name)));
-        tasks
-    })
-    .await;
+    proxy.arm_trap(
+        b"lost-grouped-2",
+        TrapAction::SwallowReplyThenClose(Duration::from_millis(150)),
+    );
+    let tasks = start_paused(&redis, &lock, names.len(), |i| acquire(&lock, names[i])).await;
     for (name, task) in names.iter().zip(tasks) {
         let handle = task.await.unwrap().expect("granted, once");
         assert_eq!(
@@ -338,7 +345,7 @@ async fn a_grouped_call_whose_reply_is_lost_grants_each_member_once() {
     }
     assert!(!proxy.trap_armed(), "the trap never fired");
     assert!(
-        delta(&server_before, &command_calls(&redis).await, "evalsha") >= 3,
+        delta(&server_before, &command_calls(&redis).await, "evalsha") > SENT_FIRST as u64 + 1,
         "the grouped call was not re-sent"
     );
 }
