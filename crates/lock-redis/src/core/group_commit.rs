@@ -144,8 +144,11 @@ impl GroupCommit {
         }
     }
 
-    /// Runs `script` with `keys` (at least one; on a Cluster all in one slot) and `args`: at
-    /// once when the slot is idle or has one call in flight, else with a group.
+    /// Runs `script` with the keys and arguments `call` builds (at least one key; on a Cluster
+    /// all in one slot): at once when the slot is idle or has one call in flight, else with a
+    /// group. `call` builds them again for the one retry after a `NOSCRIPT` (a `SCRIPT FLUSH`, a
+    /// failover to a server that never saw the script), which loads both forms first: sending
+    /// keeps no copy, as fred's `evalsha_with_reload` does for every call.
     ///
     /// # Errors
     /// The call's error reply, or the failure of the script call that carried it; a call that
@@ -154,16 +157,33 @@ impl GroupCommit {
     pub(crate) async fn call<R: FromValue>(
         &self,
         script: &'static GroupedScript,
+        call: impl Fn() -> (Vec<Key>, Vec<Value>),
+    ) -> Result<R, Error> {
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        let (keys, args) = call();
+        let reply = match self.call_once(script, keys, args).await {
+            Err(error) if error.details().starts_with("NOSCRIPT") => {
+                script.load(&self.shared.client).await?;
+                let (keys, args) = call();
+                self.call_once(script, keys, args).await
+            }
+            reply => reply,
+        };
+        reply?.convert()
+    }
+
+    async fn call_once(
+        &self,
+        script: &'static GroupedScript,
         keys: Vec<Key>,
         args: Vec<Value>,
-    ) -> Result<R, Error> {
+    ) -> Result<Value, Error> {
         let shared = &self.shared;
-        shared.calls.fetch_add(1, Ordering::Relaxed);
         if !shared.enabled {
             shared.script_calls.fetch_add(1, Ordering::Relaxed);
-            return script
-                .single
-                .evalsha_with_reload(&shared.client, keys, args)
+            return shared
+                .client
+                .evalsha(script.single.sha1().clone(), keys, args)
                 .await;
         }
         let slot = match keys.first() {
@@ -206,9 +226,9 @@ impl GroupCommit {
                     slot,
                 };
                 shared.script_calls.fetch_add(1, Ordering::Relaxed);
-                script
-                    .single
-                    .evalsha_with_reload(&shared.client, keys, args)
+                shared
+                    .client
+                    .evalsha(script.single.sha1().clone(), keys, args)
                     .await
             }
             Err(replied) => {
@@ -218,7 +238,7 @@ impl GroupCommit {
                     tokio::time::timeout(shared.timeout, replied).await
                 };
                 match reply {
-                    Ok(Ok(reply)) => reply?.convert(),
+                    Ok(Ok(reply)) => reply,
                     Ok(Err(_)) => Err(Error::new(
                         ErrorKind::Canceled,
                         "the grouped call was dropped before it was answered",
@@ -324,7 +344,7 @@ impl Shared {
     }
 
     /// Sends a group — one script call per script (at most [`MAX_GROUP`] calls each), all at
-    /// once — and answers every call.
+    /// once — and answers every call (a `NOSCRIPT` too: [`GroupCommit::call`] retries it).
     async fn send(&self, group: Waiting) {
         let runs = runs(group);
         futures::future::join_all(runs.into_iter().map(|run| self.send_run(run))).await;
@@ -337,9 +357,9 @@ impl Shared {
             let Queued {
                 keys, args, reply, ..
             } = run.remove(0);
-            let replied = script
-                .single
-                .evalsha_with_reload(&self.client, keys, args)
+            let replied = self
+                .client
+                .evalsha(script.single.sha1().clone(), keys, args)
                 .await;
             let _ = reply.send(replied);
             return;
@@ -355,9 +375,10 @@ impl Shared {
             args.extend(queued.args);
             callers.push(queued.reply);
         }
-        let replied: Result<Vec<Value>, Error> = script
-            .grouped
-            .evalsha_with_reload(&self.client, keys, args)
+        // A NOSCRIPT reaches every member, which loads the script and calls again.
+        let replied: Result<Vec<Value>, Error> = self
+            .client
+            .evalsha(script.grouped.sha1().clone(), keys, args)
             .await;
         match replied {
             Ok(replies) if replies.len() == callers.len() => {

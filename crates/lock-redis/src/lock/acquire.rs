@@ -284,10 +284,7 @@ impl<'a> Acquisition<'a> {
             .max(1);
         let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(u64::MAX));
         let redis_key = self.inner.keys.lock_key(self.name);
-        let mut args: Vec<Value> = vec![
-            self.owner.as_str().into(),
-            i64::try_from(ttl_ms).unwrap_or(i64::MAX).into(),
-        ];
+        let ttl_ms = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
         let hold_ms = i64::try_from(self.hold_at_least.as_millis()).unwrap_or(i64::MAX);
         // Fail fast: while the client knows it is disconnected (a connection attempt failed and
         // none has succeeded since), fred would hold the command until it reconnects or the
@@ -308,17 +305,25 @@ impl<'a> Acquisition<'a> {
         self.outcome_unknown = true;
         let reply = match fair {
             None => {
-                args.push(hold_ms.into());
-                let keys = vec![Key::from(redis_key.as_str())];
+                let call = || {
+                    let args = vec![self.owner.as_str().into(), ttl_ms.into(), hold_ms.into()];
+                    (vec![Key::from(redis_key.as_str())], args)
+                };
                 self.inner
                     .core
                     .group_commit
-                    .call(self.inner.scripts.acquire, keys, args)
+                    .call(self.inner.scripts.acquire, call)
                     .await
             }
             Some((call, place_ttl)) => {
                 let place_ms = i64::try_from(place_ttl.as_millis()).unwrap_or(i64::MAX);
-                args.extend([place_ms.max(1).into(), call.as_str().into(), hold_ms.into()]);
+                let args: Vec<Value> = vec![
+                    self.owner.as_str().into(),
+                    ttl_ms.into(),
+                    place_ms.max(1).into(),
+                    call.as_str().into(),
+                    hold_ms.into(),
+                ];
                 // Queued (maybe) from here until a reply says otherwise.
                 self.queued |= call == FairCall::Wait;
                 self.inner

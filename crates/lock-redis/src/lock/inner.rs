@@ -49,24 +49,27 @@ impl Inner {
         owner: &str,
         token: Option<u64>,
     ) -> Result<ReleaseOutcome, LockError> {
-        // The fair queue keys too: the release message names the first fair waiter.
-        let keys = self
-            .keys
-            .fair_keys(name)
-            .into_iter()
-            .map(Key::from)
-            .collect();
         let channel = self.keys.release_channel(name);
-        let args: Vec<Value> = vec![
-            owner.into(),
-            channel.as_str().into(),
-            (TOMBSTONE_TTL.as_millis() as i64).into(),
-            if token.is_some() { "hold" } else { "free" }.into(),
-        ];
+        let call = || {
+            // The fair queue keys too: the release message names the first fair waiter.
+            let keys = self
+                .keys
+                .fair_keys(name)
+                .into_iter()
+                .map(Key::from)
+                .collect();
+            let args: Vec<Value> = vec![
+                owner.into(),
+                channel.as_str().into(),
+                (TOMBSTONE_TTL.as_millis() as i64).into(),
+                Value::from_static_str(if token.is_some() { "hold" } else { "free" }),
+            ];
+            (keys, args)
+        };
         let release = self
             .core
             .group_commit
-            .call::<i64>(self.scripts.release, keys, args);
+            .call::<i64>(self.scripts.release, call);
         let mut release = std::pin::pin!(release);
         // The first poll queues the release on the connection. Waking this client's next waiter
         // now lets its attempt travel right behind the release — Redis runs one connection's

@@ -349,3 +349,22 @@ async fn a_grouped_call_whose_reply_is_lost_grants_each_member_once() {
         "the grouped call was not re-sent"
     );
 }
+
+/// After `SCRIPT FLUSH` every call of a group, and the group itself, meets `NOSCRIPT`: each
+/// member loads the script and calls once more, and is granted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_calls_survive_a_script_flush() {
+    let redis = server().await;
+    let lock = patient(&redis).await;
+    redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
+    let names: Vec<String> = (0..7).map(|i| format!("flushed-{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let results = acquire_grouped(&redis, &lock, &names).await;
+    for (name, result) in names.iter().zip(results) {
+        let handle = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            value(&redis, &lock.redis_key(name)).await,
+            format!("H|{}|{}", handle.fencing_token(), handle.owner())
+        );
+    }
+}
