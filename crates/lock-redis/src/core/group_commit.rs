@@ -2,7 +2,8 @@
 //! wait for its reply and then go to Redis together, the calls of each script as a single script
 //! call (`group_commit.lua` runs the script once per call). An idle client sends a call at once,
 //! as it would without this; a busy one sends one command, one write and one script run for
-//! many calls instead of one each.
+//! many calls instead of one each. Off unless `RedisLockConfig::group_commit` turns it on: it
+//! has not yet made the lock faster (docs/performance.md).
 //!
 //! What each call keeps: its own deadline (the command timeout from when it was made, queued or
 //! not), its own reply or error (an error inside one call is that call's alone; a failure of the

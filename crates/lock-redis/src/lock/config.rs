@@ -264,10 +264,10 @@ impl RedisLockConfig {
 
     /// Groups the acquire and release calls made while earlier ones are in flight into one
     /// script call per script (see docs/design.md, "Group commit"). **Off by default, and
-    /// experimental**: it cuts script calls by about 13× under 32 parallel workers, but with one
-    /// group in flight at a time the client and Redis take turns instead of working together,
-    /// and throughput fell to about 0.65× (docs/performance.md). Every guarantee holds with it
-    /// on; the tests run it against real Redis.
+    /// experimental**: under 32 parallel workers it cuts script calls 8-fold, but the client and
+    /// Redis end up taking turns, and throughput fell to 0.7–0.8× of the ungrouped
+    /// (docs/performance.md). Every guarantee holds with it on; the tests run it against real
+    /// Redis.
     pub fn group_commit(mut self, enabled: bool) -> Self {
         self.group_commit = enabled;
         self
