@@ -1,6 +1,6 @@
-//! Group commit: the script calls a client makes to one slot while an earlier one is in flight
-//! wait for its reply and then go to Redis together, the calls of each script as a single script
-//! call (`group_commit.lua` runs the script once per call). An idle client sends a call at once,
+//! Group commit: the script calls a client makes to one slot while the slot is busy (see below)
+//! wait and then go to Redis together, the calls of each script as a single script call
+//! (`group_commit.lua` runs the script once per call). An idle client sends a call at once,
 //! as it would without this; a busy one sends one command, one write and one script run for
 //! many calls instead of one each. Off unless `RedisLockConfig::group_commit` turns it on: it
 //! has not yet made the lock faster (docs/performance.md).
@@ -59,10 +59,13 @@ impl GroupedScript {
         }
     }
 
-    /// Loads both forms, so neither needs a reload on first use.
-    pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
+    /// Loads the script, and its grouped form when calls are `grouped`, so neither needs a
+    /// reload on first use.
+    pub(crate) async fn load(&self, client: &Client, grouped: bool) -> Result<(), Error> {
         self.single.load(client).await?;
-        self.grouped.load(client).await?;
+        if grouped {
+            self.grouped.load(client).await?;
+        }
         Ok(())
     }
 }
@@ -148,7 +151,7 @@ impl GroupCommit {
     /// Runs `script` with the keys and arguments `call` builds (at least one key; on a Cluster
     /// all in one slot): at once when the slot is idle or has one call in flight, else with a
     /// group. `call` builds them again for the one retry after a `NOSCRIPT` (a `SCRIPT FLUSH`, a
-    /// failover to a server that never saw the script), which loads both forms first: sending
+    /// failover to a server that never saw the script), which loads the script first: sending
     /// keeps no copy, as fred's `evalsha_with_reload` does for every call.
     ///
     /// # Errors
@@ -164,7 +167,9 @@ impl GroupCommit {
         let (keys, args) = call();
         let reply = match self.call_once(script, keys, args).await {
             Err(error) if error.details().starts_with("NOSCRIPT") => {
-                script.load(&self.shared.client).await?;
+                script
+                    .load(&self.shared.client, self.shared.enabled)
+                    .await?;
                 let (keys, args) = call();
                 self.call_once(script, keys, args).await
             }
@@ -447,8 +452,10 @@ fn runs(group: Waiting) -> Vec<Waiting> {
         .collect()
 }
 
-/// One call's part of a grouped reply: `{1, reply}` or `{0, error message}` (the message as
-/// Redis would have sent it as an error reply, classified as fred classifies those).
+/// One call's part of a grouped reply: `{1, reply}` or `{0, error message}`. The message is
+/// the error reply Redis would have sent for the call alone; it gets the kind fred gives most
+/// error replies, and [`Refusal`](crate::core::error::Refusal) reads the code from the message,
+/// so the call fails with the refusal it would have had alone.
 fn one_reply(reply: Value) -> Result<Value, Error> {
     let malformed = || {
         Error::new(
@@ -467,13 +474,7 @@ fn one_reply(reply: Value) -> Result<Value, Error> {
         Some(1) => Ok(value),
         Some(0) => {
             let message = value.as_string().unwrap_or_default();
-            let kind = match message.split_whitespace().next() {
-                Some("WRONGTYPE") => ErrorKind::InvalidArgument,
-                Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
-                Some("MOVED" | "ASK" | "CLUSTERDOWN") => ErrorKind::Cluster,
-                _ => ErrorKind::Unknown,
-            };
-            Err(Error::new(kind, message))
+            Err(Error::new(ErrorKind::Unknown, message))
         }
         _ => Err(malformed()),
     }
@@ -482,6 +483,71 @@ fn one_reply(reply: Value) -> Result<Value, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::error::Refusal;
+
+    static ACQUIRE: std::sync::LazyLock<GroupedScript> =
+        std::sync::LazyLock::new(|| GroupedScript::new("return 1"));
+    static RELEASE: std::sync::LazyLock<GroupedScript> =
+        std::sync::LazyLock::new(|| GroupedScript::new("return 2"));
+
+    fn queued(script: &'static GroupedScript, key: &str) -> Queued {
+        Queued {
+            script,
+            keys: vec![Key::from(key)],
+            args: vec![Value::from(key)],
+            reply: oneshot::channel().0,
+        }
+    }
+
+    /// (script, first key) of each call of each run.
+    fn shape(runs: &[Waiting]) -> Vec<Vec<(u8, String)>> {
+        runs.iter()
+            .map(|run| {
+                run.iter()
+                    .map(|q| {
+                        let script = if std::ptr::eq(q.script, &*ACQUIRE) {
+                            b'a'
+                        } else {
+                            b'r'
+                        };
+                        (script, q.keys[0].as_str().unwrap().to_owned())
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_group_goes_by_script_unless_a_key_has_calls_of_two_scripts() {
+        let (a, r) = (&*ACQUIRE, &*RELEASE);
+        let by_script = runs(vec![queued(a, "k1"), queued(r, "k2"), queued(a, "k3")]);
+        assert_eq!(
+            shape(&by_script),
+            [
+                vec![(b'a', "k1".into()), (b'a', "k3".into())],
+                vec![(b'r', "k2".into())]
+            ]
+        );
+        // A release of k2 and the next attempt on k2: consecutive runs keep their order.
+        let in_order = runs(vec![queued(a, "k1"), queued(r, "k2"), queued(a, "k2")]);
+        assert_eq!(
+            shape(&in_order),
+            [
+                vec![(b'a', "k1".into())],
+                vec![(b'r', "k2".into())],
+                vec![(b'a', "k2".into())]
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_run_is_split_at_the_group_limit() {
+        let group = (0..MAX_GROUP * 2 + 1)
+            .map(|i| queued(&ACQUIRE, &format!("k{i}")))
+            .collect();
+        let sizes: Vec<usize> = runs(group).iter().map(Vec::len).collect();
+        assert_eq!(sizes, [MAX_GROUP, MAX_GROUP, 1]);
+    }
 
     #[test]
     fn the_flags_line_stays_first_and_the_rest_is_wrapped() {
@@ -508,12 +574,12 @@ mod tests {
         );
         let wrong_type = Value::Array(vec![0.into(), "WRONGTYPE Operation against a key".into()]);
         let error = one_reply(wrong_type).unwrap_err();
-        assert_eq!(*error.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(Refusal::of_reply(&error), Some(Refusal::WrongType));
         assert_eq!(error.details(), "WRONGTYPE Operation against a key");
         let not_a_lock = Value::Array(vec![0.into(), "LOCKVALUE the key k".into()]);
         assert_eq!(
-            *one_reply(not_a_lock).unwrap_err().kind(),
-            ErrorKind::Unknown
+            Refusal::of_reply(&one_reply(not_a_lock).unwrap_err()),
+            Some(Refusal::NotALock)
         );
         for malformed in [
             Value::Null,

@@ -142,7 +142,7 @@ impl RedisLock {
         let scripts = Scripts::new();
         let (core, answered) = RedisCore::connect(&config.endpoint()?).await?;
         if answered {
-            if let Err(error) = scripts.load(&core.client).await {
+            if let Err(error) = scripts.load(&core.client, config.group_commit).await {
                 tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
             }
             acquire::check_replica_count(&core.client, config.min_replicas).await;

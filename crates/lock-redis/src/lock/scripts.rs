@@ -92,11 +92,12 @@ impl Scripts {
         }
     }
 
-    /// Loads every script, so the first acquisitions need no reload (on a Cluster, a reload
-    /// goes to every primary, and would fail while any one is unreachable).
-    pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
-        self.acquire.load(client).await?;
-        self.release.load(client).await?;
+    /// Loads every script — and the grouped forms when calls are `grouped`
+    /// (`RedisLockConfig::group_commit`) — so the first acquisitions need no reload (on a
+    /// Cluster, a reload goes to every primary, and would fail while any one is unreachable).
+    pub(crate) async fn load(&self, client: &Client, grouped: bool) -> Result<(), Error> {
+        self.acquire.load(client, grouped).await?;
+        self.release.load(client, grouped).await?;
         for script in [&self.renew, &self.fair_acquire, &self.fair_leave] {
             script.load(client).await?;
         }

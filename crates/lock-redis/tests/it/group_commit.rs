@@ -104,7 +104,7 @@ async fn value(redis: &RedisServer, key: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_made_while_one_is_in_flight_go_as_one_script_call_and_each_gets_its_own_reply() {
+async fn calls_made_while_the_slot_is_busy_go_as_one_script_call_and_each_gets_its_own_reply() {
     let redis = server().await;
     let lock = patient(&redis).await;
     let names: Vec<String> = (0..8).map(|i| format!("grouped-{i}")).collect();
