@@ -73,16 +73,47 @@ trap 'kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null; rm -rf "$RDIR"' EXIT
 URL=redis://127.0.0.1:$PORT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
+# The server's own CPU, user + system seconds (INFO cpu).
+server_cpu() { redis-cli -p "$PORT" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'; }
+# Runs "$@", which prints one JSON line, and appends that line to file $1 with `server_cpu_s`:
+# what the run cost the server. Client and server share this machine's cores, so a lock's
+# throughput here is bounded by the two costs together (docs/performance.md). Returns the
+# command's status.
+with_server_cpu() {
+  local file=$1 before lines status=0
+  shift
+  before=$(server_cpu)
+  lines=$("$@") || status=$?
+  python3 -c '
+import json, sys
+cost = round(float(sys.argv[2]) - float(sys.argv[1]), 3)
+for line in sys.stdin.read().splitlines():
+    try:
+        value = json.loads(line)
+    except ValueError:
+        print(line)
+        continue
+    if isinstance(value, dict) and not value.get("error"):
+        value["server_cpu_s"] = cost
+    print(json.dumps(value))
+' "$before" "$(server_cpu)" <<< "$lines" >> "$file"
+  return $status
+}
+
 FAILED=0
-# Scenario by scenario, ours next to the peers, so machine noise hits everyone alike.
+# Scenario by scenario, ours next to the peers, so machine noise hits everyone alike; one impl
+# at a time, so each line carries its own server CPU.
+[ "$IMPLS" = all ] && IMPLS=$PEER_IMPLS
 if $LOCK; then
   : > "$OUT/results.jsonl"
   for scenario in uncontended parallel contended; do
     echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
-    "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
+    with_server_cpu "$OUT/results.jsonl" "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" \
       || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
-    # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
-    env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$IMPLS" --duration "$DURATION" >> "$OUT/results.jsonl"
+    for impl in $IMPLS; do
+      # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
+      with_server_cpu "$OUT/results.jsonl" env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$impl" --duration "$DURATION"
+    done
   done
   for scenario in scripts watchdog; do
     echo "[bench] platform-lock / $scenario" >&2

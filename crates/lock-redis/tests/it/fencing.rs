@@ -117,7 +117,11 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
         // Over a tombstone the token counts up by one, without reading the clock (the clock
         // is microseconds ahead by now: a `max` with it would show as a jump).
         if how_a == "released" {
-            assert_eq!(b, a + 1, "grant {j} did not count up from grant {i}'s tombstone");
+            assert_eq!(
+                b,
+                a + 1,
+                "grant {j} did not count up from grant {i}'s tombstone"
+            );
         }
     }
 }
