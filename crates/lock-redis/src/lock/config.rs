@@ -47,9 +47,8 @@ pub const MAX_FAIR_WAITER_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long a released key keeps its tombstone (last fencing token, releasing owner): 10 s.
 ///
-/// A key's fencing tokens count up from its tombstone while it lasts, and start from the Redis
-/// server clock once it is gone: the tombstone covers clock steps back of up to this long, and
-/// makes a re-sent release report its first outcome.
+/// The fencing token is floored by the Redis server clock; the tombstone covers clock steps
+/// back of up to this long, and makes a re-sent release report its first outcome.
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(10);
 
 /// The local safety margin subtracted from every confirmed expiry: 1 % of the TTL plus 5 ms. It

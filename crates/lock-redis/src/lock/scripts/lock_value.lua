@@ -87,26 +87,20 @@ local function not_a_lock(key)
   return redis.error_reply('LOCKVALUE the key ' .. key .. ' holds a value that is not a lock')
 end
 
--- Grants `key` to `owner` for `ttl_ms` and returns the fencing token: `last` + 1 while the key
--- or its tombstone exists (`last` > 0), else the server time in microseconds. While a key or its
--- tombstone exists the tokens count up from it (one a grant, so they fall behind the server
--- clock rather than run ahead of it, unless it stepped back);
--- after both expired (a lease that lapsed, a minimum hold that ended), the server clock has moved
--- past every earlier token, as long as it never steps back by more than the tombstone TTL. That
--- also carries the order across a restart without persistence. The clock is read only when it
--- is needed (no last token, or a minimum hold): every `redis.call` costs the server about as
--- much as a plain command. `previous`: the owner of the tombstone this grant replaces ('' for
--- none). `hold_ms` > 0: a release sooner than that after now keeps the key held until then.
+-- Grants `key` to `owner` for `ttl_ms` and returns the fencing token: max(`last` + 1, server
+-- time in microseconds). While a key or its tombstone exists the tokens count up from it; after
+-- both expired (a lease that lapsed, a minimum hold that ended), the server clock has moved past
+-- every earlier token, as long as it never steps back by more than the tombstone TTL. That also
+-- carries the order across a restart without persistence. The clock is read even when there is a
+-- last token: after a failover to a replica that has an older copy of the key (a grant made since
+-- was lost with the old primary), `last` + 1 alone would repeat the lost grant's token, while the
+-- clock has moved past it (issue 17 measured and reverted that saving: fencing.rs tests it).
+-- `previous`: the owner of the tombstone
+-- this grant replaces ('' for none). `hold_ms` > 0: a release sooner than that after now keeps
+-- the key held until then.
 local function grant(key, owner, ttl_ms, last, previous, hold_ms)
-  local token = last + 1
-  local now_ms = 0
-  if last == 0 or hold_ms > 0 then
-    local now_us
-    now_us, now_ms = server_clock()
-    if last == 0 then
-      token = now_us
-    end
-  end
+  local now_us, now_ms = server_clock()
+  local token = math.max(last + 1, now_us)
   local value = 'H|' .. string.format('%.0f', token) .. '|' .. owner
   if hold_ms > 0 then
     value = value .. '|' .. previous .. '|' .. string.format('%.0f', now_ms + hold_ms)
