@@ -73,17 +73,24 @@ trap 'kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null; rm -rf "$RDIR"' EXIT
 URL=redis://127.0.0.1:$PORT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-# The server's own CPU, user + system seconds (INFO cpu).
-server_cpu() { redis-cli -p "$PORT" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'; }
+# The server's own CPU, user + system seconds (INFO cpu); fails when Redis does not answer.
+server_cpu() {
+  local info
+  info=$(redis-cli -p "$PORT" info cpu) || return 1
+  tr -d '\r' <<< "$info" | awk -F: '/^used_cpu_(user|sys):/ { s += $2; n++ } END { if (n != 2) exit 1; printf "%.6f", s }'
+}
 # Runs "$@", which prints one JSON line, and appends that line to file $1 with `server_cpu_s`:
 # what the run cost the server. Client and server share this machine's cores, so a lock's
 # throughput here is bounded by the two costs together (docs/performance.md). Returns the
-# command's status.
+# command's status, or 1 when the server CPU could not be read or the line not written.
+# (Called in `||` lists, where `set -e` does not apply: every step is checked.)
 with_server_cpu() {
-  local file=$1 before lines status=0
+  local file=$1 before after lines status=0
   shift
-  before=$(server_cpu)
+  before=$(server_cpu) || { echo "[bench] could not read the server's CPU (INFO cpu)" >&2; return 1; }
   lines=$("$@") || status=$?
+  after=$(server_cpu) || { echo "[bench] could not read the server's CPU (INFO cpu)" >&2; return 1; }
+  [ -n "$lines" ] || return $status
   python3 -c '
 import json, sys
 cost = round(float(sys.argv[2]) - float(sys.argv[1]), 3)
@@ -96,7 +103,7 @@ for line in sys.stdin.read().splitlines():
     if isinstance(value, dict) and not value.get("error"):
         value["server_cpu_s"] = cost
     print(json.dumps(value))
-' "$before" "$(server_cpu)" <<< "$lines" >> "$file"
+' "$before" "$after" <<< "$lines" >> "$file" || return 1
   return $status
 }
 
@@ -105,6 +112,11 @@ FAILED=0
 # at a time, so each line carries its own server CPU.
 [ "$IMPLS" = all ] && IMPLS=$PEER_IMPLS
 if $LOCK; then
+  # Installs (first use) and builds happen here, outside the measured windows.
+  echo "[bench] preparing the peers: $IMPLS" >&2
+  for impl in $IMPLS; do
+    env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario uncontended --impl "$impl" --duration 0.1 > /dev/null
+  done
   : > "$OUT/results.jsonl"
   for scenario in uncontended parallel contended; do
     echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
