@@ -62,19 +62,23 @@ impl Background {
         }
     }
 
-    /// Waits until no background task runs, or until `deadline`.
-    pub(crate) async fn idle_by(&self, deadline: Instant) {
+    /// Waits until no background task runs, or until `deadline`, and returns the counts as it
+    /// found them then. Read later, they could count a task that started meanwhile: an
+    /// acquisition begun after a shutdown closed the table, which gives up without sending
+    /// anything, would make a complete shutdown look unfinished.
+    pub(crate) async fn idle_by(&self, deadline: Instant) -> Counts {
         loop {
             // Registered before the count is read, so a task ending in between still wakes us.
             let idle = self.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
-            if self.counts().running == 0 {
-                return;
+            let counts = *self.counts();
+            if counts.running == 0 {
+                return counts;
             }
             tokio::select! {
                 () = idle => {}
-                () = tokio::time::sleep_until(deadline) => return,
+                () = tokio::time::sleep_until(deadline) => return *self.counts(),
             }
         }
     }

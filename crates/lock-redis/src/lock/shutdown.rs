@@ -32,8 +32,7 @@ impl Inner {
                 grant.ttl,
             );
         }
-        self.background.idle_by(deadline).await;
-        let after = *self.background.counts();
+        let after = self.background.idle_by(deadline).await;
         let summary = ShutdownSummary::new(
             after.released - before.released,
             after.running,
