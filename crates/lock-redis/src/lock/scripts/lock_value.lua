@@ -94,7 +94,7 @@ end
 -- carries the order across a restart without persistence. The clock is read even when there is a
 -- last token: after a failover to a replica that has an older copy of the key (a grant made since
 -- was lost with the old primary), `last` + 1 alone would repeat the lost grant's token, while the
--- clock has moved past it (issue 17 measured and reverted that saving: fencing.rs tests it).
+-- clock has moved past it (fencing.rs tests it).
 -- `previous`: the owner of the tombstone this grant replaces ('' for none). `hold_ms` > 0: a
 -- release sooner than that after now keeps the key held until then.
 local function grant(key, owner, ttl_ms, last, previous, hold_ms)
