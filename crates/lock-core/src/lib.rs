@@ -78,6 +78,7 @@ mod key;
 mod lock;
 mod owner;
 mod process;
+mod watch;
 
 #[cfg(feature = "conformance")]
 pub use lock::conformance;
@@ -93,7 +94,7 @@ pub use idempotency::options::{
     DEFAULT_DUPLICATE_WAIT, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESULT_TTL, IdempotencyOptions,
     IdempotencySettings, MAX_RESULT_BYTES, MIN_RESULT_TTL,
 };
-pub use idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+pub use idempotency::port::{Claim, IdempotencyStore};
 pub use idempotency::scope::IdempotencyScope;
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use lock::disabled::DisabledLock;
@@ -111,3 +112,4 @@ pub use lock::shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
 pub use lock::status::{LeaseStatus, LostReason, ReleaseOutcome};
 pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
 pub use process::issued_by_this_process;
+pub use watch::ChangeWatch;

@@ -120,8 +120,8 @@ pub mod backend {
     #[cfg(feature = "conformance")]
     pub use lock_core::idempotency::conformance as idempotency_conformance;
     pub use lock_core::{
-        BoxError, Claim, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES, OwnerTokens,
-        RecordWatch, issued_by_this_process, validate_instance_id, validate_key, validate_wait,
+        BoxError, ChangeWatch, Claim, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES,
+        OwnerTokens, issued_by_this_process, validate_instance_id, validate_key, validate_wait,
         validate_watchdog_timeout,
     };
     /// The conformance suite (feature `conformance`): every check of the `DistributedLock`

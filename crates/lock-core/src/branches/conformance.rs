@@ -575,7 +575,8 @@ pub async fn a_watch_is_woken_by_every_release(factory: &dyn BranchesFactory) {
         loop {
             tokio::time::timeout_at(deadline, watch.changed())
                 .await
-                .unwrap_or_else(|_| panic!("the release of {branch} woke nobody"));
+                .unwrap_or_else(|_| panic!("the release of {branch} woke nobody"))
+                .unwrap_or_else(|e| panic!("the watch failed: {e}"));
             if branches.pending(&sub_key).await.unwrap() == Some(left.clone()) {
                 break;
             }

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 
 use crate::branches::error::BranchError;
 use crate::branches::outcome::{BranchRelease, Registration};
-use crate::branches::port::{BranchWatch, Branches};
+use crate::branches::port::Branches;
+use crate::watch::ChangeWatch;
 use crate::branches::sub_key::SubKey;
 
 /// The master/sub locks without a backend (`telco.platform.lock.enabled = false`, or a service
@@ -96,7 +97,7 @@ impl Branches for DisabledBranches {
         Err(self.disabled())
     }
 
-    async fn watch(&self, _sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+    async fn watch(&self, _sub_key: &SubKey) -> Result<Box<dyn ChangeWatch>, BranchError> {
         Err(self.disabled())
     }
 

@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 use crate::branches::error::BranchError;
 use crate::branches::outcome::{BranchRelease, Registration};
-use crate::branches::port::{BranchWatch, Branches};
+use crate::branches::port::Branches;
+use crate::error::BoxError;
+use crate::watch::ChangeWatch;
 use crate::branches::sub_key::SubKey;
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
@@ -203,7 +205,7 @@ impl Branches for InMemoryBranches {
         Ok(self.table().get(sub_key).map(Record::pending))
     }
 
-    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn ChangeWatch>, BranchError> {
         // A watch on a record that does not exist is never woken; the read after it says why.
         let released = self
             .table()
@@ -240,8 +242,9 @@ struct MemoryWatch {
 }
 
 #[async_trait]
-impl BranchWatch for MemoryWatch {
-    async fn changed(&mut self) {
+impl ChangeWatch for MemoryWatch {
+    async fn changed(&mut self) -> Result<(), BoxError> {
         self.released.notified().await;
+        Ok(())
     }
 }

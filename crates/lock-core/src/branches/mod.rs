@@ -56,7 +56,7 @@ pub use master::Master;
 pub use memory::InMemoryBranches;
 pub use options::{DEFAULT_BRANCH_WAIT, MAX_BRANCH_WAIT, MasterOptions};
 pub use outcome::{BranchRelease, BranchesOutcome, MasterOutcome, Registration};
-pub use port::{BranchWatch, Branches};
+pub use port::Branches;
 pub use run::MasterLocks;
 pub use sub_key::SubKey;
 pub use token::{BRANCH_TOKEN_HEADER, BranchToken, MAX_BRANCH_ID_BYTES, validate_branch_id};

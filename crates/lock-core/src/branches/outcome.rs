@@ -129,8 +129,9 @@ pub enum BranchesOutcome {
         /// Why the lease was lost.
         reason: LostReason,
     },
-    /// The backend could not tell: unreachable at the wait bound, or the invocation's record
-    /// was lost (e.g. Redis restarted without persistence).
+    /// The backend could not tell: unreachable for longer than its command timeout during the
+    /// wait or at its bound, or the invocation's record was lost (e.g. Redis restarted without
+    /// persistence).
     Unconfirmed {
         /// The branches not confirmed released as last seen, or all registered ones if no
         /// answer came.

@@ -1,5 +1,4 @@
-//! The port: [`Branches`], the branch bookkeeping of master invocations, and [`BranchWatch`],
-//! its release notifications.
+//! The port: [`Branches`], the branch bookkeeping of master invocations.
 
 use std::fmt;
 use std::time::Duration;
@@ -10,6 +9,7 @@ use crate::branches::error::BranchError;
 use crate::branches::outcome::{BranchRelease, Registration};
 use crate::branches::sub_key::SubKey;
 use crate::branches::token::BranchToken;
+use crate::watch::ChangeWatch;
 
 /// The branch bookkeeping of master invocations, shared by every process of the backend: which
 /// branches each invocation registered, which were released, and a wake-up when one is.
@@ -40,7 +40,7 @@ use crate::branches::token::BranchToken;
 ///   `register` → [`Registration::Unknown`], `release` → [`BranchRelease::Unknown`], `seal` and
 ///   `pending` → `None`; nothing is written.
 /// - **Wake-ups.** A [`watch`](Branches::watch) taken before a `pending` read is woken
-///   ([`BranchWatch::changed`]) after every release that happens after the watch was taken —
+///   ([`ChangeWatch::changed`]) after every release that happens after the watch was taken —
 ///   possibly spuriously, possibly once for several releases, but never missing the last one.
 ///   Callers re-read on every wake; nobody polls.
 /// - **Idempotent under retries.** Each operation applied twice (a client re-sending after a
@@ -129,7 +129,7 @@ pub trait Branches: Send + Sync + fmt::Debug {
     ///
     /// # Errors
     /// [`BranchError::Unavailable`]: no notifications; the master then waits for its bound.
-    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError>;
+    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn ChangeWatch>, BranchError>;
 
     /// The implementation hook of [`release_branch`](Branches::release_branch): releases
     /// `branch` of `sub_key` and wakes its watch, if the branch was pending.
@@ -181,13 +181,4 @@ pub trait Branches: Send + Sync + fmt::Debug {
         crate::branches::telemetry::release(token, self.release(token.sub_key(), token.branch()))
             .await
     }
-}
-
-/// Release notifications for one invocation, from [`Branches::watch`]; dropping it stops them.
-#[async_trait]
-pub trait BranchWatch: Send + fmt::Debug {
-    /// Resolves when a release may have happened since the watch was taken or since the last
-    /// call returned (a wake-up that arrived in between is kept). Re-read
-    /// [`Branches::pending`] after it; it may be spurious.
-    async fn changed(&mut self);
 }

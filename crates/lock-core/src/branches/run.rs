@@ -15,13 +15,14 @@ use crate::branches::error::BranchError;
 use crate::branches::master::Master;
 use crate::branches::options::{DEFAULT_BRANCH_WAIT, MasterOptions};
 use crate::branches::outcome::{BranchRelease, BranchesOutcome, MasterOutcome};
-use crate::branches::port::{BranchWatch, Branches};
+use crate::branches::port::Branches;
 use crate::branches::sub_key::SubKey;
 use crate::branches::telemetry;
 use crate::branches::token::BranchToken;
 use crate::lock::lease::Lease;
 use crate::lock::port::DistributedLock;
 use crate::lock::status::{LeaseStatus, LostReason};
+use crate::watch::ChangeWatch;
 
 /// How much longer than the branch wait an invocation's record lives: 2 s, for the last read at
 /// the wait's end (one command timeout) to find it.
@@ -344,7 +345,7 @@ async fn wait_for_branches(
     // What to name when the backend never answers: every branch it confirmed.
     let mut last = master.registered();
     let mut sealed = false;
-    let mut watch: Option<Box<dyn BranchWatch>> = None;
+    let mut watch: Option<Box<dyn ChangeWatch>> = None;
     let mut read = branches.seal(sub_key, master.ttl()).await;
     // Lost while the block ran (a fixed lease shorter than the block, a failed renewal): the
     // next owner may be running already, so do not wait.
@@ -397,7 +398,13 @@ async fn wait_for_branches(
                 };
             }
             reason = lost.as_mut() => return BranchesOutcome::LeaseLost { missing: last, reason },
-            () = changed(&mut watch) => read = next_read(master, sealed).await,
+            changed = changed(&mut watch) => match changed {
+                Ok(()) => read = next_read(master, sealed).await,
+                Err(cause) => {
+                    tracing::warn!(%sub_key, error = %cause, "the branch backend is unreachable; the branches cannot be confirmed");
+                    return BranchesOutcome::Unconfirmed { missing: last };
+                }
+            },
         }
     }
 }
@@ -411,7 +418,7 @@ async fn next_read(master: &Master, sealed: bool) -> Result<Option<Vec<String>>,
     }
 }
 
-async fn changed(watch: &mut Option<Box<dyn BranchWatch>>) {
+async fn changed(watch: &mut Option<Box<dyn ChangeWatch>>) -> Result<(), crate::BoxError> {
     match watch {
         Some(watch) => watch.changed().await,
         None => std::future::pending().await,

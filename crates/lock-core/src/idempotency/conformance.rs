@@ -368,7 +368,8 @@ pub async fn watches_wake_on_every_terminal_write(factory: &dyn IdempotencyFacto
         }
         tokio::time::timeout(SLACK, watch.changed())
             .await
-            .unwrap_or_else(|_| panic!("a watch missed `{write}`"));
+            .unwrap_or_else(|_| panic!("a watch missed `{write}`"))
+            .unwrap_or_else(|e| panic!("the watch failed: {e}"));
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::idempotency::error::IdempotencyError;
-use crate::idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+use crate::idempotency::port::{Claim, IdempotencyStore};
+use crate::watch::{ChangeWatch, Unchanging};
 
 /// The seed's "without Redis, the action runs every time": every claim is granted, nothing is
 /// stored, and one `WARN` per process says so on first use. For `enabled = false`; a Redis
@@ -65,21 +66,11 @@ impl IdempotencyStore for DisabledIdempotencyStore {
         Ok(false)
     }
 
-    async fn watch(&self, _: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError> {
-        Ok(Box::new(Never))
+    async fn watch(&self, _: &str) -> Result<Box<dyn ChangeWatch>, IdempotencyError> {
+        Ok(Box::new(Unchanging))
     }
 
     fn new_owner(&self) -> String {
         "disabled".to_owned()
-    }
-}
-
-#[derive(Debug)]
-struct Never;
-
-#[async_trait]
-impl RecordWatch for Never {
-    async fn changed(&mut self) {
-        std::future::pending::<()>().await;
     }
 }

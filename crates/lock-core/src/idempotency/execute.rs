@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use crate::idempotency::error::IdempotencyError;
 use crate::idempotency::memory::InMemoryIdempotencyStore;
 use crate::idempotency::options::{IdempotencyOptions, IdempotencySettings};
-use crate::idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+use crate::idempotency::port::{Claim, IdempotencyStore};
 use crate::idempotency::scope::{IdempotencyScope, abandon_in_background};
 use crate::idempotency::telemetry;
 use crate::key::validate_key;
+use crate::watch::ChangeWatch;
 
 /// The result of an idempotent call, telling an execution from a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,7 +210,7 @@ impl Idempotency {
         let owner = self.store.new_owner();
         let started = Instant::now();
         let deadline = started + resolved.wait_time;
-        let mut watch: Option<Box<dyn RecordWatch>> = None;
+        let mut watch: Option<Box<dyn ChangeWatch>> = None;
         loop {
             // Until its reply arrives, a claim may have created a record of ours: if this
             // future is dropped or the reply is lost, the guard abandons it (owner-checked).
@@ -274,7 +275,10 @@ impl Idempotency {
                 deadline.min(now + ttl.max(Duration::from_millis(1)))
             });
             tokio::select! {
-                () = watch.changed() => {}
+                changed = watch.changed() => {
+                    // The backend cannot be heard: fail closed now rather than at the deadline.
+                    changed.map_err(|cause| IdempotencyError::unavailable(key, cause))?;
+                }
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }

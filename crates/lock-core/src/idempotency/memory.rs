@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::idempotency::error::IdempotencyError;
-use crate::idempotency::port::{Claim, IdempotencyStore, RecordWatch};
+use crate::error::BoxError;
+use crate::idempotency::port::{Claim, IdempotencyStore};
+use crate::watch::ChangeWatch;
 use crate::owner::OwnerTokens;
 
 /// Idempotency records in this process's memory, on Tokio's clock (so tests can pause time).
@@ -168,7 +170,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         Ok(done)
     }
 
-    async fn watch(&self, _key: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError> {
+    async fn watch(&self, _key: &str) -> Result<Box<dyn ChangeWatch>, IdempotencyError> {
         let mut receiver = self.changes.subscribe();
         receiver.mark_unchanged();
         Ok(Box::new(MemoryWatch(receiver)))
@@ -183,11 +185,12 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 struct MemoryWatch(watch::Receiver<u64>);
 
 #[async_trait]
-impl RecordWatch for MemoryWatch {
-    async fn changed(&mut self) {
+impl ChangeWatch for MemoryWatch {
+    async fn changed(&mut self) -> Result<(), BoxError> {
         if self.0.changed().await.is_err() {
             // The store is gone: nothing will change any more.
             std::future::pending::<()>().await;
         }
+        Ok(())
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::idempotency::error::IdempotencyError;
+use crate::watch::ChangeWatch;
 
 /// What [`IdempotencyStore::claim`] found at a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,15 +32,6 @@ pub enum Claim {
     },
 }
 
-/// Wakes a waiting duplicate when a record of its key may have changed.
-#[async_trait]
-pub trait RecordWatch: Send + Debug {
-    /// Returns when the record watched may have changed (completed, abandoned, forgotten) since
-    /// the watch was made or since the last return. Spurious returns are allowed; a change is
-    /// never missed once [`IdempotencyStore::watch`] has returned.
-    async fn changed(&mut self);
-}
-
 /// Where idempotency records live: one record per key, either *in progress* (owned by one
 /// caller under a lease) or *completed* (holding the serialized result for its TTL).
 ///
@@ -62,7 +54,7 @@ pub trait RecordWatch: Send + Debug {
 /// 4. A completed record is returned by `claim` as [`Claim::Completed`] with the exact bytes
 ///    and fingerprint for its TTL, then disappears.
 /// 5. `forget` deletes a completed record (returns `true`); it never touches an in-progress one.
-/// 6. `complete`, `abandon` and `forget` wake every [`RecordWatch`] of the key made before
+/// 6. `complete`, `abandon` and `forget` wake every [`ChangeWatch`] of the key made before
 ///    them.
 /// 7. Backend failures are [`IdempotencyError::Unavailable`]; nothing is reported as granted
 ///    that was not.
@@ -122,7 +114,7 @@ pub trait IdempotencyStore: Send + Sync + Debug {
     ///
     /// # Errors
     /// [`IdempotencyError::Unavailable`] when the backend fails.
-    async fn watch(&self, key: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError>;
+    async fn watch(&self, key: &str) -> Result<Box<dyn ChangeWatch>, IdempotencyError>;
 
     /// A new owner token, unique per call, carrying a readable instance id.
     fn new_owner(&self) -> String;

@@ -12,7 +12,7 @@ use lock_core::branches::telemetry::{
     BRANCH_REGISTRATIONS_TOTAL, BRANCH_RELEASES_TOTAL, MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL,
 };
 use lock_core::branches::{
-    BranchError, BranchRelease, BranchToken, BranchWatch, Branches, BranchesOutcome,
+    BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome,
     DisabledBranches, InMemoryBranches, MasterLocks, MasterOptions, Registration, SubKey,
 };
 use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
@@ -195,7 +195,7 @@ impl Branches for Unconfirmed {
     async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
         self.0.pending(sub_key).await
     }
-    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
         self.0.watch(sub_key).await
     }
     async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
@@ -331,7 +331,7 @@ impl Branches for Down {
     async fn pending(&self, s: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
         Err(BranchError::unavailable("read", s, "connection refused"))
     }
-    async fn watch(&self, s: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+    async fn watch(&self, s: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
         Err(BranchError::unavailable("watch", s, "connection refused"))
     }
     async fn release(&self, s: &SubKey, _: &str) -> Result<BranchRelease, BranchError> {

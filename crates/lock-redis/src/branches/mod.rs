@@ -18,7 +18,6 @@
 //!   subscription being (re)confirmed — after which no release can go unheard.
 
 mod scripts;
-mod watch;
 
 use std::fmt;
 use std::sync::Arc;
@@ -27,11 +26,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::prelude::*;
 use fred::types::ExpireOptions;
+use lock_core::ChangeWatch;
 use lock_core::branches::{
-    BranchError, BranchRelease, BranchWatch, Branches, Registration, SubKey,
+    BranchError, BranchRelease, Branches, Registration, SubKey,
 };
 
 use crate::core::error::RedisFailure;
+use crate::core::watch::ChannelWatch;
 use crate::lock::RedisLock;
 use crate::lock::inner::Inner;
 
@@ -131,25 +132,21 @@ impl RedisBranches {
         prefix
     }
 
-    fn client(&self) -> &Client {
-        &self.inner.core.client
+    /// The command client, or at once the connection error while the client knows it is
+    /// disconnected (rather than a command timeout later).
+    fn client(&self, operation: &'static str, sub_key: &SubKey) -> Result<&Client, BranchError> {
+        match self.inner.core.unreachable(redis_operation(operation)) {
+            Some(failure) => Err(BranchError::unavailable(operation, sub_key, failure)),
+            None => Ok(&self.inner.core.client),
+        }
     }
 
     /// The error for a failed command or script: what went wrong talking to Redis.
     fn failed(&self, operation: &'static str, sub_key: &SubKey, error: Error) -> BranchError {
-        let redis_operation = match operation {
-            "open" => "branch open script",
-            "register" => "branch register script",
-            "release" => "branch release script",
-            "seal" => "branch seal script",
-            "read" => "branch pending script",
-            "refresh" => "branch record PEXPIRE",
-            _ => "branch record DEL",
-        };
         BranchError::unavailable(
             operation,
             sub_key,
-            self.inner.core.failure(redis_operation, error),
+            self.inner.core.failure(redis_operation(operation), error),
         )
     }
 
@@ -166,7 +163,7 @@ impl RedisBranches {
             _ => &self.scripts.pending,
         };
         let reply: Vec<String> = script
-            .evalsha_with_reload(self.client(), self.record_key(sub_key), args)
+            .evalsha_with_reload(self.client(operation, sub_key)?, self.record_key(sub_key), args)
             .await
             .map_err(|e| self.failed(operation, sub_key, e))?;
         let mut reply = reply.into_iter();
@@ -193,6 +190,19 @@ impl RedisBranches {
     }
 }
 
+/// The Redis command or script behind a branch operation, as errors name it.
+fn redis_operation(operation: &'static str) -> &'static str {
+    match operation {
+        "open" => "branch open script",
+        "register" => "branch register script",
+        "release" => "branch release script",
+        "seal" => "branch seal script",
+        "read" => "branch pending script",
+        "refresh" => "branch record PEXPIRE",
+        _ => "branch record DEL",
+    }
+}
+
 fn millis(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
@@ -208,7 +218,7 @@ impl Branches for RedisBranches {
             .scripts
             .open
             .evalsha_with_reload(
-                self.client(),
+                self.client("open", sub_key)?,
                 self.record_key(sub_key),
                 vec![Value::from(millis(ttl))],
             )
@@ -227,7 +237,7 @@ impl Branches for RedisBranches {
             .scripts
             .register
             .evalsha_with_reload(
-                self.client(),
+                self.client("register", sub_key)?,
                 self.record_key(sub_key),
                 vec![Value::from(branch), Value::from(millis(ttl))],
             )
@@ -251,7 +261,7 @@ impl Branches for RedisBranches {
 
     async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
         let _set: i64 = self
-            .client()
+            .client("refresh", sub_key)?
             .pexpire(
                 self.record_key(sub_key),
                 millis(ttl),
@@ -275,10 +285,12 @@ impl Branches for RedisBranches {
         self.pending_reply("read", sub_key, Vec::new()).await
     }
 
-    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn ChangeWatch>, BranchError> {
         let channel = self.release_channel(sub_key);
-        Ok(Box::new(watch::RedisWatch::new(
+        Ok(Box::new(ChannelWatch::new(
+            &self.inner.core,
             self.inner.core.subscriptions.subscribe(&channel),
+            "branch wait",
         )))
     }
 
@@ -287,7 +299,7 @@ impl Branches for RedisBranches {
             .scripts
             .release
             .evalsha_with_reload(
-                self.client(),
+                self.client("release", sub_key)?,
                 self.record_key(sub_key),
                 vec![
                     Value::from(branch),
@@ -313,7 +325,7 @@ impl Branches for RedisBranches {
 
     async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
         let _deleted: i64 = self
-            .client()
+            .client("close", sub_key)?
             .del(self.record_key(sub_key))
             .await
             .map_err(|e| self.failed("close", sub_key, e))?;

@@ -194,6 +194,18 @@ impl RedisCore {
         });
     }
 
+    /// Resolves with [`RedisFailure::Unreachable`] once the client has been disconnected for one
+    /// command timeout without reconnecting: what every wait on Redis selects on, so that a
+    /// waiter fails then rather than at its deadline. A shorter outage (a dropped connection, a
+    /// failover) passes unnoticed; the waiter re-reads on the resubscription that follows.
+    pub(crate) async fn connection_lost(&self, operation: &'static str) -> RedisFailure {
+        let last_error = self.health.lost_for(self.command_timeout).await;
+        RedisFailure::Unreachable {
+            operation,
+            last_error,
+        }
+    }
+
     /// [`RedisFailure::Unreachable`] if the client is disconnected after a failed connection
     /// attempt (see [`Health`]).
     pub(crate) fn unreachable(&self, operation: &'static str) -> Option<RedisFailure> {

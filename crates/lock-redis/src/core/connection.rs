@@ -551,6 +551,33 @@ impl Health {
             .map(|(_, text)| text.clone())
     }
 
+    /// Returns the connection error once the client has been disconnected for `grace` without
+    /// reconnecting; pending while it is connected, or reconnects within `grace`.
+    pub(crate) async fn lost_for(&self, grace: Duration) -> String {
+        loop {
+            let changed = self.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before looking, so an event between the look and the wait wakes it.
+            changed.as_mut().enable();
+            let down = {
+                let state = self.lock();
+                let described = state.last_error.as_ref().map(|(_, text)| text.clone());
+                state.down_since.map(|since| since + grace).zip(described)
+            };
+            let Some((at, described)) = down else {
+                changed.await;
+                continue;
+            };
+            if Instant::now() >= at {
+                return described;
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(at) => {}
+            }
+        }
+    }
+
     /// How the first connection attempt ended: `Ok` once connected, else its error. Pending
     /// until one of them has happened.
     pub(crate) async fn first_outcome(&self) -> Result<(), Error> {

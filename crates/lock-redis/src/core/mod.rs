@@ -8,6 +8,7 @@
 //!   call per script;
 //! - `subscriptions`: sharded pub/sub channels shared by every waiter of a client, re-established
 //!   after reconnects;
+//! - `watch`: a change watch on one of those channels, failing when the connection is lost;
 //! - `keys`: the key layout, every key of one name sharing one hash tag;
 //! - `address`: the one Redis address type, [`RedisAddress`](crate::RedisAddress), parsed once;
 //! - `redact`: the one redactor of secrets in addresses and free text;
@@ -27,3 +28,4 @@ pub(crate) mod keys;
 pub(crate) mod redact;
 pub(crate) mod sentinel_events;
 pub(crate) mod subscriptions;
+pub(crate) mod watch;

@@ -16,11 +16,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::*;
-use lock_core::{Claim, IdempotencyError, IdempotencyStore, RecordWatch};
+use lock_core::{ChangeWatch, Claim, IdempotencyError, IdempotencyStore};
 use tokio::time::Instant;
 
 use crate::core::error::RedisFailure;
-use crate::core::subscriptions::Subscription;
+use crate::core::watch::ChannelWatch;
 use crate::lock::RedisLock;
 use crate::lock::inner::Inner;
 use scripts::Scripts;
@@ -232,7 +232,7 @@ impl IdempotencyStore for RedisIdempotencyStore {
         .await
     }
 
-    async fn watch(&self, key: &str) -> Result<Box<dyn RecordWatch>, IdempotencyError> {
+    async fn watch(&self, key: &str) -> Result<Box<dyn ChangeWatch>, IdempotencyError> {
         let channel = Self::channel(&self.record_key(key));
         let mut subscription = self.shared.core.subscriptions.subscribe(&channel);
         // Unconfirmed in time, the watch may miss a change: the caller also wakes at the
@@ -241,22 +241,14 @@ impl IdempotencyStore for RedisIdempotencyStore {
         if !subscription.confirmed_by(deadline).await {
             tracing::debug!(%channel, "idempotency change channel not confirmed within the command timeout; waiting on the holder's TTL too");
         }
-        Ok(Box::new(RedisWatch(subscription)))
+        Ok(Box::new(ChannelWatch::new(
+            &self.shared.core,
+            subscription,
+            "idempotency duplicate wait",
+        )))
     }
 
     fn new_owner(&self) -> String {
         self.shared.owners.next_token()
-    }
-}
-
-/// A waiting duplicate's place on the record's change channel. Only the client's first waiter
-/// of a channel is woken per message; it wakes the next one when it leaves.
-#[derive(Debug)]
-struct RedisWatch(Subscription);
-
-#[async_trait]
-impl RecordWatch for RedisWatch {
-    async fn changed(&mut self) {
-        self.0.woken().notified().await;
     }
 }

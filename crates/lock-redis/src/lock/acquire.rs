@@ -201,9 +201,9 @@ impl<'a> Acquisition<'a> {
                     }
                     // A queued waiter has chosen to wait: a Redis that is briefly unreachable,
                     // slow or refusing for a passing reason (`is_transient`) is retried (100 ms
-                    // doubling to 1 s) until the wait is spent, rather than failing this waiter
-                    // — and, one after the other, every waiter behind it. Other errors end the
-                    // wait at once.
+                    // doubling to 1 s) until the wait is spent or the connection has been lost
+                    // for a command timeout, rather than failing this waiter — and, one after
+                    // the other, every waiter behind it. Other errors end the wait at once.
                     // (A retry due after the deadline becomes the last try at the deadline.)
                     Err(error) if is_transient(&error) && Instant::now() < deadline => {
                         let delay = retry.next_delay();
@@ -224,6 +224,11 @@ impl<'a> Acquisition<'a> {
             tokio::select! {
                 () = subscription.woken().notified() => {}
                 () = tokio::time::sleep_until(sleep_until) => {}
+                // Gone for a command timeout: fail closed now rather than at the deadline.
+                failure = self.inner.core.connection_lost("acquire wait") => {
+                    subscription.leave_next_try_at(Instant::now() + FIRST_RETRY);
+                    return Err(self.failed(failure));
+                }
             }
             if Instant::now() >= deadline {
                 // The wait is spent: one last try, in or out of turn.

@@ -105,8 +105,9 @@ impl Acquisition<'_> {
                     now + refresh
                 }
                 // A waiter keeps trying through a passing Redis failure (see `is_transient`)
-                // until its wait is spent, and keeps its place as long as a call gets through
-                // before the place times out (see docs/design.md, "Fair locks").
+                // until its wait is spent or the connection has been lost for a command
+                // timeout, and keeps its place as long as a call gets through before the place
+                // times out (see docs/design.md, "Fair locks").
                 Err(error) if is_transient(&error) => {
                     let delay = retry.next_delay();
                     tracing::debug!(lock_key = self.name, %error, retry_in_ms = delay.as_millis() as u64, "fair waiter retrying");
@@ -137,6 +138,10 @@ impl Acquisition<'_> {
             tokio::select! {
                 () = subscription.woken().notified() => {}
                 () = tokio::time::sleep_until(wake_at.min(deadline)) => {}
+                // Gone for a command timeout: fail closed now (the place ends at its timeout).
+                failure = self.inner.core.connection_lost("fair acquire wait") => {
+                    return Err(self.failed(failure));
+                }
             }
             if Instant::now() >= deadline {
                 let attempt = self.fair_call(FairCall::Last, deadline).await?;
