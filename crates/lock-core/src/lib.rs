@@ -87,7 +87,7 @@ pub use lock::telemetry;
 pub use duration::{check_duration, duration_range, format_duration, parse_duration};
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
 pub use idempotency::disabled::DisabledIdempotencyStore;
-pub use idempotency::error::{IdempotencyError, NotStored};
+pub use idempotency::error::{IdempotencyError, NotStored, Unstored};
 pub use idempotency::execute::{Begun, Idempotency, Idempotent};
 pub use idempotency::memory::InMemoryIdempotencyStore;
 pub use idempotency::options::{

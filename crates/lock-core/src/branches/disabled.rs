@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use crate::branches::error::BranchError;
 use crate::branches::outcome::{BranchRelease, Registration};
 use crate::branches::port::Branches;
-use crate::watch::ChangeWatch;
 use crate::branches::sub_key::SubKey;
+use crate::watch::ChangeWatch;
 
 /// The master/sub locks without a backend (`telco.platform.lock.enabled = false`, or a service
 /// without Redis), following the seed's fail-open rule for `withSublock`:

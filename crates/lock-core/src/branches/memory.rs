@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use crate::branches::error::BranchError;
 use crate::branches::outcome::{BranchRelease, Registration};
 use crate::branches::port::Branches;
+use crate::branches::sub_key::SubKey;
 use crate::error::BoxError;
 use crate::watch::ChangeWatch;
-use crate::branches::sub_key::SubKey;
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 

@@ -111,7 +111,10 @@ async fn claim_until(
 ) -> Claim {
     let deadline = Instant::now() + SLACK;
     loop {
-        let claim = store.claim(key, owner, "", LEASE).await.expect("claim");
+        let claim = store
+            .claim(key, owner, "", LEASE, None)
+            .await
+            .expect("claim");
         if want(&claim) || Instant::now() > deadline {
             return claim;
         }
@@ -141,7 +144,7 @@ pub async fn claim_is_exclusive_and_idempotent_for_the_owner(factory: &dyn Idemp
             claims.push(tokio::spawn(async move {
                 let owner = store.new_owner();
                 let claim = store
-                    .claim(&key, &owner, "fp-1", SLACK)
+                    .claim(&key, &owner, "fp-1", SLACK, None)
                     .await
                     .expect("claim");
                 (owner, claim)
@@ -179,7 +182,10 @@ pub async fn claim_is_exclusive_and_idempotent_for_the_owner(factory: &dyn Idemp
     );
     let store = factory.client().await;
     assert_eq!(
-        store.claim(&key, &owners[0], "fp-1", SLACK).await.unwrap(),
+        store
+            .claim(&key, &owners[0], "fp-1", SLACK, None)
+            .await
+            .unwrap(),
         Claim::Owner
     );
 }
@@ -191,7 +197,7 @@ pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn Ide
     let key = unique_key("lease");
     let (owner_a, owner_b) = (a.new_owner(), b.new_owner());
     assert_eq!(
-        a.claim(&key, &owner_a, "", LEASE).await.unwrap(),
+        a.claim(&key, &owner_a, "", LEASE, None).await.unwrap(),
         Claim::Owner
     );
     let renewed_until = Instant::now() + LEASE * 3;
@@ -200,7 +206,7 @@ pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn Ide
             a.renew(&key, &owner_a, LEASE).await.unwrap(),
             "the owner renews its record"
         );
-        let seen = b.claim(&key, &owner_b, "", LEASE).await.unwrap();
+        let seen = b.claim(&key, &owner_b, "", LEASE, None).await.unwrap();
         assert!(
             matches!(seen, Claim::InProgress { .. }),
             "renewed, still in progress: {seen:?}"
@@ -215,7 +221,7 @@ pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn Ide
     );
     let other = unique_key("lease-absent");
     assert!(!a.renew(&other, &owner_a, LEASE).await.unwrap());
-    let claim = b.claim(&other, &owner_b, "", LEASE).await.unwrap();
+    let claim = b.claim(&other, &owner_b, "", LEASE, None).await.unwrap();
     assert_eq!(claim, Claim::Owner, "renew must not create a record");
 }
 
@@ -226,7 +232,7 @@ pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFa
     let key = unique_key("fenced");
     let (zombie, owner) = (a.new_owner(), b.new_owner());
     assert_eq!(
-        a.claim(&key, &zombie, "", LEASE).await.unwrap(),
+        a.claim(&key, &zombie, "", LEASE, None).await.unwrap(),
         Claim::Owner
     );
     assert_eq!(
@@ -239,7 +245,11 @@ pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFa
             .unwrap()
     );
     assert!(!a.abandon(&key, &zombie).await.unwrap());
-    match a.claim(&key, &a.new_owner(), "", LEASE).await.unwrap() {
+    match a
+        .claim(&key, &a.new_owner(), "", LEASE, None)
+        .await
+        .unwrap()
+    {
         Claim::InProgress { holder, .. } => {
             assert_eq!(holder, owner, "the new owner's record is intact")
         }
@@ -261,7 +271,7 @@ pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFa
             .await
             .unwrap()
     );
-    let claim = a.claim(&key, &zombie, "", LEASE).await.unwrap();
+    let claim = a.claim(&key, &zombie, "", LEASE, None).await.unwrap();
     assert_eq!(
         claim,
         Claim::Completed {
@@ -278,7 +288,10 @@ pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn Ide
     let owner = store.new_owner();
     let bytes: Vec<u8> = (0..=255).collect();
     assert_eq!(
-        store.claim(&key, &owner, "fp-7", LEASE).await.unwrap(),
+        store
+            .claim(&key, &owner, "fp-7", LEASE, None)
+            .await
+            .unwrap(),
         Claim::Owner
     );
     assert!(
@@ -289,7 +302,7 @@ pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn Ide
     );
     let other = factory.client().await;
     let claim = other
-        .claim(&key, &other.new_owner(), "fp-other", LEASE)
+        .claim(&key, &other.new_owner(), "fp-other", LEASE, None)
         .await
         .unwrap();
     assert_eq!(
@@ -309,7 +322,7 @@ pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory
     let key = unique_key("forget");
     let owner = store.new_owner();
     assert_eq!(
-        store.claim(&key, &owner, "", SLACK).await.unwrap(),
+        store.claim(&key, &owner, "", SLACK, None).await.unwrap(),
         Claim::Owner
     );
     assert!(
@@ -330,7 +343,7 @@ pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory
     assert!(!store.forget(&key).await.unwrap());
     assert_eq!(
         store
-            .claim(&key, &store.new_owner(), "", LEASE)
+            .claim(&key, &store.new_owner(), "", LEASE, None)
             .await
             .unwrap(),
         Claim::Owner
@@ -344,7 +357,7 @@ pub async fn watches_wake_on_every_terminal_write(factory: &dyn IdempotencyFacto
         let key = unique_key(write);
         let owner = writer.new_owner();
         assert_eq!(
-            writer.claim(&key, &owner, "", SLACK).await.unwrap(),
+            writer.claim(&key, &owner, "", SLACK, None).await.unwrap(),
             Claim::Owner
         );
         if write == "forget" {
@@ -416,7 +429,7 @@ pub async fn a_failed_action_lets_exactly_one_waiter_run(factory: &dyn Idempoten
     // Hold the key as a first caller would, so the duplicates queue up behind it.
     let store = factory.client().await;
     assert_eq!(
-        store.claim(&key, &owner, "", SLACK).await.unwrap(),
+        store.claim(&key, &owner, "", SLACK, None).await.unwrap(),
         Claim::Owner
     );
     let runs = Arc::new(AtomicUsize::new(0));
@@ -452,7 +465,10 @@ pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory)
     let store = factory.client().await;
     let owner = store.new_owner();
     assert_eq!(
-        store.claim(&key, &owner, "body-a", SLACK).await.unwrap(),
+        store
+            .claim(&key, &owner, "body-a", SLACK, None)
+            .await
+            .unwrap(),
         Claim::Owner
     );
     let other = IdempotencyOptions::new().fingerprint("body-b");
@@ -501,7 +517,7 @@ pub async fn an_oversize_result_is_returned_and_not_stored(factory: &dyn Idempot
     let store = factory.client().await;
     assert_eq!(
         store
-            .claim(&key, &store.new_owner(), "", LEASE)
+            .claim(&key, &store.new_owner(), "", LEASE, None)
             .await
             .unwrap(),
         Claim::Owner
@@ -516,7 +532,7 @@ pub async fn a_spent_wait_is_in_progress_and_does_not_run(factory: &dyn Idempote
     let store = factory.client().await;
     let owner = store.new_owner();
     assert_eq!(
-        store.claim(&key, &owner, "", SLACK).await.unwrap(),
+        store.claim(&key, &owner, "", SLACK, None).await.unwrap(),
         Claim::Owner
     );
     let wait = Duration::from_millis(300);

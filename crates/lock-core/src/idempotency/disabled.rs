@@ -37,6 +37,7 @@ impl IdempotencyStore for DisabledIdempotencyStore {
         _owner: &str,
         _fingerprint: &str,
         _ttl: Duration,
+        _waited_on: Option<&str>,
     ) -> Result<Claim, IdempotencyError> {
         WARNED.call_once(|| {
             tracing::warn!(%key, detail = %self.detail, "idempotent execution is disabled: every call runs its action (no deduplication)");
@@ -59,6 +60,10 @@ impl IdempotencyStore for DisabledIdempotencyStore {
     }
 
     async fn abandon(&self, _: &str, _: &str) -> Result<bool, IdempotencyError> {
+        Ok(true)
+    }
+
+    async fn fail(&self, _: &str, _: &str, _: Duration) -> Result<bool, IdempotencyError> {
         Ok(true)
     }
 

@@ -53,6 +53,18 @@ pub enum IdempotencyError {
         /// How long this duplicate waited.
         waited: Duration,
     },
+    /// The caller this duplicate waited on failed (its action returned an error, or its result
+    /// could not be stored); the action did not run again. A later call runs it. Code
+    /// `IDEMPOTENCY_OWNER_FAILED`, HTTP 503.
+    #[error(
+        "idempotent call `{key}` failed at {holder}, which this duplicate waited on; the action did not run again (a retry runs it)"
+    )]
+    OwnerFailed {
+        /// The idempotency key.
+        key: String,
+        /// The owner token of the caller that failed.
+        holder: String,
+    },
     /// The key was used before with a different request fingerprint: replaying that result
     /// would hand this caller someone else's answer. Code `IDEMPOTENCY_KEY_REUSED`, HTTP 422.
     #[error(
@@ -123,19 +135,64 @@ pub enum NotStored {
     /// owner now (a paused or partitioned process): writing would overwrite that owner's record.
     #[error("the in-progress lease ended first (another caller may have run the action too)")]
     LeaseLost,
-    /// The backend did not confirm the write; the record ends at its lease TTL.
+    /// The backend did not confirm the write: it may have landed (retries replay it) or not
+    /// (the record ends at its lease TTL, then a retry runs the action again).
     #[error("the backend did not confirm it: {0}")]
     Unavailable(#[source] BoxError),
 }
 
+impl NotStored {
+    /// Which of the reasons this is, without its cause.
+    pub fn kind(&self) -> Unstored {
+        match self {
+            NotStored::TooLarge { .. } => Unstored::TooLarge,
+            NotStored::NotSerializable(_) => Unstored::NotSerializable,
+            NotStored::LeaseLost => Unstored::LeaseLost,
+            NotStored::Unavailable(_) => Unstored::Unconfirmed,
+        }
+    }
+}
+
+/// Why an executed result is not the one retries get (see
+/// [`Idempotent::Unstored`](crate::Idempotent::Unstored)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unstored {
+    /// Larger than the result cap: the duplicates that waited get
+    /// [`IdempotencyError::OwnerFailed`]; the next call runs the action again.
+    TooLarge,
+    /// The result type failed to serialize: as [`TooLarge`](Unstored::TooLarge).
+    NotSerializable,
+    /// The in-progress lease ended first (a pause longer than the lease): another caller may
+    /// have run the action, and retries get its result, not this one.
+    LeaseLost,
+    /// The backend did not confirm the write: retries replay this result if it landed, else run
+    /// the action again.
+    Unconfirmed,
+}
+
+impl Unstored {
+    /// The label metrics and logs use: `too_large`, `not_serializable`, `lease_lost`,
+    /// `unconfirmed`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unstored::TooLarge => "too_large",
+            Unstored::NotSerializable => "not_serializable",
+            Unstored::LeaseLost => "lease_lost",
+            Unstored::Unconfirmed => "unconfirmed",
+        }
+    }
+}
+
 impl IdempotencyError {
     /// The stable wire code: `IDEMPOTENCY_BACKEND_UNAVAILABLE`, `IDEMPOTENCY_IN_PROGRESS`,
-    /// `IDEMPOTENCY_KEY_REUSED`, `IDEMPOTENCY_RESULT_UNREADABLE`, `IDEMPOTENCY_RESULT_NOT_STORED`
+    /// `IDEMPOTENCY_OWNER_FAILED`, `IDEMPOTENCY_KEY_REUSED`, `IDEMPOTENCY_RESULT_UNREADABLE`, `IDEMPOTENCY_RESULT_NOT_STORED`
     /// or `IDEMPOTENCY_INVALID_ARGUMENT`.
     pub const fn code(&self) -> &'static str {
         match self {
             IdempotencyError::Unavailable { .. } => "IDEMPOTENCY_BACKEND_UNAVAILABLE",
             IdempotencyError::InProgress { .. } => "IDEMPOTENCY_IN_PROGRESS",
+            IdempotencyError::OwnerFailed { .. } => "IDEMPOTENCY_OWNER_FAILED",
             IdempotencyError::KeyReused { .. } => "IDEMPOTENCY_KEY_REUSED",
             IdempotencyError::ResultUnreadable { .. } => "IDEMPOTENCY_RESULT_UNREADABLE",
             IdempotencyError::ResultNotStored { .. } => "IDEMPOTENCY_RESULT_NOT_STORED",
@@ -143,11 +200,11 @@ impl IdempotencyError {
         }
     }
 
-    /// The HTTP status to answer with: 503 unavailable, 409 in progress, 422 key reused, 500
-    /// otherwise.
+    /// The HTTP status to answer with: 503 unavailable or owner failed, 409 in progress, 422 key
+    /// reused, 500 otherwise.
     pub const fn http_status(&self) -> u16 {
         match self {
-            IdempotencyError::Unavailable { .. } => 503,
+            IdempotencyError::Unavailable { .. } | IdempotencyError::OwnerFailed { .. } => 503,
             IdempotencyError::InProgress { .. } => 409,
             IdempotencyError::KeyReused { .. } => 422,
             IdempotencyError::ResultUnreadable { .. }
@@ -161,6 +218,7 @@ impl IdempotencyError {
         match self {
             IdempotencyError::Unavailable { key, .. }
             | IdempotencyError::InProgress { key, .. }
+            | IdempotencyError::OwnerFailed { key, .. }
             | IdempotencyError::KeyReused { key }
             | IdempotencyError::ResultUnreadable { key, .. }
             | IdempotencyError::ResultNotStored { key, .. } => Some(key),
@@ -181,6 +239,9 @@ impl IdempotencyError {
             IdempotencyError::InProgress { holder, waited, .. } => {
                 details.insert("holder", holder.clone());
                 details.insert("waitedMs", waited.as_millis().to_string());
+            }
+            IdempotencyError::OwnerFailed { holder, .. } => {
+                details.insert("holder", holder.clone());
             }
             IdempotencyError::InvalidArgument { name, .. } => {
                 details.insert("argument", (*name).to_owned());

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::idempotency::error::IdempotencyError;
+use crate::idempotency::error::{IdempotencyError, NotStored, Unstored};
 use crate::idempotency::memory::InMemoryIdempotencyStore;
 use crate::idempotency::options::{IdempotencyOptions, IdempotencySettings};
 use crate::idempotency::port::{Claim, IdempotencyStore};
@@ -21,24 +21,31 @@ use crate::watch::ChangeWatch;
 /// The result of an idempotent call, telling an execution from a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Idempotent<T> {
-    /// This call ran the action.
+    /// This call ran the action and stored its result.
     Executed(T),
     /// An earlier call ran it; this is its stored result.
     Replayed(T),
+    /// This call ran the action, but retries will not get this result ([`Unstored`] says what
+    /// they get instead): answer it, and treat it as this caller's alone.
+    Unstored(T, Unstored),
 }
 
 impl<T> Idempotent<T> {
     /// The result, however it was obtained.
     pub fn into_inner(self) -> T {
         match self {
-            Idempotent::Executed(value) | Idempotent::Replayed(value) => value,
+            Idempotent::Executed(value)
+            | Idempotent::Replayed(value)
+            | Idempotent::Unstored(value, _) => value,
         }
     }
 
     /// The result, borrowed.
     pub fn get(&self) -> &T {
         match self {
-            Idempotent::Executed(value) | Idempotent::Replayed(value) => value,
+            Idempotent::Executed(value)
+            | Idempotent::Replayed(value)
+            | Idempotent::Unstored(value, _) => value,
         }
     }
 
@@ -67,10 +74,12 @@ pub enum Begun<T> {
 ///   owner's record frees itself within the watchdog timeout, and exactly one waiting duplicate
 ///   then runs the action. Storing and deleting are fenced by the owner token, so a zombie
 ///   whose lease ended cannot overwrite the next owner's record.
-/// - **The action fails** → nothing is stored, the duplicates are woken at once, and exactly one
-///   of them runs it.
-/// - **The result cannot be stored** (over the size cap, not serializable) → the caller still
-///   gets it; the failure is logged (`WARN`) and counted; no record is left behind.
+/// - **The action fails** → nothing is stored; the duplicates waiting for it are woken at once
+///   and get [`IdempotencyError::OwnerFailed`] (HTTP 503) instead of each running the action in
+///   turn; the next call runs it again.
+/// - **The result cannot be stored** (over the size cap, not serializable) → the caller gets it
+///   as [`Idempotent::Unstored`]; the duplicates waiting get `OwnerFailed`, as for a failure; a
+///   `WARN` and a counter say so.
 /// - **A fingerprint** ([`IdempotencyOptions::fingerprint`]) makes the same key with another
 ///   request an error ([`IdempotencyError::KeyReused`], HTTP 422) instead of a replay.
 /// - **Fail closed**: with the backend down the action does not run
@@ -176,15 +185,20 @@ impl Idempotency {
                 Err(error) => return (Err(E::from(error)), "refused"),
             };
             match action().await {
-                Ok(value) => {
-                    if let Err(error) = scope.complete(&value).await {
-                        tracing::warn!(%key, %error, "the result is returned but was not stored; a duplicate will run the action again");
+                Ok(value) => match scope.complete(&value).await {
+                    Ok(()) => (Ok(Idempotent::Executed(value)), "executed"),
+                    Err(IdempotencyError::ResultNotStored { reason, .. }) => {
+                        warn_unstored(key, &reason);
+                        (Ok(Idempotent::Unstored(value, reason.kind())), "executed")
                     }
-                    (Ok(Idempotent::Executed(value)), "executed")
-                }
+                    Err(error) => {
+                        tracing::warn!(%key, %error, "the result is returned; whether it was stored is unknown");
+                        (Ok(Idempotent::Unstored(value, Unstored::Unconfirmed)), "executed")
+                    }
+                },
                 Err(error) => {
-                    if let Err(error) = scope.abandon().await {
-                        tracing::debug!(%key, %error, "abandoning after a failed action was not confirmed; the record ends at its lease TTL");
+                    if let Err(error) = scope.fail().await {
+                        tracing::debug!(%key, %error, "marking a failed action's record was not confirmed; it ends at its lease TTL");
                     }
                     (Err(error), "action_failed")
                 }
@@ -211,6 +225,8 @@ impl Idempotency {
         let started = Instant::now();
         let deadline = started + resolved.wait_time;
         let mut watch: Option<Box<dyn ChangeWatch>> = None;
+        // The owner last seen in progress: if it fails, this duplicate answers its failure.
+        let mut waited_on: Option<String> = None;
         loop {
             // Until its reply arrives, a claim may have created a record of ours: if this
             // future is dropped or the reply is lost, the guard abandons it (owner-checked).
@@ -221,7 +237,13 @@ impl Idempotency {
             };
             let claim = self
                 .store
-                .claim(key, &owner, &options.fingerprint, resolved.lease_ttl)
+                .claim(
+                    key,
+                    &owner,
+                    &options.fingerprint,
+                    resolved.lease_ttl,
+                    waited_on.as_deref(),
+                )
                 .await?;
             std::mem::forget(in_flight);
             let (holder, ttl) = match claim {
@@ -252,7 +274,14 @@ impl Idempotency {
                     ttl,
                 } => {
                     reused(key, &fingerprint, &options.fingerprint)?;
+                    waited_on = Some(holder.clone());
                     (holder, ttl)
+                }
+                Claim::Failed { holder } => {
+                    return Err(IdempotencyError::OwnerFailed {
+                        key: key.to_owned(),
+                        holder,
+                    });
                 }
             };
             let now = Instant::now();
@@ -294,6 +323,20 @@ impl Idempotency {
         validate_key(key).map_err(IdempotencyError::from_validation)?;
         self.store.forget(key).await
     }
+}
+
+/// Says what a result that was not stored means for the retries.
+fn warn_unstored(key: &str, reason: &NotStored) {
+    let what = match reason.kind() {
+        Unstored::TooLarge | Unstored::NotSerializable => {
+            "the waiting duplicates got the failure, and the next call runs the action again"
+        }
+        Unstored::LeaseLost => {
+            "the lease ended first: another caller may have run the action, and retries get its result, not this one"
+        }
+        _ => "retries replay it if the write landed, else run the action again",
+    };
+    tracing::warn!(%key, reason = %reason, "the result is returned but not stored; {what}");
 }
 
 /// A claim without its reply yet; see [`Idempotency::begin`].

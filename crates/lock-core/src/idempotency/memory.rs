@@ -8,11 +8,11 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::idempotency::error::IdempotencyError;
 use crate::error::BoxError;
+use crate::idempotency::error::IdempotencyError;
 use crate::idempotency::port::{Claim, IdempotencyStore};
-use crate::watch::ChangeWatch;
 use crate::owner::OwnerTokens;
+use crate::watch::ChangeWatch;
 
 /// Idempotency records in this process's memory, on Tokio's clock (so tests can pause time).
 /// It passes the conformance suite; records are lost with the process and not shared with
@@ -44,6 +44,8 @@ struct Record {
     fingerprint: String,
     /// `Some` once completed.
     result: Option<Vec<u8>>,
+    /// Marked failed by its owner.
+    failed: bool,
     expires_at: Instant,
 }
 
@@ -89,13 +91,18 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         owner: &str,
         fingerprint: &str,
         ttl: Duration,
+        waited_on: Option<&str>,
     ) -> Result<Claim, IdempotencyError> {
         Ok(self.with_record(key, |record| match record {
-            None => {
+            Some(r) if r.failed && waited_on == Some(r.owner.as_str()) => Claim::Failed {
+                holder: r.owner.clone(),
+            },
+            None | Some(Record { failed: true, .. }) => {
                 *record = Some(Record {
                     owner: owner.to_owned(),
                     fingerprint: fingerprint.to_owned(),
                     result: None,
+                    failed: false,
                     expires_at: Instant::now() + ttl,
                 });
                 Claim::Owner
@@ -117,7 +124,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
         Ok(self.with_record(key, |record| match record {
-            Some(r) if r.owner == owner && r.result.is_none() => {
+            Some(r) if r.owner == owner && r.result.is_none() && !r.failed => {
                 r.expires_at = Instant::now() + ttl;
                 true
             }
@@ -133,6 +140,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         ttl: Duration,
     ) -> Result<bool, IdempotencyError> {
         let done = self.with_record(key, |record| match record {
+            Some(r) if r.failed => false,
             Some(r) if r.owner == owner && r.result.is_none() => {
                 r.result = Some(result.to_vec());
                 r.expires_at = Instant::now() + ttl;
@@ -148,8 +156,23 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 
     async fn abandon(&self, key: &str, owner: &str) -> Result<bool, IdempotencyError> {
         let done = self.with_record(key, |record| match record {
-            Some(r) if r.owner == owner && r.result.is_none() => {
+            Some(r) if r.owner == owner && r.result.is_none() && !r.failed => {
                 *record = None;
+                true
+            }
+            _ => false,
+        });
+        self.changed();
+        Ok(done)
+    }
+
+    async fn fail(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
+        let done = self.with_record(key, |record| match record {
+            Some(r) if r.owner == owner && r.result.is_none() => {
+                if !r.failed {
+                    r.failed = true;
+                    r.expires_at = Instant::now() + ttl;
+                }
                 true
             }
             _ => false,

@@ -30,6 +30,12 @@ pub enum Claim {
         /// Its remaining lease, if the backend reported one.
         ttl: Option<Duration>,
     },
+    /// The owner this caller waited on failed (see [`IdempotencyStore::fail`]): answer its
+    /// failure rather than run the action again.
+    Failed {
+        /// The failed owner's token.
+        holder: String,
+    },
 }
 
 /// Where idempotency records live: one record per key, either *in progress* (owned by one
@@ -44,25 +50,29 @@ pub enum Claim {
 /// 1. `claim` is atomic: of any number of concurrent claims of an absent key, exactly one gets
 ///    [`Claim::Owner`]; the others see [`Claim::InProgress`] with that owner and fingerprint.
 ///    A claim by the owner itself returns `Owner` again (idempotent under re-sent commands).
-/// 2. The in-progress record lives for its lease (`ttl`) unless `renew`ed: then `claim`
+/// 2. A record `fail`ed by its owner answers [`Claim::Failed`] to every claim whose `waited_on`
+///    names that owner, and is taken over by any other claim as if absent.
+/// 3. The in-progress record lives for its lease (`ttl`) unless `renew`ed: then `claim`
 ///    grants it anew. `renew` extends only the caller's own in-progress record and never
 ///    re-creates one (returns `false` instead).
-/// 3. `complete` and `abandon` are fenced by the owner token: they change the record only
+/// 4. `complete`, `abandon` and `fail` are fenced by the owner token: they change the record only
 ///    while it is the caller's and in progress, and return whether they did. A zombie whose
-///    lease ended cannot overwrite or delete the next owner's record. Both are idempotent for
+///    lease ended cannot overwrite or delete the next owner's record. Each is idempotent for
 ///    the owner: a repeated `complete` returns `true`.
-/// 4. A completed record is returned by `claim` as [`Claim::Completed`] with the exact bytes
+/// 5. A completed record is returned by `claim` as [`Claim::Completed`] with the exact bytes
 ///    and fingerprint for its TTL, then disappears.
-/// 5. `forget` deletes a completed record (returns `true`); it never touches an in-progress one.
-/// 6. `complete`, `abandon` and `forget` wake every [`ChangeWatch`] of the key made before
+/// 6. `forget` deletes a completed record (returns `true`); it never touches an in-progress one.
+/// 7. `complete`, `abandon`, `fail` and `forget` wake every [`ChangeWatch`] of the key made before
 ///    them.
-/// 7. Backend failures are [`IdempotencyError::Unavailable`]; nothing is reported as granted
+/// 8. Backend failures are [`IdempotencyError::Unavailable`]; nothing is reported as granted
 ///    that was not.
-/// 8. Time is the backend's: TTLs are kept by the store, never compared to a client's clock
+/// 9. Time is the backend's: TTLs are kept by the store, never compared to a client's clock
 ///    across hosts.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync + Debug {
     /// Claims `key` for `owner` with an in-progress record living `ttl`, unless a record exists.
+    /// `waited_on` is the holder this caller last saw in progress, if any: a record that holder
+    /// failed answers [`Claim::Failed`].
     ///
     /// # Errors
     /// [`IdempotencyError::Unavailable`] when the backend fails.
@@ -72,6 +82,7 @@ pub trait IdempotencyStore: Send + Sync + Debug {
         owner: &str,
         fingerprint: &str,
         ttl: Duration,
+        waited_on: Option<&str>,
     ) -> Result<Claim, IdempotencyError>;
 
     /// Extends `owner`'s in-progress record of `key` to live `ttl` from now; `false` when it is
@@ -100,6 +111,14 @@ pub trait IdempotencyStore: Send + Sync + Debug {
     /// # Errors
     /// [`IdempotencyError::Unavailable`] when the backend fails.
     async fn abandon(&self, key: &str, owner: &str) -> Result<bool, IdempotencyError>;
+
+    /// Marks `owner`'s in-progress record failed for `ttl` and wakes the key's watchers: the
+    /// duplicates waiting on `owner` are answered [`Claim::Failed`], any other claim takes the
+    /// record over. `false` when it is not `owner`'s in-progress one. Repeating it is harmless.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend fails.
+    async fn fail(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError>;
 
     /// Deletes the completed record of `key`, so the next call runs the action again; `false`
     /// when there was none (absent, or in progress: that one is left alone).

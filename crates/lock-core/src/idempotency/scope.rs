@@ -82,7 +82,7 @@ impl IdempotencyScope {
     ///
     /// # Errors
     /// [`IdempotencyError::ResultNotStored`]: the value is larger than the result cap or does
-    /// not serialize (the record is then abandoned, so the next duplicate runs the action), the
+    /// not serialize (the record is then failed, as by [`fail`](Self::fail)), the
     /// lease ended first ([`NotStored::LeaseLost`]), or the backend did not confirm the write
     /// (the record ends at its lease TTL).
     pub async fn complete<T: Serialize + ?Sized>(
@@ -109,9 +109,9 @@ impl IdempotencyScope {
                 };
             }
         };
-        // Nothing of this call can be replayed: free the key for the next duplicate now.
-        if let Err(error) = self.store.abandon(&self.key, &self.owner).await {
-            tracing::debug!(key = %self.key, %error, "abandoning an unstorable result's record failed; it ends at its lease TTL");
+        // Nothing of this call can be replayed: answer the waiting duplicates, free the key.
+        if let Err(error) = self.fail_record().await {
+            tracing::debug!(key = %self.key, %error, "marking an unstorable result's record failed was not confirmed; it ends at its lease TTL");
         }
         Err(self.not_stored(refused))
     }
@@ -127,6 +127,26 @@ impl IdempotencyScope {
         self.stop_renewal();
         self.finished = true;
         self.store.abandon(&self.key, &self.owner).await
+    }
+
+    /// Ends the record as failed: the duplicates waiting now get
+    /// [`IdempotencyError::OwnerFailed`] instead of running the action one after another; the
+    /// next call runs it. Returns whether the record was still this caller's. Use it when the
+    /// action failed; [`abandon`](Self::abandon) when the work should simply be retried.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::Unavailable`] when the backend did not confirm it (the record then
+    /// ends at its lease TTL).
+    pub async fn fail(mut self) -> Result<bool, IdempotencyError> {
+        self.stop_renewal();
+        self.finished = true;
+        self.fail_record().await
+    }
+
+    async fn fail_record(&self) -> Result<bool, IdempotencyError> {
+        self.store
+            .fail(&self.key, &self.owner, self.options.lease_ttl)
+            .await
     }
 
     fn not_stored(&self, reason: NotStored) -> IdempotencyError {

@@ -11,7 +11,7 @@ use crate::idempotency::error::NotStored;
 /// [`IdempotencyError`](crate::IdempotencyError): backend down, wait spent, key reused, …).
 pub const CALLS_TOTAL: &str = "platform_idempotency_calls_total";
 /// Results returned but not stored, by `reason`: `too_large`, `not_serializable`,
-/// `lease_lost`, `unavailable`.
+/// `lease_lost`, `unconfirmed` ([`Unstored::as_str`](crate::Unstored::as_str)).
 pub const NOT_STORED_TOTAL: &str = "platform_idempotency_results_not_stored_total";
 
 pub(crate) async fn execute<R>(key: &str, call: impl Future<Output = (R, &'static str)>) -> R {
@@ -23,11 +23,5 @@ pub(crate) async fn execute<R>(key: &str, call: impl Future<Output = (R, &'stati
 }
 
 pub(crate) fn not_stored(reason: &NotStored) {
-    let reason = match reason {
-        NotStored::TooLarge { .. } => "too_large",
-        NotStored::NotSerializable(_) => "not_serializable",
-        NotStored::LeaseLost => "lease_lost",
-        NotStored::Unavailable(_) => "unavailable",
-    };
-    metrics::counter!(NOT_STORED_TOTAL, "reason" => reason).increment(1);
+    metrics::counter!(NOT_STORED_TOTAL, "reason" => reason.kind().as_str()).increment(1);
 }

@@ -12,8 +12,8 @@ use lock_core::branches::telemetry::{
     BRANCH_REGISTRATIONS_TOTAL, BRANCH_RELEASES_TOTAL, MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL,
 };
 use lock_core::branches::{
-    BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome,
-    DisabledBranches, InMemoryBranches, MasterLocks, MasterOptions, Registration, SubKey,
+    BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome, DisabledBranches,
+    InMemoryBranches, MasterLocks, MasterOptions, Registration, SubKey,
 };
 use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
 use lock_testkit::logs::CapturedLogs;
@@ -195,7 +195,10 @@ impl Branches for Unconfirmed {
     async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
         self.0.pending(sub_key).await
     }
-    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
+    async fn watch(
+        &self,
+        sub_key: &SubKey,
+    ) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
         self.0.watch(sub_key).await
     }
     async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {

@@ -37,7 +37,7 @@ async fn a_crashed_owners_record_frees_itself_within_the_watchdog_timeout() {
     // A first caller that never completes and stops renewing: a crashed process.
     let crashed = store.new_owner();
     let claim = store
-        .claim("create:1", &crashed, "", Duration::from_secs(30))
+        .claim("create:1", &crashed, "", Duration::from_secs(30), None)
         .await;
     assert_eq!(claim.unwrap(), Claim::Owner);
     let started = tokio::time::Instant::now();
@@ -163,7 +163,13 @@ async fn a_cancelled_call_frees_the_key_at_once() {
     let _ = call.await;
     tokio::task::yield_now().await;
     let claim = store
-        .claim("create:2", &store.new_owner(), "", Duration::from_secs(1))
+        .claim(
+            "create:2",
+            &store.new_owner(),
+            "",
+            Duration::from_secs(1),
+            None,
+        )
         .await;
     assert_eq!(
         claim.unwrap(),
@@ -203,7 +209,13 @@ async fn a_result_that_does_not_fit_is_a_typed_error_of_complete() {
     );
     assert_eq!(error.code(), "IDEMPOTENCY_RESULT_NOT_STORED");
     let claim = store
-        .claim("big:1", &store.new_owner(), "", Duration::from_secs(1))
+        .claim(
+            "big:1",
+            &store.new_owner(),
+            "",
+            Duration::from_secs(1),
+            None,
+        )
         .await;
     assert_eq!(claim.unwrap(), Claim::Owner, "no record is left behind");
 }

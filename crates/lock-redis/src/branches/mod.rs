@@ -27,9 +27,7 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use fred::types::ExpireOptions;
 use lock_core::ChangeWatch;
-use lock_core::branches::{
-    BranchError, BranchRelease, Branches, Registration, SubKey,
-};
+use lock_core::branches::{BranchError, BranchRelease, Branches, Registration, SubKey};
 
 use crate::core::error::RedisFailure;
 use crate::core::watch::ChannelWatch;
@@ -163,7 +161,11 @@ impl RedisBranches {
             _ => &self.scripts.pending,
         };
         let reply: Vec<String> = script
-            .evalsha_with_reload(self.client(operation, sub_key)?, self.record_key(sub_key), args)
+            .evalsha_with_reload(
+                self.client(operation, sub_key)?,
+                self.record_key(sub_key),
+                args,
+            )
             .await
             .map_err(|e| self.failed(operation, sub_key, e))?;
         let mut reply = reply.into_iter();

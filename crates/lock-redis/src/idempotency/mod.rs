@@ -2,8 +2,9 @@
 //! [`IdempotencyStore`] of `lock_core::Idempotency`, on the connections of a [`RedisLock`].
 //!
 //! One hash per idempotency key, `<prefix>idempotency:{<key>}` (fields `o` owner token, `f`
-//! request fingerprint, `r` result once completed), with a TTL: the in-progress lease, then the
-//! result TTL. Completions, abandonments and forgets are announced on
+//! request fingerprint, `r` result once completed, `x` once its owner failed), with a TTL: the
+//! in-progress lease, then the result TTL. Completions, failures, abandonments and forgets are
+//! announced on
 //! `<prefix>idempotency:{<key>}:changed` (sharded pub/sub, the same hash tag), which waiting
 //! duplicates subscribe to through the client's shared subscriptions. Every script is
 //! single-key and owner-checked, so a re-sent command (fred re-sends after a reconnect) is
@@ -142,9 +143,15 @@ impl IdempotencyStore for RedisIdempotencyStore {
         owner: &str,
         fingerprint: &str,
         ttl: Duration,
+        waited_on: Option<&str>,
     ) -> Result<Claim, IdempotencyError> {
         const OP: &str = "idempotency claim script";
-        let args = vec![owner.into(), fingerprint.into(), millis(ttl)];
+        let args = vec![
+            owner.into(),
+            fingerprint.into(),
+            millis(ttl),
+            waited_on.unwrap_or_default().into(),
+        ];
         let Value::Array(reply) = self.call(key, OP, &self.scripts.claim, args).await? else {
             return Err(protocol(key, OP));
         };
@@ -176,6 +183,9 @@ impl IdempotencyStore for RedisIdempotencyStore {
                     ttl,
                 })
             }
+            Some(3) => Ok(Claim::Failed {
+                holder: text(reply.next()),
+            }),
             _ => Err(protocol(key, OP)),
         }
     }
@@ -219,6 +229,13 @@ impl IdempotencyStore for RedisIdempotencyStore {
             args,
         )
         .await
+    }
+
+    async fn fail(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
+        let channel = Self::channel(&self.record_key(key));
+        let args = vec![owner.into(), millis(ttl), channel.into()];
+        self.flag(key, "idempotency fail script", &self.scripts.fail, args)
+            .await
     }
 
     async fn forget(&self, key: &str) -> Result<bool, IdempotencyError> {

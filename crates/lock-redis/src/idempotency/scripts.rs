@@ -14,6 +14,8 @@ pub const IDEMPOTENCY_ABANDON_SCRIPT: &str = concat!(
     "#!lua flags=allow-oom\n",
     include_str!("scripts/abandon.lua")
 );
+/// The Lua source of the owner-checked failure mark: the duplicates that waited get the failure.
+pub(crate) const IDEMPOTENCY_FAIL_SCRIPT: &str = include_str!("scripts/fail.lua");
 /// The Lua source of the script that forgets a completed result.
 pub const IDEMPOTENCY_FORGET_SCRIPT: &str = concat!(
     "#!lua flags=allow-oom\n",
@@ -27,6 +29,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) complete: Script,
     pub(crate) abandon: Script,
+    pub(crate) fail: Script,
     pub(crate) forget: Script,
 }
 
@@ -37,6 +40,7 @@ impl Scripts {
             renew: Script::from_lua(IDEMPOTENCY_RENEW_SCRIPT),
             complete: Script::from_lua(IDEMPOTENCY_COMPLETE_SCRIPT),
             abandon: Script::from_lua(IDEMPOTENCY_ABANDON_SCRIPT),
+            fail: Script::from_lua(IDEMPOTENCY_FAIL_SCRIPT),
             forget: Script::from_lua(IDEMPOTENCY_FORGET_SCRIPT),
         }
     }

@@ -246,7 +246,7 @@ async fn the_minimal_acl_runs_idempotent_execution() {
     let store = lock_redis::RedisIdempotencyStore::on(&without);
     use lock_core::IdempotencyStore;
     let error = store
-        .claim("k", &store.new_owner(), "", Duration::from_secs(5))
+        .claim("k", &store.new_owner(), "", Duration::from_secs(5), None)
         .await
         .unwrap_err();
     assert!(

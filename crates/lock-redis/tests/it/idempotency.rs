@@ -306,7 +306,7 @@ async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_tt
     // No subscription outlives its waiters.
     assert!(lock.subscribed_channels().is_empty());
     let claim = store
-        .claim(key, &store.new_owner(), "sha256:ab", WATCHDOG)
+        .claim(key, &store.new_owner(), "sha256:ab", WATCHDOG, None)
         .await
         .unwrap();
     assert!(matches!(claim, Claim::Completed { .. }));

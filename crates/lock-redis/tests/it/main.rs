@@ -30,6 +30,7 @@ mod hold_at_least;
 mod idempotency;
 mod idempotency_edges;
 mod key_encoding;
+mod lost_connection;
 mod lost_lease;
 mod lost_replies;
 mod ops;

@@ -340,7 +340,9 @@ impl IdempotencyLayer {
             })
             .await;
         match executed {
-            Ok(Idempotent::Executed(stored)) => stored.into_live_response(),
+            Ok(Idempotent::Executed(stored) | Idempotent::Unstored(stored, _)) => {
+                stored.into_live_response()
+            }
             Ok(Idempotent::Replayed(stored)) => stored.into_response(true),
             Err(NotReplayable::ServerError(response)) => response,
             Err(NotReplayable::Idempotency(error)) => IdempotencyRejection(error).into_response(),

@@ -1,10 +1,21 @@
 -- Claims an idempotency record, or reports what is there.
--- KEYS[1]: the record, a hash: o = owner token, f = request fingerprint, r = result (once completed)
+-- KEYS[1]: the record, a hash: o = owner token, f = request fingerprint, r = result (once
+--          completed), x = failed (set by its owner's fail script)
 -- ARGV[1]: owner token   ARGV[2]: fingerprint ('' for none)   ARGV[3]: lease, ms
--- Replies: {0} owned (created now, or already this owner's: a re-sent claim)
+-- ARGV[4]: the owner this caller waited on ('' for none)
+-- Replies: {0} owned (created now, taken over from a failed owner, or already this owner's: a
+--              re-sent claim)
 --          {1, fingerprint, result} completed
 --          {2, owner, fingerprint, pttl ms} in progress under another owner
-local record = redis.call('HMGET', KEYS[1], 'o', 'f', 'r')
+--          {3, owner} failed by the owner this caller waited on
+local record = redis.call('HMGET', KEYS[1], 'o', 'f', 'r', 'x')
+if record[4] then
+  if record[1] == ARGV[4] then
+    return {3, record[1]}
+  end
+  redis.call('DEL', KEYS[1])
+  record[1] = false
+end
 if not record[1] then
   redis.call('HSET', KEYS[1], 'o', ARGV[1], 'f', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])

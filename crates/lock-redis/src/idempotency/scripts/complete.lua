@@ -3,8 +3,8 @@
 -- ARGV[4]: the record's change channel (same hash tag)
 -- Reply: 1 stored (or already stored by this owner: a re-sent completion), 0 not this
 -- owner's record (its lease ended; maybe another owner's now)
-local record = redis.call('HMGET', KEYS[1], 'o', 'r')
-if record[1] ~= ARGV[1] then
+local record = redis.call('HMGET', KEYS[1], 'o', 'r', 'x')
+if record[1] ~= ARGV[1] or record[3] then
   return 0
 end
 if record[2] then
