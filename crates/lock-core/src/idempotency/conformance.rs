@@ -77,7 +77,9 @@ checks!(
     forget_spares_a_record_in_progress,
     watches_wake_on_every_terminal_write,
     concurrent_duplicates_get_the_first_result,
+    a_failed_owner_is_answered_to_those_who_waited_on_it,
     a_failed_action_lets_exactly_one_waiter_run,
+    waiting_duplicates_get_a_failed_actions_failure,
     another_fingerprint_is_key_reused,
     an_oversize_result_is_returned_and_not_stored,
     a_spent_wait_is_in_progress_and_does_not_run,
@@ -190,7 +192,7 @@ pub async fn claim_is_exclusive_and_idempotent_for_the_owner(factory: &dyn Idemp
     );
 }
 
-/// Contract 2: renewals keep a record past its lease; without them it ends and is granted
+/// Contract 3: renewals keep a record past its lease; without them it ends and is granted
 /// anew; a renewal never re-creates it.
 pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn IdempotencyFactory) {
     let (a, b) = (factory.client().await, factory.client().await);
@@ -225,7 +227,7 @@ pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn Ide
     assert_eq!(claim, Claim::Owner, "renew must not create a record");
 }
 
-/// Contract 3: a zombie (lease ended, key claimed anew) can neither complete nor abandon the
+/// Contract 4: a zombie (lease ended, key claimed anew) can neither complete nor abandon the
 /// new owner's record; the owner's own completion is idempotent.
 pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFactory) {
     let (a, b) = (factory.client().await, factory.client().await);
@@ -281,7 +283,7 @@ pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFa
     );
 }
 
-/// Contract 4: the exact bytes and fingerprint for the result TTL, then nothing.
+/// Contract 5: the exact bytes and fingerprint for the result TTL, then nothing.
 pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn IdempotencyFactory) {
     let store = factory.client().await;
     let key = unique_key("replay");
@@ -316,7 +318,7 @@ pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn Ide
     assert_eq!(claim, Claim::Owner, "the result ends at its TTL");
 }
 
-/// Contract 5.
+/// Contract 6.
 pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory) {
     let store = factory.client().await;
     let key = unique_key("forget");
@@ -350,10 +352,10 @@ pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory
     );
 }
 
-/// Contract 6: a watch made before a completion, an abandonment or a forget returns.
+/// Contract 7: a watch made before a completion, an abandonment, a failure or a forget returns.
 pub async fn watches_wake_on_every_terminal_write(factory: &dyn IdempotencyFactory) {
     let (writer, watcher) = (factory.client().await, factory.client().await);
-    for write in ["complete", "abandon", "forget"] {
+    for write in ["complete", "abandon", "fail", "forget"] {
         let key = unique_key(write);
         let owner = writer.new_owner();
         assert_eq!(
@@ -377,6 +379,7 @@ pub async fn watches_wake_on_every_terminal_write(factory: &dyn IdempotencyFacto
                     .unwrap()
             ),
             "abandon" => assert!(writer.abandon(&key, &owner).await.unwrap()),
+            "fail" => assert!(writer.fail(&key, &owner, SLACK).await.unwrap()),
             _ => assert!(writer.forget(&key).await.unwrap()),
         }
         tokio::time::timeout(SLACK, watch.changed())
@@ -458,6 +461,217 @@ pub async fn a_failed_action_lets_exactly_one_waiter_run(factory: &dyn Idempoten
     );
 }
 
+/// Contract 2: a failed record answers `Failed` to a claim that waited on its owner, is taken
+/// over by any other claim, and is fenced like the other terminal writes.
+pub async fn a_failed_owner_is_answered_to_those_who_waited_on_it(
+    factory: &dyn IdempotencyFactory,
+) {
+    let (a, b) = (factory.client().await, factory.client().await);
+    let key = unique_key("fail");
+    let owner = a.new_owner();
+    assert_eq!(
+        a.claim(&key, &owner, "", SLACK, None).await.unwrap(),
+        Claim::Owner
+    );
+    let duplicate = b.new_owner();
+    let seen = b.claim(&key, &duplicate, "", SLACK, None).await.unwrap();
+    assert!(
+        matches!(seen, Claim::InProgress { ref holder, .. } if *holder == owner),
+        "{seen:?}"
+    );
+    assert!(
+        !b.fail(&key, &duplicate, SLACK).await.unwrap(),
+        "not its record"
+    );
+    assert!(a.fail(&key, &owner, SLACK).await.unwrap());
+    assert!(
+        a.fail(&key, &owner, SLACK).await.unwrap(),
+        "repeated: still true"
+    );
+    assert!(
+        !a.renew(&key, &owner, SLACK).await.unwrap(),
+        "a failed record is not renewed"
+    );
+    assert!(
+        !a.complete(&key, &owner, b"late", RESULT_TTL).await.unwrap(),
+        "a failed record is not completed"
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            b.claim(&key, &duplicate, "", SLACK, Some(&owner))
+                .await
+                .unwrap(),
+            Claim::Failed {
+                holder: owner.clone()
+            },
+            "every duplicate that waited on the owner hears of its failure"
+        );
+    }
+    let newcomer = b.new_owner();
+    assert_eq!(
+        b.claim(&key, &newcomer, "", SLACK, Some("someone-else"))
+            .await
+            .unwrap(),
+        Claim::Owner,
+        "a claim that did not wait on the failed owner takes the record over"
+    );
+    let seen = b
+        .claim(&key, &duplicate, "", SLACK, Some(&owner))
+        .await
+        .unwrap();
+    assert!(
+        matches!(seen, Claim::InProgress { ref holder, .. } if *holder == newcomer),
+        "{seen:?}"
+    );
+    assert!(!a.fail(&key, &owner, SLACK).await.unwrap(), "fenced");
+}
+
+/// [`Idempotency`]: duplicates waiting on an owner whose action fails get `OwnerFailed` at once
+/// and do not run the action one after another; the next call runs it.
+pub async fn waiting_duplicates_get_a_failed_actions_failure(factory: &dyn IdempotencyFactory) {
+    let key = unique_key("fanout");
+    let watched = Arc::new(Watched::new(factory.client().await));
+    let idempotency = idempotency(Arc::clone(&watched) as Arc<dyn IdempotencyStore>, 1 << 20);
+    let (started, mut running) = tokio::sync::oneshot::channel();
+    let (fail, failing) = tokio::sync::oneshot::channel::<()>();
+    let first = {
+        let (idempotency, key) = (idempotency.clone(), key.clone());
+        tokio::spawn(async move {
+            idempotency
+                .execute(&key, &IdempotencyOptions::new(), || async move {
+                    started.send(()).unwrap();
+                    failing.await.unwrap();
+                    Err::<u32, _>(IdempotencyError::unavailable("owner", "the action failed"))
+                })
+                .await
+        })
+    };
+    (&mut running).await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut duplicates = Vec::new();
+    for _ in 0..5 {
+        let (idempotency, key, runs) = (idempotency.clone(), key.clone(), Arc::clone(&runs));
+        duplicates.push(tokio::spawn(async move {
+            idempotency
+                .execute(&key, &IdempotencyOptions::new(), || async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, IdempotencyError>(7_u32)
+                })
+                .await
+        }));
+    }
+    // Every duplicate has seen the owner and watches the key.
+    watched.watches_reach(5).await;
+    fail.send(()).unwrap();
+    assert!(
+        first.await.unwrap().is_err(),
+        "the owner gets its own error"
+    );
+    for duplicate in duplicates {
+        let error = tokio::time::timeout(SLACK, duplicate)
+            .await
+            .expect("a duplicate kept waiting")
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(error, IdempotencyError::OwnerFailed { .. }),
+            "{error}"
+        );
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a duplicate re-ran the action"
+    );
+    let next = idempotency
+        .execute(&key, &IdempotencyOptions::new(), || async {
+            Ok::<_, IdempotencyError>(8_u32)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        next,
+        crate::Idempotent::Executed(8),
+        "the next call runs it"
+    );
+}
+
+/// A store that counts the watches made on it, so a check can wait until its duplicates wait.
+#[derive(Debug)]
+struct Watched {
+    inner: Arc<dyn IdempotencyStore>,
+    watches: tokio::sync::watch::Sender<usize>,
+}
+
+impl Watched {
+    fn new(inner: Arc<dyn IdempotencyStore>) -> Self {
+        Watched {
+            inner,
+            watches: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    async fn watches_reach(&self, n: usize) {
+        let mut watches = self.watches.subscribe();
+        tokio::time::timeout(SLACK, watches.wait_for(|made| *made >= n))
+            .await
+            .expect("the duplicates never waited")
+            .unwrap();
+    }
+}
+
+#[async_trait]
+impl IdempotencyStore for Watched {
+    async fn claim(
+        &self,
+        key: &str,
+        owner: &str,
+        fingerprint: &str,
+        ttl: Duration,
+        waited_on: Option<&str>,
+    ) -> Result<Claim, IdempotencyError> {
+        self.inner
+            .claim(key, owner, fingerprint, ttl, waited_on)
+            .await
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
+        self.inner.renew(key, owner, ttl).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        owner: &str,
+        result: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, IdempotencyError> {
+        self.inner.complete(key, owner, result, ttl).await
+    }
+
+    async fn abandon(&self, key: &str, owner: &str) -> Result<bool, IdempotencyError> {
+        self.inner.abandon(key, owner).await
+    }
+
+    async fn fail(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
+        self.inner.fail(key, owner, ttl).await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, IdempotencyError> {
+        self.inner.forget(key).await
+    }
+
+    async fn watch(&self, key: &str) -> Result<Box<dyn crate::ChangeWatch>, IdempotencyError> {
+        let watch = self.inner.watch(key).await?;
+        self.watches.send_modify(|made| *made += 1);
+        Ok(watch)
+    }
+
+    fn new_owner(&self) -> String {
+        self.inner.new_owner()
+    }
+}
+
 /// [`Idempotency`]: the same key with another fingerprint, running or completed.
 pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory) {
     let idempotency = idempotency(factory.client().await, 1 << 20);
@@ -510,7 +724,7 @@ pub async fn an_oversize_result_is_returned_and_not_stored(factory: &dyn Idempot
             .unwrap();
         assert_eq!(
             result,
-            crate::Idempotent::Executed(big.clone()),
+            crate::Idempotent::Unstored(big.clone(), crate::Unstored::TooLarge),
             "not stored, so run again"
         );
     }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{SLACK, WATCHDOG, eventually, server};
 use lock_core::idempotency::conformance::{self, IdempotencyFactory};
 use lock_core::{
-    Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
+    Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
+    IdempotencyStore, Idempotent,
 };
 use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
 use lock_testkit::{ClosedPort, RedisServer, command_at, test_child};
@@ -147,6 +148,100 @@ async fn eight_processes_of_ten_duplicates_run_the_action_once_and_all_get_its_r
     assert_eq!(redis.cmd(&["GET", "executions"]).await.unwrap(), "1");
 }
 
+/// The body of one of the eight processes of failing duplicates: a duplicate of [`FAILING`],
+/// which the parent's owner runs; prints its outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the body of a child process a test starts"]
+async fn child_failing_duplicates() {
+    let Ok(url) = std::env::var(URL) else {
+        return;
+    };
+    let (_lock, idempotency) = idempotency(&url, &format!("pod-{}", std::process::id())).await;
+    let outcome = idempotency
+        .execute(FAILING, &IdempotencyOptions::new(), || async {
+            redis_cmd(&url, &["INCR", "duplicate-runs"]).await;
+            Ok::<_, IdempotencyError>(0_u32)
+        })
+        .await;
+    let line = match outcome {
+        Ok(result) => format!("ran {}", result.get()),
+        Err(error) => error.code().to_owned(),
+    };
+    println!("{RESULT_LINE}{line}");
+}
+
+const FAILING: &str = "ticket-create:fails";
+
+/// Eight duplicates in eight processes wait on an owner whose action fails: none runs the
+/// action after it (each gets the owner's failure at once), and the next call runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_in_eight_processes_get_a_failed_owners_failure_and_do_not_run() {
+    let redis = server().await;
+    let (lock, idempotency) = idempotency(&redis.url(), "owner-pod").await;
+    let (fail, failing) = tokio::sync::oneshot::channel::<()>();
+    let owner = {
+        let idempotency = idempotency.clone();
+        tokio::spawn(async move {
+            idempotency
+                .execute(FAILING, &IdempotencyOptions::new(), || async move {
+                    failing.await.unwrap();
+                    Err::<u32, _>(IdempotencyError::unavailable(FAILING, "the action failed"))
+                })
+                .await
+        })
+    };
+    let store = RedisIdempotencyStore::on(&lock);
+    let channel = format!("{}:changed", store.record_key(FAILING));
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            test_child(module_path!(), "child_failing_duplicates")
+                .env(URL, redis.url())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a child")
+        })
+        .collect();
+    // A duplicate subscribes once it has seen the owner in progress: then it waits on it.
+    let waiting = eventually(Duration::from_secs(60), || async {
+        redis
+            .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
+            .await
+            .unwrap()
+            == format!("{channel}\n8")
+    });
+    assert!(waiting.await, "the duplicates never all waited");
+    fail.send(()).unwrap();
+    assert!(owner.await.unwrap().is_err());
+    let outputs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for output in outputs {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r));
+        let line = line.unwrap_or_else(|| panic!("a child printed no result: {stdout}"));
+        assert_eq!(line, "IDEMPOTENCY_OWNER_FAILED");
+    }
+    assert_eq!(redis.cmd(&["GET", "duplicate-runs"]).await.unwrap(), "");
+    let next = idempotency
+        .execute(FAILING, &IdempotencyOptions::new(), || async {
+            Ok::<_, IdempotencyError>(9_u32)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        next,
+        Idempotent::Executed(9),
+        "the next call runs the action"
+    );
+}
+
 /// The body of an owner that is killed or paused mid-action: claims [`KEY`], says so, and
 /// waits for the parent's `finish` before returning "from-the-zombie"; prints what it got.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +262,12 @@ async fn child_owner() {
         })
         .await
         .unwrap();
-    println!("{RESULT_LINE}{} {}", result.is_replay(), result.get());
+    let outcome = match &result {
+        Idempotent::Executed(_) => "executed".to_owned(),
+        Idempotent::Replayed(_) => "replayed".to_owned(),
+        Idempotent::Unstored(_, reason) => format!("unstored:{}", reason.as_str()),
+    };
+    println!("{RESULT_LINE}{outcome} {}", result.get());
 }
 
 fn start_owner(redis: &RedisServer) -> std::process::Child {
@@ -233,13 +333,14 @@ async fn a_paused_owner_whose_lease_ended_cannot_overwrite_the_next_owners_resul
         .await
         .unwrap();
     assert!(!result.is_replay());
-    // The zombie wakes up and completes late: rejected, it keeps its own result.
+    // The zombie wakes up and completes late: rejected, it keeps its own result, told that the
+    // retries get another one.
     redis.cmd(&["SET", "finish", "1"]).await.unwrap();
     nix::sys::signal::kill(pid, nix::sys::signal::SIGCONT).unwrap();
     let output = tokio::task::spawn_blocking(move || owner.wait_with_output().unwrap());
     let stdout = String::from_utf8_lossy(&output.await.unwrap().stdout).into_owned();
     assert!(
-        stdout.contains(&format!("{RESULT_LINE}false from-the-zombie")),
+        stdout.contains(&format!("{RESULT_LINE}unstored:lease_lost from-the-zombie")),
         "{stdout}"
     );
     let replay = idempotency
