@@ -212,3 +212,37 @@ async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
         .expect("a short outage failed the waiter");
     assert!(handle.is_held());
 }
+
+/// Once the client knows Redis is gone, branch and idempotency record operations fail at once
+/// rather than after the command timeout (here far longer than the bound asserted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_and_branch_operations_fail_at_once_while_disconnected() {
+    let mut redis = server().await;
+    let patient = Duration::from_secs(30);
+    let lock = RedisLock::connect(common::config(&redis).command_timeout(patient))
+        .await
+        .unwrap();
+    let branches = RedisBranches::new(&lock);
+    let store = RedisIdempotencyStore::on(&lock);
+    let token: lock_core::branches::BranchToken = "br1|9|r|ticket:7|search".parse().unwrap();
+    redis.kill().await.unwrap();
+    // The client learns of the loss from its connection's error.
+    let known = common::eventually(SLACK, || async {
+        lock.try_acquire("probe", Lease::Fixed(LONG)).await.is_err()
+    })
+    .await;
+    assert!(known, "the client never noticed the loss");
+    let started = Instant::now();
+    let released = lock_core::branches::Branches::release_branch(&branches, &token).await;
+    assert!(released.is_err(), "{released:?}");
+    let claimed = lock_core::IdempotencyStore::claim(&store, "order-2", "me", "", LONG, None).await;
+    assert!(
+        matches!(claimed, Err(IdempotencyError::Unavailable { .. })),
+        "{claimed:?}"
+    );
+    assert!(
+        started.elapsed() < SLACK,
+        "took {:?}; the command timeout is {patient:?}",
+        started.elapsed()
+    );
+}
