@@ -78,10 +78,6 @@ struct Args {
     /// (AcquireOptions::fair); reported as impl `platform-lock-fair`.
     #[arg(long)]
     fair: bool,
-    /// Connect with RedisLockConfig::group_commit (off by default; experimental, see
-    /// docs/performance.md); lines get `"group_commit": true`.
-    #[arg(long)]
-    group_commit: bool,
     /// Install a Prometheus metrics recorder first, as a service exporting the lock's metrics
     /// would; lines get `"metrics_recorder": "prometheus"`. Without it the `metrics` facade has
     /// no recorder and every metric call is a no-op.
@@ -221,7 +217,7 @@ async fn run(args: Args) -> ExitCode {
     } else {
         None
     };
-    let (mut target, _server) = match &args.redis_url {
+    let (target, _server) = match &args.redis_url {
         Some(url) => match Target::parse(url) {
             Ok(target) => (target, None),
             Err(error) => {
@@ -240,7 +236,6 @@ async fn run(args: Args) -> ExitCode {
             }
         },
     };
-    target.group_commit = args.group_commit;
     // One clear error up front rather than the same one from every scenario.
     if let Err(error) = target.command(&["PING"]).await {
         eprintln!("lock-bench: {error}");
@@ -404,9 +399,7 @@ fn runtime_name(flavour: Flavour) -> &'static str {
 }
 
 async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<RedisLock, String> {
-    let mut config = RedisLockConfig::from(target.address.clone())
-        .instance_id("lock-bench")
-        .group_commit(target.group_commit);
+    let mut config = RedisLockConfig::from(target.address.clone()).instance_id("lock-bench");
     if let Some(timeout) = watchdog_timeout {
         config = config.watchdog_timeout(timeout);
     }
@@ -422,9 +415,7 @@ async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<
 
 /// Runs `body` on a fresh client, adding `redis_cmds_per_acquisition` (every command the
 /// server ran, the client's connection set-up included, as the peers' harness counts them) and
-/// `evalsha_per_acquisition` (script calls alone: 2.0 means no attempt was wasted, below 2.0
-/// means calls were grouped), and `operations_per_script_call` (the client's acquire and release
-/// calls per script call it sent: 1.0 when nothing was grouped).
+/// `evalsha_per_acquisition` (script calls alone: 2.0 means no attempt was wasted).
 async fn measured<F, Fut>(target: &Target, body: F) -> Result<Map<String, Value>, String>
 where
     F: FnOnce(RedisLock) -> Fut,
@@ -434,7 +425,6 @@ where
     let lock = connect(target, None).await?;
     let mut line = body(lock.clone()).await;
     let calls = target.command_calls().await?.since(before, 1);
-    let grouped = lock.script_call_counts();
     let acquisitions = line
         .get("acquisitions")
         .and_then(Value::as_u64)
@@ -445,13 +435,5 @@ where
     };
     line.insert("redis_cmds_per_acquisition".into(), per(calls.total));
     line.insert("evalsha_per_acquisition".into(), per(calls.evalsha));
-    let per_script_call = grouped.calls as f64 / grouped.script_calls.max(1) as f64;
-    line.insert(
-        "operations_per_script_call".into(),
-        json!((per_script_call * 100.0).round() / 100.0),
-    );
-    if target.group_commit {
-        line.insert("group_commit".into(), json!(true));
-    }
     Ok(line)
 }

@@ -12,8 +12,6 @@ pub(crate) struct Target {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) password: Option<String>,
-    /// Connect our clients with `RedisLockConfig::group_commit` (`--group-commit`).
-    pub(crate) group_commit: bool,
 }
 
 impl Target {
@@ -41,7 +39,6 @@ impl Target {
                 .to_owned(),
             port: address.port(),
             password: address.password().map(|p| p.into_owned()),
-            group_commit: false,
             address,
         })
     }

@@ -128,7 +128,7 @@ pub use lock::scripts::{
 /// Re-exported from lock-core, which renders every duration range.
 pub use lock_core::duration_range;
 
-pub use lock::{RedisLock, ScriptCallCounts};
+pub use lock::RedisLock;
 
 pub use idempotency::RedisIdempotencyStore;
 pub use idempotency::scripts::{

@@ -10,7 +10,6 @@ use lock_core::LockError;
 
 use crate::core::connection::{self, Endpoint, Health};
 use crate::core::error::{RedisFailure, Refusal};
-use crate::core::group_commit::GroupCommit;
 use crate::core::sentinel_events;
 use crate::core::subscriptions::Subscriptions;
 
@@ -20,8 +19,6 @@ use crate::core::subscriptions::Subscriptions;
 pub(crate) struct RedisCore {
     pub(crate) client: Client,
     pub(crate) subscriptions: Subscriptions,
-    /// Script calls of the hot paths, grouped while one is in flight.
-    pub(crate) group_commit: GroupCommit,
     /// The command connection's last connection error, for telling "unreachable" from "slow".
     pub(crate) health: Arc<Health>,
     /// The runtime the client was created on: background tasks are spawned here, so dropping
@@ -111,7 +108,6 @@ impl RedisCore {
         }
         let subscriptions = Subscriptions::start(subscriber, &client);
         let core = Arc::new(RedisCore {
-            group_commit: GroupCommit::new(&client, config.command_timeout, config.group_commit),
             client,
             subscriptions,
             health,

@@ -172,8 +172,6 @@ pub(crate) struct Endpoint<'a> {
     pub(crate) address: &'a RedisAddress,
     pub(crate) command_timeout: Duration,
     pub(crate) tls_ca_file: Option<&'a Path>,
-    /// Whether script calls are grouped (`RedisLockConfig::group_commit`).
-    pub(crate) group_commit: bool,
 }
 
 /// Builds (does not connect) the command client and the subscriber client.

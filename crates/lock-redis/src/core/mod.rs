@@ -4,8 +4,6 @@
 //! - `connection`: the command and pub/sub clients, TLS, health ("unreachable" vs "slow") and
 //!   reconnection;
 //! - `sentinel_events`: following a Sentinel failover (`+switch-master`) on both connections;
-//! - `group_commit`: script calls made while one is in flight go to Redis together, one script
-//!   call per script;
 //! - `subscriptions`: sharded pub/sub channels shared by every waiter of a client, re-established
 //!   after reconnects;
 //! - `watch`: a change watch on one of those channels, failing when the connection is lost;
@@ -23,9 +21,9 @@ pub(crate) mod backoff;
 pub(crate) mod client;
 pub(crate) mod connection;
 pub(crate) mod error;
-pub(crate) mod group_commit;
 pub(crate) mod keys;
 pub(crate) mod redact;
+pub(crate) mod scripts;
 pub(crate) mod sentinel_events;
 pub(crate) mod subscriptions;
 pub(crate) mod watch;

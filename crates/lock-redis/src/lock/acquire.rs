@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;
 use crate::core::error::{RedisFailure, Refusal};
+use crate::core::scripts;
 use crate::lock::background::BackgroundRelease;
 use crate::lock::background::{Grant, Ticket};
 use crate::lock::inner::Inner;
@@ -314,11 +315,7 @@ impl<'a> Acquisition<'a> {
                     let args = vec![self.owner.as_str().into(), ttl_ms.into(), hold_ms.into()];
                     (vec![Key::from(redis_key.as_str())], args)
                 };
-                self.inner
-                    .core
-                    .group_commit
-                    .call(self.inner.scripts.acquire, call)
-                    .await
+                scripts::call(&self.inner.core.client, &self.inner.scripts.acquire, call).await
             }
             Some((call, place_ttl)) => {
                 let place_ms = i64::try_from(place_ttl.as_millis()).unwrap_or(i64::MAX);

@@ -104,7 +104,6 @@ pub struct RedisLockConfig {
     pub(crate) replica_sync_timeout: Duration,
     pub(crate) fair_waiter_timeout: Duration,
     pub(crate) tls_ca_file: Option<PathBuf>,
-    pub(crate) group_commit: bool,
 }
 
 /// An address [`RedisAddress::parse`] refused: as messages show it, and why.
@@ -134,7 +133,6 @@ impl fmt::Debug for RedisLockConfig {
             .field("replica_sync_timeout", &self.replica_sync_timeout)
             .field("fair_waiter_timeout", &self.fair_waiter_timeout)
             .field("tls_ca_file", &self.tls_ca_file)
-            .field("group_commit", &self.group_commit)
             .finish()
     }
 }
@@ -196,7 +194,6 @@ impl RedisLockConfig {
             replica_sync_timeout: DEFAULT_REPLICA_SYNC_TIMEOUT,
             fair_waiter_timeout: DEFAULT_FAIR_WAITER_TIMEOUT,
             tls_ca_file: None,
-            group_commit: false,
         }
     }
 
@@ -259,17 +256,6 @@ impl RedisLockConfig {
     /// system's roots.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls_ca_file = Some(path.into());
-        self
-    }
-
-    /// Groups the acquire and release calls made while earlier ones are in flight into one
-    /// script call per script (see docs/design.md, "Group commit"). **Off by default, and
-    /// experimental**: under 32 parallel workers it cuts script calls 8-fold, but the client and
-    /// Redis end up taking turns, and throughput fell to 0.7–0.8× of the ungrouped
-    /// (docs/performance.md). Every guarantee holds with it on; the tests run it against real
-    /// Redis.
-    pub fn group_commit(mut self, enabled: bool) -> Self {
-        self.group_commit = enabled;
         self
     }
 
@@ -358,7 +344,6 @@ impl RedisLockConfig {
             address: self.redis_address()?,
             command_timeout: self.command_timeout,
             tls_ca_file: self.tls_ca_file.as_deref(),
-            group_commit: self.group_commit,
         })
     }
 

@@ -66,10 +66,8 @@ impl Inner {
             ];
             (keys, args)
         };
-        let release = self
-            .core
-            .group_commit
-            .call::<i64>(self.scripts.release, call);
+        let release =
+            crate::core::scripts::call::<i64>(&self.core.client, &self.scripts.release, call);
         let mut release = std::pin::pin!(release);
         // The first poll queues the release on the connection. Waking this client's next waiter
         // now lets its attempt travel right behind the release — Redis runs one connection's

@@ -142,7 +142,7 @@ impl RedisLock {
         let scripts = Scripts::new();
         let (core, answered) = RedisCore::connect(&config.endpoint()?).await?;
         if answered {
-            if let Err(error) = scripts.load(&core.client, config.group_commit).await {
+            if let Err(error) = scripts.load(&core.client).await {
                 tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
             }
             acquire::check_replica_count(&core.client, config.min_replicas).await;
@@ -354,34 +354,6 @@ impl RedisLock {
         self.inner.watchdog.stats()
     }
 
-    /// How this client's acquire and release calls were grouped since [`connect`](Self::connect):
-    /// the calls made, and the script calls Redis ran for them. With
-    /// [`RedisLockConfig::group_commit`] on, the calls that arrive while two to a slot are in
-    /// flight wait and leave together, one script call per script, so under load
-    /// `calls / script_calls` rises above 1; an idle client sends each call on its own. Off (the
-    /// default), the two are equal.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use lock_core::{DistributedLock, Lease};
-    /// use lock_redis::{RedisLock, RedisLockConfig};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
-    /// lock.acquire("bill-run:2026-11", Lease::Watchdog).await?.release().await?;
-    /// let counts = lock.script_call_counts();
-    /// assert_eq!((counts.calls, counts.script_calls), (2, 2)); // one at a time: not grouped
-    /// # Ok(()) }
-    /// ```
-    pub fn script_call_counts(&self) -> ScriptCallCounts {
-        let (calls, script_calls) = self.inner.core.group_commit.counts();
-        ScriptCallCounts {
-            calls,
-            script_calls,
-        }
-    }
-
     /// How many acquisitions of this client are waiting for lock `name` now. They are served in
     /// arrival order: only the first tries the lock when it may be free, and a new acquisition
     /// queues behind them instead of trying first.
@@ -482,13 +454,4 @@ impl DistributedLock for RedisLock {
     async fn shutdown(&self, timeout: Duration) -> ShutdownSummary {
         self.inner.shutdown(timeout).await
     }
-}
-
-/// What [`RedisLock::script_call_counts`] reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScriptCallCounts {
-    /// Calls of the grouped scripts made.
-    pub calls: u64,
-    /// Script calls sent to Redis for them (`EVALSHA`; a reload after `NOSCRIPT` not counted).
-    pub script_calls: u64,
 }

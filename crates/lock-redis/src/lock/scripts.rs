@@ -5,12 +5,8 @@
 //! the fair queue's (`scripts/fair_queue.lua`) — are put in front of each of them here, after
 //! the `#!lua` flags line, which must come first.
 
-use std::sync::LazyLock;
-
 use fred::prelude::*;
 use fred::types::scripts::Script;
-
-use crate::core::group_commit::GroupedScript;
 
 /// The Lua source of the acquire script (KEYS, ARGV and replies are documented in its header):
 /// for audits, and for benchmarks that run it with `redis-benchmark`.
@@ -60,17 +56,12 @@ pub(crate) fn held_prefix(token: u64, owner: &str) -> String {
     format!("H|{token}|{owner}")
 }
 
-/// The acquire script, grouped while an earlier call is in flight (see `core::group_commit`).
-static ACQUIRE: LazyLock<GroupedScript> = LazyLock::new(|| GroupedScript::new(ACQUIRE_SCRIPT));
-/// The release script, grouped likewise.
-static RELEASE: LazyLock<GroupedScript> = LazyLock::new(|| GroupedScript::new(RELEASE_SCRIPT));
-
 /// The scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a `SCRIPT FLUSH`
 /// or a failover to a server that never saw them), so a warm call is one round trip.
 #[derive(Debug)]
 pub(crate) struct Scripts {
-    pub(crate) acquire: &'static GroupedScript,
-    pub(crate) release: &'static GroupedScript,
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
     pub(crate) renew: Script,
     pub(crate) fair_acquire: Script,
     pub(crate) fair_leave: Script,
@@ -82,8 +73,8 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            acquire: &ACQUIRE,
-            release: &RELEASE,
+            acquire: Script::from_lua(ACQUIRE_SCRIPT),
+            release: Script::from_lua(RELEASE_SCRIPT),
             renew: Script::from_lua(RENEW_SCRIPT),
             fair_acquire: Script::from_lua(FAIR_ACQUIRE_SCRIPT),
             fair_leave: Script::from_lua(FAIR_LEAVE_SCRIPT),
@@ -92,13 +83,16 @@ impl Scripts {
         }
     }
 
-    /// Loads every script — and the grouped forms when calls are `grouped`
-    /// (`RedisLockConfig::group_commit`) — so the first acquisitions need no reload (on a
-    /// Cluster, a reload goes to every primary, and would fail while any one is unreachable).
-    pub(crate) async fn load(&self, client: &Client, grouped: bool) -> Result<(), Error> {
-        self.acquire.load(client, grouped).await?;
-        self.release.load(client, grouped).await?;
-        for script in [&self.renew, &self.fair_acquire, &self.fair_leave] {
+    /// Loads every script, so the first acquisitions need no reload (on a Cluster, a reload goes
+    /// to every primary, and would fail while any one is unreachable).
+    pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
+        for script in [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.fair_acquire,
+            &self.fair_leave,
+        ] {
             script.load(client).await?;
         }
         Ok(())

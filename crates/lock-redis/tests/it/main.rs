@@ -23,7 +23,6 @@ mod fair;
 mod fair_under_faults;
 mod fencing;
 mod first_connection;
-mod group_commit;
 mod handle_drop;
 mod held_by_this_process;
 mod hold_at_least;
