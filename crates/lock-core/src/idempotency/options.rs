@@ -78,6 +78,29 @@ fn check_result_ttl(ttl: Duration) -> Result<(), IdempotencyError> {
         .map_err(IdempotencyError::from_validation)
 }
 
+fn check_delayed_start(delay: Duration) -> Result<(), IdempotencyError> {
+    check_duration("delayed_start", delay, Duration::ZERO, MAX_WAIT)
+        .map_err(IdempotencyError::from_validation)
+}
+
+fn check_lease(lease: Lease) -> Result<(), IdempotencyError> {
+    lease.validate().map_err(IdempotencyError::from_validation)
+}
+
+fn check_fingerprint(fingerprint: &str) -> Result<(), IdempotencyError> {
+    if fingerprint.len() <= crate::MAX_KEY_BYTES {
+        return Ok(());
+    }
+    Err(IdempotencyError::InvalidArgument {
+        name: "fingerprint",
+        value: truncate_for_display(fingerprint),
+        problem: format!(
+            "accepted: at most {} bytes (pass a hash of the request)",
+            crate::MAX_KEY_BYTES
+        ),
+    })
+}
+
 /// The options of one idempotent call; every unset one takes the [`IdempotencySettings`]'
 /// value.
 ///
@@ -145,32 +168,34 @@ impl IdempotencyOptions {
         self
     }
 
-    /// The options resolved against `settings`, checked.
+    /// Checks every value set on these options against its range: the lease, the wait time and
+    /// result TTL when set, the delayed start and the fingerprint's length.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming the option, its value and the accepted
+    /// range.
+    pub fn validate(&self) -> Result<(), IdempotencyError> {
+        check_lease(self.lease)?;
+        if let Some(wait) = self.wait_time {
+            check_wait(wait)?;
+        }
+        if let Some(ttl) = self.result_ttl {
+            check_result_ttl(ttl)?;
+        }
+        check_delayed_start(self.delayed_start)?;
+        check_fingerprint(&self.fingerprint)
+    }
+
+    /// The options resolved against `settings`, checked again as combined.
     pub(crate) fn resolve(
         &self,
         settings: &IdempotencySettings,
     ) -> Result<Resolved, IdempotencyError> {
-        self.lease
-            .validate()
-            .map_err(IdempotencyError::from_validation)?;
+        self.validate()?;
         let wait_time = self.wait_time.unwrap_or(settings.wait_time);
         check_wait(wait_time)?;
         let result_ttl = self.result_ttl.unwrap_or(settings.result_ttl);
         check_result_ttl(result_ttl)?;
-        check_duration(
-            "delayed_start",
-            self.delayed_start,
-            Duration::ZERO,
-            MAX_WAIT,
-        )
-        .map_err(IdempotencyError::from_validation)?;
-        if self.fingerprint.len() > crate::MAX_KEY_BYTES {
-            return Err(IdempotencyError::InvalidArgument {
-                name: "fingerprint",
-                value: truncate_for_display(&self.fingerprint),
-                problem: "accepted: at most 512 bytes (pass a hash of the request)".into(),
-            });
-        }
         Ok(Resolved {
             lease_ttl: self.lease.ttl(settings.watchdog_timeout),
             renewed: self.lease == Lease::Watchdog,
