@@ -10,6 +10,13 @@ use lock_redis::{RedisIdempotencyStore, RedisLock};
 
 use crate::config::LockSettings;
 
+/// The largest request body the `Idempotency-Key` layer reads by default: 1 MiB
+/// (`telco.platform.lock.idempotency.http-max-body-bytes`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// The largest accepted request body limit of the `Idempotency-Key` layer: 64 MiB (the body is
+/// buffered whole to be fingerprinted).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
 /// Where the records of a started service live.
 pub(crate) enum Store<'a> {
     /// `enabled = false`: the action runs every time; the detail says where it was switched off.
