@@ -102,19 +102,23 @@ fn check_fingerprint(fingerprint: &str) -> Result<(), IdempotencyError> {
 }
 
 /// The options of one idempotent call; every unset one takes the [`IdempotencySettings`]'
-/// value.
+/// value. Each setter checks its value and names it when it is out of range.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::IdempotencyOptions;
+/// use lock_core::{IdempotencyError, IdempotencyOptions};
 ///
 /// let options = IdempotencyOptions::new()
-///     .fingerprint("sha256:4f2a…") // the same key with another request is refused (422)
-///     .result_ttl(Duration::from_secs(600))
-///     .delayed_start(Duration::from_millis(50)); // let a burst of duplicates join
+///     .fingerprint("sha256:4f2a…")? // the same key with another request is refused (422)
+///     .result_ttl(Duration::from_secs(600))?
+///     .delayed_start(Duration::from_millis(50))?; // let a burst of duplicates join
 /// # let _ = options;
+///
+/// let error = IdempotencyOptions::new().wait_time(Duration::from_secs(7200)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid wait_time \"2 h\": accepted: 0 to 1 h");
+/// # Ok::<(), IdempotencyError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IdempotencyOptions {
@@ -134,42 +138,65 @@ impl IdempotencyOptions {
 
     /// The in-progress record's lease: [`Lease::Watchdog`] (default; a crashed owner's record
     /// frees itself within the watchdog timeout) or [`Lease::Fixed`] (ends after that long even
-    /// if the action still runs: a duplicate then runs it too).
-    pub fn lease(mut self, lease: Lease) -> Self {
+    /// if the action still runs: a duplicate then runs it too). A fixed lease is 100 ms to
+    /// 168 h.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `lease` for a fixed lease out of range.
+    pub fn lease(mut self, lease: Lease) -> Result<Self, IdempotencyError> {
+        check_lease(lease)?;
         self.lease = lease;
-        self
+        Ok(self)
     }
 
-    /// How long a duplicate waits for a running first execution (0 to 1 h; 0 = do not wait).
-    pub fn wait_time(mut self, wait: Duration) -> Self {
+    /// How long a duplicate waits for a running first execution. 0 to 1 h; 0 = do not wait.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `wait_time` for a value out of range.
+    pub fn wait_time(mut self, wait: Duration) -> Result<Self, IdempotencyError> {
+        check_wait(wait)?;
         self.wait_time = Some(wait);
-        self
+        Ok(self)
     }
 
-    /// How long the result is replayed (1 s to 7 days).
-    pub fn result_ttl(mut self, ttl: Duration) -> Self {
+    /// How long the result is replayed. 1 s to 7 days.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `result_ttl` for a value out of range.
+    pub fn result_ttl(mut self, ttl: Duration) -> Result<Self, IdempotencyError> {
+        check_result_ttl(ttl)?;
         self.result_ttl = Some(ttl);
-        self
+        Ok(self)
     }
 
     /// A fingerprint of the request (a hash of its body, say; at most 512 bytes). A later call
     /// with the same key and a different fingerprint fails with
     /// [`IdempotencyError::KeyReused`] instead of replaying another request's result. Calls
     /// without one compare as the empty fingerprint.
-    pub fn fingerprint(mut self, fingerprint: impl Into<String>) -> Self {
-        self.fingerprint = fingerprint.into();
-        self
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `fingerprint` when it is over 512 bytes.
+    pub fn fingerprint(mut self, fingerprint: impl Into<String>) -> Result<Self, IdempotencyError> {
+        let fingerprint = fingerprint.into();
+        check_fingerprint(&fingerprint)?;
+        self.fingerprint = fingerprint;
+        Ok(self)
     }
 
     /// How long the first caller waits before running the action, so that a burst of
-    /// identical requests joins it (0 to 1 h; default 0).
-    pub fn delayed_start(mut self, delay: Duration) -> Self {
+    /// identical requests joins it. 0 to 1 h; default 0.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `delayed_start` for a value out of range.
+    pub fn delayed_start(mut self, delay: Duration) -> Result<Self, IdempotencyError> {
+        check_delayed_start(delay)?;
         self.delayed_start = delay;
-        self
+        Ok(self)
     }
 
-    /// Checks every value set on these options against its range: the lease, the wait time and
-    /// result TTL when set, the delayed start and the fingerprint's length.
+    /// Checks every value set on these options against its range, as each setter did: the
+    /// lease, the wait time and result TTL when set, the delayed start and the fingerprint's
+    /// length.
     ///
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming the option, its value and the accepted

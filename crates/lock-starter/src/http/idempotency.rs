@@ -256,7 +256,9 @@ impl IdempotencyLayer {
         IdempotencyLayer {
             idempotency,
             scope,
-            options: IdempotencyOptions::new().wait_time(Duration::ZERO),
+            options: IdempotencyOptions::new()
+                .wait_time(Duration::ZERO)
+                .expect("0 is a wait time"),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             require_key: false,
         }
@@ -264,7 +266,9 @@ impl IdempotencyLayer {
 
     /// With the `telco.platform.lock.idempotency.http-*` values, checked when they were loaded.
     pub(crate) fn configured(mut self, settings: &crate::config::LockSettings) -> Self {
-        self.options = self.options.wait_time(settings.idempotency.http_wait_time);
+        self.options = (self.options)
+            .wait_time(settings.idempotency.http_wait_time)
+            .expect("idempotency.http-wait-time was checked at load");
         self.max_body_bytes = settings.idempotency.http_max_body_bytes as usize;
         self
     }
@@ -275,9 +279,7 @@ impl IdempotencyLayer {
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming `wait_time` for a value out of range.
     pub fn wait_time(mut self, wait: Duration) -> Result<Self, IdempotencyError> {
-        let options = self.options.wait_time(wait);
-        options.validate()?;
-        self.options = options;
+        self.options = self.options.wait_time(wait)?;
         Ok(self)
     }
 
@@ -287,9 +289,7 @@ impl IdempotencyLayer {
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming `result_ttl` for a value out of range.
     pub fn result_ttl(mut self, ttl: Duration) -> Result<Self, IdempotencyError> {
-        let options = self.options.result_ttl(ttl);
-        options.validate()?;
-        self.options = options;
+        self.options = self.options.result_ttl(ttl)?;
         Ok(self)
     }
 
@@ -448,7 +448,10 @@ impl IdempotencyLayer {
             scope.as_deref(),
             &client_key,
         );
-        let options = self.options.clone().fingerprint(fingerprint);
+        let options = match self.options.clone().fingerprint(fingerprint) {
+            Ok(options) => options,
+            Err(error) => return reject(error, &client_key),
+        };
         let executed = self
             .idempotency
             .execute(&key, &options, || async move {
