@@ -1,23 +1,5 @@
 //! Idempotent execution over HTTP: [`IdempotencyError`] as problem bodies, and
-//! [`IdempotencyLayer`], which makes a handler idempotent by its `Idempotency-Key` header with
-//! the IETF draft's semantics (draft-ietf-httpapi-idempotency-key-header).
-//!
-//! - The first `POST`/`PATCH` with a key runs the handler; its response (status, headers,
-//!   body) is stored for the result TTL and replayed to every retry with the same key from the
-//!   same caller, marked `Idempotent-Replayed: true`.
-//! - Records are per endpoint (method and path) and, with [`IdempotencyLayer::scoped`], per
-//!   caller: one caller's key never replays another caller's response.
-//! - A retry while the first is still running gets **409** with `Retry-After: 1` (or, with a
-//!   wait time, waits for the first and gets its response).
-//! - The same key at the same endpoint with a different request (query, content type or body)
-//!   gets **422**: another request's response is never replayed.
-//! - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
-//! - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
-//! - `Set-Cookie` and other credential-bearing headers are never stored nor replayed.
-//!
-//! Responses are buffered whole (no streaming bodies); the call that ran the handler gets its
-//! response untouched, a replay the stored status, UTF-8 header values and body (binary bodies
-//! as base64). The key rules are in `docs/idempotency.md`.
+//! [`IdempotencyLayer`], which makes a handler idempotent by its `Idempotency-Key` header.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -178,9 +160,26 @@ impl IntoResponse for IdempotencyRejection {
 /// `None` for a request with none.
 type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
-/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header (see
-/// the [module](self) for the semantics). Requests without the header, and methods other than
-/// `POST` and `PATCH`, pass through untouched.
+/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header,
+/// with the IETF draft's semantics (draft-ietf-httpapi-idempotency-key-header):
+///
+/// - The first `POST`/`PATCH` with a key runs the handler; its response (status, headers,
+///   body) is stored for the result TTL and replayed to every retry with the same key from the
+///   same caller, marked `Idempotent-Replayed: true`.
+/// - Records are per endpoint (method and path) and, with [`IdempotencyLayer::scoped`], per
+///   caller: one caller's key never replays another caller's response.
+/// - A retry while the first is still running gets **409** with `Retry-After: 1` (or, with a
+///   wait time, waits for the first and gets its response).
+/// - The same key at the same endpoint with a different request (query, content type or body)
+///   gets **422**: another request's response is never replayed.
+/// - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
+/// - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
+/// - `Set-Cookie` and other credential-bearing headers are never stored nor replayed.
+/// - Requests without the header, and methods other than `POST` and `PATCH`, pass through.
+///
+/// Responses are buffered whole (no streaming bodies). The call that ran the handler gets its
+/// response untouched, a replay the stored status, UTF-8 header values and body. The key rules
+/// are in `docs/idempotency.md`.
 ///
 /// Build it from the starter, [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer),
 /// to take the configured `telco.platform.lock.idempotency.http-*` values, or here on any
