@@ -12,8 +12,10 @@
 //! curl -s -X POST localhost:8080/bill-runs/2026-11 & curl -si -X POST localhost:8080/bill-runs/2026-11; wait
 //! curl -s localhost:8080/health   # the opt-in health check of the lock's Redis
 //! # a create the client retries: the retry gets the first ticket, marked Idempotent-Replayed
-//! curl -si -X POST -H 'Idempotency-Key: 3f0c' -d '{"title":"no dial tone"}' localhost:8080/tickets
-//! curl -si -X POST -H 'Idempotency-Key: 3f0c' -d '{"title":"no dial tone"}' localhost:8080/tickets
+//! curl -si -X POST -H 'Authorization: Bearer alice' -H 'Idempotency-Key: "3f0c"' -d '{"title":"no dial tone"}' localhost:8080/tickets
+//! curl -si -X POST -H 'Authorization: Bearer alice' -H 'Idempotency-Key: "3f0c"' -d '{"title":"no dial tone"}' localhost:8080/tickets
+//! # another caller with the same key: a ticket of its own, not Alice's
+//! curl -si -X POST -H 'Authorization: Bearer bob' -H 'Idempotency-Key: "3f0c"' -d '{"title":"no dial tone"}' localhost:8080/tickets
 //! ```
 //!
 //! `HTTP_SERVICE_ADDR` sets the listen address (default `127.0.0.1:8080`), `BILL_RUN_MS` how long
@@ -25,7 +27,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_starter::http::{IdempotencyLayer, LockRejection};
+use lock_starter::http::LockRejection;
 use lock_starter::prelude::*;
 use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, Health, HealthStatus};
 
@@ -42,16 +44,24 @@ pub struct App {
 
 /// The service's routes: `POST /bill-runs/{period}` (one run per period at a time, 503 when the
 /// period's lock is held elsewhere or Redis is unavailable), `POST /tickets` (idempotent by its
-/// `Idempotency-Key` header: a retry gets the first ticket) and `GET /health`.
+/// `Idempotency-Key` header per caller: a retry gets the first ticket) and `GET /health`.
 pub fn router(app: App) -> Router {
     let tickets = Router::new()
         .route("/tickets", post(create_ticket))
-        .layer(IdempotencyLayer::new(app.starter.idempotency().clone()).require_key());
+        .layer(app.starter.idempotency_layer(caller).require_key());
     Router::new()
         .route("/bill-runs/{period}", post(start_bill_run))
         .route("/health", get(health))
         .with_state(app)
         .merge(tickets)
+}
+
+/// The caller of a request, scoping its idempotency keys. This example has no authentication
+/// and takes the `Authorization` header as it is; a service returns the principal its
+/// authentication layer verified (from `request.extensions`). The layer hashes it.
+fn caller(request: &axum::http::request::Parts) -> Option<String> {
+    let value = request.headers.get(axum::http::header::AUTHORIZATION)?;
+    value.to_str().ok().map(str::to_owned)
 }
 
 /// Creates a ticket; the layer runs this once per `Idempotency-Key` and replays its response.

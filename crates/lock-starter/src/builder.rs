@@ -183,6 +183,58 @@ impl LockStarter {
         &self.idempotency
     }
 
+    /// The `Idempotency-Key` layer on [`idempotency`](Self::idempotency), with records per
+    /// caller: `scope` names the caller of a request (its authenticated principal), and a
+    /// retry is answered with the stored response only when it comes from the same caller. A
+    /// request whose `scope` is `None` runs without deduplication. A concurrent retry waits
+    /// `idempotency.http-wait-time` (default 0: 409 at once) and request bodies are read up to
+    /// `idempotency.http-max-body-bytes`. See [`IdempotencyLayer`](crate::http::IdempotencyLayer).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::{Router, http::StatusCode, routing::post};
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    ///
+    /// /// The principal an authentication layer in front stored in the request.
+    /// #[derive(Clone)]
+    /// struct Principal(String);
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// let app: Router = Router::new()
+    ///     .route("/tickets", post(|| async { StatusCode::CREATED }))
+    ///     .layer(starter.idempotency_layer(|request| {
+    ///         request.extensions.get::<Principal>().map(|p| p.0.clone())
+    ///     }));
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn idempotency_layer<F>(&self, scope: F) -> crate::http::IdempotencyLayer
+    where
+        F: Fn(&axum::http::request::Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        crate::http::IdempotencyLayer::scoped(self.idempotency.clone(), scope)
+            .configured(&self.settings)
+    }
+
+    /// As [`idempotency_layer`](Self::idempotency_layer), with records per endpoint only: any
+    /// caller sending a key gets the response stored under it. Only for endpoints whose keys
+    /// cannot be guessed or whose callers trust each other (see
+    /// [`IdempotencyLayer::unscoped`](crate::http::IdempotencyLayer::unscoped)).
+    #[cfg(feature = "http")]
+    pub fn unscoped_idempotency_layer(&self) -> crate::http::IdempotencyLayer {
+        crate::http::IdempotencyLayer::unscoped(self.idempotency.clone()).configured(&self.settings)
+    }
+
     /// Master/sub locks on the lock's Redis connections: `with_master_lock` runs a block under
     /// the lock and, when it returns, waits for every asynchronous branch it registered (a
     /// message a consumer indexes, say) before releasing; consumers call `release_branch`

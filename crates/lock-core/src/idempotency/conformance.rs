@@ -685,7 +685,7 @@ pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory)
             .unwrap(),
         Claim::Owner
     );
-    let other = IdempotencyOptions::new().fingerprint("body-b");
+    let other = IdempotencyOptions::new().fingerprint("body-b").unwrap();
     let run = || async { Ok::<_, IdempotencyError>(()) };
     let error = idempotency.execute(&key, &other, run).await.unwrap_err();
     assert!(
@@ -704,7 +704,7 @@ pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory)
         "completed: {error}"
     );
     assert_eq!(error.http_status(), 422);
-    let same = IdempotencyOptions::new().fingerprint("body-a");
+    let same = IdempotencyOptions::new().fingerprint("body-a").unwrap();
     let replay = idempotency.execute(&key, &same, || async { Ok::<u32, IdempotencyError>(2) });
     assert_eq!(replay.await.unwrap(), crate::Idempotent::Replayed(1));
 }
@@ -752,7 +752,9 @@ pub async fn a_spent_wait_is_in_progress_and_does_not_run(factory: &dyn Idempote
     let wait = Duration::from_millis(300);
     let options = IdempotencyOptions::new()
         .wait_time(wait)
-        .lease(Lease::Fixed(SLACK));
+        .unwrap()
+        .lease(Lease::Fixed(SLACK))
+        .unwrap();
     let started = Instant::now();
     let error = idempotency
         .execute(&key, &options, || async {

@@ -78,20 +78,47 @@ fn check_result_ttl(ttl: Duration) -> Result<(), IdempotencyError> {
         .map_err(IdempotencyError::from_validation)
 }
 
+fn check_delayed_start(delay: Duration) -> Result<(), IdempotencyError> {
+    check_duration("delayed_start", delay, Duration::ZERO, MAX_WAIT)
+        .map_err(IdempotencyError::from_validation)
+}
+
+fn check_lease(lease: Lease) -> Result<(), IdempotencyError> {
+    lease.validate().map_err(IdempotencyError::from_validation)
+}
+
+fn check_fingerprint(fingerprint: &str) -> Result<(), IdempotencyError> {
+    if fingerprint.len() <= crate::MAX_KEY_BYTES {
+        return Ok(());
+    }
+    Err(IdempotencyError::InvalidArgument {
+        name: "fingerprint",
+        value: truncate_for_display(fingerprint),
+        problem: format!(
+            "accepted: at most {} bytes (pass a hash of the request)",
+            crate::MAX_KEY_BYTES
+        ),
+    })
+}
+
 /// The options of one idempotent call; every unset one takes the [`IdempotencySettings`]'
-/// value.
+/// value. Each setter checks its value and names it when it is out of range.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::IdempotencyOptions;
+/// use lock_core::{IdempotencyError, IdempotencyOptions};
 ///
 /// let options = IdempotencyOptions::new()
-///     .fingerprint("sha256:4f2a…") // the same key with another request is refused (422)
-///     .result_ttl(Duration::from_secs(600))
-///     .delayed_start(Duration::from_millis(50)); // let a burst of duplicates join
+///     .fingerprint("sha256:4f2a…")? // the same key with another request is refused (422)
+///     .result_ttl(Duration::from_secs(600))?
+///     .delayed_start(Duration::from_millis(50))?; // let a burst of duplicates join
 /// # let _ = options;
+///
+/// let error = IdempotencyOptions::new().wait_time(Duration::from_secs(7200)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid wait_time \"2 h\": accepted: 0 to 1 h");
+/// # Ok::<(), IdempotencyError>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IdempotencyOptions {
@@ -111,66 +138,91 @@ impl IdempotencyOptions {
 
     /// The in-progress record's lease: [`Lease::Watchdog`] (default; a crashed owner's record
     /// frees itself within the watchdog timeout) or [`Lease::Fixed`] (ends after that long even
-    /// if the action still runs: a duplicate then runs it too).
-    pub fn lease(mut self, lease: Lease) -> Self {
+    /// if the action still runs: a duplicate then runs it too). A fixed lease is 100 ms to
+    /// 168 h.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `lease` for a fixed lease out of range.
+    pub fn lease(mut self, lease: Lease) -> Result<Self, IdempotencyError> {
+        check_lease(lease)?;
         self.lease = lease;
-        self
+        Ok(self)
     }
 
-    /// How long a duplicate waits for a running first execution (0 to 1 h; 0 = do not wait).
-    pub fn wait_time(mut self, wait: Duration) -> Self {
+    /// How long a duplicate waits for a running first execution. 0 to 1 h; 0 = do not wait.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `wait_time` for a value out of range.
+    pub fn wait_time(mut self, wait: Duration) -> Result<Self, IdempotencyError> {
+        check_wait(wait)?;
         self.wait_time = Some(wait);
-        self
+        Ok(self)
     }
 
-    /// How long the result is replayed (1 s to 7 days).
-    pub fn result_ttl(mut self, ttl: Duration) -> Self {
+    /// How long the result is replayed. 1 s to 7 days.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `result_ttl` for a value out of range.
+    pub fn result_ttl(mut self, ttl: Duration) -> Result<Self, IdempotencyError> {
+        check_result_ttl(ttl)?;
         self.result_ttl = Some(ttl);
-        self
+        Ok(self)
     }
 
     /// A fingerprint of the request (a hash of its body, say; at most 512 bytes). A later call
     /// with the same key and a different fingerprint fails with
     /// [`IdempotencyError::KeyReused`] instead of replaying another request's result. Calls
     /// without one compare as the empty fingerprint.
-    pub fn fingerprint(mut self, fingerprint: impl Into<String>) -> Self {
-        self.fingerprint = fingerprint.into();
-        self
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `fingerprint` when it is over 512 bytes.
+    pub fn fingerprint(mut self, fingerprint: impl Into<String>) -> Result<Self, IdempotencyError> {
+        let fingerprint = fingerprint.into();
+        check_fingerprint(&fingerprint)?;
+        self.fingerprint = fingerprint;
+        Ok(self)
     }
 
     /// How long the first caller waits before running the action, so that a burst of
-    /// identical requests joins it (0 to 1 h; default 0).
-    pub fn delayed_start(mut self, delay: Duration) -> Self {
+    /// identical requests joins it. 0 to 1 h; default 0.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `delayed_start` for a value out of range.
+    pub fn delayed_start(mut self, delay: Duration) -> Result<Self, IdempotencyError> {
+        check_delayed_start(delay)?;
         self.delayed_start = delay;
-        self
+        Ok(self)
     }
 
-    /// The options resolved against `settings`, checked.
+    /// Checks every value set on these options against its range, as each setter did: the
+    /// lease, the wait time and result TTL when set, the delayed start and the fingerprint's
+    /// length.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming the option, its value and the accepted
+    /// range.
+    pub fn validate(&self) -> Result<(), IdempotencyError> {
+        check_lease(self.lease)?;
+        if let Some(wait) = self.wait_time {
+            check_wait(wait)?;
+        }
+        if let Some(ttl) = self.result_ttl {
+            check_result_ttl(ttl)?;
+        }
+        check_delayed_start(self.delayed_start)?;
+        check_fingerprint(&self.fingerprint)
+    }
+
+    /// The options resolved against `settings`, checked again as combined.
     pub(crate) fn resolve(
         &self,
         settings: &IdempotencySettings,
     ) -> Result<Resolved, IdempotencyError> {
-        self.lease
-            .validate()
-            .map_err(IdempotencyError::from_validation)?;
+        self.validate()?;
         let wait_time = self.wait_time.unwrap_or(settings.wait_time);
         check_wait(wait_time)?;
         let result_ttl = self.result_ttl.unwrap_or(settings.result_ttl);
         check_result_ttl(result_ttl)?;
-        check_duration(
-            "delayed_start",
-            self.delayed_start,
-            Duration::ZERO,
-            MAX_WAIT,
-        )
-        .map_err(IdempotencyError::from_validation)?;
-        if self.fingerprint.len() > crate::MAX_KEY_BYTES {
-            return Err(IdempotencyError::InvalidArgument {
-                name: "fingerprint",
-                value: truncate_for_display(&self.fingerprint),
-                problem: "accepted: at most 512 bytes (pass a hash of the request)".into(),
-            });
-        }
         Ok(Resolved {
             lease_ttl: self.lease.ttl(settings.watchdog_timeout),
             renewed: self.lease == Lease::Watchdog,

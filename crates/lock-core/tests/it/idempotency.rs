@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::idempotency::conformance::{self, IdempotencyFactory};
 use lock_core::{
     Begun, Claim, DisabledIdempotencyStore, Idempotency, IdempotencyError, IdempotencyOptions,
-    IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, NotStored,
+    IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, Lease, NotStored,
 };
 
 struct Memory(Arc<InMemoryIdempotencyStore>);
@@ -95,7 +95,9 @@ async fn the_watchdog_keeps_a_long_action_owned_past_its_timeout() {
 async fn a_delayed_start_lets_a_burst_join_the_first_caller() {
     let store = Arc::new(InMemoryIdempotencyStore::new());
     let idempotency = on(&store);
-    let options = IdempotencyOptions::new().delayed_start(Duration::from_millis(500));
+    let options = IdempotencyOptions::new()
+        .delayed_start(Duration::from_millis(500))
+        .unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
     let mut calls = Vec::new();
     for i in 0..5_u64 {
@@ -243,33 +245,55 @@ async fn a_stored_result_of_another_type_is_unreadable_not_re_run() {
 async fn bad_keys_and_options_name_what_is_wrong_and_run_nothing() {
     let idempotency = Idempotency::in_memory();
     let never = || async { panic!("must not run") as Result<(), IdempotencyError> };
+    let error = idempotency
+        .execute("", &IdempotencyOptions::new(), never)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "invalid idempotency key \"\": it is empty; an idempotency key is 1 to 512 bytes"
+        ),
+        "{error}"
+    );
+    assert_eq!(error.http_status(), 500);
+    // Each option is refused where it is set, naming the option, the value and the range.
+    let options = IdempotencyOptions::new;
     let cases = [
         (
-            "",
-            IdempotencyOptions::new(),
-            "invalid idempotency key \"\": it is empty; an idempotency key is 1 to 512 bytes",
+            options().wait_time(Duration::from_secs(7200)),
+            "invalid wait_time \"2 h\": accepted: 0 to 1 h",
         ),
         (
-            "k",
-            IdempotencyOptions::new().wait_time(Duration::from_secs(7200)),
-            "invalid wait_time",
+            options().result_ttl(Duration::from_millis(10)),
+            "invalid result_ttl \"10 ms\": accepted: 1 s to 168 h",
         ),
         (
-            "k",
-            IdempotencyOptions::new().result_ttl(Duration::from_millis(10)),
-            "invalid result_ttl",
+            options().delayed_start(Duration::from_secs(3601)),
+            "invalid delayed_start \"3601 s\": accepted: 0 to 1 h",
         ),
         (
-            "k",
-            IdempotencyOptions::new().fingerprint("f".repeat(600)),
-            "invalid fingerprint",
+            options().lease(Lease::Fixed(Duration::from_millis(50))),
+            "invalid lease \"50 ms\"",
+        ),
+        (
+            options().fingerprint("f".repeat(513)),
+            "invalid fingerprint \"ffff",
         ),
     ];
-    for (key, options, expected) in cases {
-        let error = idempotency.execute(key, &options, never).await.unwrap_err();
+    for (set, expected) in cases {
+        let error = set.unwrap_err();
         assert!(error.to_string().starts_with(expected), "{error}");
-        assert_eq!(error.http_status(), 500);
+        assert_eq!(error.code(), "IDEMPOTENCY_INVALID_ARGUMENT");
     }
+    assert!(
+        options()
+            .fingerprint("f".repeat(513))
+            .unwrap_err()
+            .to_string()
+            .ends_with("accepted: at most 512 bytes (pass a hash of the request)")
+    );
+    assert!(options().wait_time(Duration::from_secs(3600)).is_ok());
+    assert!(options().fingerprint("f".repeat(512)).is_ok());
     let bad = IdempotencySettings {
         max_result_bytes: 0,
         ..IdempotencySettings::default()

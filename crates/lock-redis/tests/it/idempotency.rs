@@ -378,7 +378,7 @@ async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_tt
     let store = Arc::new(RedisIdempotencyStore::on(&lock));
     let idempotency = Idempotency::new(store.clone(), settings()).unwrap();
     let key = "ticket-create:{tenant-7}";
-    let options = IdempotencyOptions::new().fingerprint("sha256:ab");
+    let options = IdempotencyOptions::new().fingerprint("sha256:ab").unwrap();
     idempotency
         .execute(key, &options, || async {
             Ok::<_, IdempotencyError>(vec![1, 2, 3])

@@ -69,7 +69,9 @@ async fn adv_a_call_dropped_during_its_claim_leaves_no_record() {
     let duplicate = idempotency
         .execute(
             key,
-            &IdempotencyOptions::new().wait_time(Duration::from_secs(3)),
+            &IdempotencyOptions::new()
+                .wait_time(Duration::from_secs(3))
+                .unwrap(),
             || async { Ok::<_, IdempotencyError>(2_u32) },
         )
         .await;
@@ -231,10 +233,10 @@ async fn adv_bad_input_is_refused_naming_the_thing() {
     };
     let (_lock, idempotency, _store) = idempotency(&redis, settings).await;
     let run = || async { Ok::<_, IdempotencyError>(1_u8) };
-    let cases: Vec<(String, IdempotencyOptions, &str)> = vec![
-        (String::new(), IdempotencyOptions::new(), "empty"),
-        ("k".repeat(513), IdempotencyOptions::new(), "512"),
-        ("a\nb".into(), IdempotencyOptions::new(), "control"),
+    let cases: Vec<(String, Result<IdempotencyOptions, IdempotencyError>, &str)> = vec![
+        (String::new(), Ok(IdempotencyOptions::new()), "empty"),
+        ("k".repeat(513), Ok(IdempotencyOptions::new()), "512"),
+        ("a\nb".into(), Ok(IdempotencyOptions::new()), "control"),
         (
             "ok".into(),
             IdempotencyOptions::new().fingerprint("f".repeat(513)),
@@ -261,8 +263,12 @@ async fn adv_bad_input_is_refused_naming_the_thing() {
             "lease",
         ),
     ];
+    // A bad option fails where it is set, a bad key at the call.
     for (key, options, named) in cases {
-        let error = idempotency.execute(&key, &options, run).await.unwrap_err();
+        let error = match options {
+            Ok(options) => idempotency.execute(&key, &options, run).await.unwrap_err(),
+            Err(error) => error,
+        };
         assert!(
             matches!(error, IdempotencyError::InvalidArgument { .. }),
             "{key:?}: {error:?}"

@@ -127,7 +127,7 @@ async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
     let store = RedisIdempotencyStore::on(&duplicate_lock);
     let channel = format!("{}:changed", store.record_key("order-1"));
     let duplicate = idempotency(&duplicate_lock).await;
-    let options = IdempotencyOptions::new().wait_time(LONG);
+    let options = IdempotencyOptions::new().wait_time(LONG).unwrap();
     let task = tokio::spawn(async move {
         duplicate
             .execute("order-1", &options, || async {

@@ -17,6 +17,7 @@ use lock_redis::{
 };
 
 use super::LockSettings;
+use crate::idempotency_wiring::MAX_BODY_BYTES;
 
 /// The section of every key of the lock.
 pub const PREFIX: &str = "telco.platform.lock";
@@ -155,7 +156,7 @@ pub const KEYS: &[KeySpec] = &[
         "Readable part of every owner token, so on-call can see which pod holds a key.",
         |s| Val::Text(&s.instance_id)),
     key("telco.platform.lock.idempotency.wait-time", Value("3m20s"), duration(Duration::ZERO, MAX_WAIT),
-        "Longest time a duplicate idempotent call waits for the first one to finish before failing with IDEMPOTENCY_IN_PROGRESS (409); 0 means do not wait. A call may pass its own.",
+        "Longest time a duplicate call of Idempotency::execute or begin waits for the first one to finish before failing with IDEMPOTENCY_IN_PROGRESS (409); 0 means do not wait. A call may pass its own. The Idempotency-Key layer uses http-wait-time instead.",
         |s| Val::Duration(s.idempotency.wait_time)),
     key("telco.platform.lock.idempotency.result-ttl", Value("1m30s"), duration(MIN_RESULT_TTL, MAX_LEASE),
         "How long an idempotent call's result is replayed to duplicates. A call may pass its own.",
@@ -163,6 +164,12 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.idempotency.max-result-bytes", Value("1048576"), Accepts::Count { min: 1, max: MAX_RESULT_BYTES as u32 },
         "Largest result (serialized as JSON, bytes) stored for replay; a larger one is returned to its caller, not stored, and counted.",
         |s| Val::Count(s.idempotency.max_result_bytes)),
+    key("telco.platform.lock.idempotency.http-wait-time", Value("0"), duration(Duration::ZERO, MAX_WAIT),
+        "Longest time a retry at the Idempotency-Key layer (LockStarter::idempotency_layer) waits for the first request with its key to finish and gets its response; 0 answers 409 with Retry-After at once. wait-time governs execute, this key the layer.",
+        |s| Val::Duration(s.idempotency.http_wait_time)),
+    key("telco.platform.lock.idempotency.http-max-body-bytes", Value("1048576"), Accepts::Count { min: 1, max: MAX_BODY_BYTES as u32 },
+        "Largest request body, bytes, the Idempotency-Key layer reads to fingerprint a request; a larger one is answered 413 and the handler does not run.",
+        |s| Val::Count(s.idempotency.http_max_body_bytes)),
     key("telco.platform.lock.branches.wait-time", Value("30s"), duration(Duration::ZERO, lock_core::branches::MAX_BRANCH_WAIT),
         "How long a master lock with a watchdog lease waits for its registered branches after its block returned, unless the call gives its own; a fixed lease's master waits at most the rest of its lease.",
         |s| Val::Duration(s.branches.wait_time)),

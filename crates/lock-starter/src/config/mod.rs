@@ -182,6 +182,13 @@ pub struct IdempotencySection {
     /// `…idempotency.max-result-bytes`: the largest stored result, bytes of JSON. Default 1 MiB;
     /// 1 to 64 MiB.
     pub max_result_bytes: u32,
+    /// `…idempotency.http-wait-time`: how long a retry at the `Idempotency-Key` layer waits for
+    /// the first request with its key. Default 0 (409 at once); 0 to 1 h.
+    #[serde(deserialize_with = "load::duration")]
+    pub http_wait_time: Duration,
+    /// `…idempotency.http-max-body-bytes`: the largest request body the `Idempotency-Key` layer
+    /// reads. Default 1 MiB; 1 to 64 MiB.
+    pub http_max_body_bytes: u32,
 }
 
 /// `telco.platform.lock.branches.*`: the defaults of master/sub locks.

@@ -1,50 +1,42 @@
 //! Idempotent execution over HTTP: [`IdempotencyError`] as problem bodies, and
-//! [`IdempotencyLayer`], which makes a handler idempotent by its `Idempotency-Key` header with
-//! the IETF draft's semantics (draft-ietf-httpapi-idempotency-key-header).
-//!
-//! - The first `POST`/`PATCH` with a key runs the handler; its response (status, headers,
-//!   body) is stored for the result TTL and replayed to every retry with the same key, marked
-//!   `Idempotent-Replayed: true`.
-//! - A retry while the first is still running gets **409** (or, with
-//!   [`IdempotencyLayer::wait_time`], waits for the first and gets its response).
-//! - The same key at the same endpoint with a different request (query, content type or body)
-//!   gets **422**: another request's response is never replayed.
-//! - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
-//! - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
-//!
-//! Keys are scoped per method and path, so one client key cannot collide across endpoints; make
-//! keys unique per client too (a UUID), since two clients sending the same key to one endpoint
-//! share its response. Responses are buffered whole (no streaming bodies); the call that ran
-//! the handler gets its response untouched, a replay the stored status, UTF-8 header values
-//! and body (binary bodies as base64).
+//! [`IdempotencyLayer`], which makes a handler idempotent by its `Idempotency-Key` header.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::ProblemDetails;
+use super::idempotency_key::{client_key, hex, record_key};
+pub use crate::idempotency_wiring::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES};
 use crate::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
 
 /// The request header carrying the key: `Idempotency-Key`.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// The response header marking a replay: `Idempotent-Replayed: true`.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
-/// The largest request body the layer reads by default: 1 MiB (larger: 413).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The `Retry-After` of a 409 (the first request still running): 1 s. How long the first
+/// request takes is unknown; most API calls end within a second, and a client that waits longer
+/// only answers its user later. A service whose creates run longer sets
+/// `idempotency.http-wait-time` instead, so that the retry waits for the response.
+pub const IN_PROGRESS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl ProblemDetails {
     /// The public problem body of an idempotency error: `type`
     /// `https://platform.telco/problems/idempotency-<in-progress|key-reused|backend-unavailable|…>`,
     /// a fixed `detail` per code, `code`, `reason` and `idempotencyKey` — never the holder or
-    /// the backend's error text (log the error itself; [`IdempotencyRejection`] does).
+    /// the backend's error text (log the error itself; [`IdempotencyRejection`] does). A 409
+    /// carries [`IN_PROGRESS_RETRY_AFTER`], a 503 for the backend [`super::BACKEND_RETRY_AFTER`].
     ///
     /// # Examples
     ///
@@ -60,26 +52,37 @@ impl ProblemDetails {
     /// assert_eq!(problem.extensions["idempotencyKey"], "8e03978e");
     /// ```
     pub fn idempotency(error: &IdempotencyError) -> Self {
+        Self::idempotency_with_key(error, error.key())
+    }
+
+    /// As [`idempotency`](Self::idempotency), showing `key` as the idempotency key.
+    pub(crate) fn idempotency_with_key(error: &IdempotencyError, key: Option<&str>) -> Self {
         let code = error.code();
         let reason = code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase();
-        let key = error.key().unwrap_or_default();
+        let shown = key.unwrap_or_default();
         let (title, detail) = match error {
             IdempotencyError::InProgress { .. } => (
                 "Request in progress",
                 format!(
-                    "a request with idempotency key `{key}` is still being processed; retry later"
+                    "a request with idempotency key `{shown}` is still being processed; retry later"
                 ),
             ),
             IdempotencyError::KeyReused { .. } => (
                 "Idempotency key reused",
                 format!(
-                    "idempotency key `{key}` was already used for a different request; use a new key for a new request"
+                    "idempotency key `{shown}` was already used for a different request; use a new key for a new request"
                 ),
             ),
             IdempotencyError::Unavailable { .. } => (
                 "Request not processed",
                 format!(
-                    "the request with idempotency key `{key}` was not processed: a backend is unavailable; retry later"
+                    "the request with idempotency key `{shown}` was not processed: a backend is unavailable; retry later"
+                ),
+            ),
+            IdempotencyError::OwnerFailed { .. } => (
+                "Request not processed",
+                format!(
+                    "the first request with idempotency key `{shown}` failed while this one waited for it; a retry runs it again"
                 ),
             ),
             _ => (
@@ -88,9 +91,14 @@ impl ProblemDetails {
             ),
         };
         let mut extensions = std::collections::BTreeMap::new();
-        if error.key().is_some() {
+        if let Some(key) = key {
             extensions.insert("idempotencyKey".to_owned(), serde_json::Value::from(key));
         }
+        let retry_after = match error {
+            IdempotencyError::InProgress { .. } => Some(IN_PROGRESS_RETRY_AFTER),
+            IdempotencyError::Unavailable { .. } => Some(super::BACKEND_RETRY_AFTER),
+            _ => None,
+        };
         ProblemDetails {
             problem_type: format!(
                 "https://platform.telco/problems/{}",
@@ -104,10 +112,7 @@ impl ProblemDetails {
             lock_key: None,
             reason,
             extensions,
-            // As for the lock's backend; a 409 has no hint (the first request's length is
-            // unknown).
-            retry_after_secs: matches!(error, IdempotencyError::Unavailable { .. })
-                .then_some(super::BACKEND_RETRY_AFTER.as_secs()),
+            retry_after_secs: retry_after.map(|d| d.as_secs()),
         }
     }
 }
@@ -151,9 +156,34 @@ impl IntoResponse for IdempotencyRejection {
     }
 }
 
-/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header (see
-/// the [module](self) for the semantics). Requests without the header, and methods other than
-/// `POST` and `PATCH`, pass through untouched.
+/// The caller a request comes from, as the layer's scope: the authenticated principal, or
+/// `None` for a request with none.
+type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
+
+/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header,
+/// with the IETF draft's semantics (draft-ietf-httpapi-idempotency-key-header):
+///
+/// - The first `POST`/`PATCH` with a key runs the handler; its response (status, headers,
+///   body) is stored for the result TTL and replayed to every retry with the same key from the
+///   same caller, marked `Idempotent-Replayed: true`.
+/// - Records are per endpoint (method and path) and, with [`IdempotencyLayer::scoped`], per
+///   caller: one caller's key never replays another caller's response.
+/// - A retry while the first is still running gets **409** with `Retry-After: 1` (or, with a
+///   wait time, waits for the first and gets its response).
+/// - The same key at the same endpoint with a different request (query, content type or body)
+///   gets **422**: another request's response is never replayed.
+/// - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
+/// - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
+/// - `Set-Cookie` and other credential-bearing headers are never stored nor replayed.
+/// - Requests without the header, and methods other than `POST` and `PATCH`, pass through.
+///
+/// Responses are buffered whole (no streaming bodies). The call that ran the handler gets its
+/// response untouched, a replay the stored status, UTF-8 header values and body. The key rules
+/// are in `docs/idempotency.md`.
+///
+/// Build it from the starter, [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer),
+/// to take the configured `telco.platform.lock.idempotency.http-*` values, or here on any
+/// [`Idempotency`] with the defaults.
 ///
 /// # Examples
 ///
@@ -166,56 +196,122 @@ impl IntoResponse for IdempotencyRejection {
 ///     (StatusCode::CREATED, r#"{"ticket":"TT-1001"}"#)
 /// }
 ///
-/// // `starter.idempotency().clone()` in a service; in memory here.
-/// let app: Router = Router::new()
-///     .route("/tickets", post(create_ticket))
-///     .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+/// /// The principal an authentication layer in front stored in the request.
+/// #[derive(Clone)]
+/// struct Principal(String);
+///
+/// // `starter.idempotency_layer(..)` in a service; in memory here.
+/// let layer = IdempotencyLayer::scoped(Idempotency::in_memory(), |request| {
+///     request.extensions.get::<Principal>().map(|p| p.0.clone())
+/// });
+/// let app: Router = Router::new().route("/tickets", post(create_ticket)).layer(layer);
 /// # let _ = app;
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct IdempotencyLayer {
     idempotency: Idempotency,
+    /// `None`: unscoped.
+    scope: Option<Scope>,
     options: IdempotencyOptions,
     max_body_bytes: usize,
     require_key: bool,
 }
 
+impl std::fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("idempotency", &self.idempotency)
+            .field("scoped", &self.scope.is_some())
+            .field("options", &self.options)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("require_key", &self.require_key)
+            .finish()
+    }
+}
+
 impl IdempotencyLayer {
-    /// The layer on `idempotency` (`LockStarter::idempotency`): a concurrent retry gets 409 at
-    /// once, results are kept for the configured result TTL, request bodies up to 1 MiB, the
-    /// header optional.
-    pub fn new(idempotency: Idempotency) -> Self {
+    /// The layer on `idempotency`, with records per caller: `scope` names the caller of a
+    /// request (the authenticated principal, from its extensions or headers), and a key is
+    /// replayed only to the caller that sent it first. A request whose `scope` is `None` runs
+    /// without deduplication, as one without the header. Defaults: a concurrent retry gets 409
+    /// at once, results are kept for the configured result TTL, request bodies up to 1 MiB,
+    /// the header optional.
+    pub fn scoped<F>(idempotency: Idempotency, scope: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Self::with_scope(idempotency, Some(Arc::new(scope)))
+    }
+
+    /// The layer on `idempotency` with records per endpoint only: any caller sending a key gets
+    /// the response stored under it, another caller's included. Only for endpoints whose keys
+    /// cannot be guessed (random, 128 bits or more) or whose callers trust each other; prefer
+    /// [`scoped`](Self::scoped). The defaults are those of `scoped`.
+    pub fn unscoped(idempotency: Idempotency) -> Self {
+        Self::with_scope(idempotency, None)
+    }
+
+    fn with_scope(idempotency: Idempotency, scope: Option<Scope>) -> Self {
         IdempotencyLayer {
             idempotency,
-            options: IdempotencyOptions::new().wait_time(Duration::ZERO),
+            scope,
+            options: IdempotencyOptions::new()
+                .wait_time(Duration::ZERO)
+                .expect("0 is a wait time"),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             require_key: false,
         }
     }
 
-    /// Lets a concurrent retry wait up to `wait` for the first request and get its response
-    /// instead of a 409 (0 to 1 h).
-    pub fn wait_time(mut self, wait: Duration) -> Self {
-        self.options = self.options.wait_time(wait);
+    /// With the `telco.platform.lock.idempotency.http-*` values, checked when they were loaded.
+    pub(crate) fn configured(mut self, settings: &crate::config::LockSettings) -> Self {
+        self.options = (self.options)
+            .wait_time(settings.idempotency.http_wait_time)
+            .expect("idempotency.http-wait-time was checked at load");
+        self.max_body_bytes = settings.idempotency.http_max_body_bytes as usize;
         self
     }
 
-    /// How long a response is replayed (1 s to 7 days); default: the configured
-    /// `idempotency.result-ttl`.
-    pub fn result_ttl(mut self, ttl: Duration) -> Self {
-        self.options = self.options.result_ttl(ttl);
-        self
+    /// Lets a concurrent retry wait up to `wait` for the first request and get its response
+    /// instead of a 409. 0 to 1 h; default 0.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `wait_time` for a value out of range.
+    pub fn wait_time(mut self, wait: Duration) -> Result<Self, IdempotencyError> {
+        self.options = self.options.wait_time(wait)?;
+        Ok(self)
+    }
+
+    /// How long a response is replayed. 1 s to 7 days; default: the `Idempotency`'s result TTL
+    /// (`telco.platform.lock.idempotency.result-ttl`).
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `result_ttl` for a value out of range.
+    pub fn result_ttl(mut self, ttl: Duration) -> Result<Self, IdempotencyError> {
+        self.options = self.options.result_ttl(ttl)?;
+        Ok(self)
+    }
+
+    /// The largest request body read; a larger one gets 413 and the handler does not run.
+    /// 1 byte to 64 MiB; default 1 MiB.
+    ///
+    /// # Errors
+    /// [`IdempotencyError::InvalidArgument`] naming `max_body_bytes` for a value out of range.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Result<Self, IdempotencyError> {
+        if !(1..=MAX_BODY_BYTES).contains(&bytes) {
+            return Err(IdempotencyError::InvalidArgument {
+                name: "max_body_bytes",
+                value: bytes.to_string(),
+                problem: format!("accepted: 1 to {MAX_BODY_BYTES} bytes"),
+            });
+        }
+        self.max_body_bytes = bytes;
+        Ok(self)
     }
 
     /// Answers a `POST`/`PATCH` without the header with 400 instead of passing it through.
     pub fn require_key(mut self) -> Self {
         self.require_key = true;
-        self
-    }
-
-    /// The largest request body read (larger: 413 and the handler does not run).
-    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
-        self.max_body_bytes = bytes;
         self
     }
 }
@@ -285,25 +381,44 @@ impl IdempotencyLayer {
         if !matches!(*request.method(), Method::POST | Method::PATCH) {
             return inner.oneshot(request).await.unwrap_or_else(|e| match e {});
         }
-        let Some(header) = request.headers().get(IDEMPOTENCY_KEY_HEADER) else {
+        if !request.headers().contains_key(IDEMPOTENCY_KEY_HEADER) {
             if self.require_key {
-                return bad_request("this endpoint requires an Idempotency-Key header");
+                return bad_key(
+                    "required",
+                    "this endpoint requires an Idempotency-Key header".to_owned(),
+                );
             }
             return inner.oneshot(request).await.unwrap_or_else(|e| match e {});
-        };
-        let Ok(client_key) = header.to_str().map(str::to_owned) else {
-            return bad_request("the Idempotency-Key header is not visible ASCII");
-        };
-        if let Err(error) = crate::backend::validate_key(&client_key) {
-            let problem = match error {
-                crate::LockError::InvalidKey { problem, .. } => problem,
-                _ => "it is not accepted",
-            };
-            return bad_request(&format!(
-                "the Idempotency-Key header is not accepted: {problem}; a key is 1 to 512 bytes"
-            ));
         }
+        let client_key = match client_key(request.headers().get_all(IDEMPOTENCY_KEY_HEADER)) {
+            Ok(key) => key,
+            Err(problem) => {
+                return bad_key(
+                    problem.rule,
+                    format!(
+                        "the Idempotency-Key header is not accepted: {}. {KEY_RULES}",
+                        problem.problem
+                    ),
+                );
+            }
+        };
         let (parts, body) = request.into_parts();
+        let scope = match &self.scope {
+            None => None,
+            Some(scope) => match scope(&parts) {
+                Some(scope) => Some(scope),
+                None => {
+                    tracing::debug!(
+                        method = %parts.method,
+                        path = parts.uri.path(),
+                        idempotency_key = client_key,
+                        "no caller scope: the request runs without deduplication"
+                    );
+                    let request = Request::from_parts(parts, body);
+                    return inner.oneshot(request).await.unwrap_or_else(|e| match e {});
+                }
+            },
+        };
         let Ok(body) = axum::body::to_bytes(body, self.max_body_bytes).await else {
             return problem(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -325,9 +440,17 @@ impl IdempotencyLayer {
         }
         hash.update([0]);
         hash.update(&body);
-        let fingerprint: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        let key = record_key(&parts.method, parts.uri.path(), &client_key);
-        let options = self.options.clone().fingerprint(fingerprint);
+        let fingerprint = hex(&hash.finalize());
+        let key = record_key(
+            &parts.method,
+            parts.uri.path(),
+            scope.as_deref(),
+            &client_key,
+        );
+        let options = match self.options.clone().fingerprint(fingerprint) {
+            Ok(options) => options,
+            Err(error) => return reject(error, &client_key),
+        };
         let executed = self
             .idempotency
             .execute(&key, &options, || async move {
@@ -345,14 +468,69 @@ impl IdempotencyLayer {
             }
             Ok(Idempotent::Replayed(stored)) => stored.into_response(true),
             Err(NotReplayable::ServerError(response)) => response,
-            Err(NotReplayable::Idempotency(error)) => IdempotencyRejection(error).into_response(),
+            Err(NotReplayable::Idempotency(error)) => reject(error, &client_key),
         }
     }
 }
 
+/// The answer to `error`, showing the client's key where the error holds the record key.
+fn reject(error: IdempotencyError, client_key: &str) -> Response {
+    match with_client_key(error, client_key) {
+        Ok(error) => IdempotencyRejection(error).into_response(),
+        Err(error) => {
+            // A kind of error whose key cannot be replaced: its message is not logged.
+            let (status, code) = (error.http_status(), error.code());
+            tracing::warn!(
+                status,
+                code,
+                idempotency_key = client_key,
+                "idempotency error answered with a public problem body"
+            );
+            ProblemDetails::idempotency_with_key(&error, Some(client_key)).into_response()
+        }
+    }
+}
+
+/// `error` with `client_key` in place of the record key, or the error as it was when it is of a
+/// kind whose key this layer does not know how to replace.
+fn with_client_key(
+    mut error: IdempotencyError,
+    client_key: &str,
+) -> Result<IdempotencyError, IdempotencyError> {
+    match &mut error {
+        IdempotencyError::Unavailable { key, .. }
+        | IdempotencyError::InProgress { key, .. }
+        | IdempotencyError::OwnerFailed { key, .. }
+        | IdempotencyError::KeyReused { key }
+        | IdempotencyError::ResultUnreadable { key, .. }
+        | IdempotencyError::ResultNotStored { key, .. } => *key = client_key.to_owned(),
+        IdempotencyError::InvalidArgument {
+            name: "idempotency key",
+            value,
+            ..
+        } => *value = client_key.to_owned(),
+        IdempotencyError::InvalidArgument { .. } => {}
+        _ => return Err(error),
+    }
+    Ok(error)
+}
+
+/// What an accepted key looks like, for 400 answers.
+const KEY_RULES: &str = "Send the header once, with one key of 1 to 512 visible ASCII characters, quoted (\"…\", escaping \\\" and \\\\) or bare, without parameters";
+
 /// A problem body of the layer's own (the request never reached the idempotency store).
 fn problem(status: StatusCode, code: &str, title: &str, detail: String) -> Response {
-    let body = serde_json::json!({
+    problem_with(status, code, title, detail, None)
+}
+
+fn problem_with(
+    status: StatusCode,
+    code: &str,
+    title: &str,
+    detail: String,
+    rule: Option<&str>,
+) -> Response {
+    let mut body = serde_json::json!({
         "type": format!("https://platform.telco/problems/{}", code.to_ascii_lowercase().replace('_', "-")),
         "title": title,
         "status": status.as_u16(),
@@ -360,6 +538,9 @@ fn problem(status: StatusCode, code: &str, title: &str, detail: String) -> Respo
         "code": code,
         "reason": code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase(),
     });
+    if let Some(rule) = rule {
+        body["rule"] = serde_json::Value::from(rule);
+    }
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -368,29 +549,15 @@ fn problem(status: StatusCode, code: &str, title: &str, detail: String) -> Respo
     response
 }
 
-fn bad_request(detail: &str) -> Response {
-    problem(
+/// 400 for a missing or refused key, naming the `rule` it breaks.
+fn bad_key(rule: &str, detail: String) -> Response {
+    problem_with(
         StatusCode::BAD_REQUEST,
         "IDEMPOTENCY_KEY_INVALID",
         "Bad Idempotency-Key",
-        detail.to_owned(),
+        detail,
+        Some(rule),
     )
-}
-
-/// The record of `client_key` at `method` `path`: readable (`http POST /tickets <key>`) when it
-/// fits the 512-byte key limit, else a hash of the path and key, so a long path never shortens
-/// the keys a client may send.
-fn record_key(method: &Method, path: &str, client_key: &str) -> String {
-    let key = format!("http {method} {path} {client_key}");
-    if key.len() <= crate::MAX_KEY_BYTES {
-        return key;
-    }
-    let mut hash = Sha256::new();
-    hash.update(path.as_bytes());
-    hash.update([0]);
-    hash.update(client_key.as_bytes());
-    let digest: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    format!("http {method} #{digest}")
 }
 
 /// A response as stored for replay, and — for the call that ran the handler — the response
@@ -422,6 +589,18 @@ const PER_TRANSFER: [HeaderName; 4] = [
     header::TRANSFER_ENCODING,
 ];
 
+/// Headers that carry credentials or set them in the client: never stored, so never replayed,
+/// not even to the caller that got them first. Challenges (`WWW-Authenticate`,
+/// `Proxy-Authenticate`) hold no secret and a replayed 401 or 407 needs them: they are kept.
+const NEVER_REPLAYED: [HeaderName; 6] = [
+    header::SET_COOKIE,
+    HeaderName::from_static("set-cookie2"),
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("authentication-info"),
+    HeaderName::from_static("proxy-authentication-info"),
+];
+
 impl StoredResponse {
     async fn read(response: Response) -> Result<StoredResponse, NotReplayable> {
         use base64::Engine;
@@ -438,7 +617,7 @@ impl StoredResponse {
         let headers = parts
             .headers
             .iter()
-            .filter(|(name, _)| !PER_TRANSFER.contains(name))
+            .filter(|(name, _)| !PER_TRANSFER.contains(name) && !NEVER_REPLAYED.contains(name))
             .filter_map(|(name, value)| {
                 let text = std::str::from_utf8(value.as_bytes()).ok()?;
                 Some((name.to_string(), text.to_owned()))

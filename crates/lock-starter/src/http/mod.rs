@@ -60,10 +60,11 @@
 //! `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`) as JSON numbers.
 
 mod idempotency;
+mod idempotency_key;
 
 pub use idempotency::{
-    DEFAULT_MAX_BODY_BYTES, IDEMPOTENCY_KEY_HEADER, IdempotencyLayer, IdempotencyRejection,
-    IdempotencyService, REPLAYED_HEADER,
+    DEFAULT_MAX_BODY_BYTES, IDEMPOTENCY_KEY_HEADER, IN_PROGRESS_RETRY_AFTER, IdempotencyLayer,
+    IdempotencyRejection, IdempotencyService, MAX_BODY_BYTES, REPLAYED_HEADER,
 };
 
 use std::collections::BTreeMap;
@@ -280,7 +281,7 @@ pub struct ProblemDetails {
     /// `waitersAhead`; in the detailed form all of them (`holder`, `holderTtlMs`, …).
     #[serde(flatten)]
     pub extensions: BTreeMap<String, serde_json::Value>,
-    /// The `Retry-After` header value in seconds ([`retry_after`], rounded up), on a 503 when a
+    /// The `Retry-After` header value in seconds ([`retry_after`], rounded up), on a 409 or 503 when a
     /// hint is known. Not part of the body.
     #[serde(skip)]
     pub retry_after_secs: Option<u64>,
@@ -438,7 +439,10 @@ impl IntoResponse for ProblemDetails {
         let mut response = (status, body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if let Some(secs) = self.retry_after_secs.filter(|_| status.as_u16() == 503) {
+        if let Some(secs) = self
+            .retry_after_secs
+            .filter(|_| matches!(status.as_u16(), 409 | 503))
+        {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response

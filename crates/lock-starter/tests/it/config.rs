@@ -150,8 +150,9 @@ fn every_key_is_read_from_a_file_and_from_each_of_its_variables() {
     );
 }
 
-/// The one line per key that hands it on (to `redis_config`, or to `idempotency_settings` for
-/// `idempotency.*`): a key left out would be read, described and then ignored.
+/// The one line per key that hands it on (to `redis_config`, to `idempotency_settings` for
+/// `idempotency.*`, to the layer for `idempotency.http-*`): a key left out would be read,
+/// described and then ignored.
 #[test]
 fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
     let shown = |pairs: &[(&str, &str)]| {
@@ -171,6 +172,20 @@ fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
             let branches =
                 |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().branches);
             assert_ne!(branches(&[(&env, "7s")]), branches(&[]), "{}", spec.name);
+            continue;
+        }
+        if spec.short_name().starts_with("idempotency.http-") {
+            // Reaches the Idempotency-Key layer: http_idempotency's
+            // a_configured_wait_lets_a_concurrent_retry_get_the_first_response checks the wait.
+            let env = spec.env_name();
+            let value = if spec.short_name().ends_with("bytes") {
+                "4096"
+            } else {
+                "7s"
+            };
+            let section =
+                |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().idempotency);
+            assert_ne!(section(&[(&env, value)]), section(&[]), "{}", spec.name);
             continue;
         }
         if spec.short_name().starts_with("idempotency.") {

@@ -380,8 +380,9 @@ async fn health_is_up_with_a_running_redis_down_with_a_stopped_one_and_disabled_
     assert_eq!(custom.health().await.status, HealthStatus::Unknown);
 }
 
-/// The example's `POST /tickets`: a retry with the same `Idempotency-Key` gets the first
-/// ticket, marked as a replay; without the header, 400.
+/// The example's `POST /tickets`: a retry with the same `Idempotency-Key` from the same caller
+/// gets the first ticket, marked as a replay, whether the key is quoted or bare; another caller
+/// with that key gets a ticket of its own; without the header, 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
     let redis = RedisServer::start().await.unwrap();
@@ -400,8 +401,9 @@ async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
         lock,
         bill_run: Duration::from_millis(10),
     });
-    let create = |key: Option<&str>| {
-        let mut request = Request::post("/tickets");
+    let create = |caller: &str, key: Option<&str>| {
+        let mut request =
+            Request::post("/tickets").header("Authorization", format!("Bearer {caller}"));
         if let Some(key) = key {
             request = request.header("Idempotency-Key", key);
         }
@@ -409,12 +411,28 @@ async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
             .body(Body::from(r#"{"title":"no dial tone"}"#))
             .unwrap()
     };
-    let first = app.clone().oneshot(create(Some("3f0c"))).await.unwrap();
+    let first = app
+        .clone()
+        .oneshot(create("alice", Some("\"3f0c\"")))
+        .await
+        .unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
     let first = json_of(first).await;
-    let retry = app.clone().oneshot(create(Some("3f0c"))).await.unwrap();
+    let retry = app
+        .clone()
+        .oneshot(create("alice", Some("3f0c")))
+        .await
+        .unwrap();
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     assert_eq!(json_of(retry).await, first);
-    let missing = app.oneshot(create(None)).await.unwrap();
+    let other = app
+        .clone()
+        .oneshot(create("bob", Some("\"3f0c\"")))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::CREATED);
+    assert!(other.headers().get("idempotent-replayed").is_none());
+    assert_ne!(json_of(other).await["ticket"], first["ticket"]);
+    let missing = app.oneshot(create("alice", None)).await.unwrap();
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
 }

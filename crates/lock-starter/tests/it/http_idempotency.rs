@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -52,7 +53,7 @@ fn app(idempotency: Idempotency, runs: Arc<AtomicU32>, gate: Option<Gate>) -> Ro
     };
     Router::new()
         .route("/tickets", post(create))
-        .layer(IdempotencyLayer::new(idempotency))
+        .layer(IdempotencyLayer::unscoped(idempotency))
 }
 
 fn create(key: Option<&str>, body: &str) -> Request<Body> {
@@ -176,9 +177,10 @@ async fn bad_or_missing_keys_and_big_bodies_are_client_errors() {
     let required = Router::new()
         .route("/tickets", post(|| async { "made" }))
         .layer(
-            IdempotencyLayer::new(Idempotency::in_memory())
+            IdempotencyLayer::unscoped(Idempotency::in_memory())
                 .require_key()
-                .max_body_bytes(8),
+                .max_body_bytes(8)
+                .unwrap(),
         );
     let missing = required.clone().oneshot(create(None, "{}")).await.unwrap();
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
@@ -272,4 +274,85 @@ async fn with_redis_down_the_handler_does_not_run_and_the_answer_is_503() {
         "no backend detail in a public body: {problem}"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// Each refused header form is a 400 whose problem names the rule it breaks; the handler never
+/// runs. A quoted key and its bare form are one record.
+#[tokio::test]
+async fn each_refused_key_form_is_a_400_naming_its_rule() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
+    let cases: [(&[&str], &str); 11] = [
+        (&["\"abc"], "quoting"),
+        (&["ab\"c"], "quoting"),
+        (&[r#""a\b""#], "escape"),
+        (&["\"a\";p=1"], "parameters"),
+        (&["\"a\", \"b\""], "list"),
+        (&["a", "b"], "repeated"),
+        (&[""], "empty"),
+        (&["\"\""], "empty"),
+        (&["a b"], "visible-ascii"),
+        (&["\"a\tb\""], "visible-ascii"),
+        (&[&"k".repeat(513)], "length"),
+    ];
+    for (lines, rule) in cases {
+        let mut request =
+            Request::post("/tickets").header(header::CONTENT_TYPE, "application/json");
+        for line in lines {
+            request = request.header("Idempotency-Key", *line);
+        }
+        let response = app
+            .clone()
+            .oneshot(request.body(Body::from("{}")).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{lines:?}");
+        let problem: serde_json::Value = serde_json::from_str(&body(response).await).unwrap();
+        assert_eq!(problem["code"], "IDEMPOTENCY_KEY_INVALID", "{lines:?}");
+        assert_eq!(problem["rule"], rule, "{lines:?}: {problem}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let quoted = app
+        .clone()
+        .oneshot(create(Some(r#""k\"1""#), "{}"))
+        .await
+        .unwrap();
+    assert_eq!(quoted.status(), StatusCode::CREATED);
+    let bare = app.oneshot(create(Some(r#"k"1"#), "{}")).await.unwrap();
+    assert_eq!(
+        bare.status(),
+        StatusCode::BAD_REQUEST,
+        "a bare key holds no quote"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// Every range-checked setter fails when called, naming the setting, the value and the range.
+#[test]
+fn the_layers_setters_refuse_values_out_of_range() {
+    let layer = || IdempotencyLayer::unscoped(Idempotency::in_memory());
+    let cases = [
+        (
+            layer().wait_time(Duration::from_secs(7200)).unwrap_err(),
+            "invalid wait_time \"2 h\": accepted: 0 to 1 h",
+        ),
+        (
+            layer().result_ttl(Duration::from_millis(10)).unwrap_err(),
+            "invalid result_ttl \"10 ms\": accepted: 1 s to 168 h",
+        ),
+        (
+            layer().max_body_bytes(0).unwrap_err(),
+            "invalid max_body_bytes \"0\": accepted: 1 to 67108864 bytes",
+        ),
+        (
+            layer().max_body_bytes(65 << 20).unwrap_err(),
+            "invalid max_body_bytes \"68157440\": accepted: 1 to 67108864 bytes",
+        ),
+    ];
+    for (error, expected) in cases {
+        assert_eq!(error.to_string(), expected);
+        assert_eq!(error.code(), "IDEMPOTENCY_INVALID_ARGUMENT");
+    }
+    assert!(layer().wait_time(Duration::from_secs(3600)).is_ok());
+    assert!(layer().max_body_bytes(1).is_ok());
 }

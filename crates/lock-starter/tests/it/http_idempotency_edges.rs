@@ -47,7 +47,7 @@ fn app_with_utf8_header(runs: Arc<AtomicU32>) -> Router {
     };
     Router::new()
         .route("/tickets", post(create))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()))
+        .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()))
 }
 
 /// Found by the adversarial trial (fixed): the layer rebuilds even the FIRST response from its stored form, which keeps only
@@ -110,7 +110,7 @@ async fn the_same_key_on_another_path_is_another_request() {
     let app = Router::new()
         .route("/a", post(handler.clone()))
         .route("/b", post(handler))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+        .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
     app.clone()
         .oneshot(post_with("/a", "k-1", "x"))
         .await
@@ -128,7 +128,7 @@ async fn the_same_key_on_another_path_is_another_request() {
 async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
     let app = Router::new()
         .route("/tickets", post(|| async { StatusCode::CREATED }))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+        .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
     let key = "k".repeat(512);
     let response = app
         .clone()
@@ -179,7 +179,7 @@ async fn a_400kb_binary_response_is_replayed() {
     };
     let app = Router::new()
         .route("/files", post(handler))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+        .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
     app.clone()
         .oneshot(post_with("/files", "k-1", "x"))
         .await
@@ -199,7 +199,7 @@ async fn adv_non_utf8_body_and_204_replay_exactly() {
             post(|body: Bytes| async move { (StatusCode::OK, body) }),
         )
         .route("/empty", post(|| async { StatusCode::NO_CONTENT }))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()));
+        .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
     let raw = vec![0xC3_u8, 0x28, 0x00, 0xFF];
     for _ in 0..2 {
         let echoed = app
@@ -238,7 +238,7 @@ async fn adv_put_and_get_pass_through() {
     };
     let app = Router::new()
         .route("/t", axum::routing::put(handler.clone()).get(handler))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()).require_key());
+        .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()).require_key());
     for method in ["PUT", "PUT", "GET", "GET"] {
         let request = Request::builder()
             .method(method)
@@ -269,9 +269,11 @@ async fn adv_a_panicking_handler_frees_its_key() {
             }
         }
     };
-    let app = Router::new()
-        .route("/t", post(handler))
-        .layer(IdempotencyLayer::new(Idempotency::in_memory()).wait_time(Duration::from_secs(5)));
+    let app = Router::new().route("/t", post(handler)).layer(
+        IdempotencyLayer::unscoped(Idempotency::in_memory())
+            .wait_time(Duration::from_secs(5))
+            .unwrap(),
+    );
     let panicked = tokio::spawn(app.clone().oneshot(post_with("/t", "k-1", "x"))).await;
     assert!(panicked.is_err());
     let retry = app.oneshot(post_with("/t", "k-1", "x")).await.unwrap();

@@ -7,5 +7,6 @@
 mod config;
 mod http;
 mod http_idempotency;
+mod http_idempotency_callers;
 mod http_idempotency_edges;
 mod shutdown;
