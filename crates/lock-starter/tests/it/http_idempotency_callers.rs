@@ -289,3 +289,61 @@ async fn the_unscoped_layer_replays_across_callers() {
     assert!(bob.headers().get(header::SET_COOKIE).is_none());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// Redis is lost while a retry waits for the first request: the retry answers 503 one command
+/// timeout (1 s here) after the loss, not at the end of its minute-long wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_retry_answers_503_within_a_command_timeout_of_losing_redis() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let config = format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\ncommand-timeout = \"1s\"\n\
+         [telco.platform.lock.idempotency]\nhttp-wait-time = \"60s\"\n",
+        redis.url()
+    );
+    let starter = LockStarter::builder()
+        .figment(Figment::from(Toml::string(&config)))
+        .build()
+        .await
+        .unwrap();
+    let gate = Gate::default();
+    let app = orders(
+        starter.idempotency_layer(caller),
+        Arc::new(AtomicU32::new(0)),
+        Some(gate.clone()),
+    );
+    let first = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
+    tokio::time::timeout(DEADLINE, gate.entered.notified())
+        .await
+        .expect("the first request reached the handler");
+    let retry = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
+    let waiting = tokio::time::timeout(DEADLINE, async {
+        while !redis
+            .cmd(&["PUBSUB", "SHARDCHANNELS"])
+            .await
+            .unwrap()
+            .contains("idempotency")
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waiting.is_ok(), "the retry never waited for the first");
+    redis.kill().await.unwrap();
+    let killed = tokio::time::Instant::now();
+    let retry = tokio::time::timeout(Duration::from_secs(60), retry)
+        .await
+        .expect("the retry outlived Redis by a minute")
+        .unwrap()
+        .unwrap();
+    let after = killed.elapsed();
+    assert!(
+        after < Duration::from_secs(6),
+        "answered {after:?} after the loss"
+    );
+    assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let problem: serde_json::Value = serde_json::from_str(&text(retry).await).unwrap();
+    assert_eq!(problem["code"], "IDEMPOTENCY_BACKEND_UNAVAILABLE");
+    assert_eq!(problem["idempotencyKey"], "k-1");
+    gate.released.notify_one();
+    let _ = first.await.unwrap();
+}
