@@ -194,31 +194,11 @@ impl IdempotencyOptions {
         Ok(self)
     }
 
-    /// Checks every value set on these options against its range, as each setter did: the
-    /// lease, the wait time and result TTL when set, the delayed start and the fingerprint's
-    /// length.
-    ///
-    /// # Errors
-    /// [`IdempotencyError::InvalidArgument`] naming the option, its value and the accepted
-    /// range.
-    pub fn validate(&self) -> Result<(), IdempotencyError> {
-        check_lease(self.lease)?;
-        if let Some(wait) = self.wait_time {
-            check_wait(wait)?;
-        }
-        if let Some(ttl) = self.result_ttl {
-            check_result_ttl(ttl)?;
-        }
-        check_delayed_start(self.delayed_start)?;
-        check_fingerprint(&self.fingerprint)
-    }
-
     /// The options resolved against `settings`, checked again as combined.
     pub(crate) fn resolve(
         &self,
         settings: &IdempotencySettings,
     ) -> Result<Resolved, IdempotencyError> {
-        self.validate()?;
         let wait_time = self.wait_time.unwrap_or(settings.wait_time);
         check_wait(wait_time)?;
         let result_ttl = self.result_ttl.unwrap_or(settings.result_ttl);
