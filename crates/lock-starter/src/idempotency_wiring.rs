@@ -10,17 +10,6 @@ use lock_redis::{RedisIdempotencyStore, RedisLock};
 
 use crate::config::LockSettings;
 
-// Both are exported by `http` and the second bounds a key of the table, also without `http`.
-
-/// The largest request body the `Idempotency-Key` layer reads by default: 1 MiB
-/// (`telco.platform.lock.idempotency.http-max-body-bytes`).
-#[cfg_attr(not(feature = "http"), allow(dead_code, unreachable_pub))]
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
-/// The largest accepted request body limit of the `Idempotency-Key` layer: 64 MiB (the body is
-/// buffered whole to be fingerprinted).
-#[cfg_attr(not(feature = "http"), allow(unreachable_pub))]
-pub const MAX_BODY_BYTES: usize = 64 << 20;
-
 /// Where the records of a started service live.
 pub(crate) enum Store<'a> {
     /// `enabled = false`: the action runs every time; the detail says where it was switched off.

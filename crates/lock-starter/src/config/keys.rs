@@ -17,7 +17,17 @@ use lock_redis::{
 };
 
 use super::LockSettings;
-use crate::idempotency_wiring::MAX_BODY_BYTES;
+
+// Both are exported by `http` and the second bounds a key of the table, also without `http`.
+
+/// The largest request body the `Idempotency-Key` layer reads by default: 1 MiB
+/// (`telco.platform.lock.idempotency.http-max-body-bytes`).
+#[cfg_attr(not(feature = "http"), allow(dead_code, unreachable_pub))]
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+/// The largest accepted request body limit of the `Idempotency-Key` layer: 64 MiB (the body is
+/// buffered whole to be fingerprinted).
+#[cfg_attr(not(feature = "http"), allow(unreachable_pub))]
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// The section of every key of the lock.
 pub const PREFIX: &str = "telco.platform.lock";

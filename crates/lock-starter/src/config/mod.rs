@@ -31,7 +31,7 @@
 //! ```
 
 mod error;
-mod keys;
+pub(crate) mod keys;
 mod load;
 mod origin;
 mod sources;

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::ProblemDetails;
 use super::idempotency_key::{client_key, hex, record_key};
-pub use crate::idempotency_wiring::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES};
+pub use crate::config::keys::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES};
 use crate::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
 
 /// The request header carrying the key: `Idempotency-Key`.
