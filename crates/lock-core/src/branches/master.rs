@@ -40,7 +40,7 @@ use crate::branches::token::{BranchToken, validate_branch_id};
 /// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), Arc::new(InMemoryBranches::new()));
 /// let mut outbox = Vec::new();
 /// let options = lock_core::branches::MasterOptions::new(Lease::Watchdog)
-///     .branch_wait(std::time::Duration::from_millis(100));
+///     .branch_wait(std::time::Duration::from_millis(100))?;
 /// let outcome = masters
 ///     .with_master_lock("ticket:4711", options, |master| publish(master, &mut outbox))
 ///     .await?;

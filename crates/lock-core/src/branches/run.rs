@@ -101,11 +101,10 @@ impl MasterLocks {
     /// lock-starter).
     ///
     /// # Errors
-    /// [`BranchError::InvalidArgument`] naming `branch_wait` above 1 h.
+    /// [`BranchError::InvalidArgument`] naming `branch_wait` above 1 h, as
+    /// [`MasterOptions::branch_wait`].
     pub fn with_branch_wait(mut self, wait: Duration) -> Result<Self, BranchError> {
-        MasterOptions::new(Lease::Watchdog)
-            .branch_wait(wait)
-            .validate()?;
+        MasterOptions::new(Lease::Watchdog).branch_wait(wait)?;
         self.branch_wait = wait;
         Ok(self)
     }
@@ -162,9 +161,10 @@ impl MasterLocks {
     ///   granted; the block did not run.
     /// - [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`, 503): the record could not be
     ///   opened; the lock was released and the block did not run.
-    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, 500): a bad branch
-    ///   wait, or `key` already held by this task's enclosing `with_lock` or master section
-    ///   (the invocation would share its fencing token); nothing ran.
+    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, 500): `key` already
+    ///   held by this task's enclosing `with_lock` or master section (the invocation would
+    ///   share its fencing token); nothing ran. ([`MasterOptions`]' setters check their
+    ///   durations when called.)
     ///
     /// Once the block has run there is no error: the outcome says what happened.
     pub fn with_master_lock<F, Fut, T>(
@@ -195,7 +195,6 @@ impl MasterLocks {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        options.validate()?;
         let handle = self
             .lock
             .acquire_with(key, options.acquire_options())

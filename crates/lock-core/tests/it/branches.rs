@@ -112,7 +112,9 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
     assert_eq!(branches.record_count(), 0);
 
     // A longer branch wait is cut to the lease's end too.
-    let options = MasterOptions::new(Lease::Fixed(lease)).branch_wait(Duration::from_secs(600));
+    let options = MasterOptions::new(Lease::Fixed(lease))
+        .branch_wait(Duration::from_secs(600))
+        .unwrap();
     let outcome = masters
         .with_master_lock("fixed", options, |master| async move {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -361,7 +363,9 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
 
     let (masters, lock, _) = masters();
     let _held = lock.try_acquire("closed", Lease::Watchdog).await.unwrap();
-    let options = MasterOptions::new(Lease::Watchdog).wait(Duration::from_millis(100));
+    let options = MasterOptions::new(Lease::Watchdog)
+        .wait(Duration::from_millis(100))
+        .unwrap();
     let error = masters
         .with_master_lock("closed", options, |_| async {
             ran.store(true, Ordering::SeqCst)
@@ -450,7 +454,9 @@ async fn registrations_releases_and_waits_are_counted() {
     let _local = metrics::set_default_local_recorder(metrics.recorder());
     let (masters, _, _) = masters();
     let consumer = masters.clone();
-    let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(1));
+    let options = MasterOptions::new(Lease::Watchdog)
+        .branch_wait(Duration::from_secs(1))
+        .unwrap();
     let outcome = masters
         .with_master_lock("metrics", options, |master| async move {
             let token = master.register_branch("search").await.unwrap();
@@ -479,4 +485,35 @@ async fn registrations_releases_and_waits_are_counted() {
         m.histogram(MASTER_WAIT_SECONDS, "outcome", "timed_out"),
         [1.0]
     );
+}
+
+#[test]
+fn master_options_check_their_durations_when_set() {
+    let options = MasterOptions::new(Lease::Watchdog);
+    let hour = Duration::from_secs(3600);
+    for accepted in [Duration::ZERO, hour] {
+        assert_eq!(
+            options.branch_wait(accepted).unwrap().branch_wait_time(),
+            Some(accepted)
+        );
+        let waiting = options.wait(accepted).unwrap();
+        assert_eq!(waiting.acquire_options().wait_time(), Some(accepted));
+    }
+    let too_long = hour + Duration::from_millis(1);
+    for (error, name) in [
+        (options.branch_wait(too_long).unwrap_err(), "branch_wait"),
+        (options.wait(too_long).unwrap_err(), "wait"),
+    ] {
+        assert!(
+            matches!(&error, BranchError::InvalidArgument { name: n, .. } if *n == name),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!("invalid {name} 3600001 ms: accepted: 0 to 1 h")
+        );
+        assert_eq!(error.details()["argument"], name);
+    }
+    let error = masters().0.with_branch_wait(too_long).unwrap_err();
+    assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
 }

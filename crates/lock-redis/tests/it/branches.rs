@@ -93,7 +93,9 @@ async fn records_follow_the_documented_layout_and_leave_nothing_behind() {
     let redis = server().await;
     let (masters, branches) = masters(&redis).await;
     let lease = Duration::from_secs(20);
-    let options = MasterOptions::new(Lease::Fixed(lease)).branch_wait(Duration::from_millis(200));
+    let options = MasterOptions::new(Lease::Fixed(lease))
+        .branch_wait(Duration::from_millis(200))
+        .unwrap();
     let seen = masters
         .with_master_lock("ticket:{4711}", options, |master| {
             let (redis, branches) = (&redis, branches.clone());
@@ -216,7 +218,9 @@ async fn a_wait_costs_a_fixed_number_of_reads_not_one_per_interval() {
         .with_master_lock(
             "no-polling",
             // A fixed lease: no watchdog renewals among the calls counted.
-            MasterOptions::new(Lease::Fixed(Duration::from_secs(60))).branch_wait(wait),
+            MasterOptions::new(Lease::Fixed(Duration::from_secs(60)))
+                .branch_wait(wait)
+                .unwrap(),
             |master| async move { master.register_branch("never").await.unwrap() },
         )
         .await
@@ -244,7 +248,9 @@ async fn a_release_during_the_wait_wakes_the_master_at_once() {
         masters
             .with_master_lock(
                 "wake",
-                MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(60)),
+                MasterOptions::new(Lease::Watchdog)
+                    .branch_wait(Duration::from_secs(60))
+                    .unwrap(),
                 |master| async move {
                     tokens
                         .send(master.register_branch("search").await.unwrap())
@@ -294,7 +300,8 @@ async fn a_registration_redis_does_not_answer_fails_open() {
         .with_master_lock(
             "paused",
             MasterOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                .branch_wait(Duration::from_secs(10)),
+                .branch_wait(Duration::from_secs(10))
+                .unwrap(),
             |master| {
                 let redis = &redis;
                 async move {
