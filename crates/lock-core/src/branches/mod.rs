@@ -13,8 +13,8 @@
 //! 3. each consumer, in any process, calls [`Branches::release_branch`] with the token once its
 //!    work is done (e.g. the index write is confirmed);
 //! 4. when the block returns, the master waits — woken by each release, no polling — until
-//!    every registered branch is released, bounded by its branch wait (and a fixed lease's
-//!    end), then deletes its records and releases the lock. [`MasterOutcome`] carries the
+//!    every registered branch is released, bounded by its branch wait (and, shortly before
+//!    it, a fixed lease's end), then deletes its records and releases the lock. [`MasterOutcome`] carries the
 //!    block's value and how the wait ended ([`BranchesOutcome`]: all released, timed out
 //!    naming the missing branches, or lease lost).
 //!

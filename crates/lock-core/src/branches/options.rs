@@ -19,7 +19,8 @@ pub const MAX_BRANCH_WAIT: Duration = MAX_WAIT;
 /// wait time, fair, …) and how long it waits for its branches after its block returned.
 ///
 /// The branch wait defaults to the rest of the lease for [`Lease::Fixed`] and to
-/// [`DEFAULT_BRANCH_WAIT`] for [`Lease::Watchdog`]; it never outlasts a fixed lease.
+/// [`DEFAULT_BRANCH_WAIT`] for [`Lease::Watchdog`]. A fixed lease's wait ends a tenth of the
+/// lease (at most 1 s) before the lease does, so the master releases a lease it still holds.
 ///
 /// The duration setters check their value when called: a value out of range is
 /// [`BranchError::InvalidArgument`] then, never later.
@@ -96,7 +97,7 @@ impl MasterOptions {
     }
 
     /// How long the master waits for its branches after its block returned (0 = look once). A
-    /// fixed lease still ends the wait before it ends. Accepted: 0 to 1 h
+    /// fixed lease still ends the wait shortly before the lease ends. Accepted: 0 to 1 h
     /// ([`MAX_BRANCH_WAIT`]).
     ///
     /// # Errors

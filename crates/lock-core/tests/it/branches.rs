@@ -106,12 +106,13 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
             missing: vec!["search".into()]
         }
     );
-    // The rest of the lease (paused clock: exactly the lease, the block took no time).
-    assert_eq!(outcome.waited, lease);
-    assert_eq!(started.elapsed(), lease);
+    // The rest of the lease (paused clock: the block took no time) but a tenth of it, kept for
+    // the last read, the clean-up and the release.
+    assert_eq!(outcome.waited, Duration::from_millis(1800));
+    assert_eq!(started.elapsed(), Duration::from_millis(1800));
     assert_eq!(branches.record_count(), 0);
 
-    // A longer branch wait is cut to the lease's end too.
+    // A longer branch wait is cut the same way.
     let options = MasterOptions::new(Lease::Fixed(lease))
         .branch_wait(Duration::from_secs(600))
         .unwrap();
@@ -122,7 +123,7 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
         })
         .await
         .unwrap();
-    assert_eq!(outcome.waited, Duration::from_millis(1500));
+    assert_eq!(outcome.waited, Duration::from_millis(1300));
     assert_eq!(outcome.branches.as_str(), "timed_out");
 
     // A block that outlasts its fixed lease: lost, not waited for.
@@ -141,6 +142,134 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
         }
     );
     assert_eq!(outcome.waited, Duration::ZERO);
+}
+
+/// What a master logs about its lease after a fixed lease bounded its wait.
+const OVERRAN: &str = "another owner may have run concurrently";
+
+/// A fixed-lease master whose branch never comes back: the wait ends before the lease does, the
+/// release finds the lease held, and nothing claims the block overran it. A block that does
+/// overrun it still says so.
+#[tokio::test(start_paused = true)]
+async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warning() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let (masters, lock, _) = masters();
+    let lease = Duration::from_secs(2);
+    let outcome = masters
+        .with_master_lock("fixed-timeout", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    let text = logs.text();
+    assert!(!text.contains(OVERRAN), "{text}");
+    assert!(
+        !text.contains("the lease ended"),
+        "released while held: {text}"
+    );
+    assert!(text.contains("the master stopped waiting"), "{text}");
+    // Released, not expired: the key is free before the lease would have ended.
+    assert!(
+        lock.try_acquire("fixed-timeout", Lease::Watchdog)
+            .await
+            .is_ok()
+    );
+
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let outcome = masters
+        .with_master_lock("fixed-overrun", Lease::Fixed(lease), |_master| async move {
+            tokio::time::sleep(lease * 2).await;
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches.as_str(), "lease_lost");
+    assert_eq!(logs.text().matches(OVERRAN).count(), 1, "{}", logs.text());
+}
+
+/// A backend whose clean-up takes `delay` (a slow Redis at the end of a master).
+#[derive(Debug, Clone)]
+struct SlowClose(InMemoryBranches, Duration);
+
+#[async_trait]
+impl Branches for SlowClose {
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+    async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.open(sub_key, ttl).await
+    }
+    async fn register(
+        &self,
+        sub_key: &SubKey,
+        branch: &str,
+        ttl: Duration,
+    ) -> Result<Registration, BranchError> {
+        self.0.register(sub_key, branch, ttl).await
+    }
+    async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.refresh(sub_key, ttl).await
+    }
+    async fn seal(
+        &self,
+        sub_key: &SubKey,
+        ttl: Duration,
+    ) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.seal(sub_key, ttl).await
+    }
+    async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.pending(sub_key).await
+    }
+    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+        self.0.watch(sub_key).await
+    }
+    async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
+        self.0.release(sub_key, branch).await
+    }
+    async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
+        tokio::time::sleep(self.1).await;
+        self.0.close(sub_key).await
+    }
+}
+
+/// The clean-up after the wait outlasts the fixed lease: the release finds the lease ended, but
+/// the block had finished inside it, so the lease's end is a `DEBUG` line, not an overrun.
+#[tokio::test(start_paused = true)]
+async fn a_lease_ending_after_the_block_finished_is_not_an_overrun() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let lease = Duration::from_secs(2);
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(SlowClose(InMemoryBranches::new(), lease)),
+    );
+    let outcome = masters
+        .with_master_lock("slow-close", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    let text = logs.text();
+    assert!(!text.contains(OVERRAN), "{text}");
+    let ended: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("the lease ended after the critical section had finished"))
+        .collect();
+    assert_eq!(ended.len(), 1, "{text}");
+    assert!(ended[0].contains("DEBUG"), "{}", ended[0]);
 }
 
 #[tokio::test(start_paused = true)]
