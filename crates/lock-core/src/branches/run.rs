@@ -223,11 +223,11 @@ impl MasterLocks {
             options.branch_wait_time(),
             self.branch_wait,
         );
-        let tracked = match self.branches.open(&sub_key, bounds.ttl).await {
-            Ok(()) => true,
+        let disabled = match self.branches.open(&sub_key, bounds.ttl).await {
+            Ok(()) => None,
             Err(BranchError::Disabled { detail }) => {
                 tracing::debug!(master_key = key, %detail, "master/sub locks disabled; running the master untracked");
-                false
+                Some(detail)
             }
             Err(error) => {
                 // Fail closed: the block does not run, and the lock is free again when the
@@ -238,7 +238,8 @@ impl MasterLocks {
                 return Err(error);
             }
         };
-        let master = Master::new(Arc::clone(&self.branches), sub_key, bounds.ttl, tracked);
+        let tracked = disabled.is_none();
+        let master = Master::new(Arc::clone(&self.branches), sub_key, bounds.ttl, disabled);
         let lease = handle.lease_state().clone();
         let mut lost: Pin<Box<dyn Future<Output = LostReason> + Send>> = Box::pin(handle.lost());
         let namespace = self.lock.namespace().to_owned();
