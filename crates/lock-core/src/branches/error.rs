@@ -90,7 +90,8 @@ impl fmt::Display for BranchErrorCode {
     }
 }
 
-/// Branch token text that does not parse: what is wrong, and the accepted form.
+/// Branch token text that does not parse: what is wrong, and the accepted form (the grammar:
+/// `docs/branches.md`, section "Branch tokens").
 ///
 /// # Examples
 ///

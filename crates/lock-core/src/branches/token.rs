@@ -57,11 +57,11 @@ pub fn validate_branch_id(branch: &str) -> Result<(), BranchError> {
 /// One branch of one master invocation, as the producer registered it: the consumer passes it to
 /// [`Branches::release_branch`](crate::branches::Branches::release_branch) when its work is
 /// done. Travels as text ([`Display`](fmt::Display) / [`FromStr`]), e.g. in the
-/// [`BRANCH_TOKEN_HEADER`] of a message:
-/// `br1|<invocation>|<r or u>|<master key>|<branch id>`, where `r` marks a registered branch and
-/// `u` one the producer could not register (fail open: the master does not wait for it), and
-/// the key and id are percent-encoded (`%`, `|`, spaces, control and non-ASCII characters), so
-/// the text is printable ASCII safe for any header.
+/// [`BRANCH_TOKEN_HEADER`] of a message: `br1|<invocation>|<r or u>|<master key>|<branch id>`,
+/// where `u` marks a branch the producer could not register (fail open: the master does not
+/// wait for it). Printable ASCII, at most 2332 bytes, the names percent-encoded.
+///
+/// The grammar, each part and its limits: `docs/branches.md`, section "Branch tokens".
 ///
 /// # Examples
 ///
@@ -276,6 +276,18 @@ mod tests {
             let error = text.parse::<BranchToken>().unwrap_err();
             assert!(error.to_string().contains(expected), "{text:?}: {error}");
         }
+    }
+
+    #[test]
+    fn the_longest_token_is_2332_bytes() {
+        let longest = BranchToken::new(
+            SubKey::new("é".repeat(crate::MAX_KEY_BYTES / 2), u64::MAX),
+            &"é".repeat(MAX_BRANCH_ID_BYTES / 2),
+            true,
+        );
+        let text = longest.to_string();
+        assert_eq!(text.len(), 2332);
+        assert_eq!(text.parse::<BranchToken>().unwrap(), longest);
     }
 
     #[test]
