@@ -132,7 +132,8 @@ impl Master {
     /// slow, refusing), or the invocation's record is gone, this still returns a token —
     /// [marked unregistered](BranchToken::is_registered) — and logs one line; start the
     /// branch all the same. The line is a `WARN` with the backend's error when something is
-    /// wrong, an `INFO` naming where the backend was switched off when it is disabled. The master does not wait for an unregistered branch (it is listed in
+    /// wrong, an `INFO` naming where the backend was switched off when it is disabled. The
+    /// master does not wait for an unregistered branch (it is listed in
     /// [`MasterOutcome::unregistered`](crate::branches::MasterOutcome::unregistered)); if the
     /// registration did reach the backend after all, the master waits for it like for any
     /// other, which is why consumers release unregistered tokens too.

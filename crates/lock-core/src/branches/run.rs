@@ -148,10 +148,10 @@ impl MasterLocks {
     ///
     /// The lock is held for the block and the wait. A lease that ends only after the block
     /// returned (during the wait or the clean-up) is reported by the outcome and logged at
-    /// `DEBUG`, never as a block that overran its lease. Inside the block the lock is re-entrant as
-    /// in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task acquiring `key`
-    /// again enters at once). If the returned future is dropped, the lock is released and the
-    /// record deleted in the background (or it ends at its TTL).
+    /// `DEBUG`, never as a block that overran its lease. Inside the block the lock is
+    /// re-entrant as in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task
+    /// acquiring `key` again enters at once). If the returned future is dropped, the lock is
+    /// released and the record deleted in the background (or it ends at its TTL).
     ///
     /// **Fail closed** for the master: when the lock is not granted or the record cannot be
     /// opened, the block does not run. **Fail open** for the branches: a disabled backend runs
