@@ -72,7 +72,7 @@ impl Failure {
                      replication: connected_slaves and their lag), or lower \
                      telco.platform.lock.min-replicas or raise \
                      telco.platform.lock.replica-sync-timeout (now {})",
-                    humantime::format_duration(replica_sync_timeout)
+                    lock_starter::config::format_duration(replica_sync_timeout)
                 )
             }
             None => format!("{error}; {CHECK_ADDRESS}"),

@@ -254,7 +254,7 @@ pub(crate) async fn run(
                 let why = match lease {
                     Lease::Fixed(lease) => format!(
                         "its fixed lease of {} runs out in {}",
-                        humantime::format_duration(lease),
+                        lock_starter::config::format_duration(lease),
                         seconds(at - now)
                     ),
                     Lease::Watchdog => format!(
@@ -275,7 +275,7 @@ pub(crate) async fn run(
                 let why = match (lease, reason) {
                     (Lease::Fixed(lease), LostReason::Expired) => format!(
                         "its fixed lease of {} ran out",
-                        humantime::format_duration(lease)
+                        lock_starter::config::format_duration(lease)
                     ),
                     _ => reason.to_string(),
                 };

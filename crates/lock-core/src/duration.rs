@@ -1,5 +1,6 @@
 //! Durations: the one syntax every duration setting and argument is read in ([`parse_duration`]),
-//! as every message writes them — `250 ms`, `5 s`, `5 min`, `1 h`, `0` — and the one range check.
+//! as every message writes them in that syntax ([`format_duration`]: `250 ms`, `5 s`, `5 m`,
+//! `1 h`, `0`) and the one range check.
 
 use std::time::Duration;
 
@@ -72,33 +73,66 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// A duration as messages write it: the largest of `h`, `min` (from 5 min), `s` and `ms` that
-/// says it exactly, `0` for zero; below a millisecond, humantime's notation (`500us`).
+/// A duration as every message writes it, in the syntax [`parse_duration`] reads: the largest
+/// of `h`, `m` (from 5 minutes on), `s` and `ms` that says it exactly, `0` for zero.
+///
+/// Rounded to the nearest millisecond (half up), the configuration's finest unit. A nonzero
+/// duration never reads as zero: anything under a millisecond prints `1 ms`, so `0` always
+/// means exactly zero.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::format_duration;
+/// use lock_core::{format_duration, parse_duration};
 ///
 /// assert_eq!(format_duration(Duration::from_secs(7 * 24 * 3600)), "168 h");
-/// assert_eq!(format_duration(Duration::from_secs(300)), "5 min");
+/// assert_eq!(format_duration(Duration::from_secs(300)), "5 m");
 /// assert_eq!(format_duration(Duration::from_secs(90)), "90 s");
 /// assert_eq!(format_duration(Duration::from_millis(1500)), "1500 ms");
 /// assert_eq!(format_duration(Duration::ZERO), "0");
-/// assert_eq!(format_duration(Duration::from_micros(500)), "500us");
+/// // Rounded to the millisecond; under one, never zero.
+/// assert_eq!(format_duration(Duration::from_micros(313_859)), "314 ms");
+/// assert_eq!(format_duration(Duration::from_micros(999_500)), "1 s");
+/// assert_eq!(format_duration(Duration::from_nanos(313_859)), "1 ms");
+/// // What it prints, the configuration reads back.
+/// assert_eq!(parse_duration("5 m"), Ok(Duration::from_secs(300)));
 /// ```
 pub fn format_duration(d: Duration) -> String {
-    if d.subsec_nanos() % 1_000_000 != 0 {
-        return humantime::format_duration(d).to_string();
+    if d.is_zero() {
+        return "0".to_owned();
     }
-    match d.as_millis() {
-        0 => "0".to_owned(),
-        ms if ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 && ms >= 300_000 => format!("{} min", ms / 60_000),
-        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+    let rounded = (d.as_nanos() + NANOS_PER_MILLI / 2) / NANOS_PER_MILLI;
+    format_millis(rounded.max(1))
+}
+
+const NANOS_PER_MILLI: u128 = 1_000_000;
+
+/// `ms` milliseconds in the largest unit that says them exactly.
+fn format_millis(ms: u128) -> String {
+    match ms {
+        ms if ms % 3_600_000 == 0 && ms > 0 => format!("{} h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 && ms >= 300_000 => format!("{} m", ms / 60_000),
+        ms if ms % 1000 == 0 && ms > 0 => format!("{} s", ms / 1000),
         ms => format!("{ms} ms"),
     }
+}
+
+/// `value`, which lies outside `min..=max`, rounded away from the range so that it never reads
+/// as inside it (`3600001 ms` for 1 h and 1 ns against `0 to 1 h`).
+fn format_outside(value: Duration, min: Duration, max: Duration) -> String {
+    if value.is_zero() {
+        return "0".to_owned();
+    }
+    let nanos = value.as_nanos();
+    let ms = if value > max {
+        nanos.div_ceil(NANOS_PER_MILLI)
+    } else if nanos < NANOS_PER_MILLI && Duration::from_millis(1) < min {
+        1 // below the range all the same, and not zero
+    } else {
+        nanos / NANOS_PER_MILLI
+    };
+    format_millis(ms)
 }
 
 /// A range of durations as every message writes it: `10 ms to 60 s`, `0 to 1 h`.
@@ -128,6 +162,10 @@ pub fn duration_range(min: Duration, max: Duration) -> String {
 /// assert!(check_duration("command_timeout", Duration::from_secs(2), min, max).is_ok());
 /// let error = check_duration("command_timeout", Duration::from_secs(120), min, max).unwrap_err();
 /// assert_eq!(error.to_string(), "invalid command_timeout 120 s: accepted: 10 ms to 60 s");
+/// // A value off the range by less than a millisecond is rounded away from it.
+/// let just_over = Duration::from_secs(60) + Duration::from_nanos(1);
+/// let error = check_duration("command_timeout", just_over, min, max).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid command_timeout 60001 ms: accepted: 10 ms to 60 s");
 /// ```
 pub fn check_duration(
     name: &'static str,
@@ -135,12 +173,79 @@ pub fn check_duration(
     min: Duration,
     max: Duration,
 ) -> Result<(), LockError> {
-    if (min..=max).contains(&value) {
-        return Ok(());
+    match out_of_range(value, min, max) {
+        None => Ok(()),
+        Some((value, problem)) => Err(LockError::invalid_argument(name, value, problem)),
     }
-    Err(LockError::invalid_argument(
-        name,
-        format_duration(value),
+}
+
+/// For `value` outside `min..=max`: the value as a message writes it (rounded away from the
+/// range) and the problem, `accepted: <range>`; `None` inside it.
+pub(crate) fn out_of_range(
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Option<(String, String)> {
+    if (min..=max).contains(&value) {
+        return None;
+    }
+    Some((
+        format_outside(value, min, max),
         format!("accepted: {}", duration_range(min, max)),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn every_printed_duration_parses_back_to_its_rounded_value() {
+        let cases = [
+            (Duration::from_nanos(1), "1 ms", ms(1)),
+            (Duration::from_nanos(499_999), "1 ms", ms(1)),
+            (Duration::from_nanos(1_499_999), "1 ms", ms(1)),
+            (Duration::from_nanos(1_500_000), "2 ms", ms(2)),
+            (Duration::from_nanos(59_999_500_000), "60 s", ms(60_000)),
+            (ms(240_000), "240 s", ms(240_000)),
+            (ms(300_000), "5 m", ms(300_000)),
+            (ms(5_400_000), "90 m", ms(5_400_000)),
+            (
+                ms(3_600_000) + Duration::from_nanos(400_000),
+                "1 h",
+                ms(3_600_000),
+            ),
+            (ms(3_600_001), "3600001 ms", ms(3_600_001)),
+            (Duration::MAX, "18446744073709551616 s", Duration::MAX),
+        ];
+        for (value, text, parsed) in cases {
+            assert_eq!(format_duration(value), text, "{value:?}");
+            if value != Duration::MAX {
+                assert_eq!(parse_duration(text), Ok(parsed), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_value_outside_a_range_never_reads_as_inside_it() {
+        let (min, max) = (ms(10), ms(60_000));
+        let outside = |value| out_of_range(value, min, max).map(|(text, _)| text);
+        assert_eq!(
+            outside(ms(60_000) + Duration::from_nanos(1)).unwrap(),
+            "60001 ms"
+        );
+        assert_eq!(outside(ms(10) - Duration::from_nanos(1)).unwrap(), "9 ms");
+        assert_eq!(outside(Duration::from_nanos(1)).unwrap(), "1 ms");
+        assert_eq!(outside(Duration::ZERO).unwrap(), "0");
+        assert_eq!(outside(ms(10)), None);
+        // A range starting at 1 ms: a sub-millisecond value is below it, and says so.
+        let text = out_of_range(Duration::from_micros(500), ms(1), ms(10))
+            .unwrap()
+            .0;
+        assert_eq!(text, "0 ms");
+    }
 }

@@ -1,5 +1,6 @@
 //! Errors of the lock port: one enum, a stable code per variant, and a details map for problem bodies.
 
+use crate::duration::format_duration;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -140,7 +141,7 @@ pub enum AcquireFailure {
     },
     /// A fair acquisition's wait was spent while earlier fair waiters were still queued ahead of
     /// it (the lock itself may have been free at that moment). See [`crate::AcquireOptions::fair`].
-    #[error("{ahead} earlier fair waiter(s) still queued ahead after waiting {}", fmt_ms(*.waited))]
+    #[error("{ahead} earlier fair waiter(s) still queued ahead after waiting {}", format_duration(*.waited))]
     WaitersAhead {
         /// How many fair waiters were queued ahead of this one, as last seen.
         ahead: u64,
@@ -168,7 +169,7 @@ pub enum AcquireFailure {
     },
     /// The grant arrived so late that its lease had already run out on the local clock, so it was
     /// handed back instead of being reported as held.
-    #[error("the grant arrived after its {} lease had run out (backend too slow); it was released", fmt_ms(*.lease))]
+    #[error("the grant arrived after its {} lease had run out (backend too slow); it was released", format_duration(*.lease))]
     LeaseExpiredBeforeGrant {
         /// The lease that was requested.
         lease: Duration,
@@ -540,7 +541,7 @@ fn for_lock(key: Option<&str>) -> String {
 
 /// Who held a contended key, for humans.
 fn fmt_held(holder: &str, ttl: Option<Duration>, waited: Duration) -> String {
-    let (ttl, waited) = (fmt_ttl(ttl), fmt_ms(waited));
+    let (ttl, waited) = (fmt_ttl(ttl), format_duration(waited));
     if crate::process::issued_by_this_process(holder) {
         format!(
             "held by this process, owner `{holder}` ({ttl}), after waiting {waited}: only the \
@@ -554,14 +555,9 @@ fn fmt_held(holder: &str, ttl: Option<Duration>, waited: Duration) -> String {
 
 fn fmt_ttl(ttl: Option<Duration>) -> String {
     match ttl {
-        Some(ttl) => format!("TTL {}", fmt_ms(ttl)),
+        Some(ttl) => format!("TTL {}", format_duration(ttl)),
         None => "TTL unknown".to_owned(),
     }
-}
-
-/// Formats a duration as milliseconds for humans: `1500 ms`.
-pub(crate) fn fmt_ms(d: Duration) -> String {
-    format!("{} ms", d.as_millis())
 }
 
 #[cfg(test)]

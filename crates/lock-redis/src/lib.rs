@@ -135,8 +135,3 @@ pub use idempotency::scripts::{
     IDEMPOTENCY_ABANDON_SCRIPT, IDEMPOTENCY_CLAIM_SCRIPT, IDEMPOTENCY_COMPLETE_SCRIPT,
     IDEMPOTENCY_FORGET_SCRIPT, IDEMPOTENCY_RENEW_SCRIPT,
 };
-
-/// docs/branches.md's example, compiled as a doctest so it stays true.
-#[cfg(doctest)]
-#[doc = include_str!("../../../docs/branches.md")]
-struct BranchesDoctests;

@@ -165,6 +165,12 @@ struct ReadmeDoctests;
 #[doc = include_str!("../../../docs/idempotency.md")]
 struct IdempotencyDoctests;
 
+/// docs/branches.md's example, compiled as a doctest so it stays true (with the paths a
+/// service has: lock-starter's).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/branches.md")]
+struct BranchesDoctests;
+
 /// docs/failure-policy.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure-policy.md")]

@@ -23,7 +23,7 @@ async fn a_grant_the_replicas_did_not_confirm_is_released_before_exit_and_the_hi
             "0 of the 1 replicas",
             "INFO replication",
             "telco.platform.lock.min-replicas",
-            "telco.platform.lock.replica-sync-timeout (now 100ms)",
+            "telco.platform.lock.replica-sync-timeout (now 100 ms)",
         ],
     );
     let err = stderr(&output);

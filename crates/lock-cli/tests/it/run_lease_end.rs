@@ -56,7 +56,7 @@ async fn a_fixed_lease_that_runs_out_is_named_as_such() {
         "fixed lease running out",
         &output,
         70,
-        &["its fixed lease of 1s runs out in", "SIGTERM now"],
+        &["its fixed lease of 1 s runs out in", "SIGTERM now"],
     );
 }
 

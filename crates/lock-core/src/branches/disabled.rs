@@ -16,7 +16,8 @@ use crate::watch::ChangeWatch;
 /// - [`open`](Branches::open) fails with [`BranchError::Disabled`], so a master runs its block
 ///   *untracked* (given its lock was granted): every
 ///   [`register_branch`](crate::branches::Master::register_branch) returns an unregistered
-///   token and logs a `WARN`, the branches run, and the master waits for none of them;
+///   token and logs an `INFO` with `detail`, the branches run, and the master waits for none
+///   of them;
 /// - [`release_branch`](Branches::release_branch) answers [`BranchRelease::Unknown`] (nobody
 ///   waits), so consumers need no special case;
 /// - every other call fails with [`BranchError::Disabled`].
@@ -33,7 +34,7 @@ use crate::watch::ChangeWatch;
 /// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), branches.clone());
 /// let outcome = masters
 ///     .with_master_lock("ticket:4711", Lease::Watchdog, |master| async move {
-///         master.register_branch("search").await // a WARN; the branch runs anyway
+///         master.register_branch("search").await // an INFO; the branch runs anyway
 ///     })
 ///     .await?;
 /// let token = outcome.value?;
@@ -48,7 +49,8 @@ pub struct DisabledBranches {
 }
 
 impl DisabledBranches {
-    /// A disabled backend; `detail` says where it was switched off (it appears in the errors).
+    /// A disabled backend; `detail` says where it was switched off (it appears in the errors
+    /// and in the line each untracked registration logs).
     pub fn new(detail: impl Into<String>) -> Self {
         DisabledBranches {
             detail: detail.into(),

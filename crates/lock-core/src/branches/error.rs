@@ -90,7 +90,8 @@ impl fmt::Display for BranchErrorCode {
     }
 }
 
-/// Branch token text that does not parse: what is wrong, and the accepted form.
+/// Branch token text that does not parse: what is wrong, and the accepted form (the grammar:
+/// `docs/branches.md`, section "Branch tokens").
 ///
 /// # Examples
 ///
@@ -105,7 +106,7 @@ impl fmt::Display for BranchErrorCode {
     "invalid branch token {token:?}: {problem}; a branch token reads `br1|<invocation>|<r or u>|<master key>|<branch id>` (percent-encoded), as BranchToken's Display writes it"
 )]
 pub struct InvalidBranchToken {
-    /// The rejected text (cut to its first 128 bytes).
+    /// The rejected text, cut to its first 64 bytes with its length when longer.
     pub token: String,
     /// What is wrong with it.
     pub problem: String,

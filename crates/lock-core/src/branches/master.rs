@@ -40,7 +40,7 @@ use crate::branches::token::{BranchToken, validate_branch_id};
 /// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), Arc::new(InMemoryBranches::new()));
 /// let mut outbox = Vec::new();
 /// let options = lock_core::branches::MasterOptions::new(Lease::Watchdog)
-///     .branch_wait(std::time::Duration::from_millis(100));
+///     .branch_wait(std::time::Duration::from_millis(100))?;
 /// let outcome = masters
 ///     .with_master_lock("ticket:4711", options, |master| publish(master, &mut outbox))
 ///     .await?;
@@ -60,8 +60,9 @@ struct State {
     sub_key: SubKey,
     /// The TTL every call gives the invocation's record (at least the lease).
     ttl: Duration,
-    /// `false` when the backend is disabled: every registration fails open without a call.
-    tracked: bool,
+    /// Where the backend was switched off, when it was: every registration then fails open
+    /// without a call.
+    disabled: Option<String>,
     sealed: AtomicBool,
     /// Branch ids confirmed registered, for naming them when the backend cannot.
     registered: Mutex<BTreeSet<String>>,
@@ -73,25 +74,26 @@ impl fmt::Debug for Master {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Master")
             .field("sub_key", &self.state.sub_key)
-            .field("tracked", &self.state.tracked)
+            .field("tracked", &self.is_tracked())
             .field("sealed", &self.is_sealed())
             .finish_non_exhaustive()
     }
 }
 
 impl Master {
+    /// The master of `sub_key`; `disabled` says where the backend was switched off, if it was.
     pub(crate) fn new(
         branches: Arc<dyn Branches>,
         sub_key: SubKey,
         ttl: Duration,
-        tracked: bool,
+        disabled: Option<String>,
     ) -> Self {
         Master {
             state: Arc::new(State {
                 branches,
                 sub_key,
                 ttl,
-                tracked,
+                disabled,
                 sealed: AtomicBool::new(false),
                 registered: Mutex::default(),
                 unregistered: Mutex::default(),
@@ -113,7 +115,7 @@ impl Master {
     /// Whether branches are tracked: `false` when the backend is disabled, and every
     /// registration fails open.
     pub fn is_tracked(&self) -> bool {
-        self.state.tracked
+        self.state.disabled.is_none()
     }
 
     /// Whether the block has returned: registration is sealed.
@@ -128,8 +130,10 @@ impl Master {
     ///
     /// **Fail open**: when the backend is disabled or does not confirm the registration (down,
     /// slow, refusing), or the invocation's record is gone, this still returns a token —
-    /// [marked unregistered](BranchToken::is_registered) — and logs one `WARN`; start the
-    /// branch all the same. The master does not wait for an unregistered branch (it is listed in
+    /// [marked unregistered](BranchToken::is_registered) — and logs one line; start the
+    /// branch all the same. The line is a `WARN` with the backend's error when something is
+    /// wrong, an `INFO` naming where the backend was switched off when it is disabled. The
+    /// master does not wait for an unregistered branch (it is listed in
     /// [`MasterOutcome::unregistered`](crate::branches::MasterOutcome::unregistered)); if the
     /// registration did reach the backend after all, the master waits for it like for any
     /// other, which is why consumers release unregistered tokens too.
@@ -152,8 +156,8 @@ impl Master {
         if self.is_sealed() {
             return Err(sealed());
         }
-        if !state.tracked {
-            return Ok(self.fail_open(branch_id, "master/sub locks are disabled", None));
+        if let Some(detail) = &state.disabled {
+            return Ok(self.fail_open(branch_id, FailOpen::Disabled(detail)));
         }
         match state
             .branches
@@ -166,31 +170,40 @@ impl Master {
                 Ok(BranchToken::new(state.sub_key.clone(), branch_id, true))
             }
             Ok(Registration::Sealed) => Err(sealed()),
-            Ok(_) => Ok(self.fail_open(
-                branch_id,
-                "the invocation's record is gone (expired or lost)",
-                None,
-            )),
+            Ok(_) => Ok(self.fail_open(branch_id, FailOpen::RecordGone)),
             Err(error @ BranchError::InvalidArgument { .. }) => Err(error),
-            Err(error) => {
-                Ok(self.fail_open(branch_id, "the registration was not confirmed", Some(error)))
-            }
+            Err(error) => Ok(self.fail_open(branch_id, FailOpen::Unconfirmed(error))),
         }
     }
 
-    /// The unregistered token of `branch`, with its `WARN`.
-    fn fail_open(&self, branch: &str, why: &str, error: Option<BranchError>) -> BranchToken {
+    /// The unregistered token of `branch`, with its log line.
+    fn fail_open(&self, branch: &str, why: FailOpen<'_>) -> BranchToken {
         let state = &self.state;
         telemetry::registered("unregistered");
         lock(&state.unregistered).insert(branch.to_owned());
-        let error = error.map(|e| e.to_string()).unwrap_or_default();
-        tracing::warn!(
-            master_key = state.sub_key.master_key(),
-            invocation = state.sub_key.invocation(),
-            branch,
-            error,
-            "{why}; the branch runs unregistered and the master does not wait for it (fail open)"
-        );
+        let (master_key, invocation) = (state.sub_key.master_key(), state.sub_key.invocation());
+        match why {
+            FailOpen::Disabled(detail) => tracing::info!(
+                master_key,
+                invocation,
+                branch,
+                detail,
+                "master/sub locks are disabled; the branch runs untracked and the master does not wait for it"
+            ),
+            FailOpen::RecordGone => tracing::warn!(
+                master_key,
+                invocation,
+                branch,
+                "the invocation's record is gone (expired or lost); the branch runs unregistered and the master does not wait for it (fail open)"
+            ),
+            FailOpen::Unconfirmed(error) => tracing::warn!(
+                master_key,
+                invocation,
+                branch,
+                %error,
+                "the registration was not confirmed; the branch runs unregistered and the master does not wait for it (fail open)"
+            ),
+        }
         BranchToken::new(state.sub_key.clone(), branch, false)
     }
 
@@ -216,6 +229,16 @@ impl Master {
     pub(crate) fn unregistered(&self) -> Vec<String> {
         lock(&self.state.unregistered).iter().cloned().collect()
     }
+}
+
+/// Why a registration failed open.
+enum FailOpen<'a> {
+    /// The backend is switched off, here: nothing is wrong.
+    Disabled(&'a str),
+    /// The backend answered that the invocation's record does not exist.
+    RecordGone,
+    /// The backend did not confirm the registration.
+    Unconfirmed(BranchError),
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -13,10 +13,11 @@
 //! 3. each consumer, in any process, calls [`Branches::release_branch`] with the token once its
 //!    work is done (e.g. the index write is confirmed);
 //! 4. when the block returns, the master waits — woken by each release, no polling — until
-//!    every registered branch is released, bounded by its branch wait (and a fixed lease's
-//!    end), then deletes its records and releases the lock. [`MasterOutcome`] carries the
-//!    block's value and how the wait ended ([`BranchesOutcome`]: all released, timed out
-//!    naming the missing branches, or lease lost).
+//!    every registered branch is released, bounded by its branch wait (and, shortly before
+//!    it, a fixed lease's end), then deletes its records and releases the lock.
+//!    [`MasterOutcome`] carries the block's value and how the wait ended
+//!    ([`BranchesOutcome`]: all released, timed out naming the missing branches, or lease
+//!    lost).
 //!
 //! What you get: branches counted by id (a redelivered release counts once, an unknown one is
 //! a no-op, nothing goes negative); registration sealed when the block returns; a bounded wait

@@ -115,8 +115,8 @@ impl BranchRelease {
 pub enum BranchesOutcome {
     /// Every registered branch was released (or none was registered).
     AllReleased,
-    /// The wait bound passed (the branch wait, or the end of a fixed lease) with these branches
-    /// still not released: their consumers died, lag, or dropped the token.
+    /// The wait bound passed (the branch wait, or shortly before a fixed lease's end) with
+    /// these branches still not released: their consumers died, lag, or dropped the token.
     TimedOut {
         /// The branches not released.
         missing: Vec<String>,

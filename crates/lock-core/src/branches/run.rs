@@ -102,11 +102,10 @@ impl MasterLocks {
     /// lock-starter).
     ///
     /// # Errors
-    /// [`BranchError::InvalidArgument`] naming `branch_wait` above 1 h.
+    /// [`BranchError::InvalidArgument`] naming `branch_wait` above 1 h, as
+    /// [`MasterOptions::branch_wait`].
     pub fn with_branch_wait(mut self, wait: Duration) -> Result<Self, BranchError> {
-        MasterOptions::new(Lease::Watchdog)
-            .branch_wait(wait)
-            .validate()?;
+        MasterOptions::new(Lease::Watchdog).branch_wait(wait)?;
         self.branch_wait = wait;
         Ok(self)
     }
@@ -142,15 +141,18 @@ impl MasterLocks {
     ///    wait plus 2 s), kept alive while the block runs;
     /// 3. runs `block` with the [`Master`], which registers branches;
     /// 4. when the block returns, seals registration and waits — woken by each release, never
-    ///    polling — until every registered branch is released, or the branch wait passes (never
-    ///    past the end of a fixed lease), or the lease is lost;
+    ///    polling — until every registered branch is released, or the branch wait passes (for
+    ///    a fixed lease, at the latest a tenth of the lease, at most 1 s, before its end), or
+    ///    the lease is lost;
     /// 5. deletes the record and releases the lock; returns the block's value with how the wait
     ///    ended ([`MasterOutcome`]).
     ///
-    /// The lock is held for the block and the wait. Inside the block the lock is re-entrant as
-    /// in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task acquiring `key`
-    /// again enters at once). If the returned future is dropped, the lock is released and the
-    /// record deleted in the background (or it ends at its TTL).
+    /// The lock is held for the block and the wait. A lease that ends only after the block
+    /// returned (during the wait or the clean-up) is reported by the outcome and logged at
+    /// `DEBUG`, never as a block that overran its lease. Inside the block the lock is
+    /// re-entrant as in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task
+    /// acquiring `key` again enters at once). If the returned future is dropped, the lock is
+    /// released and the record deleted in the background (or it ends at its TTL).
     ///
     /// **Fail closed** for the master: when the lock is not granted or the record cannot be
     /// opened, the block does not run. **Fail open** for the branches: a disabled backend runs
@@ -163,9 +165,10 @@ impl MasterLocks {
     ///   granted; the block did not run.
     /// - [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`, 503): the record could not be
     ///   opened; the lock was released and the block did not run.
-    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, 500): a bad branch
-    ///   wait, or `key` already held by this task's enclosing `with_lock` or master section
-    ///   (the invocation would share its fencing token); nothing ran.
+    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, 500): `key` already
+    ///   held by this task's enclosing `with_lock` or master section (the invocation would
+    ///   share its fencing token); nothing ran. ([`MasterOptions`]' setters check their
+    ///   durations when called.)
     ///
     /// Once the block has run there is no error: the outcome says what happened.
     pub fn with_master_lock<F, Fut, T>(
@@ -196,7 +199,6 @@ impl MasterLocks {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        options.validate()?;
         let handle = self
             .lock
             .acquire_with(key, options.acquire_options())
@@ -222,11 +224,11 @@ impl MasterLocks {
             options.branch_wait_time(),
             self.branch_wait,
         );
-        let tracked = match self.branches.open(&sub_key, bounds.ttl).await {
-            Ok(()) => true,
+        let disabled = match self.branches.open(&sub_key, bounds.ttl).await {
+            Ok(()) => None,
             Err(BranchError::Disabled { detail }) => {
                 tracing::debug!(master_key = key, %detail, "master/sub locks disabled; running the master untracked");
-                false
+                Some(detail)
             }
             Err(error) => {
                 // Fail closed: the block does not run, and the lock is free again when the
@@ -237,7 +239,9 @@ impl MasterLocks {
                 return Err(error);
             }
         };
-        let master = Master::new(Arc::clone(&self.branches), sub_key, bounds.ttl, tracked);
+        let tracked = disabled.is_none();
+        let master = Master::new(Arc::clone(&self.branches), sub_key, bounds.ttl, disabled);
+        let lease = handle.lease_state().clone();
         let mut lost: Pin<Box<dyn Future<Output = LostReason> + Send>> = Box::pin(handle.lost());
         let namespace = self.lock.namespace().to_owned();
         let section = || async move {
@@ -254,6 +258,8 @@ impl MasterLocks {
                 }
             };
             master.seal();
+            // The critical section is the block: the wait that follows is bounded by the lease.
+            let block_in_time = lease.is_held();
             let started = Instant::now();
             let outcome = if tracked {
                 wait_for_branches(&master, bounds.deadline(), &mut lost).await
@@ -263,15 +269,16 @@ impl MasterLocks {
             let waited = started.elapsed();
             cleanup.run().await;
             telemetry::master_done(&span, key, master.invocation(), &outcome, waited);
-            MasterOutcome {
+            let outcome = MasterOutcome {
                 value,
                 branches: outcome,
                 invocation: master.invocation(),
                 unregistered: master.unregistered(),
                 waited,
-            }
+            };
+            (outcome, block_in_time)
         };
-        Ok(crate::lock::reentrant::run_holding(&namespace, key, handle, section).await)
+        Ok(crate::lock::reentrant::run_holding_split(&namespace, key, handle, section).await)
     }
 }
 
@@ -281,8 +288,16 @@ struct Bounds {
     ttl: Duration,
     /// The branch wait: measured from the block's return.
     wait: Duration,
-    /// The fixed lease's local end, which the wait never passes.
-    lease_end: Option<Instant>,
+    /// When a fixed lease's wait ends at the latest: [`closing_margin`] before the lease's
+    /// local end.
+    wait_end: Option<Instant>,
+}
+
+/// How long before a fixed lease's end its master stops waiting for branches: a tenth of the
+/// lease, at most 1 s, for the last read, the clean-up and the release to happen while the
+/// lease is held.
+fn closing_margin(lease: Duration) -> Duration {
+    (lease / 10).min(Duration::from_secs(1))
 }
 
 impl Bounds {
@@ -293,8 +308,11 @@ impl Bounds {
         watchdog_default: Duration,
     ) -> Self {
         let remaining = lease_end.map(|end| end.saturating_duration_since(Instant::now()));
-        let (lease_span, fixed_end) = match lease {
-            Lease::Fixed(d) => (d, lease_end),
+        let (lease_span, wait_end) = match lease {
+            Lease::Fixed(d) => (
+                d,
+                lease_end.map(|end| end.checked_sub(closing_margin(d)).unwrap_or(end)),
+            ),
             // A watchdog lease is renewed: its present validity is about one watchdog timeout.
             Lease::Watchdog => (remaining.unwrap_or_default(), None),
         };
@@ -305,14 +323,14 @@ impl Bounds {
         Bounds {
             ttl: lease_span.max(wait + RECORD_SLACK),
             wait,
-            lease_end: fixed_end,
+            wait_end,
         }
     }
 
     /// When the wait ends, for a block that returns now.
     fn deadline(&self) -> Instant {
         let end = Instant::now() + self.wait;
-        self.lease_end.map_or(end, |lease_end| end.min(lease_end))
+        self.wait_end.map_or(end, |wait_end| end.min(wait_end))
     }
 }
 

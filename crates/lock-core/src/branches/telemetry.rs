@@ -12,8 +12,9 @@
 //!
 //! Spans are at `DEBUG`: `branches.master` (fields `master_key`, `invocation`, `outcome`,
 //! `missing`, `waited_ms`) around a whole invocation, `branches.release` around a consumer's
-//! release. A registration that fails open logs one `WARN`; so does a wait that ends without
-//! every branch released.
+//! release. A registration that fails open logs one `WARN` (an `INFO` naming where the backend
+//! was switched off, when it is disabled); a wait that ends without every branch released logs
+//! a `WARN` too.
 
 use std::future::Future;
 use std::time::Duration;

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use crate::branches::error::{BranchError, InvalidBranchToken};
 use crate::branches::sub_key::SubKey;
+use crate::key::truncate_for_display;
 
 /// The longest branch id accepted: 256 bytes of UTF-8.
 pub const MAX_BRANCH_ID_BYTES: usize = 256;
@@ -46,7 +47,7 @@ pub fn validate_branch_id(branch: &str) -> Result<(), BranchError> {
     };
     Err(BranchError::InvalidArgument {
         name: "branch id",
-        value: format!("{:?}", shorten(branch)),
+        value: format!("{:?}", truncate_for_display(branch)),
         problem: format!(
             "{problem}; a branch id is 1 to {MAX_BRANCH_ID_BYTES} bytes of UTF-8 with no control characters"
         ),
@@ -56,11 +57,11 @@ pub fn validate_branch_id(branch: &str) -> Result<(), BranchError> {
 /// One branch of one master invocation, as the producer registered it: the consumer passes it to
 /// [`Branches::release_branch`](crate::branches::Branches::release_branch) when its work is
 /// done. Travels as text ([`Display`](fmt::Display) / [`FromStr`]), e.g. in the
-/// [`BRANCH_TOKEN_HEADER`] of a message:
-/// `br1|<invocation>|<r or u>|<master key>|<branch id>`, where `r` marks a registered branch and
-/// `u` one the producer could not register (fail open: the master does not wait for it), and
-/// the key and id are percent-encoded (`%`, `|`, spaces, control and non-ASCII characters), so
-/// the text is printable ASCII safe for any header.
+/// [`BRANCH_TOKEN_HEADER`] of a message: `br1|<invocation>|<r or u>|<master key>|<branch id>`,
+/// where `u` marks a branch the producer could not register (fail open: the master does not
+/// wait for it). Printable ASCII, at most 2332 bytes, the names percent-encoded.
+///
+/// The grammar, each part and its limits: `docs/branches.md`, section "Branch tokens".
 ///
 /// # Examples
 ///
@@ -142,12 +143,13 @@ impl FromStr for BranchToken {
     /// invocation, the flag, an encoding, or a master key or branch id that is not accepted.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let invalid = |problem: String| InvalidBranchToken {
-            token: shorten(text).to_owned(),
+            token: truncate_for_display(text),
             problem,
         };
+        let shown = truncate_for_display;
         let fields: Vec<&str> = text.split('|').collect();
         if fields.first() != Some(&VERSION) {
-            let found = fields.first().copied().unwrap_or_default();
+            let found = shown(fields.first().copied().unwrap_or_default());
             return Err(invalid(format!(
                 "it starts with {found:?}, not the version tag `{VERSION}`"
             )));
@@ -160,7 +162,8 @@ impl FromStr for BranchToken {
         };
         let invocation: u64 = invocation.parse().map_err(|_| {
             invalid(format!(
-                "the invocation {invocation:?} is not a whole number from 0 to {}",
+                "the invocation {:?} is not a whole number from 0 to {}",
+                shown(invocation),
                 u64::MAX
             ))
         })?;
@@ -169,7 +172,8 @@ impl FromStr for BranchToken {
             "u" => false,
             other => {
                 return Err(invalid(format!(
-                    "the flag {other:?} is neither `r` (registered) nor `u` (unregistered)"
+                    "the flag {:?} is neither `r` (registered) nor `u` (unregistered)",
+                    shown(other)
                 )));
             }
         };
@@ -228,15 +232,6 @@ fn decode(field: &str) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "is not UTF-8 once decoded".to_owned())
 }
 
-/// `text` cut to its first 128 bytes (on a character boundary), for error messages.
-fn shorten(text: &str) -> &str {
-    let mut end = text.len().min(128);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +275,40 @@ mod tests {
         for (text, expected) in cases {
             let error = text.parse::<BranchToken>().unwrap_err();
             assert!(error.to_string().contains(expected), "{text:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_longest_token_is_2332_bytes() {
+        let longest = BranchToken::new(
+            SubKey::new("é".repeat(crate::MAX_KEY_BYTES / 2), u64::MAX),
+            &"é".repeat(MAX_BRANCH_ID_BYTES / 2),
+            true,
+        );
+        let text = longest.to_string();
+        assert_eq!(text.len(), 2332);
+        assert_eq!(text.parse::<BranchToken>().unwrap(), longest);
+    }
+
+    #[test]
+    fn a_long_token_is_cut_in_its_error_wherever_it_is_wrong() {
+        let long = "x".repeat(5 * 1024);
+        for text in [
+            long.clone(),
+            format!("br1|{long}|r|m|b"),
+            format!("br1|1|{long}|m|b"),
+            format!("br1|1|r|{long}|b"),
+            format!("br1|1|r|m|{long}"),
+            format!("br1|1|r|m|b|{long}"),
+        ] {
+            let error = text.parse::<BranchToken>().unwrap_err();
+            let message = error.to_string();
+            assert!(message.len() < 600, "{} bytes: {message}", message.len());
+            assert!(
+                message.contains(&format!("({} bytes)", text.len())),
+                "{message}"
+            );
+            assert!(error.token.len() < 100, "{}", error.token);
         }
     }
 

@@ -228,16 +228,55 @@ where
         return value;
     }
     let value = scope(namespace, &handle, critical_section()).await;
+    let in_time = handle.is_held();
+    release_after(key, handle, in_time).await;
+    value
+}
+
+/// As [`run_holding`], for a section whose critical part ends before the section does (a
+/// master's block, before its bounded wait for branches): `section` returns its value and
+/// whether the lease was still held when the critical part ended. A lease that ended after
+/// that is logged at `DEBUG`, not as an overrun: nobody ran concurrently with the critical part.
+pub(crate) async fn run_holding_split<F, Fut, T>(
+    namespace: &str,
+    key: &str,
+    handle: LockHandle,
+    section: F,
+) -> T
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = (T, bool)>,
+{
+    if handle.is_reentrant() {
+        let (value, _) = nested_section(namespace, key, section()).await;
+        drop(handle);
+        return value;
+    }
+    let (value, in_time) = scope(namespace, &handle, section()).await;
+    release_after(key, handle, in_time).await;
+    value
+}
+
+/// Releases `handle` after its section and logs what the release says; `in_time`: whether the
+/// lease was held when the critical part of the section ended.
+async fn release_after(key: &str, handle: LockHandle, in_time: bool) {
     let still_held = handle.is_held();
     match handle.release().await {
         Ok(ReleaseOutcome::Released) => {}
+        // Ended locally after the critical part did (a master's bounded wait reached the
+        // lease's end): no overrun; the section's own result reports the rest.
+        Ok(ReleaseOutcome::NotHeld) if in_time && !still_held => tracing::debug!(
+            lock_key = key,
+            "the lease ended after the critical section had finished, before its release"
+        ),
         Ok(ReleaseOutcome::NotHeld) => tracing::warn!(
             lock_key = key,
             still_held_locally = still_held,
             "the lease ended before the critical section finished; another owner may have run concurrently"
         ),
-        // Ended locally before the section did: whatever the release says, the lease was gone.
-        Err(error) if !still_held => tracing::warn!(
+        // Ended locally before the critical part did: whatever the release says, the lease
+        // was gone.
+        Err(error) if !in_time => tracing::warn!(
             lock_key = key,
             %error,
             "the lease ended before the critical section finished; another owner may have run concurrently (the release was not confirmed either)"
@@ -248,5 +287,4 @@ where
             "release after the critical section was not confirmed; the lease ends at its TTL"
         ),
     }
-    value
 }

@@ -106,13 +106,16 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
             missing: vec!["search".into()]
         }
     );
-    // The rest of the lease (paused clock: exactly the lease, the block took no time).
-    assert_eq!(outcome.waited, lease);
-    assert_eq!(started.elapsed(), lease);
+    // The rest of the lease (paused clock: the block took no time) but a tenth of it, kept for
+    // the last read, the clean-up and the release.
+    assert_eq!(outcome.waited, Duration::from_millis(1800));
+    assert_eq!(started.elapsed(), Duration::from_millis(1800));
     assert_eq!(branches.record_count(), 0);
 
-    // A longer branch wait is cut to the lease's end too.
-    let options = MasterOptions::new(Lease::Fixed(lease)).branch_wait(Duration::from_secs(600));
+    // A longer branch wait is cut the same way.
+    let options = MasterOptions::new(Lease::Fixed(lease))
+        .branch_wait(Duration::from_secs(600))
+        .unwrap();
     let outcome = masters
         .with_master_lock("fixed", options, |master| async move {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -120,7 +123,7 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
         })
         .await
         .unwrap();
-    assert_eq!(outcome.waited, Duration::from_millis(1500));
+    assert_eq!(outcome.waited, Duration::from_millis(1300));
     assert_eq!(outcome.branches.as_str(), "timed_out");
 
     // A block that outlasts its fixed lease: lost, not waited for.
@@ -139,6 +142,134 @@ async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
         }
     );
     assert_eq!(outcome.waited, Duration::ZERO);
+}
+
+/// What a master logs about its lease after a fixed lease bounded its wait.
+const OVERRAN: &str = "another owner may have run concurrently";
+
+/// A fixed-lease master whose branch never comes back: the wait ends before the lease does, the
+/// release finds the lease held, and nothing claims the block overran it. A block that does
+/// overrun it still says so.
+#[tokio::test(start_paused = true)]
+async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warning() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let (masters, lock, _) = masters();
+    let lease = Duration::from_secs(2);
+    let outcome = masters
+        .with_master_lock("fixed-timeout", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    let text = logs.text();
+    assert!(!text.contains(OVERRAN), "{text}");
+    assert!(
+        !text.contains("the lease ended"),
+        "released while held: {text}"
+    );
+    assert!(text.contains("the master stopped waiting"), "{text}");
+    // Released, not expired: the key is free before the lease would have ended.
+    assert!(
+        lock.try_acquire("fixed-timeout", Lease::Watchdog)
+            .await
+            .is_ok()
+    );
+
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let outcome = masters
+        .with_master_lock("fixed-overrun", Lease::Fixed(lease), |_master| async move {
+            tokio::time::sleep(lease * 2).await;
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches.as_str(), "lease_lost");
+    assert_eq!(logs.text().matches(OVERRAN).count(), 1, "{}", logs.text());
+}
+
+/// A backend whose clean-up takes `delay` (a slow Redis at the end of a master).
+#[derive(Debug, Clone)]
+struct SlowClose(InMemoryBranches, Duration);
+
+#[async_trait]
+impl Branches for SlowClose {
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+    async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.open(sub_key, ttl).await
+    }
+    async fn register(
+        &self,
+        sub_key: &SubKey,
+        branch: &str,
+        ttl: Duration,
+    ) -> Result<Registration, BranchError> {
+        self.0.register(sub_key, branch, ttl).await
+    }
+    async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.refresh(sub_key, ttl).await
+    }
+    async fn seal(
+        &self,
+        sub_key: &SubKey,
+        ttl: Duration,
+    ) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.seal(sub_key, ttl).await
+    }
+    async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.pending(sub_key).await
+    }
+    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+        self.0.watch(sub_key).await
+    }
+    async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
+        self.0.release(sub_key, branch).await
+    }
+    async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
+        tokio::time::sleep(self.1).await;
+        self.0.close(sub_key).await
+    }
+}
+
+/// The clean-up after the wait outlasts the fixed lease: the release finds the lease ended, but
+/// the block had finished inside it, so the lease's end is a `DEBUG` line, not an overrun.
+#[tokio::test(start_paused = true)]
+async fn a_lease_ending_after_the_block_finished_is_not_an_overrun() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let lease = Duration::from_secs(2);
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(SlowClose(InMemoryBranches::new(), lease)),
+    );
+    let outcome = masters
+        .with_master_lock("slow-close", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    let text = logs.text();
+    assert!(!text.contains(OVERRAN), "{text}");
+    let ended: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("the lease ended after the critical section had finished"))
+        .collect();
+    assert_eq!(ended.len(), 1, "{text}");
+    assert!(ended[0].contains("DEBUG"), "{}", ended[0]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -257,11 +388,11 @@ async fn an_unconfirmed_registration_fails_open_with_one_warning() {
 
 #[tokio::test(start_paused = true)]
 async fn a_disabled_backend_runs_the_master_untracked() {
-    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
     let lock = InMemoryLock::new();
     let masters = MasterLocks::new(
         Arc::new(lock.clone()),
-        Arc::new(DisabledBranches::new("enabled = false")),
+        Arc::new(DisabledBranches::new("switched off in the test")),
     );
     let outcome = masters
         .with_master_lock("disabled", Lease::Watchdog, |master| async move {
@@ -281,9 +412,22 @@ async fn a_disabled_backend_runs_the_master_untracked() {
     assert!(!a.is_registered() && !b.is_registered());
     assert_eq!(outcome.unregistered, ["audit", "search"]);
     assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
+    // Switched off on purpose: one INFO per branch saying where, no WARN, no empty error.
     let text = logs.text();
-    assert_eq!(text.matches(" WARN ").count(), 2, "one per branch: {text}");
-    assert!(text.contains("master/sub locks are disabled"), "{text}");
+    assert!(!text.contains(" WARN "), "{text}");
+    assert!(!text.contains("error="), "{text}");
+    let lines: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("master/sub locks are disabled"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one per branch: {text}");
+    for line in lines {
+        assert!(line.contains(" INFO "), "{line}");
+        assert!(
+            line.contains("detail=\"switched off in the test\""),
+            "{line}"
+        );
+    }
     assert_eq!(
         masters.release_branch(&a).await.unwrap(),
         BranchRelease::Unknown
@@ -364,7 +508,9 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
 
     let (masters, lock, _) = masters();
     let _held = lock.try_acquire("closed", Lease::Watchdog).await.unwrap();
-    let options = MasterOptions::new(Lease::Watchdog).wait(Duration::from_millis(100));
+    let options = MasterOptions::new(Lease::Watchdog)
+        .wait(Duration::from_millis(100))
+        .unwrap();
     let error = masters
         .with_master_lock("closed", options, |_| async {
             ran.store(true, Ordering::SeqCst)
@@ -453,7 +599,9 @@ async fn registrations_releases_and_waits_are_counted() {
     let _local = metrics::set_default_local_recorder(metrics.recorder());
     let (masters, _, _) = masters();
     let consumer = masters.clone();
-    let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(1));
+    let options = MasterOptions::new(Lease::Watchdog)
+        .branch_wait(Duration::from_secs(1))
+        .unwrap();
     let outcome = masters
         .with_master_lock("metrics", options, |master| async move {
             let token = master.register_branch("search").await.unwrap();
@@ -482,4 +630,35 @@ async fn registrations_releases_and_waits_are_counted() {
         m.histogram(MASTER_WAIT_SECONDS, "outcome", "timed_out"),
         [1.0]
     );
+}
+
+#[test]
+fn master_options_check_their_durations_when_set() {
+    let options = MasterOptions::new(Lease::Watchdog);
+    let hour = Duration::from_secs(3600);
+    for accepted in [Duration::ZERO, hour] {
+        assert_eq!(
+            options.branch_wait(accepted).unwrap().branch_wait_time(),
+            Some(accepted)
+        );
+        let waiting = options.wait(accepted).unwrap();
+        assert_eq!(waiting.acquire_options().wait_time(), Some(accepted));
+    }
+    let too_long = hour + Duration::from_millis(1);
+    for (error, name) in [
+        (options.branch_wait(too_long).unwrap_err(), "branch_wait"),
+        (options.wait(too_long).unwrap_err(), "wait"),
+    ] {
+        assert!(
+            matches!(&error, BranchError::InvalidArgument { name: n, .. } if *n == name),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!("invalid {name} 3600001 ms: accepted: 0 to 1 h")
+        );
+        assert_eq!(error.details()["argument"], name);
+    }
+    let error = masters().0.with_branch_wait(too_long).unwrap_err();
+    assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
 }

@@ -905,7 +905,9 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
             consumer.release_branch(&token).await.unwrap()
         }
     });
-    let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(30));
+    let options = MasterOptions::new(Lease::Watchdog)
+        .branch_wait(Duration::from_secs(30))
+        .unwrap();
     let outcome = masters
         .with_master_lock("acl:branches", options, |master| async move {
             use lock_core::branches::Branches;

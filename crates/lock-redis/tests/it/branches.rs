@@ -19,7 +19,9 @@ use lock_redis::{
     RedisBranches,
 };
 use lock_testkit::RedisServer;
+use lock_testkit::logs::CapturedLogs;
 use tokio::time::Instant;
+use tracing::instrument::WithSubscriber;
 
 /// Master locks on a new client of `redis`: a lock and the branches on its connections.
 pub(crate) async fn masters(redis: &RedisServer) -> (MasterLocks, RedisBranches) {
@@ -93,7 +95,9 @@ async fn records_follow_the_documented_layout_and_leave_nothing_behind() {
     let redis = server().await;
     let (masters, branches) = masters(&redis).await;
     let lease = Duration::from_secs(20);
-    let options = MasterOptions::new(Lease::Fixed(lease)).branch_wait(Duration::from_millis(200));
+    let options = MasterOptions::new(Lease::Fixed(lease))
+        .branch_wait(Duration::from_millis(200))
+        .unwrap();
     let seen = masters
         .with_master_lock("ticket:{4711}", options, |master| {
             let (redis, branches) = (&redis, branches.clone());
@@ -216,7 +220,9 @@ async fn a_wait_costs_a_fixed_number_of_reads_not_one_per_interval() {
         .with_master_lock(
             "no-polling",
             // A fixed lease: no watchdog renewals among the calls counted.
-            MasterOptions::new(Lease::Fixed(Duration::from_secs(60))).branch_wait(wait),
+            MasterOptions::new(Lease::Fixed(Duration::from_secs(60)))
+                .branch_wait(wait)
+                .unwrap(),
             |master| async move { master.register_branch("never").await.unwrap() },
         )
         .await
@@ -244,7 +250,9 @@ async fn a_release_during_the_wait_wakes_the_master_at_once() {
         masters
             .with_master_lock(
                 "wake",
-                MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(60)),
+                MasterOptions::new(Lease::Watchdog)
+                    .branch_wait(Duration::from_secs(60))
+                    .unwrap(),
                 |master| async move {
                     tokens
                         .send(master.register_branch("search").await.unwrap())
@@ -282,6 +290,50 @@ async fn a_release_during_the_wait_wakes_the_master_at_once() {
     assert!(gone, "the master's subscription outlived it");
 }
 
+/// A fixed-lease master whose branch never comes back stops waiting before its lease ends: the
+/// last read, the clean-up and the release happen while Redis still holds the key, so the key
+/// is free at once and no line claims that another owner may have run concurrently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warning() {
+    let redis = server().await;
+    let (masters, _) = masters(&redis).await;
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let lease = Duration::from_secs(3);
+    let started = Instant::now();
+    let outcome = masters
+        .with_master_lock("fixed-timeout", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    assert!(
+        took < lease,
+        "the master returned after its lease: {took:?}"
+    );
+    let text = logs.text();
+    assert!(
+        !text.contains("another owner may have run concurrently"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("the lease ended"),
+        "released while held: {text}"
+    );
+    assert!(text.contains("the master stopped waiting"), "{text}");
+    let (other, _) = self::masters(&redis).await;
+    let next = other.lock().try_acquire("fixed-timeout", Lease::Watchdog);
+    assert!(next.await.is_ok(), "the key was not released");
+    assert_eq!(redis.cmd(&["KEYS", "lock:branches:*"]).await.unwrap(), "");
+}
+
 /// Redis stops answering mid-block: the registration times out and fails open (an unregistered
 /// token, the branch runs); once Redis answers again the consumer releases the token all the
 /// same — whether or not the registration arrived late, the master then finds nothing pending.
@@ -294,7 +346,8 @@ async fn a_registration_redis_does_not_answer_fails_open() {
         .with_master_lock(
             "paused",
             MasterOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                .branch_wait(Duration::from_secs(10)),
+                .branch_wait(Duration::from_secs(10))
+                .unwrap(),
             |master| {
                 let redis = &redis;
                 async move {

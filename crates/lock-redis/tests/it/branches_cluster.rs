@@ -99,7 +99,9 @@ async fn master_sub_locks_keep_one_slot_per_master_and_pass_the_suite_on_a_clust
     let branches = RedisBranches::new(&lock);
     let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(branches.clone()));
     for name in ["ticket:4711", "tenant-{7}:order 9", "ünï"] {
-        let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::ZERO);
+        let options = MasterOptions::new(Lease::Watchdog)
+            .branch_wait(Duration::ZERO)
+            .unwrap();
         let keys = masters
             .with_master_lock(name, options, |master| {
                 let branches = branches.clone();

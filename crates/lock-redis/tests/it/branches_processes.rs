@@ -208,7 +208,9 @@ async fn branches_child() {
     );
     match role {
         "producer" => {
-            let options = MasterOptions::new(Lease::Watchdog).branch_wait(BRANCH_WAIT);
+            let options = MasterOptions::new(Lease::Watchdog)
+                .branch_wait(BRANCH_WAIT)
+                .unwrap();
             let outcome = masters
                 .with_master_lock(MASTER_KEY, options, |master| async move {
                     for (branch, topic) in [
@@ -261,7 +263,9 @@ async fn branches_child() {
             std::future::pending::<()>().await;
         }
         "crashing-producer" => {
-            let options = MasterOptions::new(Lease::Watchdog).branch_wait(Duration::from_secs(1));
+            let options = MasterOptions::new(Lease::Watchdog)
+                .branch_wait(Duration::from_secs(1))
+                .unwrap();
             let _ = masters
                 .with_master_lock(MASTER_KEY, options, |master| async move {
                     master.register_branch("search").await.unwrap();

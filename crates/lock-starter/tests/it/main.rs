@@ -4,6 +4,7 @@
 //! a scoped capture of call sites the configuration tests here also log (`config_logging`), and
 //! the real process environment and working directory (`config_process_env`).
 
+mod branches;
 mod config;
 mod http;
 mod http_idempotency;
