@@ -227,7 +227,10 @@ impl Branches for SlowClose {
     async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
         self.0.pending(sub_key).await
     }
-    async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn BranchWatch>, BranchError> {
+    async fn watch(
+        &self,
+        sub_key: &SubKey,
+    ) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
         self.0.watch(sub_key).await
     }
     async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {

@@ -160,7 +160,9 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
         masters
             .with_master_lock(
                 "ticket",
-                MasterOptions::new(Lease::Watchdog).branch_wait(LONG),
+                MasterOptions::new(Lease::Watchdog)
+                    .branch_wait(LONG)
+                    .unwrap(),
                 |master| async move {
                     tokens
                         .send(master.register_branch("search").await.unwrap())
