@@ -1,10 +1,8 @@
 //! Durations: the one syntax every duration setting and argument is read in ([`parse_duration`]),
 //! as every message writes them in that syntax ([`format_duration`]: `250 ms`, `5 s`, `5 m`,
-//! `1 h`, `0`) and the one range check.
+//! `1 h`, `0`); the range check built on it is `check_duration`, beside the error it returns.
 
 use std::time::Duration;
-
-use crate::error::LockError;
 
 /// The duration syntax of every duration key (and of the CLI's `--wait` and `--lease`): `0`, or
 /// numbers with the units ms, s, m and h (`1m30s`); parsed by humantime once the units are
@@ -145,38 +143,6 @@ fn format_outside(value: Duration, min: Duration, max: Duration) -> String {
 /// ```
 pub fn duration_range(min: Duration, max: Duration) -> String {
     format!("{} to {}", format_duration(min), format_duration(max))
-}
-
-/// Checks that `value`, the setting or argument `name`, lies in `min..=max`.
-///
-/// # Errors
-/// [`LockError::InvalidArgument`] naming `name` and `value`, with the accepted range.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::check_duration;
-///
-/// let (min, max) = (Duration::from_millis(10), Duration::from_secs(60));
-/// assert!(check_duration("command_timeout", Duration::from_secs(2), min, max).is_ok());
-/// let error = check_duration("command_timeout", Duration::from_secs(120), min, max).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid command_timeout 120 s: accepted: 10 ms to 60 s");
-/// // A value off the range by less than a millisecond is rounded away from it.
-/// let just_over = Duration::from_secs(60) + Duration::from_nanos(1);
-/// let error = check_duration("command_timeout", just_over, min, max).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid command_timeout 60001 ms: accepted: 10 ms to 60 s");
-/// ```
-pub fn check_duration(
-    name: &'static str,
-    value: Duration,
-    min: Duration,
-    max: Duration,
-) -> Result<(), LockError> {
-    match out_of_range(value, min, max) {
-        None => Ok(()),
-        Some((value, problem)) => Err(LockError::invalid_argument(name, value, problem)),
-    }
 }
 
 /// For `value` outside `min..=max`: the value as a message writes it (rounded away from the

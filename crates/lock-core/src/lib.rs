@@ -84,8 +84,8 @@ mod watch;
 pub use lock::conformance;
 pub use lock::telemetry;
 
-pub use duration::{check_duration, duration_range, format_duration, parse_duration};
-pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode};
+pub use duration::{duration_range, format_duration, parse_duration};
+pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode, check_duration};
 pub use idempotency::disabled::DisabledIdempotencyStore;
 pub use idempotency::error::{IdempotencyError, NotStored, Unstored};
 pub use idempotency::execute::{Begun, Idempotency, Idempotent};

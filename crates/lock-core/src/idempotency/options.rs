@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::duration::check_duration;
+use crate::error::check_duration;
 use crate::idempotency::error::IdempotencyError;
 use crate::key::truncate_for_display;
 use crate::lock::lease::{Lease, MAX_LEASE, MAX_WAIT};

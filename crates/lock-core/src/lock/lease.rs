@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use crate::duration::{check_duration, format_duration};
+use crate::duration::format_duration;
 use crate::error::LockError;
+use crate::error::check_duration;
 
 /// The shortest accepted fixed lease: 100 ms. Shorter leases would end within a few round trips,
 /// before the caller could do anything useful under them.
