@@ -58,6 +58,42 @@ const URL: &str = "IDEMPOTENCY_CHILD_URL";
 const KEY: &str = "ticket-create:req-4711";
 const RESULT_LINE: &str = "IDEMPOTENCY_RESULT ";
 
+/// Starts `count` processes running the ignored test `body` against `redis`.
+fn spawn_children(redis: &RedisServer, body: &str, count: usize) -> Vec<std::process::Child> {
+    (0..count)
+        .map(|_| {
+            test_child(module_path!(), body)
+                .env(URL, redis.url())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a child")
+        })
+        .collect()
+}
+
+/// Waits for `children` and returns the result line each printed after [`RESULT_LINE`].
+async fn result_lines(children: Vec<std::process::Child>) -> Vec<String> {
+    let outputs = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    outputs
+        .iter()
+        .map(|output| {
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            // libtest prints the test name first, on the same line.
+            let line = stdout
+                .lines()
+                .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r.to_owned()));
+            line.unwrap_or_else(|| panic!("a child printed no result: {stdout}"))
+        })
+        .collect()
+}
+
 /// The body of one of the eight processes: ten concurrent duplicates of [`KEY`] once the
 /// parent says go; prints how many it got and what.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,38 +135,17 @@ async fn child_ten_duplicates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_processes_of_ten_duplicates_run_the_action_once_and_all_get_its_result() {
     let redis = server().await;
-    let children: Vec<_> = (0..8)
-        .map(|_| {
-            test_child(module_path!(), "child_ten_duplicates")
-                .env(URL, redis.url())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a child")
-        })
-        .collect();
+    let children = spawn_children(&redis, "child_ten_duplicates", 8);
     let ready = eventually(Duration::from_secs(60), || async {
         redis.cmd(&["LLEN", "ready"]).await.unwrap() == "8"
     });
     assert!(ready.await, "the children did not all start");
     redis.cmd(&["SET", "go", "1"]).await.unwrap();
-    let outputs = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    let mut results = Vec::new();
-    for output in outputs {
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        // libtest prints the test name first, on the same line.
-        let line = stdout
-            .lines()
-            .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r));
-        let line = line.unwrap_or_else(|| panic!("a child printed no result: {stdout}"));
-        results.extend(line.split(';').map(str::to_owned));
-    }
+    let results: Vec<String> = result_lines(children)
+        .await
+        .iter()
+        .flat_map(|line| line.split(';').map(str::to_owned))
+        .collect();
     assert_eq!(results.len(), 80);
     let executed: Vec<_> = results.iter().filter(|r| r.starts_with("false ")).collect();
     assert_eq!(
@@ -192,15 +207,7 @@ async fn duplicates_in_eight_processes_get_a_failed_owners_failure_and_do_not_ru
     };
     let store = RedisIdempotencyStore::on(&lock);
     let channel = format!("{}:changed", store.record_key(FAILING));
-    let children: Vec<_> = (0..8)
-        .map(|_| {
-            test_child(module_path!(), "child_failing_duplicates")
-                .env(URL, redis.url())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a child")
-        })
-        .collect();
+    let children = spawn_children(&redis, "child_failing_duplicates", 8);
     // A duplicate subscribes once it has seen the owner in progress: then it waits on it.
     let waiting = eventually(Duration::from_secs(60), || async {
         redis
@@ -212,20 +219,7 @@ async fn duplicates_in_eight_processes_get_a_failed_owners_failure_and_do_not_ru
     assert!(waiting.await, "the duplicates never all waited");
     fail.send(()).unwrap();
     assert!(owner.await.unwrap().is_err());
-    let outputs = tokio::task::spawn_blocking(move || {
-        children
-            .into_iter()
-            .map(|c| c.wait_with_output().unwrap())
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap();
-    for output in outputs {
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let line = stdout
-            .lines()
-            .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r));
-        let line = line.unwrap_or_else(|| panic!("a child printed no result: {stdout}"));
+    for line in result_lines(children).await {
         assert_eq!(line, "IDEMPOTENCY_OWNER_FAILED");
     }
     assert_eq!(redis.cmd(&["GET", "duplicate-runs"]).await.unwrap(), "");

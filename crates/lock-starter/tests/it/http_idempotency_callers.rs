@@ -29,8 +29,13 @@ fn caller(request: &Parts) -> Option<String> {
 }
 
 async fn starter(redis: &RedisServer, idempotency: &str) -> LockStarter {
+    starter_with(redis, "", idempotency).await
+}
+
+/// A starter on `redis` with more keys in its `redis` and `idempotency` sections.
+async fn starter_with(redis: &RedisServer, connection: &str, idempotency: &str) -> LockStarter {
     let config = format!(
-        "[telco.platform.lock.redis]\naddress = \"{}\"\n[telco.platform.lock.idempotency]\n{idempotency}\n",
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n{connection}\n[telco.platform.lock.idempotency]\n{idempotency}\n",
         redis.url()
     );
     LockStarter::builder()
@@ -87,6 +92,36 @@ fn order(caller: Option<&str>, key: &str) -> Request<Body> {
         request = request.header(header::AUTHORIZATION, format!("Bearer {caller}"));
     }
     request.body(Body::from(r#"{"sku":"sim-1"}"#)).unwrap()
+}
+
+type Pending = tokio::task::JoinHandle<Result<Response, std::convert::Infallible>>;
+
+/// Sends alice's `k-1` and returns once its handler holds at `gate`.
+async fn first_in_handler(app: &Router, gate: &Gate) -> Pending {
+    let first = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
+    tokio::time::timeout(DEADLINE, gate.entered.notified())
+        .await
+        .expect("the first request reached the handler");
+    first
+}
+
+/// Sends alice's retry of `k-1` and returns once it waits on the record's change channel (it
+/// subscribes after finding the first in progress).
+async fn retry_waiting(app: &Router, redis: &RedisServer) -> Pending {
+    let retry = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
+    let waiting = tokio::time::timeout(DEADLINE, async {
+        while !redis
+            .cmd(&["PUBSUB", "SHARDCHANNELS"])
+            .await
+            .unwrap()
+            .contains("idempotency")
+        {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waiting.is_ok(), "the retry never waited for the first");
+    retry
 }
 
 async fn text(response: Response) -> String {
@@ -199,23 +234,8 @@ async fn a_configured_wait_lets_a_concurrent_retry_get_the_first_response() {
         Arc::clone(&runs),
         Some(gate.clone()),
     );
-    let first = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
-    tokio::time::timeout(DEADLINE, gate.entered.notified())
-        .await
-        .expect("the first request reached the handler");
-    let retry = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
-    // The retry waits on the record's channel once it found the first in progress.
-    let waiting = tokio::time::timeout(DEADLINE, async {
-        loop {
-            let channels = redis.cmd(&["PUBSUB", "SHARDCHANNELS"]).await.unwrap();
-            if channels.contains("idempotency") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(waiting.is_ok(), "the retry never waited for the first");
+    let first = first_in_handler(&app, &gate).await;
+    let retry = retry_waiting(&app, &redis).await;
     gate.released.notify_one();
     let first = first.await.unwrap().unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
@@ -243,10 +263,7 @@ async fn a_409_carries_retry_after_and_the_clients_key() {
         Arc::clone(&runs),
         Some(gate.clone()),
     );
-    let first = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
-    tokio::time::timeout(DEADLINE, gate.entered.notified())
-        .await
-        .expect("the first request reached the handler");
+    let first = first_in_handler(&app, &gate).await;
     let retry = app
         .clone()
         .oneshot(order(Some("alice"), "\"k-1\""))
@@ -295,39 +312,20 @@ async fn the_unscoped_layer_replays_across_callers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_retry_answers_503_within_a_command_timeout_of_losing_redis() {
     let mut redis = RedisServer::start().await.unwrap();
-    let config = format!(
-        "[telco.platform.lock.redis]\naddress = \"{}\"\ncommand-timeout = \"1s\"\n\
-         [telco.platform.lock.idempotency]\nhttp-wait-time = \"60s\"\n",
-        redis.url()
-    );
-    let starter = LockStarter::builder()
-        .figment(Figment::from(Toml::string(&config)))
-        .build()
-        .await
-        .unwrap();
+    let starter = starter_with(
+        &redis,
+        "command-timeout = \"1s\"",
+        "http-wait-time = \"60s\"",
+    )
+    .await;
     let gate = Gate::default();
     let app = orders(
         starter.idempotency_layer(caller),
         Arc::new(AtomicU32::new(0)),
         Some(gate.clone()),
     );
-    let first = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
-    tokio::time::timeout(DEADLINE, gate.entered.notified())
-        .await
-        .expect("the first request reached the handler");
-    let retry = tokio::spawn(app.clone().oneshot(order(Some("alice"), "k-1")));
-    let waiting = tokio::time::timeout(DEADLINE, async {
-        while !redis
-            .cmd(&["PUBSUB", "SHARDCHANNELS"])
-            .await
-            .unwrap()
-            .contains("idempotency")
-        {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    assert!(waiting.is_ok(), "the retry never waited for the first");
+    let first = first_in_handler(&app, &gate).await;
+    let retry = retry_waiting(&app, &redis).await;
     redis.kill().await.unwrap();
     let killed = tokio::time::Instant::now();
     let retry = tokio::time::timeout(Duration::from_secs(60), retry)
