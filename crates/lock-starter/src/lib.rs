@@ -105,7 +105,7 @@ pub use lock_core::{
     IdempotencyStore, Idempotent, InMemoryIdempotencyStore, InMemoryLock, Lease, LeaseStatus,
     LockError, LockErrorCode, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT,
     MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT, NotStored, ReleaseOutcome,
-    ShutdownSummary, Unguarded, UnguardedReason, telemetry,
+    ShutdownSummary, Unguarded, UnguardedReason, Unstored, telemetry,
 };
 
 /// What implementing [`DistributedLock`] yourself takes, for a lock handed in with
@@ -151,7 +151,7 @@ pub mod prelude {
         AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, Idempotency,
         IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore, InMemoryLock,
         Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter, LostReason,
-        ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
+        ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason, Unstored,
     };
 }
 

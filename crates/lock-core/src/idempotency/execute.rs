@@ -329,7 +329,7 @@ impl Idempotency {
 fn warn_unstored(key: &str, reason: &NotStored) {
     let what = match reason.kind() {
         Unstored::TooLarge | Unstored::NotSerializable => {
-            "the waiting duplicates got the failure, and the next call runs the action again"
+            "any duplicates waiting got the failure, and the next call runs the action again"
         }
         Unstored::LeaseLost => {
             "the lease ended first: another caller may have run the action, and retries get its result, not this one"

@@ -105,6 +105,10 @@ impl IdempotencyScope {
                 return match stored {
                     Ok(true) => Ok(()),
                     Ok(false) => Err(self.not_stored(NotStored::LeaseLost)),
+                    // The backend's own error: "did not run" would say the wrong thing here.
+                    Err(IdempotencyError::Unavailable { cause, .. }) => {
+                        Err(self.not_stored(NotStored::Unavailable(cause)))
+                    }
                     Err(error) => Err(self.not_stored(NotStored::Unavailable(error.into()))),
                 };
             }

@@ -34,7 +34,8 @@ use scripts::Scripts;
 /// the subscription is confirmed (closing the complete-before-subscribe race), then sleep until
 /// a change message or the holder's TTL. Redis unreachable (after a failed connection attempt)
 /// fails a call at once with [`IdempotencyError::Unavailable`]; a slow Redis after the command
-/// timeout.
+/// timeout. A waiting duplicate fails once the connection has been lost for one command
+/// timeout; a shorter drop ends no wait (its next claim is sent and answered on reconnect).
 ///
 /// # Examples
 ///
@@ -83,37 +84,44 @@ impl RedisIdempotencyStore {
         IdempotencyError::unavailable(key, self.shared.core.failure(operation, error))
     }
 
-    /// Fails at once while Redis is known to be unreachable, instead of waiting a command
-    /// timeout for an answer that cannot come.
-    fn reachable(&self, key: &str, operation: &'static str) -> Result<(), IdempotencyError> {
-        match self.shared.core.unreachable(operation) {
-            Some(failure) => Err(IdempotencyError::unavailable(key, failure)),
-            None => Ok(()),
-        }
-    }
-
+    /// Runs `script` on the record of `key`. With `fail_fast`, fails at once while Redis is
+    /// known to be unreachable, instead of waiting a command timeout for an answer that cannot
+    /// come; without it the call is sent, and answered as soon as the client reconnects.
     async fn call(
         &self,
         key: &str,
         operation: &'static str,
         script: &fred::types::scripts::Script,
         args: Vec<Value>,
+        fail_fast: bool,
     ) -> Result<Value, IdempotencyError> {
-        self.reachable(key, operation)?;
+        if let Some(failure) = self
+            .shared
+            .core
+            .unreachable(operation)
+            .filter(|_| fail_fast)
+        {
+            return Err(IdempotencyError::unavailable(key, failure));
+        }
         script
             .evalsha_with_reload(&self.shared.core.client, self.record_key(key), args)
             .await
             .map_err(|e| self.unavailable(key, operation, e))
     }
 
+    /// An owner's write (renew, complete, fail, abandon), or `forget`: a call whose reply is a
+    /// flag. An owner's write is sent even while the client is disconnected: it finishes work
+    /// already done, and is answered on reconnect (within the command timeout) rather than lost
+    /// to a dropped connection. Only `forget`, a new call, fails fast.
     async fn flag(
         &self,
         key: &str,
         operation: &'static str,
         script: &fred::types::scripts::Script,
         args: Vec<Value>,
+        fail_fast: bool,
     ) -> Result<bool, IdempotencyError> {
-        match self.call(key, operation, script, args).await? {
+        match self.call(key, operation, script, args, fail_fast).await? {
             Value::Integer(n) => Ok(n == 1),
             _ => Err(protocol(key, operation)),
         }
@@ -152,7 +160,12 @@ impl IdempotencyStore for RedisIdempotencyStore {
             millis(ttl),
             waited_on.unwrap_or_default().into(),
         ];
-        let Value::Array(reply) = self.call(key, OP, &self.scripts.claim, args).await? else {
+        // A duplicate that is waiting (it saw an owner) chose to wait: its claim is sent even
+        // while the client is disconnected, so a dropped connection does not end its wait (a
+        // lost one does, through the watch, after a command timeout).
+        let fail_fast = waited_on.is_none();
+        let reply = self.call(key, OP, &self.scripts.claim, args, fail_fast);
+        let Value::Array(reply) = reply.await? else {
             return Err(protocol(key, OP));
         };
         let mut reply = reply.into_iter();
@@ -192,8 +205,14 @@ impl IdempotencyStore for RedisIdempotencyStore {
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
         let args = vec![owner.into(), millis(ttl)];
-        self.flag(key, "idempotency renew script", &self.scripts.renew, args)
-            .await
+        self.flag(
+            key,
+            "idempotency renew script",
+            &self.scripts.renew,
+            args,
+            false,
+        )
+        .await
     }
 
     async fn complete(
@@ -215,6 +234,7 @@ impl IdempotencyStore for RedisIdempotencyStore {
             "idempotency complete script",
             &self.scripts.complete,
             args,
+            false,
         )
         .await
     }
@@ -227,6 +247,7 @@ impl IdempotencyStore for RedisIdempotencyStore {
             "idempotency abandon script",
             &self.scripts.abandon,
             args,
+            false,
         )
         .await
     }
@@ -234,8 +255,14 @@ impl IdempotencyStore for RedisIdempotencyStore {
     async fn fail(&self, key: &str, owner: &str, ttl: Duration) -> Result<bool, IdempotencyError> {
         let channel = Self::channel(&self.record_key(key));
         let args = vec![owner.into(), millis(ttl), channel.into()];
-        self.flag(key, "idempotency fail script", &self.scripts.fail, args)
-            .await
+        self.flag(
+            key,
+            "idempotency fail script",
+            &self.scripts.fail,
+            args,
+            false,
+        )
+        .await
     }
 
     async fn forget(&self, key: &str) -> Result<bool, IdempotencyError> {
@@ -245,6 +272,7 @@ impl IdempotencyStore for RedisIdempotencyStore {
             "idempotency forget script",
             &self.scripts.forget,
             vec![channel.into()],
+            true,
         )
         .await
     }

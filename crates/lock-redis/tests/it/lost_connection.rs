@@ -248,3 +248,83 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
         started.elapsed()
     );
 }
+
+/// Every connection of the clients dropped (`CLIENT KILL`) while a duplicate waits: it
+/// reconnects within moments, and the duplicate keeps waiting and replays the owner's result.
+/// Three rounds, since the drop may land anywhere in the duplicate's wake-up and re-read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_ends_no_duplicate_wait() {
+    let redis = server().await;
+    let owner_lock = client(&redis).await;
+    let owner = idempotency(&owner_lock).await;
+    let duplicate_lock = client(&redis).await;
+    let duplicate = idempotency(&duplicate_lock).await;
+    let store = RedisIdempotencyStore::on(&duplicate_lock);
+    for round in 0..3 {
+        let key = format!("order-blip-{round}");
+        let channel = format!("{}:changed", store.record_key(&key));
+        let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
+        let (finish, finishing) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (owner, key) = (owner.clone(), key.clone());
+            tokio::spawn(async move {
+                owner
+                    .execute(&key, &IdempotencyOptions::new(), || async move {
+                        started.send(()).unwrap();
+                        finishing.await.unwrap();
+                        Ok::<_, IdempotencyError>(round)
+                    })
+                    .await
+            })
+        };
+        running.recv().await.unwrap();
+        let options = IdempotencyOptions::new().wait_time(LONG).unwrap();
+        let waiter = {
+            let (duplicate, key) = (duplicate.clone(), key.clone());
+            tokio::spawn(async move {
+                duplicate
+                    .execute(&key, &options, || async {
+                        Ok::<_, IdempotencyError>(u32::MAX)
+                    })
+                    .await
+            })
+        };
+        assert!(one_subscriber(&redis, &channel).await, "never waited");
+        for kind in ["normal", "pubsub"] {
+            redis.cmd(&["CLIENT", "KILL", "TYPE", kind]).await.unwrap();
+        }
+        // Back on both connections (the subscription confirmed again), then the owner finishes.
+        assert!(one_subscriber(&redis, &channel).await, "never resubscribed");
+        finish.send(()).unwrap();
+        let _ = first.await.unwrap();
+        let replayed = tokio::time::timeout(LONG, waiter)
+            .await
+            .expect("the duplicate kept waiting")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("round {round}: a dropped connection failed the wait: {e}"));
+        assert_eq!(replayed.into_inner(), round);
+    }
+}
+
+/// An owner that loses Redis before storing its result: the write is not confirmed, and the
+/// reason says so, not that the call did not run (it did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
+    let mut redis = server().await;
+    let lock = client(&redis).await;
+    let idempotency = idempotency(&lock).await;
+    let begun = idempotency
+        .begin::<u32>("order-3", &IdempotencyOptions::new())
+        .await
+        .unwrap();
+    let lock_core::Begun::Owner(scope) = begun else {
+        panic!("the first call owns the key");
+    };
+    redis.kill().await.unwrap();
+    let Err(IdempotencyError::ResultNotStored { reason, .. }) = scope.complete(&5_u32).await else {
+        panic!("stored with Redis gone");
+    };
+    assert_eq!(reason.kind(), lock_core::Unstored::Unconfirmed);
+    let said = reason.to_string();
+    assert!(!said.contains("did not run"), "{said}");
+}

@@ -82,7 +82,7 @@ impl ProblemDetails {
             IdempotencyError::OwnerFailed { .. } => (
                 "Request not processed",
                 format!(
-                    "the first request with idempotency key `{shown}` failed while this one waited for it; a retry runs it again"
+                    "the first request with idempotency key `{shown}` left no response to replay (it failed, or its response could not be stored) while this one waited for it; a retry runs it again"
                 ),
             ),
             _ => (
@@ -95,7 +95,10 @@ impl ProblemDetails {
             extensions.insert("idempotencyKey".to_owned(), serde_json::Value::from(key));
         }
         let retry_after = match error {
-            IdempotencyError::InProgress { .. } => Some(IN_PROGRESS_RETRY_AFTER),
+            // A retry of a failed owner runs at once; one second spreads a burst of them.
+            IdempotencyError::InProgress { .. } | IdempotencyError::OwnerFailed { .. } => {
+                Some(IN_PROGRESS_RETRY_AFTER)
+            }
             IdempotencyError::Unavailable { .. } => Some(super::BACKEND_RETRY_AFTER),
             _ => None,
         };

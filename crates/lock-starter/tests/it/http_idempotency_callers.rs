@@ -345,3 +345,49 @@ async fn a_waiting_retry_answers_503_within_a_command_timeout_of_losing_redis() 
     gate.released.notify_one();
     let _ = first.await.unwrap();
 }
+
+/// A retry waiting on a first request whose handler answers 500 gets 503
+/// `IDEMPOTENCY_OWNER_FAILED` with `Retry-After: 1` as soon as the first ends, without running
+/// the handler; the next retry runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_retry_of_a_failed_request_gets_503_owner_failed() {
+    let redis = RedisServer::start().await.unwrap();
+    let starter = starter(&redis, "http-wait-time = \"60s\"").await;
+    let runs = Arc::new(AtomicU32::new(0));
+    let gate = Gate::default();
+    let failing = {
+        let (runs, gate) = (Arc::clone(&runs), gate.clone());
+        move || async move {
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                gate.entered.notify_one();
+                gate.released.notified().await;
+            }
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    };
+    let app = Router::new()
+        .route("/orders", post(failing))
+        .layer(starter.idempotency_layer(caller));
+    let first = first_in_handler(&app, &gate).await;
+    let retry = retry_waiting(&app, &redis).await;
+    gate.released.notify_one();
+    let first = first.await.unwrap().unwrap();
+    assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let retry = tokio::time::timeout(DEADLINE, retry)
+        .await
+        .expect("the retry kept waiting")
+        .unwrap()
+        .unwrap();
+    assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(retry.headers()[header::RETRY_AFTER], "1");
+    let problem: serde_json::Value = serde_json::from_str(&text(retry).await).unwrap();
+    assert_eq!(problem["code"], "IDEMPOTENCY_OWNER_FAILED");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the waiting retry ran the handler"
+    );
+    let next = app.oneshot(order(Some("alice"), "k-1")).await.unwrap();
+    assert_eq!(next.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the next retry runs it");
+}
