@@ -560,6 +560,38 @@ fn fmt_ttl(ttl: Option<Duration>) -> String {
     }
 }
 
+/// Checks that `value`, the setting or argument `name`, lies in `min..=max`.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming `name` and `value`, with the accepted range.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::check_duration;
+///
+/// let (min, max) = (Duration::from_millis(10), Duration::from_secs(60));
+/// assert!(check_duration("command_timeout", Duration::from_secs(2), min, max).is_ok());
+/// let error = check_duration("command_timeout", Duration::from_secs(120), min, max).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid command_timeout 120 s: accepted: 10 ms to 60 s");
+/// // A value off the range by less than a millisecond is rounded away from it.
+/// let just_over = Duration::from_secs(60) + Duration::from_nanos(1);
+/// let error = check_duration("command_timeout", just_over, min, max).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid command_timeout 60001 ms: accepted: 10 ms to 60 s");
+/// ```
+pub fn check_duration(
+    name: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<(), LockError> {
+    match out_of_range(value, min, max) {
+        None => Ok(()),
+        Some((value, problem)) => Err(LockError::invalid_argument(name, value, problem)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,37 +664,5 @@ mod tests {
             err.to_string(),
             "invalid lease 0 for lock `bill-run:2026-11`: accepted: 100 ms to 168 h"
         );
-    }
-}
-
-/// Checks that `value`, the setting or argument `name`, lies in `min..=max`.
-///
-/// # Errors
-/// [`LockError::InvalidArgument`] naming `name` and `value`, with the accepted range.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::check_duration;
-///
-/// let (min, max) = (Duration::from_millis(10), Duration::from_secs(60));
-/// assert!(check_duration("command_timeout", Duration::from_secs(2), min, max).is_ok());
-/// let error = check_duration("command_timeout", Duration::from_secs(120), min, max).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid command_timeout 120 s: accepted: 10 ms to 60 s");
-/// // A value off the range by less than a millisecond is rounded away from it.
-/// let just_over = Duration::from_secs(60) + Duration::from_nanos(1);
-/// let error = check_duration("command_timeout", just_over, min, max).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid command_timeout 60001 ms: accepted: 10 ms to 60 s");
-/// ```
-pub fn check_duration(
-    name: &'static str,
-    value: Duration,
-    min: Duration,
-    max: Duration,
-) -> Result<(), LockError> {
-    match out_of_range(value, min, max) {
-        None => Ok(()),
-        Some((value, problem)) => Err(LockError::invalid_argument(name, value, problem)),
     }
 }
