@@ -59,13 +59,7 @@ pub async fn client(server: &RedisServer) -> RedisLock {
 /// `INFO commandstats` as command name → calls.
 pub async fn command_calls(server: &RedisServer) -> HashMap<String, u64> {
     let info = server.cmd(&["INFO", "commandstats"]).await.unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
+    lock_testkit::command_calls(&info)
 }
 
 /// How many more times `cmd` ran in `after` than in `before`.

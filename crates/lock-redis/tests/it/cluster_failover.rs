@@ -139,13 +139,7 @@ async fn calls_on(cluster: &RedisCluster, port: u16) -> HashMap<String, u64> {
         .cmd_on(port, &["INFO", "commandstats"])
         .await
         .unwrap();
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
-        })
-        .collect()
+    lock_testkit::command_calls(&info)
 }
 
 async fn shard_subscribers(cluster: &RedisCluster, port: u16, channel: &str) -> u64 {
