@@ -72,6 +72,7 @@ mod closed;
 pub mod cluster;
 mod commandstats;
 mod error;
+mod eventually;
 pub mod fenced;
 pub mod history;
 mod local;
@@ -93,6 +94,7 @@ pub use closed::ClosedPort;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
 pub use commandstats::command_calls;
 pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
+pub use eventually::eventually;
 pub use proxy::{FaultProxy, TrapAction};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{

@@ -124,19 +124,12 @@ pub async fn lose_the_lease(
 }
 
 /// Polls `check` until it holds, for at most [`SLACK`].
-pub async fn eventually<F, Fut>(mut check: F) -> bool
+pub async fn eventually<F, Fut>(check: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + SLACK;
-    while Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    lock_testkit::eventually(SLACK, check).await
 }
 
 /// Starts `platform-lock args…` (a `run`) with its output piped, and waits until `pod` sees

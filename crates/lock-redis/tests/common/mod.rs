@@ -67,21 +67,7 @@ pub fn delta(before: &HashMap<String, u64>, after: &HashMap<String, u64>, cmd: &
     after.get(cmd).copied().unwrap_or(0) - before.get(cmd).copied().unwrap_or(0)
 }
 
-/// Polls `check` every 20 ms until it returns true or `deadline` passes.
-pub async fn eventually<F, Fut>(deadline: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    while tokio::time::Instant::now() < until {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    check().await
-}
+pub use lock_testkit::eventually;
 
 /// Waits (up to [`SLACK`]) until `redis` has exactly one subscriber on shard channel `channel`:
 /// a client's waiters share one subscription per key.

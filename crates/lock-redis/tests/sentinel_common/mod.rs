@@ -41,21 +41,7 @@ pub async fn connect(config: RedisLockConfig) -> RedisLock {
     RedisLock::connect(config).await.expect("connect")
 }
 
-/// Polls `check` every 50 ms until it returns true or `deadline` passes.
-pub async fn eventually<F, Fut>(deadline: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = Instant::now() + deadline;
-    while Instant::now() < until {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    check().await
-}
+pub use lock_testkit::eventually;
 
 /// Tries `name` (one attempt each, `lease`) until granted or `deadline`; returns the handle, the
 /// time it took and the distinct failure reasons seen on the way.
