@@ -939,8 +939,8 @@ async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
 // ------------------------------------------------------------------------------------------
 // 9. A waiter keeps its place through an outage well inside what a place lasts (about two
 //    thirds of the fair waiter timeout plus one command timeout, the client's reconnect
-//    back-off included; docs/design.md). With the defaults that is about 5 s; a 2 s outage
-//    brings the client back about 3 s after the drop.
+//    back-off included; docs/design.md), and shorter than its command timeout (after which
+//    the wait ends). A 2 s outage brings the client back about 3 s after the drop.
 // ------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -951,10 +951,15 @@ async fn a_short_outage_keeps_the_waiters_place() {
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    // Defaults: fair waiter timeout 5 s, command timeout 2 s.
-    let cut_off = RedisLock::connect(RedisLockConfig::new(proxy.url()).instance_id("cut-off"))
-        .await
-        .unwrap();
+    // Fair waiter timeout 5 s (the default); a command timeout past the outage and the
+    // reconnect after it, since a wait ends once the connection is lost for that long.
+    let cut_off = RedisLock::connect(
+        RedisLockConfig::new(proxy.url())
+            .instance_id("cut-off")
+            .command_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
     let other = RedisLock::connect(RedisLockConfig::new(redis.url()).instance_id("other"))
         .await
         .unwrap();
