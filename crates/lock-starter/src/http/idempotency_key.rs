@@ -12,7 +12,7 @@ pub(crate) const MAX_CLIENT_KEY_BYTES: usize = lock_core::MAX_KEY_BYTES;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct KeyProblem {
     /// A stable name of the rule: `repeated`, `empty`, `quoting`, `escape`, `parameters`,
-    /// `list`, `visible-ascii` or `length`.
+    /// `list`, `visible-ascii`, `length`, or `required` (no header where the layer requires one).
     pub(crate) rule: &'static str,
     /// What is wrong, one sentence part.
     pub(crate) problem: String,

@@ -21,9 +21,9 @@ use tower::ServiceExt;
 
 /// Holds a handler: it says it `entered`, then waits to be `released`.
 #[derive(Clone, Default)]
-struct Gate {
-    entered: Arc<Notify>,
-    released: Arc<Notify>,
+pub(crate) struct Gate {
+    pub(crate) entered: Arc<Notify>,
+    pub(crate) released: Arc<Notify>,
 }
 
 /// `POST /tickets` creating ticket `TT-<n>`; waits at `gate` first when one is given, and

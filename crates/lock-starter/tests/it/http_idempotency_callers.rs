@@ -16,7 +16,6 @@ use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::http::REPLAYED_HEADER;
 use lock_starter::prelude::*;
 use lock_testkit::RedisServer;
-use tokio::sync::Notify;
 use tower::ServiceExt;
 
 /// How long anything awaited here may take before the test fails.
@@ -45,12 +44,7 @@ async fn starter_with(redis: &RedisServer, connection: &str, idempotency: &str) 
         .unwrap()
 }
 
-/// Holds a handler: it says it `entered`, then waits to be `released`.
-#[derive(Clone, Default)]
-struct Gate {
-    entered: Arc<Notify>,
-    released: Arc<Notify>,
-}
+use crate::http_idempotency::Gate;
 
 /// `POST /orders` answering 201 with order `O-<n>`, a session cookie and
 /// `Authentication-Info`; waits at `gate` first when one is given.
@@ -92,6 +86,17 @@ fn order(caller: Option<&str>, key: &str) -> Request<Body> {
         request = request.header(header::AUTHORIZATION, format!("Bearer {caller}"));
     }
     request.body(Body::from(r#"{"sku":"sim-1"}"#)).unwrap()
+}
+
+/// `orders` behind the starter's scoped layer, its handler held at a gate.
+fn gated_orders(starter: &LockStarter) -> (Router, Arc<AtomicU32>, Gate) {
+    let (runs, gate) = (Arc::new(AtomicU32::new(0)), Gate::default());
+    let app = orders(
+        starter.idempotency_layer(caller),
+        Arc::clone(&runs),
+        Some(gate.clone()),
+    );
+    (app, runs, gate)
 }
 
 type Pending = tokio::task::JoinHandle<Result<Response, std::convert::Infallible>>;
@@ -227,13 +232,7 @@ async fn a_request_without_a_caller_runs_every_time() {
 async fn a_configured_wait_lets_a_concurrent_retry_get_the_first_response() {
     let redis = RedisServer::start().await.unwrap();
     let starter = starter(&redis, "http-wait-time = \"5s\"").await;
-    let runs = Arc::new(AtomicU32::new(0));
-    let gate = Gate::default();
-    let app = orders(
-        starter.idempotency_layer(caller),
-        Arc::clone(&runs),
-        Some(gate.clone()),
-    );
+    let (app, runs, gate) = gated_orders(&starter);
     let first = first_in_handler(&app, &gate).await;
     let retry = retry_waiting(&app, &redis).await;
     gate.released.notify_one();
@@ -256,13 +255,7 @@ async fn a_configured_wait_lets_a_concurrent_retry_get_the_first_response() {
 async fn a_409_carries_retry_after_and_the_clients_key() {
     let redis = RedisServer::start().await.unwrap();
     let starter = starter(&redis, "").await;
-    let runs = Arc::new(AtomicU32::new(0));
-    let gate = Gate::default();
-    let app = orders(
-        starter.idempotency_layer(caller),
-        Arc::clone(&runs),
-        Some(gate.clone()),
-    );
+    let (app, runs, gate) = gated_orders(&starter);
     let first = first_in_handler(&app, &gate).await;
     let retry = app
         .clone()
@@ -279,6 +272,7 @@ async fn a_409_carries_retry_after_and_the_clients_key() {
     );
     gate.released.notify_one();
     assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::CREATED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the 409 ran the handler");
 }
 
 /// The unscoped layer from the starter shares a key's response across callers: what
