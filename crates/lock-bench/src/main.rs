@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use lock_starter::DistributedLock;
-use lock_starter::redis::{RedisLock, RedisLockConfig};
+use lock_starter::redis::{RedisClient, RedisConfig, RedisLock, RedisLockConfig};
 use serde_json::{Map, Value, json};
 
 use crate::cycles::{HoldSleep, Scenario};
@@ -381,8 +381,9 @@ async fn run(args: Args) -> ExitCode {
 /// Percentiles of 1,000 sequential PINGs on `lock`'s connection (after 100 to warm up).
 async fn ping_round_trips(lock: &RedisLock) -> Value {
     let mut samples = Vec::with_capacity(1000);
+    let client = lock.client();
     for i in 0..1100 {
-        match lock.ping().await {
+        match client.ping().await {
             Ok(rtt) if i >= 100 => samples.push(report::micros(rtt)),
             Ok(_) => {}
             Err(_) => return Value::Null,
@@ -399,15 +400,18 @@ fn runtime_name(flavour: Flavour) -> &'static str {
 }
 
 async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<RedisLock, String> {
-    let mut config = RedisLockConfig::from(target.address.clone()).instance_id("lock-bench");
+    let mut config = RedisLockConfig::default();
     if let Some(timeout) = watchdog_timeout {
         config = config.watchdog_timeout(timeout);
     }
-    let lock = RedisLock::connect(config)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let redis =
+        RedisClient::connect(RedisConfig::from(target.address.clone()).instance_id("lock-bench"))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+    let lock = RedisLock::new(&redis, config).map_err(|e| format!("connect: {e}"))?;
     // Fail here, naming the cause, rather than as a scenario full of errors.
-    lock.ping()
+    lock.client()
+        .ping()
         .await
         .map_err(|e| format!("Redis does not answer: {e}"))?;
     Ok(lock)

@@ -17,7 +17,7 @@ mod spinner;
 use std::process::ExitCode;
 
 use lock_starter::config::{ConfigSources, LockSettings};
-use lock_starter::redis::RedisLock;
+use lock_starter::redis::{RedisClient, RedisLock};
 use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, Lease, LockError};
 
 use crate::args::{Cli, Command};
@@ -138,7 +138,11 @@ impl Redis {
         let config = lock_starter::redis_config(settings);
         let address = config.redacted_address();
         // Mapped as the service's start-up maps it: the full key and where it was set.
-        let lock = RedisLock::connect(config).await.map_err(|error| {
+        let connected = match RedisClient::connect(config).await {
+            Ok(redis) => RedisLock::new(&redis, lock_starter::lock_config(settings)),
+            Err(error) => Err(error),
+        };
+        let lock = connected.map_err(|error| {
             let error = match lock_starter::connect_error(settings, error) {
                 lock_starter::StartError::Config(error) => error.to_string(),
                 lock_starter::StartError::Lock(error) => error.to_string(),

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use lock_core::branches::{Branches, DisabledBranches, InMemoryBranches, MasterLocks};
 use lock_core::{DistributedLock, InMemoryLock};
-use lock_redis::{RedisBranches, RedisLock};
+use lock_redis::RedisClient;
+use lock_redis::branches::RedisBranches;
 
 use crate::config::LockSettings;
 
@@ -17,8 +18,8 @@ pub(crate) enum Store<'a> {
     Disabled(&'a str),
     /// The builder's override, on the service's lock.
     Custom(Arc<dyn DistributedLock>, Arc<dyn Branches>),
-    /// On the Redis lock's connections.
-    Redis(&'a RedisLock),
+    /// On the Redis client's connections, with the service's lock.
+    Redis(Arc<dyn DistributedLock>, &'a RedisClient),
     /// A custom lock and no branch backend: branches in this process only.
     InProcess(Arc<dyn DistributedLock>),
 }
@@ -30,7 +31,7 @@ pub(crate) fn build(settings: &LockSettings, store: Store<'_>) -> MasterLocks {
             Arc::new(DisabledBranches::new(detail)),
         ),
         Store::Custom(lock, branches) => (lock, branches),
-        Store::Redis(redis) => (Arc::new(redis.clone()), Arc::new(RedisBranches::new(redis))),
+        Store::Redis(lock, client) => (lock, Arc::new(RedisBranches::new(client))),
         Store::InProcess(lock) => (lock, Arc::new(InMemoryBranches::new())),
     };
     MasterLocks::new(lock, branches)

@@ -11,13 +11,14 @@ use lock_core::{
     DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, Idempotency, IdempotencyStore,
     LockError, ShutdownSummary,
 };
-use lock_redis::RedisLock;
+use lock_redis::RedisClient;
+use lock_redis::lock::RedisLock;
 
 use crate::branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency_wiring::{self as idempotency, Store};
-use crate::lock::{redis_config, start_error};
+use crate::lock::{lock_config, redis_config, start_error};
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
 ///
@@ -35,8 +36,9 @@ use crate::lock::{redis_config, start_error};
 #[derive(Clone)]
 pub struct LockStarter {
     pub(crate) lock: Result<Arc<dyn DistributedLock>, String>,
-    /// The Redis lock the starter built (not a custom one), for [`LockStarter::health`].
-    pub(crate) redis: Option<RedisLock>,
+    /// The Redis client the starter connected (none with a custom lock), for
+    /// [`LockStarter::health`].
+    pub(crate) redis: Option<RedisClient>,
     idempotency: Idempotency,
     master_locks: MasterLocks,
     settings: LockSettings,
@@ -642,10 +644,12 @@ impl LockStarterBuilder {
         let (lock, redis): (Arc<dyn DistributedLock>, _) = match self.lock {
             Some(custom) => (custom, None),
             None => {
-                let redis = RedisLock::connect(redis_config(&settings))
+                let redis = RedisClient::connect(redis_config(&settings))
                     .await
                     .map_err(|error| start_error(&settings, error))?;
-                (Arc::new(redis.clone()), Some(redis))
+                let lock = RedisLock::new(&redis, lock_config(&settings))
+                    .map_err(|error| start_error(&settings, error))?;
+                (Arc::new(lock), Some(redis))
             }
         };
         let store = match (self.idempotency_store, &redis) {
@@ -656,7 +660,7 @@ impl LockStarterBuilder {
         let idempotency = idempotency::build(&settings, store);
         let branches = match (self.branches, &redis) {
             (Some(custom), _) => branch_wiring::Store::Custom(Arc::clone(&lock), custom),
-            (None, Some(redis)) => branch_wiring::Store::Redis(redis),
+            (None, Some(redis)) => branch_wiring::Store::Redis(Arc::clone(&lock), redis),
             (None, None) => branch_wiring::Store::InProcess(Arc::clone(&lock)),
         };
         let master_locks = branch_wiring::build(&settings, branches);

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use lock_core::{
     DisabledIdempotencyStore, Idempotency, IdempotencyStore, InMemoryIdempotencyStore,
 };
-use lock_redis::{RedisIdempotencyStore, RedisLock};
+use lock_redis::RedisClient;
+use lock_redis::idempotency::RedisIdempotencyStore;
 
 use crate::config::LockSettings;
 
@@ -16,8 +17,8 @@ pub(crate) enum Store<'a> {
     Disabled(&'a str),
     /// The builder's override.
     Custom(Arc<dyn IdempotencyStore>),
-    /// On the Redis lock's connections.
-    Redis(&'a RedisLock),
+    /// On the Redis client's connections.
+    Redis(&'a RedisClient),
     /// A custom lock and no store: in this process only.
     InProcess,
 }
@@ -26,7 +27,7 @@ pub(crate) fn build(settings: &LockSettings, store: Store<'_>) -> Idempotency {
     let store: Arc<dyn IdempotencyStore> = match store {
         Store::Disabled(detail) => Arc::new(DisabledIdempotencyStore::new(detail)),
         Store::Custom(store) => store,
-        Store::Redis(lock) => Arc::new(RedisIdempotencyStore::on(lock)),
+        Store::Redis(client) => Arc::new(RedisIdempotencyStore::new(client)),
         Store::InProcess => {
             tracing::info!(
                 "a custom lock and no idempotency store were given: idempotency records are kept in this process only (LockStarterBuilder::idempotency_store sets one)"

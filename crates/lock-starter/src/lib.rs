@@ -97,7 +97,7 @@ pub use error::StartError;
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use health::{Health, HealthStatus};
-pub use lock::{connect_error, redis_config};
+pub use lock::{connect_error, lock_config, redis_config};
 pub use lock_core::{
     AcquireFailure, AcquireOptions, Begun, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_TIME,
     DisabledIdempotencyStore, DisabledLock, DistributedLock, DistributedLockExt, FailOpen,
@@ -139,10 +139,12 @@ mod branch_wiring;
 
 /// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
 pub mod redis {
-    pub use lock_redis::{
-        ForceReleased, LockState, LockStatus, RedisBranches, RedisFailure, RedisIdempotencyStore,
-        RedisLock, RedisLockConfig, Refusal, WatchdogStats,
+    pub use lock_redis::branches::RedisBranches;
+    pub use lock_redis::idempotency::RedisIdempotencyStore;
+    pub use lock_redis::lock::{
+        ForceReleased, LockState, LockStatus, RedisLock, RedisLockConfig, WatchdogStats,
     };
+    pub use lock_redis::{RedisClient, RedisConfig, RedisFailure, Refusal};
 }
 
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.

@@ -177,7 +177,10 @@ pub(crate) async fn run(
     lock: &RedisLock,
     duration: Duration,
 ) -> Result<Map<String, Value>, String> {
-    let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(RedisBranches::new(lock)));
+    let masters = MasterLocks::new(
+        Arc::new(lock.clone()),
+        Arc::new(RedisBranches::new(&lock.client())),
+    );
     // A key of its own per run: an earlier run's record on the same Redis stays out of it.
     let run_id = SystemTime::now()
         .duration_since(UNIX_EPOCH)

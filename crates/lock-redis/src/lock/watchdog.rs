@@ -268,7 +268,7 @@ async fn renewal_replicated(inner: &Inner, slot: u16) -> bool {
     }
     let options = Options {
         cluster_hash: Some(ClusterHash::Custom(slot)),
-        timeout: Some(config.replica_sync_timeout + config.command_timeout),
+        timeout: Some(config.replica_sync_timeout + inner.core.command_timeout),
         ..Options::default()
     };
     let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);

@@ -148,9 +148,9 @@ const PUBLIC: [&str; 2] = ["waitedMs", "waitersAhead"];
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The `Retry-After` hint while the backend is unavailable: 2 s, about how long a client takes
-/// to be connected again once Redis answers (`lock_redis::RECONNECT_MAX_DELAY`, the longest
+/// to be connected again once Redis answers (`lock_redis::limits::RECONNECT_MAX_DELAY`, the longest
 /// delay of its reconnect back-off).
-pub const BACKEND_RETRY_AFTER: Duration = lock_redis::RECONNECT_MAX_DELAY;
+pub const BACKEND_RETRY_AFTER: Duration = lock_redis::limits::RECONNECT_MAX_DELAY;
 
 /// When a client should retry after `error`, or `None` when retrying soon will not help:
 ///
