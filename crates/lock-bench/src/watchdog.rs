@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use lock_redis::limits::RENEW_BATCH;
+use lock_starter::lock::{AcquireOptions, DistributedLock, Lease, LockHandle};
 use lock_starter::redis::RedisLock;
-use lock_starter::{AcquireOptions, DistributedLock, Lease, LockHandle};
 use serde_json::{Map, Value, json};
 
 use crate::redis::Target;

@@ -14,11 +14,11 @@ use lock_core::{
 use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
-use crate::branch_wiring;
+use crate::branches::wiring as branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
-use crate::idempotency_wiring::{self as idempotency, Store};
-use crate::lock::{lock_config, redis_config, start_error};
+use crate::idempotency::wiring::{self as idempotency, Store};
+use crate::lock::wiring::{lock_config, redis_config, start_error};
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
 ///
@@ -75,7 +75,7 @@ impl LockStarter {
     /// let starter = LockStarter::builder()
     ///     .toml_file(lock_toml)
     ///     .toml_file(lock_prod_toml)
-    /// #   .lock(std::sync::Arc::new(lock_starter::InMemoryLock::new())) // no Redis here
+    /// #   .lock(std::sync::Arc::new(lock_starter::lock::InMemoryLock::new())) // no Redis here
     ///     .build()
     ///     .await?;
     /// assert_eq!(starter.settings().wait_time, Duration::from_secs(1));

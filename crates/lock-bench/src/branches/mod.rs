@@ -21,8 +21,9 @@ pub(crate) mod raw;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lock_starter::Lease;
-use lock_starter::branches::{BranchError, BranchRelease, Master, MasterLocks};
+use lock_core::branches::BranchRelease;
+use lock_starter::branches::{BranchError, Master, MasterLocks};
+use lock_starter::lock::Lease;
 use lock_starter::redis::{RedisBranches, RedisLock};
 use serde_json::{Map, Value, json};
 

@@ -22,8 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lock_starter::idempotency::{
+    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
+};
 use lock_starter::redis::{RedisIdempotencyStore, RedisLock};
-use lock_starter::{Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings};
 use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
 

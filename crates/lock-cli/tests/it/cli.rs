@@ -8,7 +8,7 @@ use crate::common::{
     SLACK, assert_force_released, assert_one_line, cli, code, finish, lose_the_lease, other_pod,
     platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
 };
-use lock_starter::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_starter::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 

@@ -7,8 +7,10 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use lock_starter::redis::{ForceReleased, LockState, RedisLock, RedisLockConfig};
-use lock_starter::{LockHandle, LostReason};
+use lock_starter::lock::{LockHandle, LostReason};
+use lock_starter::redis::{
+    ForceReleased, LockState, RedisClient, RedisConfig, RedisLock, RedisLockConfig,
+};
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -73,14 +75,12 @@ pub fn stderr(output: &Output) -> String {
 
 /// A client of `address` holding nothing yet: the "other pod" (instance id `demo-pod`).
 pub async fn other_pod(address: &str) -> RedisLock {
-    RedisLock::connect(
-        RedisLockConfig::new(address)
-            .instance_id("demo-pod")
-            .watchdog_timeout(Duration::from_secs(1))
-            .command_timeout(Duration::from_secs(1)),
-    )
-    .await
-    .unwrap()
+    let config = RedisConfig::new(address)
+        .instance_id("demo-pod")
+        .command_timeout(Duration::from_secs(1));
+    let redis = RedisClient::connect(config).await.unwrap();
+    let lock = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(1));
+    RedisLock::new(&redis, lock).unwrap()
 }
 
 /// A private redis-server, its URL, and the "other pod" (see [`other_pod`]) connected to it.

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{Reap, SLACK, alive, code, read_pid, redis_and_other_pod, start_ready, stderr};
-use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
+use lock_starter::lock::{DistributedLock, Lease, ReleaseOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 

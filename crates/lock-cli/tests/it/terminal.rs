@@ -8,8 +8,8 @@ use crate::common::{
     BINARY, Reap, alive, assert_force_released, environment, eventually, other_pod, read_pid,
     redis_and_other_pod,
 };
+use lock_starter::lock::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_starter::redis::LockState;
-use lock_starter::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use rexpect::process::WaitStatus;
 use rexpect::session::{Options, PtySession};

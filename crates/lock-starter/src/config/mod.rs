@@ -52,8 +52,7 @@ pub use lock_core::duration_range;
 /// writes durations in it with [`lock_core::format_duration`].
 pub use lock_core::{format_duration, parse_duration};
 /// The Redis address, parsed once: lock-redis's own type.
-pub use lock_redis::limits::{DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT};
-pub use lock_redis::{InvalidAddress, RedisAddress, Topology};
+pub use lock_redis::{RedisAddress, Topology};
 pub use origin::{Origin, Origins};
 pub use sources::ConfigSources;
 

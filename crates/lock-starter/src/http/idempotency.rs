@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use super::ProblemDetails;
 use super::idempotency_key::{client_key, hex, record_key};
 pub use crate::config::keys::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES};
-use crate::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
+use crate::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
 
 /// The request header carrying the key: `Idempotency-Key`.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
@@ -42,7 +42,7 @@ impl ProblemDetails {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_starter::IdempotencyError;
+    /// use lock_starter::idempotency::IdempotencyError;
     /// use lock_starter::http::ProblemDetails;
     ///
     /// let error = IdempotencyError::KeyReused { key: "8e03978e".into() };
@@ -127,7 +127,7 @@ impl ProblemDetails {
 ///
 /// ```
 /// use axum::response::IntoResponse;
-/// use lock_starter::IdempotencyError;
+/// use lock_starter::idempotency::IdempotencyError;
 /// use lock_starter::http::IdempotencyRejection;
 ///
 /// let error = IdempotencyError::unavailable("8e03978e", "connection refused");
@@ -192,7 +192,7 @@ type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 ///
 /// ```
 /// use axum::{Router, http::StatusCode, routing::post};
-/// use lock_starter::Idempotency;
+/// use lock_starter::idempotency::Idempotency;
 /// use lock_starter::http::IdempotencyLayer;
 ///
 /// async fn create_ticket() -> (StatusCode, &'static str) {

@@ -74,7 +74,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::{AcquireFailure, LockError, LockErrorCode};
+use crate::lock::{AcquireFailure, LockError, LockErrorCode};
 
 /// The media type of a problem body (RFC 9457).
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -86,7 +86,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// # Examples
 ///
 /// ```
-/// use lock_starter::LockErrorCode;
+/// use lock_starter::lock::LockErrorCode;
 /// use lock_starter::http::problem_type;
 ///
 /// assert_eq!(
@@ -114,7 +114,7 @@ pub const fn problem_type(code: LockErrorCode) -> &'static str {
 /// # Examples
 ///
 /// ```
-/// use lock_starter::LockErrorCode;
+/// use lock_starter::lock::LockErrorCode;
 /// use lock_starter::http::problem_title;
 ///
 /// assert_eq!(problem_title(LockErrorCode::LockAcquisitionFailed), "Lock not acquired");
@@ -168,7 +168,7 @@ pub const BACKEND_RETRY_AFTER: Duration = lock_redis::limits::RECONNECT_MAX_DELA
 /// ```
 /// use std::time::Duration;
 /// use lock_starter::http::{BACKEND_RETRY_AFTER, MAX_RETRY_AFTER, retry_after};
-/// use lock_starter::{AcquireFailure, LockError};
+/// use lock_starter::lock::{AcquireFailure, LockError};
 ///
 /// let held = |ttl_ms| LockError::AcquisitionFailed {
 ///     key: "bill-run:2026-11".into(),
@@ -298,7 +298,7 @@ impl ProblemDetails {
     ///
     /// ```
     /// use lock_starter::http::ProblemDetails;
-    /// use lock_starter::LockError;
+    /// use lock_starter::lock::LockError;
     ///
     /// let error = LockError::backend_unavailable("bill-run:2026-11", "10.0.0.7:6379 refused");
     /// let problem = ProblemDetails::public(&error);
@@ -323,7 +323,7 @@ impl ProblemDetails {
     ///
     /// ```
     /// use lock_starter::http::ProblemDetails;
-    /// use lock_starter::LockError;
+    /// use lock_starter::lock::LockError;
     ///
     /// let error = LockError::invalid_argument("lease", "0s", "accepted: 100 ms to 168 h")
     ///     .for_key("bill-run:2026-11");
@@ -375,7 +375,7 @@ impl ProblemDetails {
     ///
     /// ```
     /// use lock_starter::http::ProblemDetails;
-    /// use lock_starter::LockError;
+    /// use lock_starter::lock::LockError;
     ///
     /// let error = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
     /// assert_eq!(ProblemDetails::from_error(&error), ProblemDetails::public(&error));
@@ -390,7 +390,7 @@ impl ProblemDetails {
     ///
     /// ```
     /// use lock_starter::http::ProblemDetails;
-    /// use lock_starter::LockError;
+    /// use lock_starter::lock::LockError;
     ///
     /// let error = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
     /// let problem = ProblemDetails::from_error(&error).instance("/bill-runs/2026-11");

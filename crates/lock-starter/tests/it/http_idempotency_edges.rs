@@ -12,8 +12,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use lock_starter::Idempotency;
 use lock_starter::http::{IdempotencyLayer, REPLAYED_HEADER};
+use lock_starter::idempotency::Idempotency;
 use tower::ServiceExt;
 
 fn post_with(path: &str, key: &str, body: impl Into<Body>) -> Request<Body> {

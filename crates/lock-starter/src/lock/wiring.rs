@@ -23,7 +23,9 @@ use crate::error::StartError;
 ///
 /// ```
 /// use lock_starter::config::{ConfigSources, LockSettings};
-/// use lock_starter::{LockError, StartError, connect_error};
+/// use lock_starter::StartError;
+/// use lock_starter::lock::LockError;
+/// use lock_starter::redis::connect_error;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let sources = ConfigSources::new()
@@ -79,7 +81,7 @@ pub(crate) fn start_error(settings: &LockSettings, error: LockError) -> StartErr
 ///
 /// ```
 /// use lock_starter::config::{ConfigSources, LockSettings};
-/// use lock_starter::{lock_config, redis_config};
+/// use lock_starter::redis::{lock_config, redis_config};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let sources = ConfigSources::new().env_from([
