@@ -138,7 +138,8 @@ fn format_outside(value: Duration, min: Duration, max: Duration) -> String {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{MAX_LEASE, MIN_LEASE, duration_range};
+/// use lock_core::duration_range;
+/// use lock_core::lock::{MAX_LEASE, MIN_LEASE};
 /// assert_eq!(duration_range(MIN_LEASE, MAX_LEASE), "100 ms to 168 h");
 /// ```
 pub fn duration_range(min: Duration, max: Duration) -> String {

@@ -108,7 +108,8 @@ impl fmt::Display for LockErrorCode {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{AcquireFailure, DistributedLock, InMemoryLock, Lease};
+/// use lock_core::AcquireFailure;
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -140,7 +141,7 @@ pub enum AcquireFailure {
         waited: Duration,
     },
     /// A fair acquisition's wait was spent while earlier fair waiters were still queued ahead of
-    /// it (the lock itself may have been free at that moment). See [`crate::AcquireOptions::fair`].
+    /// it (the lock itself may have been free at that moment). See [`crate::lock::AcquireOptions::fair`].
     #[error("{ahead} earlier fair waiter(s) still queued ahead after waiting {}", format_duration(*.waited))]
     WaitersAhead {
         /// How many fair waiters were queued ahead of this one, as last seen.
@@ -209,7 +210,8 @@ impl AcquireFailure {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, LockErrorCode};
+/// use lock_core::{LockError, LockErrorCode};
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let lock = InMemoryLock::new();
@@ -282,7 +284,7 @@ pub enum LockError {
         /// Where the switch was set, e.g. `telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED`.
         detail: String,
     },
-    /// This lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown),
+    /// This lock client was shut down ([`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown),
     /// e.g. `LockStarter::shutdown` at the end of `main`) and grants no more leases; an
     /// acquisition still waiting when it was shut down ends with this too. Code
     /// `LOCK_DISABLED`, reason `shut_down`.
@@ -384,7 +386,7 @@ impl LockError {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -483,7 +485,7 @@ impl LockError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::Lease;
+    /// use lock_core::lock::Lease;
     ///
     /// let error = Lease::Fixed(Duration::ZERO).validate().unwrap_err().for_key("bill-run:2026-11");
     /// assert_eq!(error.lock_key(), Some("bill-run:2026-11"));

@@ -2,10 +2,9 @@
 //!
 //! Each capability is a port (a trait) with an in-memory implementation and a conformance
 //! suite; the Redis implementations are in `lock-redis`. Laid out by capability:
-//! - `lock/`: the distributed lock, [`DistributedLock`] — described below;
-//! - `branches/`: master/sub locks, waiting for the asynchronous branches of an operation
-//!   ([`branches`]);
-//! - `idempotency/`: idempotent execution, [`Idempotency`] over the [`IdempotencyStore`] port —
+//! - [`lock`]: the distributed lock, [`DistributedLock`] — described below;
+//! - [`branches`]: master/sub locks, waiting for the asynchronous branches of an operation;
+//! - [`idempotency`]: idempotent execution, [`Idempotency`] over the [`IdempotencyStore`] port —
 //!   a retried call gets the first call's result instead of running twice;
 //! - shared by every capability: the error type and its stable codes ([`LockError`],
 //!   [`LockErrorCode`]), key validation ([`validate_key`]), and owner tokens
@@ -43,7 +42,8 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LockError};
+//! use lock_core::LockError;
+//! use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
 //!
 //! async fn run_bill_run(lock: &dyn DistributedLock, period: &str) -> Result<u32, LockError> {
 //!     lock.with_lock(&format!("bill-run:{period}"), Lease::Watchdog, || async {
@@ -75,41 +75,14 @@ mod duration;
 mod error;
 pub mod idempotency;
 mod key;
-mod lock;
+pub mod lock;
 mod owner;
 mod process;
 mod watch;
 
-#[cfg(feature = "conformance")]
-pub use lock::conformance;
-pub use lock::telemetry;
-
 pub use duration::{duration_range, format_duration, parse_duration};
 pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode, check_duration};
-pub use idempotency::disabled::DisabledIdempotencyStore;
-pub use idempotency::error::{IdempotencyError, NotStored, Unstored};
-pub use idempotency::execute::{Begun, Idempotency, Idempotent};
-pub use idempotency::memory::InMemoryIdempotencyStore;
-pub use idempotency::options::{
-    DEFAULT_DUPLICATE_WAIT, DEFAULT_MAX_RESULT_BYTES, DEFAULT_RESULT_TTL, IdempotencyOptions,
-    IdempotencySettings, MAX_RESULT_BYTES, MIN_RESULT_TTL,
-};
-pub use idempotency::port::{Claim, IdempotencyStore};
-pub use idempotency::scope::IdempotencyScope;
 pub use key::{MAX_KEY_BYTES, validate_key};
-pub use lock::disabled::DisabledLock;
-pub use lock::ext::DistributedLockExt;
-pub use lock::fail_open::{FailOpen, Unguarded, UnguardedReason};
-pub use lock::handle::{LeaseRelease, LeaseState, LockHandle};
-pub use lock::lease::{
-    Lease, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
-    validate_wait, validate_watchdog_timeout,
-};
-pub use lock::memory::InMemoryLock;
-pub use lock::options::{AcquireOptions, DEFAULT_WAIT_TIME};
-pub use lock::port::DistributedLock;
-pub use lock::shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
-pub use lock::status::{LeaseStatus, LostReason, ReleaseOutcome};
 pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
 pub use process::issued_by_this_process;
 pub use watch::ChangeWatch;

@@ -13,10 +13,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
+use lock_core::lock::{
     AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock,
-    Lease, LockError, LockErrorCode, LockHandle, UnguardedReason,
+    Lease, LockHandle, UnguardedReason,
 };
+use lock_core::{LockError, LockErrorCode};
 use lock_testkit::logs::CapturedLogs;
 
 fn logs() -> &'static CapturedLogs {
@@ -45,8 +46,8 @@ impl DistributedLock for DownLock {
         Err(LockError::backend_unavailable(key, "connection refused"))
     }
 
-    async fn shutdown(&self, _timeout: Duration) -> lock_core::ShutdownSummary {
-        lock_core::ShutdownSummary::default()
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::lock::ShutdownSummary {
+        lock_core::lock::ShutdownSummary::default()
     }
 }
 
@@ -269,8 +270,8 @@ struct ExpiringUnreachableLock;
 struct UnreachableRelease;
 
 #[async_trait]
-impl lock_core::LeaseRelease for UnreachableRelease {
-    async fn release(self: Box<Self>) -> Result<lock_core::ReleaseOutcome, LockError> {
+impl lock_core::lock::LeaseRelease for UnreachableRelease {
+    async fn release(self: Box<Self>) -> Result<lock_core::lock::ReleaseOutcome, LockError> {
         Err(LockError::ReleaseFailed {
             key: "lost-unreachable".into(),
             cause: "connection refused".into(),
@@ -291,7 +292,7 @@ impl DistributedLock for ExpiringUnreachableLock {
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        let state = lock_core::LeaseState::new(Some(
+        let state = lock_core::lock::LeaseState::new(Some(
             tokio::time::Instant::now() + Duration::from_millis(50),
         ));
         let release = Box::new(UnreachableRelease);
@@ -305,8 +306,8 @@ impl DistributedLock for ExpiringUnreachableLock {
         ))
     }
 
-    async fn shutdown(&self, _timeout: Duration) -> lock_core::ShutdownSummary {
-        lock_core::ShutdownSummary::default()
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::lock::ShutdownSummary {
+        lock_core::lock::ShutdownSummary::default()
     }
 }
 

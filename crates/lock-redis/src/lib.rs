@@ -20,7 +20,7 @@
 //!   sleeps until a release message or the holder's TTL, whichever is first — no fixed-interval
 //!   polling. Subscriptions are shared per channel per client, re-established after reconnects,
 //!   and taken down with the last waiter.
-//! - **Fair acquire** ([`AcquireOptions::fair`](lock_core::AcquireOptions::fair)) is `fair_acquire.lua`: the lock goes to the
+//! - **Fair acquire** ([`AcquireOptions::fair`](lock_core::lock::AcquireOptions::fair)) is `fair_acquire.lua`: the lock goes to the
 //!   first of the key's queue of fair waiters in Redis, the others keep their place by calling
 //!   again every third of the fair waiter timeout (a dead waiter loses it within that timeout
 //!   plus one command timeout),
@@ -29,7 +29,7 @@
 //!   (the last fencing token) and publishes the release.
 //! - **Watchdog.** Watchdog leases are renewed every third of the watchdog timeout, all of a
 //!   client's leases in one `renew.lua` call per 500 keys. A renewal never re-creates a key; a
-//!   lease found gone is reported through [`LockHandle::lost`](lock_core::LockHandle::lost).
+//!   lease found gone is reported through [`LockHandle::lost`](lock_core::lock::LockHandle::lost).
 //! - **Local deadline.** Each grant and renewal sets a local deadline of send time + TTL − a
 //!   safety margin (1 % of the TTL + 5 ms); `is_held()` turns false and `lost()` fires when it
 //!   passes, before Redis can hand the key to anyone else.
@@ -47,7 +47,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use lock_core::{DistributedLockExt, Lease};
+//! use lock_core::lock::{DistributedLockExt, Lease};
 //! use lock_redis::lock::{RedisLock, RedisLockConfig};
 //! use lock_redis::{RedisClient, RedisConfig};
 //!
@@ -67,7 +67,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use lock_core::{DistributedLockExt, Lease};
+//! use lock_core::lock::{DistributedLockExt, Lease};
 //! use lock_redis::lock::{RedisLock, RedisLockConfig};
 //! use lock_redis::{RedisClient, RedisConfig, RedisFailure};
 //!

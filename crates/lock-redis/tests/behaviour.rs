@@ -11,9 +11,9 @@ use std::time::Duration;
 use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
-use lock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockErrorCode, LostReason,
-    ReleaseOutcome,
+use lock_core::LockErrorCode;
+use lock_core::lock::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
 };
 use lock_redis::{RedisFailure, RedisLock};
 use lock_testkit::RedisServer;

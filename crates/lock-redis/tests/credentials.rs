@@ -15,7 +15,8 @@ mod common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::{LockError, LockErrorCode};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{config, eventually, server};
-use lock_core::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::logs::CapturedLogs;
 

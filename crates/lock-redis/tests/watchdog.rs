@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{SLACK, eventually, server};
-use lock_core::{DistributedLock, Lease, LostReason};
+use lock_core::lock::{DistributedLock, Lease, LostReason};
 use lock_redis::RedisLock;
 use lock_testkit::RedisCluster;
 use lock_testkit::logs::CapturedLogs;

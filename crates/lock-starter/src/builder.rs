@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use figment::Figment;
+use lock_core::LockError;
 use lock_core::branches::{Branches, MasterLocks};
-use lock_core::{
-    DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, Idempotency, IdempotencyStore,
-    LockError, ShutdownSummary,
-};
+use lock_core::idempotency::{Idempotency, IdempotencyStore};
+use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, ShutdownSummary};
 use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
@@ -120,7 +119,7 @@ impl LockStarter {
     ///
     /// Through the disabled lock, fail-closed calls (`with_lock`, `acquire`) fail with
     /// [`LockError::Disabled`] (`LOCK_DISABLED`, HTTP 503) exactly as [`lock`](LockStarter::lock)
-    /// does, and fail-open calls ([`with_lock_fail_open`](lock_core::DistributedLockExt::with_lock_fail_open))
+    /// does, and fail-open calls ([`with_lock_fail_open`](lock_core::lock::DistributedLockExt::with_lock_fail_open))
     /// run their section unguarded with reason `lock_disabled` and a `WARN`. It opens no
     /// connection. Use [`lock`](LockStarter::lock) instead when a disabled lock should stop the
     /// service at start-up.
@@ -300,7 +299,7 @@ impl LockStarter {
     /// [`shutdown_within`](LockStarter::shutdown_within) with [`DEFAULT_SHUTDOWN_TIMEOUT`]
     /// (5 s).
     ///
-    /// A dropped [`LockHandle`](lock_core::LockHandle) releases in the background; a process
+    /// A dropped [`LockHandle`](lock_core::lock::LockHandle) releases in the background; a process
     /// that returns from `main` right after may end before that release reaches Redis, and the
     /// key then stays held for its whole lease (30 s for a watchdog lease). This waits for such
     /// releases, and releases the leases still held.
@@ -331,7 +330,7 @@ impl LockStarter {
 
     /// Shuts the lock down within `timeout`: releases every lease still held through it
     /// (watchdog and fixed; their handles' `lost()` fires first with
-    /// [`LostReason::ShutDown`](lock_core::LostReason::ShutDown)), waits for the background
+    /// [`LostReason::ShutDown`](lock_core::lock::LostReason::ShutDown)), waits for the background
     /// releases of dropped handles, and returns what it did. Afterwards every acquisition fails
     /// with [`LockError::ShutDown`] (code `LOCK_DISABLED`, reason `shut_down`). See
     /// [`DistributedLock::shutdown`] for the contract; a lock handed in with

@@ -72,7 +72,7 @@
 //! - Overrides: [`LockStarterBuilder::lock`] hands in your own implementation (e.g.
 //!   [`InMemoryLock`](lock::InMemoryLock) in unit tests); [`LockStarterBuilder::figment`] your own configuration
 //!   sources.
-//! - Observability: `tracing` spans and `metrics` (names in `lock_core::telemetry`); an opt-in health
+//! - Observability: `tracing` spans and `metrics` (names in `lock_core::lock::telemetry`); an opt-in health
 //!   check, [`LockStarter::health`]; with the `http` feature, RFC 9457 problem responses for
 //!   lock errors ([`http`](crate#http-feature)). See `docs/observability.md`.
 //!
@@ -97,16 +97,17 @@ pub use health::{Health, HealthStatus};
 
 /// The distributed lock: mutual exclusion per key across processes (see [`DistributedLock`](lock::DistributedLock)).
 pub mod lock {
-    pub use lock_core::{
-        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
-        InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LostReason,
-        ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
+    pub use lock_core::lock::{
+        AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease,
+        LeaseStatus, LockHandle, LostReason, ReleaseOutcome, ShutdownSummary, Unguarded,
+        UnguardedReason,
     };
+    pub use lock_core::{AcquireFailure, LockError, LockErrorCode};
     pub(crate) mod wiring;
 
     /// Defaults and accepted ranges of leases, wait times and keys.
     pub mod limits {
-        pub use lock_core::{
+        pub use lock_core::lock::{
             DEFAULT_SHUTDOWN_TIMEOUT, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE,
             MIN_WATCHDOG_TIMEOUT,
         };
@@ -116,7 +117,7 @@ pub mod lock {
 /// Idempotent execution: a retried call gets the first call's result instead of running twice
 /// (see [`LockStarter::idempotency`](crate::LockStarter::idempotency) and `docs/idempotency.md`).
 pub mod idempotency {
-    pub use lock_core::{
+    pub use lock_core::idempotency::{
         Begun, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencyScope,
         IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, NotStored,
         Unstored,

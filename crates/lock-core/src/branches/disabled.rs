@@ -27,7 +27,7 @@ use crate::watch::ChangeWatch;
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{BranchRelease, Branches, DisabledBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::branches::BranchError> {
 /// let branches = Arc::new(DisabledBranches::new("no Redis in this service"));

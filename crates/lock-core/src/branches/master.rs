@@ -25,7 +25,7 @@ use crate::branches::token::{BranchToken, validate_branch_id};
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{BranchError, InMemoryBranches, Master, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 ///
 /// /// The producer: one branch per indexing consumer, each token in its message.
 /// async fn publish(master: Master, outbox: &mut Vec<String>) -> Result<(), BranchError> {

@@ -28,7 +28,7 @@ static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::branches::BranchError> {
 /// let branches = InMemoryBranches::new();

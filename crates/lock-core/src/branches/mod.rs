@@ -32,7 +32,7 @@
 //!
 //! Laid out as the lock is: the port [`Branches`] (`port`), its tokens and outcomes, the error
 //! [`BranchError`], the generic orchestration [`MasterLocks`] (`run`, over any
-//! [`DistributedLock`](crate::DistributedLock) and any [`Branches`]), the in-memory
+//! [`DistributedLock`](crate::lock::DistributedLock) and any [`Branches`]), the in-memory
 //! ([`InMemoryBranches`]) and disabled ([`DisabledBranches`]) backends, [`telemetry`], and the
 //! conformance suite (`conformance`, feature `conformance`). The Redis backend is
 //! `lock_redis::RedisBranches`.

@@ -174,7 +174,7 @@ impl BranchesOutcome {
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::branches::BranchError> {
 /// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), Arc::new(InMemoryBranches::new()));

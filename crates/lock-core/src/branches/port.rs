@@ -159,7 +159,7 @@ pub trait Branches: Send + Sync + fmt::Debug {
     /// ```
     /// use std::sync::Arc;
     /// use lock_core::branches::{BranchRelease, Branches, InMemoryBranches, MasterLocks};
-    /// use lock_core::{InMemoryLock, Lease};
+    /// use lock_core::lock::{InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::branches::BranchError> {
     /// let branches = Arc::new(InMemoryBranches::new());

@@ -41,7 +41,7 @@ const RECORD_SLACK: Duration = Duration::from_secs(2);
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{BranchError, Branches, InMemoryBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() -> Result<(), BranchError> {
 /// let branches = Arc::new(InMemoryBranches::new());
@@ -150,7 +150,7 @@ impl MasterLocks {
     /// The lock is held for the block and the wait. A lease that ends only after the block
     /// returned (during the wait or the clean-up) is reported by the outcome and logged at
     /// `DEBUG`, never as a block that overran its lease. Inside the block the lock is
-    /// re-entrant as in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task
+    /// re-entrant as in [`with_lock`](crate::lock::DistributedLockExt::with_lock) (the same task
     /// acquiring `key` again enters at once). If the returned future is dropped, the lock is
     /// released and the record deleted in the background (or it ends at its TTL).
     ///

@@ -1,5 +1,5 @@
 //! What the master/sub locks tell operators: `tracing` spans and `metrics`, like the lock's
-//! ([`crate::telemetry`]). Recorded by the generic orchestration and the provided
+//! ([`crate::lock::telemetry`]). Recorded by the generic orchestration and the provided
 //! [`Branches::release_branch`](crate::branches::Branches::release_branch), so every backend
 //! gets them. No metric carries a key or branch id as a label (unbounded); spans and events do.
 //!

@@ -11,7 +11,7 @@ use crate::watch::{ChangeWatch, Unchanging};
 
 /// The seed's "without Redis, the action runs every time": every claim is granted, nothing is
 /// stored, and one `WARN` per process says so on first use. For `enabled = false`; a Redis
-/// outage is a different case (fail closed, see [`Idempotency`](crate::Idempotency)).
+/// outage is a different case (fail closed, see [`Idempotency`](crate::idempotency::Idempotency)).
 #[derive(Debug, Default)]
 pub struct DisabledIdempotencyStore {
     /// Where the switch was set, for the warning.

@@ -15,7 +15,7 @@ use crate::error::{BoxError, LockError};
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::IdempotencyError;
+/// use lock_core::idempotency::IdempotencyError;
 ///
 /// let error = IdempotencyError::InProgress {
 ///     key: "ticket-create:42".into(),
@@ -89,7 +89,7 @@ pub enum IdempotencyError {
     },
     /// The result could not be stored (see [`NotStored`]); the record was given up so that a
     /// duplicate runs the action again. Returned by
-    /// [`IdempotencyScope::complete`](crate::IdempotencyScope::complete) only:
+    /// [`IdempotencyScope::complete`](crate::idempotency::IdempotencyScope::complete) only:
     /// `execute` logs it and returns the result. Code `IDEMPOTENCY_RESULT_NOT_STORED`, HTTP 500.
     #[error("the result of idempotent call `{key}` was not stored: {reason}")]
     ResultNotStored {
@@ -117,7 +117,7 @@ pub enum IdempotencyError {
 #[non_exhaustive]
 pub enum NotStored {
     /// The serialized result is larger than the configured cap
-    /// ([`IdempotencySettings::max_result_bytes`](crate::IdempotencySettings::max_result_bytes),
+    /// ([`IdempotencySettings::max_result_bytes`](crate::idempotency::IdempotencySettings::max_result_bytes),
     /// `telco.platform.lock.idempotency.max-result-bytes` in lock-starter).
     #[error(
         "its {size} bytes of JSON exceed the {max}-byte cap (max_result_bytes, telco.platform.lock.idempotency.max-result-bytes)"
@@ -154,7 +154,7 @@ impl NotStored {
 }
 
 /// Why an executed result is not the one retries get (see
-/// [`Idempotent::Unstored`](crate::Idempotent::Unstored)).
+/// [`Idempotent::Unstored`](crate::idempotency::Idempotent::Unstored)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unstored {

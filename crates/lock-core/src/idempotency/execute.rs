@@ -99,7 +99,7 @@ pub enum Begun<T> {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{Idempotency, IdempotencyError, IdempotencyOptions};
+/// use lock_core::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), IdempotencyError> {
 /// let idempotency = Idempotency::in_memory();

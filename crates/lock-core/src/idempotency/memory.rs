@@ -22,12 +22,12 @@ use crate::watch::ChangeWatch;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lock_core::{Idempotency, IdempotencySettings, InMemoryIdempotencyStore};
+/// use lock_core::idempotency::{Idempotency, IdempotencySettings, InMemoryIdempotencyStore};
 ///
 /// let idempotency =
 ///     Idempotency::new(Arc::new(InMemoryIdempotencyStore::new()), IdempotencySettings::default())?;
 /// # let _ = idempotency;
-/// # Ok::<(), lock_core::IdempotencyError>(())
+/// # Ok::<(), lock_core::idempotency::IdempotencyError>(())
 /// ```
 #[derive(Debug)]
 pub struct InMemoryIdempotencyStore {

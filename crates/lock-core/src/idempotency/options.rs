@@ -1,4 +1,4 @@
-//! The settings of an [`Idempotency`](crate::Idempotency) and the options of one call.
+//! The settings of an [`Idempotency`](crate::idempotency::Idempotency) and the options of one call.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ pub const MIN_RESULT_TTL: Duration = Duration::from_secs(1);
 /// The largest accepted result cap: 64 MiB (Redis takes 512 MB, but a replay sends it whole).
 pub const MAX_RESULT_BYTES: usize = 64 << 20;
 
-/// The defaults every call of one [`Idempotency`](crate::Idempotency) uses
+/// The defaults every call of one [`Idempotency`](crate::idempotency::Idempotency) uses
 /// (`telco.platform.lock.idempotency.*` in lock-starter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdempotencySettings {
@@ -108,7 +108,7 @@ fn check_fingerprint(fingerprint: &str) -> Result<(), IdempotencyError> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{IdempotencyError, IdempotencyOptions};
+/// use lock_core::idempotency::{IdempotencyError, IdempotencyOptions};
 ///
 /// let options = IdempotencyOptions::new()
 ///     .fingerprint("sha256:4f2a…")? // the same key with another request is refused (422)

@@ -41,7 +41,7 @@ pub enum Claim {
 /// Where idempotency records live: one record per key, either *in progress* (owned by one
 /// caller under a lease) or *completed* (holding the serialized result for its TTL).
 ///
-/// Callers use [`Idempotency`](crate::Idempotency), which runs the protocol over this port;
+/// Callers use [`Idempotency`](crate::idempotency::Idempotency), which runs the protocol over this port;
 /// implement it to put records in another backend.
 ///
 /// # Contract

@@ -14,7 +14,7 @@ use crate::idempotency::telemetry;
 /// The in-progress record a caller owns: it runs the action, then [`complete`]s the record with
 /// the result (duplicates get it) or [`abandon`]s it (the next duplicate runs the action).
 ///
-/// Under [`Lease::Watchdog`](crate::Lease::Watchdog) the lease is renewed every third of the
+/// Under [`Lease::Watchdog`](crate::lock::Lease::Watchdog) the lease is renewed every third of the
 /// watchdog timeout while the scope lives. Dropping the scope without either call abandons the
 /// record in the background, so a cancelled request never blocks its duplicates for longer than
 /// one round trip.

@@ -8,10 +8,10 @@ use tracing::Instrument;
 use crate::idempotency::error::NotStored;
 
 /// Idempotent calls by `outcome`: `executed`, `replayed`, `action_failed` or `refused` (an
-/// [`IdempotencyError`](crate::IdempotencyError): backend down, wait spent, key reused, …).
+/// [`IdempotencyError`](crate::idempotency::IdempotencyError): backend down, wait spent, key reused, …).
 pub const CALLS_TOTAL: &str = "platform_idempotency_calls_total";
 /// Results returned but not stored, by `reason`: `too_large`, `not_serializable`,
-/// `lease_lost`, `unconfirmed` ([`Unstored::as_str`](crate::Unstored::as_str)).
+/// `lease_lost`, `unconfirmed` ([`Unstored::as_str`](crate::idempotency::Unstored::as_str)).
 pub const NOT_STORED_TOTAL: &str = "platform_idempotency_results_not_stored_total";
 
 pub(crate) async fn execute<R>(key: &str, call: impl Future<Output = (R, &'static str)>) -> R {

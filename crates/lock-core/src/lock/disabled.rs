@@ -16,8 +16,8 @@ use crate::lock::shutdown::ShutdownSummary;
 /// Every acquisition with a valid key and options fails with [`LockError::Disabled`] (code
 /// `LOCK_DISABLED`, HTTP 503) carrying [`detail`](DisabledLock::detail); invalid ones fail with
 /// `LOCK_INVALID_ARGUMENT` first, as with any lock. So fail-closed calls
-/// ([`with_lock`](crate::DistributedLockExt::with_lock), `acquire`) fail as they would without a lock,
-/// and fail-open calls ([`with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open)) run
+/// ([`with_lock`](crate::lock::DistributedLockExt::with_lock), `acquire`) fail as they would without a lock,
+/// and fail-open calls ([`with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open)) run
 /// their section unguarded with reason `lock_disabled`. It lets a service hold one
 /// `Arc<dyn DistributedLock>` whether or not the lock is enabled (the starter's
 /// `LockStarter::lock_or_disabled`).
@@ -28,7 +28,8 @@ use crate::lock::shutdown::ShutdownSummary;
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DisabledLock, DistributedLock, Lease, LockErrorCode};
+/// use lock_core::LockErrorCode;
+/// use lock_core::lock::{DisabledLock, DistributedLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
@@ -56,7 +57,7 @@ impl DisabledLock {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::DisabledLock;
+    /// use lock_core::lock::DisabledLock;
     ///
     /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
     /// assert_eq!(lock.detail(), "telco.platform.lock.enabled = false from config/lock.toml");

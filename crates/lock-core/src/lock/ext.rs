@@ -13,7 +13,7 @@ use crate::lock::port::DistributedLock;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+/// use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
@@ -32,9 +32,9 @@ pub trait DistributedLockExt: DistributedLock {
     /// failed release is logged, not returned: the work is done and its value is yours; the lease
     /// ends at its TTL. So is a lease that ran out before the section finished (a `WARN` says
     /// another owner may have run concurrently); use [`DistributedLock::acquire`] and
-    /// [`LockHandle::lost`](crate::LockHandle::lost) to react to that.
+    /// [`LockHandle::lost`](crate::lock::LockHandle::lost) to react to that.
     ///
-    /// `options` is a [`Lease`](crate::Lease) (the configured wait time) or [`AcquireOptions`] (a wait time of
+    /// `options` is a [`Lease`](crate::lock::Lease) (the configured wait time) or [`AcquireOptions`] (a wait time of
     /// its own, fair, a minimum hold).
     ///
     /// Inside the section, the same task acquiring the same key again (with `with_lock` or
@@ -43,7 +43,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// # Examples
     ///
     /// ```
-    /// # use lock_core::{DistributedLockExt, InMemoryLock, Lease};
+    /// # use lock_core::lock::{DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// # let lock = InMemoryLock::new();
@@ -60,7 +60,7 @@ pub trait DistributedLockExt: DistributedLock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -116,15 +116,15 @@ pub trait DistributedLockExt: DistributedLock {
     ///   [`FailOpen::Guarded`].
     /// - **Not granted** → a `WARN` event (fields `lock_key`, `reason`, `error`: "lock not held;
     ///   running the critical section unguarded (fail open)"), then the section runs once without
-    ///   the lock → [`FailOpen::Unguarded`] with the [`Unguarded`](crate::Unguarded) marker: its
-    ///   [`UnguardedReason`](crate::UnguardedReason) and the [`LockError`] a fail-closed call would have returned.
-    ///   - [`LockError::Disabled`] (`LOCK_DISABLED`, e.g. a [`DisabledLock`](crate::DisabledLock))
-    ///     → [`UnguardedReason::LockDisabled`](crate::UnguardedReason::LockDisabled);
+    ///   the lock → [`FailOpen::Unguarded`] with the [`Unguarded`](crate::lock::Unguarded) marker: its
+    ///   [`UnguardedReason`](crate::lock::UnguardedReason) and the [`LockError`] a fail-closed call would have returned.
+    ///   - [`LockError::Disabled`] (`LOCK_DISABLED`, e.g. a [`DisabledLock`](crate::lock::DisabledLock))
+    ///     → [`UnguardedReason::LockDisabled`](crate::lock::UnguardedReason::LockDisabled);
     ///   - contention that outlasted the wait time (`held_by_another_owner`, `waiters_ahead`) →
-    ///     [`UnguardedReason::WaitTimeElapsed`](crate::UnguardedReason::WaitTimeElapsed): another owner may be running the same section;
+    ///     [`UnguardedReason::WaitTimeElapsed`](crate::lock::UnguardedReason::WaitTimeElapsed): another owner may be running the same section;
     ///   - any other `LOCK_ACQUISITION_FAILED` (backend unreachable, timed out, refusing,
     ///     replicas not confirming, the grant arriving too late) →
-    ///     [`UnguardedReason::BackendUnavailable`](crate::UnguardedReason::BackendUnavailable).
+    ///     [`UnguardedReason::BackendUnavailable`](crate::lock::UnguardedReason::BackendUnavailable).
     ///
     /// The section runs at most once, and its value is always returned — a section that returns
     /// `Err` of its own has that `Err` inside the `FailOpen`, never replaced by a lock error. It
@@ -135,8 +135,8 @@ pub trait DistributedLockExt: DistributedLock {
     /// # Examples
     ///
     /// ```
-    /// # use lock_core::{DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease};
-    /// # use lock_core::DisabledLock;
+    /// # use lock_core::lock::{DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease};
+    /// # use lock_core::lock::DisabledLock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// async fn warm_tariff_cache(lock: &dyn DistributedLock) -> Result<u32, lock_core::LockError> {
@@ -162,8 +162,8 @@ pub trait DistributedLockExt: DistributedLock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// # use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock};
-    /// # use lock_core::{Lease, UnguardedReason};
+    /// # use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock};
+    /// # use lock_core::lock::{Lease, UnguardedReason};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// # let lock = InMemoryLock::new();

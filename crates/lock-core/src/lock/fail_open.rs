@@ -1,5 +1,5 @@
 //! The fail-open policy, opted into per call site: [`FailOpen`], what
-//! [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open) returns, and why a section ran unguarded.
+//! [`DistributedLockExt::with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open) returns, and why a section ran unguarded.
 //!
 //! Fail closed is the default everywhere else: a lock that is not granted means the critical
 //! section does not run. A call site that values availability over strict exclusion (work that
@@ -25,8 +25,8 @@ use crate::lock::port::DistributedLock;
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock};
-/// use lock_core::{Lease, UnguardedReason};
+/// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock};
+/// use lock_core::lock::{Lease, UnguardedReason};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -47,7 +47,7 @@ use crate::lock::port::DistributedLock;
 #[derive(Debug)]
 pub enum FailOpen<T> {
     /// The lock was held while the section ran (as with
-    /// [`with_lock`](crate::DistributedLockExt::with_lock), re-entry included).
+    /// [`with_lock`](crate::lock::DistributedLockExt::with_lock), re-entry included).
     Guarded(T),
     /// The lock was not held: the section ran unguarded, and another owner may have run it at
     /// the same time.
@@ -65,7 +65,7 @@ impl<T> FailOpen<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -85,7 +85,7 @@ impl<T> FailOpen<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease};
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = DisabledLock::new("telco.platform.lock.enabled = false");
@@ -106,7 +106,7 @@ impl<T> FailOpen<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let section = || async { "warmed" };
@@ -125,7 +125,8 @@ impl<T> FailOpen<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, LockErrorCode, UnguardedReason};
+    /// use lock_core::LockErrorCode;
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = DisabledLock::new("enabled = false");
@@ -147,7 +148,7 @@ impl<T> FailOpen<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = DisabledLock::new("enabled = false");
@@ -175,7 +176,7 @@ impl<T> FailOpen<T> {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+/// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = DisabledLock::new("telco.platform.lock.enabled = false");
@@ -200,8 +201,8 @@ impl Unguarded {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
-    /// use lock_core::UnguardedReason;
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::UnguardedReason;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -224,7 +225,7 @@ impl Unguarded {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease};
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
@@ -243,7 +244,8 @@ impl Unguarded {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, LockError};
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), LockError> {
     /// let lock = DisabledLock::new("enabled = false");
@@ -296,7 +298,7 @@ impl fmt::Display for Unguarded {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+/// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = DisabledLock::new("enabled = false");
@@ -332,7 +334,7 @@ impl UnguardedReason {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::UnguardedReason;
+    /// use lock_core::lock::UnguardedReason;
     ///
     /// assert_eq!(UnguardedReason::WaitTimeElapsed.as_str(), "wait_time_elapsed");
     /// assert_eq!(UnguardedReason::BackendUnavailable.to_string(), "backend_unavailable");
@@ -352,7 +354,7 @@ impl fmt::Display for UnguardedReason {
     }
 }
 
-/// The body of [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open).
+/// The body of [`DistributedLockExt::with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open).
 pub(crate) async fn with_lock_fail_open<L, F, Fut, T>(
     lock: &L,
     key: &str,

@@ -26,7 +26,7 @@ use crate::lock::status::{LeaseStatus, LostReason, ReleaseOutcome};
 /// In a backend's watchdog:
 ///
 /// ```
-/// use lock_core::{LeaseState, LeaseStatus, LostReason};
+/// use lock_core::lock::{LeaseState, LeaseStatus, LostReason};
 /// use tokio::time::{Duration, Instant};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -94,7 +94,7 @@ impl LeaseState {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{LeaseState, LeaseStatus, LostReason};
+    /// use lock_core::lock::{LeaseState, LeaseStatus, LostReason};
     /// use tokio::time::{Duration, Instant};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -123,7 +123,7 @@ impl LeaseState {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::LeaseState;
+    /// use lock_core::lock::LeaseState;
     /// use tokio::time::{Duration, Instant};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -159,7 +159,7 @@ impl LeaseState {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{LeaseState, LostReason};
+    /// use lock_core::lock::{LeaseState, LostReason};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let state = LeaseState::new(None);
@@ -187,7 +187,7 @@ impl LeaseState {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{LeaseState, LeaseStatus, LostReason};
+    /// use lock_core::lock::{LeaseState, LeaseStatus, LostReason};
     /// use tokio::time::{Duration, timeout};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -227,7 +227,7 @@ impl LeaseState {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{LeaseState, LostReason};
+    /// use lock_core::lock::{LeaseState, LostReason};
     /// use tokio::time::{Duration, Instant};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() {
@@ -282,7 +282,8 @@ impl LeaseState {
 /// use std::collections::HashMap;
 /// use std::sync::{Arc, Mutex};
 /// use async_trait::async_trait;
-/// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+/// use lock_core::LockError;
+/// use lock_core::lock::{Lease, LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
 ///
 /// type Table = Arc<Mutex<HashMap<String, String>>>;
 ///
@@ -340,7 +341,8 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
     ///
     /// ```
     /// use async_trait::async_trait;
-    /// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{Lease, LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
     ///
     /// #[derive(Debug)]
     /// struct Unreachable {
@@ -375,7 +377,8 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
     /// use std::sync::Arc;
     /// use std::sync::atomic::{AtomicBool, Ordering};
     /// use async_trait::async_trait;
-    /// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{Lease, LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
     ///
     /// #[derive(Debug)]
     /// struct Flag(Arc<AtomicBool>);
@@ -406,13 +409,13 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
 
 /// A held lock. Release it with [`LockHandle::release`] to learn the outcome; dropping it also
 /// releases (in the background, best effort) and stops renewal at once. A process about to exit
-/// calls [`DistributedLock::shutdown`](crate::DistributedLock::shutdown) last, so such a
+/// calls [`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown) last, so such a
 /// release is not cut off.
 ///
 /// # Examples
 ///
 /// ```
-/// # use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, ReleaseOutcome};
+/// # use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LeaseStatus, ReleaseOutcome};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// # let lock = InMemoryLock::new();
@@ -479,7 +482,7 @@ fn describe(status: LeaseStatus) -> String {
 }
 
 impl LockHandle {
-    /// Builds a handle for a grant. For implementations of [`crate::DistributedLock`].
+    /// Builds a handle for a grant. For implementations of [`crate::lock::DistributedLock`].
     ///
     /// # Examples
     ///
@@ -487,10 +490,12 @@ impl LockHandle {
     /// a whole release type):
     ///
     /// ```
-    /// use lock_core::{Lease, LeaseState, LockHandle, OwnerTokens};
+    /// use lock_core::OwnerTokens;
+    /// use lock_core::lock::{Lease, LeaseState, LockHandle};
     /// use tokio::time::{Duration, Instant};
     /// # use async_trait::async_trait;
-    /// # use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
+    /// # use lock_core::LockError;
+    /// # use lock_core::lock::{LeaseRelease, ReleaseOutcome};
     /// # #[derive(Debug)]
     /// # struct StoreRelease;
     /// # #[async_trait]
@@ -583,13 +588,13 @@ impl LockHandle {
     }
 
     /// How many times the current task holds this lease: 1, plus one for each live nested
-    /// handle taken inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope of the
+    /// handle taken inside a [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope of the
     /// same key.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -611,13 +616,13 @@ impl LockHandle {
     }
 
     /// Whether this handle re-entered a lease its task already held in a
-    /// [`with_lock`](crate::DistributedLockExt::with_lock) scope. Such a handle shares that
+    /// [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope. Such a handle shares that
     /// lease (owner, fencing token, status); releasing it only gives its hold back.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, ReleaseOutcome};
+    /// use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, ReleaseOutcome};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -663,7 +668,7 @@ impl LockHandle {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let pod_a = InMemoryLock::new();
@@ -694,7 +699,7 @@ impl LockHandle {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -727,7 +732,7 @@ impl LockHandle {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LostReason};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// # let lock = InMemoryLock::new();
@@ -763,12 +768,13 @@ impl LockHandle {
     /// confirm the release; the lease then ends at its TTL.
     ///
     /// Runs in a `lock.release` span and records the release metrics
-    /// ([`telemetry`](crate::telemetry)); a re-entrant handle's release records nothing.
+    /// ([`telemetry`](crate::lock::telemetry)); a re-entrant handle's release records nothing.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, ReleaseOutcome};
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), LockError> {
     /// # let lock = InMemoryLock::new();

@@ -24,7 +24,7 @@ pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(3600);
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::Lease;
+/// use lock_core::lock::Lease;
 ///
 /// // Variable-length work (a bill run): held while this process lives, renewed by the watchdog.
 /// let long = Lease::Watchdog;
@@ -55,7 +55,7 @@ impl Lease {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::Lease;
+    /// use lock_core::lock::Lease;
     ///
     /// assert!(Lease::Fixed(Duration::from_secs(30)).validate().is_ok());
     /// let error = Lease::Fixed(Duration::from_millis(50)).validate().unwrap_err();
@@ -74,7 +74,7 @@ impl Lease {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::Lease;
+    /// use lock_core::lock::Lease;
     ///
     /// let watchdog_timeout = Duration::from_secs(30);
     /// assert_eq!(Lease::Watchdog.ttl(watchdog_timeout), watchdog_timeout);
@@ -97,7 +97,7 @@ impl Lease {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{MAX_WAIT, validate_wait};
+/// use lock_core::lock::{MAX_WAIT, validate_wait};
 ///
 /// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
 /// assert!(validate_wait(MAX_WAIT).is_ok());
@@ -117,7 +117,7 @@ pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::validate_watchdog_timeout;
+/// use lock_core::lock::validate_watchdog_timeout;
 ///
 /// assert!(validate_watchdog_timeout(Duration::from_secs(30)).is_ok());
 /// let error = validate_watchdog_timeout(Duration::from_millis(500)).unwrap_err();
@@ -132,7 +132,7 @@ pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
     )
 }
 
-/// Checks a minimum hold ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)):
+/// Checks a minimum hold ([`AcquireOptions::hold_at_least`](crate::lock::AcquireOptions::hold_at_least)):
 /// zero up to [`MAX_LEASE`], and for a fixed lease at most the lease.
 pub(crate) fn validate_hold_at_least(hold: Duration, lease: Lease) -> Result<(), LockError> {
     match lease {

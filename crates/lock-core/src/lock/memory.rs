@@ -36,7 +36,7 @@ static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DistributedLock, InMemoryLock, Lease};
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let lock = InMemoryLock::new();
@@ -108,7 +108,7 @@ impl InMemoryLock {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DEFAULT_WAIT_TIME, InMemoryLock};
+    /// use lock_core::lock::{DEFAULT_WAIT_TIME, InMemoryLock};
     ///
     /// let lock = InMemoryLock::new();
     /// assert_eq!(lock.wait_time(), DEFAULT_WAIT_TIME);
@@ -139,7 +139,7 @@ impl InMemoryLock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let pod_a = InMemoryLock::new();
@@ -167,7 +167,7 @@ impl InMemoryLock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::InMemoryLock;
+    /// use lock_core::lock::InMemoryLock;
     ///
     /// let lock = InMemoryLock::new().with_wait_time(Duration::from_millis(250))?;
     /// assert_eq!(lock.wait_time(), Duration::from_millis(250));
@@ -183,7 +183,7 @@ impl InMemoryLock {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -213,7 +213,7 @@ impl InMemoryLock {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LostReason};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let lock = InMemoryLock::new();
@@ -704,7 +704,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reentrant_acquisition_ignores_its_minimum_hold_and_the_outer_one_applies() {
-        use crate::DistributedLockExt;
+        use crate::lock::DistributedLockExt;
         let lock = InMemoryLock::new();
         let outer = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(10));
         let granted = Instant::now();

@@ -16,7 +16,7 @@ pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{AcquireOptions, Lease};
+/// use lock_core::lock::{AcquireOptions, Lease};
 ///
 /// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO);
 /// assert_eq!(opts.lease(), Lease::Fixed(Duration::from_secs(10)));
@@ -48,7 +48,7 @@ impl AcquireOptions {
     }
 
     /// Overrides the configured wait time for this call: how long to wait for a held lock, from 0
-    /// (one attempt, no waiting) to [`crate::MAX_WAIT`] (1 hour).
+    /// (one attempt, no waiting) to [`crate::lock::MAX_WAIT`] (1 hour).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -83,7 +83,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -121,14 +121,14 @@ impl AcquireOptions {
     /// that every pod runs each tick: a sweep shorter than the clock skew between the pods'
     /// ticks would otherwise free the key in time for a late pod to sweep the same tick again.
     ///
-    /// Accepted: 0 (the default: no minimum hold) up to [`MAX_LEASE`](crate::MAX_LEASE) (7
+    /// Accepted: 0 (the default: no minimum hold) up to [`MAX_LEASE`](crate::lock::MAX_LEASE) (7
     /// days); with [`Lease::Fixed`], at most the lease — the key ends with its lease, so a
     /// longer hold could not be kept and is rejected rather than capped.
     ///
     /// The hold is measured on the backend's clock (for Redis: the server's `TIME`, never a
     /// client's clock), from the grant. Contract:
     /// - the release is still owner-checked and still reports
-    ///   [`ReleaseOutcome::Released`](crate::ReleaseOutcome::Released); the handle stops renewing at once, and for a watchdog
+    ///   [`ReleaseOutcome::Released`](crate::lock::ReleaseOutcome::Released); the handle stops renewing at once, and for a watchdog
     ///   lease the key's TTL becomes the rest of the minimum hold — no renewal keeps it longer;
     /// - the key stays held by the releasing owner: other acquisitions, fair ones too, see it
     ///   held (`held_by_another_owner`, with the hold's remaining TTL) and are granted when it
@@ -148,7 +148,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let pod_a = InMemoryLock::new();
@@ -207,7 +207,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, Lease};
+    /// use lock_core::lock::{AcquireOptions, Lease};
     ///
     /// let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
     /// assert!(options.validate("bill-run:2026-11").is_ok());

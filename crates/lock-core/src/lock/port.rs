@@ -1,6 +1,6 @@
 //! The port: [`DistributedLock`]. Its per-call options are
-//! [`AcquireOptions`](crate::AcquireOptions), its closure helpers (`with_lock`)
-//! [`DistributedLockExt`](crate::DistributedLockExt).
+//! [`AcquireOptions`](crate::lock::AcquireOptions), its closure helpers (`with_lock`)
+//! [`DistributedLockExt`](crate::lock::DistributedLockExt).
 
 use std::fmt;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use crate::lock::shutdown::ShutdownSummary;
 /// lease.
 ///
 /// # Contract
-/// Every implementation passes the conformance suite (`lock_core::conformance`, feature
+/// Every implementation passes the conformance suite (`lock_core::lock::conformance`, feature
 /// `conformance`). In short:
 /// - **Exclusion.** While a lease is held, no other acquisition of the same key succeeds, in this
 ///   process or any other sharing the backend.
@@ -29,7 +29,7 @@ use crate::lock::shutdown::ShutdownSummary;
 ///   [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503) and never a handle.
 ///   An outage is never reported as contention, nor a timeout as a grant. (A call site may still
 ///   choose to run its section without the lock, by name:
-///   [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open); the acquisition itself fails all the same.)
+///   [`DistributedLockExt::with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open); the acquisition itself fails all the same.)
 /// - **Leases.** [`Lease::Fixed`] ends at its duration; [`Lease::Watchdog`] is renewed while the
 ///   holder's process lives and ends within one watchdog timeout after it dies.
 /// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
@@ -58,7 +58,7 @@ use crate::lock::shutdown::ShutdownSummary;
 ///   evicted from the queue within a bounded, documented time, and one that gives up or is
 ///   dropped leaves it at once. A fair acquisition that finds the lock free but earlier fair
 ///   waiters queued is not granted ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead) when its wait is spent).
-/// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`](crate::DistributedLockExt::with_lock) scope, an acquisition of the same
+/// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`](crate::lock::DistributedLockExt::with_lock) scope, an acquisition of the same
 ///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
 ///   re-enters: it returns at once with a nested handle on the held lease
 ///   ([`LockHandle::is_reentrant`]), without a backend call; the outer lease, owner and fencing
@@ -68,7 +68,7 @@ use crate::lock::shutdown::ShutdownSummary;
 ///   time. Any other acquisition — another task, or outside such a scope — contends.
 /// - **Shutdown.** [`shutdown(timeout)`](DistributedLock::shutdown) releases every lease this
 ///   client still holds, watchdog and fixed (their handles' `lost()` fires first, with
-///   [`LostReason::ShutDown`](crate::LostReason::ShutDown)), and waits up to `timeout` for the
+///   [`LostReason::ShutDown`](crate::lock::LostReason::ShutDown)), and waits up to `timeout` for the
 ///   background releases of dropped handles and abandoned acquisitions; it returns a
 ///   [`ShutdownSummary`]. From then on every acquisition through this client, one still waiting
 ///   included, fails with [`LockError::ShutDown`] (`LOCK_DISABLED`, reason `shut_down`); other
@@ -78,7 +78,7 @@ use crate::lock::shutdown::ShutdownSummary;
 /// losing it. Pass the fencing token to the store you write to when that matters.
 ///
 /// The trait is object safe; services hold it as `Arc<dyn DistributedLock>`. Closure-based
-/// helpers live in [`DistributedLockExt`](crate::DistributedLockExt), implemented for every `DistributedLock`.
+/// helpers live in [`DistributedLockExt`](crate::lock::DistributedLockExt), implemented for every `DistributedLock`.
 ///
 /// # Implementing
 /// Implement [`namespace`](DistributedLock::namespace) and
@@ -86,14 +86,15 @@ use crate::lock::shutdown::ShutdownSummary;
 /// [`acquire_with`](DistributedLock::acquire_with) validates the arguments and handles re-entry
 /// before calling `acquire_lease`. Implement [`shutdown`](DistributedLock::shutdown) too unless
 /// the backend's releases finish inside `drop` and refusing grants after shutdown does not
-/// matter ([`HeldLeases`](crate::HeldLeases) does the bookkeeping). Run the conformance suite
+/// matter ([`HeldLeases`](crate::lock::HeldLeases) does the bookkeeping). Run the conformance suite
 /// against the result.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError};
+/// use lock_core::LockError;
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 ///
 /// /// Runs the reaper if no other pod does; returns the fencing token it ran under.
 /// async fn reap(lock: &dyn DistributedLock) -> Result<u64, LockError> {
@@ -126,7 +127,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLock, InMemoryLock};
+    /// use lock_core::lock::{DisabledLock, DistributedLock, InMemoryLock};
     ///
     /// let table = InMemoryLock::new();
     /// assert_eq!(table.clone().namespace(), table.namespace()); // clones share the locks
@@ -152,10 +153,8 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use std::time::Duration;
     /// use async_trait::async_trait;
-    /// use lock_core::{
-    ///     AcquireOptions, DistributedLock, InMemoryLock, Lease, LockError, LockHandle,
-    ///     ShutdownSummary,
-    /// };
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, InMemoryLock, Lease, LockHandle, ShutdownSummary};
     ///
     /// #[derive(Debug, Default)]
     /// struct Counted {
@@ -211,14 +210,14 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///   HTTP 500): rejected before any backend call.
     ///
     /// Runs in a `lock.acquire` span and records the acquisition metrics
-    /// ([`telemetry`](crate::telemetry)), for every implementation that keeps this provided
+    /// ([`telemetry`](crate::lock::telemetry)), for every implementation that keeps this provided
     /// method.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -256,7 +255,8 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, ReleaseOutcome};
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
     ///
     /// async fn bill_run(lock: &dyn DistributedLock, period: &str) -> Result<(), LockError> {
     ///     let handle = lock.acquire(&format!("bill-run:{period}"), Lease::Watchdog).await?;
@@ -284,7 +284,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -302,7 +302,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
 
     /// Shuts this client down before the process exits: releases every lease it still holds
     /// (watchdog and fixed; each handle's `lost()` fires first, with
-    /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), waits for the background releases
+    /// [`LostReason::ShutDown`](crate::lock::LostReason::ShutDown)), waits for the background releases
     /// of dropped handles and abandoned acquisitions, and refuses every later acquisition with
     /// [`LockError::ShutDown`] (`LOCK_DISABLED`). Returns within `timeout` (plus scheduling),
     /// whatever the backend does; releases still under way then are counted as
@@ -319,7 +319,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();

@@ -1,4 +1,4 @@
-//! Re-entry: inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope, the same task
+//! Re-entry: inside a [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope, the same task
 //! acquiring the same key of the same lock again gets a nested handle on the lease it already
 //! holds — no backend call, the outer lease kept — instead of waiting for itself.
 //!
@@ -12,13 +12,13 @@
 //! `with_lock` section is exclusive among the re-entries of its enclosing scope: while one
 //! runs, another re-entry from that scope — which can only come from a future running beside it,
 //! since code after the nested section has not started — waits for it like a contender (its
-//! per-call wait, else [`DEFAULT_WAIT_TIME`](crate::DEFAULT_WAIT_TIME)), and fails as held by
+//! per-call wait, else [`DEFAULT_WAIT_TIME`](crate::lock::DEFAULT_WAIT_TIME)), and fails as held by
 //! this process when the wait is spent. A nested *handle* from a plain `acquire` is not
 //! exclusive: the same code may hold several, one after another.
 //!
 //! A nested handle can outlive its section (moved out, or into a spawned task). When the section
 //! ends, the outer `with_lock` releases the lease, and the nested handle reports that as lost
-//! ([`LostReason::ScopeEnded`](crate::LostReason::ScopeEnded)).
+//! ([`LostReason::ScopeEnded`](crate::lock::LostReason::ScopeEnded)).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,9 +1,9 @@
 //! Shutting a lock client down before its process exits: release the leases it still holds,
 //! wait for its background releases, and grant nothing more.
 //!
-//! A dropped [`LockHandle`](crate::LockHandle) releases in the background; a process that drops
+//! A dropped [`LockHandle`](crate::lock::LockHandle) releases in the background; a process that drops
 //! a handle and returns from `main` may end before that release reaches the backend, and the key
-//! then stays held for its whole lease. [`DistributedLock::shutdown`](crate::DistributedLock::shutdown)
+//! then stays held for its whole lease. [`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown)
 //! closes that gap.
 
 use std::collections::HashMap;
@@ -21,12 +21,12 @@ use crate::lock::status::LostReason;
 /// inside the 30 s a Kubernetes pod gets between SIGTERM and SIGKILL by default.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a [`shutdown`](crate::DistributedLock::shutdown) did before it returned.
+/// What a [`shutdown`](crate::lock::DistributedLock::shutdown) did before it returned.
 ///
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
+/// use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -57,12 +57,12 @@ pub struct ShutdownSummary {
 
 impl ShutdownSummary {
     /// A summary: `released` freed, `pending` unfinished at the deadline, `failed` given up.
-    /// For implementations of [`DistributedLock::shutdown`](crate::DistributedLock::shutdown).
+    /// For implementations of [`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown).
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::ShutdownSummary;
+    /// use lock_core::lock::ShutdownSummary;
     ///
     /// let summary = ShutdownSummary::new(3, 1, 0);
     /// assert_eq!(summary.pending, 1);
@@ -82,7 +82,7 @@ impl ShutdownSummary {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::ShutdownSummary;
+    /// use lock_core::lock::ShutdownSummary;
     ///
     /// assert!(ShutdownSummary::new(2, 0, 0).is_complete());
     /// assert!(!ShutdownSummary::new(0, 0, 1).is_complete());
@@ -113,7 +113,7 @@ impl fmt::Display for ShutdownSummary {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{HeldLeases, LeaseState, LostReason, LeaseStatus};
+/// use lock_core::lock::{HeldLeases, LeaseState, LostReason, LeaseStatus};
 ///
 /// let held = HeldLeases::new();
 /// let (first, second) = (LeaseState::new(None), LeaseState::new(None));
@@ -189,7 +189,7 @@ impl<T> HeldLeases<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{HeldLeases, LeaseState};
+    /// use lock_core::lock::{HeldLeases, LeaseState};
     ///
     /// let held = HeldLeases::new();
     /// held.insert(LeaseState::new(None), ());
@@ -213,7 +213,7 @@ impl<T> HeldLeases<T> {
 
     /// Closes the table for good: later [`insert`](HeldLeases::insert)s are refused, and every
     /// lease still registered is marked lost ([`LostReason::ShutDown`], so its holder's
-    /// [`lost()`](crate::LockHandle::lost) fires before the key can pass to anyone else) and
+    /// [`lost()`](crate::lock::LockHandle::lost) fires before the key can pass to anyone else) and
     /// returned, for the caller to release. Wakes [`closed`](HeldLeases::closed) waiters.
     /// Closing again returns nothing.
     pub fn close(&self) -> Vec<T> {
@@ -239,7 +239,7 @@ impl<T> HeldLeases<T> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use lock_core::HeldLeases;
+    /// use lock_core::lock::HeldLeases;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let held = Arc::new(HeldLeases::<()>::new());

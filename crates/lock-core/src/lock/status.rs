@@ -9,7 +9,7 @@ use tokio::time::Instant;
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -28,7 +28,7 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
     /// This owner still held the lock; it is now free and waiters were woken. For a re-entrant
-    /// handle ([`LockHandle::is_reentrant`](crate::LockHandle::is_reentrant)): its hold was given back and the lease stays with
+    /// handle ([`LockHandle::is_reentrant`](crate::lock::LockHandle::is_reentrant)): its hold was given back and the lease stays with
     /// the enclosing `with_lock` section, which releases it.
     Released,
     /// The lease had already ended (expired, lost, or taken over); nothing was deleted, and
@@ -42,7 +42,7 @@ pub enum ReleaseOutcome {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LostReason};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -64,7 +64,7 @@ pub enum LostReason {
     /// This re-entrant handle outlived the `with_lock` section it was taken in; the section
     /// ended and its lease was released.
     ScopeEnded,
-    /// The lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown))
+    /// The lock client was shut down ([`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown))
     /// while this lease was held, and released it.
     ShutDown,
 }
@@ -88,7 +88,7 @@ impl fmt::Display for LostReason {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();

@@ -5,9 +5,9 @@
 //! whatever recorder (Prometheus exporter, StatsD, …) the service installed — without one they
 //! cost a few atomic loads. This crate depends on no exporter.
 //!
-//! Every implementation of [`DistributedLock`](crate::DistributedLock) gets the acquisition and
+//! Every implementation of [`DistributedLock`](crate::lock::DistributedLock) gets the acquisition and
 //! release telemetry, because it is recorded by the provided
-//! [`acquire_with`](crate::DistributedLock::acquire_with) and by [`LockHandle`](crate::LockHandle)
+//! [`acquire_with`](crate::lock::DistributedLock::acquire_with) and by [`LockHandle`](crate::lock::LockHandle)
 //! themselves; backends add their own (the Redis watchdog records renewals).
 //!
 //! **No metric carries the lock key as a label**: keys are unbounded (`bill-run:2026-11`,
@@ -81,7 +81,7 @@ pub(crate) fn lease_mode(lease: Lease) -> &'static str {
 }
 
 /// What the acquisition telemetry reads of a granted handle (implemented by
-/// [`LockHandle`](crate::LockHandle)).
+/// [`LockHandle`](crate::lock::LockHandle)).
 pub(crate) trait Grant {
     fn fencing_token(&self) -> u64;
     fn is_reentrant(&self) -> bool;

@@ -15,7 +15,7 @@ use lock_core::branches::{
     BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome, DisabledBranches,
     InMemoryBranches, MasterLocks, MasterOptions, Registration, SubKey,
 };
-use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
+use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::metrics::CapturedMetrics;
 use tokio::time::Instant;

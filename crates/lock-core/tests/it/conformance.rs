@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::conformance::LockFactory;
-use lock_core::{DistributedLock, InMemoryLock};
+use lock_core::lock::conformance::LockFactory;
+use lock_core::lock::{DistributedLock, InMemoryLock};
 
 struct Memory(InMemoryLock);
 
@@ -49,9 +49,9 @@ lock_core::conformance_checks! {check_names}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_all_passes_on_a_correct_lock_and_names_each_failed_check() {
-    let passed = lock_core::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
+    let passed = lock_core::lock::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
     assert_eq!(passed, Vec::<&str>::new());
-    let failed = lock_core::conformance::run_all(Arc::new(Broken)).await;
+    let failed = lock_core::lock::conformance::run_all(Arc::new(Broken)).await;
     // One name per check, the same list the per-check macro expands to.
     assert_eq!(failed, CHECKS);
     assert!(

@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_core::idempotency::conformance::{self, IdempotencyFactory};
-use lock_core::{
+use lock_core::idempotency::{
     Begun, Claim, DisabledIdempotencyStore, Idempotency, IdempotencyError, IdempotencyOptions,
-    IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, Lease, NotStored,
+    IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, NotStored,
 };
+use lock_core::lock::Lease;
 
 struct Memory(Arc<InMemoryIdempotencyStore>);
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::{LeaseState, LostReason};
+use lock_core::lock::{LeaseState, LostReason};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

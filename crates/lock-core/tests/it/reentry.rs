@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
+use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
 
 // ---------------------------------------------------------------------------------------------
 // Findings
@@ -262,7 +262,7 @@ async fn a_task_spawned_inside_a_section_is_told_its_own_process_holds_the_key()
     let message = lock
         .with_lock("bill-run:2026-11", Lease::Watchdog, || async move {
             let options =
-                lock_core::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(1));
+                lock_core::lock::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(1));
             tokio::spawn(async move { inner.acquire_with("bill-run:2026-11", options).await })
                 .await
                 .unwrap()

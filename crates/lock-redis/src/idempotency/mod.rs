@@ -1,5 +1,5 @@
 //! Idempotent execution on Redis: [`RedisIdempotencyStore`], the
-//! [`IdempotencyStore`] of `lock_core::Idempotency`, on the connections of a [`RedisClient`].
+//! [`IdempotencyStore`] of `lock_core::idempotency::Idempotency`, on the connections of a [`RedisClient`].
 //!
 //! One hash per idempotency key, `<prefix>idempotency:{<key>}` (fields `o` owner token, `f`
 //! request fingerprint, `r` result once completed, `x` once its owner failed), with a TTL: the
@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::*;
-use lock_core::{ChangeWatch, Claim, IdempotencyError, IdempotencyStore};
+use lock_core::ChangeWatch;
+use lock_core::idempotency::{Claim, IdempotencyError, IdempotencyStore};
 use tokio::time::Instant;
 
 use crate::core::client::{RedisClient, RedisCore};
@@ -26,7 +27,7 @@ use crate::core::watch::ChannelWatch;
 use scripts::Scripts;
 
 /// Where idempotency records live in Redis: on the connections, key prefix and instance id of
-/// a [`RedisClient`]. Use it through `lock_core::Idempotency`, or get
+/// a [`RedisClient`]. Use it through `lock_core::idempotency::Idempotency`, or get
 /// both from lock-starter.
 ///
 /// Duplicates wait event-driven: they subscribe to the record's change channel, look again once
@@ -40,7 +41,7 @@ use scripts::Scripts;
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use lock_core::{Idempotency, IdempotencyOptions, IdempotencySettings};
+/// use lock_core::idempotency::{Idempotency, IdempotencyOptions, IdempotencySettings};
 /// use lock_redis::idempotency::RedisIdempotencyStore;
 /// use lock_redis::{RedisClient, RedisConfig};
 ///
@@ -50,7 +51,7 @@ use scripts::Scripts;
 /// let idempotency = Idempotency::new(store, IdempotencySettings::default())?;
 /// let ticket = idempotency
 ///     .execute("ticket-create:req-42", &IdempotencyOptions::new(), || async {
-///         Ok::<_, lock_core::IdempotencyError>(String::from("TT-1001"))
+///         Ok::<_, lock_core::idempotency::IdempotencyError>(String::from("TT-1001"))
 ///     })
 ///     .await?;
 /// # let _ = ticket;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
-use lock_core::{AcquireFailure, AcquireOptions, Lease, LeaseState, LockError, LockHandle};
+use lock_core::lock::{AcquireOptions, Lease, LeaseState, LockHandle};
+use lock_core::{AcquireFailure, LockError};
 use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;

@@ -2,13 +2,14 @@
 
 use std::time::Duration;
 
-use lock_core::{LockError, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, check_duration};
+use lock_core::lock::{MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT};
+use lock_core::{LockError, check_duration};
 
 /// Defaults and accepted ranges of [`RedisLockConfig`], and the lock's fixed timings.
 pub(crate) mod limits {
     use std::time::Duration;
 
-    pub use lock_core::DEFAULT_WAIT_TIME;
+    pub use lock_core::lock::DEFAULT_WAIT_TIME;
     /// Default watchdog timeout: 30 s (renewed every 10 s).
     pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
     /// Default number of replicas that must acknowledge a grant: 0 (no `WAIT`).

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
-use lock_core::{HeldLeases, LockError, ReleaseOutcome};
+use lock_core::LockError;
+use lock_core::lock::{HeldLeases, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;

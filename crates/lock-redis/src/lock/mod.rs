@@ -1,5 +1,5 @@
 //! The lock capability: [`RedisLock`], the Redis implementation of
-//! [`lock_core::DistributedLock`], on the shared Redis core (`crate::core`).
+//! [`lock_core::lock::DistributedLock`], on the shared Redis core (`crate::core`).
 //!
 //! The lock's own parts: its settings (`config`), the state a client shares with its handles
 //! and background tasks (`inner`), acquisition (`acquire`, fair queues in `acquire::fair`),
@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, ShutdownSummary};
+use lock_core::LockError;
+use lock_core::lock::{AcquireOptions, DistributedLock, LockHandle, ShutdownSummary};
 
 use crate::core::client::RedisClient;
 use crate::core::error::RedisFailure;
@@ -44,7 +45,8 @@ use crate::lock::scripts::Scripts;
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use lock_core::{DistributedLock, DistributedLockExt, Lease, LockError};
+/// use lock_core::LockError;
+/// use lock_core::lock::{DistributedLock, DistributedLockExt, Lease};
 /// use lock_redis::lock::{RedisLock, RedisLockConfig};
 /// use lock_redis::{RedisClient, RedisConfig};
 ///
@@ -254,7 +256,7 @@ impl RedisLock {
     /// # Examples
     ///
     /// ```no_run
-    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_core::lock::{DistributedLock, Lease};
     /// use lock_redis::lock::{RedisLock, RedisLockConfig};
     /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
@@ -278,7 +280,7 @@ impl RedisLock {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_core::lock::{DistributedLock, Lease};
     /// use lock_redis::lock::{RedisLock, RedisLockConfig};
     /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
@@ -304,7 +306,7 @@ impl RedisLock {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, Lease};
+    /// use lock_core::lock::{DistributedLock, Lease};
     /// use lock_redis::lock::{RedisLock, RedisLockConfig};
     /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]

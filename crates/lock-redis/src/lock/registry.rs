@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::types::Key;
-use lock_core::LeaseState;
+use lock_core::lock::LeaseState;
 use tokio::time::Instant;
 
 /// Keys per renewal call: bounds the time one script holds the Redis thread (about 1–1.5 µs a

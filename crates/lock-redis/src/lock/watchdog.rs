@@ -11,8 +11,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::{ClusterHash, Key};
 use futures::StreamExt as _;
-use lock_core::LostReason;
-use lock_core::telemetry::RENEWALS_TOTAL;
+use lock_core::lock::LostReason;
+use lock_core::lock::telemetry::RENEWALS_TOTAL;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 

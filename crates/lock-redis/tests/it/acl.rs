@@ -20,9 +20,8 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::conformance::{self, LockFactory};
-use lock_core::{
-    AcquireOptions, DistributedLock, Lease, LeaseStatus, LockError, LockErrorCode, ReleaseOutcome,
-};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
+use lock_core::{LockError, LockErrorCode};
 use lock_redis::{RedisLock, RedisLockConfig, Refusal};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
@@ -229,7 +228,7 @@ struct IdempotencyAclUser(RedisServer);
 
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyAclUser {
-    async fn client(&self) -> Arc<dyn lock_core::IdempotencyStore> {
+    async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
         Arc::new(lock_redis::RedisIdempotencyStore::on(
             &user_client(&self.0).await,
         ))
@@ -244,7 +243,7 @@ async fn the_minimal_acl_runs_idempotent_execution() {
     set_user(&redis, &documented_acl()).await;
     let without = user_client(&redis).await;
     let store = lock_redis::RedisIdempotencyStore::on(&without);
-    use lock_core::IdempotencyStore;
+    use lock_core::idempotency::IdempotencyStore;
     let error = store
         .claim("k", &store.new_owner(), "", Duration::from_secs(5), None)
         .await

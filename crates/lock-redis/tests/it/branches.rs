@@ -13,7 +13,7 @@ use lock_core::branches::conformance::BranchesFactory;
 use lock_core::branches::{
     BranchRelease, Branches, BranchesOutcome, MasterLocks, MasterOptions, SubKey,
 };
-use lock_core::{DistributedLock, Lease};
+use lock_core::lock::{DistributedLock, Lease};
 use lock_redis::{
     BRANCH_OPEN_SCRIPT, BRANCH_REGISTER_SCRIPT, BRANCH_RELEASE_SCRIPT, BRANCH_SEAL_SCRIPT,
     RedisBranches,

@@ -7,9 +7,9 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::Lease;
 use lock_core::branches::conformance::{self, BranchesFactory};
 use lock_core::branches::{MasterLocks, MasterOptions};
+use lock_core::lock::Lease;
 use lock_redis::{RedisBranches, RedisLock, RedisLockConfig};
 use lock_testkit::{RedisCluster, command_at};
 

@@ -14,8 +14,8 @@ use std::process::Child;
 use std::time::Duration;
 
 use common::{SLACK, eventually, server};
-use lock_core::Lease;
 use lock_core::branches::{BranchToken, MasterOptions};
+use lock_core::lock::Lease;
 use lock_testkit::{RedisServer, command_at, test_child};
 use tokio::time::Instant;
 

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually};
+use lock_core::MAX_KEY_BYTES;
 use lock_core::conformance::{self, LockFactory};
-use lock_core::{AcquireOptions, DistributedLock, Lease, MAX_KEY_BYTES, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
 use lock_testkit::shared::{Shared, Taken};
@@ -204,7 +205,7 @@ struct IdempotencyOnCluster {
 
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyOnCluster {
-    async fn client(&self) -> Arc<dyn lock_core::IdempotencyStore> {
+    async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
         Arc::new(lock_redis::RedisIdempotencyStore::on(
             &client(&self.url).await,
         ))

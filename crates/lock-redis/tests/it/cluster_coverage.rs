@@ -10,7 +10,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::eventually;
-use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
 use tokio::time::Instant;

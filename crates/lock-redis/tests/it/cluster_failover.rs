@@ -12,10 +12,8 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{COMMAND_TIMEOUT, eventually};
-use lock_core::{
-    AcquireFailure, AcquireOptions, DistributedLock, Lease, LockErrorCode, LockHandle,
-    ReleaseOutcome,
-};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_core::{AcquireFailure, LockErrorCode};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
 use lock_testkit::shared::{Shared, Taken};

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lock_core::{DistributedLock, Lease, LostReason};
+use lock_core::lock::{DistributedLock, Lease, LostReason};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
 use tokio::time::Instant;

@@ -5,8 +5,8 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::DistributedLock;
-use lock_core::conformance::LockFactory;
+use lock_core::lock::DistributedLock;
+use lock_core::lock::conformance::LockFactory;
 use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Rng, SLACK, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;

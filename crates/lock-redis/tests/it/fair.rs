@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, config, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, TOMBSTONE_TTL};
 use lock_testkit::{RedisServer, test_child};
 use tokio::task::JoinHandle;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Rng, SLACK, config, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock, RedisLockConfig};
 use lock_testkit::{FaultProxy, RedisServer, test_child};
 use tokio::time::Instant;

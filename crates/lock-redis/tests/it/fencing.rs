@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, client, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome};
+use lock_core::lock::{
+    AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
+};
 use lock_redis::{RedisLock, TOMBSTONE_TTL};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{config, server};
-use lock_core::{DistributedLock, Lease};
+use lock_core::lock::{DistributedLock, Lease};
 use lock_redis::RedisLock;
 
 /// With a command timeout shorter than fred's first reconnect delay (100 to 200 ms), `connect`

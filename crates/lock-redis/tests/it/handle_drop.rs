@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
-use lock_core::{DistributedLock, Lease};
+use lock_core::lock::{DistributedLock, Lease};
 use lock_redis::RedisLock;
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{client, config, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
 use lock_redis::RedisLock;
 use lock_testkit::test_child;
 

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::{ForceReleased, LockState, RedisLock, RedisLockConfig, TOMBSTONE_TTL};
 use lock_testkit::{RedisServer, test_child};
 use tokio::time::Instant;

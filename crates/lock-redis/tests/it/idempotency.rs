@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, eventually, server};
 use lock_core::idempotency::conformance::{self, IdempotencyFactory};
-use lock_core::{
+use lock_core::idempotency::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
     IdempotencyStore, Idempotent,
 };
@@ -345,7 +345,7 @@ async fn a_paused_owner_whose_lease_ended_cannot_overwrite_the_next_owners_resul
         .unwrap();
     assert_eq!(
         replay,
-        lock_core::Idempotent::Replayed("from-the-survivor".to_owned())
+        lock_core::idempotency::Idempotent::Replayed("from-the-survivor".to_owned())
     );
 }
 

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::server;
-use lock_core::{
+use lock_core::idempotency::{
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
-    Lease, NotStored,
+    NotStored,
 };
+use lock_core::lock::Lease;
 use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
 use lock_testkit::{RedisServer, command_at};
 
@@ -114,7 +115,7 @@ async fn the_too_large_error_names_the_real_setting() {
     }
     // Through `begin`, the error says why.
     let idempotency2 = idempotency.clone();
-    let lock_core::Begun::Owner(scope) = idempotency2
+    let lock_core::idempotency::Begun::Owner(scope) = idempotency2
         .begin::<String>("adv-cap-scope", &IdempotencyOptions::new())
         .await
         .unwrap()

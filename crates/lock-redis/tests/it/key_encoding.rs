@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, config, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockErrorCode, ReleaseOutcome};
+use lock_core::LockErrorCode;
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::RedisLock;
 use tokio::time::Instant;
 

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
 use lock_core::branches::{BranchesOutcome, MasterLocks, MasterOptions};
-use lock_core::{
-    AcquireFailure, AcquireOptions, DistributedLock, Idempotency, IdempotencyError,
-    IdempotencyOptions, IdempotencySettings, Lease, LockError,
+use lock_core::idempotency::{
+    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
 };
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
+use lock_core::{AcquireFailure, LockError};
 use lock_redis::{RedisBranches, RedisFailure, RedisIdempotencyStore, RedisLock};
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;
@@ -237,7 +238,9 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
     let started = Instant::now();
     let released = lock_core::branches::Branches::release_branch(&branches, &token).await;
     assert!(released.is_err(), "{released:?}");
-    let claimed = lock_core::IdempotencyStore::claim(&store, "order-2", "me", "", LONG, None).await;
+    let claimed =
+        lock_core::idempotency::IdempotencyStore::claim(&store, "order-2", "me", "", LONG, None)
+            .await;
     assert!(
         matches!(claimed, Err(IdempotencyError::Unavailable { .. })),
         "{claimed:?}"
@@ -317,14 +320,14 @@ async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
         .begin::<u32>("order-3", &IdempotencyOptions::new())
         .await
         .unwrap();
-    let lock_core::Begun::Owner(scope) = begun else {
+    let lock_core::idempotency::Begun::Owner(scope) = begun else {
         panic!("the first call owns the key");
     };
     redis.kill().await.unwrap();
     let Err(IdempotencyError::ResultNotStored { reason, .. }) = scope.complete(&5_u32).await else {
         panic!("stored with Redis gone");
     };
-    assert_eq!(reason.kind(), lock_core::Unstored::Unconfirmed);
+    assert_eq!(reason.kind(), lock_core::idempotency::Unstored::Unconfirmed);
     let said = reason.to_string();
     assert!(!said.contains("did not run"), "{said}");
 }

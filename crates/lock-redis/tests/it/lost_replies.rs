@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 

@@ -5,7 +5,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, command_calls, delta, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::{ForceReleased, LockState};
 use tokio::time::Instant;
 

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, config, server};
-use lock_core::{DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::{ForceReleased, LockState, RedisLock};
 
 const LEASE: Lease = Lease::Fixed(Duration::from_secs(30));

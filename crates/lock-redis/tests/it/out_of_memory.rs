@@ -11,7 +11,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{client, server};
-use lock_core::{DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_frees_the_key_even_when_redis_is_at_maxmemory() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SLACK, client, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::time::Instant;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, client, command_calls, config, delta, eventually, server};
-use lock_core::{DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::{RedisLock, TOMBSTONE_TTL};
 use lock_testkit::RedisServer;
 
@@ -229,7 +229,8 @@ async fn the_holder_is_named_by_its_instance_id_in_details_and_display() {
         .unwrap();
     let held = holder.acquire(NAME, Lease::Watchdog).await.unwrap();
     assert!(held.owner().starts_with(&format!("{INSTANCE}/")));
-    let waiting = lock_core::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(300));
+    let waiting =
+        lock_core::lock::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(300));
     for err in [
         other.try_acquire(NAME, Lease::Watchdog).await.unwrap_err(),
         other.acquire_with(NAME, waiting).await.unwrap_err(),

@@ -14,7 +14,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::server;
-use lock_core::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{Rng, SLACK, client, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::RedisLock;
 use tokio::time::Instant;
 

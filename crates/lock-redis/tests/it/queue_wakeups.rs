@@ -7,7 +7,7 @@ use crate::common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{SLACK, client, command_calls, delta, eventually, one_subscriber, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use tokio::time::Instant;
 
 const KEY: &str = "queue-wakeups";

@@ -14,10 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
-use lock_core::{
-    AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
-    LockErrorCode, ReleaseOutcome,
-};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::{AcquireFailure, LockError, LockErrorCode};
 use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::{RedisServer, TestkitError};
 use tokio::time::Instant;

@@ -7,7 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually};
-use lock_core::{DistributedLock, Lease, LockErrorCode, ReleaseOutcome};
+use lock_core::LockErrorCode;
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::logs::CapturedLogs;
 

@@ -19,7 +19,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;

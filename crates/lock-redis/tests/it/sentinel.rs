@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::conformance::{self, LockFactory};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::RedisSentinel;
 use sentinel_common::{

@@ -6,7 +6,7 @@ use crate::sentinel_common;
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
 use lock_testkit::RedisSentinel;
 use sentinel_common::{config, connect, describe, value};
 

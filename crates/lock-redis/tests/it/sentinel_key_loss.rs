@@ -16,7 +16,8 @@ use crate::sentinel_common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lock_core::{DistributedLock, Lease, LockError, LostReason, ReleaseOutcome};
+use lock_core::LockError;
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::{RedisSentinel, RedisServer};
 use sentinel_common::{
@@ -117,7 +118,7 @@ async fn try_once(
     lock: &RedisLock,
     name: &str,
     ledger: &Ledger,
-) -> Result<lock_core::LockHandle, LockError> {
+) -> Result<lock_core::lock::LockHandle, LockError> {
     let result = lock.try_acquire(name, Lease::Watchdog).await;
     if let Ok(handle) = &result {
         ledger.record(handle);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::RedisLock;
 use lock_testkit::proxy::FaultProxy;
 

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, eventually, server};
-use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;

@@ -9,11 +9,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, server};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_core::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
 };
-use lock_core::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::ForceReleased;
 use lock_testkit::metrics::{CapturedMetrics, Recorded};
 

@@ -9,7 +9,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually, one_subscriber};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::{LockError, LockErrorCode};
 use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use lock_testkit::tls::TestCertificates;

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockHandle, LostReason};
+use lock_core::LockError;
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, LostReason};
 use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
 use lock_testkit::{RedisSentinel, RedisServer};
 use tokio::time::Instant;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lock_core::branches::{Branches, DisabledBranches, InMemoryBranches, MasterLocks};
-use lock_core::{DistributedLock, InMemoryLock};
+use lock_core::lock::{DistributedLock, InMemoryLock};
 use lock_redis::RedisClient;
 use lock_redis::branches::RedisBranches;
 

@@ -203,8 +203,8 @@ pub struct BranchesSection {
 impl LockSettings {
     /// The settings of idempotent execution: this section, and the lock's watchdog timeout for
     /// the in-progress lease.
-    pub fn idempotency_settings(&self) -> lock_core::IdempotencySettings {
-        lock_core::IdempotencySettings {
+    pub fn idempotency_settings(&self) -> lock_core::idempotency::IdempotencySettings {
+        lock_core::idempotency::IdempotencySettings {
             wait_time: self.idempotency.wait_time,
             result_ttl: self.idempotency.result_ttl,
             max_result_bytes: self.idempotency.max_result_bytes as usize,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use lock_core::{
+use lock_core::idempotency::{
     DisabledIdempotencyStore, Idempotency, IdempotencyStore, InMemoryIdempotencyStore,
 };
 use lock_redis::RedisClient;

@@ -17,7 +17,8 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireFailure, LockError, LockHandle};
+use lock_core::lock::LockHandle;
+use lock_core::{AcquireFailure, LockError};
 use tokio::time::Instant;
 
 use super::{Acquisition, Attempt, FIRST_RETRY, MAX_RETRY, is_transient};
