@@ -169,22 +169,6 @@ impl fmt::Display for Unguarded {
 ///
 /// [`as_str`](UnguardedReason::as_str) is the stable name, logged as `reason`, for metrics and
 /// alerts.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = DisabledLock::new("enabled = false");
-/// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
-/// match sent.unguarded().map(|unguarded| unguarded.reason()) {
-///     None => {}                                      // ran under the lock
-///     Some(UnguardedReason::WaitTimeElapsed) => {}    // contention: may have run twice
-///     Some(reason) => assert_eq!(reason.as_str(), "lock_disabled"), // or an outage
-/// }
-/// # Ok(()) }
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UnguardedReason {

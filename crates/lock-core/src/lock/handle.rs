@@ -264,27 +264,6 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
 /// background and stops renewal at once; a process about to exit calls
 /// [`DistributedLock::shutdown`](crate::DistributedLock::shutdown) last, so that such a release
 /// is not cut off.
-///
-/// # Examples
-///
-/// ```
-/// # use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, ReleaseOutcome};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// # let lock = InMemoryLock::new();
-/// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-/// assert!(handle.is_held());
-/// assert_eq!(handle.key(), "bill-run:2026-11");
-/// assert_eq!(handle.lease(), Lease::Watchdog);
-/// assert!(handle.owner().starts_with("in-memory/")); // the instance id, then this acquisition
-/// assert!(matches!(handle.status(), LeaseStatus::Held { .. }));
-/// assert_eq!((handle.hold_count(), handle.is_reentrant()), (1, false));
-/// let token = handle.fencing_token(); // pass it to the store you write to
-/// # let _ = token;
-/// // … the critical section …
-/// assert_eq!(handle.release().await?, ReleaseOutcome::Released);
-/// # Ok(()) }
-/// ```
 pub struct LockHandle {
     key: String,
     lease: Lease,
@@ -463,24 +442,6 @@ impl LockHandle {
     ///
     /// Hand it to the store the critical section writes to, and have the store reject writes
     /// with a smaller token than it has seen: that makes a paused or partitioned holder harmless.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let pod_a = InMemoryLock::new();
-    /// let pod_b = pod_a.clone(); // another client of the same lock table
-    /// let first = pod_a.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// let first_token = first.fencing_token();
-    /// drop(first);
-    ///
-    /// let second = pod_b.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// // The store rejects writes with a token below the highest it has seen.
-    /// assert!(second.fencing_token() > first_token);
-    /// # Ok(()) }
-    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }

@@ -78,18 +78,6 @@ impl Lease {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `wait`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{MAX_WAIT, validate_wait};
-///
-/// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
-/// assert!(validate_wait(MAX_WAIT).is_ok());
-/// let error = validate_wait(Duration::from_secs(2 * 3600)).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid wait 2 h: accepted: 0 to 1 h");
-/// ```
 pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
     check_duration("wait", wait, Duration::ZERO, MAX_WAIT)
 }

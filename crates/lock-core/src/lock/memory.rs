@@ -103,25 +103,6 @@ impl InMemoryLock {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] naming `wait` when out of range.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let pod_a = InMemoryLock::new();
-    /// let pod_b = pod_a.with_wait_time(Duration::ZERO)?; // same locks, never waits
-    /// assert_eq!(pod_b.wait_time(), Duration::ZERO);
-    ///
-    /// let held = pod_a.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// let error = pod_b.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
-    /// assert_eq!(error.details()["holder"], held.owner());
-    ///
-    /// assert!(pod_a.with_wait_time(Duration::from_secs(2 * 3600)).is_err()); // over 1 h
-    /// # Ok(()) }
-    /// ```
     pub fn with_wait_time(&self, wait_time: Duration) -> Result<Self, LockError> {
         validate_wait(wait_time)?;
         Ok(InMemoryLock {
@@ -149,21 +130,6 @@ impl InMemoryLock {
     ///
     /// A test hook for code that must react to a lost lease: the holder's handle turns lost
     /// ([`LostReason::Expired`]) before the key is free and waiters are woken.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let lock = InMemoryLock::new();
-    /// let held = lock.acquire("reaper", Lease::Watchdog).await.unwrap();
-    /// assert!(lock.expire("reaper"));
-    /// assert_eq!(held.lost().await, LostReason::Expired);
-    /// assert!(lock.try_acquire("reaper", Lease::Watchdog).await.is_ok());
-    /// assert!(!lock.expire("never-held"));
-    /// # }
-    /// ```
     pub fn expire(&self, key: &str) -> bool {
         let now = Instant::now();
         let mut table = self.shared.table();

@@ -137,11 +137,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///         self.inner.namespace()
     ///     }
     ///
-    ///     async fn acquire_lease(
-    ///         &self,
-    ///         key: &str,
-    ///         options: AcquireOptions,
-    ///     ) -> Result<LockHandle, LockError> {
+    ///     async fn acquire_lease(&self, key: &str, options: AcquireOptions) -> Result<LockHandle, LockError> {
     ///         self.calls.fetch_add(1, Ordering::Relaxed);
     ///         self.inner.acquire_lease(key, options).await
     ///     }
@@ -225,21 +221,6 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// # Errors
     /// As [`acquire_with`](DistributedLock::acquire_with). A held key fails at once with reason
     /// `held_by_another_owner`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// let held = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
-    ///
-    /// let error = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await.unwrap_err();
-    /// assert_eq!(error.details()["reason"], "held_by_another_owner");
-    /// assert_eq!(error.details()["holder"], held.owner());
-    /// # Ok(()) }
-    /// ```
     async fn try_acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
         self.acquire_with(key, AcquireOptions::new(lease).wait(Duration::ZERO))
             .await

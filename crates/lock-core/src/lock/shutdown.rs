@@ -16,23 +16,6 @@ use crate::lock::status::LostReason;
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a [`shutdown`](crate::DistributedLock::shutdown) did before it returned.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let forgotten = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-///
-/// let summary = lock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
-/// assert_eq!((summary.released, summary.pending, summary.failed), (1, 0, 0));
-/// assert!(summary.is_complete());
-/// assert_eq!(summary.to_string(), "1 lease(s) released, 0 still pending, 0 failed");
-/// # drop(forgotten);
-/// # Ok(()) }
-/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownSummary {

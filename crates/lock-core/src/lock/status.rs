@@ -64,22 +64,6 @@ impl fmt::Display for LostReason {
 }
 
 /// The status of one lease, as the holder's process knows it.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-/// assert!(matches!(handle.status(), LeaseStatus::Held { valid_until: Some(_) }));
-///
-/// tokio::time::sleep(Duration::from_secs(2)).await;
-/// assert_eq!(handle.status(), LeaseStatus::Lost(LostReason::Expired));
-/// # Ok(()) }
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
     /// Held until `valid_until` on the local monotonic clock, or with no deadline (`None`).
