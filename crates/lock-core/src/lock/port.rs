@@ -226,7 +226,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
             .await
     }
 
-    /// Shuts this client down before the process exits, so that no lease outlives it.
+    /// Shuts this client down before the process exits: releases its leases and grants no more.
     ///
     /// # Contract
     /// - Releases every lease the client still holds. Each handle's `lost()` fires first, with

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 #[must_use = "a release that found the lease gone means the critical section may have overlapped another holder"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// This owner still held the lock, which is now free. A
+    /// This owner still held the lock and released it. A
     /// [re-entrant](crate::LockHandle::is_reentrant) handle gave its hold back instead, and the
     /// enclosing section keeps the lease.
     Released,
@@ -39,8 +39,8 @@ pub enum ReleaseOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
-    /// The local deadline passed without a confirmed renewal, before the backend could grant the
-    /// key to anyone else.
+    /// The local deadline passed without a confirmed renewal, which is before the backend can
+    /// grant the key to anyone else.
     Expired,
     /// A renewal found the key gone or held by another owner.
     NotOwner,
