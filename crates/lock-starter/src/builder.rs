@@ -158,7 +158,7 @@ impl LockStarter {
     /// result instead of running twice (see [`Idempotency`]).
     ///
     /// Never fails: with `telco.platform.lock.enabled = false` every call runs its action (one
-    /// `WARN` says so), as the seed's services expect without Redis. With a custom lock
+    /// `WARN` says so), as services without Redis expect. With a custom lock
     /// ([`LockStarterBuilder::lock`]) and no [`idempotency_store`](LockStarterBuilder::idempotency_store),
     /// records are kept in this process only.
     ///

@@ -1,7 +1,5 @@
-//! Idempotent execution: [`Idempotency`](crate::idempotency::Idempotency) runs an action once per
-//! idempotency key and replays its result to duplicates, over the
-//! [`IdempotencyStore`](crate::idempotency::IdempotencyStore) port; the in-memory and disabled stores, the
-//! errors, telemetry, and the conformance suite every store runs.
+//! Idempotent execution: [`Idempotency`] runs an action once per key and
+//! replays its result to duplicates, over the [`IdempotencyStore`] port.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

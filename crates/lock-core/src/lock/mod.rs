@@ -1,7 +1,5 @@
-//! The lock capability: the [`DistributedLock`](crate::lock::DistributedLock) port, its handles,
-//! leases and options, the extensions every caller uses (`with_lock`, fail open, re-entry),
-//! the in-memory and disabled implementations, telemetry, and the conformance suite that
-//! every implementation runs.
+//! The distributed lock: the [`DistributedLock`] port, its handles,
+//! leases and options, and its implementations.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

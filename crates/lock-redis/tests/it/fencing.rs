@@ -391,7 +391,7 @@ async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
     drop(held);
 }
 
-/// KNOWN GAP (reported, not fixed): design.md allows the Redis clock to step back by up to the
+/// KNOWN GAP: design.md allows the Redis clock to step back by up to the
 /// tombstone TTL "also across a restart without persistence". After a step back of `s`, tokens
 /// count up from the last one and run up to `s` ahead of the clock; if the key is then lost
 /// (restart without persistence, failover, eviction) before the clock catches up, the next grant

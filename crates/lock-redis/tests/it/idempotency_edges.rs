@@ -1,5 +1,5 @@
-//! Edges of idempotent execution on a real redis-server, from an adversarial trial of what
-//! docs/idempotency.md promises: a call dropped during its claim, the result cap at and over
+//! Edges of idempotent execution on a real redis-server, against what docs/idempotency.md
+//! promises: a call dropped during its claim, the result cap at and over
 //! its limit (and the error naming the setting), `()`, `None` and big results, an unreadable
 //! stored result, bad input refused before Redis.
 
@@ -37,10 +37,10 @@ async fn cmd(redis: &RedisServer, args: &[&str]) -> String {
         .unwrap()
 }
 
-/// Probe (passes): docs: "the caller's future is dropped (request cancelled) → its record is
-/// abandoned at once". Suspected window: dropped while its claim is in flight (Redis paused),
-/// the claim could land later and create a record nobody abandons (the scope did not exist
-/// yet). On main the duplicate runs, so the window did not show here; kept as a regression.
+/// Docs: "the caller's future is dropped (request cancelled) → its record is abandoned at
+/// once". Also when it is dropped while its claim is in flight (Redis paused): the claim may
+/// land later, before any scope exists, and the record it creates is abandoned all the same,
+/// so a duplicate runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_a_call_dropped_during_its_claim_leaves_no_record() {
     let redis = server().await;
@@ -83,9 +83,8 @@ async fn adv_a_call_dropped_during_its_claim_leaves_no_record() {
     );
 }
 
-/// The cap edge passes (exactly the cap stored, one byte more not, the caller still gets it, no
-/// record left). FINDING (last assertion): `NotStored::TooLarge`'s message and docstring name
-/// `max-result-size`; the setting is `telco.platform.lock.idempotency.max-result-bytes`.
+/// The cap edge: exactly the cap is stored, one byte more is not, the caller still gets it, and
+/// no record is left. The error names the setting as both layers spell it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_too_large_error_names_the_real_setting() {
     let redis = server().await;
@@ -139,7 +138,7 @@ async fn the_too_large_error_names_the_real_setting() {
     );
 }
 
-/// Probe: `()`, `None` and a big `Vec` round-trip as replays.
+/// `()`, `None` and a big `Vec` round-trip as replays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_unit_none_and_big_vec_results_replay() {
     let redis = server().await;
@@ -185,7 +184,7 @@ async fn adv_unit_none_and_big_vec_results_replay() {
     }
 }
 
-/// Probe: a stored result that no longer decodes is `ResultUnreadable` (500), nothing runs;
+/// A stored result that no longer decodes is `ResultUnreadable` (500), nothing runs;
 /// `forget` lets the next call run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_an_unreadable_result_is_500_and_forget_recovers() {
@@ -224,7 +223,7 @@ async fn adv_an_unreadable_result_is_500_and_forget_recovers() {
     assert!(!ran.is_replay());
 }
 
-/// Probe: bad input is refused before Redis with the thing named (keys, fingerprint, durations).
+/// Bad input is refused before Redis with the thing named (keys, fingerprint, durations).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_bad_input_is_refused_naming_the_thing() {
     let redis = server().await;

@@ -12,9 +12,8 @@ use crate::config::LockSettings;
 
 /// Where the master/sub locks of a started service keep their branches, and on which lock.
 pub(crate) enum Store<'a> {
-    /// `enabled = false`: the seed's "the lock is simply skipped" — the block runs (under a lock
-    /// of this process only) and branches are not tracked (an INFO naming the switch when one
-    /// registers).
+    /// `enabled = false`: the lock is skipped. The block runs under a lock of this process
+    /// only, and branches are not tracked: each registration logs an INFO naming the switch.
     Disabled(&'a str),
     /// The builder's override, on the service's lock.
     Custom(Arc<dyn DistributedLock>, Arc<dyn Branches>),

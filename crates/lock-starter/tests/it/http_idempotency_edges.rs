@@ -1,5 +1,5 @@
-//! Edges of the `Idempotency-Key` layer, from an adversarial trial of what README.md and
-//! docs/idempotency.md promise: header values and binary bodies kept exactly (first response
+//! Edges of the `Idempotency-Key` layer, against what README.md and docs/idempotency.md
+//! promise: header values and binary bodies kept exactly (first response
 //! and replay), keys up to 512 bytes on any path, per-endpoint scoping, non-UTF-8 request
 //! bodies, 204s, pass-through methods, a panicking handler.
 
@@ -50,10 +50,9 @@ fn app_with_utf8_header(runs: Arc<AtomicU32>) -> Router {
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()))
 }
 
-/// Found by the adversarial trial (fixed): the layer rebuilds even the FIRST response from its stored form, which keeps only
-/// header values that are visible ASCII (`to_str().ok()?`): the handler's own response loses
-/// headers. Docs: "first POST/PATCH with a key → the handler's response, stored (status,
-/// headers, body)".
+/// The first response keeps a header value that is not visible ASCII, as the handler sent it.
+/// Docs: "first POST/PATCH with a key → the handler's response, stored (status, headers,
+/// body)".
 #[tokio::test]
 async fn the_first_response_keeps_a_non_ascii_header_value() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -70,7 +69,7 @@ async fn the_first_response_keeps_a_non_ascii_header_value() {
     );
 }
 
-/// Found by the adversarial trial (fixed): the same for the replay ("a retry … → the stored response").
+/// The same for the replay ("a retry … → the stored response").
 #[tokio::test]
 async fn a_replay_keeps_a_non_ascii_header_value() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -91,9 +90,8 @@ async fn a_replay_keeps_a_non_ascii_header_value() {
     );
 }
 
-/// Found by the adversarial trial: docs/idempotency.md's table said the same key on another path
-/// is 422, while keys are scoped per method and path. The scoping stands (a client key cannot
-/// collide across endpoints); the table now says so, and another path is another request.
+/// Keys are scoped per method and path, so a client key cannot collide across endpoints: the
+/// same key on another path is another request, as docs/idempotency.md's table says.
 #[tokio::test]
 async fn the_same_key_on_another_path_is_another_request() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -121,9 +119,9 @@ async fn the_same_key_on_another_path_is_another_request() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Found by the adversarial trial (fixed): the 512-byte limit is checked on the layer's internal key
-/// (`http POST /path <client key>`), not on the client's key: a 500-byte key is refused with
-/// 400 ("longer than 512 bytes") although the docs accept keys up to 512 bytes.
+/// The 512-byte limit applies to the client's key, not to the layer's internal key
+/// (`http POST /path <client key>`): a 500-byte key is accepted on a long path too, as the docs
+/// promise.
 #[tokio::test]
 async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
     let app = Router::new()
@@ -160,9 +158,8 @@ async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
     );
 }
 
-/// Found by the adversarial trial (fixed): a binary response is stored as a JSON array of numbers (`StoredBody::Bytes`,
-/// up to 4 bytes of JSON per byte), so a 400 KB binary body — well under the documented 1 MiB
-/// `max-result-bytes` — is "too large", not stored, and the retry runs the handler again.
+/// A 400 KB binary body, well under the documented 1 MiB `max-result-bytes`, is stored and
+/// replayed: the retry does not run the handler again.
 #[tokio::test]
 async fn a_400kb_binary_response_is_replayed() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -190,7 +187,7 @@ async fn a_400kb_binary_response_is_replayed() {
     assert_eq!(bytes(retry).await.len(), 400 * 1024);
 }
 
-/// Probe: a non-UTF-8 request body, echoed back; a 204 with no body; both replayed exactly.
+/// A non-UTF-8 request body, echoed back; a 204 with no body; both replayed exactly.
 #[tokio::test]
 async fn adv_non_utf8_body_and_204_replay_exactly() {
     let app = Router::new()
@@ -222,7 +219,7 @@ async fn adv_non_utf8_body_and_204_replay_exactly() {
     }
 }
 
-/// Probe: PUT and GET with a key pass through (run every time, never marked a replay).
+/// PUT and GET with a key pass through (run every time, never marked a replay).
 #[tokio::test]
 async fn adv_put_and_get_pass_through() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -252,7 +249,7 @@ async fn adv_put_and_get_pass_through() {
     assert_eq!(runs.load(Ordering::SeqCst), 4);
 }
 
-/// Probe: a handler that panics frees its key (the scope is dropped while unwinding): a retry
+/// A handler that panics frees its key (the scope is dropped while unwinding): a retry
 /// waiting up to 5 s runs the handler instead of getting 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_a_panicking_handler_frees_its_key() {
