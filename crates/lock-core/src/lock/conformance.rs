@@ -55,7 +55,7 @@ const LONG_WAIT: Duration = Duration::from_secs(30);
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use lock_core::conformance::{self, LockFactory};
+/// use lock_core::lock::conformance::{self, LockFactory};
 /// use lock_core::lock::{DistributedLock, InMemoryLock};
 ///
 /// /// Clients of one in-process lock table; a Redis factory would connect a new client each

@@ -11,7 +11,7 @@ use lock_core::lock::{
     AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
     LostReason, ReleaseOutcome,
 };
-use lock_core::telemetry::{
+use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, HOLD_SECONDS, LOST_LEASES_TOTAL, RELEASES_TOTAL,
     WAIT_SECONDS,
 };

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
-use lock_core::conformance::{self, LockFactory};
+use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
 use lock_core::{LockError, LockErrorCode};
 use lock_redis::{RedisLock, RedisLockConfig, Refusal};

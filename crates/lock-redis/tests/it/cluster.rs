@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually};
 use lock_core::MAX_KEY_BYTES;
-use lock_core::conformance::{self, LockFactory};
+use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;

@@ -20,7 +20,7 @@ use crate::sentinel_common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::conformance::{self, LockFactory};
+use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::RedisSentinel;

@@ -9,7 +9,7 @@ use crate::common;
 
 use common::{SLACK, client, server};
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
-use lock_core::telemetry::{
+use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
 };
