@@ -145,7 +145,7 @@ async fn a_master_process_killed_mid_block_leaves_records_that_expire() {
     .await;
     assert!(expired, "the crashed master's record did not expire");
     // And its watchdog lease ended: another master gets the key.
-    let (masters, _) = crate::branches::masters(&redis).await;
+    let (masters, _) = super::store::masters(&redis).await;
     let next = masters
         .with_master_lock(MASTER_KEY, Lease::Watchdog, |master| async move {
             master.invocation()

@@ -35,7 +35,7 @@ const PASSWORD: &str = "acl@Pa55:word";
 const PASSWORD_IN_URL: &str = "acl%40Pa55%3Aword";
 
 /// The paragraph of docs/design.md this test checks.
-const DESIGN: &str = include_str!("../../../../docs/design.md");
+const DESIGN: &str = include_str!("../../../../../docs/design.md");
 
 /// The lock's ACL: the rules of the backquoted `ACL SETUSER <user> …` of docs/design.md that
 /// grants `+evalsha`.
@@ -213,7 +213,7 @@ async fn the_conformance_suite_passes_as_the_minimal_acl_user() {
 
 /// The grants docs/idempotency.md adds to the lock's ACL (its backquoted `ACL SETUSER <user> …`).
 fn idempotency_acl() -> Vec<String> {
-    const DOC: &str = include_str!("../../../../docs/idempotency.md");
+    const DOC: &str = include_str!("../../../../../docs/idempotency.md");
     const MARKER: &str = "`ACL SETUSER <user> ";
     let start = DOC.find(MARKER).expect("docs/idempotency.md names its ACL") + MARKER.len();
     let end = DOC[start..]
@@ -844,7 +844,7 @@ async fn list_without_scan_fails_as_no_permission_naming_the_grant() {
 /// The master/sub locks' additions to the lock's ACL: the rules of the backquoted
 /// `ACL SETUSER <user> …` of docs/branches.md granting `+hget`.
 fn branches_acl() -> Vec<String> {
-    const BRANCHES: &str = include_str!("../../../../docs/branches.md");
+    const BRANCHES: &str = include_str!("../../../../../docs/branches.md");
     const MARKER: &str = "`ACL SETUSER <user> +hget";
     let start = BRANCHES
         .find(MARKER)

@@ -44,7 +44,7 @@ async fn starter_with(redis: &RedisServer, connection: &str, idempotency: &str) 
         .unwrap()
 }
 
-use crate::http_idempotency::Gate;
+use super::http::Gate;
 
 /// `POST /orders` answering 201 with order `O-<n>`, a session cookie and
 /// `Authentication-Info`; waits at `gate` first when one is given.
