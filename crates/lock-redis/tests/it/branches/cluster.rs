@@ -10,7 +10,7 @@ use std::time::Duration;
 use lock_core::Lease;
 use lock_core::branches::conformance::{self, BranchesFactory};
 use lock_core::branches::{MasterLocks, MasterOptions};
-use lock_redis::{RedisBranches, RedisLock, RedisLockConfig};
+use lock_redis::RedisLock;
 use lock_testkit::{RedisCluster, command_at};
 
 struct ClusterBranches {
@@ -21,12 +21,7 @@ struct ClusterBranches {
 
 impl ClusterBranches {
     async fn lock(&self) -> RedisLock {
-        let config = RedisLockConfig::new(self.url.as_str())
-            .watchdog_timeout(common::WATCHDOG)
-            .wait_time(Duration::from_secs(2))
-            .command_timeout(common::COMMAND_TIMEOUT)
-            .instance_id("cluster-pod");
-        RedisLock::connect(config).await.expect("connect")
+        common::connect(common::config_at(self.url.as_str()).instance_id("cluster-pod")).await
     }
 
     /// `args` on every master; the replies of those that answered (the others redirect).
@@ -44,9 +39,7 @@ impl ClusterBranches {
 #[async_trait::async_trait]
 impl BranchesFactory for ClusterBranches {
     async fn client(&self) -> MasterLocks {
-        let lock = self.lock().await;
-        let branches = RedisBranches::new(&lock);
-        MasterLocks::new(Arc::new(lock), Arc::new(branches))
+        common::master_locks(self.lock().await).0
     }
 
     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
@@ -96,8 +89,7 @@ async fn master_sub_locks_keep_one_slot_per_master_and_pass_the_suite_on_a_clust
     assert_eq!(factory.masters.len(), 3);
 
     let lock = factory.lock().await;
-    let branches = RedisBranches::new(&lock);
-    let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(branches.clone()));
+    let (masters, branches) = common::master_locks(lock.clone());
     for name in ["ticket:4711", "tenant-{7}:order 9", "ünï"] {
         let options = MasterOptions::new(Lease::Watchdog)
             .branch_wait(Duration::ZERO)

@@ -193,19 +193,14 @@ async fn branches_child() {
         }
     };
     let redis_url = format!("redis://{host}:{port}");
-    let lock = lock_redis::RedisLock::connect(
-        lock_redis::RedisLockConfig::new(redis_url)
+    let lock = common::connect(
+        common::default_config(redis_url)
             .watchdog_timeout(common::WATCHDOG)
             .command_timeout(common::COMMAND_TIMEOUT)
             .instance_id(role),
     )
-    .await
-    .unwrap();
-    let branches = lock_redis::RedisBranches::new(&lock);
-    let masters = lock_core::branches::MasterLocks::new(
-        std::sync::Arc::new(lock),
-        std::sync::Arc::new(branches.clone()),
-    );
+    .await;
+    let (masters, branches) = common::master_locks(lock);
     match role {
         "producer" => {
             let options = MasterOptions::new(Lease::Watchdog)

@@ -5,7 +5,6 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, command_calls, delta, eventually, server};
@@ -25,10 +24,7 @@ use tracing::instrument::WithSubscriber;
 
 /// Master locks on a new client of `redis`: a lock and the branches on its connections.
 pub(crate) async fn masters(redis: &RedisServer) -> (MasterLocks, RedisBranches) {
-    let lock = common::client(redis).await;
-    let branches = RedisBranches::new(&lock);
-    let masters = MasterLocks::new(Arc::new(lock), Arc::new(branches.clone()));
-    (masters, branches)
+    common::master_locks(common::client(redis).await)
 }
 
 /// The keys of master key `master_key`'s records on `redis`, by the documented layout.

@@ -94,7 +94,7 @@ fn user_config(redis: &RedisServer) -> RedisLockConfig {
 
 async fn user_client(redis: &RedisServer) -> RedisLock {
     let started = Instant::now();
-    let lock = RedisLock::connect(user_config(redis)).await.unwrap();
+    let lock = common::connect(user_config(redis)).await;
     // Connected, not just "keeps reconnecting": it answers at once.
     lock.ping().await.expect("PING as the ACL user");
     assert!(started.elapsed() < COMMAND_TIMEOUT * 2 + SLACK);
@@ -230,9 +230,7 @@ struct IdempotencyAclUser(RedisServer);
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyAclUser {
     async fn client(&self) -> Arc<dyn lock_core::IdempotencyStore> {
-        Arc::new(lock_redis::RedisIdempotencyStore::on(
-            &user_client(&self.0).await,
-        ))
+        Arc::new(common::idempotency_store(&user_client(&self.0).await))
     }
 }
 
@@ -243,7 +241,7 @@ async fn the_minimal_acl_runs_idempotent_execution() {
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
     let without = user_client(&redis).await;
-    let store = lock_redis::RedisIdempotencyStore::on(&without);
+    let store = common::idempotency_store(&without);
     use lock_core::IdempotencyStore;
     let error = store
         .claim("k", &store.new_owner(), "", Duration::from_secs(5), None)
@@ -282,9 +280,7 @@ async fn with_the_optional_grants_redis_refuses_nothing() {
     set_user(&primary, &rules).await;
     primary.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     {
-        let holder = RedisLock::connect(user_config(&primary).min_replicas(1))
-            .await
-            .unwrap();
+        let holder = common::connect(user_config(&primary).min_replicas(1)).await;
         let waiter = user_client(&primary).await;
         holder_waiter_round(&primary, &holder, waiter, "optional").await;
         primary.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
@@ -392,9 +388,7 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     let (primary, replica) = common::primary_with_replica().await;
     set_user(&primary, &documented_acl()).await;
     primary.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let holder = RedisLock::connect(user_config(&primary).min_replicas(1))
-        .await
-        .unwrap();
+    let holder = common::connect(user_config(&primary).min_replicas(1)).await;
     holder.ping().await.unwrap();
 
     // WAIT: the grant is reported once the replica has it.
@@ -498,13 +492,12 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
     for (case, rules, min_replicas) in cases {
         set_user(&primary, &rules).await;
         primary.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
-        let lock = RedisLock::connect(
+        let lock = common::connect(
             user_config(&primary)
                 .min_replicas(min_replicas)
                 .command_timeout(Duration::from_secs(5)),
         )
-        .await
-        .unwrap();
+        .await;
         let name = format!("no-permission-{case}");
         let wait = Duration::from_secs(2);
         let started = Instant::now();
@@ -620,13 +613,13 @@ async fn refused_on(servers: &[RedisServer]) -> BTreeSet<String> {
 
 /// Acquire, wait for a release, release and a watchdog lease on `address` as `USER`.
 async fn round_trip(address: &str, name: &str) -> Result<(), LockError> {
-    let config = RedisLockConfig::new(address)
+    let config = common::default_config(address)
         .watchdog_timeout(WATCHDOG)
         .command_timeout(Duration::from_secs(3))
         .wait_time(Duration::from_secs(5))
         .instance_id("acl-pod");
-    let holder = RedisLock::connect(config.clone()).await?;
-    let waiter = RedisLock::connect(config).await?;
+    let holder = common::try_connect(config.clone()).await?;
+    let waiter = common::try_connect(config).await?;
     let held = holder.acquire(name, Lease::Watchdog).await?;
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
@@ -686,9 +679,7 @@ async fn through_sentinel_as_the_acl_user() {
         &format!("redis-sentinel://{USER}:{PASSWORD_IN_URL}@"),
     ) + &format!("&sentinelUsername={SENTINEL_USER}&sentinelPassword=sentinel-Pa55");
     // With the documented Sentinel grant the client follows +switch-master on every Sentinel.
-    let follower = RedisLock::connect(RedisLockConfig::new(&address).instance_id("acl-pod"))
-        .await
-        .unwrap();
+    let follower = common::connect(common::default_config(&address).instance_id("acl-pod")).await;
     let subscribed = eventually(SLACK * 6, || async {
         let mut subscribed = 0;
         for node in sentinel.sentinels() {
@@ -715,11 +706,11 @@ async fn through_sentinel_as_the_acl_user() {
     // Together with the success above this shows the Sentinels are sent sentinelUsername and
     // sentinelPassword (not the data nodes' user, which does not exist there, and not nothing).
     let wrong = address.replace("sentinelPassword=sentinel-Pa55", "sentinelPassword=wrong");
-    let config = RedisLockConfig::new(&wrong)
+    let config = common::default_config(&wrong)
         .command_timeout(Duration::from_secs(1))
         .wait_time(Duration::ZERO)
         .instance_id("acl-pod");
-    let outcome = match RedisLock::connect(config).await {
+    let outcome = match common::try_connect(config).await {
         Ok(lock) => lock.acquire("sentinel", Lease::Watchdog).await.map(drop),
         Err(error) => Err(error),
     };
@@ -863,13 +854,13 @@ fn branches_acl() -> Vec<String> {
 /// harmless connect-time commands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_sub_locks_need_only_the_documented_hash_commands() {
-    use lock_core::branches::{BranchRelease, BranchesOutcome, MasterLocks, MasterOptions};
-    use lock_redis::{RedisBranches, RedisFailure};
+    use lock_core::branches::{BranchRelease, BranchesOutcome, MasterOptions};
+    use lock_redis::RedisFailure;
 
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
     let lock = user_client(&redis).await;
-    let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(RedisBranches::new(&lock)));
+    let (masters, _) = common::master_locks(lock.clone());
     let ran = std::sync::atomic::AtomicBool::new(false);
     let error = masters
         .with_master_lock("acl:branches", Lease::Watchdog, |_| async {
@@ -894,7 +885,7 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
     set_user(&redis, &rules).await;
     redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let consumer_lock = user_client(&redis).await;
-    let consumer = RedisBranches::new(&consumer_lock);
+    let consumer = common::branches(&consumer_lock);
     let (late_token, late) = tokio::sync::oneshot::channel();
     let late_consumer = tokio::spawn({
         let consumer = consumer.clone();

@@ -11,22 +11,19 @@ use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually};
+use common::{COMMAND_TIMEOUT, GENEROUS, SLACK, WATCHDOG, eventually};
 use lock_core::conformance::{self, LockFactory};
 use lock_core::{AcquireOptions, DistributedLock, Lease, MAX_KEY_BYTES, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testkit::RedisCluster;
 use lock_testkit::shared::{Shared, Taken};
+use lock_testkit::{RedisCluster, Rng, unique_suffix};
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
 /// by the last of its nine tests.
 static CLUSTER: Shared<RedisCluster> = Shared::new(9);
-
-/// A deadline for events that take milliseconds on an idle machine.
-const GENEROUS: Duration = Duration::from_secs(30);
 
 /// Takes the shared cluster, starting it on first use.
 async fn cluster() -> Taken<RedisCluster> {
@@ -55,15 +52,11 @@ async fn cluster() -> Taken<RedisCluster> {
 
 /// Client settings for the cluster: the short timeouts of the other lock-redis tests.
 fn config(url: &str) -> RedisLockConfig {
-    RedisLockConfig::new(url)
-        .watchdog_timeout(WATCHDOG)
-        .wait_time(Duration::from_secs(2))
-        .command_timeout(COMMAND_TIMEOUT)
-        .instance_id("cluster-pod")
+    common::config_at(url).instance_id("cluster-pod")
 }
 
 async fn client(url: &str) -> RedisLock {
-    RedisLock::connect(config(url)).await.expect("connect")
+    common::connect(config(url)).await
 }
 
 fn wait(lease: Lease, wait: Duration) -> AcquireOptions {
@@ -72,11 +65,7 @@ fn wait(lease: Lease, wait: Duration) -> AcquireOptions {
 
 /// `INFO commandstats` of one node as command name → calls.
 async fn calls_on(cluster: &RedisCluster, port: u16) -> HashMap<String, u64> {
-    let info = cluster
-        .cmd_on(port, &["INFO", "commandstats"])
-        .await
-        .unwrap();
-    lock_testkit::command_calls(&info)
+    cluster.command_calls_on(port).await.unwrap()
 }
 
 /// `calls_on` of every node in `ports`.
@@ -205,9 +194,7 @@ struct IdempotencyOnCluster {
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyOnCluster {
     async fn client(&self) -> Arc<dyn lock_core::IdempotencyStore> {
-        Arc::new(lock_redis::RedisIdempotencyStore::on(
-            &client(&self.url).await,
-        ))
+        Arc::new(common::idempotency_store(&client(&self.url).await))
     }
 }
 
@@ -227,23 +214,6 @@ async fn the_idempotency_conformance_suite_passes_on_the_cluster() {
 // ---------------------------------------------------------------------------------------------
 // 2. Every script's keys share one slot, whatever the name
 // ---------------------------------------------------------------------------------------------
-
-/// SplitMix64: a tiny seeded generator, so a failing name set can be reproduced from its seed.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Names that once broke (or could break) a hash tag: braces in every arrangement, tags that
 /// look empty, the encoding's escape character, spaces, unicode, the longest accepted name.
@@ -291,7 +261,7 @@ fn awkward_names() -> Vec<String> {
 }
 
 /// One random name: up to a dozen pieces, now and then a long one (up to 512 bytes).
-fn random_name(rng: &mut SplitMix64) -> String {
+fn random_name(rng: &mut Rng) -> String {
     const PIECES: &[&str] = &[
         "{", "}", "{}", "}{", "%", "%7B", "%7D", " ", "  ", ":", "-", "_", "/", "a", "b", "z", "0",
         "9", "lock", "bill-run", "ü", "ß", "é", "日本", "🔒", "\u{a0}", "\u{200b}", "{x}", "{ }",
@@ -304,7 +274,7 @@ fn random_name(rng: &mut SplitMix64) -> String {
     };
     let mut name = String::new();
     for _ in 0..pieces {
-        let piece = PIECES[rng.below(PIECES.len())];
+        let piece = PIECES[rng.index(PIECES.len())];
         if name.len() + piece.len() > MAX_KEY_BYTES {
             break;
         }
@@ -317,17 +287,8 @@ fn random_name(rng: &mut SplitMix64) -> String {
 async fn a_thousand_awkward_names_lock_and_release_in_one_slot_each_spread_over_every_master() {
     const NAMES: usize = 1000;
     const TASKS: usize = 8;
-    let seed = std::env::var("LOCK_CLUSTER_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("random lock names: seed {seed} (rerun with LOCK_CLUSTER_SEED={seed})");
-    let mut rng = SplitMix64(seed);
+    let seed = lock_testkit::seed("LOCK_CLUSTER_SEED");
+    let mut rng = Rng(seed | 1);
     let mut names = awkward_names();
     let mut seen: HashSet<String> = names.iter().cloned().collect();
     while names.len() < NAMES {
@@ -340,9 +301,7 @@ async fn a_thousand_awkward_names_lock_and_release_in_one_slot_each_spread_over_
     let cluster = cluster().await;
     let masters = cluster.masters().await.unwrap();
     // A prefix of its own: no other test's keys can collide with these names.
-    let lock = RedisLock::connect(config(&cluster.url()).key_prefix("names:"))
-        .await
-        .unwrap();
+    let lock = common::connect(config(&cluster.url()).key_prefix("names:")).await;
     let errors_before = error_stats(&cluster, &masters).await;
 
     // While held, the awkward names' keys are where the server says their slot lives, holding
@@ -464,7 +423,7 @@ async fn a_waiter_is_woken_by_a_sharded_publish_on_the_keys_master_only() {
     let cluster = cluster().await;
     let url = cluster.url();
     let (holder, waiter) = (client(&url).await, client(&url).await);
-    let name = format!("spublish-{:x}", rand_suffix());
+    let name = format!("spublish-{:x}", unique_suffix());
     let key = holder.redis_key(&name);
     let channel = holder.release_channel(&name);
     let master = cluster.node_for_key(&key).await.unwrap();
@@ -584,15 +543,6 @@ async fn cluster_bus(cluster: &RedisCluster, master: u16, replica: u16) -> (Stri
     (info(master).await.unwrap(), info(replica).await.unwrap())
 }
 
-/// A per-run suffix for lock names (names must not collide with a concurrent run's).
-fn rand_suffix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        ^ u64::from(std::process::id()) << 32
-}
-
 // ---------------------------------------------------------------------------------------------
 // 4. A waiter still wakes after its slot migrates
 // ---------------------------------------------------------------------------------------------
@@ -604,11 +554,9 @@ async fn a_waiter_wakes_and_renewals_continue_after_the_slot_migrates() {
     // The holder's watchdog renews every 667 ms: a renewal or two slowed by the migration on a
     // loaded machine must not let the lease lapse.
     let holder_watchdog = WATCHDOG * 2;
-    let holder = RedisLock::connect(config(&url).watchdog_timeout(holder_watchdog))
-        .await
-        .unwrap();
+    let holder = common::connect(config(&url).watchdog_timeout(holder_watchdog)).await;
     let waiter = client(&url).await;
-    let name = format!("migrating-{:x}", rand_suffix());
+    let name = format!("migrating-{:x}", unique_suffix());
     let key = holder.redis_key(&name);
     let channel = holder.release_channel(&name);
     let slot = cluster.slot_for_key(&key).await.unwrap();
@@ -738,7 +686,7 @@ async fn watchdog_renewal_is_one_call_per_slot_per_tick() {
     let lock = client(&cluster.url()).await;
     let masters = cluster.masters().await.unwrap();
     let map = slot_map(&cluster).await;
-    let stem = format!("batched-{:x}", rand_suffix());
+    let stem = format!("batched-{:x}", unique_suffix());
     // `n` distinct slots served by `master`.
     let slots_on = |master: u16, n: usize| {
         let mut slots = Vec::new();
@@ -827,7 +775,7 @@ async fn fair_waiters_are_granted_in_queue_order_on_every_master() {
     let mut masters_seen = BTreeSet::new();
     while masters_seen.len() < masters.len() {
         // A name on a master not tried yet.
-        let name = format!("fair-{:x}", rand_suffix());
+        let name = format!("fair-{:x}", unique_suffix());
         let queue = holder.queue_key(&name);
         let port = cluster.node_for_key(&queue).await.unwrap();
         if !masters_seen.insert(port) {

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use common::eventually;
 use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
 use tokio::time::Instant;
 
@@ -29,14 +28,13 @@ async fn a_dead_master_leaves_the_other_shards_locks_working_without_full_covera
         .expect("the cluster starts");
     let masters = cluster.masters().await.unwrap();
     let dead = masters[0];
-    let lock = RedisLock::connect(
-        RedisLockConfig::new(cluster.url())
+    let lock = common::connect(
+        common::default_config(cluster.url())
             .command_timeout(Duration::from_secs(1))
             .wait_time(Duration::ZERO)
             .instance_id("coverage"),
     )
-    .await
-    .unwrap();
+    .await;
     let (mut on_dead, mut on_live) = (None, None);
     for i in 0.. {
         let name = format!("coverage-{i}");
@@ -58,7 +56,7 @@ async fn a_dead_master_leaves_the_other_shards_locks_working_without_full_covera
     // The other masters mark it failed after the node timeout; their shards must serve locks
     // throughout (the client may need a moment to re-read the slot map).
     let others: Vec<u16> = masters[1..].to_vec();
-    let marked_failed = eventually(Duration::from_secs(60), || async {
+    let marked_failed = eventually(common::GENEROUS, || async {
         cluster
             .cmd_on(others[0], &["CLUSTER", "NODES"])
             .await

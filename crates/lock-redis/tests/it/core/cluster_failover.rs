@@ -9,16 +9,16 @@ use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, eventually};
+use common::{GENEROUS, eventually};
 use lock_core::{
     AcquireFailure, AcquireOptions, DistributedLock, Lease, LockErrorCode, LockHandle,
     ReleaseOutcome,
 };
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testkit::RedisCluster;
 use lock_testkit::shared::{Shared, Taken};
+use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
@@ -30,11 +30,6 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Watchdog timeout of the clients here: renewals every 2 s, so a lease rides out a failover of
 /// a few seconds instead of lapsing locally while the slot has no master.
 const WATCHDOG: Duration = Duration::from_secs(6);
-/// A deadline for events that take a second or two on an idle machine.
-const GENEROUS: Duration = Duration::from_secs(30);
-/// The longest a slot may refuse new grants after a failover: node timeout plus a generous few
-/// seconds (the measured times are printed).
-const RECOVERY_BOUND: Duration = Duration::from_secs(30);
 
 async fn cluster() -> Taken<RedisCluster> {
     let cluster = CLUSTER
@@ -61,23 +56,13 @@ async fn cluster() -> Taken<RedisCluster> {
 }
 
 fn config(cluster: &RedisCluster) -> RedisLockConfig {
-    RedisLockConfig::new(cluster.url())
+    common::config_at(cluster.url())
         .watchdog_timeout(WATCHDOG)
-        .wait_time(Duration::from_secs(2))
-        .command_timeout(COMMAND_TIMEOUT)
         .instance_id("failover-pod")
 }
 
 async fn client(cluster: &RedisCluster) -> RedisLock {
-    RedisLock::connect(config(cluster)).await.expect("connect")
-}
-
-fn rand_suffix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        ^ (u64::from(std::process::id()) << 32)
+    common::connect(config(cluster)).await
 }
 
 fn local_slot(key: &str) -> u16 {
@@ -135,11 +120,7 @@ async fn master_with_replica(cluster: &RedisCluster) -> (u16, u16) {
 }
 
 async fn calls_on(cluster: &RedisCluster, port: u16) -> HashMap<String, u64> {
-    let info = cluster
-        .cmd_on(port, &["INFO", "commandstats"])
-        .await
-        .unwrap();
-    lock_testkit::command_calls(&info)
+    cluster.command_calls_on(port).await.unwrap()
 }
 
 async fn shard_subscribers(cluster: &RedisCluster, port: u16, channel: &str) -> u64 {
@@ -154,11 +135,11 @@ async fn shard_subscribers(cluster: &RedisCluster, port: u16, channel: &str) -> 
 }
 
 /// Tries fresh names of the slot, one after another, until one is granted; returns how long
-/// that took from `since`. Panics after [`RECOVERY_BOUND`] past `since`.
+/// that took from `since`. Panics after [`FAILOVER`] past `since`.
 async fn first_grant_after(lock: &RedisLock, names: &mut SlotNames, since: Instant) -> Duration {
     let mut attempts = 0;
     let mut last_error = None;
-    while since.elapsed() < RECOVERY_BOUND {
+    while since.elapsed() < FAILOVER {
         attempts += 1;
         match lock
             .try_acquire(&names.next(), Lease::Fixed(Duration::from_secs(10)))
@@ -178,7 +159,7 @@ async fn first_grant_after(lock: &RedisLock, names: &mut SlotNames, since: Insta
         }
     }
     panic!(
-        "no grant on slot {} within {RECOVERY_BOUND:?} ({attempts} attempts, last error: {last_error:?})",
+        "no grant on slot {} within {FAILOVER:?} ({attempts} attempts, last error: {last_error:?})",
         names.slot
     );
 }
@@ -248,7 +229,7 @@ async fn a_manual_failover_keeps_the_lease_hands_it_to_the_waiter_after_release_
         &cluster,
         &holder,
         master,
-        &format!("manual-failover-{:x}", rand_suffix()),
+        &format!("manual-failover-{:x}", unique_suffix()),
     )
     .await;
     let key = holder.redis_key(&name);
@@ -303,7 +284,7 @@ async fn a_manual_failover_keeps_the_lease_hands_it_to_the_waiter_after_release_
         "  while failing over: {} grants, {} refusals, longest stretch without a grant {:?}, e.g. {:?}",
         probe.granted, probe.refused, probe.longest_without_grant, probe.errors
     );
-    assert!(recovered <= RECOVERY_BOUND);
+    assert!(recovered <= FAILOVER);
 
     // The holder keeps its lease across the failover — its renewals reach the new master — or,
     // had the key not survived, it would have been told through lost().
@@ -401,18 +382,17 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
     let (master, replica) = master_with_replica(&cluster).await;
     let holder = client(&cluster).await;
     let other = client(&cluster).await;
-    let strict = RedisLock::connect(
+    let strict = common::connect(
         config(&cluster)
             .min_replicas(1)
             .replica_sync_timeout(Duration::from_millis(500)),
     )
-    .await
-    .unwrap();
+    .await;
     let name = name_on(
         &cluster,
         &holder,
         master,
-        &format!("killed-master-{:x}", rand_suffix()),
+        &format!("killed-master-{:x}", unique_suffix()),
     )
     .await;
     let key = holder.redis_key(&name);
@@ -487,7 +467,7 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
     // New grants on the slot within a bounded time.
     let mut fresh = SlotNames::new(&other, slot, &format!("{name}-fresh"));
     let recovered = first_grant_after(&other, &mut fresh, killed_at).await;
-    assert!(recovered <= RECOVERY_BOUND);
+    assert!(recovered <= FAILOVER);
     stop.notify_one();
     let probe = probe.await.unwrap();
     eprintln!(

@@ -4,11 +4,12 @@
 //!
 //! Waits are on events with generous deadlines (a loaded 2-core machine), never fixed sleeps.
 
+use crate::common;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lock_core::{DistributedLock, Lease, LostReason};
-use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisCluster;
 use tokio::time::Instant;
 
@@ -26,14 +27,14 @@ async fn a_stalled_replica_costs_only_its_own_shards_leases() {
     let masters = cluster.masters().await.unwrap();
     let shard_a = masters[0];
     let replica_a = cluster.replica_of(shard_a).await.unwrap().unwrap();
-    let config = RedisLockConfig::new(cluster.url())
+    let config = common::default_config(cluster.url())
         .watchdog_timeout(Duration::from_secs(6))
         .command_timeout(Duration::from_secs(1))
         .wait_time(Duration::from_secs(2))
         .min_replicas(1)
         .replica_sync_timeout(Duration::from_secs(1))
         .instance_id("cluster-replication");
-    let lock = RedisLock::connect(config).await.unwrap();
+    let lock = common::connect(config).await;
 
     // B's key in a slot after all of A's, so a watchdog renewing slot by slot in order would
     // reach it last.
@@ -101,14 +102,13 @@ async fn a_stalled_replica_costs_only_its_own_shards_leases() {
 async fn a_single_server_address_on_a_cluster_node_says_to_use_redis_cluster() {
     let cluster = RedisCluster::start().await.expect("the cluster starts");
     let node = cluster.masters().await.unwrap()[0];
-    let lock = RedisLock::connect(
-        RedisLockConfig::new(format!("redis://127.0.0.1:{node}"))
+    let lock = common::connect(
+        common::default_config(format!("redis://127.0.0.1:{node}"))
             .command_timeout(Duration::from_secs(2))
             .wait_time(Duration::ZERO)
             .instance_id("misconfigured"),
     )
-    .await
-    .unwrap();
+    .await;
     let mut elsewhere = None;
     for i in 0.. {
         let name = format!("moved-{i}");

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::{config, server};
 use lock_core::{DistributedLock, Lease};
-use lock_redis::RedisLock;
 
 /// With a command timeout shorter than fred's first reconnect delay (100 to 200 ms), `connect`
 /// still returns connected: the first acquisition right after it is granted.
@@ -15,9 +14,7 @@ use lock_redis::RedisLock;
 async fn a_short_command_timeout_still_connects_before_the_first_acquisition() {
     let redis = server().await;
     for i in 0..10 {
-        let lock = RedisLock::connect(config(&redis).command_timeout(Duration::from_millis(50)))
-            .await
-            .unwrap();
+        let lock = common::connect(config(&redis).command_timeout(Duration::from_millis(50))).await;
         let name = format!("first-{i}");
         let handle = lock
             .try_acquire(&name, Lease::Fixed(Duration::from_secs(10)))
@@ -41,13 +38,12 @@ async fn a_connection_attempt_that_times_out_names_the_address_and_the_timeout()
         }
     });
     let address = format!("redis://:secret@127.0.0.1:{port}");
-    let lock = RedisLock::connect(
-        lock_redis::RedisLockConfig::new(&address)
+    let lock = common::connect(
+        common::default_config(&address)
             .command_timeout(Duration::from_millis(200))
             .wait_time(Duration::ZERO),
     )
-    .await
-    .unwrap();
+    .await;
     let error = lock
         .try_acquire("hung", Lease::Fixed(Duration::from_secs(10)))
         .await
@@ -71,7 +67,7 @@ async fn a_connection_attempt_that_times_out_names_the_address_and_the_timeout()
 async fn a_database_the_server_does_not_have_fails_connect_naming_the_address() {
     let redis = server().await;
     let address = format!("{}/99", redis.url().trim_end_matches('/'));
-    let error = RedisLock::connect(config(&redis).address(&address))
+    let error = common::try_connect(config(&redis).address(&address))
         .await
         .expect_err("connect succeeded with a database the server does not have");
     assert_eq!(error.details()["argument"], "address", "{error}");

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, config, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockErrorCode, ReleaseOutcome};
-use lock_redis::RedisLock;
 use tokio::time::Instant;
 
 fn names() -> Vec<String> {
@@ -41,9 +40,7 @@ fn names() -> Vec<String> {
 async fn edge_case_names_round_trip_and_wake_waiters() {
     let redis = server().await;
     let odd_instance = "pod 7/ü {x}%:H:9";
-    let holder = RedisLock::connect(config(&redis).instance_id(odd_instance))
-        .await
-        .unwrap();
+    let holder = common::connect(config(&redis).instance_id(odd_instance)).await;
     let waiter = common::client(&redis).await;
     let mut keys = HashSet::new();
     for name in names() {
@@ -134,11 +131,7 @@ async fn prefixes_keep_lock_spaces_apart() {
     let prefixes = ["lock:", "lock", "lock::", "锁%:", "lock:%7B"];
     let mut locks = Vec::new();
     for prefix in prefixes {
-        locks.push(
-            RedisLock::connect(config(&redis).key_prefix(prefix))
-                .await
-                .unwrap(),
-        );
+        locks.push(common::connect(config(&redis).key_prefix(prefix)).await);
     }
     let mut handles = Vec::new();
     for (lock, prefix) in locks.iter().zip(prefixes) {

@@ -5,16 +5,15 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
-use lock_core::branches::{BranchesOutcome, MasterLocks, MasterOptions};
+use lock_core::branches::{BranchesOutcome, MasterOptions};
 use lock_core::{
     AcquireFailure, AcquireOptions, DistributedLock, Idempotency, IdempotencyError,
     IdempotencyOptions, IdempotencySettings, Lease, LockError,
 };
-use lock_redis::{RedisBranches, RedisFailure, RedisIdempotencyStore, RedisLock};
+use lock_redis::{RedisFailure, RedisLock};
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -103,16 +102,15 @@ async fn a_fair_waiter_fails_within_a_command_timeout() {
     assert_unreachable(&error);
 }
 
-async fn idempotency(lock: &RedisLock) -> Idempotency {
-    let store = Arc::new(RedisIdempotencyStore::on(lock));
-    Idempotency::new(store, IdempotencySettings::default()).unwrap()
+fn idempotency(lock: &RedisLock) -> Idempotency {
+    common::idempotency(lock, IdempotencySettings::default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
     let mut redis = server().await;
     let owner_lock = client(&redis).await;
-    let owner = idempotency(&owner_lock).await;
+    let owner = idempotency(&owner_lock);
     let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
     let first = tokio::spawn(async move {
         owner
@@ -124,9 +122,9 @@ async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
     });
     running.recv().await.unwrap();
     let duplicate_lock = client(&redis).await;
-    let store = RedisIdempotencyStore::on(&duplicate_lock);
+    let store = common::idempotency_store(&duplicate_lock);
     let channel = format!("{}:changed", store.record_key("order-1"));
-    let duplicate = idempotency(&duplicate_lock).await;
+    let duplicate = idempotency(&duplicate_lock);
     let options = IdempotencyOptions::new().wait_time(LONG).unwrap();
     let task = tokio::spawn(async move {
         duplicate
@@ -152,9 +150,8 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
     // A watchdog lease that outlives the test's wait, so the wait ends by the lost connection
     // rather than by the lease lapsing unconfirmed (which would end it as `LeaseLost`).
     let config = common::config(&redis).watchdog_timeout(Duration::from_secs(30));
-    let lock = RedisLock::connect(config).await.unwrap();
-    let branches = RedisBranches::new(&lock);
-    let masters = MasterLocks::new(Arc::new(lock), Arc::new(branches.clone()));
+    let lock = common::connect(config).await;
+    let (masters, branches) = common::master_locks(lock);
     let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
         masters
@@ -191,13 +188,12 @@ async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
     let holder = client(&redis).await;
     let _held = holder.acquire("blip", Lease::Fixed(LONG)).await.unwrap();
     // A command timeout long enough for a restart and a reconnect on a loaded machine.
-    let waiter = RedisLock::connect(
+    let waiter = common::connect(
         common::config(&redis)
             .command_timeout(SLACK + SLACK)
             .instance_id("patient"),
     )
-    .await
-    .unwrap();
+    .await;
     let channel = waiter.release_channel("blip");
     let task = tokio::spawn(async move {
         waiter
@@ -221,11 +217,9 @@ async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
 async fn record_and_branch_operations_fail_at_once_while_disconnected() {
     let mut redis = server().await;
     let patient = Duration::from_secs(30);
-    let lock = RedisLock::connect(common::config(&redis).command_timeout(patient))
-        .await
-        .unwrap();
-    let branches = RedisBranches::new(&lock);
-    let store = RedisIdempotencyStore::on(&lock);
+    let lock = common::connect(common::config(&redis).command_timeout(patient)).await;
+    let branches = common::branches(&lock);
+    let store = common::idempotency_store(&lock);
     let token: lock_core::branches::BranchToken = "br1|9|r|ticket:7|search".parse().unwrap();
     redis.kill().await.unwrap();
     // The client learns of the loss from its connection's error.
@@ -256,10 +250,10 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
 async fn a_dropped_connection_ends_no_duplicate_wait() {
     let redis = server().await;
     let owner_lock = client(&redis).await;
-    let owner = idempotency(&owner_lock).await;
+    let owner = idempotency(&owner_lock);
     let duplicate_lock = client(&redis).await;
-    let duplicate = idempotency(&duplicate_lock).await;
-    let store = RedisIdempotencyStore::on(&duplicate_lock);
+    let duplicate = idempotency(&duplicate_lock);
+    let store = common::idempotency_store(&duplicate_lock);
     for round in 0..3 {
         let key = format!("order-blip-{round}");
         let channel = format!("{}:changed", store.record_key(&key));
@@ -312,7 +306,7 @@ async fn a_dropped_connection_ends_no_duplicate_wait() {
 async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
     let mut redis = server().await;
     let lock = client(&redis).await;
-    let idempotency = idempotency(&lock).await;
+    let idempotency = idempotency(&lock);
     let begun = idempotency
         .begin::<u32>("order-3", &IdempotencyOptions::new())
         .await

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use common::server;
 use lock_core::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
@@ -42,15 +41,14 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
     let redis = server().await;
     let proxy = blackhole_proxy(&redis).await;
     let holder = common::client(&redis).await;
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .watchdog_timeout(Duration::from_secs(1))
             .command_timeout(COMMAND_TIMEOUT)
             .wait_time(WAIT)
             .instance_id("waiter-behind-nat"),
     )
-    .await
-    .unwrap();
+    .await;
     // The command connection through the proxy is healthy.
     waiter.ping().await.unwrap();
 
@@ -106,13 +104,12 @@ async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
     let redis = server().await;
     let proxy = blackhole_proxy(&redis).await;
     let holder = common::client(&redis).await;
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(Duration::from_secs(2))
             .instance_id("waiter-behind-nat"),
     )
-    .await
-    .unwrap();
+    .await;
     waiter.ping().await.unwrap();
     let _held = holder
         .acquire("blackhole:short", Lease::Fixed(Duration::from_millis(300)))
@@ -146,13 +143,12 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     let redis = server().await;
     let proxy = blackhole_proxy(&redis).await;
     let holder = common::client(&redis).await;
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("waiter-behind-nat"),
     )
-    .await
-    .unwrap();
+    .await;
     waiter.ping().await.unwrap();
     let mut held = Vec::new();
     for i in 0..10 {

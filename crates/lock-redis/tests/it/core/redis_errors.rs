@@ -33,7 +33,7 @@ fn patient_config(redis: &RedisServer) -> RedisLockConfig {
 }
 
 async fn patient(redis: &RedisServer) -> RedisLock {
-    RedisLock::connect(patient_config(redis)).await.unwrap()
+    common::connect(patient_config(redis)).await
 }
 
 /// Runs `with_lock` on lock `name` and checks that it failed closed as an unavailable
@@ -387,7 +387,7 @@ async fn a_client_without_the_password_fails_connect_naming_noauth() {
         .start()
         .await
         .unwrap();
-    let err = RedisLock::connect(patient_config(&redis))
+    let err = common::try_connect(patient_config(&redis))
         .await
         .expect_err("connected without the password");
     assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{err}");
@@ -411,9 +411,7 @@ async fn a_user_without_acl_access_to_the_lock_keys_is_refused_as_no_permission(
         .await
         .unwrap();
     let address = redis.url().replace("redis://", "redis://locker:pw@");
-    let lock = RedisLock::connect(patient_config(&redis).address(&address))
-        .await
-        .unwrap();
+    let lock = common::connect(patient_config(&redis).address(&address)).await;
     let err = refused_acquire(&lock, "no-permission").await;
     let message = assert_refused(&err, "no_permission");
     assert!(message.starts_with("NOPERM"), "{message}");

@@ -8,15 +8,12 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually};
 use lock_core::{DistributedLock, Lease, LockErrorCode, ReleaseOutcome};
-use lock_redis::RedisLock;
 use lock_testkit::logs::CapturedLogs;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
     let (primary, replica) = common::primary_with_replica().await;
-    let lock = RedisLock::connect(common::config(&primary).min_replicas(1))
-        .await
-        .unwrap();
+    let lock = common::connect(common::config(&primary).min_replicas(1)).await;
     let before = command_calls(&primary).await;
     let handle = lock
         .acquire("replicated", Lease::Fixed(Duration::from_secs(30)))
@@ -37,13 +34,12 @@ async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
     let (primary, _replica) = common::primary_with_replica().await;
-    let lock = RedisLock::connect(
+    let lock = common::connect(
         common::config(&primary)
             .min_replicas(2)
             .replica_sync_timeout(Duration::from_millis(200)),
     )
-    .await
-    .unwrap();
+    .await;
     let err = lock
         .acquire("unreplicated", Lease::Fixed(Duration::from_secs(60)))
         .await
@@ -54,7 +50,7 @@ async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
     assert_eq!(details["requiredReplicas"], "2");
     assert_eq!(details["acknowledgedReplicas"], "1");
     // Handed back at once (not held for its 60 s lease): someone else gets it.
-    let other = RedisLock::connect(common::config(&primary)).await.unwrap();
+    let other = common::connect(common::config(&primary)).await;
     let handed_back = eventually(SLACK, || async {
         other
             .try_acquire("unreplicated", Lease::Watchdog)
@@ -68,13 +64,12 @@ async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_makes_grants_fail_closed_within_the_sync_timeout() {
     let (primary, replica) = common::primary_with_replica().await;
-    let lock = RedisLock::connect(
+    let lock = common::connect(
         common::config(&primary)
             .min_replicas(1)
             .replica_sync_timeout(Duration::from_millis(300)),
     )
-    .await
-    .unwrap();
+    .await;
     replica.pause().unwrap();
     let started = tokio::time::Instant::now();
     let err = lock.acquire("cut-off", Lease::Watchdog).await.unwrap_err();
@@ -103,8 +98,10 @@ async fn logs_of<F: std::future::Future>(f: F) -> (F::Output, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_setting() {
     let (primary, _replica) = common::primary_with_replica().await;
-    let (lock, logged) =
-        logs_of(RedisLock::connect(common::config(&primary).min_replicas(2))).await;
+    let (lock, logged) = logs_of(common::try_connect(
+        common::config(&primary).min_replicas(2),
+    ))
+    .await;
     lock.unwrap();
     assert!(
         logged.contains("min_replicas asks for more replicas")
@@ -112,8 +109,10 @@ async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_settin
         "{logged}"
     );
     // Enough replicas: no warning.
-    let (lock, logged) =
-        logs_of(RedisLock::connect(common::config(&primary).min_replicas(1))).await;
+    let (lock, logged) = logs_of(common::try_connect(
+        common::config(&primary).min_replicas(1),
+    ))
+    .await;
     lock.unwrap();
     assert!(!logged.contains("min-replicas"), "{logged}");
 }

@@ -15,6 +15,7 @@
 //!
 //! Key losses (a replica promoted without a grant) are in `sentinel_key_loss.rs`.
 
+use crate::common;
 use crate::sentinel_common;
 
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,7 @@ use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutco
 use lock_redis::RedisLock;
 use lock_testkit::RedisSentinel;
 use sentinel_common::{
-    COMMAND_TIMEOUT, GENEROUS, Ledger, LostWatch, RECOVERY, WATCHDOG, config, connect, describe,
+    COMMAND_TIMEOUT, FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, config, connect, describe,
     eventually, value,
 };
 use tokio::time::Instant;
@@ -43,12 +44,10 @@ const SUITE_WATCHDOG: Duration = Duration::from_secs(1);
 #[async_trait::async_trait]
 impl LockFactory for ThroughSentinel {
     async fn client(&self) -> Arc<dyn DistributedLock> {
-        let config = lock_redis::RedisLockConfig::new(self.url.clone())
+        let config = common::config_at(self.url.clone())
             .watchdog_timeout(SUITE_WATCHDOG)
-            .wait_time(Duration::from_secs(2))
-            .command_timeout(COMMAND_TIMEOUT)
             .instance_id("sentinel-pod");
-        Arc::new(RedisLock::connect(config).await.unwrap())
+        Arc::new(common::connect(config).await)
     }
 
     fn watchdog_timeout(&self) -> Duration {
@@ -199,7 +198,7 @@ async fn probe(lock: &RedisLock, prefix: &str, started: Instant, done: &Mutex<bo
             }
         }
         assert!(
-            started.elapsed() < GENEROUS + RECOVERY,
+            started.elapsed() < GENEROUS + FAILOVER,
             "no acquisition succeeded {:?} after the failover started; failures: {failures:?}",
             started.elapsed()
         );
@@ -236,7 +235,7 @@ async fn locks_survive(kind: Failover) {
     let watched_lost = LostWatch::start(&watched);
     for (name, owner) in [(WATCHED, watched.owner()), (FIXED, fixed.owner())] {
         let key = holder.redis_key(name);
-        let replicated = eventually(RECOVERY, || async {
+        let replicated = eventually(FAILOVER, || async {
             value(sentinel.replica(), &key).await.contains(owner)
         })
         .await;
@@ -258,7 +257,7 @@ async fn locks_survive(kind: Failover) {
         Arc::clone(&fixed),
         ledger.clone(),
     ));
-    let subscribed = eventually(RECOVERY, || async {
+    let subscribed = eventually(FAILOVER, || async {
         waiter.subscribed_channels().len() == 2
     })
     .await;
@@ -287,7 +286,7 @@ async fn locks_survive(kind: Failover) {
         probe.recovered_after, probe.unavailable_for, probe.failures
     );
     assert!(
-        probe.recovered_after <= failover_took + RECOVERY,
+        probe.recovered_after <= failover_took + FAILOVER,
         "acquisitions recovered only {:?} after the failover started (it settled after \
          {failover_took:?})",
         probe.recovered_after
@@ -304,7 +303,7 @@ async fn locks_survive(kind: Failover) {
         &holder,
         "sentinel:holder-probe",
         Lease::Fixed(Duration::from_secs(10)),
-        RECOVERY,
+        FAILOVER,
     )
     .await;
     eprintln!(
@@ -325,7 +324,7 @@ async fn locks_survive(kind: Failover) {
         ];
         let mut args = vec!["PUBSUB", "SHARDNUMSUB"];
         args.extend(channels.iter().map(String::as_str));
-        let resubscribed = eventually(RECOVERY, || async {
+        let resubscribed = eventually(FAILOVER, || async {
             // "<channel>\n<count>\n<channel>\n<count>"
             let reply = sentinel.master().cmd(&args).await.unwrap_or_default();
             reply.lines().count() == 4
@@ -346,7 +345,7 @@ async fn locks_survive(kind: Failover) {
     let redis_key = holder.redis_key(WATCHED);
     let mut last_pttl = sentinel_common::pttl(sentinel.master(), &redis_key).await;
     let mut renewed_on_new_master = false;
-    let outcome_by = Instant::now() + WATCHDOG + RECOVERY;
+    let outcome_by = Instant::now() + WATCHDOG + FAILOVER;
     while Instant::now() < outcome_by && watched_lost.fired().is_none() {
         let pttl = sentinel_common::pttl(sentinel.master(), &redis_key).await;
         if pttl > last_pttl {
@@ -529,12 +528,12 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     let held_token = held.fencing_token();
     let held_lost = LostWatch::start(&held);
     let held_key = a.redis_key(HELD);
-    let replicated = eventually(RECOVERY, || async {
+    let replicated = eventually(FAILOVER, || async {
         value(new, &held_key).await.contains(held.owner())
     })
     .await;
     assert!(replicated, "the held lease never reached the replica");
-    let on_old = eventually(RECOVERY, || async {
+    let on_old = eventually(FAILOVER, || async {
         lock_connections(old).await == Some(2)
     })
     .await;
@@ -590,7 +589,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     assert_eq!(promoted, new.port());
 
     // --- A's two connections move to the new master while the old one is still a master -----
-    let moved = eventually(RECOVERY, || async {
+    let moved = eventually(FAILOVER, || async {
         lock_connections(new).await == Some(2) && lock_connections(old).await == Some(0)
     })
     .await;
@@ -603,7 +602,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     );
     assert!(
         moved,
-        "A's connections did not move to the new master within {RECOVERY:?} (new: {:?}, old: {:?})",
+        "A's connections did not move to the new master within {FAILOVER:?} (new: {:?}, old: {:?})",
         lock_connections(new).await,
         lock_connections(old).await
     );
@@ -646,7 +645,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     eprintln!("sentinel split: contention rounds done; old master still `{old_role_after}`");
 
     // --- the watchdog lease A held across the failover: kept, or lost() before B gets it ------
-    let outcome_by = Instant::now() + WATCHDOG + RECOVERY;
+    let outcome_by = Instant::now() + WATCHDOG + FAILOVER;
     let kept = loop {
         match b
             .acquire_with(
@@ -694,7 +693,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     if kept {
         // Renewed on the new master: the PTTL goes back up at a renewal.
         let mut last = sentinel_common::pttl(new, &held_key).await;
-        let renew_by = Instant::now() + WATCHDOG + RECOVERY;
+        let renew_by = Instant::now() + WATCHDOG + FAILOVER;
         let mut renewed = false;
         while Instant::now() < renew_by && !renewed {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -741,7 +740,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
         "A does not follow all three live Sentinels as its user"
     );
     // B's subscriptions start in the background when it connects.
-    let following = eventually(RECOVERY, || async {
+    let following = eventually(FAILOVER, || async {
         users().await == 3 && followers().await == 6
     })
     .await;
@@ -752,7 +751,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
         followers().await
     );
     drop((a, b));
-    let ended = eventually(RECOVERY, || async { followers().await == 0 }).await;
+    let ended = eventually(FAILOVER, || async { followers().await == 0 }).await;
     assert!(
         ended,
         "{} subscriptions to +switch-master outlived their clients",

@@ -20,7 +20,7 @@ use lock_core::{DistributedLock, Lease, LockError, LostReason, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::{RedisSentinel, RedisServer};
 use sentinel_common::{
-    GENEROUS, Ledger, LostWatch, RECOVERY, WATCHDOG, acquire_until_granted, config, connect,
+    FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, acquire_until_granted, config, connect,
     describe, eventually, owner_of, token_of, value, wait_for_synced_replica,
 };
 use tokio::time::Instant;
@@ -63,14 +63,14 @@ async fn a_holder_whose_key_was_not_replicated_learns_it_through_lost() {
     // Another client takes the lock on the new master; the holder's next renewal (or its local
     // deadline) tells it the lease is gone.
     let (taken, took, failures) =
-        acquire_until_granted(&other, NAME, Lease::Watchdog, RECOVERY).await;
+        acquire_until_granted(&other, NAME, Lease::Watchdog, FAILOVER).await;
     let taken_at = Instant::now();
     let taken_after = taken_at - killed;
-    let (lost_at, reason) = match tokio::time::timeout(WATCHDOG + RECOVERY, handle.lost()).await {
+    let (lost_at, reason) = match tokio::time::timeout(WATCHDOG + FAILOVER, handle.lost()).await {
         Ok(reason) => (lost.fired().map_or_else(Instant::now, |(at, _)| at), reason),
         Err(_) => panic!(
             "lost() did not fire within {:?} of the failover",
-            WATCHDOG + RECOVERY
+            WATCHDOG + FAILOVER
         ),
     };
     let lost_after = lost_at - killed;
@@ -92,7 +92,7 @@ async fn a_holder_whose_key_was_not_replicated_learns_it_through_lost() {
         "{reason:?}"
     );
     assert!(
-        lost_after <= failover_took + WATCHDOG + RECOVERY,
+        lost_after <= failover_took + WATCHDOG + FAILOVER,
         "lost() fired only {lost_after:?} after the kill"
     );
     assert!(!handle.is_held());
@@ -163,7 +163,7 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
         assert_eq!(details["acknowledgedReplicas"], "0");
         // The grant the script made on the master, and then its hand-back.
         let key = b.redis_key(name);
-        let handed_back = eventually(RECOVERY, || async {
+        let handed_back = eventually(FAILOVER, || async {
             value(sentinel.master(), &key).await.starts_with("R|")
         })
         .await;
@@ -191,7 +191,7 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
     // The new master has no replica: grants keep failing closed (never granted) until one
     // acknowledges them.
     let mut seen: Vec<String> = Vec::new();
-    let until = Instant::now() + RECOVERY;
+    let until = Instant::now() + FAILOVER;
     loop {
         match try_once(&b, CUT[0], &ledger).await {
             Ok(handle) => panic!(
@@ -233,7 +233,7 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
     let mut granted = Vec::new();
     for name in CUT {
         let (handle, _, failures) =
-            acquire_until_granted(&b, name, Lease::Watchdog, RECOVERY).await;
+            acquire_until_granted(&b, name, Lease::Watchdog, FAILOVER).await;
         ledger.record(&handle);
         assert!(
             !unconfirmed.contains(&handle.fencing_token()),
@@ -320,7 +320,7 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
     let lost = LostWatch::start(&held);
     sentinel.cut_off_replica().await.expect("cut_off_replica");
     let cut = Instant::now();
-    let expired_on_replica = eventually(WATCHDOG + RECOVERY, || async {
+    let expired_on_replica = eventually(WATCHDOG + FAILOVER, || async {
         value(sentinel.replica(), &redis_key).await.is_empty()
     })
     .await;
@@ -335,7 +335,7 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
         !held.is_held(),
         "the holder still believes it holds a lease its replica's copy no longer has"
     );
-    let reason = tokio::time::timeout(RECOVERY, held.lost())
+    let reason = tokio::time::timeout(FAILOVER, held.lost())
         .await
         .expect("lost() never fired");
     assert_eq!(reason, LostReason::Expired);
@@ -364,7 +364,7 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
         wait_for_synced_replica(sentinel.master()).await,
         "the new replica never synced"
     );
-    let (next, _, failures) = acquire_until_granted(&b, NAME, Lease::Watchdog, RECOVERY).await;
+    let (next, _, failures) = acquire_until_granted(&b, NAME, Lease::Watchdog, FAILOVER).await;
     assert!(!held.is_held(), "two holders at once");
     ledger.record(&next);
     eprintln!(

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
@@ -52,14 +51,13 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
     let redis = server().await;
     let proxy = forget_first_pubsub_connection_proxy(&redis).await;
     let holder = client(&redis).await;
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .watchdog_timeout(common::WATCHDOG)
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("waiter-behind-nat"),
     )
-    .await
-    .unwrap();
+    .await;
     waiter.ping().await.unwrap();
     // The command connection and the pub/sub connection are both up.
     assert!(eventually(SLACK, || async { proxy.connections_accepted() >= 2 }).await);
@@ -105,14 +103,13 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
 async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
     let redis = server().await;
     let a = client(&redis).await;
-    let b = RedisLock::connect(
-        RedisLockConfig::new(format!("{}/0", redis.url()))
+    let b = common::connect(
+        common::default_config(format!("{}/0", redis.url()))
             .watchdog_timeout(common::WATCHDOG)
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("test-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     let b2 = b.clone();
     let nested = a
         .with_lock("spelling", Lease::Watchdog, || async move {

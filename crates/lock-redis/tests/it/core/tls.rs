@@ -82,8 +82,8 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
     let certs = TestCertificates::generate_temp().unwrap();
     let server = tls_server(&certs).await;
     let config = config_for(&server, server.tls_url()).tls_ca_file(&certs.ca);
-    let holder = RedisLock::connect(config.clone()).await.unwrap();
-    let waiter = RedisLock::connect(config).await.unwrap();
+    let holder = common::connect(config.clone()).await;
+    let waiter = common::connect(config).await;
     holder.ping().await.unwrap();
     waiter.ping().await.unwrap();
 
@@ -161,9 +161,7 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
 async fn without_the_ca_file_the_system_roots_reject_the_server_and_acquisitions_fail_closed() {
     let certs = TestCertificates::generate_temp().unwrap();
     let server = tls_server(&certs).await;
-    let client = RedisLock::connect(config_for(&server, server.tls_url()))
-        .await
-        .unwrap();
+    let client = common::connect(config_for(&server, server.tls_url())).await;
     for attempt in 0..2 {
         let error = fails_closed(&server, &client, &format!("system-roots-{attempt}")).await;
         assert_certificate_problem(&error);
@@ -176,9 +174,8 @@ async fn a_ca_file_of_another_ca_fails_closed_naming_the_certificate() {
     let certs = TestCertificates::generate_temp().unwrap();
     let other = TestCertificates::generate_temp().unwrap();
     let server = tls_server(&certs).await;
-    let client = RedisLock::connect(config_for(&server, server.tls_url()).tls_ca_file(&other.ca))
-        .await
-        .unwrap();
+    let client =
+        common::connect(config_for(&server, server.tls_url()).tls_ca_file(&other.ca)).await;
     let error = fails_closed(&server, &client, "other-ca").await;
     assert_certificate_problem(&error);
 }
@@ -206,9 +203,7 @@ async fn plain_redis_to_the_tls_port_fails_closed_in_time() {
     let certs = TestCertificates::generate_temp().unwrap();
     let server = tls_server(&certs).await;
     let plain_to_tls = format!("redis://127.0.0.1:{}", server.tls_port().unwrap());
-    let client = RedisLock::connect(config_for(&server, plain_to_tls))
-        .await
-        .unwrap();
+    let client = common::connect(config_for(&server, plain_to_tls)).await;
     for attempt in 0..2 {
         fails_closed(&server, &client, &format!("plain-to-tls-{attempt}")).await;
     }
@@ -229,9 +224,7 @@ async fn tls_to_the_plain_port_fails_closed_in_time() {
     let certs = TestCertificates::generate_temp().unwrap();
     let server = tls_server(&certs).await;
     let tls_to_plain = format!("rediss://127.0.0.1:{}", server.port());
-    let client = RedisLock::connect(config_for(&server, tls_to_plain).tls_ca_file(&certs.ca))
-        .await
-        .unwrap();
+    let client = common::connect(config_for(&server, tls_to_plain).tls_ca_file(&certs.ca)).await;
     for attempt in 0..2 {
         fails_closed(&server, &client, &format!("tls-to-plain-{attempt}")).await;
     }

@@ -13,18 +13,18 @@ use lock_core::{
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
     Lease, NotStored,
 };
-use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
+use lock_redis::{RedisIdempotencyStore, RedisLock};
 use lock_testkit::{RedisServer, command_at};
 
 async fn idempotency(
     redis: &RedisServer,
     settings: IdempotencySettings,
 ) -> (RedisLock, Idempotency, Arc<RedisIdempotencyStore>) {
-    let config = RedisLockConfig::new(redis.url())
+    let config = common::default_config(redis.url())
         .watchdog_timeout(settings.watchdog_timeout)
         .command_timeout(common::COMMAND_TIMEOUT);
-    let lock = RedisLock::connect(config).await.unwrap();
-    let store = Arc::new(RedisIdempotencyStore::on(&lock));
+    let lock = common::connect(config).await;
+    let store = Arc::new(common::idempotency_store(&lock));
     let idempotency =
         Idempotency::new(Arc::clone(&store) as Arc<dyn IdempotencyStore>, settings).unwrap();
     (lock, idempotency, store)

@@ -13,7 +13,7 @@ use lock_core::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
     IdempotencyStore, Idempotent,
 };
-use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
+use lock_redis::RedisLock;
 use lock_testkit::{ClosedPort, RedisServer, command_at, test_child};
 
 struct Redis(RedisServer);
@@ -21,7 +21,7 @@ struct Redis(RedisServer);
 #[async_trait::async_trait]
 impl IdempotencyFactory for Redis {
     async fn client(&self) -> Arc<dyn IdempotencyStore> {
-        Arc::new(RedisIdempotencyStore::on(&common::client(&self.0).await))
+        Arc::new(common::idempotency_store(&common::client(&self.0).await))
     }
 }
 
@@ -40,13 +40,13 @@ fn settings() -> IdempotencySettings {
 }
 
 async fn idempotency(url: &str, instance: &str) -> (RedisLock, Idempotency) {
-    let config = RedisLockConfig::new(url)
+    let config = common::default_config(url)
         .watchdog_timeout(WATCHDOG)
         .command_timeout(common::COMMAND_TIMEOUT)
         .instance_id(instance);
-    let lock = RedisLock::connect(config).await.unwrap();
-    let store = Arc::new(RedisIdempotencyStore::on(&lock));
-    (lock, Idempotency::new(store, settings()).unwrap())
+    let lock = common::connect(config).await;
+    let idempotency = common::idempotency(&lock, settings());
+    (lock, idempotency)
 }
 
 async fn redis_cmd(url: &str, args: &[&str]) -> String {
@@ -104,7 +104,7 @@ async fn child_ten_duplicates() {
     };
     let (_lock, idempotency) = idempotency(&url, &format!("pod-{}", std::process::id())).await;
     redis_cmd(&url, &["RPUSH", "ready", "1"]).await;
-    let go = eventually(Duration::from_secs(60), || async {
+    let go = eventually(common::GENEROUS, || async {
         redis_cmd(&url, &["GET", "go"]).await == "1"
     });
     assert!(go.await, "no go from the parent");
@@ -136,7 +136,7 @@ async fn child_ten_duplicates() {
 async fn eight_processes_of_ten_duplicates_run_the_action_once_and_all_get_its_result() {
     let redis = server().await;
     let children = spawn_children(&redis, "child_ten_duplicates", 8);
-    let ready = eventually(Duration::from_secs(60), || async {
+    let ready = eventually(common::GENEROUS, || async {
         redis.cmd(&["LLEN", "ready"]).await.unwrap() == "8"
     });
     assert!(ready.await, "the children did not all start");
@@ -205,11 +205,11 @@ async fn duplicates_in_eight_processes_get_a_failed_owners_failure_and_do_not_ru
                 .await
         })
     };
-    let store = RedisIdempotencyStore::on(&lock);
+    let store = common::idempotency_store(&lock);
     let channel = format!("{}:changed", store.record_key(FAILING));
     let children = spawn_children(&redis, "child_failing_duplicates", 8);
     // A duplicate subscribes once it has seen the owner in progress: then it waits on it.
-    let waiting = eventually(Duration::from_secs(60), || async {
+    let waiting = eventually(common::GENEROUS, || async {
         redis
             .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
             .await
@@ -273,7 +273,7 @@ fn start_owner(redis: &RedisServer) -> std::process::Child {
 }
 
 async fn started(redis: &RedisServer) {
-    let started = eventually(Duration::from_secs(60), || async {
+    let started = eventually(common::GENEROUS, || async {
         redis.cmd(&["GET", "started"]).await.unwrap() == "1"
     });
     assert!(started.await, "the owner never started its action");
@@ -369,7 +369,7 @@ async fn with_redis_down_the_action_does_not_run_and_the_call_fails_closed() {
 async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_ttl() {
     let redis = server().await;
     let lock = common::client(&redis).await;
-    let store = Arc::new(RedisIdempotencyStore::on(&lock));
+    let store = Arc::new(common::idempotency_store(&lock));
     let idempotency = Idempotency::new(store.clone(), settings()).unwrap();
     let key = "ticket-create:{tenant-7}";
     let options = IdempotencyOptions::new().fingerprint("sha256:ab").unwrap();

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Rng, SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
+use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::RedisLock;
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, Rng};
 
 /// The key a watchdog holder holds part of the time, and two keys the cancelling clients only
 /// contend for among themselves.
@@ -21,21 +21,6 @@ const ACQUISITIONS: usize = 1000;
 /// Far longer than the checks below wait: a grant left behind by a cancelled acquisition would
 /// still be held (by nobody) when they look.
 const LONG_LEASE: Duration = Duration::from_secs(60);
-
-/// DROP_SAFETY_SEED=<n> replays a run; otherwise a fresh seed, printed.
-fn seed() -> u64 {
-    let seed = std::env::var("DROP_SAFETY_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("DROP_SAFETY_SEED={seed}");
-    seed
-}
 
 #[derive(Default)]
 struct Counts {
@@ -146,7 +131,7 @@ async fn canceller(
 /// there), no key without a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
-    let seed = seed();
+    let seed = lock_testkit::seed("DROP_SAFETY_SEED");
     let redis = server().await;
     let holder_lock = client(&redis).await;
     let mut locks = Vec::new();

@@ -14,10 +14,10 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Rng, SLACK, eventually, server};
+use common::{SLACK, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
 use lock_redis::{RedisLock, RedisLockConfig};
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, Rng};
 use tokio::time::Instant;
 
 const KEYS: [&str; 2] = ["excl:a", "excl:{b}%"];
@@ -32,7 +32,7 @@ struct Hold {
 }
 
 fn config(redis: &RedisServer, n: usize) -> RedisLockConfig {
-    RedisLockConfig::new(redis.url())
+    common::default_config(redis.url())
         .watchdog_timeout(Duration::from_secs(1))
         .wait_time(Duration::from_millis(300))
         .command_timeout(Duration::from_millis(250))
@@ -192,7 +192,7 @@ async fn run(faults: bool, seed: u64) {
     let redis = Arc::new(server().await);
     let mut locks = Vec::new();
     for n in 0..3 {
-        locks.push(RedisLock::connect(config(&redis, n)).await.unwrap());
+        locks.push(common::connect(config(&redis, n)).await);
     }
     let holds = Arc::new(Mutex::new(Vec::new()));
     let stop = Instant::now() + Duration::from_secs(12);

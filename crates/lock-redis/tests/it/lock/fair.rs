@@ -29,9 +29,7 @@ fn fair(wait: Duration) -> AcquireOptions {
 }
 
 async fn fair_client(redis: &RedisServer) -> RedisLock {
-    RedisLock::connect(config(redis).fair_waiter_timeout(PLACE))
-        .await
-        .expect("connect")
+    common::connect(config(redis).fair_waiter_timeout(PLACE)).await
 }
 
 async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Rng, SLACK, config, eventually, server};
+use common::{SLACK, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock, RedisLockConfig};
-use lock_testkit::{FaultProxy, RedisServer, test_child};
+use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock};
+use lock_testkit::{FaultProxy, RedisServer, Rng, test_child};
 use tokio::time::Instant;
 
 const KEY: &str = "cdc:review";
@@ -52,7 +52,7 @@ async fn server_ms(redis: &RedisServer) -> i64 {
 async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_budget() {
     let redis = server().await;
     let command_timeout = Duration::from_secs(3);
-    let holder = RedisLock::connect(config(&redis)).await.unwrap();
+    let holder = common::connect(config(&redis)).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     // Load the fair script now, so the waiter's calls are one round trip each.
     let _ = holder
@@ -63,13 +63,12 @@ async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_bud
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(command_timeout)
             .instance_id("slow-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     // 1.3 s each way: a round trip of 2.6 s, still inside the 3 s command timeout.
     proxy.set_latency(Duration::from_millis(1300));
 
@@ -96,18 +95,17 @@ async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_bud
 async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
     let redis = server().await;
     let command_timeout = Duration::from_secs(3);
-    let holder = RedisLock::connect(config(&redis)).await.unwrap();
+    let holder = common::connect(config(&redis)).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(command_timeout)
             .instance_id("slow-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     proxy.set_latency(Duration::from_millis(1300));
     let wait = Duration::from_millis(3900);
     let started = Instant::now();
@@ -132,7 +130,7 @@ async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
 #[tokio::test]
 async fn a_leave_succeeds_when_every_other_place_has_timed_out() {
     let redis = server().await;
-    let lock = RedisLock::connect(config(&redis)).await.unwrap();
+    let lock = common::connect(config(&redis)).await;
     let (queue, timeout) = (lock.queue_key(KEY), lock.timeout_key(KEY));
     let now = server_ms(&redis).await;
     // The first waiter (alive, leaving) and a second one that died and whose place ran out
@@ -190,9 +188,7 @@ async fn a_leave_succeeds_when_every_other_place_has_timed_out() {
 async fn a_waiter_on_a_slow_link_keeps_its_place() {
     let redis = server().await;
     let place = Duration::from_millis(300);
-    let holder = RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-        .await
-        .unwrap();
+    let holder = common::connect(config(&redis).fair_waiter_timeout(place)).await;
     let _ = holder
         .acquire_with("other-key", fair(Duration::ZERO))
         .await
@@ -202,14 +198,13 @@ async fn a_waiter_on_a_slow_link_keeps_its_place() {
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let slow = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let slow = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(Duration::from_secs(2))
             .fair_waiter_timeout(place)
             .instance_id("slow-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     // A 400 ms round trip: valid settings (command timeout 2 s), but longer than the place.
     proxy.set_latency(Duration::from_millis(200));
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -229,9 +224,7 @@ async fn a_waiter_on_a_slow_link_keeps_its_place() {
     .await;
     assert!(queued);
     // A later waiter on a fast link.
-    let fast = RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-        .await
-        .unwrap();
+    let fast = common::connect(config(&redis).fair_waiter_timeout(place)).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let second = tokio::spawn({
         let (fast, order) = (fast.clone(), Arc::clone(&order));
@@ -304,14 +297,13 @@ async fn randomized_fair_stress() {
     let mut clients = Vec::new();
     for i in 0..6 {
         clients.push(
-            RedisLock::connect(
-                RedisLockConfig::new(redis.url())
+            common::connect(
+                common::default_config(redis.url())
                     .command_timeout(STRESS_CMD)
                     .fair_waiter_timeout(STRESS_PLACE)
                     .instance_id(format!("c{i}")),
             )
-            .await
-            .unwrap(),
+            .await,
         );
     }
     let queue_keys: Vec<String> = STRESS_KEYS
@@ -659,11 +651,7 @@ async fn randomized_fair_stress() {
 async fn a_redis_stall_longer_than_the_place_may_reorder_the_queue_but_fails_no_waiter() {
     let redis = server().await;
     let place = Duration::from_secs(1);
-    let mk = || async {
-        RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-            .await
-            .unwrap()
-    };
+    let mk = || async { common::connect(config(&redis).fair_waiter_timeout(place)).await };
     let holder = mk().await;
     let mut clients = Vec::new();
     for _ in 0..5 {
@@ -723,15 +711,9 @@ async fn child_fair_waiter() {
 async fn a_killed_first_waiter_holds_up_a_free_lock_for_at_most_the_documented_time() {
     let redis = server().await;
     let place = Duration::from_secs(1);
-    let holder = RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-        .await
-        .unwrap();
-    let next = RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-        .await
-        .unwrap();
-    let third = RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-        .await
-        .unwrap();
+    let holder = common::connect(config(&redis).fair_waiter_timeout(place)).await;
+    let next = common::connect(config(&redis).fair_waiter_timeout(place)).await;
+    let third = common::connect(config(&redis).fair_waiter_timeout(place)).await;
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let mut child = test_child(module_path!(), "child_fair_waiter")
         .env(CHILD_URL, redis.url())
@@ -804,16 +786,10 @@ async fn hundreds_of_waiters_on_one_key_are_granted_in_order() {
         .unwrap_or(5000);
     let place = Duration::from_millis(place_ms);
     let redis = server().await;
-    let holder = RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-        .await
-        .unwrap();
+    let holder = common::connect(config(&redis).fair_waiter_timeout(place)).await;
     let mut clients = Vec::new();
     for _ in 0..6 {
-        clients.push(
-            RedisLock::connect(config(&redis).fair_waiter_timeout(place))
-                .await
-                .unwrap(),
-        );
+        clients.push(common::connect(config(&redis).fair_waiter_timeout(place)).await);
     }
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
@@ -881,19 +857,18 @@ async fn hundreds_of_waiters_on_one_key_are_granted_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
     let redis = server().await;
-    let holder = RedisLock::connect(config(&redis)).await.unwrap();
+    let holder = common::connect(config(&redis)).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let waiter = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let waiter = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(Duration::from_secs(3))
             .fair_waiter_timeout(Duration::from_secs(6))
             .instance_id("resend-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     let task = tokio::spawn({
         let waiter = waiter.clone();
         async move {
@@ -946,23 +921,20 @@ async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_outage_keeps_the_waiters_place() {
     let redis = server().await;
-    let holder = RedisLock::connect(config(&redis)).await.unwrap();
+    let holder = common::connect(config(&redis)).await;
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
     // Fair waiter timeout 5 s (the default); a command timeout past the outage and the
     // reconnect after it, since a wait ends once the connection is lost for that long.
-    let cut_off = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let cut_off = common::connect(
+        common::default_config(proxy.url())
             .instance_id("cut-off")
             .command_timeout(Duration::from_secs(10)),
     )
-    .await
-    .unwrap();
-    let other = RedisLock::connect(RedisLockConfig::new(redis.url()).instance_id("other"))
-        .await
-        .unwrap();
+    .await;
+    let other = common::connect(common::default_config(redis.url()).instance_id("other")).await;
     let queue = holder.queue_key(KEY);
     let order = Arc::new(Mutex::new(Vec::new()));
     let spawn = |lock: RedisLock, name: &'static str| {

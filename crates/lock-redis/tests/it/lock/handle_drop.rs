@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
 use lock_core::{DistributedLock, Lease};
-use lock_redis::RedisLock;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -82,7 +81,7 @@ fn dropping_a_handle_and_the_client_after_the_runtime_is_gone_does_not_panic() {
 async fn a_client_dropped_while_redis_is_down_does_not_reconnect_later() {
     let mut redis = server().await;
     redis.kill().await.unwrap();
-    let lock = RedisLock::connect(config(&redis)).await.expect("connect");
+    let lock = common::connect(config(&redis)).await;
     drop(lock);
     // Let the drop's clean-up run, then bring Redis back on the same port.
     tokio::time::sleep(Duration::from_millis(300)).await;

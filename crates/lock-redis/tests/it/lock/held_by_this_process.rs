@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::{client, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
-use lock_redis::RedisLock;
 use lock_testkit::test_child;
 
 const KEY: &str = "bill-run:2026-11";
@@ -59,9 +58,7 @@ async fn child_holder() {
     let Ok(url) = std::env::var(CHILD_URL) else {
         return;
     };
-    let lock = RedisLock::connect(lock_redis::RedisLockConfig::new(url).instance_id("child-pod"))
-        .await
-        .unwrap();
+    let lock = common::connect(common::default_config(url).instance_id("child-pod")).await;
     let _held = lock
         .acquire(KEY, Lease::Fixed(Duration::from_secs(120)))
         .await
@@ -72,7 +69,7 @@ async fn child_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_in_another_process_is_another_owner() {
     let redis = server().await;
-    let lock = RedisLock::connect(config(&redis)).await.unwrap();
+    let lock = common::connect(config(&redis)).await;
     let mut child = test_child(module_path!(), "child_holder")
         .env(CHILD_URL, redis.url())
         .spawn()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_redis::{ForceReleased, LockState, RedisLock, RedisLockConfig, TOMBSTONE_TTL};
+use lock_redis::{ForceReleased, LockState, TOMBSTONE_TTL};
 use lock_testkit::{RedisServer, test_child};
 use tokio::time::Instant;
 
@@ -188,13 +188,12 @@ async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
 async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold() {
     const NAME: &str = "hold:unconfirmed";
     let redis = server().await;
-    let strict = RedisLock::connect(
+    let strict = common::connect(
         config(&redis)
             .min_replicas(1)
             .replica_sync_timeout(Duration::from_millis(100)),
     )
-    .await
-    .unwrap();
+    .await;
     let other = client(&redis).await;
     let options = AcquireOptions::new(Lease::Watchdog)
         .wait(Duration::ZERO)
@@ -293,9 +292,7 @@ async fn the_watchdog_does_not_renew_a_grant_with_fields_past_the_grammar() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_id_with_a_slash_is_reported_whole() {
     let redis = server().await;
-    let lock = RedisLock::connect(config(&redis).instance_id("eu-west-1/billing-7f9c"))
-        .await
-        .unwrap();
+    let lock = common::connect(config(&redis).instance_id("eu-west-1/billing-7f9c")).await;
     let _held = lock.acquire("slash", Lease::Watchdog).await.unwrap();
     match lock.status("slash").await.unwrap().state {
         LockState::Held { instance_id, .. } => assert_eq!(instance_id, "eu-west-1/billing-7f9c"),
@@ -331,13 +328,12 @@ async fn reaper_pod() {
             .await
             .unwrap()
     };
-    let lock = RedisLock::connect(
-        RedisLockConfig::new(url)
+    let lock = common::connect(
+        common::default_config(url)
             .command_timeout(common::COMMAND_TIMEOUT)
             .instance_id(pod),
     )
-    .await
-    .unwrap();
+    .await;
     redis(vec!["INCR".into(), "reaper:ready".into()]).await;
     let start_ms: u64 = loop {
         if let Ok(start) = redis(vec!["GET".into(), "reaper:start".into()])

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redis::RedisLock;
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 
 /// How long the proxy keeps a trapped connection open (swallowing the reply) before closing it:
@@ -29,15 +29,14 @@ async fn setup() -> (RedisServer, FaultProxy, RedisLock) {
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let lock = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let lock = common::connect(
+        common::default_config(proxy.url())
             .watchdog_timeout(Duration::from_secs(3))
             .command_timeout(Duration::from_secs(2))
             .wait_time(Duration::from_secs(2))
             .instance_id("retry-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     lock.ping().await.unwrap();
     (redis, proxy, lock)
 }
@@ -164,14 +163,13 @@ async fn a_grant_left_by_an_outage_is_freed_once_redis_is_back() {
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let lock = RedisLock::connect(
-        RedisLockConfig::new(proxy.url())
+    let lock = common::connect(
+        common::default_config(proxy.url())
             .command_timeout(Duration::from_millis(500))
             .wait_time(Duration::ZERO)
             .instance_id("outage-pod"),
     )
-    .await
-    .unwrap();
+    .await;
     lock.ping().await.unwrap();
     let key = lock.redis_key("outage-grant");
     arm(&proxy, "outage-grant");

@@ -90,12 +90,8 @@ async fn list_skips_a_key_under_the_prefix_that_holds_no_lock_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_with_a_custom_prefix_sees_only_its_own_locks() {
     let redis = server().await;
-    let odd = RedisLock::connect(config(&redis).key_prefix("app*[1]?:"))
-        .await
-        .unwrap();
-    let other = RedisLock::connect(config(&redis).key_prefix("appX1Y:"))
-        .await
-        .unwrap();
+    let odd = common::connect(config(&redis).key_prefix("app*[1]?:")).await;
+    let other = common::connect(config(&redis).key_prefix("appX1Y:")).await;
     let plain = client(&redis).await;
     let _a = odd.acquire("mine", LEASE).await.unwrap();
     let _b = other.acquire("theirs", LEASE).await.unwrap();

@@ -148,11 +148,7 @@ async fn owner_tokens_are_unique_per_acquisition_across_clients_sharing_an_insta
     let redis = Arc::new(server().await);
     let mut clients = Vec::new();
     for _ in 0..2 {
-        clients.push(
-            RedisLock::connect(config(&redis).instance_id(INSTANCE))
-                .await
-                .unwrap(),
-        );
+        clients.push(common::connect(config(&redis).instance_id(INSTANCE)).await);
     }
     let owners: Arc<Mutex<Vec<(usize, String)>>> = Arc::default();
     let per_task = ACQUISITIONS / (2 * TASKS_PER_CLIENT);
@@ -221,12 +217,8 @@ async fn the_holder_is_named_by_its_instance_id_in_details_and_display() {
     const NAME: &str = "owners:named";
     const INSTANCE: &str = "bill-run-7d4f9-kx2p";
     let redis = server().await;
-    let holder = RedisLock::connect(config(&redis).instance_id(INSTANCE))
-        .await
-        .unwrap();
-    let other = RedisLock::connect(config(&redis).instance_id("reaper-55b6d-qq1m"))
-        .await
-        .unwrap();
+    let holder = common::connect(config(&redis).instance_id(INSTANCE)).await;
+    let other = common::connect(config(&redis).instance_id("reaper-55b6d-qq1m")).await;
     let held = holder.acquire(NAME, Lease::Watchdog).await.unwrap();
     assert!(held.owner().starts_with(&format!("{INSTANCE}/")));
     let waiting = lock_core::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(300));

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Rng, SLACK, client, eventually, server};
+use common::{SLACK, client, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::RedisLock;
+use lock_testkit::Rng;
 use tokio::time::Instant;
 
 const KEY: &str = "queue-stress";
@@ -67,11 +68,7 @@ async fn no_lost_wake_ups_under_random_cancellation_and_barging() {
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(Mutex::new(Vec::new()));
     let cancelled = Arc::new(AtomicU64::new(0));
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("seed {seed}");
+    let seed = lock_testkit::seed("QUEUE_STRESS_SEED");
     let mut tasks = Vec::new();
     for i in 0..8u64 {
         let lock = if i < 6 { a.clone() } else { b.clone() };

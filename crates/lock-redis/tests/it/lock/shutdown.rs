@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
 use lock_core::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::RedisLock;
 use lock_testkit::proxy::FaultProxy;
 
 /// One-way latency of the proxy: the acquire script's reply is surely still on its way when the
@@ -28,11 +27,7 @@ async fn shutdown_waits_for_an_acquisition_in_flight() {
     let mut granted_before_shutdown = 0;
     for i in 0..30 {
         let name = format!("in-flight-{i}");
-        let lock = Arc::new(
-            RedisLock::connect(config(&redis).address(proxy.url()))
-                .await
-                .unwrap(),
-        );
+        let lock = Arc::new(common::connect(config(&redis).address(proxy.url())).await);
         proxy.set_latency(LATENCY);
         let key = lock.redis_key(&name);
         let fair = i % 4 == 3;
@@ -86,11 +81,7 @@ async fn an_acquisition_still_in_flight_at_the_deadline_is_pending() {
     let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
         .await
         .unwrap();
-    let lock = Arc::new(
-        RedisLock::connect(config(&redis).address(proxy.url()))
-            .await
-            .unwrap(),
-    );
+    let lock = Arc::new(common::connect(config(&redis).address(proxy.url())).await);
     let key = lock.redis_key("slow");
     proxy.set_latency(Duration::from_millis(500));
     let acquiring = {
