@@ -15,9 +15,9 @@ mod common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_core::{LockError, LockErrorCode};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_redis::RedisLockConfig;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::secrets::{
@@ -86,8 +86,8 @@ fn url_with(redis: &RedisServer, userinfo: &str) -> String {
 /// release: the lock works with `config`. Checks that both clients' connections are logged in
 /// as `user` (`CLIENT LIST`).
 async fn the_lock_works(redis: &RedisServer, config: RedisLockConfig, user: &str) {
-    let holder = RedisLock::connect(config.clone()).await.unwrap();
-    let waiter = RedisLock::connect(config.clone()).await.unwrap();
+    let holder = common::connect(config.clone()).await;
+    let waiter = common::connect(config.clone()).await;
     holder.ping().await.unwrap();
     waiter.ping().await.unwrap();
     assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
@@ -155,7 +155,7 @@ async fn a_password_alone_authenticates_against_requirepass() {
 /// `NOPERM`) and the address with its password as `***`, and shows no secret.
 async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
     let started = Instant::now();
-    let error = RedisLock::connect(config.clone())
+    let error = common::try_connect(config.clone())
         .await
         .expect_err("connected with credentials Redis refuses");
     assert!(
@@ -201,7 +201,7 @@ async fn a_user_refused_a_connect_command_fails_connect_naming_noperm() {
         .unwrap();
     let address = format!("{}/1", url_with(&redis, &format!("{USER}:{PASSWORD}")));
     connect_fails_naming(common::config(&redis).address(&address), "NOPERM").await;
-    let error = RedisLock::connect(common::config(&redis).address(address))
+    let error = common::try_connect(common::config(&redis).address(address))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("+select"), "{error}");
@@ -276,9 +276,9 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         ),
     ];
     for address in rejected {
-        let config = RedisLockConfig::new(&address).instance_id("test-pod");
+        let config = common::default_config(&address).instance_id("test-pod");
         assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
-        match RedisLock::connect(config).await {
+        match common::try_connect(config).await {
             Err(error) => {
                 assert_lock_error_has_no_secret(&error);
                 eprintln!("{error}");
@@ -297,12 +297,12 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         ),
     ];
     for address in unreachable {
-        let config = RedisLockConfig::new(&address)
+        let config = common::default_config(&address)
             .instance_id("test-pod")
             .command_timeout(Duration::from_millis(500));
         assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
         assert_no_secret("the redacted address", &config.redacted_address());
-        let lock = RedisLock::connect(config).await.unwrap();
+        let lock = common::connect(config).await;
         assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));
         assert_no_secret("the namespace", lock.namespace());
         let error = lock

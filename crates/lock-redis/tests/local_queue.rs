@@ -276,7 +276,7 @@ async fn queued_waiters_outlive_a_short_outage() {
     let mut redis = server().await;
     // A command timeout well past the outage below, on a loaded machine too.
     let config = common::config(&redis).command_timeout(Duration::from_secs(15));
-    let lock = RedisLock::connect(config).await.unwrap();
+    let lock = common::connect(config).await;
     let held = lock.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let tasks = queue_waiters(&lock, 0..3, &order).await;
