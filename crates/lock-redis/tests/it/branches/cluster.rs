@@ -9,12 +9,7 @@ use std::time::Duration;
 
 use lock_core::branches::conformance::{self, BranchesFactory};
 use lock_core::branches::{MasterLocks, MasterOptions};
-<<<<<<< HEAD:crates/lock-redis/tests/it/branches_cluster.rs
-use lock_core::lock::Lease;
-use lock_redis::{RedisBranches, RedisLock, RedisLockConfig};
-=======
 use lock_redis::RedisLock;
->>>>>>> h/tests:crates/lock-redis/tests/it/branches/cluster.rs
 use lock_testkit::{RedisCluster, command_at};
 
 struct ClusterBranches {

@@ -228,15 +228,8 @@ struct IdempotencyAclUser(RedisServer);
 
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyAclUser {
-<<<<<<< HEAD:crates/lock-redis/tests/it/acl.rs
-    async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
-        Arc::new(lock_redis::RedisIdempotencyStore::on(
-            &user_client(&self.0).await,
-        ))
-=======
     async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
         Arc::new(common::idempotency_store(&user_client(&self.0).await))
->>>>>>> h/tests:crates/lock-redis/tests/it/core/acl.rs
     }
 }
 
@@ -247,13 +240,8 @@ async fn the_minimal_acl_runs_idempotent_execution() {
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
     let without = user_client(&redis).await;
-<<<<<<< HEAD:crates/lock-redis/tests/it/acl.rs
-    let store = lock_redis::RedisIdempotencyStore::on(&without);
-    use lock_core::idempotency::IdempotencyStore;
-=======
     let store = common::idempotency_store(&without);
     use lock_core::idempotency::IdempotencyStore;
->>>>>>> h/tests:crates/lock-redis/tests/it/core/acl.rs
     let error = store
         .claim("k", &store.new_owner(), "", Duration::from_secs(5), None)
         .await

@@ -13,17 +13,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/cluster.rs
-use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually};
-use lock_core::MAX_KEY_BYTES;
-use lock_core::lock::conformance::{self, LockFactory};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-=======
 use common::{COMMAND_TIMEOUT, GENEROUS, SLACK, WATCHDOG, eventually};
 use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::MAX_KEY_BYTES;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/cluster.rs
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{RedisCluster, Rng, unique_suffix};
@@ -201,15 +194,8 @@ struct IdempotencyOnCluster {
 
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyOnCluster {
-<<<<<<< HEAD:crates/lock-redis/tests/it/cluster.rs
-    async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
-        Arc::new(lock_redis::RedisIdempotencyStore::on(
-            &client(&self.url).await,
-        ))
-=======
     async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
         Arc::new(common::idempotency_store(&client(&self.url).await))
->>>>>>> h/tests:crates/lock-redis/tests/it/core/cluster.rs
     }
 }
 

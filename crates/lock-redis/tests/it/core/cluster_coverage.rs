@@ -10,12 +10,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::eventually;
-<<<<<<< HEAD:crates/lock-redis/tests/it/cluster_coverage.rs
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
-=======
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/cluster_coverage.rs
 use lock_testkit::RedisCluster;
 use tokio::time::Instant;
 

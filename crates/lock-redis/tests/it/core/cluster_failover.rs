@@ -11,15 +11,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/cluster_failover.rs
-use common::{COMMAND_TIMEOUT, eventually};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_core::{AcquireFailure, LockErrorCode};
-=======
 use common::{GENEROUS, eventually};
 use lock_core::{AcquireFailure, LockErrorCode};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/cluster_failover.rs
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};

@@ -9,12 +9,7 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/cluster_replication.rs
 use lock_core::lock::{DistributedLock, Lease, LostReason};
-use lock_redis::{RedisLock, RedisLockConfig};
-=======
-use lock_core::lock::{DistributedLock, Lease, LostReason};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/cluster_replication.rs
 use lock_testkit::RedisCluster;
 use tokio::time::Instant;
 

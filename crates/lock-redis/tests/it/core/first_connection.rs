@@ -6,12 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{config, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/first_connection.rs
 use lock_core::lock::{DistributedLock, Lease};
-use lock_redis::RedisLock;
-=======
-use lock_core::lock::{DistributedLock, Lease};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/first_connection.rs
 
 /// With a command timeout shorter than fred's first reconnect delay (100 to 200 ms), `connect`
 /// still returns connected: the first acquisition right after it is granted.

@@ -7,14 +7,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, config, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/key_encoding.rs
 use lock_core::LockErrorCode;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::RedisLock;
-=======
-use lock_core::LockErrorCode;
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/key_encoding.rs
 use tokio::time::Instant;
 
 fn names() -> Vec<String> {

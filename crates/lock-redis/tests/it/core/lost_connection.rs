@@ -8,21 +8,11 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/lost_connection.rs
-use lock_core::branches::{BranchesOutcome, MasterLocks, MasterOptions};
-use lock_core::idempotency::{
-    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
-};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_core::{AcquireFailure, LockError};
-use lock_redis::{RedisBranches, RedisFailure, RedisIdempotencyStore, RedisLock};
-=======
 use lock_core::branches::{BranchesOutcome, MasterOptions};
 use lock_core::{AcquireFailure, LockError};
 use lock_core::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::{RedisFailure, RedisLock};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/lost_connection.rs
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

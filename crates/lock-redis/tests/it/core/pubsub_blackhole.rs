@@ -14,12 +14,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::server;
-<<<<<<< HEAD:crates/lock-redis/tests/it/pubsub_blackhole.rs
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::{RedisLock, RedisLockConfig};
-=======
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/pubsub_blackhole.rs
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 

@@ -7,14 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually};
-<<<<<<< HEAD:crates/lock-redis/tests/it/replication.rs
 use lock_core::LockErrorCode;
 use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::RedisLock;
-=======
-use lock_core::LockErrorCode;
-use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/replication.rs
 use lock_testkit::logs::CapturedLogs;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

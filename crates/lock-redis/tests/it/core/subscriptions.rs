@@ -6,12 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, eventually, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/subscriptions.rs
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
-=======
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/core/subscriptions.rs
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 

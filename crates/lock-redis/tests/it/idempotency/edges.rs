@@ -13,12 +13,7 @@ use lock_core::idempotency::{
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
     NotStored,
 };
-<<<<<<< HEAD:crates/lock-redis/tests/it/idempotency_edges.rs
-use lock_core::lock::Lease;
-use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
-=======
 use lock_redis::{RedisIdempotencyStore, RedisLock};
->>>>>>> h/tests:crates/lock-redis/tests/it/idempotency/edges.rs
 use lock_testkit::{RedisServer, command_at};
 
 async fn idempotency(

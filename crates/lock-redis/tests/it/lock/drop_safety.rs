@@ -8,13 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/drop_safety.rs
-use common::{Rng, SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
-=======
 use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/drop_safety.rs
 use lock_redis::RedisLock;
 use lock_testkit::{RedisServer, Rng};
 

@@ -14,13 +14,8 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/exclusion_under_faults.rs
-use common::{Rng, SLACK, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
-=======
 use common::{SLACK, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/exclusion_under_faults.rs
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{RedisServer, Rng};
 use tokio::time::Instant;

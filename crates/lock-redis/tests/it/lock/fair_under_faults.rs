@@ -11,17 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/fair_under_faults.rs
-use common::{Rng, SLACK, config, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock, RedisLockConfig};
-use lock_testkit::{FaultProxy, RedisServer, test_child};
-=======
 use common::{SLACK, config, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock};
 use lock_testkit::{FaultProxy, RedisServer, Rng, test_child};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/fair_under_faults.rs
 use tokio::time::Instant;
 
 const KEY: &str = "cdc:review";

@@ -6,12 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/handle_drop.rs
 use lock_core::lock::{DistributedLock, Lease};
-use lock_redis::RedisLock;
-=======
-use lock_core::lock::{DistributedLock, Lease};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/handle_drop.rs
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

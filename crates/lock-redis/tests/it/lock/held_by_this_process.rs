@@ -8,12 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{client, config, eventually, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/held_by_this_process.rs
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
-use lock_redis::RedisLock;
-=======
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/held_by_this_process.rs
 use lock_testkit::test_child;
 
 const KEY: &str = "bill-run:2026-11";

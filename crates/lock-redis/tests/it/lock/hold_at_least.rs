@@ -8,13 +8,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/hold_at_least.rs
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_redis::{ForceReleased, LockState, RedisLock, RedisLockConfig, TOMBSTONE_TTL};
-=======
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::{ForceReleased, LockState, TOMBSTONE_TTL};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/hold_at_least.rs
 use lock_testkit::{RedisServer, test_child};
 use tokio::time::Instant;
 

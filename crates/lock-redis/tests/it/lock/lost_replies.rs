@@ -7,13 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/lost_replies.rs
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
-=======
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::RedisLock;
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/lost_replies.rs
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 
 /// How long the proxy keeps a trapped connection open (swallowing the reply) before closing it:

@@ -10,13 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-<<<<<<< HEAD:crates/lock-redis/tests/it/queue_stress.rs
-use common::{Rng, SLACK, client, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-=======
 use common::{SLACK, client, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/queue_stress.rs
 use lock_redis::RedisLock;
 use lock_testkit::Rng;
 use tokio::time::Instant;

@@ -7,12 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
-<<<<<<< HEAD:crates/lock-redis/tests/it/shutdown.rs
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::RedisLock;
-=======
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
->>>>>>> h/tests:crates/lock-redis/tests/it/lock/shutdown.rs
 use lock_testkit::proxy::FaultProxy;
 
 /// One-way latency of the proxy: the acquire script's reply is surely still on its way when the
