@@ -15,7 +15,8 @@ use lock_core::LockErrorCode;
 use lock_core::lock::{
     AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
 };
-use lock_redis::{RedisFailure, RedisLock};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tokio::time::Instant;
@@ -602,7 +603,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
     }
     assert!(
         eventually(SLACK, || async {
-            waiter.subscribed_channels().is_empty()
+            waiter.client().subscribed_channels().is_empty()
                 && redis
                     .cmd(&["PUBSUB", "SHARDCHANNELS"])
                     .await
@@ -611,7 +612,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
         })
         .await,
         "subscriptions left: {:?}",
-        waiter.subscribed_channels()
+        waiter.client().subscribed_channels()
     );
     assert!(held.is_held());
     drop(held);

@@ -2,7 +2,7 @@
 //! (`requirepass`), also over TLS; a wrong or missing password, or a user refused a command the
 //! connection set-up sends, fails `connect` as a configuration error saying so (`WRONGPASS` /
 //! `NOAUTH` / `NOPERM`) and naming the address. In every case no password ever shows — not in an error's `Display`,
-//! `Debug` or `details()`, not in the `Debug` of `RedisLockConfig` or `RedisLock`, and not in
+//! `Debug` or `details()`, not in the `Debug` of `Setup` or `RedisLock`, and not in
 //! anything logged at `TRACE`, the lock's own `tracing` events and the Redis client's (fred
 //! logs with the `log` crate; the subscriber below bridges it into the same capture).
 //!
@@ -12,12 +12,12 @@
 
 mod common;
 
+use crate::common::Setup;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
-use lock_core::{LockError, LockErrorCode};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::RedisLockConfig;
+use lock_core::{LockError, LockErrorCode};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::secrets::{
@@ -85,12 +85,12 @@ fn url_with(redis: &RedisServer, userinfo: &str) -> String {
 /// Acquire, a second client waiting on the release (pub/sub connection authenticated too),
 /// release: the lock works with `config`. Checks that both clients' connections are logged in
 /// as `user` (`CLIENT LIST`).
-async fn the_lock_works(redis: &RedisServer, config: RedisLockConfig, user: &str) {
+async fn the_lock_works(redis: &RedisServer, config: Setup, user: &str) {
     let holder = common::connect(config.clone()).await;
     let waiter = common::connect(config.clone()).await;
-    holder.ping().await.unwrap();
-    waiter.ping().await.unwrap();
-    assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+    holder.client().ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
+    assert_no_secret("Setup's Debug", &format!("{config:?}"));
     assert_no_secret("RedisLock's Debug", &format!("{holder:?}"));
     assert_no_secret("the config's redacted address", &config.redacted_address());
     assert_no_secret("the namespace", holder.namespace());
@@ -153,7 +153,7 @@ async fn a_password_alone_authenticates_against_requirepass() {
 /// refused credentials are a configuration error (`LOCK_INVALID_ARGUMENT` naming
 /// `address`), not an outage. The error names `expected` (`WRONGPASS`, `NOAUTH`,
 /// `NOPERM`) and the address with its password as `***`, and shows no secret.
-async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
+async fn connect_fails_naming(config: Setup, expected: &str) {
     let started = Instant::now();
     let error = common::try_connect(config.clone())
         .await
@@ -277,13 +277,13 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
     ];
     for address in rejected {
         let config = common::default_config(&address).instance_id("test-pod");
-        assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+        assert_no_secret("Setup's Debug", &format!("{config:?}"));
         match common::try_connect(config).await {
             Err(error) => {
                 assert_lock_error_has_no_secret(&error);
                 eprintln!("{error}");
             }
-            Ok(lock) => panic!("{} was accepted", lock.config().redacted_address()),
+            Ok(lock) => panic!("{} was accepted", lock.client().config().redacted_address()),
         }
     }
     let unreachable = [
@@ -300,7 +300,7 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         let config = common::default_config(&address)
             .instance_id("test-pod")
             .command_timeout(Duration::from_millis(500));
-        assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+        assert_no_secret("Setup's Debug", &format!("{config:?}"));
         assert_no_secret("the redacted address", &config.redacted_address());
         let lock = common::connect(config).await;
         assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{SLACK, client, command_calls, delta, eventually, one_subscriber, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

@@ -97,12 +97,17 @@ pub use health::{Health, HealthStatus};
 
 /// The distributed lock: mutual exclusion per key across processes (see [`DistributedLock`](lock::DistributedLock)).
 pub mod lock {
+    /// The conformance suite for an implementation of your own (feature `conformance`).
+    #[cfg(feature = "conformance")]
+    pub use lock_core::lock::conformance;
     pub use lock_core::lock::{
         AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease,
         LeaseStatus, LockHandle, LostReason, ReleaseOutcome, ShutdownSummary, Unguarded,
         UnguardedReason,
     };
     pub use lock_core::{AcquireFailure, LockError, LockErrorCode};
+    #[cfg(feature = "conformance")]
+    pub use lock_core::{conformance_checks, conformance_tests};
     pub(crate) mod wiring;
 
     /// Defaults and accepted ranges of leases, wait times and keys.
@@ -129,9 +134,9 @@ pub mod idempotency {
 /// [`LockStarter::master_locks`](crate::LockStarter::master_locks) and `docs/branches.md`).
 pub mod branches {
     pub use lock_core::branches::{
-        BRANCH_TOKEN_HEADER, BranchError, BranchErrorCode, BranchToken, Branches, BranchesOutcome,
-        InMemoryBranches, InvalidBranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
-        SubKey,
+        BRANCH_TOKEN_HEADER, BranchError, BranchErrorCode, BranchRelease, BranchToken, Branches,
+        BranchesOutcome, InMemoryBranches, InvalidBranchToken, Master, MasterLocks, MasterOptions,
+        MasterOutcome, SubKey,
     };
     pub(crate) mod wiring;
 }

@@ -9,7 +9,10 @@ use std::time::Duration;
 use lock_core::LockError;
 use lock_core::branches::MasterLocks;
 use lock_core::idempotency::{Idempotency, IdempotencySettings};
-use lock_redis::{RedisBranches, RedisFailure, RedisIdempotencyStore, RedisLock, RedisLockConfig};
+use lock_redis::branches::RedisBranches;
+use lock_redis::idempotency::RedisIdempotencyStore;
+use lock_redis::lock::{RedisLock, RedisLockConfig};
+use lock_redis::{RedisClient, RedisConfig, RedisFailure};
 use lock_testkit::RedisServer;
 
 /// Watchdog timeout of test clients: short, so renewal and expiry happen within seconds.
@@ -43,13 +46,88 @@ pub async fn primary_with_replica() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// A client's and its lock's settings in one chain, as the tests set them.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub redis: RedisConfig,
+    pub lock: RedisLockConfig,
+}
+
+impl Setup {
+    pub fn new(address: impl Into<String>) -> Self {
+        Setup {
+            redis: RedisConfig::new(address),
+            lock: RedisLockConfig::default(),
+        }
+    }
+
+    pub fn address(self, address: impl Into<String>) -> Self {
+        self.client(|c| c.address(address))
+    }
+
+    pub fn command_timeout(self, timeout: Duration) -> Self {
+        self.client(|c| c.command_timeout(timeout))
+    }
+
+    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
+        self.client(|c| c.key_prefix(prefix))
+    }
+
+    pub fn instance_id(self, id: impl Into<String>) -> Self {
+        self.client(|c| c.instance_id(id))
+    }
+
+    pub fn tls_ca_file(self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.client(|c| c.tls_ca_file(path))
+    }
+
+    pub fn wait_time(self, wait: Duration) -> Self {
+        self.locks(|l| l.wait_time(wait))
+    }
+
+    pub fn watchdog_timeout(self, timeout: Duration) -> Self {
+        self.locks(|l| l.watchdog_timeout(timeout))
+    }
+
+    pub fn min_replicas(self, replicas: u32) -> Self {
+        self.locks(|l| l.min_replicas(replicas))
+    }
+
+    pub fn replica_sync_timeout(self, timeout: Duration) -> Self {
+        self.locks(|l| l.replica_sync_timeout(timeout))
+    }
+
+    pub fn fair_waiter_timeout(self, timeout: Duration) -> Self {
+        self.locks(|l| l.fair_waiter_timeout(timeout))
+    }
+
+    pub fn redacted_address(&self) -> String {
+        self.redis.redacted_address()
+    }
+
+    pub fn validate(&self) -> Result<(), LockError> {
+        self.redis.validate()?;
+        self.lock.validate()
+    }
+
+    fn client(mut self, set: impl FnOnce(RedisConfig) -> RedisConfig) -> Self {
+        self.redis = set(self.redis);
+        self
+    }
+
+    fn locks(mut self, set: impl FnOnce(RedisLockConfig) -> RedisLockConfig) -> Self {
+        self.lock = set(self.lock);
+        self
+    }
+}
+
 /// The library's default settings for the Redis at `address`.
-pub fn default_config(address: impl Into<String>) -> RedisLockConfig {
-    RedisLockConfig::new(address)
+pub fn default_config(address: impl Into<String>) -> Setup {
+    Setup::new(address)
 }
 
 /// Test settings for the Redis at `address`: short watchdog and command timeouts, a 2 s wait.
-pub fn config_at(address: impl Into<String>) -> RedisLockConfig {
+pub fn config_at(address: impl Into<String>) -> Setup {
     default_config(address)
         .watchdog_timeout(WATCHDOG)
         .wait_time(Duration::from_secs(2))
@@ -58,17 +136,18 @@ pub fn config_at(address: impl Into<String>) -> RedisLockConfig {
 }
 
 /// Test settings for `server`.
-pub fn config(server: &RedisServer) -> RedisLockConfig {
+pub fn config(server: &RedisServer) -> Setup {
     config_at(server.url())
 }
 
 /// A client connected with `config`, or why it could not connect.
-pub async fn try_connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
-    RedisLock::connect(config).await
+pub async fn try_connect(config: Setup) -> Result<RedisLock, LockError> {
+    let client = RedisClient::connect(config.redis).await?;
+    RedisLock::new(&client, config.lock)
 }
 
 /// A client connected with `config`; panics when it cannot connect.
-pub async fn connect(config: RedisLockConfig) -> RedisLock {
+pub async fn connect(config: Setup) -> RedisLock {
     try_connect(config).await.expect("connect")
 }
 
@@ -79,7 +158,7 @@ pub async fn client(server: &RedisServer) -> RedisLock {
 
 /// The idempotency store on `lock`'s connections.
 pub fn idempotency_store(lock: &RedisLock) -> RedisIdempotencyStore {
-    RedisIdempotencyStore::on(lock)
+    RedisIdempotencyStore::new(&lock.client())
 }
 
 /// Idempotent execution with `settings` on `lock`'s connections.
@@ -89,7 +168,7 @@ pub fn idempotency(lock: &RedisLock, settings: IdempotencySettings) -> Idempoten
 
 /// The branch store on `lock`'s connections.
 pub fn branches(lock: &RedisLock) -> RedisBranches {
-    RedisBranches::new(lock)
+    RedisBranches::new(&lock.client())
 }
 
 /// Master locks on `lock` and the branch store on its connections.

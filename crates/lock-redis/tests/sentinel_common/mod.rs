@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, LostReason};
-use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
+
+use crate::common::Setup;
 use lock_testkit::{RedisSentinel, RedisServer};
 use tokio::time::Instant;
 
@@ -24,7 +27,7 @@ pub use crate::common::COMMAND_TIMEOUT;
 pub use lock_testkit::{FAILOVER, GENEROUS};
 
 /// Client settings for `sentinel`: the `redis-sentinel://` URL, short timeouts.
-pub fn config(sentinel: &RedisSentinel) -> RedisLockConfig {
+pub fn config(sentinel: &RedisSentinel) -> Setup {
     crate::common::config_at(sentinel.url())
         .watchdog_timeout(WATCHDOG)
         .instance_id("sentinel-pod")

@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use lock_core::lock::{
-    AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
-    LostReason, ReleaseOutcome,
-};
 use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, HOLD_SECONDS, LOST_LEASES_TOTAL, RELEASES_TOTAL,
     WAIT_SECONDS,
+};
+use lock_core::lock::{
+    AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
+    LostReason, ReleaseOutcome,
 };
 use lock_testkit::metrics::CapturedMetrics;
 

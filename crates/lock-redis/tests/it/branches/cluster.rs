@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use lock_core::branches::conformance::{self, BranchesFactory};
 use lock_core::branches::{MasterLocks, MasterOptions};
-use lock_redis::RedisLock;
+use lock_core::lock::Lease;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisCluster, command_at};
 
 struct ClusterBranches {

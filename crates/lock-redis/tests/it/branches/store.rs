@@ -13,9 +13,9 @@ use lock_core::branches::{
     BranchRelease, Branches, BranchesOutcome, MasterLocks, MasterOptions, SubKey,
 };
 use lock_core::lock::{DistributedLock, Lease};
-use lock_redis::{
+use lock_redis::branches::RedisBranches;
+use lock_redis::scripts::{
     BRANCH_OPEN_SCRIPT, BRANCH_REGISTER_SCRIPT, BRANCH_RELEASE_SCRIPT, BRANCH_SEAL_SCRIPT,
-    RedisBranches,
 };
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;

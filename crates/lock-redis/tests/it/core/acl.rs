@@ -18,11 +18,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
 use lock_core::{LockError, LockErrorCode};
-use lock_redis::{RedisLock, RedisLockConfig, Refusal};
+use lock_redis::Refusal;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -87,7 +89,7 @@ fn user_url(redis: &RedisServer) -> String {
         .replace("redis://", &format!("redis://{USER}:{PASSWORD_IN_URL}@"))
 }
 
-fn user_config(redis: &RedisServer) -> RedisLockConfig {
+fn user_config(redis: &RedisServer) -> Setup {
     common::config(redis).address(user_url(redis))
 }
 
@@ -95,7 +97,7 @@ async fn user_client(redis: &RedisServer) -> RedisLock {
     let started = Instant::now();
     let lock = common::connect(user_config(redis)).await;
     // Connected, not just "keeps reconnecting": it answers at once.
-    lock.ping().await.expect("PING as the ACL user");
+    lock.client().ping().await.expect("PING as the ACL user");
     assert!(started.elapsed() < COMMAND_TIMEOUT * 2 + SLACK);
     lock
 }
@@ -388,7 +390,7 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     set_user(&primary, &documented_acl()).await;
     primary.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let holder = common::connect(user_config(&primary).min_replicas(1)).await;
-    holder.ping().await.unwrap();
+    holder.client().ping().await.unwrap();
 
     // WAIT: the grant is reported once the replica has it.
     let before = command_calls(&primary).await;
@@ -774,7 +776,7 @@ async fn the_operators_calls_work_with_the_documented_cli_grants() {
     assert_eq!(ops.list(Some("ops-*"), 10).await.unwrap().len(), 1);
     assert!(matches!(
         ops.force_release("ops-acl").await.unwrap(),
-        lock_redis::ForceReleased::Released { .. }
+        lock_redis::lock::ForceReleased::Released { .. }
     ));
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let refused = refused(&redis).await;

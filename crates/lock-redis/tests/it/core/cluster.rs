@@ -13,11 +13,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, GENEROUS, SLACK, WATCHDOG, eventually};
-use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::MAX_KEY_BYTES;
+use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redis::lock::RedisLock;
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{RedisCluster, Rng, unique_suffix};
 use tokio::time::Instant;
@@ -52,7 +53,7 @@ async fn cluster() -> Taken<RedisCluster> {
 }
 
 /// Client settings for the cluster: the short timeouts of the other lock-redis tests.
-fn config(url: &str) -> RedisLockConfig {
+fn config(url: &str) -> Setup {
     common::config_at(url).instance_id("cluster-pod")
 }
 
@@ -460,7 +461,7 @@ async fn a_waiter_is_woken_by_a_sharded_publish_on_the_keys_master_only() {
         subscribed,
         "the waiter never subscribed to {channel} on {master}"
     );
-    assert_eq!(waiter.subscribed_channels(), vec![channel.clone()]);
+    assert_eq!(waiter.client().subscribed_channels(), vec![channel.clone()]);
     for &other in masters.iter().filter(|m| **m != master) {
         assert_eq!(shard_subscribers(&cluster, other, &channel).await, 0);
     }
@@ -841,7 +842,7 @@ async fn operators_list_every_primary_and_force_release_on_a_cluster() {
     assert!(ops.status("ops-spread-7").await.unwrap().is_held());
     assert!(matches!(
         ops.force_release("ops-spread-7").await.unwrap(),
-        lock_redis::ForceReleased::Released { .. }
+        lock_redis::lock::ForceReleased::Released { .. }
     ));
     assert!(!ops.status("ops-spread-7").await.unwrap().is_held());
     for handle in handles {

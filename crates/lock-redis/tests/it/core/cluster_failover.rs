@@ -11,10 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{GENEROUS, eventually};
-use lock_core::{AcquireFailure, LockErrorCode};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_core::{AcquireFailure, LockErrorCode};
+use lock_redis::lock::RedisLock;
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};
 use tokio::time::Instant;
@@ -53,7 +54,7 @@ async fn cluster() -> Taken<RedisCluster> {
     cluster
 }
 
-fn config(cluster: &RedisCluster) -> RedisLockConfig {
+fn config(cluster: &RedisCluster) -> Setup {
     common::config_at(cluster.url())
         .watchdog_timeout(WATCHDOG)
         .instance_id("failover-pod")

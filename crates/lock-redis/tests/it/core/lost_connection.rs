@@ -9,10 +9,13 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
 use lock_core::branches::{BranchesOutcome, MasterOptions};
-use lock_core::{AcquireFailure, LockError};
-use lock_core::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings};
+use lock_core::idempotency::{
+    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
+};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::{RedisFailure, RedisLock};
+use lock_core::{AcquireFailure, LockError};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

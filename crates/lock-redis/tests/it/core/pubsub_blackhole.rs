@@ -50,7 +50,7 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
     )
     .await;
     // The command connection through the proxy is healthy.
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
 
     let keys: Vec<String> = (0..6).map(|i| format!("blackhole:{i}")).collect();
     let mut held = Vec::new();
@@ -110,7 +110,7 @@ async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
             .instance_id("waiter-behind-nat"),
     )
     .await;
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
     let _held = holder
         .acquire("blackhole:short", Lease::Fixed(Duration::from_millis(300)))
         .await
@@ -149,7 +149,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
             .instance_id("waiter-behind-nat"),
     )
     .await;
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
     let mut held = Vec::new();
     for i in 0..10 {
         let key = format!("cancelled:{i}");

@@ -13,10 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_core::{AcquireFailure, LockError, LockErrorCode};
-use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, TestkitError};
 use tokio::time::Instant;
 
@@ -26,7 +28,7 @@ const SLOW: Duration = Duration::from_secs(60);
 
 /// Settings for clients whose commands Redis refuses: a 5 s command timeout, so that a reply
 /// delayed on a loaded machine still arrives as the refusal instead of a client-side timeout.
-fn patient_config(redis: &RedisServer) -> RedisLockConfig {
+fn patient_config(redis: &RedisServer) -> Setup {
     common::config(redis).command_timeout(Duration::from_secs(5))
 }
 

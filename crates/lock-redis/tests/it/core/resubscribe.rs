@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::{SLACK, client, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -117,7 +117,7 @@ async fn kill_pubsub(redis: &RedisServer) {
 async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
     let redis = server().await;
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await; // let its pub/sub connection settle
     let names: Vec<String> = (0..5).map(|i| format!("resub:{i}")).collect();
     let (held, waiting) = wait_on(&redis, &holder, &waiter, &names).await;
@@ -129,7 +129,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
         shard_channels(&redis).await == expected
     })
     .await;
-    let mut listed = waiter.subscribed_channels();
+    let mut listed = waiter.client().subscribed_channels();
     listed.sort();
     assert_eq!(
         listed, expected,
@@ -154,7 +154,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
 async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect() {
     let redis = server().await;
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let names: Vec<String> = (0..5).map(|i| format!("resub-wake:{i}")).collect();
     let (held, waiting) = wait_on(&redis, &holder, &waiter, &names).await;
@@ -236,7 +236,7 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         let on_server =
             eventually(SLACK, || async { shard_channels(&redis).await == expected }).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut listed = waiter.subscribed_channels();
+        let mut listed = waiter.client().subscribed_channels();
         listed.sort();
         if on_server && listed == expected {
             for task in waiting {
@@ -333,7 +333,7 @@ async fn a_failed_resubscription_is_retried_and_later_releases_still_wake_waiter
     })
     .await;
 
-    let listed = waiter.subscribed_channels();
+    let listed = waiter.client().subscribed_channels();
     let released_at = Instant::now();
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     let (result, acquired_at) = waiting.await.unwrap();

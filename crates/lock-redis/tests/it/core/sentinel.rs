@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisSentinel;
 use sentinel_common::{
     COMMAND_TIMEOUT, FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, config, connect, describe,
@@ -258,7 +258,7 @@ async fn locks_survive(kind: Failover) {
         ledger.clone(),
     ));
     let subscribed = eventually(FAILOVER, || async {
-        waiter.subscribed_channels().len() == 2
+        waiter.client().subscribed_channels().len() == 2
     })
     .await;
     assert!(subscribed, "the waiters never subscribed");

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisSentinel, RedisServer};
 use sentinel_common::{
     FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, acquire_until_granted, config, connect,

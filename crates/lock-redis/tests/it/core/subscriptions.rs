@@ -58,7 +58,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
             .instance_id("waiter-behind-nat"),
     )
     .await;
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
     // The command connection and the pub/sub connection are both up.
     assert!(eventually(SLACK, || async { proxy.connections_accepted() >= 2 }).await);
     let connections_before = proxy.connections_accepted();
@@ -143,7 +143,7 @@ async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
 async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     let redis = server().await;
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
-    waiter.ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
     let channel = holder.release_channel("churn");
     let wait =
         AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::from_secs(30));
@@ -195,11 +195,12 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     }
     assert!(
         eventually(SLACK, || async {
-            waiter.subscribed_channels().is_empty() && shard_channels(&redis).await.is_empty()
+            waiter.client().subscribed_channels().is_empty()
+                && shard_channels(&redis).await.is_empty()
         })
         .await,
         "subscriptions left behind: client {:?}, server {:?}",
-        waiter.subscribed_channels(),
+        waiter.client().subscribed_channels(),
         shard_channels(&redis).await
     );
 }
@@ -212,7 +213,7 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     const KEYS: usize = 300;
     let redis = server().await;
     let holder = client(&redis).await;
-    holder.ping().await.unwrap();
+    holder.client().ping().await.unwrap();
     let metrics = tokio::runtime::Handle::current().metrics();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let baseline = metrics.num_alive_tasks();
@@ -277,11 +278,12 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     );
     assert!(
         eventually(2 * SLACK, || async {
-            waiter.subscribed_channels().is_empty() && shard_channels(&redis).await.is_empty()
+            waiter.client().subscribed_channels().is_empty()
+                && shard_channels(&redis).await.is_empty()
         })
         .await,
         "left behind: {} channel entries in the client, {} subscriptions on the server",
-        waiter.subscribed_channels().len(),
+        waiter.client().subscribed_channels().len(),
         shard_channels(&redis).await.len()
     );
     drop(waiter);

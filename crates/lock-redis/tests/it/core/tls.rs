@@ -8,10 +8,12 @@ use crate::common;
 
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually, one_subscriber};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_core::{LockError, LockErrorCode};
-use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use lock_testkit::tls::TestCertificates;
 use tokio::time::Instant;
@@ -28,7 +30,7 @@ async fn tls_server(certs: &TestCertificates) -> RedisServer {
 }
 
 /// The test clients' settings (short watchdog and command timeouts), for `address`.
-fn config_for(server: &RedisServer, address: String) -> RedisLockConfig {
+fn config_for(server: &RedisServer, address: String) -> Setup {
     common::config(server).address(address)
 }
 
@@ -85,8 +87,8 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
     let config = config_for(&server, server.tls_url()).tls_ca_file(&certs.ca);
     let holder = common::connect(config.clone()).await;
     let waiter = common::connect(config).await;
-    holder.ping().await.unwrap();
-    waiter.ping().await.unwrap();
+    holder.client().ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
 
     // Two clients × (commands + pub/sub) connections, all on the TLS port; the only
     // connection on the plain port is the one asking.
@@ -209,7 +211,7 @@ async fn plain_redis_to_the_tls_port_fails_closed_in_time() {
         fails_closed(&server, &client, &format!("plain-to-tls-{attempt}")).await;
     }
     let started = Instant::now();
-    let error = client.ping().await.unwrap_err();
+    let error = client.client().ping().await.unwrap_err();
     assert!(started.elapsed() <= COMMAND_TIMEOUT + SLACK);
     assert_eq!(
         error.code(),

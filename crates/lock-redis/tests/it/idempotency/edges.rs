@@ -13,7 +13,9 @@ use lock_core::idempotency::{
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
     NotStored,
 };
-use lock_redis::{RedisIdempotencyStore, RedisLock};
+use lock_core::lock::Lease;
+use lock_redis::idempotency::RedisIdempotencyStore;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, command_at};
 
 async fn idempotency(

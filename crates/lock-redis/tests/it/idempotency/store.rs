@@ -13,7 +13,7 @@ use lock_core::idempotency::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
     IdempotencyStore, Idempotent,
 };
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{ClosedPort, RedisServer, command_at, test_child};
 
 struct Redis(RedisServer);
@@ -399,7 +399,7 @@ async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_tt
         "sha256:ab"
     );
     // No subscription outlives its waiters.
-    assert!(lock.subscribed_channels().is_empty());
+    assert!(lock.client().subscribed_channels().is_empty());
     let claim = store
         .claim(key, &store.new_owner(), "sha256:ab", WATCHDOG, None)
         .await

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use lock_core::lock::DistributedLock;
 use lock_core::lock::conformance::LockFactory;
-use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
 
 struct Redis(RedisServer);
@@ -15,7 +14,11 @@ struct Redis(RedisServer);
 #[async_trait::async_trait]
 impl LockFactory for Redis {
     async fn client(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(RedisLock::connect(common::config(&self.0)).await.unwrap())
+        Arc::new(
+            crate::common::try_connect(common::config(&self.0))
+                .await
+                .unwrap(),
+        )
     }
 
     fn watchdog_timeout(&self) -> Duration {
@@ -30,7 +33,9 @@ impl LockFactory for Redis {
     /// are refused, yet the key stays unavailable until it runs out (as it would if the
     /// renewals stopped arriving), so nobody can be granted it before the holder learns.
     async fn expire(&self, key: &str) -> bool {
-        let lock = RedisLock::connect(common::config(&self.0)).await.unwrap();
+        let lock = crate::common::try_connect(common::config(&self.0))
+            .await
+            .unwrap();
         let reply = self
             .0
             .cmd(&[

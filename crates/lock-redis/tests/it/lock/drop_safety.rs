@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, Rng};
 
 /// The key a watchdog holder holds part of the time, and two keys the cancelling clients only
@@ -192,7 +192,7 @@ async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
 
     let all = || locks.iter().chain([&holder_lock]);
     let clean = eventually(SLACK * 4, || async {
-        all().all(|l| l.subscribed_channels().is_empty() && l.watchdog_lease_count() == 0)
+        all().all(|l| l.client().subscribed_channels().is_empty() && l.watchdog_lease_count() == 0)
             && redis
                 .cmd(&["PUBSUB", "SHARDCHANNELS"])
                 .await
@@ -204,7 +204,7 @@ async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
         clean,
         "left behind: client subscriptions {:?}, watchdog leases {:?}, server subscriptions {:?}",
         all()
-            .map(RedisLock::subscribed_channels)
+            .map(|l| l.client().subscribed_channels())
             .collect::<Vec<_>>(),
         all()
             .map(RedisLock::watchdog_lease_count)

@@ -14,9 +14,10 @@ use crate::common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{SLACK, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, Rng};
 use tokio::time::Instant;
 
@@ -31,7 +32,7 @@ struct Hold {
     until: Instant,
 }
 
-fn config(redis: &RedisServer, n: usize) -> RedisLockConfig {
+fn config(redis: &RedisServer, n: usize) -> Setup {
     common::default_config(redis.url())
         .watchdog_timeout(Duration::from_secs(1))
         .wait_time(Duration::from_millis(300))
@@ -128,7 +129,7 @@ async fn check_nothing_left(redis: &RedisServer, locks: &[RedisLock]) {
     let clean = eventually(Duration::from_secs(15), || async {
         locks
             .iter()
-            .all(|l| l.subscribed_channels().is_empty() && l.watchdog_lease_count() == 0)
+            .all(|l| l.client().subscribed_channels().is_empty() && l.watchdog_lease_count() == 0)
     })
     .await;
     assert!(
@@ -136,7 +137,7 @@ async fn check_nothing_left(redis: &RedisServer, locks: &[RedisLock]) {
         "left behind: subscriptions {:?}, watchdog leases {:?}",
         locks
             .iter()
-            .map(|l| l.subscribed_channels())
+            .map(|l| l.client().subscribed_channels())
             .collect::<Vec<_>>(),
         locks
             .iter()

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, config, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, TOMBSTONE_TTL};
+use lock_redis::limits::TOMBSTONE_TTL;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, test_child};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

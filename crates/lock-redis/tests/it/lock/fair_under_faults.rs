@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::{FAIR_LEAVE_SCRIPT, RedisLock};
+use lock_redis::lock::RedisLock;
+use lock_redis::scripts::FAIR_LEAVE_SCRIPT;
 use lock_testkit::{FaultProxy, RedisServer, Rng, test_child};
 use tokio::time::Instant;
 
@@ -596,7 +597,11 @@ async fn randomized_fair_stress() {
     .await;
     let unsubscribed = eventually(SLACK * 2, || {
         let clients = clients.clone();
-        async move { clients.iter().all(|c| c.subscribed_channels().is_empty()) }
+        async move {
+            clients
+                .iter()
+                .all(|c| c.client().subscribed_channels().is_empty())
+        }
     })
     .await;
     let shard_channels = redis
@@ -621,7 +626,7 @@ async fn randomized_fair_stress() {
         o.requeued,
         clients
             .iter()
-            .map(|c| c.subscribed_channels())
+            .map(|c| c.client().subscribed_channels())
             .collect::<Vec<_>>(),
     );
     eprintln!("{report}");
@@ -908,7 +913,12 @@ async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
         0,
         "a ghost place came back"
     );
-    assert!(eventually(SLACK, || async { waiter.subscribed_channels().is_empty() }).await);
+    assert!(
+        eventually(SLACK, || async {
+            waiter.client().subscribed_channels().is_empty()
+        })
+        .await
+    );
 }
 
 // ------------------------------------------------------------------------------------------

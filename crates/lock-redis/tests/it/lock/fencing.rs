@@ -14,7 +14,8 @@ use common::{SLACK, client, eventually, server};
 use lock_core::lock::{
     AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
 };
-use lock_redis::{RedisLock, TOMBSTONE_TTL};
+use lock_redis::limits::TOMBSTONE_TTL;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -356,7 +357,7 @@ async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
     assert_eq!(dbsize(&redis).await, 0);
     // The client reconnects in the background (100 ms doubling to 2 s).
     let reconnected = eventually(Duration::from_secs(20), || async {
-        lock.ping().await.is_ok()
+        lock.client().ping().await.is_ok()
     })
     .await;
     assert!(

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{SLACK, client, config, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_redis::{ForceReleased, LockState, TOMBSTONE_TTL};
+use lock_redis::limits::TOMBSTONE_TTL;
+use lock_redis::lock::{ForceReleased, LockState};
 use lock_testkit::{RedisServer, test_child};
 use tokio::time::Instant;
 
@@ -71,10 +72,22 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
         &lock.release_channel(NAME),
         &TOMBSTONE_TTL.as_millis().to_string(),
     ];
-    let again = resend(&redis, lock_redis::RELEASE_SCRIPT, &[&key], &release_args).await;
+    let again = resend(
+        &redis,
+        lock_redis::scripts::RELEASE_SCRIPT,
+        &[&key],
+        &release_args,
+    )
+    .await;
     assert_eq!(again, "1", "a re-sent release reports its first outcome");
     let acquire_args = [owner.as_str(), "1000", "30000"];
-    let again = resend(&redis, lock_redis::ACQUIRE_SCRIPT, &[&key], &acquire_args).await;
+    let again = resend(
+        &redis,
+        lock_redis::scripts::ACQUIRE_SCRIPT,
+        &[&key],
+        &acquire_args,
+    )
+    .await;
     assert_eq!(again, "2", "a re-sent acquisition finds itself released");
     assert_eq!(redis.cmd(&["GET", &key]).await.unwrap(), value);
     assert!(pttl(&redis, &key).await > 20_000 + tombstone);
@@ -129,7 +142,13 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
         &lock.release_channel(NAME),
         &TOMBSTONE_TTL.as_millis().to_string(),
     ];
-    let again = resend(&redis, lock_redis::RELEASE_SCRIPT, &[&key], &release_args).await;
+    let again = resend(
+        &redis,
+        lock_redis::scripts::RELEASE_SCRIPT,
+        &[&key],
+        &release_args,
+    )
+    .await;
     assert_eq!(
         again, "1",
         "a release re-sent after the hold reports its first outcome"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 
 /// How long the proxy keeps a trapped connection open (swallowing the reply) before closing it:
@@ -37,7 +37,7 @@ async fn setup() -> (RedisServer, FaultProxy, RedisLock) {
             .instance_id("retry-pod"),
     )
     .await;
-    lock.ping().await.unwrap();
+    lock.client().ping().await.unwrap();
     (redis, proxy, lock)
 }
 
@@ -170,7 +170,7 @@ async fn a_grant_left_by_an_outage_is_freed_once_redis_is_back() {
             .instance_id("outage-pod"),
     )
     .await;
-    lock.ping().await.unwrap();
+    lock.client().ping().await.unwrap();
     let key = lock.redis_key("outage-grant");
     arm(&proxy, "outage-grant");
     proxy.refuse_new(true);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, command_calls, delta, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
-use lock_redis::{ForceReleased, LockState};
+use lock_redis::lock::{ForceReleased, LockState};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

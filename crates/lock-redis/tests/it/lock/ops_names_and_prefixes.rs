@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{SLACK, client, config, server};
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
-use lock_redis::{ForceReleased, LockState, RedisLock};
+use lock_redis::lock::{ForceReleased, LockState, RedisLock};
 
 const LEASE: Lease = Lease::Fixed(Duration::from_secs(30));
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{SLACK, client, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -164,7 +164,7 @@ async fn an_acquire_cancelled_during_an_outage_does_not_grant_the_key_to_nobody_
     tokio::time::sleep(Duration::from_secs(2)).await;
     redis.restart().await.unwrap();
     // Whatever the client had queued reaches Redis within its reconnect delay (<= 2 s).
-    assert!(lock.ping().await.is_ok() || lock.ping().await.is_ok());
+    assert!(lock.client().ping().await.is_ok() || lock.client().ping().await.is_ok());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let key = lock.redis_key("outage");
     let value = redis.cmd(&["GET", &key]).await.unwrap();
@@ -200,7 +200,7 @@ async fn try_acquire_during_an_outage_does_not_grant_the_key_to_nobody_later() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     redis.restart().await.unwrap();
-    assert!(lock.ping().await.is_ok() || lock.ping().await.is_ok());
+    assert!(lock.client().ping().await.is_ok() || lock.client().ping().await.is_ok());
     tokio::time::sleep(Duration::from_millis(500)).await;
     let left = held_keys(&redis, &lock, &names).await;
     assert!(
@@ -222,7 +222,7 @@ async fn try_acquire_during_an_outage_does_not_grant_the_key_to_nobody_later() {
 async fn an_in_flight_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_after_recovery() {
     let mut redis = server().await;
     let lock = client(&redis).await;
-    lock.ping().await.unwrap();
+    lock.client().ping().await.unwrap();
     redis.pause().unwrap();
     let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600))).wait(Duration::ZERO);
     let cancelled = tokio::time::timeout(
@@ -261,7 +261,7 @@ async fn an_in_flight_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_af
 async fn an_in_flight_try_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_after_recovery() {
     let mut redis = server().await;
     let lock = client(&redis).await;
-    lock.ping().await.unwrap();
+    lock.client().ping().await.unwrap();
     redis.pause().unwrap();
     let names: Vec<String> = (0..10).map(|i| format!("crash-try:{i}")).collect();
     let mut tasks = Vec::new();

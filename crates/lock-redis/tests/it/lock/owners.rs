@@ -11,14 +11,15 @@ use std::time::Duration;
 
 use common::{SLACK, client, command_calls, config, delta, eventually, server};
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
-use lock_redis::{RedisLock, TOMBSTONE_TTL};
+use lock_redis::limits::TOMBSTONE_TTL;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 
 /// Re-sends `owner`'s release of lock `name` exactly as the client sends it (same script, same
 /// arguments), as a retry after a lost reply or a reconnect would. Returns the script's reply.
 async fn replay_release(redis: &RedisServer, lock: &RedisLock, name: &str, owner: &str) -> String {
     let sha = redis
-        .cmd(&["SCRIPT", "LOAD", lock_redis::RELEASE_SCRIPT])
+        .cmd(&["SCRIPT", "LOAD", lock_redis::scripts::RELEASE_SCRIPT])
         .await
         .unwrap();
     redis

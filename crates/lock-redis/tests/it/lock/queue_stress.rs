@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{SLACK, client, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_redis::RedisLock;
+use lock_redis::lock::RedisLock;
 use lock_testkit::Rng;
 use tokio::time::Instant;
 
@@ -135,7 +135,8 @@ async fn no_lost_wake_ups_under_random_cancellation_and_barging() {
     );
     assert!(
         eventually(SLACK, || async {
-            a.subscribed_channels().is_empty() && b.subscribed_channels().is_empty()
+            a.client().subscribed_channels().is_empty()
+                && b.client().subscribed_channels().is_empty()
         })
         .await
     );

@@ -8,11 +8,11 @@
 use crate::common;
 
 use common::{SLACK, client, server};
-use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
 };
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_testkit::metrics::{CapturedMetrics, Recorded};
 
 #[tokio::test(flavor = "current_thread")]

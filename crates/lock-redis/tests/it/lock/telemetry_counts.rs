@@ -9,12 +9,12 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
 };
-use lock_redis::ForceReleased;
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_redis::lock::ForceReleased;
 use lock_testkit::metrics::{CapturedMetrics, Recorded};
 
 #[tokio::test(flavor = "current_thread")]
