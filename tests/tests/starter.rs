@@ -73,7 +73,7 @@ async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
         .unwrap();
     assert!(!starter.is_enabled());
     let err = starter.lock().unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockDisabled);
+    assert_eq!(err.code(), "LOCK_DISABLED");
     assert_eq!(err.http_status(), 503);
     let text = err.to_string();
     assert!(
@@ -200,7 +200,7 @@ async fn replica_acknowledgement_keys_reach_the_redis_lock() {
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED", "{err}");
     assert_eq!(err.details()["reason"], "replication_unconfirmed", "{err}");
     assert_eq!(err.details()["requiredReplicas"], "1", "{err}");
     assert_eq!(err.details()["acknowledgedReplicas"], "0", "{err}");

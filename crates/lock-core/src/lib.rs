@@ -7,8 +7,8 @@
 //!   ([`branches`]);
 //! - `idempotency/`: idempotent execution, [`Idempotency`] over the [`IdempotencyStore`] port —
 //!   a retried call gets the first call's result instead of running twice;
-//! - shared by every capability: the error type and its stable codes ([`LockError`],
-//!   [`LockErrorCode`]), key validation ([`validate_key`]), and owner tokens
+//! - shared by every capability: the error trait [`Problem`] (a stable code, an HTTP status
+//!   and details), key validation ([`validate_key`]), and owner tokens
 //!   ([`OwnerTokens`]).
 //!
 //! ## The distributed lock
@@ -60,7 +60,7 @@
 //! // While another pod holds the period, the bill run fails closed after the wait time (5 s).
 //! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
 //! let error = run_bill_run(&*lock, "2026-11").await.unwrap_err();
-//! assert_eq!(error.code().as_str(), "LOCK_ACQUISITION_FAILED");
+//! assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
 //! assert_eq!(error.http_status(), 503);
 //! # drop(other_pod);
 //! # Ok(()) }
@@ -85,7 +85,7 @@ pub use lock::conformance;
 pub use lock::telemetry;
 
 pub use duration::{duration_range, format_duration, parse_duration};
-pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode, check_duration};
+pub use error::{AcquireFailure, BoxError, LockError, Problem, check_duration};
 pub use idempotency::disabled::DisabledIdempotencyStore;
 pub use idempotency::error::{IdempotencyError, NotStored, Unstored};
 pub use idempotency::execute::{Begun, Idempotency, Idempotent};

@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock,
-    Lease, LockError, LockErrorCode, LockHandle, UnguardedReason,
+    Lease, LockError, LockHandle, UnguardedReason,
 };
 use lock_testkit::logs::CapturedLogs;
 
@@ -112,7 +112,7 @@ async fn contention_past_the_wait_time_runs_the_section_unguarded_once() {
     assert_eq!(value, "digest sent");
     assert_eq!(unguarded.reason(), UnguardedReason::WaitTimeElapsed);
     let error = unguarded.error();
-    assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+    assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
     assert_eq!(error.details()["holder"], other_pod.owner());
     assert!(unguarded.to_string().contains("wait_time_elapsed"));
     logs().assert_one_fail_open_warning("fo-contended", "wait_time_elapsed", other_pod.owner());
@@ -136,7 +136,7 @@ async fn a_disabled_lock_runs_the_section_unguarded_with_lock_disabled() {
     assert_eq!(value, 7);
     let unguarded = unguarded.expect("a disabled lock never guards");
     assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
-    assert_eq!(unguarded.error().code(), LockErrorCode::LockDisabled);
+    assert_eq!(unguarded.error().code(), "LOCK_DISABLED");
     logs().assert_one_fail_open_warning("fo-disabled", "lock_disabled", "from a test");
 
     // Fail-closed callers of the same lock still get LOCK_DISABLED, and the section does not run.
@@ -146,7 +146,7 @@ async fn a_disabled_lock_runs_the_section_unguarded_with_lock_disabled() {
         })
         .await
         .unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockDisabled);
+    assert_eq!(err.code(), "LOCK_DISABLED");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(lock.namespace(), "disabled");
 }
@@ -187,7 +187,7 @@ async fn an_invalid_key_or_lease_is_an_error_and_the_section_does_not_run() {
             })
             .await
             .unwrap_err();
-        assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{lock:?}");
+        assert_eq!(err.code(), "LOCK_INVALID_ARGUMENT", "{lock:?}");
         let err = lock
             .with_lock_fail_open("fo-bad-lease", Lease::Fixed(Duration::ZERO), || async {
                 runs.fetch_add(1, Ordering::SeqCst);

@@ -12,8 +12,7 @@ use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
 use lock_core::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockErrorCode, LostReason,
-    ReleaseOutcome,
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
 };
 use lock_redis::{RedisFailure, RedisLock};
 use lock_testkit::RedisServer;
@@ -220,7 +219,7 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
         .unwrap_err();
     let elapsed = started.elapsed();
     assert!(!ran.load(Ordering::SeqCst), "the critical section ran");
-    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED", "{err}");
     assert_eq!(err.http_status(), 503);
     assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
     assert_eq!(err.details()["lockKey"], key);

@@ -15,7 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockErrorCode, ReleaseOutcome};
+use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, ReleaseOutcome};
 use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
@@ -162,7 +162,7 @@ async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
         "connect took {:?}",
         started.elapsed()
     );
-    assert_eq!(error.code(), LockErrorCode::LockInvalidArgument, "{error}");
+    assert_eq!(error.code(), "LOCK_INVALID_ARGUMENT", "{error}");
     assert_eq!(error.details()["argument"], "address", "{error}");
     let text = error.to_string();
     assert!(text.contains(expected), "{expected} not named: {text}");

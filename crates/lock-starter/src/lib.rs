@@ -60,7 +60,7 @@
 //!     .with_lock("bill-run:2026-11", Lease::Watchdog, || async { unreachable!() })
 //!     .await
 //!     .unwrap_err();
-//! assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+//! assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
 //! assert_eq!(error.details()["holder"], other_pod.owner());
 //! # Ok(()) }
 //! ```
@@ -103,9 +103,9 @@ pub use lock_core::{
     DisabledIdempotencyStore, DisabledLock, DistributedLock, DistributedLockExt, FailOpen,
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencyScope, IdempotencySettings,
     IdempotencyStore, Idempotent, InMemoryIdempotencyStore, InMemoryLock, Lease, LeaseStatus,
-    LockError, LockErrorCode, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT,
-    MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT, NotStored, ReleaseOutcome,
-    ShutdownSummary, Unguarded, UnguardedReason, Unstored, telemetry,
+    LockError, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT,
+    MIN_LEASE, MIN_WATCHDOG_TIMEOUT, NotStored, Problem, ReleaseOutcome, ShutdownSummary,
+    Unguarded, UnguardedReason, Unstored, telemetry,
 };
 
 /// What implementing [`DistributedLock`] yourself takes, for a lock handed in with
@@ -150,7 +150,7 @@ pub mod prelude {
     pub use crate::{
         AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, Idempotency,
         IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore, InMemoryLock,
-        Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LockStarter, LostReason,
+        Lease, LeaseStatus, LockError, LockHandle, LockStarter, LostReason, Problem,
         ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason, Unstored,
     };
 }

@@ -130,7 +130,7 @@ impl Worker {
                     Op::Acquire,
                     key,
                     None,
-                    error.code().as_str(),
+                    error.code(),
                     &details["reason"],
                 )?;
                 if details["reason"] != "held_by_another_owner" {
@@ -188,7 +188,7 @@ impl Worker {
                 Op::Release,
                 key,
                 Some(token),
-                error.code().as_str(),
+                error.code(),
                 &error.details()["reason"],
             )?,
         }

@@ -114,7 +114,7 @@ impl MasterOptions {
     ///     .branch_wait(Duration::from_secs(7200))
     ///     .unwrap_err();
     /// assert_eq!(error.to_string(), "invalid branch_wait 2 h: accepted: 0 to 1 h");
-    /// assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+    /// assert_eq!(error.code(), "BRANCHES_INVALID_ARGUMENT");
     /// ```
     pub fn branch_wait(mut self, wait: Duration) -> Result<Self, BranchError> {
         self.branch_wait = Some(BRANCH_WAIT.check(wait)?);

@@ -28,12 +28,12 @@ use crate::lock::shutdown::ShutdownSummary;
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DisabledLock, DistributedLock, Lease, LockErrorCode};
+/// use lock_core::{DisabledLock, DistributedLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
 /// let err = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
-/// assert_eq!(err.code(), LockErrorCode::LockDisabled);
+/// assert_eq!(err.code(), "LOCK_DISABLED");
 /// assert!(err.to_string().contains("from config/lock.toml"));
 /// # }
 /// ```

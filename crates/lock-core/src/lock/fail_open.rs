@@ -125,14 +125,14 @@ impl<T> FailOpen<T> {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, LockErrorCode, UnguardedReason};
+    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = DisabledLock::new("enabled = false");
     /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async { 3 }).await?;
     /// let unguarded = sent.unguarded().expect("the lock is switched off");
     /// assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
-    /// assert_eq!(unguarded.error().code(), LockErrorCode::LockDisabled);
+    /// assert_eq!(unguarded.error().code(), "LOCK_DISABLED");
     /// # Ok(()) }
     /// ```
     pub fn unguarded(&self) -> Option<&Unguarded> {
@@ -230,7 +230,7 @@ impl Unguarded {
     /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
     /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
     /// let error = sent.unguarded().unwrap().error();
-    /// assert_eq!(error.code().as_str(), "LOCK_DISABLED");
+    /// assert_eq!(error.code(), "LOCK_DISABLED");
     /// assert!(error.to_string().contains("from config/lock.toml"));
     /// # Ok(()) }
     /// ```

@@ -360,7 +360,7 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
     /// let release = Box::new(Unreachable { key: "reaper".into() });
     /// let handle = LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 7, LeaseState::new(None), release);
     /// let error = handle.release().await.unwrap_err();
-    /// assert_eq!(error.code().as_str(), "LOCK_RELEASE_FAILED");
+    /// assert_eq!(error.code(), "LOCK_RELEASE_FAILED");
     /// # }
     /// ```
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError>;

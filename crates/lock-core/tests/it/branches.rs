@@ -440,7 +440,7 @@ async fn a_disabled_backend_runs_the_master_untracked() {
         .pending(&SubKey::new("x", 1))
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_DISABLED");
+    assert_eq!(error.code(), "BRANCHES_DISABLED");
     assert_eq!(error.http_status(), 503);
 }
 
@@ -503,7 +503,7 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
         })
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_UNAVAILABLE");
+    assert_eq!(error.code(), "BRANCHES_UNAVAILABLE");
     assert_eq!(error.details()["operation"], "open");
     assert!(!ran.load(Ordering::SeqCst));
     // The lock was given back.
@@ -520,7 +520,7 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
         })
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_MASTER_LOCK_FAILED");
+    assert_eq!(error.code(), "BRANCHES_MASTER_LOCK_FAILED");
     assert_eq!(error.details()["reason"], "held_by_another_owner");
     assert_eq!(error.http_status(), 503);
     assert!(!ran.load(Ordering::SeqCst));
@@ -546,7 +546,7 @@ async fn inside_a_master_block_with_lock_re_enters_and_a_nested_master_is_refuse
         .unwrap();
     let (reentered, nested, _) = outcome.value;
     assert_eq!(reentered, 1);
-    assert_eq!(nested.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+    assert_eq!(nested.code(), "BRANCHES_INVALID_ARGUMENT");
     assert!(nested.to_string().contains("already holds it"), "{nested}");
 }
 
@@ -663,5 +663,5 @@ fn master_options_check_their_durations_when_set() {
         assert_eq!(error.details()["argument"], name);
     }
     let error = masters().0.with_branch_wait(too_long).unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+    assert_eq!(error.code(), "BRANCHES_INVALID_ARGUMENT");
 }

@@ -365,7 +365,7 @@ impl RedisLockConfig {
     /// let config = RedisLockConfig::new("redis://redis.internal:6379")
     ///     .command_timeout(Duration::from_secs(120));
     /// let error = config.validate().unwrap_err();
-    /// assert_eq!(error.code().as_str(), "LOCK_INVALID_ARGUMENT");
+    /// assert_eq!(error.code(), "LOCK_INVALID_ARGUMENT");
     /// assert_eq!(error.details()["argument"], "command_timeout");
     /// assert_eq!(error.to_string(), "invalid command_timeout 120 s: accepted: 10 ms to 60 s");
     ///
