@@ -76,6 +76,7 @@ mod error;
 pub mod idempotency;
 mod key;
 mod lock;
+mod metric;
 mod owner;
 mod process;
 mod watch;

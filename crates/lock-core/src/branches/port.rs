@@ -148,7 +148,7 @@ pub trait Branches: Send + Sync + fmt::Debug {
     /// token you receive, registered or not (an unconfirmed registration may have arrived).
     /// Idempotent: a redelivered release answers [`BranchRelease::AlreadyReleased`] and counts
     /// once. Runs in a `branches.release` span and records
-    /// [`BRANCH_RELEASES_TOTAL`](crate::branches::telemetry::BRANCH_RELEASES_TOTAL).
+    /// [`RELEASES_TOTAL`](crate::branches::telemetry::RELEASES_TOTAL).
     ///
     /// # Errors
     /// [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`): not confirmed — retry, or let the

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::branches::conformance::{self, BranchesFactory};
 use lock_core::branches::telemetry::{
-    BRANCH_REGISTRATIONS_TOTAL, BRANCH_RELEASES_TOTAL, MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL,
+    MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL, REGISTRATIONS_TOTAL, RELEASES_TOTAL,
 };
 use lock_core::branches::{
     BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome, DisabledBranches,
@@ -623,11 +623,11 @@ async fn registrations_releases_and_waits_are_counted() {
         BranchRelease::Unknown
     );
     let m = metrics.take();
-    m.assert_counter(BRANCH_REGISTRATIONS_TOTAL, "outcome", "registered", 3);
-    m.assert_counter(BRANCH_REGISTRATIONS_TOTAL, "outcome", "sealed", 1);
-    m.assert_counter(BRANCH_RELEASES_TOTAL, "outcome", "released", 1);
-    m.assert_counter(BRANCH_RELEASES_TOTAL, "outcome", "already_released", 1);
-    m.assert_counter(BRANCH_RELEASES_TOTAL, "outcome", "unknown", 1);
+    m.assert_counter(REGISTRATIONS_TOTAL, "outcome", "registered", 3);
+    m.assert_counter(REGISTRATIONS_TOTAL, "outcome", "sealed", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "released", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "already_released", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "unknown", 1);
     m.assert_counter(MASTER_WAITS_TOTAL, "outcome", "timed_out", 1);
     assert_eq!(
         m.histogram(MASTER_WAIT_SECONDS, "outcome", "timed_out"),
