@@ -17,8 +17,7 @@ use crate::core::redact::redact;
 pub const DEFAULT_ADDRESS: &str = "redis://localhost:6379";
 /// Default per-command timeout: 2 s.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
-/// Default wait time: 5 s.
-pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
+use lock_core::DEFAULT_WAIT_TIME;
 /// Default watchdog timeout: 30 s (renewed every 10 s).
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default key prefix: `lock:`.
