@@ -108,7 +108,7 @@ async fn an_override_replaces_the_redis_lock_entirely() {
     let mut mock = MockLock::new();
     mock.expect_namespace().return_const("mock".to_owned());
     mock.expect_acquire_lease()
-        .withf(|key, options| key == "reaper" && options.wait_time() == Some(Duration::ZERO))
+        .withf(|key, options| key == "reaper" && options.wait_override() == Some(Duration::ZERO))
         .times(1)
         .returning(|key, _| Err(LockError::backend_unavailable(key, "from the mock")));
     mock.expect_shutdown()
@@ -130,7 +130,9 @@ async fn an_override_replaces_the_redis_lock_entirely() {
         .unwrap()
         .with_lock(
             "reaper",
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::ZERO)
+                .unwrap(),
             || async { runs.fetch_add(1, Ordering::SeqCst) },
         )
         .await

@@ -165,7 +165,9 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
     let channel = holder.release_channel("event-driven");
     let start = command_calls(&redis).await;
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         let handle = waiter.acquire_with("event-driven", options).await;
         (handle, Instant::now())
     });
@@ -212,7 +214,9 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
     let err = lock
         .with_lock(
             key,
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(wait),
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+                .wait_time(wait)
+                .unwrap(),
             || async move { flag.store(true, Ordering::SeqCst) },
         )
         .await
@@ -255,7 +259,9 @@ async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
     // The grant it made on resume (60 s fixed lease) must have been released by the
     // outcome-unknown clean-up, so a new holder gets the key well before 60 s.
     let other = client(&redis).await;
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(20));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(20))
+        .unwrap();
     let handle = other.acquire_with("paused", options).await.unwrap();
     drop(handle);
 }
@@ -351,7 +357,12 @@ async fn patient_client(redis: &RedisServer) -> RedisLock {
 async fn fails_at_once(lock: &RedisLock, key: &str, wait: Duration) {
     let started = Instant::now();
     let err = lock
-        .acquire_with(key, AcquireOptions::new(Lease::Watchdog).wait(wait))
+        .acquire_with(
+            key,
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(wait)
+                .unwrap(),
+        )
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
@@ -598,7 +609,9 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
     let held = holder.acquire("cancelled", Lease::Watchdog).await.unwrap();
     for _ in 0..20 {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         let attempt = waiter.acquire_with("cancelled", options);
         // Cancel somewhere in the wait (the future is dropped).
         let _ = tokio::time::timeout(Duration::from_millis(50), attempt).await;

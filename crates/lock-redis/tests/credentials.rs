@@ -99,7 +99,9 @@ async fn the_lock_works(redis: &RedisServer, config: RedisLockConfig, user: &str
         .await
         .unwrap();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap();
         waiter.acquire_with("credentials", options).await
     });
     let channel = holder.release_channel("credentials");
@@ -307,7 +309,9 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         let error = lock
             .acquire_with(
                 "unreachable",
-                AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+                AcquireOptions::new(Lease::Watchdog)
+                    .wait_time(Duration::ZERO)
+                    .unwrap(),
             )
             .await
             .unwrap_err();

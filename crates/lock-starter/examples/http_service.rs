@@ -77,7 +77,7 @@ async fn start_bill_run(
     Path(period): Path<String>,
 ) -> Result<Json<serde_json::Value>, Rejection> {
     // One attempt: a run already in progress elsewhere is an answer, not something to queue for.
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    let options = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
     let invoices = app
         .lock
         .with_lock(&format!("bill-run:{period}"), options, || async {

@@ -191,7 +191,9 @@ async fn a_redis_that_never_answered_runs_the_section_unguarded_with_backend_una
     let outcome = lock
         .with_lock_fail_open(
             "digest:never-there",
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO),
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(10)))
+                .wait_time(Duration::ZERO)
+                .unwrap(),
             || async {
                 runs.fetch_add(1, Ordering::SeqCst);
                 42

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use crate::{
     AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
-    LockHandle, LostReason, MAX_WAIT, ReleaseOutcome,
+    LockHandle, LostReason, ReleaseOutcome,
 };
 
 /// Slack added to every upper bound, for a loaded 2-core CI machine.
@@ -207,7 +207,7 @@ pub fn unique_key(check: &str) -> String {
 }
 
 fn wait(d: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Watchdog).wait(d)
+    AcquireOptions::new(Lease::Watchdog).wait_time(d).unwrap()
 }
 
 fn expect_held_by(err: LockError, holder: &LockHandle) -> Duration {
@@ -617,7 +617,10 @@ pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) 
     ] {
         let before_grant = Instant::now();
         let first = a
-            .acquire_with(&key, AcquireOptions::new(lease).hold_at_least(hold))
+            .acquire_with(
+                &key,
+                AcquireOptions::new(lease).hold_at_least(hold).unwrap(),
+            )
             .await
             .unwrap();
         let first_token = first.fencing_token();
@@ -642,16 +645,6 @@ pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) 
         last_token = second.fencing_token();
         assert_eq!(second.release().await.unwrap(), ReleaseOutcome::Released);
     }
-    let too_long = AcquireOptions::new(Lease::Fixed(Duration::from_secs(1)))
-        .hold_at_least(Duration::from_secs(2));
-    let error = a.acquire_with(&key, too_long).await.unwrap_err();
-    assert_eq!(error.code(), "LOCK_INVALID_ARGUMENT");
-    assert_eq!(error.details()["argument"], "hold-at-least");
-    let text = error.to_string();
-    assert!(
-        text.contains("2 s") && text.contains("fixed lease 1 s"),
-        "{text}"
-    );
 }
 
 /// Fencing tokens strictly increase across grants of one key, whichever client gets them.
@@ -747,14 +740,6 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
             "{err}"
         );
     }
-    let err = client
-        .acquire_with(&key, wait(MAX_WAIT + Duration::from_secs(1)))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, LockError::InvalidArgument { name: "wait", .. }),
-        "{err}"
-    );
     // Nothing was taken by the rejected calls.
     let handle = client.try_acquire(&key, Lease::Watchdog).await.unwrap();
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);

@@ -67,7 +67,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
     ///
     /// // One attempt: a bill run already in progress elsewhere is an answer, not a queue.
-    /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    /// let once = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
     /// let result = lock
     ///     .with_lock("bill-run:2026-11", once, || async { unreachable!("not granted") })
     ///     .await;
@@ -170,7 +170,7 @@ pub trait DistributedLockExt: DistributedLock {
     /// let other_pod = lock.try_acquire("digest:2026-11-30", Lease::Watchdog).await?;
     ///
     /// // Wait at most 200 ms for the other pod, then send the digest anyway.
-    /// let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(200));
+    /// let options = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::from_millis(200))?;
     /// let sent = lock
     ///     .with_lock_fail_open("digest:2026-11-30", options, || async { "sent" })
     ///     .await?;

@@ -32,7 +32,7 @@ use crate::lock::port::DistributedLock;
 /// let lock = InMemoryLock::new();
 /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
 ///
-/// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+/// let once = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
 /// match lock.with_lock_fail_open("cache-warm:tariffs", once, || async { 120 }).await? {
 ///     FailOpen::Guarded(warmed) => println!("warmed {warmed} entries under the lock"),
 ///     FailOpen::Unguarded { value: warmed, unguarded } => {
@@ -206,7 +206,7 @@ impl Unguarded {
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
     /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
-    /// let once = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    /// let once = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
     /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", once, || async { 120 }).await?;
     /// // Another owner may be warming the same cache right now.
     /// assert_eq!(warmed.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);

@@ -121,7 +121,7 @@ where
         waited_ms = Empty,
         fencing_token = Empty,
     );
-    if let Some(wait) = options.wait_time() {
+    if let Some(wait) = options.wait_override() {
         span.record("wait_ms", millis(wait));
     }
     let started = Instant::now();

@@ -512,7 +512,7 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
     let (masters, lock, _) = masters();
     let _held = lock.try_acquire("closed", Lease::Watchdog).await.unwrap();
     let options = MasterOptions::new(Lease::Watchdog)
-        .wait(Duration::from_millis(100))
+        .wait_time(Duration::from_millis(100))
         .unwrap();
     let error = masters
         .with_master_lock("closed", options, |_| async {
@@ -644,13 +644,13 @@ fn master_options_check_their_durations_when_set() {
             options.branch_wait(accepted).unwrap().branch_wait_time(),
             Some(accepted)
         );
-        let waiting = options.wait(accepted).unwrap();
-        assert_eq!(waiting.acquire_options().wait_time(), Some(accepted));
+        let waiting = options.wait_time(accepted).unwrap();
+        assert_eq!(waiting.acquire_options().wait_override(), Some(accepted));
     }
     let too_long = hour + Duration::from_millis(1);
     for (error, name) in [
         (options.branch_wait(too_long).unwrap_err(), "branch_wait"),
-        (options.wait(too_long).unwrap_err(), "wait"),
+        (options.wait_time(too_long).unwrap_err(), "wait_time"),
     ] {
         assert!(
             matches!(&error, BranchError::InvalidArgument { name: n, .. } if *n == name),

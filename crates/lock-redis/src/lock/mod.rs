@@ -417,7 +417,7 @@ impl DistributedLock for RedisLock {
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
         let config = &self.inner.config;
-        let wait = options.wait_time().unwrap_or(config.wait_time);
+        let wait = options.wait_override().unwrap_or(config.wait_time);
         let mut budget = wait + config.command_timeout;
         if config.min_replicas > 0 {
             budget += config.replica_sync_timeout + config.command_timeout;

@@ -103,7 +103,8 @@ pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
     .await
     .expect("connect");
     let options = lock_core::AcquireOptions::new(lock_core::Lease::Watchdog)
-        .wait(Duration::from_secs(120))
+        .wait_time(Duration::from_secs(120))
+        .unwrap()
         .fair();
     let handle = lock_core::DistributedLock::acquire_with(&lock, key, options).await;
     panic!("the child waiter was meant to be killed while waiting: {handle:?}");

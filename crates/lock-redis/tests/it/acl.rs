@@ -320,7 +320,9 @@ async fn holder_waiter_round(
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap();
         let handle = waiter.acquire_with(&owned, options).await;
         (handle, Instant::now())
     });
@@ -352,7 +354,8 @@ async fn fair_round(redis: &RedisServer, holder: &RedisLock, waiter: RedisLock) 
     let name = "fair";
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
     let fair = AcquireOptions::new(Lease::Watchdog)
-        .wait(Duration::from_secs(60))
+        .wait_time(Duration::from_secs(60))
+        .unwrap()
         .fair();
     let queue = holder.queue_key(name);
     let queued = |n: &'static str| {
@@ -507,7 +510,12 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
         let wait = Duration::from_secs(2);
         let started = Instant::now();
         let err = lock
-            .acquire_with(&name, AcquireOptions::new(Lease::Watchdog).wait(wait))
+            .acquire_with(
+                &name,
+                AcquireOptions::new(Lease::Watchdog)
+                    .wait_time(wait)
+                    .unwrap(),
+            )
             .await
             .expect_err(case);
         // At once: a refusal is not retried until the wait time runs out.
@@ -569,7 +577,9 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
         .unwrap();
     let started = Instant::now();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(lease)).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Fixed(lease))
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         waiter.acquire_with("no-channel", options).await
     });
     let refused_channel = eventually(SLACK, || async {
@@ -628,7 +638,9 @@ async fn round_trip(address: &str, name: &str) -> Result<(), LockError> {
     let held = holder.acquire(name, Lease::Watchdog).await?;
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         waiter.acquire_with(&owned, options).await
     });
     // The watchdog keeps the lease past its first deadline.

@@ -269,7 +269,9 @@ async fn a_manual_failover_keeps_the_lease_hands_it_to_the_waiter_after_release_
     let mut waiting = tokio::spawn({
         let (waiter, name) = (waiter.clone(), name.clone());
         async move {
-            let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+            let options = AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(60))
+                .unwrap();
             let result = waiter.acquire_with(&name, options).await;
             (result, Instant::now())
         }
@@ -451,7 +453,9 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
     let held = holder
         .acquire_with(
             &name,
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(10)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(10))
+                .unwrap(),
         )
         .await
         .expect("granted without min-replicas");
@@ -510,7 +514,9 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
     let next = other
         .acquire_with(
             &name,
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(10)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(10))
+                .unwrap(),
         )
         .await
         .unwrap();

@@ -75,7 +75,8 @@ async fn edge_case_names_round_trip_and_wake_waiters() {
             let name = name.clone();
             async move {
                 let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                    .wait(Duration::from_secs(30));
+                    .wait_time(Duration::from_secs(30))
+                    .unwrap();
                 let result = waiter.acquire_with(&name, options).await;
                 (result, Instant::now())
             }

@@ -41,8 +41,9 @@ async fn patient(redis: &RedisServer) -> RedisLock {
 async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
-    let options =
-        AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::from_millis(500));
+    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+        .wait_time(Duration::from_millis(500))
+        .unwrap();
     let err = lock
         .with_lock(name, options, || async move {
             flag.store(true, Ordering::SeqCst);
@@ -331,7 +332,9 @@ async fn a_busy_redis_refuses_as_busy_and_grants_again_after_script_kill() {
     assert!(answers, "Redis stayed busy after SCRIPT KILL");
     assert!(!exists(&redis, &lock.redis_key("busy")).await);
 
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(5));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(5))
+        .unwrap();
     let handle = lock.acquire_with("busy", options).await.unwrap();
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
@@ -514,6 +517,8 @@ async fn a_loading_redis_is_refused_as_loading_and_grants_once_loaded() {
         .await
         .unwrap();
     assert!(!exists(&redis, &lock.redis_key("loading")).await);
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(5));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(5))
+        .unwrap();
     lock.acquire_with("loading", options).await.unwrap();
 }

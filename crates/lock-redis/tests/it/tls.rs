@@ -47,7 +47,9 @@ async fn connection_ports(server: &RedisServer) -> Vec<u16> {
 /// Nothing may be written. Returns the error.
 async fn fails_closed(server: &RedisServer, client: &RedisLock, key: &str) -> LockError {
     let started = Instant::now();
-    let options = AcquireOptions::new(Lease::Watchdog).wait(WAIT);
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(WAIT)
+        .unwrap();
     let error = client
         .acquire_with(key, options)
         .await
@@ -111,7 +113,9 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
     );
 
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap();
         let handle = waiter.acquire_with("tls", options).await;
         (waiter, handle)
     });
