@@ -34,30 +34,25 @@ pub const IN_PROGRESS_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// `None` for a request with none.
 type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
-/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header,
-/// with the IETF draft's semantics (draft-ietf-httpapi-idempotency-key-header):
+/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header, as
+/// the IETF draft-ietf-httpapi-idempotency-key-header describes.
 ///
-/// - The first `POST`/`PATCH` with a key runs the handler; its response (status, headers,
-///   body) is stored for the result TTL and replayed to every retry with the same key from the
-///   same caller, marked `Idempotent-Replayed: true`.
-/// - Records are per endpoint (method and path) and, with [`IdempotencyLayer::scoped`], per
-///   caller: one caller's key never replays another caller's response.
-/// - A retry while the first is still running gets **409** with `Retry-After: 1` (or, with a
-///   wait time, waits for the first and gets its response).
-/// - The same key at the same endpoint with a different request (query, content type or body)
-///   gets **422**: another request's response is never replayed.
-/// - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
-/// - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
-/// - `Set-Cookie` and other credential-bearing headers are never stored nor replayed.
-/// - Requests without the header, and methods other than `POST` and `PATCH`, pass through.
+/// # Contract
+/// - The first `POST` or `PATCH` with a key runs the handler. Its status, headers and body are
+///   stored for the result TTL and replayed to every retry with the same key from the same
+///   caller, marked `Idempotent-Replayed: true`.
+/// - Records are per method and path and, with [`IdempotencyLayer::scoped`], per caller.
+/// - A retry while the first still runs gets 409 with `Retry-After: 1`, or with a wait time
+///   waits for the first one's response.
+/// - The same key with another query, content type or body gets 422.
+/// - An unavailable backend gets 503 with `Retry-After`, and the handler does not run.
+/// - A 5xx response is not stored, so the retry runs the handler again.
+/// - `Set-Cookie` and other credential-bearing headers are never stored.
+/// - Requests without the header and other methods pass through.
+/// - Responses are buffered whole. The call that ran the handler gets its response untouched.
 ///
-/// Responses are buffered whole (no streaming bodies). The call that ran the handler gets its
-/// response untouched, a replay the stored status, UTF-8 header values and body. The key rules
-/// are in `docs/idempotency.md`.
-///
-/// Build it from the starter, [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer),
-/// to take the configured `telco.platform.lock.idempotency.http-*` values, or here on any
-/// [`Idempotency`] with the defaults.
+/// [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer) builds it with the
+/// configured values. The key rules are in `docs/idempotency.md`.
 ///
 /// # Examples
 ///
