@@ -120,7 +120,9 @@ async fn a_killed_holders_fixed_lease_ends_on_time_and_not_before() {
     let handle = lock
         .acquire_with(
             "msisdn-reaper",
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(20)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(20))
+                .unwrap(),
         )
         .await
         .expect("the crashed holder's fixed lease never ended");

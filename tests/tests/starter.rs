@@ -74,7 +74,7 @@ async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
         .unwrap();
     assert!(!starter.is_enabled());
     let err = starter.lock().unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockDisabled);
+    assert_eq!(err.code(), "LOCK_DISABLED");
     assert_eq!(err.http_status(), 503);
     let text = err.to_string();
     assert!(
@@ -109,7 +109,7 @@ async fn an_override_replaces_the_redis_lock_entirely() {
     let mut mock = MockLock::new();
     mock.expect_namespace().return_const("mock".to_owned());
     mock.expect_acquire_lease()
-        .withf(|key, options| key == "reaper" && options.wait_time() == Some(Duration::ZERO))
+        .withf(|key, options| key == "reaper" && options.wait_override() == Some(Duration::ZERO))
         .times(1)
         .returning(|key, _| Err(LockError::backend_unavailable(key, "from the mock")));
     mock.expect_shutdown()
@@ -131,7 +131,9 @@ async fn an_override_replaces_the_redis_lock_entirely() {
         .unwrap()
         .with_lock(
             "reaper",
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::ZERO)
+                .unwrap(),
             || async { runs.fetch_add(1, Ordering::SeqCst) },
         )
         .await
@@ -201,7 +203,7 @@ async fn replica_acknowledgement_keys_reach_the_redis_lock() {
         .acquire("bill-run:2026-11", Lease::Watchdog)
         .await
         .unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED", "{err}");
     assert_eq!(err.details()["reason"], "replication_unconfirmed", "{err}");
     assert_eq!(err.details()["requiredReplicas"], "1", "{err}");
     assert_eq!(err.details()["acknowledgedReplicas"], "0", "{err}");

@@ -104,7 +104,9 @@ async fn worker(
     fair: bool,
 ) -> Stats {
     let contended = scenario == Scenario::Contended;
-    let mut options = AcquireOptions::new(Lease::Fixed(LEASE)).wait(MAX_WAIT);
+    let mut options = AcquireOptions::new(Lease::Fixed(LEASE))
+        .wait_time(MAX_WAIT)
+        .expect("MAX_WAIT is a wait time");
     if fair {
         options = options.fair();
     }

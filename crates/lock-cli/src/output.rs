@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use lock_starter::lock::{AcquireFailure, LockError, LockErrorCode};
 use lock_starter::redis::{LockState, LockStatus, RedisFailure};
+use lock_starter::lock::{AcquireFailure, LockError};
 use serde_json::json;
 
 use crate::exit::{EXIT_OUTPUT, EXIT_REDIS, EXIT_USAGE};
@@ -37,7 +38,7 @@ impl Failure {
         replica_sync_timeout: Duration,
         error: &LockError,
     ) -> Self {
-        if error.code() == LockErrorCode::LockInvalidArgument {
+        if error.code() == "LOCK_INVALID_ARGUMENT" {
             return Failure::new(EXIT_USAGE, error.to_string());
         }
         const CHECK_ADDRESS: &str =

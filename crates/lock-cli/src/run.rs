@@ -399,10 +399,10 @@ async fn acquire(
     lease: Lease,
     wait: Duration,
 ) -> Result<LockHandle, Failure> {
-    let options = AcquireOptions::new(lease).wait(wait);
-    // A bad key is a usage error, reported before a spinner would show it as waited for.
-    options
-        .validate(key)
+    // A bad key or wait is a usage error, reported before a spinner would show it as waited for.
+    let options = AcquireOptions::new(lease)
+        .wait_time(wait)
+        .and_then(|options| options.validate(key).map(|()| options))
         .map_err(|error| redis.failure(&format!("acquiring lock `{key}`"), &error))?;
     let spinner = Spinner::start(&redis.lock, key);
     let acquired = redis.lock.acquire_with(key, options).await;

@@ -1,12 +1,10 @@
-//! Errors of the lock port: one enum, a stable code per variant, and a details map for problem bodies.
+//! The error trait every capability's error implements, and the lock's error.
 
 use crate::duration::{format_duration, out_of_range};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
-/// A boxed cause from a backend (a Redis error, an I/O error). The port stays backend-free by
-/// carrying causes as trait objects.
+/// A boxed cause from a backend, such as a Redis or an I/O error.
 ///
 /// # Examples
 ///
@@ -15,94 +13,73 @@ use std::time::Duration;
 ///
 /// let cause: BoxError = std::io::Error::other("connection refused").into();
 /// let error = LockError::backend_unavailable("bill-run:2026-11", cause);
-///
-/// // The cause stays reachable as the source of the acquire failure.
-/// let failure = error.acquire_failure().unwrap();
-/// let source = std::error::Error::source(failure).unwrap();
+/// let source = std::error::Error::source(error.acquire_failure().unwrap()).unwrap();
 /// assert_eq!(source.to_string(), "connection refused");
 /// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// The stable, machine-readable code of a [`LockError`].
+/// An error a request can end with: a stable code, the HTTP status to answer with, and the
+/// details of an RFC 9457 problem body or a structured log.
 ///
-/// Codes are part of the public contract: dashboards and problem bodies key on them, so a code is
-/// never renamed. [`LockErrorCode::as_str`] gives the wire form (`LOCK_ACQUISITION_FAILED`, …).
+/// [`LockError`], [`IdempotencyError`](crate::idempotency::IdempotencyError) and
+/// [`BranchError`](crate::branches::BranchError) implement it, and have the same methods
+/// inherent so that a call needs no import. lock-starter's `http` module answers any of them.
+///
+/// # Contract
+/// - `code()` is `<CAPABILITY>_<CONDITION>` in upper snake case, such as
+///   `LOCK_ACQUISITION_FAILED`, and is never renamed.
+/// - `http_status()` is 503 when a later retry may succeed, 409 or 422 for a conflict with an
+///   earlier request, 400 for bad input from a client and 500 for a defect of the calling code.
+/// - `details()` holds `code`, `message` (the `Display` text) and `reason` (lower snake case,
+///   stable), and more camelCase keys per capability. Keys ending in `Ms` are milliseconds.
 ///
 /// # Examples
 ///
 /// ```
-/// use lock_core::{LockError, LockErrorCode};
+/// use lock_core::{LockError, Problem};
+/// use lock_core::idempotency::IdempotencyError;
 ///
-/// let error = LockError::invalid_argument("lease", "0s", "accepted: 100 ms to 168 h");
-/// assert_eq!(error.code(), LockErrorCode::LockInvalidArgument);
-/// assert_eq!(error.code().to_string(), "LOCK_INVALID_ARGUMENT"); // `Display` is the wire form
+/// fn log_problem(error: &dyn Problem) -> String {
+///     format!("{} {} {}", error.http_status(), error.code(), error.details()["reason"])
+/// }
+/// let lock = LockError::backend_unavailable("bill-run:2026-11", "timed out");
+/// assert_eq!(log_problem(&lock), "503 LOCK_ACQUISITION_FAILED backend_unavailable");
+/// let reused = IdempotencyError::KeyReused { key: "8e03978e".into() };
+/// assert_eq!(log_problem(&reused), "422 IDEMPOTENCY_KEY_REUSED key_reused");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LockErrorCode {
-    /// The lock was not acquired and the critical section must not run (fail closed): another
-    /// owner held it for the whole wait time, or the backend was unreachable, slow or refusing.
-    /// HTTP 503.
-    LockAcquisitionFailed,
-    /// An owner-checked release could not be confirmed (backend unreachable or failing). The lease
-    /// still ends at its TTL. HTTP 503.
-    LockReleaseFailed,
-    /// The caller passed a key or duration the lock does not accept. Nothing was sent to the
-    /// backend. HTTP 500: a bad key or lease is a defect in the calling service.
-    LockInvalidArgument,
-    /// The lock is switched off (`telco.platform.lock.enabled = false`) and no backend exists,
-    /// or this lock client was shut down ([`LockError::ShutDown`]). HTTP 503.
-    LockDisabled,
+pub trait Problem: std::error::Error + Send + Sync + 'static {
+    /// The stable code, such as `LOCK_ACQUISITION_FAILED`.
+    fn code(&self) -> &'static str;
+
+    /// The HTTP status to answer with.
+    fn http_status(&self) -> u16;
+
+    /// The details map: `code`, `message`, `reason` and the capability's own keys.
+    fn details(&self) -> BTreeMap<&'static str, String>;
 }
 
-impl LockErrorCode {
-    /// The wire form of the code, e.g. `"LOCK_ACQUISITION_FAILED"`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::LockErrorCode;
-    ///
-    /// assert_eq!(LockErrorCode::LockAcquisitionFailed.as_str(), "LOCK_ACQUISITION_FAILED");
-    /// assert_eq!(LockErrorCode::LockDisabled.as_str(), "LOCK_DISABLED");
-    /// ```
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            LockErrorCode::LockAcquisitionFailed => "LOCK_ACQUISITION_FAILED",
-            LockErrorCode::LockReleaseFailed => "LOCK_RELEASE_FAILED",
-            LockErrorCode::LockInvalidArgument => "LOCK_INVALID_ARGUMENT",
-            LockErrorCode::LockDisabled => "LOCK_DISABLED",
+/// Implements [`Problem`] for an error type by its inherent `code`, `http_status` and `details`.
+macro_rules! impl_problem {
+    ($error:ty) => {
+        impl $crate::error::Problem for $error {
+            fn code(&self) -> &'static str {
+                <$error>::code(self)
+            }
+            fn http_status(&self) -> u16 {
+                <$error>::http_status(self)
+            }
+            fn details(&self) -> std::collections::BTreeMap<&'static str, String> {
+                <$error>::details(self)
+            }
         }
-    }
-
-    /// The HTTP status a service should answer with when this error ends a request.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::LockErrorCode;
-    ///
-    /// assert_eq!(LockErrorCode::LockAcquisitionFailed.http_status(), 503);
-    /// assert_eq!(LockErrorCode::LockInvalidArgument.http_status(), 500); // a bug of the caller
-    /// ```
-    pub const fn http_status(self) -> u16 {
-        match self {
-            LockErrorCode::LockAcquisitionFailed
-            | LockErrorCode::LockReleaseFailed
-            | LockErrorCode::LockDisabled => 503,
-            LockErrorCode::LockInvalidArgument => 500,
-        }
-    }
+    };
 }
+pub(crate) use impl_problem;
 
-impl fmt::Display for LockErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+impl_problem!(LockError);
 
-/// Why an acquisition failed. Every variant means the same to the caller — the lock is not held,
-/// do not run the critical section — but on-call needs to tell contention from an outage.
+/// Why an acquisition failed: to the caller every variant means the lock is not held, to
+/// on-call contention is not an outage.
 ///
 /// # Examples
 ///
@@ -129,19 +106,19 @@ impl fmt::Display for LockErrorCode {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AcquireFailure {
-    /// Another owner held the lock for the whole wait time. The message says when that owner is
-    /// another task of this process ([`crate::issued_by_this_process`]).
+    /// Another owner held the lock for the whole wait time, possibly another task of this
+    /// process ([`crate::issued_by_this_process`]).
     #[error("{}", fmt_held(holder, *.ttl, *.waited))]
     HeldByAnotherOwner {
-        /// The holder's owner token (instance id, then a per-acquisition suffix) as last seen.
+        /// The holder's owner token as last seen.
         holder: String,
-        /// The holder's remaining TTL as last seen; `None` if the backend did not report one.
+        /// The holder's remaining TTL as last seen, if the backend reported one.
         ttl: Option<Duration>,
         /// How long this call waited before giving up.
         waited: Duration,
     },
-    /// A fair acquisition's wait was spent while earlier fair waiters were still queued ahead of
-    /// it (the lock itself may have been free at that moment). See [`crate::lock::AcquireOptions::fair`].
+    /// A [fair](crate::lock::AcquireOptions::fair) acquisition's wait was spent with earlier fair
+    /// waiters still queued ahead of it, whether or not the lock was free.
     #[error("{ahead} earlier fair waiter(s) still queued ahead after waiting {}", format_duration(*.waited))]
     WaitersAhead {
         /// How many fair waiters were queued ahead of this one, as last seen.
@@ -149,16 +126,16 @@ pub enum AcquireFailure {
         /// How long this call waited before giving up.
         waited: Duration,
     },
-    /// The backend could not be reached, timed out, or answered with an error. Whether the lock is
-    /// held by anyone is unknown; any grant this call may have caused has been released.
+    /// The backend could not be reached, timed out or answered with an error. Any grant this
+    /// call may have caused has been released.
     #[error("backend unavailable: {cause}")]
     BackendUnavailable {
         /// The backend's error.
         #[source]
         cause: BoxError,
     },
-    /// The grant was not acknowledged by enough replicas in time (the backend's `min-replicas` /
-    /// `replica-sync-timeout` settings), so it was handed back: a failover could have lost it.
+    /// Too few replicas acknowledged the grant in time, so it was handed back: a failover
+    /// could have lost it.
     #[error(
         "the grant reached {acknowledged} of the {required} replicas required in time; it was released"
     )]
@@ -168,8 +145,7 @@ pub enum AcquireFailure {
         /// Replicas that did.
         acknowledged: u32,
     },
-    /// The grant arrived so late that its lease had already run out on the local clock, so it was
-    /// handed back instead of being reported as held.
+    /// The grant arrived after its lease had run out on the local clock, so it was handed back.
     #[error("the grant arrived after its {} lease had run out (backend too slow); it was released", format_duration(*.lease))]
     LeaseExpiredBeforeGrant {
         /// The lease that was requested.
@@ -178,8 +154,7 @@ pub enum AcquireFailure {
 }
 
 impl AcquireFailure {
-    /// The stable `reason` value of the details map: `held_by_another_owner`, `waiters_ahead`,
-    /// `backend_unavailable`, `replication_unconfirmed` or `lease_expired_before_grant`.
+    /// The stable `reason` of the details map, such as `held_by_another_owner`.
     ///
     /// # Examples
     ///
@@ -203,14 +178,14 @@ impl AcquireFailure {
 
 /// The error of every fallible lock operation.
 ///
-/// Use [`LockError::code`] for the stable [`LockErrorCode`], [`LockError::http_status`] for the
-/// status to answer with, and [`LockError::details`] for a problem body (`lockKey`, `reason`, …).
+/// It is a [`Problem`]: codes `LOCK_ACQUISITION_FAILED` and `LOCK_RELEASE_FAILED` (HTTP 503),
+/// `LOCK_INVALID_ARGUMENT` (500, a defect of the calling service) and `LOCK_DISABLED` (503).
 /// `Display` is one sentence naming the key and what to do.
 ///
 /// # Examples
 ///
 /// ```
-/// use lock_core::{LockError, LockErrorCode};
+/// use lock_core::LockError;
 /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -221,7 +196,7 @@ impl AcquireFailure {
 ///     Ok(_) => unreachable!("the key is held"),
 ///     Err(error @ LockError::AcquisitionFailed { .. }) => {
 ///         // Fail closed: skip the critical section, answer 503.
-///         assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+///         assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
 ///         assert_eq!(error.http_status(), 503);
 ///         assert_eq!(error.lock_key(), Some("bill-run:2026-11"));
 ///         assert!(error.to_string().starts_with("lock `bill-run:2026-11` was not acquired: held by"));
@@ -233,7 +208,7 @@ impl AcquireFailure {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The lock was not acquired; the critical section did not run. Code
+    /// The lock was not acquired and the critical section did not run. Code
     /// `LOCK_ACQUISITION_FAILED`.
     #[error("lock `{key}` was not acquired: {reason}")]
     AcquisitionFailed {
@@ -243,7 +218,7 @@ pub enum LockError {
         #[source]
         reason: AcquireFailure,
     },
-    /// An owner-checked release could not be confirmed; the lease still ends at its TTL. Code
+    /// An owner-checked release was not confirmed. The lease still ends at its TTL. Code
     /// `LOCK_RELEASE_FAILED`.
     #[error("lock `{key}` release was not confirmed (the lease still ends at its TTL): {cause}")]
     ReleaseFailed {
@@ -253,21 +228,22 @@ pub enum LockError {
         #[source]
         cause: BoxError,
     },
-    /// The key is not accepted; nothing was sent to the backend. Code `LOCK_INVALID_ARGUMENT`.
+    /// The key is not accepted and nothing was sent to the backend. Code
+    /// `LOCK_INVALID_ARGUMENT`.
     #[error("invalid lock key {key:?}: {problem}; {accepted}")]
     InvalidKey {
-        /// The rejected key (escaped by `Debug`, so control characters stay visible).
+        /// The rejected key.
         key: String,
         /// What is wrong with it.
         problem: &'static str,
         /// What a valid key looks like.
         accepted: &'static str,
     },
-    /// A duration or other argument is out of range; nothing was sent to the backend. Code
+    /// A duration or other argument is out of range and nothing was sent to the backend. Code
     /// `LOCK_INVALID_ARGUMENT`.
     #[error("invalid {name} {value}{}: {problem}", for_lock(.key.as_deref()))]
     InvalidArgument {
-        /// The argument or setting, e.g. `lease` or `wait`.
+        /// The argument or setting, such as `lease` or `wait_time`.
         name: &'static str,
         /// The rejected value as given.
         value: String,
@@ -281,13 +257,11 @@ pub enum LockError {
         "the distributed lock is disabled ({detail}); no Redis connection exists. Set telco.platform.lock.enabled = true to use it"
     )]
     Disabled {
-        /// Where the switch was set, e.g. `telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED`.
+        /// Where the switch was set.
         detail: String,
     },
-    /// This lock client was shut down ([`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown),
-    /// e.g. `LockStarter::shutdown` at the end of `main`) and grants no more leases; an
-    /// acquisition still waiting when it was shut down ends with this too. Code
-    /// `LOCK_DISABLED`, reason `shut_down`.
+    /// This lock client was [shut down](crate::lock::DistributedLock::shutdown), before or during the
+    /// acquisition. Code `LOCK_DISABLED`, reason `shut_down`.
     #[error(
         "lock `{key}` was not acquired: this lock client was shut down (its process is stopping) and grants no more leases; acquire before calling shutdown"
     )]
@@ -298,29 +272,20 @@ pub enum LockError {
 }
 
 impl LockError {
-    /// The stable code of this error.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{LockError, LockErrorCode};
-    ///
-    /// let error = LockError::Disabled { detail: "enabled = false".into() };
-    /// assert_eq!(error.code(), LockErrorCode::LockDisabled);
-    /// ```
-    pub fn code(&self) -> LockErrorCode {
+    /// The stable code: `LOCK_ACQUISITION_FAILED`, `LOCK_RELEASE_FAILED`,
+    /// `LOCK_INVALID_ARGUMENT` or `LOCK_DISABLED`.
+    pub fn code(&self) -> &'static str {
         match self {
-            LockError::AcquisitionFailed { .. } => LockErrorCode::LockAcquisitionFailed,
-            LockError::ReleaseFailed { .. } => LockErrorCode::LockReleaseFailed,
+            LockError::AcquisitionFailed { .. } => "LOCK_ACQUISITION_FAILED",
+            LockError::ReleaseFailed { .. } => "LOCK_RELEASE_FAILED",
             LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => {
-                LockErrorCode::LockInvalidArgument
+                "LOCK_INVALID_ARGUMENT"
             }
-            LockError::Disabled { .. } | LockError::ShutDown { .. } => LockErrorCode::LockDisabled,
+            LockError::Disabled { .. } | LockError::ShutDown { .. } => "LOCK_DISABLED",
         }
     }
 
-    /// The HTTP status for this error: 503 for fail-closed errors (acquisition, release,
-    /// disabled), 500 for invalid arguments.
+    /// The HTTP status: 500 for an invalid argument, else 503.
     ///
     /// # Examples
     ///
@@ -331,7 +296,10 @@ impl LockError {
     /// assert_eq!(validate_key("").unwrap_err().http_status(), 500);
     /// ```
     pub fn http_status(&self) -> u16 {
-        self.code().http_status()
+        match self {
+            LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => 500,
+            _ => 503,
+        }
     }
 
     /// The lock key this error is about, if any.
@@ -368,7 +336,7 @@ impl LockError {
     ///     outage.acquire_failure(),
     ///     Some(AcquireFailure::BackendUnavailable { .. })
     /// ));
-    /// let bad_wait = LockError::invalid_argument("wait", "2h", "accepted: 0 to 1 h");
+    /// let bad_wait = LockError::invalid_argument("wait_time", "2h", "accepted: 0 to 1 h");
     /// assert!(bad_wait.acquire_failure().is_none());
     /// ```
     pub fn acquire_failure(&self) -> Option<&AcquireFailure> {
@@ -378,10 +346,10 @@ impl LockError {
         }
     }
 
-    /// A details map for problem bodies and structured logs. Keys are camelCase and stable:
-    /// `code`, `lockKey`, `reason` (see [`AcquireFailure::reason`], or `release_failed`,
-    /// `invalid_key`, `invalid_argument`, `disabled`, `shut_down`), and where known `holder`, `holderTtlMs`,
-    /// `waitedMs`, `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas`, `argument`, `message`.
+    /// The details map of a problem body or a log: `code`, `message`, `reason` (an
+    /// [`AcquireFailure::reason`], `release_failed`, `invalid_key`, `invalid_argument`,
+    /// `disabled` or `shut_down`), and where known `lockKey`, `holder`, `holderTtlMs`,
+    /// `waitedMs`, `waitersAhead`, `requiredReplicas`, `acknowledgedReplicas` and `argument`.
     ///
     /// # Examples
     ///
@@ -402,7 +370,7 @@ impl LockError {
     /// ```
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::new();
-        details.insert("code", self.code().as_str().to_owned());
+        details.insert("code", self.code().to_owned());
         details.insert("message", self.to_string());
         if let Some(key) = self.lock_key() {
             details.insert("lockKey", key.to_owned());
@@ -608,7 +576,7 @@ mod tests {
                 waited: Duration::from_millis(1000),
             },
         };
-        assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed);
+        assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED");
         assert_eq!(err.http_status(), 503);
         let d = err.details();
         assert_eq!(d["code"], "LOCK_ACQUISITION_FAILED");
@@ -640,7 +608,7 @@ mod tests {
         let err = LockError::ShutDown {
             key: "bill-run:2026-11".into(),
         };
-        assert_eq!(err.code(), LockErrorCode::LockDisabled);
+        assert_eq!(err.code(), "LOCK_DISABLED");
         assert_eq!(err.http_status(), 503);
         let d = err.details();
         assert_eq!(d["reason"], "shut_down");
@@ -656,7 +624,7 @@ mod tests {
             "invalid address \"\": empty; a Redis URL is required"
         );
         let err = LockError::invalid_argument("lease", "0", "accepted: 100 ms to 168 h");
-        assert_eq!(err.code().as_str(), "LOCK_INVALID_ARGUMENT");
+        assert_eq!(err.code(), "LOCK_INVALID_ARGUMENT");
         assert_eq!(err.http_status(), 500);
         assert_eq!(err.details()["argument"], "lease");
         assert!(!err.details().contains_key("lockKey"));

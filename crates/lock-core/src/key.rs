@@ -26,7 +26,7 @@ pub(crate) const KEY_RULES: &str = "a lock key is 1 to 512 bytes of UTF-8 with n
 /// assert!(validate_key("{tenant-7} nightly 🔒").is_ok());
 ///
 /// let error = validate_key("bill-run\n2026-11").unwrap_err();
-/// assert_eq!(error.code().as_str(), "LOCK_INVALID_ARGUMENT");
+/// assert_eq!(error.code(), "LOCK_INVALID_ARGUMENT");
 /// assert!(error.to_string().contains("it contains a control character"));
 /// ```
 pub fn validate_key(key: &str) -> Result<(), LockError> {

@@ -8,7 +8,7 @@
 //! - Master/sub locks, which wait for the asynchronous branches of an operation: [`branches`].
 //! - Idempotent execution, where a retried call gets the first call's result: [`Idempotency`](crate::idempotency::Idempotency)
 //!   over the [`IdempotencyStore`](crate::idempotency::IdempotencyStore) port.
-//! - Shared by all: the error and its stable codes ([`LockError`], [`LockErrorCode`]), key
+//! - Shared by all: the error and its stable codes ([`Problem`], [`LockError`]), key
 //!   validation ([`validate_key`]) and owner tokens ([`OwnerTokens`]).
 //!
 //! # The distributed lock
@@ -55,7 +55,7 @@
 //! // While another pod holds the period, the bill run fails closed after the wait time (5 s).
 //! let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
 //! let error = run_bill_run(&*lock, "2026-11").await.unwrap_err();
-//! assert_eq!(error.code().as_str(), "LOCK_ACQUISITION_FAILED");
+//! assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
 //! assert_eq!(error.http_status(), 503);
 //! # drop(other_pod);
 //! # Ok(()) }
@@ -67,12 +67,13 @@ mod error;
 pub mod idempotency;
 mod key;
 pub mod lock;
+mod metric;
 mod owner;
 mod process;
 mod watch;
 
 pub use duration::{duration_range, format_duration, parse_duration};
-pub use error::{AcquireFailure, BoxError, LockError, LockErrorCode, check_duration};
+pub use error::{AcquireFailure, BoxError, LockError, Problem, check_duration};
 pub use key::{MAX_KEY_BYTES, validate_key};
 pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
 pub use process::issued_by_this_process;

@@ -85,7 +85,7 @@
 //!     })
 //!     .await;
 //! let error = result.unwrap_err();
-//! assert_eq!(error.code().as_str(), "LOCK_ACQUISITION_FAILED");
+//! assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
 //! assert_eq!(error.details()["reason"], "backend_unavailable");
 //! assert!(RedisFailure::find(&error).is_some()); // what went wrong talking to Redis
 //! # Ok(()) }

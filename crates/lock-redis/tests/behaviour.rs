@@ -11,10 +11,7 @@ use std::time::Duration;
 use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
-use lock_core::LockErrorCode;
-use lock_core::lock::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
-};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -167,7 +164,9 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
     let channel = holder.release_channel("event-driven");
     let start = command_calls(&redis).await;
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         let handle = waiter.acquire_with("event-driven", options).await;
         (handle, Instant::now())
     });
@@ -214,14 +213,16 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
     let err = lock
         .with_lock(
             key,
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(wait),
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+                .wait_time(wait)
+                .unwrap(),
             || async move { flag.store(true, Ordering::SeqCst) },
         )
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
     assert!(!ran.load(Ordering::SeqCst), "the critical section ran");
-    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED", "{err}");
     assert_eq!(err.http_status(), 503);
     assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
     assert_eq!(err.details()["lockKey"], key);
@@ -257,7 +258,9 @@ async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
     // The grant it made on resume (60 s fixed lease) must have been released by the
     // outcome-unknown clean-up, so a new holder gets the key well before 60 s.
     let other = client(&redis).await;
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(20));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(20))
+        .unwrap();
     let handle = other.acquire_with("paused", options).await.unwrap();
     drop(handle);
 }
@@ -351,7 +354,12 @@ async fn patient_client(redis: &RedisServer) -> RedisLock {
 async fn fails_at_once(lock: &RedisLock, key: &str, wait: Duration) {
     let started = Instant::now();
     let err = lock
-        .acquire_with(key, AcquireOptions::new(Lease::Watchdog).wait(wait))
+        .acquire_with(
+            key,
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(wait)
+                .unwrap(),
+        )
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
@@ -596,7 +604,9 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
     let held = holder.acquire("cancelled", Lease::Watchdog).await.unwrap();
     for _ in 0..20 {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         let attempt = waiter.acquire_with("cancelled", options);
         // Cancel somewhere in the wait (the future is dropped).
         let _ = tokio::time::timeout(Duration::from_millis(50), attempt).await;

@@ -16,8 +16,9 @@ use crate::common::Setup;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
+use lock_core::LockError;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_core::{LockError, LockErrorCode};
+use lock_redis::lock::{RedisLock};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::secrets::{
@@ -100,7 +101,9 @@ async fn the_lock_works(redis: &RedisServer, config: Setup, user: &str) {
         .await
         .unwrap();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap();
         waiter.acquire_with("credentials", options).await
     });
     let channel = holder.release_channel("credentials");
@@ -163,7 +166,7 @@ async fn connect_fails_naming(config: Setup, expected: &str) {
         "connect took {:?}",
         started.elapsed()
     );
-    assert_eq!(error.code(), LockErrorCode::LockInvalidArgument, "{error}");
+    assert_eq!(error.code(), "LOCK_INVALID_ARGUMENT", "{error}");
     assert_eq!(error.details()["argument"], "address", "{error}");
     let text = error.to_string();
     assert!(text.contains(expected), "{expected} not named: {text}");
@@ -308,7 +311,9 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         let error = lock
             .acquire_with(
                 "unreachable",
-                AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+                AcquireOptions::new(Lease::Watchdog)
+                    .wait_time(Duration::ZERO)
+                    .unwrap(),
             )
             .await
             .unwrap_err();

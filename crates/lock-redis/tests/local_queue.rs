@@ -20,7 +20,9 @@ const KEY: &str = "queue";
 const LONG: Duration = Duration::from_secs(120);
 
 fn options(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG)).wait(wait)
+    AcquireOptions::new(Lease::Fixed(LONG))
+        .wait_time(wait)
+        .unwrap()
 }
 
 /// Starts acquisition `i` on `lock` and returns once it is queued (the `n`th waiter), so the
@@ -197,8 +199,9 @@ async fn the_next_waiter_wakes_when_the_previous_waiters_lease_ends_unreleased()
     let first = tokio::spawn({
         let lock = lock.clone();
         async move {
-            let options =
-                AcquireOptions::new(Lease::Fixed(short_lease)).wait(Duration::from_secs(60));
+            let options = AcquireOptions::new(Lease::Fixed(short_lease))
+                .wait_time(Duration::from_secs(60))
+                .unwrap();
             let handle = lock.acquire_with(KEY, options).await.unwrap();
             (handle, Instant::now())
         }

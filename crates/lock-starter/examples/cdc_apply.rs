@@ -94,7 +94,9 @@ async fn main() -> ExitCode {
         let pod = ((seq - 1) % args.pods) as usize;
         let lock = Arc::clone(&pods[pod]);
         let applied = Arc::clone(&applied);
-        let mut options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let mut options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .expect("60 s is a wait time");
         if !args.unfair {
             options = options.fair();
         }

@@ -63,7 +63,13 @@ async fn main() -> ExitCode {
     let key = format!("cache-warm:{}", args.cache);
     let mut options = AcquireOptions::new(Lease::Watchdog);
     if let Some(wait) = args.wait {
-        options = options.wait(wait);
+        options = match options.wait_time(wait) {
+            Ok(options) => options,
+            Err(error) => {
+                eprintln!("--wait: {error}");
+                return ExitCode::from(2);
+            }
+        };
     }
     let warmed = match lock
         .with_lock_fail_open(&key, options, || warm(&args.cache, args.warm_time))

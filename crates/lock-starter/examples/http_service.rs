@@ -3,7 +3,7 @@
 //! (`reason: held_by_another_owner`) and a `Retry-After` of at most 5 s; with Redis down, 503
 //! with `backend_unavailable` and `Retry-After: 2`. The body is the public form: the holder and
 //! Redis's error text are logged by the service (`lock_starter::http`), not sent to the client.
-//! An internal endpoint for operators could return `DetailedLockRejection` instead.
+//! An internal endpoint for operators could return `DetailedRejection` instead.
 //!
 //! ```sh
 //! TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379 \
@@ -27,8 +27,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lock_starter::http::LockRejection;
-use lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT;
+use lock_starter::http::Rejection;
 use lock_starter::prelude::*;
 use lock_starter::{Health, HealthStatus};
 
@@ -76,9 +75,9 @@ async fn create_ticket(body: String) -> (axum::http::StatusCode, Json<serde_json
 async fn start_bill_run(
     State(app): State<App>,
     Path(period): Path<String>,
-) -> Result<Json<serde_json::Value>, LockRejection> {
+) -> Result<Json<serde_json::Value>, Rejection> {
     // One attempt: a run already in progress elsewhere is an answer, not something to queue for.
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO);
+    let options = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
     let invoices = app
         .lock
         .with_lock(&format!("bill-run:{period}"), options, || async {

@@ -54,12 +54,16 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     // A bad lease or hold is a bug in the caller, not a reason to skip ticks: refuse it up front.
     let options = AcquireOptions::new(Lease::Fixed(args.lease))
-        .wait(Duration::ZERO)
-        .hold_at_least(args.hold_at_least);
-    if let Err(error) = options.validate("msisdn-reaper") {
-        eprintln!("--lease / --hold-at-least: {error}");
-        return ExitCode::from(2);
-    }
+        .hold_at_least(args.hold_at_least)
+        .and_then(|options| options.wait_time(Duration::ZERO))
+        .and_then(|options| options.validate("msisdn-reaper").map(|()| options));
+    let options = match options {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("--lease / --hold-at-least: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let starter = match LockStarter::builder().build().await {
         Ok(starter) => starter,
         Err(error) => {

@@ -104,7 +104,7 @@ impl LockStarter {
     /// assert!(!starter.is_enabled());
     ///
     /// let error = starter.lock().unwrap_err(); // stop the service, or use `lock_or_disabled`
-    /// assert_eq!(error.code(), LockErrorCode::LockDisabled);
+    /// assert_eq!(error.code(), "LOCK_DISABLED");
     /// assert!(error.to_string().contains("telco.platform.lock.enabled = false from"));
     /// # Ok(()) }
     /// ```
@@ -363,7 +363,7 @@ impl LockStarter {
     /// assert_eq!(summary.released, 1);
     /// assert_eq!(still_running.lost().await, LostReason::ShutDown);
     /// let error = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
-    /// assert_eq!(error.code(), LockErrorCode::LockDisabled);
+    /// assert_eq!(error.code(), "LOCK_DISABLED");
     /// assert_eq!(error.details()["reason"], "shut_down");
     /// # Ok(()) }
     /// ```

@@ -59,7 +59,7 @@
 //!     .with_lock("bill-run:2026-11", Lease::Watchdog, || async { unreachable!() })
 //!     .await
 //!     .unwrap_err();
-//! assert_eq!(error.code(), LockErrorCode::LockAcquisitionFailed);
+//! assert_eq!(error.code(), "LOCK_ACQUISITION_FAILED");
 //! assert_eq!(error.details()["holder"], other_pod.owner());
 //! # Ok(()) }
 //! ```
@@ -94,6 +94,7 @@ pub use error::StartError;
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use health::{Health, HealthStatus};
+pub use lock_core::Problem;
 
 /// The distributed lock: mutual exclusion per key across processes (see [`DistributedLock`](lock::DistributedLock)).
 pub mod lock {
@@ -105,7 +106,7 @@ pub mod lock {
         LeaseStatus, LockHandle, LostReason, ReleaseOutcome, ShutdownSummary, Unguarded,
         UnguardedReason,
     };
-    pub use lock_core::{AcquireFailure, LockError, LockErrorCode};
+    pub use lock_core::{AcquireFailure, LockError};
     #[cfg(feature = "conformance")]
     pub use lock_core::{conformance_checks, conformance_tests};
     pub(crate) mod wiring;
@@ -155,7 +156,7 @@ pub mod redis {
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
     #[doc(no_inline)]
-    pub use crate::LockStarter;
+    pub use crate::{LockStarter, Problem};
     #[doc(no_inline)]
     pub use crate::idempotency::{
         Idempotency, IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore,
@@ -164,7 +165,7 @@ pub mod prelude {
     #[doc(no_inline)]
     pub use crate::lock::{
         AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
-        InMemoryLock, Lease, LeaseStatus, LockError, LockErrorCode, LockHandle, LostReason,
+        InMemoryLock, Lease, LeaseStatus, LockError, LockHandle, LostReason,
         ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
     };
 }

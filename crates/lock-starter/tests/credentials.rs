@@ -377,7 +377,9 @@ async fn sentinel_addresses_show_no_password() {
         let error = lock
             .acquire_with(
                 "sentinel",
-                AcquireOptions::new(Lease::Watchdog).wait(Duration::ZERO),
+                AcquireOptions::new(Lease::Watchdog)
+                    .wait_time(Duration::ZERO)
+                    .unwrap(),
             )
             .await
             .unwrap_err();

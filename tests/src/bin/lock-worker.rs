@@ -77,7 +77,13 @@ async fn main() -> ExitCode {
         resource,
     };
     let stop_at = Instant::now() + args.duration;
-    let options = AcquireOptions::new(lease).wait(args.wait);
+    let options = match AcquireOptions::new(lease).wait_time(args.wait) {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("--wait: {error}");
+            return ExitCode::from(2);
+        }
+    };
     let mut iteration = 0;
     while iteration < args.iterations && Instant::now() < stop_at {
         iteration += 1;
@@ -130,7 +136,7 @@ impl Worker {
                     Op::Acquire,
                     key,
                     None,
-                    error.code().as_str(),
+                    error.code(),
                     &details["reason"],
                 )?;
                 if details["reason"] != "held_by_another_owner" {
@@ -188,7 +194,7 @@ impl Worker {
                 Op::Release,
                 key,
                 Some(token),
-                error.code().as_str(),
+                error.code(),
                 &error.details()["reason"],
             )?,
         }

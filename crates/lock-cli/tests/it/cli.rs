@@ -81,7 +81,9 @@ async fn status_list_and_release_a_lock_held_by_another_pod() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_list_say_a_lock_is_kept_for_its_minimum_hold() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(60));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .hold_at_least(Duration::from_secs(60))
+        .unwrap();
     let handle = pod.acquire_with("reaper", options).await.unwrap();
     let live = cli(&url, &["status", "--json", "reaper"]).await;
     let live: serde_json::Value = serde_json::from_slice(&live.stdout).unwrap();

@@ -1,97 +1,12 @@
-//! Errors of the master/sub locks: [`BranchError`], its stable [`BranchErrorCode`], and
-//! [`InvalidBranchToken`] for token text that does not parse.
+//! The errors of the master/sub locks: [`BranchError`], and [`InvalidBranchToken`] for token
+//! text that does not parse.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::branches::sub_key::SubKey;
-use crate::error::{BoxError, LockError, LockErrorCode};
+use crate::error::{BoxError, LockError, impl_problem};
 
-/// The stable, machine-readable code of a [`BranchError`]; never renamed (dashboards and problem
-/// bodies key on it). [`BranchErrorCode::as_str`] is the wire form.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::branches::{BranchError, BranchErrorCode};
-///
-/// let error = BranchError::Disabled { detail: "enabled = false".into() };
-/// assert_eq!(error.code(), BranchErrorCode::BranchesDisabled);
-/// assert_eq!(error.code().to_string(), "BRANCHES_DISABLED");
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum BranchErrorCode {
-    /// The master lock was not granted (contention for the whole wait time, or the backend
-    /// unavailable): the master block did not run (fail closed). HTTP 503.
-    BranchesMasterLockFailed,
-    /// The branch backend did not confirm an operation (unreachable, timed out, refusing).
-    /// HTTP 503.
-    BranchesUnavailable,
-    /// A branch was registered after its master block had returned: registration is sealed, the
-    /// master no longer waits for new branches. A defect of the producer code. HTTP 500.
-    BranchesSealed,
-    /// A key, branch id or duration the master/sub locks do not accept; nothing was sent to the
-    /// backend. A defect of the calling code. HTTP 500.
-    BranchesInvalidArgument,
-    /// A branch token's text (e.g. from a message header) does not parse. HTTP 400: it came
-    /// from outside.
-    BranchesInvalidToken,
-    /// The master/sub locks are switched off (no backend), or the master's lock is disabled or
-    /// shut down. HTTP 503.
-    BranchesDisabled,
-}
-
-impl BranchErrorCode {
-    /// The wire form, e.g. `"BRANCHES_UNAVAILABLE"`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::branches::BranchErrorCode;
-    ///
-    /// assert_eq!(BranchErrorCode::BranchesSealed.as_str(), "BRANCHES_SEALED");
-    /// ```
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            BranchErrorCode::BranchesMasterLockFailed => "BRANCHES_MASTER_LOCK_FAILED",
-            BranchErrorCode::BranchesUnavailable => "BRANCHES_UNAVAILABLE",
-            BranchErrorCode::BranchesSealed => "BRANCHES_SEALED",
-            BranchErrorCode::BranchesInvalidArgument => "BRANCHES_INVALID_ARGUMENT",
-            BranchErrorCode::BranchesInvalidToken => "BRANCHES_INVALID_TOKEN",
-            BranchErrorCode::BranchesDisabled => "BRANCHES_DISABLED",
-        }
-    }
-
-    /// The HTTP status a service should answer with when this error ends a request.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::branches::BranchErrorCode;
-    ///
-    /// assert_eq!(BranchErrorCode::BranchesMasterLockFailed.http_status(), 503);
-    /// assert_eq!(BranchErrorCode::BranchesInvalidToken.http_status(), 400);
-    /// ```
-    pub const fn http_status(self) -> u16 {
-        match self {
-            BranchErrorCode::BranchesMasterLockFailed
-            | BranchErrorCode::BranchesUnavailable
-            | BranchErrorCode::BranchesDisabled => 503,
-            BranchErrorCode::BranchesSealed | BranchErrorCode::BranchesInvalidArgument => 500,
-            BranchErrorCode::BranchesInvalidToken => 400,
-        }
-    }
-}
-
-impl fmt::Display for BranchErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Branch token text that does not parse: what is wrong, and the accepted form (the grammar:
-/// `docs/branches.md`, section "Branch tokens").
+/// Branch token text that does not parse. The grammar is in `docs/branches.md`.
 ///
 /// # Examples
 ///
@@ -114,9 +29,11 @@ pub struct InvalidBranchToken {
 
 /// The error of every fallible master/sub-lock operation.
 ///
-/// Use [`BranchError::code`] for the stable [`BranchErrorCode`], [`BranchError::http_status`]
-/// for the status to answer with, and [`BranchError::details`] for a problem body. `Display` is
-/// one sentence naming the master key and what to do.
+/// It is a [`Problem`](crate::Problem): codes `BRANCHES_MASTER_LOCK_FAILED`,
+/// `BRANCHES_UNAVAILABLE` and `BRANCHES_DISABLED` (HTTP 503), `BRANCHES_SEALED` and
+/// `BRANCHES_INVALID_ARGUMENT` (500, a defect of the calling code), `BRANCHES_INVALID_TOKEN`
+/// (400, token text from outside). `Display` is one sentence naming the master key and what to
+/// do.
 ///
 /// # Examples
 ///
@@ -125,7 +42,7 @@ pub struct InvalidBranchToken {
 /// use lock_core::LockError;
 ///
 /// let lock_failed = BranchError::from(LockError::backend_unavailable("ticket:4711", "timed out"));
-/// assert_eq!(lock_failed.code().as_str(), "BRANCHES_MASTER_LOCK_FAILED");
+/// assert_eq!(lock_failed.code(), "BRANCHES_MASTER_LOCK_FAILED");
 /// assert_eq!(lock_failed.http_status(), 503);
 /// let details = lock_failed.details();
 /// assert_eq!(details["lockCode"], "LOCK_ACQUISITION_FAILED");
@@ -135,18 +52,18 @@ pub struct InvalidBranchToken {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BranchError {
-    /// The master lock was not acquired (or its key or lease was rejected): the master block did
-    /// not run. Code `BRANCHES_MASTER_LOCK_FAILED`; `BRANCHES_INVALID_ARGUMENT` when the lock
-    /// rejected an argument, `BRANCHES_DISABLED` when the lock is disabled or shut down.
+    /// The master lock was not acquired and the master block did not run. Code
+    /// `BRANCHES_MASTER_LOCK_FAILED`, or `BRANCHES_INVALID_ARGUMENT` when the lock rejected an
+    /// argument, `BRANCHES_DISABLED` when the lock is disabled or shut down.
     #[error("the master block did not run: {source}")]
     MasterLock {
-        /// The lock's error (its details carry the holder, the reason, …).
+        /// The lock's error.
         #[from]
         source: LockError,
     },
-    /// The backend did not confirm `operation` on `sub_key`. For a master's start (`open`) the
-    /// block did not run (fail closed); for a consumer's release the branch is not confirmed
-    /// released — retry it (releases are idempotent). Code `BRANCHES_UNAVAILABLE`.
+    /// The backend did not confirm `operation` on `sub_key`. After a failed `open` the block did
+    /// not run. A failed `release` may be retried, as releases are idempotent. Code
+    /// `BRANCHES_UNAVAILABLE`.
     #[error("branch {operation} for master `{}` (invocation {}) was not confirmed: {cause}", .sub_key.master_key(), .sub_key.invocation())]
     Unavailable {
         /// What was being done: `open`, `register`, `release`, `seal`, `read`, `watch`,
@@ -158,9 +75,8 @@ pub enum BranchError {
         #[source]
         cause: BoxError,
     },
-    /// `branch` was registered after the master block of `sub_key` returned. The master does
-    /// not wait for it; start branches inside the block, after registering them. Code
-    /// `BRANCHES_SEALED`.
+    /// `branch` was registered after the master block of `sub_key` returned, so the master does
+    /// not wait for it. Code `BRANCHES_SEALED`.
     #[error(
         "branch `{branch}` of master `{}` (invocation {}) was not registered: the master block has returned and registration is sealed; register each branch inside the block, before starting it", .sub_key.master_key(), .sub_key.invocation()
     )]
@@ -170,13 +86,13 @@ pub enum BranchError {
         /// The branch id that came too late.
         branch: String,
     },
-    /// An argument is not accepted; nothing was sent to the backend. Code
+    /// An argument is not accepted and nothing was sent to the backend. Code
     /// `BRANCHES_INVALID_ARGUMENT`.
     #[error("invalid {name} {value}: {problem}")]
     InvalidArgument {
-        /// The argument, e.g. `branch id` or `branch_wait`.
+        /// The argument, such as `branch id` or `branch_wait`.
         name: &'static str,
-        /// The rejected value as given (quoted for text).
+        /// The rejected value as given.
         value: String,
         /// What is wrong and what is accepted.
         problem: String,
@@ -184,7 +100,7 @@ pub enum BranchError {
     /// A branch token's text does not parse. Code `BRANCHES_INVALID_TOKEN`.
     #[error(transparent)]
     InvalidToken(#[from] InvalidBranchToken),
-    /// The master/sub locks are switched off (no backend). Code `BRANCHES_DISABLED`.
+    /// The master/sub locks are switched off. Code `BRANCHES_DISABLED`.
     #[error(
         "master/sub locks are disabled ({detail}); no Redis connection exists, so branches are not tracked"
     )]
@@ -195,38 +111,45 @@ pub enum BranchError {
 }
 
 impl BranchError {
-    /// The stable code of this error.
+    /// The stable code, such as `BRANCHES_UNAVAILABLE`.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::branches::{BranchError, BranchErrorCode};
+    /// use lock_core::branches::BranchError;
     /// use lock_core::validate_key;
     ///
     /// // A master key the lock rejects is an invalid argument, not a lock failure.
     /// let error = BranchError::from(validate_key("").unwrap_err());
-    /// assert_eq!(error.code(), BranchErrorCode::BranchesInvalidArgument);
+    /// assert_eq!(error.code(), "BRANCHES_INVALID_ARGUMENT");
     /// assert_eq!(error.http_status(), 500);
     /// ```
-    pub fn code(&self) -> BranchErrorCode {
+    pub fn code(&self) -> &'static str {
         match self {
-            BranchError::MasterLock { source } => match source.code() {
-                LockErrorCode::LockInvalidArgument => BranchErrorCode::BranchesInvalidArgument,
-                // Switched off (or shut down): no master can run, whatever the key.
-                LockErrorCode::LockDisabled => BranchErrorCode::BranchesDisabled,
-                _ => BranchErrorCode::BranchesMasterLockFailed,
+            BranchError::MasterLock { source } => match source {
+                LockError::InvalidKey { .. } | LockError::InvalidArgument { .. } => {
+                    "BRANCHES_INVALID_ARGUMENT"
+                }
+                // Switched off or shut down: no master can run, whatever the key.
+                LockError::Disabled { .. } | LockError::ShutDown { .. } => "BRANCHES_DISABLED",
+                _ => "BRANCHES_MASTER_LOCK_FAILED",
             },
-            BranchError::Unavailable { .. } => BranchErrorCode::BranchesUnavailable,
-            BranchError::Sealed { .. } => BranchErrorCode::BranchesSealed,
-            BranchError::InvalidArgument { .. } => BranchErrorCode::BranchesInvalidArgument,
-            BranchError::InvalidToken(_) => BranchErrorCode::BranchesInvalidToken,
-            BranchError::Disabled { .. } => BranchErrorCode::BranchesDisabled,
+            BranchError::Unavailable { .. } => "BRANCHES_UNAVAILABLE",
+            BranchError::Sealed { .. } => "BRANCHES_SEALED",
+            BranchError::InvalidArgument { .. } => "BRANCHES_INVALID_ARGUMENT",
+            BranchError::InvalidToken(_) => "BRANCHES_INVALID_TOKEN",
+            BranchError::Disabled { .. } => "BRANCHES_DISABLED",
         }
     }
 
-    /// The HTTP status for this error (its code's).
+    /// The HTTP status: 400 for an invalid token, 500 for an invalid argument or a sealed
+    /// registration, else 503.
     pub fn http_status(&self) -> u16 {
-        self.code().http_status()
+        match self.code() {
+            "BRANCHES_INVALID_TOKEN" => 400,
+            "BRANCHES_INVALID_ARGUMENT" | "BRANCHES_SEALED" => 500,
+            _ => 503,
+        }
     }
 
     /// The invocation this error is about, if any.
@@ -239,12 +162,10 @@ impl BranchError {
         }
     }
 
-    /// A details map for problem bodies and structured logs, like
-    /// [`LockError::details`]. Keys are camelCase and stable: `code`, `message`, `reason`
-    /// (`backend_unavailable`, `sealed`, `invalid_argument`, `invalid_token`, `disabled`, or
-    /// for a master lock failure the lock's reason), and where known `masterKey`, `invocation`,
-    /// `branch`, `operation`, `argument`; a master lock failure adds the lock's own details
-    /// (`lockKey`, `holder`, …) and its code as `lockCode`.
+    /// The details map of a problem body or a log: `code`, `message`, `reason`
+    /// (`backend_unavailable`, `sealed`, `invalid_argument`, `invalid_token`, `disabled`, or the
+    /// lock's), and where known `masterKey`, `invocation`, `branch`, `operation` and `argument`.
+    /// A master lock failure adds the lock's details and its code as `lockCode`.
     ///
     /// # Examples
     ///
@@ -263,12 +184,12 @@ impl BranchError {
         let mut details = match self {
             BranchError::MasterLock { source } => {
                 let mut details = source.details();
-                details.insert("lockCode", source.code().as_str().to_owned());
+                details.insert("lockCode", source.code().to_owned());
                 details
             }
             _ => BTreeMap::new(),
         };
-        details.insert("code", self.code().as_str().to_owned());
+        details.insert("code", self.code().to_owned());
         details.insert("message", self.to_string());
         if let Some(sub_key) = self.sub_key() {
             details.insert("masterKey", sub_key.master_key().to_owned());
@@ -297,7 +218,7 @@ impl BranchError {
         details
     }
 
-    /// A [`BranchError::Unavailable`] for `operation` on `sub_key`: for backends.
+    /// A [`BranchError::Unavailable`] for `operation` on `sub_key`, for backends.
     ///
     /// # Examples
     ///
@@ -323,23 +244,53 @@ impl BranchError {
     }
 }
 
+impl_problem!(BranchError);
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn every_code_has_its_wire_form_and_status() {
-        let codes = [
-            (BranchErrorCode::BranchesMasterLockFailed, 503),
-            (BranchErrorCode::BranchesUnavailable, 503),
-            (BranchErrorCode::BranchesSealed, 500),
-            (BranchErrorCode::BranchesInvalidArgument, 500),
-            (BranchErrorCode::BranchesInvalidToken, 400),
-            (BranchErrorCode::BranchesDisabled, 503),
+    fn every_code_has_its_status() {
+        let sub_key = SubKey::new("m", 7);
+        let errors = [
+            (
+                BranchError::from(LockError::backend_unavailable("m", "down")),
+                503,
+            ),
+            (BranchError::unavailable("open", &sub_key, "down"), 503),
+            (
+                BranchError::Sealed {
+                    sub_key: sub_key.clone(),
+                    branch: "b".into(),
+                },
+                500,
+            ),
+            (
+                BranchError::InvalidArgument {
+                    name: "branch id",
+                    value: "\"\"".into(),
+                    problem: "empty".into(),
+                },
+                500,
+            ),
+            (
+                BranchError::InvalidToken(InvalidBranchToken {
+                    token: "x".into(),
+                    problem: "no prefix".into(),
+                }),
+                400,
+            ),
+            (
+                BranchError::Disabled {
+                    detail: "off".into(),
+                },
+                503,
+            ),
         ];
-        for (code, status) in codes {
-            assert!(code.as_str().starts_with("BRANCHES_"), "{code}");
-            assert_eq!(code.http_status(), status, "{code}");
+        for (error, status) in errors {
+            assert!(error.code().starts_with("BRANCHES_"), "{error}");
+            assert_eq!(error.http_status(), status, "{error}");
         }
     }
 
@@ -370,7 +321,7 @@ mod tests {
         let error = BranchError::from(LockError::Disabled {
             detail: "enabled = false".into(),
         });
-        assert_eq!(error.code(), BranchErrorCode::BranchesDisabled);
+        assert_eq!(error.code(), "BRANCHES_DISABLED");
         assert_eq!(error.details()["lockCode"], "LOCK_DISABLED");
         assert_eq!(error.details()["reason"], "disabled");
     }

@@ -38,7 +38,7 @@ pub mod telemetry;
 mod token;
 
 pub use disabled::DisabledBranches;
-pub use error::{BranchError, BranchErrorCode, InvalidBranchToken};
+pub use error::{BranchError, InvalidBranchToken};
 pub use master::Master;
 pub use memory::InMemoryBranches;
 pub use options::{DEFAULT_BRANCH_WAIT, MAX_BRANCH_WAIT, MasterOptions};

@@ -1,20 +1,20 @@
-//! What the master/sub locks tell operators: `tracing` spans and `metrics`, like the lock's
-//! ([`crate::lock::telemetry`]). Recorded by the generic orchestration and the provided
-//! [`Branches::release_branch`](crate::branches::Branches::release_branch), so every backend
-//! gets them. No metric carries a key or branch id as a label (unbounded); spans and events do.
+//! The master/sub locks' `tracing` spans and `metrics`, recorded for every backend.
+//!
+//! The orchestration and the provided
+//! [`Branches::release_branch`](crate::branches::Branches::release_branch) record them. No
+//! metric has a key or branch id as a label, as they are unbounded. Spans and events carry
+//! them.
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | [`BRANCH_REGISTRATIONS_TOTAL`] | counter | `outcome` |
-//! | [`BRANCH_RELEASES_TOTAL`] | counter | `outcome` |
+//! | [`REGISTRATIONS_TOTAL`] | counter | `outcome` |
+//! | [`RELEASES_TOTAL`] | counter | `outcome` |
 //! | [`MASTER_WAITS_TOTAL`] | counter | `outcome` |
 //! | [`MASTER_WAIT_SECONDS`] | histogram | `outcome` |
 //!
-//! Spans are at `DEBUG`: `branches.master` (fields `master_key`, `invocation`, `outcome`,
-//! `missing`, `waited_ms`) around a whole invocation, `branches.release` around a consumer's
-//! release. A registration that fails open logs one `WARN` (an `INFO` naming where the backend
-//! was switched off, when it is disabled); a wait that ends without every branch released logs
-//! a `WARN` too.
+//! Spans are at `DEBUG`: `branches.master` around an invocation and `branches.release` around
+//! a consumer's release. A registration that fails open logs a `WARN`, or an `INFO` when the
+//! backend is disabled, and so does a wait that ends with branches not released.
 
 use std::future::Future;
 use std::time::Duration;
@@ -25,20 +25,18 @@ use tracing::field::Empty;
 use crate::branches::error::BranchError;
 use crate::branches::outcome::{BranchRelease, BranchesOutcome};
 use crate::branches::token::BranchToken;
+use crate::metric::metric_name;
 
-/// Counter: registrations by `outcome`: `registered` (confirmed, including repeats),
-/// `unregistered` (failed open: the token is marked unregistered and the master does not wait
-/// for it) or `sealed` (after the block returned: refused).
-pub const BRANCH_REGISTRATIONS_TOTAL: &str = "platform_lock_branch_registrations_total";
-/// Counter: consumers' releases by `outcome`: `released`, `already_released`,
-/// `not_registered`, `unknown` (see [`BranchRelease`]) or `failed` (not confirmed).
-pub const BRANCH_RELEASES_TOTAL: &str = "platform_lock_branch_releases_total";
-/// Counter: master waits by `outcome`: `all_released`, `timed_out`, `lease_lost` or
-/// `unconfirmed` (see [`BranchesOutcome`]).
-pub const MASTER_WAITS_TOTAL: &str = "platform_lock_master_waits_total";
-/// Histogram (seconds): how long a master waited for its branches after its block returned, by
-/// `outcome` as in [`MASTER_WAITS_TOTAL`].
-pub const MASTER_WAIT_SECONDS: &str = "platform_lock_master_wait_seconds";
+/// Counter of registrations by `outcome`: `registered`, `unregistered` (failed open, so the
+/// master does not wait for it) or `sealed`.
+pub const REGISTRATIONS_TOTAL: &str = metric_name!("branches", "registrations_total");
+/// Counter of consumers' releases by `outcome`: a [`BranchRelease`] or `failed`.
+pub const RELEASES_TOTAL: &str = metric_name!("branches", "releases_total");
+/// Counter of master waits by `outcome`, a [`BranchesOutcome`].
+pub const MASTER_WAITS_TOTAL: &str = metric_name!("branches", "master_waits_total");
+/// Histogram of seconds a master waited for its branches after its block returned, by
+/// `outcome`.
+pub const MASTER_WAIT_SECONDS: &str = metric_name!("branches", "master_wait_seconds");
 
 /// The span of one master invocation; its outcome fields are recorded by [`master_done`].
 pub(crate) fn master_span(master_key: &str) -> tracing::Span {
@@ -54,7 +52,7 @@ pub(crate) fn master_span(master_key: &str) -> tracing::Span {
 
 /// Counts one registration outcome.
 pub(crate) fn registered(outcome: &'static str) {
-    metrics::counter!(BRANCH_REGISTRATIONS_TOTAL, "outcome" => outcome).increment(1);
+    metrics::counter!(REGISTRATIONS_TOTAL, "outcome" => outcome).increment(1);
 }
 
 /// Records how a master's wait ended, on its span and in the metrics, and warns when not every
@@ -115,7 +113,7 @@ where
     };
     span.record("outcome", outcome);
     tracing::debug!(parent: &span, outcome, "branch release");
-    metrics::counter!(BRANCH_RELEASES_TOTAL, "outcome" => outcome).increment(1);
+    metrics::counter!(RELEASES_TOTAL, "outcome" => outcome).increment(1);
     result
 }
 

@@ -312,7 +312,7 @@ mod tests {
         assert!(validate_branch_id("ok id / ünï").is_ok());
         assert!(validate_branch_id(&"x".repeat(MAX_BRANCH_ID_BYTES + 1)).is_err());
         let error = validate_branch_id("a\tb").unwrap_err();
-        assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+        assert_eq!(error.code(), "BRANCHES_INVALID_ARGUMENT");
         assert!(error.to_string().contains("control character"), "{error}");
     }
 }

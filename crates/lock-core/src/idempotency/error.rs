@@ -1,15 +1,15 @@
-//! The errors of idempotent execution: one enum, a stable code and HTTP status per variant.
+//! The errors of idempotent execution.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::error::{BoxError, LockError};
+use crate::error::{BoxError, LockError, impl_problem};
 
 /// Why an idempotent call did not produce a result.
 ///
-/// Each variant has a stable wire code ([`IdempotencyError::code`]) and the HTTP status the IETF
-/// `Idempotency-Key` draft gives it ([`IdempotencyError::http_status`]): a concurrent duplicate
-/// whose wait ran out is 409, a key reused with another request 422, an unreachable backend 503.
+/// It is a [`Problem`](crate::Problem), with the HTTP status the IETF `Idempotency-Key` draft
+/// gives each case: 409 for a duplicate whose wait ran out, 422 for a key reused with another
+/// request, 503 for an unreachable backend or a failed first call, 500 otherwise.
 ///
 /// # Examples
 ///
@@ -29,8 +29,8 @@ use crate::error::{BoxError, LockError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum IdempotencyError {
-    /// The backend could not be reached, timed out or refused a command: the action did not run
-    /// (fail closed). Code `IDEMPOTENCY_BACKEND_UNAVAILABLE`, HTTP 503.
+    /// The backend could not be reached, timed out or refused a command, and the action did not
+    /// run. Code `IDEMPOTENCY_BACKEND_UNAVAILABLE`.
     #[error("idempotent call `{key}` did not run: backend unavailable: {cause}")]
     Unavailable {
         /// The idempotency key.
@@ -39,8 +39,8 @@ pub enum IdempotencyError {
         #[source]
         cause: BoxError,
     },
-    /// Another caller is still executing this key and the duplicate wait ran out; the action did
-    /// not run a second time. Code `IDEMPOTENCY_IN_PROGRESS`, HTTP 409.
+    /// Another caller was still executing this key when the duplicate's wait ran out. Code
+    /// `IDEMPOTENCY_IN_PROGRESS`.
     #[error(
         "idempotent call `{key}` is still in progress at {holder} after waiting {}; the action did not run again",
         crate::duration::format_duration(*.waited)
@@ -48,14 +48,13 @@ pub enum IdempotencyError {
     InProgress {
         /// The idempotency key.
         key: String,
-        /// The owner token of the caller executing it (instance id first).
+        /// The owner token of the caller executing it.
         holder: String,
         /// How long this duplicate waited.
         waited: Duration,
     },
-    /// The caller this duplicate waited on failed (its action returned an error, or its result
-    /// could not be stored); the action did not run again. A later call runs it. Code
-    /// `IDEMPOTENCY_OWNER_FAILED`, HTTP 503.
+    /// The caller this duplicate waited on failed or could not store its result, and the action
+    /// did not run again. A later call runs it. Code `IDEMPOTENCY_OWNER_FAILED`.
     #[error(
         "idempotent call `{key}` failed at {holder}, which this duplicate waited on; the action did not run again (a retry runs it)"
     )]
@@ -65,8 +64,8 @@ pub enum IdempotencyError {
         /// The owner token of the caller that failed.
         holder: String,
     },
-    /// The key was used before with a different request fingerprint: replaying that result
-    /// would hand this caller someone else's answer. Code `IDEMPOTENCY_KEY_REUSED`, HTTP 422.
+    /// The key was used before with a different request fingerprint. Code
+    /// `IDEMPOTENCY_KEY_REUSED`.
     #[error(
         "idempotency key `{key}` was already used for a different request (fingerprint mismatch); use a new key for a new request"
     )]
@@ -74,9 +73,8 @@ pub enum IdempotencyError {
         /// The idempotency key.
         key: String,
     },
-    /// The stored result could not be decoded into the caller's type (the type changed between
-    /// deployments, say). The action did not run again. Code `IDEMPOTENCY_RESULT_UNREADABLE`,
-    /// HTTP 500; `forget` the key to run it again.
+    /// The stored result does not decode as the caller's type, and the action did not run
+    /// again. Code `IDEMPOTENCY_RESULT_UNREADABLE`.
     #[error(
         "the stored result of idempotent call `{key}` cannot be read as the caller's type: {cause}"
     )]
@@ -87,10 +85,9 @@ pub enum IdempotencyError {
         #[source]
         cause: BoxError,
     },
-    /// The result could not be stored (see [`NotStored`]); the record was given up so that a
-    /// duplicate runs the action again. Returned by
-    /// [`IdempotencyScope::complete`](crate::idempotency::IdempotencyScope::complete) only:
-    /// `execute` logs it and returns the result. Code `IDEMPOTENCY_RESULT_NOT_STORED`, HTTP 500.
+    /// The result was not stored and the record was given up, so a duplicate runs the action
+    /// again. Only [`IdempotencyScope::complete`](crate::idempotency::IdempotencyScope::complete) returns it.
+    /// Code `IDEMPOTENCY_RESULT_NOT_STORED`.
     #[error("the result of idempotent call `{key}` was not stored: {reason}")]
     ResultNotStored {
         /// The idempotency key.
@@ -99,11 +96,11 @@ pub enum IdempotencyError {
         #[source]
         reason: NotStored,
     },
-    /// A key, duration or option is not accepted; nothing was sent to the backend. Code
-    /// `IDEMPOTENCY_INVALID_ARGUMENT`, HTTP 500 (a defect of the calling service).
+    /// A key, duration or option is not accepted and nothing was sent to the backend. Code
+    /// `IDEMPOTENCY_INVALID_ARGUMENT`.
     #[error("invalid {name} {value:?}: {problem}")]
     InvalidArgument {
-        /// The argument, e.g. `idempotency key` or `wait_time`.
+        /// The argument, such as `idempotency key` or `wait_time`.
         name: &'static str,
         /// The rejected value.
         value: String,
@@ -116,12 +113,9 @@ pub enum IdempotencyError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum NotStored {
-    /// The serialized result is larger than the configured cap
-    /// ([`IdempotencySettings::max_result_bytes`](crate::idempotency::IdempotencySettings::max_result_bytes),
-    /// `telco.platform.lock.idempotency.max-result-bytes` in lock-starter).
-    #[error(
-        "its {size} bytes of JSON exceed the {max}-byte cap (max_result_bytes, telco.platform.lock.idempotency.max-result-bytes)"
-    )]
+    /// The serialized result is larger than
+    /// [`IdempotencySettings::max_result_bytes`](crate::idempotency::IdempotencySettings::max_result_bytes).
+    #[error("its {size} bytes of JSON exceed the {max}-byte cap (max_result_bytes)")]
     TooLarge {
         /// Serialized size, bytes.
         size: usize,
@@ -131,12 +125,11 @@ pub enum NotStored {
     /// The result type failed to serialize.
     #[error("it cannot be serialized: {0}")]
     NotSerializable(#[source] BoxError),
-    /// The in-progress lease ended before the result arrived and the record may have another
-    /// owner now (a paused or partitioned process): writing would overwrite that owner's record.
+    /// The in-progress lease ended before the result arrived, so the record may have another
+    /// owner now.
     #[error("the in-progress lease ended first (another caller may have run the action too)")]
     LeaseLost,
-    /// The backend did not confirm the write: it may have landed (retries replay it) or not
-    /// (the record ends at its lease TTL, then a retry runs the action again).
+    /// The backend did not confirm the write, which may or may not have landed.
     #[error("the backend did not confirm it: {0}")]
     Unavailable(#[source] BoxError),
 }
@@ -153,20 +146,20 @@ impl NotStored {
     }
 }
 
-/// Why an executed result is not the one retries get (see
-/// [`Idempotent::Unstored`](crate::idempotency::Idempotent::Unstored)).
+/// Why an executed result is not the one retries get, in
+/// [`Idempotent::Unstored`](crate::idempotency::Idempotent::Unstored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unstored {
-    /// Larger than the result cap: the duplicates that waited get
-    /// [`IdempotencyError::OwnerFailed`]; the next call runs the action again.
+    /// Larger than the result cap. Waiting duplicates get [`IdempotencyError::OwnerFailed`] and
+    /// the next call runs the action again.
     TooLarge,
-    /// The result type failed to serialize: as [`TooLarge`](Unstored::TooLarge).
+    /// The result type failed to serialize, with the effect of [`TooLarge`](Unstored::TooLarge).
     NotSerializable,
-    /// The in-progress lease ended first (a pause longer than the lease): another caller may
-    /// have run the action, and retries get its result, not this one.
+    /// The in-progress lease ended first. Another caller may have run the action, and retries
+    /// get its result.
     LeaseLost,
-    /// The backend did not confirm the write: retries replay this result if it landed, else run
+    /// The backend did not confirm the write. Retries replay this result if it landed, else run
     /// the action again.
     Unconfirmed,
 }
@@ -185,10 +178,8 @@ impl Unstored {
 }
 
 impl IdempotencyError {
-    /// The stable wire code: `IDEMPOTENCY_BACKEND_UNAVAILABLE`, `IDEMPOTENCY_IN_PROGRESS`,
-    /// `IDEMPOTENCY_OWNER_FAILED`, `IDEMPOTENCY_KEY_REUSED`, `IDEMPOTENCY_RESULT_UNREADABLE`, `IDEMPOTENCY_RESULT_NOT_STORED`
-    /// or `IDEMPOTENCY_INVALID_ARGUMENT`.
-    pub const fn code(&self) -> &'static str {
+    /// The stable code, such as `IDEMPOTENCY_IN_PROGRESS`.
+    pub fn code(&self) -> &'static str {
         match self {
             IdempotencyError::Unavailable { .. } => "IDEMPOTENCY_BACKEND_UNAVAILABLE",
             IdempotencyError::InProgress { .. } => "IDEMPOTENCY_IN_PROGRESS",
@@ -200,9 +191,9 @@ impl IdempotencyError {
         }
     }
 
-    /// The HTTP status to answer with: 503 unavailable or owner failed, 409 in progress, 422 key
-    /// reused, 500 otherwise.
-    pub const fn http_status(&self) -> u16 {
+    /// The HTTP status: 503 unavailable or owner failed, 409 in progress, 422 key reused, 500
+    /// otherwise.
+    pub fn http_status(&self) -> u16 {
         match self {
             IdempotencyError::Unavailable { .. } | IdempotencyError::OwnerFailed { .. } => 503,
             IdempotencyError::InProgress { .. } => 409,
@@ -226,12 +217,16 @@ impl IdempotencyError {
         }
     }
 
-    /// A details map for problem bodies and logs, camelCase keys: `code`, `message`, and where
-    /// known `idempotencyKey`, `holder`, `waitedMs`, `argument`.
+    /// The details map of a problem body or a log: `code`, `message`, `reason` (the code in
+    /// lower case without its prefix, such as `in_progress`), and where known `idempotencyKey`,
+    /// `holder`, `waitedMs` and `argument`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::new();
-        details.insert("code", self.code().to_owned());
+        let code = self.code();
+        details.insert("code", code.to_owned());
         details.insert("message", self.to_string());
+        let reason = code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase();
+        details.insert("reason", reason);
         if let Some(key) = self.key() {
             details.insert("idempotencyKey", key.to_owned());
         }
@@ -259,8 +254,7 @@ impl IdempotencyError {
         }
     }
 
-    /// Restates a [`LockError::InvalidKey`] or [`LockError::InvalidArgument`] from the shared
-    /// validation for an idempotent call.
+    /// Restates an invalid key or argument from the shared validation for an idempotent call.
     pub(crate) fn from_validation(error: LockError) -> Self {
         match error {
             LockError::InvalidKey { key, problem, .. } => IdempotencyError::InvalidArgument {
@@ -289,3 +283,5 @@ impl IdempotencyError {
 
 /// What a valid idempotency key looks like: the lock's key rules.
 const KEY_RULES: &str = "an idempotency key is 1 to 512 bytes of UTF-8 with no control characters";
+
+impl_problem!(IdempotencyError);

@@ -7,20 +7,18 @@ use crate::idempotency::error::IdempotencyError;
 use crate::key::truncate_for_display;
 use crate::lock::lease::{Lease, MAX_LEASE, MAX_WAIT};
 
-/// How long a duplicate waits for the first execution by default: 200 s (the seed's
-/// `timeoutSeconds`).
+/// How long a duplicate waits for the first execution by default: 200 s.
 pub const DEFAULT_DUPLICATE_WAIT: Duration = Duration::from_secs(200);
-/// How long a result is replayed by default: 90 s (the seed's `releaseAfterFinishedSeconds`).
+/// How long a result is replayed by default: 90 s.
 pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(90);
 /// The largest serialized result stored by default: 1 MiB.
 pub const DEFAULT_MAX_RESULT_BYTES: usize = 1 << 20;
 /// The shortest accepted result TTL: 1 s.
 pub const MIN_RESULT_TTL: Duration = Duration::from_secs(1);
-/// The largest accepted result cap: 64 MiB (Redis takes 512 MB, but a replay sends it whole).
+/// The largest accepted result cap: 64 MiB, as a replay sends the result whole.
 pub const MAX_RESULT_BYTES: usize = 64 << 20;
 
-/// The defaults every call of one [`Idempotency`](crate::idempotency::Idempotency) uses
-/// (`telco.platform.lock.idempotency.*` in lock-starter).
+/// The defaults every call of one [`Idempotency`](crate::idempotency::Idempotency) uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdempotencySettings {
     /// How long a duplicate waits for a running first execution before failing with
@@ -30,8 +28,8 @@ pub struct IdempotencySettings {
     pub result_ttl: Duration,
     /// The largest serialized result stored, bytes. 1 to 64 MiB; default 1 MiB.
     pub max_result_bytes: usize,
-    /// The in-progress lease under [`Lease::Watchdog`]: renewed every third while the owner
-    /// lives. 1 s to 1 h; default 30 s (the lock's watchdog timeout).
+    /// The in-progress lease under [`Lease::Watchdog`], renewed every third while the owner
+    /// lives. 1 s to 1 h; default 30 s.
     pub watchdog_timeout: Duration,
 }
 
@@ -101,8 +99,11 @@ fn check_fingerprint(fingerprint: &str) -> Result<(), IdempotencyError> {
     })
 }
 
-/// The options of one idempotent call; every unset one takes the [`IdempotencySettings`]'
-/// value. Each setter checks its value and names it when it is out of range.
+/// The options of one idempotent call, where every unset one takes the
+/// [`IdempotencySettings`]' value.
+///
+/// Each setter checks its value and names it when it is out of range, as
+/// [`AcquireOptions`](crate::lock::AcquireOptions) does.
 ///
 /// # Examples
 ///
@@ -130,16 +131,15 @@ pub struct IdempotencyOptions {
 }
 
 impl IdempotencyOptions {
-    /// The defaults: watchdog lease, the settings' wait time and result TTL, no fingerprint,
-    /// no delayed start.
+    /// The defaults: a watchdog lease, the settings' wait time and result TTL, no fingerprint
+    /// and no delayed start.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The in-progress record's lease: [`Lease::Watchdog`] (default; a crashed owner's record
-    /// frees itself within the watchdog timeout) or [`Lease::Fixed`] (ends after that long even
-    /// if the action still runs: a duplicate then runs it too). A fixed lease is 100 ms to
-    /// 168 h.
+    /// The in-progress record's lease. [`Lease::Watchdog`], the default, frees a crashed
+    /// owner's record within the watchdog timeout. [`Lease::Fixed`] ends after that long even if
+    /// the action still runs, and a duplicate then runs it too.
     ///
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming `lease` for a fixed lease out of range.
@@ -149,7 +149,8 @@ impl IdempotencyOptions {
         Ok(self)
     }
 
-    /// How long a duplicate waits for a running first execution. 0 to 1 h; 0 = do not wait.
+    /// How long a duplicate waits for a running first execution. 0 to 1 h, where 0 does not
+    /// wait.
     ///
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming `wait_time` for a value out of range.
@@ -169,10 +170,9 @@ impl IdempotencyOptions {
         Ok(self)
     }
 
-    /// A fingerprint of the request (a hash of its body, say; at most 512 bytes). A later call
-    /// with the same key and a different fingerprint fails with
-    /// [`IdempotencyError::KeyReused`] instead of replaying another request's result. Calls
-    /// without one compare as the empty fingerprint.
+    /// A fingerprint of the request, such as a hash of its body, of at most 512 bytes. A later
+    /// call with the same key and another fingerprint fails with
+    /// [`IdempotencyError::KeyReused`]. Calls without one compare as the empty fingerprint.
     ///
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming `fingerprint` when it is over 512 bytes.
@@ -184,7 +184,7 @@ impl IdempotencyOptions {
     }
 
     /// How long the first caller waits before running the action, so that a burst of
-    /// identical requests joins it. 0 to 1 h; default 0.
+    /// identical requests joins it. 0 to 1 h, default 0.
     ///
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] naming `delayed_start` for a value out of range.

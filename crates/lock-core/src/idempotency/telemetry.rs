@@ -1,18 +1,19 @@
-//! What idempotent execution tells operators: one `DEBUG` span per call and two counters. No
-//! metric carries the key (unbounded); the span does.
+//! Idempotent execution's `tracing` span and `metrics`: one `DEBUG` span,
+//! `idempotency.execute`, per call, and two counters. No metric has the key as a label.
 
 use std::future::Future;
 
 use tracing::Instrument;
 
 use crate::idempotency::error::NotStored;
+use crate::metric::metric_name;
 
-/// Idempotent calls by `outcome`: `executed`, `replayed`, `action_failed` or `refused` (an
-/// [`IdempotencyError`](crate::idempotency::IdempotencyError): backend down, wait spent, key reused, …).
-pub const CALLS_TOTAL: &str = "platform_idempotency_calls_total";
-/// Results returned but not stored, by `reason`: `too_large`, `not_serializable`,
-/// `lease_lost`, `unconfirmed` ([`Unstored::as_str`](crate::idempotency::Unstored::as_str)).
-pub const NOT_STORED_TOTAL: &str = "platform_idempotency_results_not_stored_total";
+/// Counter of idempotent calls by `outcome`: `executed`, `replayed`, `action_failed` or
+/// `refused` with an [`IdempotencyError`](crate::idempotency::IdempotencyError).
+pub const CALLS_TOTAL: &str = metric_name!("idempotency", "calls_total");
+/// Counter of results returned but not stored, by `reason`, an
+/// [`Unstored::as_str`](crate::idempotency::Unstored::as_str).
+pub const NOT_STORED_TOTAL: &str = metric_name!("idempotency", "results_not_stored_total");
 
 pub(crate) async fn execute<R>(key: &str, call: impl Future<Output = (R, &'static str)>) -> R {
     let span = tracing::debug_span!("idempotency.execute", key, outcome = tracing::field::Empty);

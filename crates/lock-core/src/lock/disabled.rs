@@ -22,14 +22,13 @@ use crate::lock::shutdown::ShutdownSummary;
 /// # Examples
 ///
 /// ```
-/// use lock_core::LockErrorCode;
 /// use lock_core::lock::{DisabledLock, DistributedLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let lock = DisabledLock::new("switched off in lock.toml");
 /// let err = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
-/// assert_eq!(err.code(), LockErrorCode::LockDisabled);
-/// assert!(err.to_string().contains("switched off in lock.toml"));
+/// assert_eq!(err.code(), "LOCK_DISABLED");
+/// assert!(err.to_string().contains("from config/lock.toml"));
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

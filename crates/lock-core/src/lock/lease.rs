@@ -77,9 +77,21 @@ impl Lease {
 /// Checks a wait time: zero (one attempt) up to [`MAX_WAIT`].
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] naming `wait`.
+/// [`LockError::InvalidArgument`] naming `wait_time`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::lock::{MAX_WAIT, validate_wait};
+///
+/// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
+/// assert!(validate_wait(MAX_WAIT).is_ok());
+/// let error = validate_wait(Duration::from_secs(2 * 3600)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid wait_time 2 h: accepted: 0 to 1 h");
+/// ```
 pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
-    check_duration("wait", wait, Duration::ZERO, MAX_WAIT)
+    check_duration("wait_time", wait, Duration::ZERO, MAX_WAIT)
 }
 
 /// Checks a watchdog timeout: [`MIN_WATCHDOG_TIMEOUT`] to [`MAX_WATCHDOG_TIMEOUT`].
@@ -100,14 +112,14 @@ pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
 pub(crate) fn validate_hold_at_least(hold: Duration, lease: Lease) -> Result<(), LockError> {
     match lease {
         Lease::Fixed(lease) if hold > lease => Err(LockError::invalid_argument(
-            "hold-at-least",
+            "hold_at_least",
             format_duration(hold),
             format!(
                 "accepted: 0 to the fixed lease {} (the key ends with its lease)",
                 format_duration(lease)
             ),
         )),
-        _ => check_duration("hold-at-least", hold, Duration::ZERO, MAX_LEASE),
+        _ => check_duration("hold_at_least", hold, Duration::ZERO, MAX_LEASE),
     }
 }
 
@@ -139,7 +151,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            text.contains("invalid wait 3600001 ms: accepted: 0 to 1 h"),
+            text.contains("invalid wait_time 3600001 ms: accepted: 0 to 1 h"),
             "{text}"
         );
     }

@@ -309,7 +309,7 @@ impl InMemoryLock {
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        let wait = options.wait_time().unwrap_or(self.wait_time);
+        let wait = options.wait_override().unwrap_or(self.wait_time);
         if options.is_fair() {
             return self.acquire_fair(key, options, wait).await;
         }
@@ -481,7 +481,12 @@ mod tests {
             tokio::spawn(async move {
                 let t0 = Instant::now();
                 let h = lock
-                    .acquire_with("k", AcquireOptions::default().wait(Duration::from_secs(60)))
+                    .acquire_with(
+                        "k",
+                        AcquireOptions::default()
+                            .wait_time(Duration::from_secs(60))
+                            .unwrap(),
+                    )
                     .await
                     .unwrap();
                 (t0.elapsed(), h.fencing_token())
@@ -505,7 +510,8 @@ mod tests {
             let (client, order) = (lock.clone(), Arc::clone(&order));
             waiters.push(tokio::spawn(async move {
                 let options = AcquireOptions::new(Lease::Watchdog)
-                    .wait(Duration::from_secs(60))
+                    .wait_time(Duration::from_secs(60))
+                    .unwrap()
                     .fair();
                 let handle = client.acquire_with("k", options).await.unwrap();
                 order.lock().unwrap().push(i);
@@ -517,7 +523,8 @@ mod tests {
             }
         }
         let options = AcquireOptions::new(Lease::Watchdog)
-            .wait(Duration::ZERO)
+            .wait_time(Duration::ZERO)
+            .unwrap()
             .fair();
         let err = lock.acquire_with("k", options).await.unwrap_err();
         assert_eq!(err.details()["reason"], "held_by_another_owner");
@@ -534,7 +541,8 @@ mod tests {
         let lock = InMemoryLock::new();
         let _place = QueuePlace::join(&lock.shared, "k", u64::MAX);
         let options = AcquireOptions::new(Lease::Watchdog)
-            .wait(Duration::ZERO)
+            .wait_time(Duration::ZERO)
+            .unwrap()
             .fair();
         let err = lock.acquire_with("k", options).await.unwrap_err();
         assert_eq!(err.details()["reason"], "waiters_ahead");
@@ -548,16 +556,21 @@ mod tests {
         let lock = InMemoryLock::new();
         let hold = Duration::from_secs(10);
         for options in [
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60)),
             AcquireOptions::new(Lease::Watchdog)
-                .wait(Duration::from_secs(60))
+                .wait_time(Duration::from_secs(60))
+                .unwrap(),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(60))
+                .unwrap()
                 .fair(),
         ] {
             let granted = Instant::now();
             let held = lock
                 .acquire_with(
                     "k",
-                    AcquireOptions::new(Lease::Watchdog).hold_at_least(hold),
+                    AcquireOptions::new(Lease::Watchdog)
+                        .hold_at_least(hold)
+                        .unwrap(),
                 )
                 .await
                 .unwrap();
@@ -583,7 +596,9 @@ mod tests {
         let held = lock
             .acquire_with(
                 "k",
-                AcquireOptions::new(Lease::Watchdog).hold_at_least(hold),
+                AcquireOptions::new(Lease::Watchdog)
+                    .hold_at_least(hold)
+                    .unwrap(),
             )
             .await
             .unwrap();
@@ -597,7 +612,9 @@ mod tests {
         let lock = InMemoryLock::new();
         let other = lock.clone(); // another client on the same keys
         let hold = Duration::from_secs(10);
-        let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(hold);
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .hold_at_least(hold)
+            .unwrap();
         let held = lock.acquire_with("k", options).await.unwrap();
         let summary = lock.shutdown(Duration::from_secs(1)).await;
         assert_eq!(summary.released, 1, "{summary:?}");
@@ -612,11 +629,14 @@ mod tests {
     async fn a_reentrant_acquisition_ignores_its_minimum_hold_and_the_outer_one_applies() {
         use crate::lock::DistributedLockExt;
         let lock = InMemoryLock::new();
-        let outer = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(10));
+        let outer = AcquireOptions::new(Lease::Watchdog)
+            .hold_at_least(Duration::from_secs(10))
+            .unwrap();
         let granted = Instant::now();
         lock.with_lock("k", outer, || async {
-            let nested =
-                AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_secs(100));
+            let nested = AcquireOptions::new(Lease::Watchdog)
+                .hold_at_least(Duration::from_secs(100))
+                .unwrap();
             let handle = lock.acquire_with("k", nested).await.unwrap();
             assert!(handle.is_reentrant());
             assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
@@ -629,7 +649,9 @@ mod tests {
             "10000",
             "the outer hold, from its grant"
         );
-        let waiting = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let waiting = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap();
         let next = lock.acquire_with("k", waiting).await.unwrap();
         assert_eq!(granted.elapsed(), Duration::from_secs(10));
         drop(next);

@@ -3,30 +3,32 @@
 use std::time::Duration;
 
 use crate::error::LockError;
-use crate::lock::lease::Lease;
+use crate::lock::lease::{Lease, validate_hold_at_least, validate_wait};
 
-/// The wait time of an acquisition that names none, where the lock has no configured one: 5 s,
-/// as the default of `telco.platform.lock.wait-time` (the in-memory lock's default, and what a
-/// re-entry beside a running nested section waits).
+/// The wait time of an acquisition where neither the call nor the lock sets one: 5 s.
 pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 
 /// Per-call options of an acquisition.
+///
+/// Each setter that takes a value checks it and names it when it is out of range, as
+/// [`IdempotencyOptions`](crate::idempotency::IdempotencyOptions) does. The lease is checked at the
+/// acquisition.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
+/// use lock_core::LockError;
 /// use lock_core::lock::{AcquireOptions, Lease};
 ///
-/// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait(Duration::ZERO);
+/// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait_time(Duration::ZERO)?;
 /// assert_eq!(opts.lease(), Lease::Fixed(Duration::from_secs(10)));
-/// assert_eq!(opts.wait_time(), Some(Duration::ZERO));
-/// assert!(!opts.is_fair());
-/// assert_eq!(AcquireOptions::new(Lease::Watchdog).wait_time(), None); // the configured wait
+/// assert_eq!(opts.wait_override(), Some(Duration::ZERO));
+/// assert_eq!(AcquireOptions::new(Lease::Watchdog).wait_override(), None); // the lock's wait
 ///
-/// // Apply one entity's change events in the order their consumers asked for the lock.
-/// let ordered = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30)).fair();
-/// assert!(ordered.is_fair());
+/// let error = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::from_secs(7200)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid wait_time 2 h: accepted: 0 to 1 h");
+/// # Ok::<(), LockError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AcquireOptions {
@@ -37,7 +39,7 @@ pub struct AcquireOptions {
 }
 
 impl AcquireOptions {
-    /// Options with this lease and the lock's configured wait time.
+    /// Options with this lease and the lock's wait time.
     pub fn new(lease: Lease) -> Self {
         AcquireOptions {
             lease,
@@ -47,35 +49,31 @@ impl AcquireOptions {
         }
     }
 
-    /// Overrides the configured wait time for this call: how long to wait for a held lock, from 0
-    /// (one attempt, no waiting) to [`crate::lock::MAX_WAIT`] (1 hour).
-    pub fn wait(mut self, wait: Duration) -> Self {
+    /// How long to wait for a held lock, in place of the lock's wait time. 0 to 1 h, where 0
+    /// makes one attempt.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming `wait_time` for a value out of range.
+    pub fn wait_time(mut self, wait: Duration) -> Result<Self, LockError> {
+        validate_wait(wait)?;
         self.wait = Some(wait);
-        self
+        Ok(self)
     }
 
-    /// Asks for a *fair* acquisition: among the fair acquisitions of a key, the lock is granted
-    /// in the order they asked for it, across all clients and processes (first in, first out).
-    /// Use it when the order of the work matters, e.g. applying one entity's change events.
+    /// Asks for a *fair* acquisition: the fair acquisitions of a key are granted in the order
+    /// they reached the backend, across clients and processes.
     ///
-    /// A fair waiter holds a place in the key's queue while it waits. A waiter that gives up,
-    /// fails or is dropped leaves the queue at once; one whose process dies is evicted by the
-    /// backend within a bounded time (for Redis: the fair waiter timeout plus one command
-    /// timeout, 7 s by default), so a
-    /// dead waiter never blocks the queue for longer. The wait time is honoured as for any
-    /// acquisition. With a wait of zero, a fair acquisition is granted only when the lock is free
-    /// and no fair waiter is queued.
-    ///
-    /// The order is the order the requests reach the backend: make the calls in the order you
-    /// want. A fair acquisition whose wait is spent while earlier fair waiters are still queued
-    /// fails with reason `waiters_ahead` ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead))
-    /// when the lock itself is free, else `held_by_another_owner`. Like any acquisition, one whose
-    /// first attempt finds the backend unavailable fails closed at once; a queued fair waiter
-    /// retries passing failures until its wait is spent.
-    ///
-    /// Fairness holds among fair acquisitions: a non-fair acquisition of the same key may still
-    /// take a free lock ahead of the queue. Use one mode per key. For Redis, the dead-waiter
-    /// bound is set by `telco.platform.lock.fair-waiter-timeout`.
+    /// # Contract
+    /// - A waiter that gives up, fails or is dropped leaves the queue at once. One whose process
+    ///   died is evicted within a bound the backend documents.
+    /// - With a wait of zero, the lock is granted only when it is free and no fair waiter is
+    ///   queued.
+    /// - A wait spent with earlier fair waiters queued and the lock free fails with reason
+    ///   `waiters_ahead`, else `held_by_another_owner`.
+    /// - A first attempt that finds the backend unavailable fails closed at once. A queued
+    ///   waiter retries passing failures until its wait is spent.
+    /// - A non-fair acquisition of the same key may take a free lock ahead of the queue, so use
+    ///   one mode per key.
     ///
     /// # Examples
     ///
@@ -89,7 +87,7 @@ impl AcquireOptions {
     /// let lock = InMemoryLock::new();
     /// let holder = lock.try_acquire("cdc:ticket-4711", Lease::Watchdog).await?;
     ///
-    /// let fair = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(10)).fair();
+    /// let fair = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::from_secs(10))?.fair();
     /// let mut consumers = Vec::new();
     /// for event in ["created", "updated", "closed"] {
     ///     let lock = lock.clone();
@@ -115,31 +113,22 @@ impl AcquireOptions {
         self
     }
 
-    /// Asks for a *minimum hold* (ShedLock's `lockAtLeastFor`): a release — explicit, by drop,
-    /// or at the end of a `with_lock` section — that comes sooner than `hold` after the grant
-    /// leaves the key held until grant + `hold` instead of freeing it. For a scheduled job
-    /// that every pod runs each tick: a sweep shorter than the clock skew between the pods'
-    /// ticks would otherwise free the key in time for a late pod to sweep the same tick again.
+    /// Asks for a *minimum hold*, as ShedLock's `lockAtLeastFor`: a release sooner than `hold`
+    /// after the grant leaves the key held until then. For a scheduled job every pod runs each
+    /// tick, so that a late pod does not run the same tick again. 0 to
+    /// [`MAX_LEASE`](crate::lock::MAX_LEASE), and at most a fixed lease.
     ///
-    /// Accepted: 0 (the default: no minimum hold) up to [`MAX_LEASE`](crate::lock::MAX_LEASE) (7
-    /// days); with [`Lease::Fixed`], at most the lease — the key ends with its lease, so a
-    /// longer hold could not be kept and is rejected rather than capped.
+    /// # Contract
+    /// - The hold is measured on the backend's clock, from the grant.
+    /// - The release still reports [`ReleaseOutcome::Released`](crate::lock::ReleaseOutcome::Released)
+    ///   and the handle stops renewing. The key stays held by its owner for the rest of the hold,
+    ///   and other acquisitions see it held with that TTL.
+    /// - A holder that dies is not held past its lease, and a grant that never reached its
+    ///   caller is freed at once.
+    /// - An operator's forced release and a re-entrant acquisition ignore it.
     ///
-    /// The hold is measured on the backend's clock (for Redis: the server's `TIME`, never a
-    /// client's clock), from the grant. Contract:
-    /// - the release is still owner-checked and still reports
-    ///   [`ReleaseOutcome::Released`](crate::lock::ReleaseOutcome::Released); the handle stops renewing at once, and for a watchdog
-    ///   lease the key's TTL becomes the rest of the minimum hold — no renewal keeps it longer;
-    /// - the key stays held by the releasing owner: other acquisitions, fair ones too, see it
-    ///   held (`held_by_another_owner`, with the hold's remaining TTL) and are granted when it
-    ///   ends, with a greater fencing token; waiters woken by the release find the key held and
-    ///   wait for that TTL;
-    /// - a holder that dies without releasing is not held longer than its lease: the minimum
-    ///   hold only delays a release; nor is a grant that never reached its caller (an
-    ///   acquisition that failed or was cancelled after the backend granted it) — its clean-up
-    ///   frees the key at once;
-    /// - an operator's forced release (Redis: `RedisLock::force_release`) ignores it;
-    /// - a re-entrant acquisition ignores it, as its lease and wait: the outer grant's applies.
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming `hold_at_least` for a value out of range.
     ///
     /// # Examples
     ///
@@ -154,8 +143,8 @@ impl AcquireOptions {
     /// let pod_a = InMemoryLock::new();
     /// let pod_b = pod_a.clone(); // another client of the same locks, as pods sharing a Redis
     /// let tick = AcquireOptions::new(Lease::Fixed(Duration::from_secs(50)))
-    ///     .wait(Duration::ZERO)
-    ///     .hold_at_least(Duration::from_secs(30));
+    ///     .wait_time(Duration::ZERO)?
+    ///     .hold_at_least(Duration::from_secs(30))?;
     /// pod_a.with_lock("msisdn-reaper", tick, || tokio::time::sleep(Duration::from_millis(10))).await?;
     ///
     /// tokio::time::sleep(Duration::from_secs(2)).await; // pod B's tick comes 2 s late
@@ -165,24 +154,25 @@ impl AcquireOptions {
     /// tokio::time::sleep(Duration::from_secs(30)).await; // the next tick
     /// pod_b.with_lock("msisdn-reaper", tick, || async {}).await?;
     ///
-    /// let too_long = tick.hold_at_least(Duration::from_secs(60));
+    /// let too_long = tick.hold_at_least(Duration::from_secs(60)).unwrap_err();
     /// assert_eq!(
-    ///     too_long.validate("msisdn-reaper").unwrap_err().to_string(),
-    ///     "invalid hold-at-least 60 s for lock `msisdn-reaper`: accepted: 0 to the fixed lease 50 s (the key ends with its lease)"
+    ///     too_long.to_string(),
+    ///     "invalid hold_at_least 60 s: accepted: 0 to the fixed lease 50 s (the key ends with its lease)"
     /// );
     /// # Ok(()) }
     /// ```
-    pub fn hold_at_least(mut self, hold: Duration) -> Self {
+    pub fn hold_at_least(mut self, hold: Duration) -> Result<Self, LockError> {
+        validate_hold_at_least(hold, self.lease)?;
         self.hold_at_least = hold;
-        self
+        Ok(self)
     }
 
-    /// The minimum hold (see [`hold_at_least`](AcquireOptions::hold_at_least)); zero for none.
+    /// The [minimum hold](AcquireOptions::hold_at_least), zero for none.
     pub fn minimum_hold(&self) -> Duration {
         self.hold_at_least
     }
 
-    /// Whether this is a fair acquisition (see [`fair`](AcquireOptions::fair)).
+    /// Whether this is a [fair](AcquireOptions::fair) acquisition.
     pub fn is_fair(&self) -> bool {
         self.fair
     }
@@ -192,16 +182,17 @@ impl AcquireOptions {
         self.lease
     }
 
-    /// The per-call wait time, if overridden.
-    pub fn wait_time(&self) -> Option<Duration> {
+    /// The wait time [set](AcquireOptions::wait_time) for this call, if any.
+    pub fn wait_override(&self) -> Option<Duration> {
         self.wait
     }
 
-    /// Validates the key, the lease and the wait before anything is sent to a backend.
-    /// Implementations call this first.
+    /// Checks the key and the lease, the values the setters do not check, before anything is
+    /// sent to a backend. Implementations call this first.
     ///
     /// # Errors
-    /// [`LockError::InvalidKey`] or [`LockError::InvalidArgument`] (code `LOCK_INVALID_ARGUMENT`).
+    /// [`LockError::InvalidKey`] or [`LockError::InvalidArgument`], code
+    /// `LOCK_INVALID_ARGUMENT`.
     ///
     /// # Examples
     ///
@@ -209,32 +200,57 @@ impl AcquireOptions {
     /// use std::time::Duration;
     /// use lock_core::lock::{AcquireOptions, Lease};
     ///
-    /// let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+    /// let options = AcquireOptions::new(Lease::Watchdog);
     /// assert!(options.validate("bill-run:2026-11").is_ok());
     /// assert!(options.validate("").is_err());
     ///
-    /// let too_long = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(2 * 3600));
+    /// let zero = AcquireOptions::new(Lease::Fixed(Duration::ZERO));
     /// assert_eq!(
-    ///     too_long.validate("bill-run:2026-11").unwrap_err().to_string(),
-    ///     "invalid wait 2 h for lock `bill-run:2026-11`: accepted: 0 to 1 h"
+    ///     zero.validate("bill-run:2026-11").unwrap_err().to_string(),
+    ///     "invalid lease 0 for lock `bill-run:2026-11`: accepted: 100 ms to 168 h"
     /// );
     /// ```
     pub fn validate(&self, key: &str) -> Result<(), LockError> {
         crate::key::validate_key(key)?;
-        self.lease.validate().map_err(|e| e.for_key(key))?;
-        crate::lock::lease::validate_hold_at_least(self.hold_at_least, self.lease)
-            .map_err(|e| e.for_key(key))?;
-        if let Some(wait) = self.wait {
-            crate::lock::lease::validate_wait(wait).map_err(|e| e.for_key(key))?;
-        }
-        Ok(())
+        self.lease.validate().map_err(|e| e.for_key(key))
     }
 }
 
-/// A lease with the default options: `with_lock(key, Lease::Watchdog, …)` and
-/// `with_lock(key, AcquireOptions::new(…).wait(…), …)` are the same call.
+/// A lease with the default options, so that `with_lock(key, Lease::Watchdog, …)` takes a
+/// lease where it takes options.
 impl From<Lease> for AcquireOptions {
     fn from(lease: Lease) -> Self {
         AcquireOptions::new(lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::lease::{MAX_LEASE, MAX_WAIT};
+
+    #[test]
+    fn setters_check_their_values_when_called() {
+        let options = AcquireOptions::new(Lease::Watchdog);
+        for wait in [Duration::ZERO, MAX_WAIT] {
+            assert_eq!(options.wait_time(wait).unwrap().wait_override(), Some(wait));
+        }
+        let error = options.wait_time(MAX_WAIT + Duration::from_millis(1));
+        assert_eq!(error.unwrap_err().details()["argument"], "wait_time");
+        for hold in [Duration::ZERO, MAX_LEASE] {
+            assert_eq!(options.hold_at_least(hold).unwrap().minimum_hold(), hold);
+        }
+        let error = options.hold_at_least(MAX_LEASE + Duration::from_millis(1));
+        assert_eq!(error.unwrap_err().details()["argument"], "hold_at_least");
+        let fixed = AcquireOptions::new(Lease::Fixed(Duration::from_secs(1)));
+        assert!(fixed.hold_at_least(Duration::from_secs(1)).is_ok());
+        let text = fixed
+            .hold_at_least(Duration::from_secs(2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("2 s") && text.contains("fixed lease 1 s"),
+            "{text}"
+        );
     }
 }

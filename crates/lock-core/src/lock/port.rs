@@ -185,7 +185,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// let first = lock.acquire_with("msisdn-reaper", sweep).await?;
     ///
     /// // Waits up to 1 s: the fixed lease ends after 200 ms and this call gets the key.
-    /// let patient = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(1));
+    /// let patient = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::from_secs(1))?;
     /// let second = lock.acquire_with("msisdn-reaper", patient).await?;
     /// assert!(!first.is_held());
     /// assert!(second.fencing_token() > first.fencing_token());
@@ -198,7 +198,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ) -> Result<LockHandle, LockError> {
         crate::lock::telemetry::acquire(key, options, async {
             options.validate(key)?;
-            let wait = options.wait_time().unwrap_or(DEFAULT_WAIT_TIME);
+            let wait = options.wait_override().unwrap_or(DEFAULT_WAIT_TIME);
             if let Some(nested) = crate::lock::reentrant::enter(self.namespace(), key, wait).await {
                 return nested;
             }
@@ -221,7 +221,8 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     /// As [`acquire_with`](DistributedLock::acquire_with). A held key fails at once with reason
     /// `held_by_another_owner`.
     async fn try_acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
-        self.acquire_with(key, AcquireOptions::new(lease).wait(Duration::ZERO))
+        let once = AcquireOptions::new(lease).wait_time(Duration::ZERO);
+        self.acquire_with(key, once.expect("0 is a wait time"))
             .await
     }
 

@@ -1,18 +1,11 @@
-//! What the lock tells operators: `tracing` spans and the `metrics` it records.
+//! The lock's `tracing` spans and `metrics`, recorded for every implementation.
 //!
-//! Nothing here needs configuring. Spans and events go to whatever `tracing` subscriber the
-//! service installed; metrics go through the [`metrics`](https://docs.rs/metrics) facade to
-//! whatever recorder (Prometheus exporter, StatsD, …) the service installed — without one they
-//! cost a few atomic loads. This crate depends on no exporter.
+//! The provided [`acquire_with`](crate::lock::DistributedLock::acquire_with) and
+//! [`LockHandle`](crate::lock::LockHandle) record acquisitions and releases, and backends with a
+//! watchdog record renewals. Metrics go through the [`metrics`](https://docs.rs/metrics) facade
+//! to the recorder the service installed, and cost a few atomic loads without one.
 //!
-//! Every implementation of [`DistributedLock`](crate::lock::DistributedLock) gets the acquisition and
-//! release telemetry, because it is recorded by the provided
-//! [`acquire_with`](crate::lock::DistributedLock::acquire_with) and by [`LockHandle`](crate::lock::LockHandle)
-//! themselves; backends add their own (the Redis watchdog records renewals).
-//!
-//! **No metric carries the lock key as a label**: keys are unbounded (`bill-run:2026-11`,
-//! `cdc:ticket-4711`, …) and would explode a time-series database. The key is on the spans and
-//! log events instead.
+//! No metric has the lock key as a label, as keys are unbounded. Spans and events carry it.
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
@@ -20,17 +13,14 @@
 //! | [`FAIL_CLOSED_TOTAL`] | counter | `reason` |
 //! | [`WAIT_SECONDS`] | histogram | `outcome` |
 //! | [`RELEASES_TOTAL`] | counter | `outcome` |
-//! | [`HOLD_SECONDS`] | histogram | — |
+//! | [`HOLD_SECONDS`] | histogram | none |
 //! | [`LOST_LEASES_TOTAL`] | counter | `reason` |
-//! | [`RENEWALS_TOTAL`] | counter | `outcome` (recorded by backends with a watchdog) |
+//! | [`RENEWALS_TOTAL`] | counter | `outcome` |
 //!
-//! Spans are at `DEBUG` level (`lock.acquire`, `lock.release`; the Redis watchdog adds
-//! `lock.renew`), so an `INFO` subscriber pays nothing for them. Each also ends with a `DEBUG`
-//! event (`lock granted`, `lock released`, `watchdog renewed leases`, …) so that a plain `fmt`
-//! subscriber, which prints spans only around events, shows the normal path too; an
-//! acquisition that fails closed for a reason other than contention logs one `INFO` event, a
-//! lost lease a `WARN`.
-//! `docs/observability.md` lists every field and the suggested alerts.
+//! Spans are at `DEBUG`: `lock.acquire`, `lock.release`, and `lock.renew` of a watchdog. Each
+//! ends with a `DEBUG` event. An acquisition that fails closed for another reason than
+//! contention logs an `INFO` event. `docs/observability.md` lists every field, event and
+//! suggested alert.
 
 use std::future::Future;
 use std::time::Instant;
@@ -42,35 +32,29 @@ use crate::error::LockError;
 use crate::lock::lease::Lease;
 use crate::lock::options::AcquireOptions;
 use crate::lock::status::{LostReason, ReleaseOutcome};
+use crate::metric::metric_name;
 
-/// Counter: acquisitions by `outcome`: `granted`, `reentered` (a nested acquisition inside a
-/// `with_lock` scope; no backend call), `held_by_another_owner`, `waiters_ahead`,
-/// `backend_unavailable`, `replication_unconfirmed`, `lease_expired_before_grant`, `disabled`,
-/// `invalid_argument`, or `cancelled` (the caller dropped the acquire future).
-pub const ACQUISITIONS_TOTAL: &str = "platform_lock_acquisitions_total";
-/// Counter: acquisitions that failed closed — not granted, for any `reason` (the outcomes of
-/// [`ACQUISITIONS_TOTAL`] other than `granted`, `reentered`, `invalid_argument`, `cancelled`).
-/// Fail-open call sites count here too: their acquisition failed all the same.
-pub const FAIL_CLOSED_TOTAL: &str = "platform_lock_fail_closed_total";
-/// Histogram (seconds): how long an acquisition took, from the call to the grant or the error,
-/// by `outcome` as in [`ACQUISITIONS_TOTAL`] (not recorded for `reentered`, `invalid_argument`
-/// and `cancelled`).
-pub const WAIT_SECONDS: &str = "platform_lock_wait_seconds";
-/// Counter: releases by `outcome`: `released`, `not_held` (the lease had already ended),
-/// `failed` (not confirmed; the lease ends at its TTL) or `dropped` (the handle was dropped; a
-/// release was started in the background). Re-entrant handles are not counted.
-pub const RELEASES_TOTAL: &str = "platform_lock_releases_total";
-/// Histogram (seconds): how long a lease was held, from the grant to its release or drop.
-pub const HOLD_SECONDS: &str = "platform_lock_hold_seconds";
-/// Counter: leases lost while held, by `reason`: `expired` (the local deadline passed without a
-/// confirmed renewal; counted when the process notices it), `not_owner` (a renewal found the
-/// key gone or taken), `scope_ended` (a re-entrant handle outlived its section) or `shut_down`
-/// (the client was shut down while the lease was held, and released it).
-pub const LOST_LEASES_TOTAL: &str = "platform_lock_lost_leases_total";
-/// Counter: watchdog renewals of single leases by `outcome`: `renewed`, `lost` (the key was gone
-/// or taken over) or `failed` (the renewal call failed or was not acknowledged by enough
-/// replicas; the lease keeps its old deadline). Recorded by backends with a watchdog.
-pub const RENEWALS_TOTAL: &str = "platform_lock_renewals_total";
+/// Counter of acquisitions by `outcome`: `granted`, `reentered`, `cancelled`,
+/// `invalid_argument` or an [`AcquireFailure::reason`](crate::AcquireFailure::reason), `disabled`
+/// or `shut_down`.
+pub const ACQUISITIONS_TOTAL: &str = metric_name!("lock", "acquisitions_total");
+/// Counter of acquisitions not granted by `reason`, the outcomes of [`ACQUISITIONS_TOTAL`] but
+/// `granted`, `reentered`, `invalid_argument` and `cancelled`. Fail-open call sites count too.
+pub const FAIL_CLOSED_TOTAL: &str = metric_name!("lock", "fail_closed_total");
+/// Histogram of seconds from an acquisition's call to its grant or error, by `outcome`. Not
+/// recorded for `reentered`, `invalid_argument` and `cancelled`.
+pub const WAIT_SECONDS: &str = metric_name!("lock", "wait_seconds");
+/// Counter of releases by `outcome`: `released`, `not_held`, `failed` or `dropped`. Re-entrant
+/// handles are not counted.
+pub const RELEASES_TOTAL: &str = metric_name!("lock", "releases_total");
+/// Histogram of seconds from a grant to its release or drop.
+pub const HOLD_SECONDS: &str = metric_name!("lock", "hold_seconds");
+/// Counter of leases lost while held, by `reason`: `expired`, `not_owner`, `scope_ended` or
+/// `shut_down`, as [`LostReason`].
+pub const LOST_LEASES_TOTAL: &str = metric_name!("lock", "lost_leases_total");
+/// Counter of a watchdog's renewals of single leases by `outcome`: `renewed`, `lost` or
+/// `failed`. Recorded by backends.
+pub const RENEWALS_TOTAL: &str = metric_name!("lock", "renewals_total");
 
 /// `watchdog` or `fixed`: the `lease` field of `lock.acquire`.
 pub(crate) fn lease_mode(lease: Lease) -> &'static str {
@@ -137,7 +121,7 @@ where
         waited_ms = Empty,
         fencing_token = Empty,
     );
-    if let Some(wait) = options.wait_time() {
+    if let Some(wait) = options.wait_override() {
         span.record("wait_ms", millis(wait));
     }
     let started = Instant::now();

@@ -344,7 +344,7 @@ impl DistributedLock for RedisLock {
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
         let config = &self.inner.config;
-        let wait = options.wait_time().unwrap_or(config.wait_time);
+        let wait = options.wait_override().unwrap_or(config.wait_time);
         let command_timeout = self.inner.core.command_timeout;
         let mut budget = wait + command_timeout;
         if config.min_replicas > 0 {

@@ -223,9 +223,11 @@ pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("child"),
     )
-    .await;
+    .await
+    .expect("connect");
     let options = lock_core::lock::AcquireOptions::new(lock_core::lock::Lease::Watchdog)
-        .wait(Duration::from_secs(120))
+        .wait_time(Duration::from_secs(120))
+        .unwrap()
         .fair();
     let handle = lock_core::lock::DistributedLock::acquire_with(&lock, key, options).await;
     panic!("the child waiter was meant to be killed while waiting: {handle:?}");

@@ -48,7 +48,12 @@ pub async fn acquire_until_granted(
     let mut reasons: Vec<String> = Vec::new();
     loop {
         match lock
-            .acquire_with(name, AcquireOptions::new(lease).wait(Duration::ZERO))
+            .acquire_with(
+                name,
+                AcquireOptions::new(lease)
+                    .wait_time(Duration::ZERO)
+                    .unwrap(),
+            )
             .await
         {
             Ok(handle) => return (handle, started.elapsed(), reasons),

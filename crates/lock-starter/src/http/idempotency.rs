@@ -1,4 +1,3 @@
-//! Idempotent execution over HTTP: [`IdempotencyError`] as problem bodies, and
 //! [`IdempotencyLayer`], which makes a handler idempotent by its `Idempotency-Key` header.
 
 use std::convert::Infallible;
@@ -15,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::ProblemDetails;
 use super::idempotency_key::{client_key, hex, record_key};
+use super::problem::{Form, ProblemDetails, log_withheld};
 pub use crate::config::keys::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES};
 use crate::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
 
@@ -25,168 +24,35 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// The response header marking a replay: `Idempotent-Replayed: true`.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
-/// The `Retry-After` of a 409 (the first request still running): 1 s. How long the first
-/// request takes is unknown; most API calls end within a second, and a client that waits longer
-/// only answers its user later. A service whose creates run longer sets
-/// `idempotency.http-wait-time` instead, so that the retry waits for the response.
+/// The `Retry-After` of a 409, while the first request still runs: 1 s.
+///
+/// Most API calls end within a second. A service whose creates run longer sets a wait time on
+/// the layer instead, so that the retry waits for the response.
 pub const IN_PROGRESS_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-impl ProblemDetails {
-    /// The public problem body of an idempotency error: `type`
-    /// `https://platform.telco/problems/idempotency-<in-progress|key-reused|backend-unavailable|…>`,
-    /// a fixed `detail` per code, `code`, `reason` and `idempotencyKey` — never the holder or
-    /// the backend's error text (log the error itself; [`IdempotencyRejection`] does). A 409
-    /// carries [`IN_PROGRESS_RETRY_AFTER`], a 503 for the backend [`super::BACKEND_RETRY_AFTER`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_starter::idempotency::IdempotencyError;
-    /// use lock_starter::http::ProblemDetails;
-    ///
-    /// let error = IdempotencyError::KeyReused { key: "8e03978e".into() };
-    /// let problem = ProblemDetails::idempotency(&error);
-    /// assert_eq!(problem.status, 422);
-    /// assert_eq!(problem.problem_type, "https://platform.telco/problems/idempotency-key-reused");
-    /// assert_eq!(problem.extensions["idempotencyKey"], "8e03978e");
-    /// ```
-    pub fn idempotency(error: &IdempotencyError) -> Self {
-        Self::idempotency_with_key(error, error.key())
-    }
-
-    /// As [`idempotency`](Self::idempotency), showing `key` as the idempotency key.
-    pub(crate) fn idempotency_with_key(error: &IdempotencyError, key: Option<&str>) -> Self {
-        let code = error.code();
-        let reason = code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase();
-        let shown = key.unwrap_or_default();
-        let (title, detail) = match error {
-            IdempotencyError::InProgress { .. } => (
-                "Request in progress",
-                format!(
-                    "a request with idempotency key `{shown}` is still being processed; retry later"
-                ),
-            ),
-            IdempotencyError::KeyReused { .. } => (
-                "Idempotency key reused",
-                format!(
-                    "idempotency key `{shown}` was already used for a different request; use a new key for a new request"
-                ),
-            ),
-            IdempotencyError::Unavailable { .. } => (
-                "Request not processed",
-                format!(
-                    "the request with idempotency key `{shown}` was not processed: a backend is unavailable; retry later"
-                ),
-            ),
-            IdempotencyError::OwnerFailed { .. } => (
-                "Request not processed",
-                format!(
-                    "the first request with idempotency key `{shown}` left no response to replay (it failed, or its response could not be stored) while this one waited for it; a retry runs it again"
-                ),
-            ),
-            _ => (
-                "Idempotency error",
-                "the request could not be processed idempotently".to_owned(),
-            ),
-        };
-        let mut extensions = std::collections::BTreeMap::new();
-        if let Some(key) = key {
-            extensions.insert("idempotencyKey".to_owned(), serde_json::Value::from(key));
-        }
-        let retry_after = match error {
-            // A retry of a failed owner runs at once; one second spreads a burst of them.
-            IdempotencyError::InProgress { .. } | IdempotencyError::OwnerFailed { .. } => {
-                Some(IN_PROGRESS_RETRY_AFTER)
-            }
-            IdempotencyError::Unavailable { .. } => Some(super::BACKEND_RETRY_AFTER),
-            _ => None,
-        };
-        ProblemDetails {
-            problem_type: format!(
-                "https://platform.telco/problems/{}",
-                code.to_ascii_lowercase().replace('_', "-")
-            ),
-            title: title.to_owned(),
-            status: error.http_status(),
-            detail,
-            instance: None,
-            code: code.to_owned(),
-            lock_key: None,
-            reason,
-            extensions,
-            retry_after_secs: retry_after.map(|d| d.as_secs()),
-        }
-    }
-}
-
-/// An [`IdempotencyError`] as an axum rejection: its status and public problem body; the error
-/// itself is logged (target `lock_starter::http`).
-///
-/// # Examples
-///
-/// ```
-/// use axum::response::IntoResponse;
-/// use lock_starter::idempotency::IdempotencyError;
-/// use lock_starter::http::IdempotencyRejection;
-///
-/// let error = IdempotencyError::unavailable("8e03978e", "connection refused");
-/// let response = IdempotencyRejection(error).into_response();
-/// assert_eq!(response.status(), 503);
-/// assert_eq!(response.headers()["retry-after"], "2");
-/// ```
-#[derive(Debug)]
-pub struct IdempotencyRejection(pub IdempotencyError);
-
-impl From<IdempotencyError> for IdempotencyRejection {
-    fn from(error: IdempotencyError) -> Self {
-        IdempotencyRejection(error)
-    }
-}
-
-impl IntoResponse for IdempotencyRejection {
-    fn into_response(self) -> Response {
-        let error = &self.0;
-        let (status, code) = (error.http_status(), error.code());
-        let message = "idempotency error answered with a public problem body";
-        match error {
-            IdempotencyError::InProgress { .. } | IdempotencyError::KeyReused { .. } => {
-                tracing::debug!(status, code, %error, "{message}");
-            }
-            _ => tracing::warn!(status, code, %error, "{message}"),
-        }
-        ProblemDetails::idempotency(error).into_response()
-    }
-}
 
 /// The caller a request comes from, as the layer's scope: the authenticated principal, or
 /// `None` for a request with none.
 type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 
-/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header,
-/// with the IETF draft's semantics (draft-ietf-httpapi-idempotency-key-header):
+/// A tower layer making the handlers below it idempotent by their `Idempotency-Key` header, as
+/// the IETF draft-ietf-httpapi-idempotency-key-header describes.
 ///
-/// - The first `POST`/`PATCH` with a key runs the handler; its response (status, headers,
-///   body) is stored for the result TTL and replayed to every retry with the same key from the
-///   same caller, marked `Idempotent-Replayed: true`.
-/// - Records are per endpoint (method and path) and, with [`IdempotencyLayer::scoped`], per
-///   caller: one caller's key never replays another caller's response.
-/// - A retry while the first is still running gets **409** with `Retry-After: 1` (or, with a
-///   wait time, waits for the first and gets its response).
-/// - The same key at the same endpoint with a different request (query, content type or body)
-///   gets **422**: another request's response is never replayed.
-/// - The coordination backend down: **503** with `Retry-After`, and the handler does not run.
-/// - A handler's 5xx response is not stored: the retry runs the handler again. 2xx–4xx are.
-/// - `Set-Cookie` and other credential-bearing headers are never stored nor replayed.
-/// - Requests without the header, and methods other than `POST` and `PATCH`, pass through.
+/// # Contract
+/// - The first `POST` or `PATCH` with a key runs the handler. Its status, headers and body are
+///   stored for the result TTL and replayed to every retry with the same key from the same
+///   caller, marked `Idempotent-Replayed: true`.
+/// - Records are per method and path and, with [`IdempotencyLayer::scoped`], per caller.
+/// - A retry while the first still runs gets 409 with `Retry-After: 1`, or with a wait time
+///   waits for the first one's response.
+/// - The same key with another query, content type or body gets 422.
+/// - An unavailable backend gets 503 with `Retry-After`, and the handler does not run.
+/// - A 5xx response is not stored, so the retry runs the handler again.
+/// - `Set-Cookie` and other credential-bearing headers are never stored.
+/// - Requests without the header and other methods pass through.
+/// - Responses are buffered whole. The call that ran the handler gets its response untouched.
 ///
-/// Responses are buffered whole (no streaming bodies). The call that ran the handler gets its
-/// response untouched, a replay the stored status, UTF-8 header values and body. The key rules
-/// are in `docs/idempotency.md`.
-///
-/// Build it from the starter, [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer),
-/// to take the configured `telco.platform.lock.idempotency.http-*` values, or here on any
-/// [`Idempotency`] with the defaults.
+/// [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer) builds it with the
+/// configured values. The key rules are in `docs/idempotency.md`.
 ///
 /// # Examples
 ///
@@ -426,11 +292,11 @@ impl IdempotencyLayer {
             return problem(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "IDEMPOTENCY_REQUEST_TOO_LARGE",
-                "Request body too large",
                 format!(
                     "an idempotent request body is at most {} bytes",
                     self.max_body_bytes
                 ),
+                None,
             );
         };
         let mut hash = Sha256::new();
@@ -478,20 +344,22 @@ impl IdempotencyLayer {
 
 /// The answer to `error`, showing the client's key where the error holds the record key.
 fn reject(error: IdempotencyError, client_key: &str) -> Response {
+    let (code, status) = (error.code(), error.http_status());
+    let mut details = error.details();
     match with_client_key(error, client_key) {
-        Ok(error) => IdempotencyRejection(error).into_response(),
-        Err(error) => {
+        Ok(error) => {
+            if details.contains_key("idempotencyKey") {
+                details.insert("idempotencyKey", client_key.to_owned());
+            }
+            log_withheld(code, status, &details, &error);
+        }
+        Err(_) => {
             // A kind of error whose key cannot be replaced: its message is not logged.
-            let (status, code) = (error.http_status(), error.code());
-            tracing::warn!(
-                status,
-                code,
-                idempotency_key = client_key,
-                "idempotency error answered with a public problem body"
-            );
-            ProblemDetails::idempotency_with_key(&error, Some(client_key)).into_response()
+            details.insert("idempotencyKey", client_key.to_owned());
+            log_withheld(code, status, &details, code);
         }
     }
+    ProblemDetails::of(code, status, details, Form::Public).into_response()
 }
 
 /// `error` with `client_key` in place of the record key, or the error as it was when it is of a
@@ -521,43 +389,24 @@ fn with_client_key(
 /// What an accepted key looks like, for 400 answers.
 const KEY_RULES: &str = "Send the header once, with one key of 1 to 512 visible ASCII characters, quoted (\"…\", escaping \\\" and \\\\) or bare, without parameters";
 
-/// A problem body of the layer's own (the request never reached the idempotency store).
-fn problem(status: StatusCode, code: &str, title: &str, detail: String) -> Response {
-    problem_with(status, code, title, detail, None)
-}
-
-fn problem_with(
-    status: StatusCode,
-    code: &str,
-    title: &str,
-    detail: String,
-    rule: Option<&str>,
-) -> Response {
-    let mut body = serde_json::json!({
-        "type": format!("https://platform.telco/problems/{}", code.to_ascii_lowercase().replace('_', "-")),
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-        "code": code,
-        "reason": code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase(),
-    });
+/// A problem of the layer's own, which never reached the idempotency store. Its `detail` is
+/// public.
+fn problem(status: StatusCode, code: &str, detail: String, rule: Option<&str>) -> Response {
+    let mut details = std::collections::BTreeMap::new();
+    details.insert("message", detail);
+    let reason = code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase();
+    details.insert("reason", reason);
     if let Some(rule) = rule {
-        body["rule"] = serde_json::Value::from(rule);
+        details.insert("rule", rule.to_owned());
     }
-    let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(super::PROBLEM_JSON),
-    );
-    response
+    ProblemDetails::of(code, status.as_u16(), details, Form::Detailed).into_response()
 }
 
 /// 400 for a missing or refused key, naming the `rule` it breaks.
 fn bad_key(rule: &str, detail: String) -> Response {
-    problem_with(
+    problem(
         StatusCode::BAD_REQUEST,
         "IDEMPOTENCY_KEY_INVALID",
-        "Bad Idempotency-Key",
         detail,
         Some(rule),
     )
@@ -613,8 +462,8 @@ impl StoredResponse {
             return Err(NotReplayable::ServerError(problem(
                 StatusCode::BAD_GATEWAY,
                 "IDEMPOTENCY_RESPONSE_FAILED",
-                "Response failed",
                 "the handler's response body failed while it was read".to_owned(),
+                None,
             )));
         };
         let headers = parts

@@ -19,8 +19,8 @@ use lock_starter::HealthStatus;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::http::{
-    BACKEND_RETRY_AFTER, DetailedLockRejection, LockRejection, MAX_RETRY_AFTER, PROBLEM_JSON,
-    ProblemDetails, problem_response, problem_title,
+    BACKEND_RETRY_AFTER, DetailedRejection, MAX_RETRY_AFTER, PROBLEM_JSON, ProblemDetails,
+    Rejection, problem_response,
 };
 use lock_starter::lock::AcquireFailure;
 use lock_starter::prelude::*;
@@ -66,7 +66,7 @@ async fn the_default_body_names_key_and_reason_but_not_the_holder_or_the_backend
     ] {
         let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
         let response = tracing::subscriber::with_default(subscriber, || {
-            axum::response::IntoResponse::into_response(LockRejection(error))
+            axum::response::IntoResponse::into_response(Rejection::from(error))
         });
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[header::RETRY_AFTER], retry_after);
@@ -89,7 +89,7 @@ async fn the_default_body_names_key_and_reason_but_not_the_holder_or_the_backend
         // The operator still finds what the client was not told.
         let logged = logs.text();
         assert!(
-            logged.contains("lock error answered with a public problem body")
+            logged.contains("error answered with a public problem body")
                 && logged.contains(if reason == "backend_unavailable" {
                     "ECONNREFUSED"
                 } else {
@@ -146,7 +146,7 @@ async fn retry_after_is_a_short_hint_not_a_watchdog_holders_ttl() {
 
 #[tokio::test]
 async fn held_by_another_owner_is_a_503_problem_naming_key_holder_and_retry_after_when_detailed() {
-    let response = axum::response::IntoResponse::into_response(DetailedLockRejection(held()));
+    let response = axum::response::IntoResponse::into_response(DetailedRejection::from(held()));
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
     assert_eq!(response.headers()[header::RETRY_AFTER], "3");
@@ -216,10 +216,14 @@ async fn every_error_code_has_its_status_type_and_reason() {
             (&public.code, &public.reason, public.status),
             (&problem.code, &problem.reason, problem.status)
         );
-        assert!(!public.detail.contains("connection refused") && public.extensions.is_empty());
+        assert!(
+            !public.detail.contains("connection refused")
+                && public.extensions.keys().all(|name| name == "lockKey"),
+            "{public:?}"
+        );
         // Every error has a public detail of its own, not the generic title.
         assert!(
-            !public.detail.starts_with(problem_title(error.code())),
+            !public.detail.starts_with(&problem.title),
             "{}",
             public.detail
         );
@@ -239,7 +243,7 @@ async fn every_error_code_has_its_status_type_and_reason() {
             format!("https://platform.telco/problems/{slug}"),
             "{body}"
         );
-        assert_eq!(body["code"], error.code().as_str(), "{body}");
+        assert_eq!(body["code"], error.code(), "{body}");
         assert_eq!(body["reason"], reason, "{body}");
         assert_eq!(body["instance"], "/bill-runs/2026-11", "{body}");
         assert_eq!(body["detail"], error.to_string(), "{body}");
@@ -247,6 +251,69 @@ async fn every_error_code_has_its_status_type_and_reason() {
             Some(key) => assert_eq!(body["lockKey"], key, "{body}"),
             None => assert!(body.get("lockKey").is_none(), "{body}"),
         }
+    }
+}
+
+#[tokio::test]
+async fn every_capabilitys_error_is_answered_by_the_same_rejection() {
+    use lock_starter::branches::{BranchError, SubKey};
+    let sub_key = SubKey::new("ticket:4711", 42);
+    let cases: [(Rejection, u16, &str, Option<&str>); 4] = [
+        (
+            BranchError::from(held()).into(),
+            503,
+            "BRANCHES_MASTER_LOCK_FAILED",
+            Some("3"),
+        ),
+        (
+            BranchError::unavailable("open", &sub_key, "10.0.0.7: ECONNREFUSED").into(),
+            503,
+            "BRANCHES_UNAVAILABLE",
+            Some("2"),
+        ),
+        (
+            IdempotencyError::InProgress {
+                key: "8e03978e".into(),
+                holder: "pod-a/1f/3".into(),
+                waited: Duration::ZERO,
+            }
+            .into(),
+            409,
+            "IDEMPOTENCY_IN_PROGRESS",
+            Some("1"),
+        ),
+        (
+            IdempotencyError::KeyReused {
+                key: "8e03978e".into(),
+            }
+            .into(),
+            422,
+            "IDEMPOTENCY_KEY_REUSED",
+            None,
+        ),
+    ];
+    for (rejection, status, code, retry_after) in cases {
+        let response = axum::response::IntoResponse::into_response(rejection);
+        assert_eq!(response.status().as_u16(), status, "{code}");
+        assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        assert_eq!(
+            response
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|v| v.to_str().unwrap()),
+            retry_after,
+            "{code}"
+        );
+        let body = json_of(response).await;
+        assert_eq!(body["code"], code, "{body}");
+        let slug = code.to_ascii_lowercase().replace('_', "-");
+        assert_eq!(
+            body["type"],
+            format!("https://platform.telco/problems/{slug}")
+        );
+        let text = body.to_string();
+        let leaked: Vec<&str> = INTERNALS.into_iter().filter(|s| text.contains(s)).collect();
+        assert!(leaked.is_empty(), "{leaked:?} in {body}");
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::branches::conformance::{self, BranchesFactory};
 use lock_core::branches::telemetry::{
-    BRANCH_REGISTRATIONS_TOTAL, BRANCH_RELEASES_TOTAL, MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL,
+    MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL, REGISTRATIONS_TOTAL, RELEASES_TOTAL,
 };
 use lock_core::branches::{
     BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome, DisabledBranches,
@@ -440,7 +440,7 @@ async fn a_disabled_backend_runs_the_master_untracked() {
         .pending(&SubKey::new("x", 1))
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_DISABLED");
+    assert_eq!(error.code(), "BRANCHES_DISABLED");
     assert_eq!(error.http_status(), 503);
 }
 
@@ -503,7 +503,7 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
         })
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_UNAVAILABLE");
+    assert_eq!(error.code(), "BRANCHES_UNAVAILABLE");
     assert_eq!(error.details()["operation"], "open");
     assert!(!ran.load(Ordering::SeqCst));
     // The lock was given back.
@@ -512,7 +512,7 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
     let (masters, lock, _) = masters();
     let _held = lock.try_acquire("closed", Lease::Watchdog).await.unwrap();
     let options = MasterOptions::new(Lease::Watchdog)
-        .wait(Duration::from_millis(100))
+        .wait_time(Duration::from_millis(100))
         .unwrap();
     let error = masters
         .with_master_lock("closed", options, |_| async {
@@ -520,7 +520,7 @@ async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
         })
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_MASTER_LOCK_FAILED");
+    assert_eq!(error.code(), "BRANCHES_MASTER_LOCK_FAILED");
     assert_eq!(error.details()["reason"], "held_by_another_owner");
     assert_eq!(error.http_status(), 503);
     assert!(!ran.load(Ordering::SeqCst));
@@ -546,7 +546,7 @@ async fn inside_a_master_block_with_lock_re_enters_and_a_nested_master_is_refuse
         .unwrap();
     let (reentered, nested, _) = outcome.value;
     assert_eq!(reentered, 1);
-    assert_eq!(nested.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+    assert_eq!(nested.code(), "BRANCHES_INVALID_ARGUMENT");
     assert!(nested.to_string().contains("already holds it"), "{nested}");
 }
 
@@ -623,11 +623,11 @@ async fn registrations_releases_and_waits_are_counted() {
         BranchRelease::Unknown
     );
     let m = metrics.take();
-    m.assert_counter(BRANCH_REGISTRATIONS_TOTAL, "outcome", "registered", 3);
-    m.assert_counter(BRANCH_REGISTRATIONS_TOTAL, "outcome", "sealed", 1);
-    m.assert_counter(BRANCH_RELEASES_TOTAL, "outcome", "released", 1);
-    m.assert_counter(BRANCH_RELEASES_TOTAL, "outcome", "already_released", 1);
-    m.assert_counter(BRANCH_RELEASES_TOTAL, "outcome", "unknown", 1);
+    m.assert_counter(REGISTRATIONS_TOTAL, "outcome", "registered", 3);
+    m.assert_counter(REGISTRATIONS_TOTAL, "outcome", "sealed", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "released", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "already_released", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "unknown", 1);
     m.assert_counter(MASTER_WAITS_TOTAL, "outcome", "timed_out", 1);
     assert_eq!(
         m.histogram(MASTER_WAIT_SECONDS, "outcome", "timed_out"),
@@ -644,13 +644,13 @@ fn master_options_check_their_durations_when_set() {
             options.branch_wait(accepted).unwrap().branch_wait_time(),
             Some(accepted)
         );
-        let waiting = options.wait(accepted).unwrap();
-        assert_eq!(waiting.acquire_options().wait_time(), Some(accepted));
+        let waiting = options.wait_time(accepted).unwrap();
+        assert_eq!(waiting.acquire_options().wait_override(), Some(accepted));
     }
     let too_long = hour + Duration::from_millis(1);
     for (error, name) in [
         (options.branch_wait(too_long).unwrap_err(), "branch_wait"),
-        (options.wait(too_long).unwrap_err(), "wait"),
+        (options.wait_time(too_long).unwrap_err(), "wait_time"),
     ] {
         assert!(
             matches!(&error, BranchError::InvalidArgument { name: n, .. } if *n == name),
@@ -663,5 +663,5 @@ fn master_options_check_their_durations_when_set() {
         assert_eq!(error.details()["argument"], name);
     }
     let error = masters().0.with_branch_wait(too_long).unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_INVALID_ARGUMENT");
+    assert_eq!(error.code(), "BRANCHES_INVALID_ARGUMENT");
 }

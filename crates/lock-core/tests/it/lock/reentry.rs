@@ -261,8 +261,9 @@ async fn a_task_spawned_inside_a_section_is_told_its_own_process_holds_the_key()
     let inner = lock.clone();
     let message = lock
         .with_lock("bill-run:2026-11", Lease::Watchdog, || async move {
-            let options =
-                lock_core::lock::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(1));
+            let options = lock_core::lock::AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(1))
+                .unwrap();
             tokio::spawn(async move { inner.acquire_with("bill-run:2026-11", options).await })
                 .await
                 .unwrap()

@@ -33,7 +33,9 @@ async fn a_grant_a_contention_failure_and_a_release_are_counted_exactly() {
     m.assert_counter_total(FAIL_CLOSED_TOTAL, 0);
     assert_eq!(m.histogram(WAIT_SECONDS, "outcome", "granted").len(), 1);
 
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(50));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_millis(50))
+        .unwrap();
     let err = lock
         .acquire_with("bill-run:2026-11", options)
         .await
@@ -138,7 +140,9 @@ async fn a_cancelled_acquisition_is_counted_as_cancelled() {
     metrics.take();
     let waiting = lock.acquire_with(
         "k",
-        AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60)),
+        AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap(),
     );
     assert!(
         tokio::time::timeout(Duration::from_millis(50), waiting)

@@ -387,7 +387,7 @@ async fn a_master_without_redis_fails_closed() {
         })
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_MASTER_LOCK_FAILED");
+    assert_eq!(error.code(), "BRANCHES_MASTER_LOCK_FAILED");
     assert_eq!(error.details()["reason"], "backend_unavailable");
     assert_eq!(error.http_status(), 503);
     let lock: &dyn DistributedLock = &**masters.lock();

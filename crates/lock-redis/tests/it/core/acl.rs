@@ -21,10 +21,10 @@ use std::time::Duration;
 use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::lock::conformance::{self, LockFactory};
+use lock_core::LockError;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
-use lock_core::{LockError, LockErrorCode};
 use lock_redis::Refusal;
-use lock_redis::lock::RedisLock;
+use lock_redis::lock::{RedisLock};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -319,7 +319,9 @@ async fn holder_waiter_round(
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(60))
+            .unwrap();
         let handle = waiter.acquire_with(&owned, options).await;
         (handle, Instant::now())
     });
@@ -351,7 +353,8 @@ async fn fair_round(redis: &RedisServer, holder: &RedisLock, waiter: RedisLock) 
     let name = "fair";
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
     let fair = AcquireOptions::new(Lease::Watchdog)
-        .wait(Duration::from_secs(60))
+        .wait_time(Duration::from_secs(60))
+        .unwrap()
         .fair();
     let queue = holder.queue_key(name);
     let queued = |n: &'static str| {
@@ -433,7 +436,7 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
 /// `err` is the typed `no_permission` refusal, its message names `NOPERM` (or the server's ACL
 /// errors from inside a script: Redis' `can't run this command`, `can't publish to the channel`,
 /// Valkey's `ACL failure in script`) and says what to grant; the password is not in it.
-fn assert_no_permission(err: &LockError, code: LockErrorCode) {
+fn assert_no_permission(err: &LockError, code: &str) {
     assert_eq!(err.code(), code, "{err}");
     let failure = common::redis_failure(err);
     assert_eq!(failure.refusal(), Some(Refusal::NoPermission), "{err:?}");
@@ -503,7 +506,12 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
         let wait = Duration::from_secs(2);
         let started = Instant::now();
         let err = lock
-            .acquire_with(&name, AcquireOptions::new(Lease::Watchdog).wait(wait))
+            .acquire_with(
+                &name,
+                AcquireOptions::new(Lease::Watchdog)
+                    .wait_time(wait)
+                    .unwrap(),
+            )
             .await
             .expect_err(case);
         // At once: a refusal is not retried until the wait time runs out.
@@ -517,7 +525,7 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
             "backend_unavailable",
             "{case}: {err}"
         );
-        assert_no_permission(&err, LockErrorCode::LockAcquisitionFailed);
+        assert_no_permission(&err, "LOCK_ACQUISITION_FAILED");
         // Nothing is left held: a refused grant writes nothing, and one refused at WAIT is
         // handed back (the release script needs no WAIT).
         let key = lock.redis_key(&name);
@@ -545,7 +553,7 @@ async fn a_release_without_spublish_fails_naming_noperm() {
         .release()
         .await
         .expect_err("release without SPUBLISH");
-    assert_no_permission(&err, LockErrorCode::LockReleaseFailed);
+    assert_no_permission(&err, "LOCK_RELEASE_FAILED");
 }
 
 /// A user denied the release channel (`&lock:*` missing): the release script may not publish,
@@ -565,7 +573,9 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
         .unwrap();
     let started = Instant::now();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(lease)).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Fixed(lease))
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         waiter.acquire_with("no-channel", options).await
     });
     let refused_channel = eventually(SLACK, || async {
@@ -582,7 +592,7 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
         .release()
         .await
         .expect_err("release without the channel");
-    assert_no_permission(&err, LockErrorCode::LockReleaseFailed);
+    assert_no_permission(&err, "LOCK_RELEASE_FAILED");
     // Redis does not roll a script back: the tombstone `R|<token>|<owner>` was written before
     // SPUBLISH was refused (if the waiter took the key since, the holder is its previous owner,
     // `H|<token>|<waiter>|<owner>`, which only a tombstone leaves).
@@ -624,7 +634,9 @@ async fn round_trip(address: &str, name: &str) -> Result<(), LockError> {
     let held = holder.acquire(name, Lease::Watchdog).await?;
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         waiter.acquire_with(&owned, options).await
     });
     // The watchdog keeps the lease past its first deadline.
@@ -762,7 +774,7 @@ async fn the_operators_calls_work_with_the_documented_cli_grants() {
     set_user(&redis, &rules).await;
     let ops = user_client(&redis).await;
     let refused_list = ops.list(None, 10).await.unwrap_err();
-    assert_no_permission(&refused_list, LockErrorCode::LockAcquisitionFailed);
+    assert_no_permission(&refused_list, "LOCK_ACQUISITION_FAILED");
     assert!(refused_list.to_string().contains("SCAN"), "{refused_list}");
     assert!(refused(&redis).await.contains("command:scan"));
 
@@ -807,7 +819,7 @@ async fn list_without_scan_fails_as_no_permission_naming_the_grant() {
         "took {:?}",
         started.elapsed()
     );
-    assert_no_permission(&err, LockErrorCode::LockAcquisitionFailed);
+    assert_no_permission(&err, "LOCK_ACQUISITION_FAILED");
     assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
     match common::redis_failure(&err) {
         lock_redis::RedisFailure::Refused {
@@ -869,7 +881,7 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
         })
         .await
         .unwrap_err();
-    assert_eq!(error.code().as_str(), "BRANCHES_UNAVAILABLE", "{error}");
+    assert_eq!(error.code(), "BRANCHES_UNAVAILABLE", "{error}");
     assert_eq!(error.details()["operation"], "open");
     let failure = RedisFailure::find(&error).expect("a Redis failure behind it");
     assert_eq!(failure.refusal(), Some(Refusal::NoPermission), "{failure}");

@@ -62,7 +62,7 @@ async fn client(url: &str) -> RedisLock {
 }
 
 fn wait(lease: Lease, wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(lease).wait(wait)
+    AcquireOptions::new(lease).wait_time(wait).unwrap()
 }
 
 /// `INFO commandstats` of one node as command name → calls.
@@ -771,7 +771,8 @@ async fn fair_waiters_are_granted_in_queue_order_on_every_master() {
     let holder = client(&url).await;
     let clients = [client(&url).await, client(&url).await];
     let fair = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-        .wait(GENEROUS)
+        .wait_time(GENEROUS)
+        .unwrap()
         .fair();
     let masters = cluster.masters().await.unwrap();
     let mut masters_seen = BTreeSet::new();

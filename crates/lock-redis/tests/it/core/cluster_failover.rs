@@ -11,11 +11,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use crate::common::Setup;
-use common::{GENEROUS, eventually};
+use common::{COMMAND_TIMEOUT, eventually};
+use lock_core::AcquireFailure;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_core::{AcquireFailure, LockErrorCode};
-use lock_redis::lock::RedisLock;
+use lock_redis::lock::{RedisLock};
+use lock_testkit::RedisCluster;
+use crate::common::Setup;
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};
 use tokio::time::Instant;
@@ -250,7 +251,9 @@ async fn a_manual_failover_keeps_the_lease_hands_it_to_the_waiter_after_release_
     let mut waiting = tokio::spawn({
         let (waiter, name) = (waiter.clone(), name.clone());
         async move {
-            let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+            let options = AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(60))
+                .unwrap();
             let result = waiter.acquire_with(&name, options).await;
             (result, Instant::now())
         }
@@ -355,7 +358,7 @@ async fn a_manual_failover_keeps_the_lease_hands_it_to_the_waiter_after_release_
         }
         Err(e) => {
             // Allowed, if clear: it failed closed with a reason.
-            assert_eq!(e.code(), LockErrorCode::LockAcquisitionFailed, "{e}");
+            assert_eq!(e.code(), "LOCK_ACQUISITION_FAILED", "{e}");
             eprintln!("  the waiter failed closed: {e}");
         }
     }
@@ -431,7 +434,9 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
     let held = holder
         .acquire_with(
             &name,
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(10)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(10))
+                .unwrap(),
         )
         .await
         .expect("granted without min-replicas");
@@ -490,7 +495,9 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
     let next = other
         .acquire_with(
             &name,
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(10)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(10))
+                .unwrap(),
         )
         .await
         .unwrap();

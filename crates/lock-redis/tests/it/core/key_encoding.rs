@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, config, server};
-use lock_core::LockErrorCode;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_redis::lock::RedisLock;
 use tokio::time::Instant;
 
 fn names() -> Vec<String> {
@@ -73,7 +73,8 @@ async fn edge_case_names_round_trip_and_wake_waiters() {
             let name = name.clone();
             async move {
                 let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                    .wait(Duration::from_secs(30));
+                    .wait_time(Duration::from_secs(30))
+                    .unwrap();
                 let result = waiter.acquire_with(&name, options).await;
                 (result, Instant::now())
             }
@@ -118,7 +119,7 @@ async fn invalid_names_never_reach_redis() {
         "\u{85}nel".into(),
     ] {
         let err = lock.try_acquire(&name, Lease::Watchdog).await.unwrap_err();
-        assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{name:?}");
+        assert_eq!(err.code(), "LOCK_INVALID_ARGUMENT", "{name:?}");
     }
     let after = command_calls(&redis).await;
     assert_eq!(common::delta(&before, &after, "evalsha"), 0);

@@ -76,7 +76,12 @@ async fn a_lock_waiter_fails_within_a_command_timeout() {
     let channel = waiter.release_channel("wait");
     let task = tokio::spawn(async move {
         waiter
-            .acquire_with("wait", AcquireOptions::new(Lease::Fixed(LONG)).wait(LONG))
+            .acquire_with(
+                "wait",
+                AcquireOptions::new(Lease::Fixed(LONG))
+                    .wait_time(LONG)
+                    .unwrap(),
+            )
             .await
     });
     let killed = kill_when_waiting(&mut redis, &channel).await;
@@ -95,7 +100,10 @@ async fn a_fair_waiter_fails_within_a_command_timeout() {
         waiter
             .acquire_with(
                 "fair",
-                AcquireOptions::new(Lease::Fixed(LONG)).wait(LONG).fair(),
+                AcquireOptions::new(Lease::Fixed(LONG))
+                    .wait_time(LONG)
+                    .unwrap()
+                    .fair(),
             )
             .await
     });
@@ -199,7 +207,12 @@ async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
     let channel = waiter.release_channel("blip");
     let task = tokio::spawn(async move {
         waiter
-            .acquire_with("blip", AcquireOptions::new(Lease::Fixed(LONG)).wait(LONG))
+            .acquire_with(
+                "blip",
+                AcquireOptions::new(Lease::Fixed(LONG))
+                    .wait_time(LONG)
+                    .unwrap(),
+            )
             .await
     });
     kill_when_waiting(&mut redis, &channel).await;

@@ -67,7 +67,9 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
     for key in keys.clone() {
         let waiter = waiter.clone();
         tasks.push(tokio::spawn(async move {
-            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(WAIT);
+            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                .wait_time(WAIT)
+                .unwrap();
             let result = waiter.acquire_with(&key, options).await;
             (key, result, started.elapsed())
         }));
@@ -120,7 +122,9 @@ async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
     let result = waiter
         .acquire_with(
             "blackhole:short",
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(wait),
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                .wait_time(wait)
+                .unwrap(),
         )
         .await;
     let took = started.elapsed();
@@ -159,7 +163,9 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
                 .await
                 .unwrap(),
         );
-        let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         let _ = tokio::time::timeout(
             Duration::from_millis(20),
             waiter.acquire_with(&key, options),
@@ -174,7 +180,9 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     let result = waiter
         .acquire_with(
             "cancelled:last",
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(WAIT),
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                .wait_time(WAIT)
+                .unwrap(),
         )
         .await;
     let took = started.elapsed();

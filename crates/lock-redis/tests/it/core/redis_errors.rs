@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use crate::common::Setup;
 use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
+use lock_core::{AcquireFailure, LockError};
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_core::{AcquireFailure, LockError, LockErrorCode};
 use lock_redis::RedisFailure;
-use lock_redis::lock::RedisLock;
+use lock_redis::lock::{RedisLock};
 use lock_testkit::{RedisServer, TestkitError};
 use tokio::time::Instant;
 
@@ -41,8 +41,9 @@ async fn patient(redis: &RedisServer) -> RedisLock {
 async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
-    let options =
-        AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::from_millis(500));
+    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+        .wait_time(Duration::from_millis(500))
+        .unwrap();
     let err = lock
         .with_lock(name, options, || async move {
             flag.store(true, Ordering::SeqCst);
@@ -50,7 +51,7 @@ async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
         .await
         .unwrap_err();
     assert!(!ran.load(Ordering::SeqCst), "the critical section ran");
-    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed, "{err}");
+    assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED", "{err}");
     assert_eq!(err.http_status(), 503);
     let details = err.details();
     assert_eq!(details["reason"], "backend_unavailable", "{err}");
@@ -209,7 +210,7 @@ async fn a_release_redis_refuses_is_release_failed_with_the_refusal() {
     );
 
     let err = handle.release().await.unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockReleaseFailed, "{err}");
+    assert_eq!(err.code(), "LOCK_RELEASE_FAILED", "{err}");
     assert_eq!(err.http_status(), 503);
     assert_eq!(err.details()["reason"], "release_failed");
     assert!(matches!(err, LockError::ReleaseFailed { .. }), "{err:?}");
@@ -331,7 +332,9 @@ async fn a_busy_redis_refuses_as_busy_and_grants_again_after_script_kill() {
     assert!(answers, "Redis stayed busy after SCRIPT KILL");
     assert!(!exists(&redis, &lock.redis_key("busy")).await);
 
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(5));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(5))
+        .unwrap();
     let handle = lock.acquire_with("busy", options).await.unwrap();
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
@@ -390,7 +393,7 @@ async fn a_client_without_the_password_fails_connect_naming_noauth() {
     let err = common::try_connect(patient_config(&redis))
         .await
         .expect_err("connected without the password");
-    assert_eq!(err.code(), LockErrorCode::LockInvalidArgument, "{err}");
+    assert_eq!(err.code(), "LOCK_INVALID_ARGUMENT", "{err}");
     assert_eq!(err.details()["argument"], "address", "{err}");
     let text = err.to_string();
     assert!(text.contains("NOAUTH"), "{text}");
@@ -512,6 +515,8 @@ async fn a_loading_redis_is_refused_as_loading_and_grants_once_loaded() {
         .await
         .unwrap();
     assert!(!exists(&redis, &lock.redis_key("loading")).await);
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(5));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(5))
+        .unwrap();
     lock.acquire_with("loading", options).await.unwrap();
 }

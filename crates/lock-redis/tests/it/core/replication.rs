@@ -7,8 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually};
-use lock_core::LockErrorCode;
 use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
+use lock_redis::lock::RedisLock;
 use lock_testkit::logs::CapturedLogs;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +45,7 @@ async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
         .acquire("unreplicated", Lease::Fixed(Duration::from_secs(60)))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), LockErrorCode::LockAcquisitionFailed);
+    assert_eq!(err.code(), "LOCK_ACQUISITION_FAILED");
     let details = err.details();
     assert_eq!(details["reason"], "replication_unconfirmed", "{err}");
     assert_eq!(details["requiredReplicas"], "2");

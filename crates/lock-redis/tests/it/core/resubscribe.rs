@@ -76,7 +76,8 @@ async fn wait_on(
         let name = name.clone();
         waiting.push(tokio::spawn(async move {
             let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait(Duration::from_secs(25));
+                .wait_time(Duration::from_secs(25))
+                .unwrap();
             let result = waiter.acquire_with(&name, options).await;
             (result, Instant::now())
         }));
@@ -226,7 +227,8 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
             let waiter = waiter.clone();
             waiting.push(tokio::spawn(async move {
                 let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                    .wait(Duration::from_secs(20));
+                    .wait_time(Duration::from_secs(20))
+                    .unwrap();
                 let result = waiter.acquire_with(&name, options).await;
                 (result, Instant::now())
             }));
@@ -293,7 +295,8 @@ async fn a_failed_resubscription_is_retried_and_later_releases_still_wake_waiter
         let waiter = waiter.clone();
         async move {
             let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait(Duration::from_secs(25));
+                .wait_time(Duration::from_secs(25))
+                .unwrap();
             let result = waiter.acquire_with("resub-3", options).await;
             (result, Instant::now())
         }

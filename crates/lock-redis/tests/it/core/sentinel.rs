@@ -111,7 +111,12 @@ async fn wait_for(
     let mut failures: Vec<String> = Vec::new();
     loop {
         match lock
-            .acquire_with(name, AcquireOptions::new(Lease::Watchdog).wait(GENEROUS))
+            .acquire_with(
+                name,
+                AcquireOptions::new(Lease::Watchdog)
+                    .wait_time(GENEROUS)
+                    .unwrap(),
+            )
             .await
         {
             Ok(handle) => {
@@ -172,7 +177,9 @@ async fn probe(lock: &RedisLock, prefix: &str, started: Instant, done: &Mutex<bo
         let attempt = lock
             .acquire_with(
                 name,
-                AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::ZERO),
+                AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+                    .wait_time(Duration::ZERO)
+                    .unwrap(),
             )
             .await;
         match attempt {
@@ -557,7 +564,9 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
             if let Ok(handle) = a
                 .acquire_with(
                     &name,
-                    AcquireOptions::new(Lease::Fixed(Duration::from_secs(60))).wait(Duration::ZERO),
+                    AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
+                        .wait_time(Duration::ZERO)
+                        .unwrap(),
                 )
                 .await
             {
@@ -614,8 +623,11 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     // --- a fresh client B and A never both hold the same lock ----------------------------------
     let b = connect(config(&sentinel)).await;
     for round in 0..10 {
-        let options =
-            || AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::ZERO);
+        let options = || {
+            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                .wait_time(Duration::ZERO)
+                .unwrap()
+        };
         let (from_a, from_b) = tokio::join!(
             a.acquire_with(CONTENDED, options()),
             b.acquire_with(CONTENDED, options())
@@ -650,7 +662,9 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
         match b
             .acquire_with(
                 HELD,
-                AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::ZERO),
+                AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                    .wait_time(Duration::ZERO)
+                    .unwrap(),
             )
             .await
         {

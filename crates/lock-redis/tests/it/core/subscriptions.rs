@@ -71,7 +71,9 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
         async move {
-            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(wait);
+            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                .wait_time(wait)
+                .unwrap();
             let result = waiter.acquire_with("dead-pubsub", options).await;
             (result, Instant::now())
         }
@@ -113,7 +115,9 @@ async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
     let b2 = b.clone();
     let nested = a
         .with_lock("spelling", Lease::Watchdog, || async move {
-            let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(500));
+            let options = AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_millis(500))
+                .unwrap();
             b2.acquire_with("spelling", options)
                 .await
                 .map(|handle| handle.is_reentrant())
@@ -145,8 +149,9 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
     waiter.client().ping().await.unwrap();
     let channel = holder.release_channel("churn");
-    let wait =
-        AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::from_secs(30));
+    let wait = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+        .wait_time(Duration::from_secs(30))
+        .unwrap();
     for round in 0..40u64 {
         let held = holder
             .acquire("churn", Lease::Fixed(Duration::from_secs(60)))
@@ -233,7 +238,9 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     for name in names.clone() {
         let waiter = waiter.clone();
         tasks.push(tokio::spawn(async move {
-            let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60));
+            let options = AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(60))
+                .unwrap();
             waiter.acquire_with(&name, options).await.map(drop)
         }));
     }

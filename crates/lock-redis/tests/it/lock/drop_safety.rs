@@ -57,7 +57,9 @@ async fn eval(redis: &RedisServer, script: &str) -> String {
 /// under the waiters), releasing or dropping it, until `stop`.
 async fn holder(lock: RedisLock, seed: u64, stop: Arc<AtomicBool>, holding: Arc<AtomicBool>) {
     let mut rng = Rng(seed);
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(30))
+        .unwrap();
     while !stop.load(Ordering::SeqCst) {
         let handle = lock
             .acquire_with(KEYS[0], options)
@@ -97,7 +99,9 @@ async fn canceller(
             Lease::Fixed(LONG_LEASE)
         };
         // The wait far exceeds every budget: only our timeout ends an acquisition early.
-        let options = AcquireOptions::new(lease).wait(Duration::from_secs(30));
+        let options = AcquireOptions::new(lease)
+            .wait_time(Duration::from_secs(30))
+            .unwrap();
         let budget = rng.ms(0, 20);
         let held_by_holder = key == KEYS[0] && holding.load(Ordering::SeqCst);
         match tokio::time::timeout(budget, lock.acquire_with(key, options)).await {

@@ -49,7 +49,9 @@ async fn worker(lock: RedisLock, seed: u64, stop: Instant, holds: Arc<Mutex<Vec<
         } else {
             Lease::Fixed(rng.ms(100, 400))
         };
-        let options = AcquireOptions::new(lease).wait(rng.ms(0, 400));
+        let options = AcquireOptions::new(lease)
+            .wait_time(rng.ms(0, 400))
+            .unwrap();
         let attempt = lock.acquire_with(key, options);
         let handle = if rng.below(2) == 0 {
             // Cancel at a random point: often mid-script, mid-subscribe or mid-wait.

@@ -26,7 +26,10 @@ const PLACE: Duration = Duration::from_secs(1);
 const CHILD_URL: &str = "FAIR_TEST_CHILD_REDIS_URL";
 
 fn fair(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG)).wait(wait).fair()
+    AcquireOptions::new(Lease::Fixed(LONG))
+        .wait_time(wait)
+        .unwrap()
+        .fair()
 }
 
 async fn fair_client(redis: &RedisServer) -> RedisLock {

@@ -22,7 +22,10 @@ const KEY: &str = "cdc:review";
 const LONG: Duration = Duration::from_secs(300);
 
 fn fair(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG)).wait(wait).fair()
+    AcquireOptions::new(Lease::Fixed(LONG))
+        .wait_time(wait)
+        .unwrap()
+        .fair()
 }
 
 async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {
@@ -111,7 +114,12 @@ async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
     let wait = Duration::from_millis(3900);
     let started = Instant::now();
     let error = waiter
-        .acquire_with(KEY, AcquireOptions::new(Lease::Fixed(LONG)).wait(wait))
+        .acquire_with(
+            KEY,
+            AcquireOptions::new(Lease::Fixed(LONG))
+                .wait_time(wait)
+                .unwrap(),
+        )
         .await
         .unwrap_err();
     let took = started.elapsed();

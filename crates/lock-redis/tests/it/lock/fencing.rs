@@ -67,7 +67,9 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
     let redis = server().await;
     let clients = [client(&redis).await, client(&redis).await];
     let redis_key = clients[0].redis_key(NAME);
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(SLACK);
+    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+        .wait_time(SLACK)
+        .unwrap();
     let mut tokens: Vec<(usize, u64, &'static str)> = Vec::with_capacity(1000);
     let mut expired = 0;
     for i in 0..1000 {
@@ -76,7 +78,9 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
             let handle = lock
                 .acquire_with(
                     NAME,
-                    AcquireOptions::new(Lease::Fixed(Duration::from_millis(150))).wait(SLACK),
+                    AcquireOptions::new(Lease::Fixed(Duration::from_millis(150)))
+                        .wait_time(SLACK)
+                        .unwrap(),
                 )
                 .await
                 .unwrap();

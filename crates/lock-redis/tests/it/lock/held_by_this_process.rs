@@ -16,7 +16,9 @@ const KEY: &str = "bill-run:2026-11";
 const CHILD_URL: &str = "HELD_BY_THIS_PROCESS_CHILD_URL";
 
 fn once() -> AcquireOptions {
-    AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(200))
+    AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_millis(200))
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

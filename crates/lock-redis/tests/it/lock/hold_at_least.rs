@@ -39,7 +39,9 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
     let (lock, other) = (client(&redis).await, client(&redis).await);
     let key = lock.redis_key(NAME);
     let hold = Duration::from_secs(30);
-    let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(hold);
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .hold_at_least(hold)
+        .unwrap();
     let held = lock.acquire_with(NAME, options).await.unwrap();
     let (owner, token) = (held.owner().to_owned(), held.fencing_token());
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
@@ -113,7 +115,9 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
     let redis = server().await;
     let (lock, other) = (client(&redis).await, client(&redis).await);
     let key = lock.redis_key(NAME);
-    let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_millis(300));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .hold_at_least(Duration::from_millis(300))
+        .unwrap();
     let held = lock.acquire_with(NAME, options).await.unwrap();
     let (owner, token) = (held.owner().to_owned(), held.fencing_token());
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
@@ -169,13 +173,16 @@ async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
     let held = lock
         .acquire_with(
             NAME,
-            AcquireOptions::new(Lease::Watchdog).hold_at_least(hold),
+            AcquireOptions::new(Lease::Watchdog)
+                .hold_at_least(hold)
+                .unwrap(),
         )
         .await
         .unwrap();
     let waiter = tokio::spawn(async move {
         let fair = AcquireOptions::new(Lease::Watchdog)
-            .wait(Duration::from_secs(30))
+            .wait_time(Duration::from_secs(30))
+            .unwrap()
             .fair();
         other
             .acquire_with(NAME, fair)
@@ -215,8 +222,10 @@ async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold
     .await;
     let other = client(&redis).await;
     let options = AcquireOptions::new(Lease::Watchdog)
-        .wait(Duration::ZERO)
-        .hold_at_least(Duration::from_secs(60));
+        .wait_time(Duration::ZERO)
+        .unwrap()
+        .hold_at_least(Duration::from_secs(60))
+        .unwrap();
     let error = strict.acquire_with(NAME, options).await.unwrap_err();
     assert_eq!(
         error.details()["reason"],
@@ -375,8 +384,10 @@ async fn reaper_pod() {
     let skew = Duration::from_millis(skew.parse().unwrap());
 
     let tick_options = AcquireOptions::new(Lease::Fixed(Duration::from_millis(PERIOD_MS)))
-        .wait(Duration::ZERO)
-        .hold_at_least(HOLD);
+        .wait_time(Duration::ZERO)
+        .unwrap()
+        .hold_at_least(HOLD)
+        .unwrap();
     for tick in 0..TICKS {
         tokio::time::sleep_until(origin + Duration::from_millis(tick * PERIOD_MS) + skew).await;
         let swept = lock

@@ -94,7 +94,9 @@ async fn a_frozen_redis_makes_the_holder_lose_the_lease_before_anyone_else_gets_
     );
     assert!(!handle.is_held());
     redis.resume().unwrap();
-    let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(5));
+    let options = AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_secs(5))
+        .unwrap();
     let taken = other.acquire_with("lost-pause", options).await.unwrap();
     let taken_at = Instant::now();
     let (reason, lost_at) = lost_task.await.unwrap();

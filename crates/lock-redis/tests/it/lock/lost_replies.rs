@@ -103,7 +103,8 @@ async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_t
     let other = common::client(&redis).await;
     let waiter = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-            .wait(Duration::from_secs(20));
+            .wait_time(Duration::from_secs(20))
+            .unwrap();
         other.acquire_with("retry-takeover", options).await
     });
     let channel = lock.release_channel("retry-takeover");

@@ -51,7 +51,8 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Watchdog)
-            .wait(Duration::from_secs(60))
+            .wait_time(Duration::from_secs(60))
+            .unwrap()
             .fair();
         let handle = waiter.acquire_lease("ops-status", options).await;
         (waiter, handle)
@@ -148,7 +149,8 @@ async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_le
     let waiter = client(&redis).await;
     let waiting = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-            .wait(Duration::from_secs(120));
+            .wait_time(Duration::from_secs(120))
+            .unwrap();
         let handle = waiter.acquire_lease("ops-force", options).await;
         (waiter, handle, Instant::now())
     });
@@ -214,7 +216,8 @@ async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Watchdog)
-            .wait(Duration::from_secs(120))
+            .wait_time(Duration::from_secs(120))
+            .unwrap()
             .fair();
         let handle = waiter.acquire_lease("ops-fair", options).await;
         (waiter, handle)

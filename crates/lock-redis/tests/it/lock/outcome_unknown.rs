@@ -35,7 +35,8 @@ async fn acquisitions_against_a_frozen_redis_leave_no_grant_behind() {
         let lock = lock.clone();
         tasks.push(tokio::spawn(async move {
             let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(120)))
-                .wait(Duration::from_millis(200 * (i as u64 % 3)));
+                .wait_time(Duration::from_millis(200 * (i as u64 % 3)))
+                .unwrap();
             if i % 2 == 0 {
                 // Times out by itself (wait + command timeout).
                 let _ = lock.acquire_with(&name, options).await;
@@ -94,7 +95,8 @@ async fn connection_kills_during_acquire_and_release_leave_no_grant_behind() {
                 n += 1;
                 names.push(name.clone());
                 let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(120)))
-                    .wait(Duration::ZERO);
+                    .wait_time(Duration::ZERO)
+                    .unwrap();
                 let acquired = lock.acquire_with(&name, options).await;
                 if acquired.is_err() {
                     // A caller's back-off: while the client knows it is disconnected an
@@ -148,7 +150,9 @@ async fn an_acquire_cancelled_during_an_outage_does_not_grant_the_key_to_nobody_
     let mut redis = server().await;
     let lock = client(&redis).await;
     redis.kill().await.unwrap();
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600))).wait(Duration::ZERO);
+    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600)))
+        .wait_time(Duration::ZERO)
+        .unwrap();
     // The caller gives up after 200 ms (its own request deadline).
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
@@ -224,7 +228,9 @@ async fn an_in_flight_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_af
     let lock = client(&redis).await;
     lock.client().ping().await.unwrap();
     redis.pause().unwrap();
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600))).wait(Duration::ZERO);
+    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600)))
+        .wait_time(Duration::ZERO)
+        .unwrap();
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
         lock.acquire_with("crash", options),

@@ -222,8 +222,9 @@ async fn the_holder_is_named_by_its_instance_id_in_details_and_display() {
     let other = common::connect(config(&redis).instance_id("reaper-55b6d-qq1m")).await;
     let held = holder.acquire(NAME, Lease::Watchdog).await.unwrap();
     assert!(held.owner().starts_with(&format!("{INSTANCE}/")));
-    let waiting =
-        lock_core::lock::AcquireOptions::new(Lease::Watchdog).wait(Duration::from_millis(300));
+    let waiting = lock_core::lock::AcquireOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_millis(300))
+        .unwrap();
     for err in [
         other.try_acquire(NAME, Lease::Watchdog).await.unwrap_err(),
         other.acquire_with(NAME, waiting).await.unwrap_err(),

@@ -30,9 +30,13 @@ async fn worker(
     while !stop.load(Ordering::SeqCst) {
         let roll = rng.below(100);
         let options = if roll < 5 {
-            AcquireOptions::new(Lease::Fixed(LONG)).wait(Duration::ZERO)
+            AcquireOptions::new(Lease::Fixed(LONG))
+                .wait_time(Duration::ZERO)
+                .unwrap()
         } else {
-            AcquireOptions::new(Lease::Fixed(LONG)).wait(Duration::from_secs(60))
+            AcquireOptions::new(Lease::Fixed(LONG))
+                .wait_time(Duration::from_secs(60))
+                .unwrap()
         };
         let acquisition = lock.acquire_with(KEY, options);
         let result = if (5..25).contains(&roll) {

@@ -35,8 +35,9 @@ async fn shutdown_waits_for_an_acquisition_in_flight() {
             let lock = Arc::clone(&lock);
             let name = name.clone();
             tokio::spawn(async move {
-                let options =
-                    AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::ZERO);
+                let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
+                    .wait_time(Duration::ZERO)
+                    .unwrap();
                 let options = if fair { options.fair() } else { options };
                 lock.acquire_lease(&name, options).await
             })

@@ -77,7 +77,9 @@ async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     {
         let waiter = holder.acquire_with(
             "tel:wait",
-            AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(60)),
+            AcquireOptions::new(Lease::Watchdog)
+                .wait_time(Duration::from_secs(60))
+                .unwrap(),
         );
         tokio::pin!(waiter);
         let subscribed = tokio::select! {
@@ -98,7 +100,8 @@ async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     let fair = holder.acquire_with(
         "tel:wait",
         AcquireOptions::new(Lease::Watchdog)
-            .wait(Duration::from_secs(60))
+            .wait_time(Duration::from_secs(60))
+            .unwrap()
             .fair(),
     );
     tokio::pin!(fair);

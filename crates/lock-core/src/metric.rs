@@ -1,0 +1,48 @@
+//! The one metric naming scheme: `platform_<capability>_<name>`, where the capability is its
+//! module's name (`lock`, `idempotency`, `branches`) and the name ends in its unit or `_total`.
+
+/// The metric name `platform_<capability>_<name>`, as a `&'static str` constant.
+macro_rules! metric_name {
+    ($capability:literal, $name:literal) => {
+        concat!("platform_", $capability, "_", $name)
+    };
+}
+pub(crate) use metric_name;
+
+#[cfg(test)]
+mod tests {
+    use crate::branches::telemetry as branches;
+    use crate::idempotency::telemetry as idempotency;
+    use crate::lock::telemetry as lock;
+
+    #[test]
+    fn every_metric_is_named_by_the_scheme_once() {
+        let names = [
+            ("lock", lock::ACQUISITIONS_TOTAL),
+            ("lock", lock::FAIL_CLOSED_TOTAL),
+            ("lock", lock::WAIT_SECONDS),
+            ("lock", lock::RELEASES_TOTAL),
+            ("lock", lock::HOLD_SECONDS),
+            ("lock", lock::LOST_LEASES_TOTAL),
+            ("lock", lock::RENEWALS_TOTAL),
+            ("idempotency", idempotency::CALLS_TOTAL),
+            ("idempotency", idempotency::NOT_STORED_TOTAL),
+            ("branches", branches::REGISTRATIONS_TOTAL),
+            ("branches", branches::RELEASES_TOTAL),
+            ("branches", branches::MASTER_WAITS_TOTAL),
+            ("branches", branches::MASTER_WAIT_SECONDS),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (capability, name) in names {
+            assert!(
+                name.starts_with(&format!("platform_{capability}_")),
+                "{name}"
+            );
+            assert!(
+                name.ends_with("_total") || name.ends_with("_seconds"),
+                "{name}"
+            );
+            assert!(seen.insert(name), "{name} twice");
+        }
+    }
+}
