@@ -366,7 +366,7 @@ async fn run(args: Args) -> ExitCode {
     if let Some(handle) = &prometheus {
         // Shows the recorder really saw the lock's metrics.
         for line in handle.render().lines() {
-            if line.starts_with(lock_starter::telemetry::ACQUISITIONS_TOTAL) {
+            if line.starts_with(lock_core::lock::telemetry::ACQUISITIONS_TOTAL) {
                 eprintln!("[lock-bench] recorded: {line}");
             }
         }

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::LockError;
 use lock_core::lock::{
     AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock,
-    Lease, LockError, LockHandle, UnguardedReason,
+    Lease, LockHandle, UnguardedReason,
 };
-use lock_core::{LockError, LockErrorCode};
 use lock_testkit::logs::CapturedLogs;
 
 fn logs() -> &'static CapturedLogs {

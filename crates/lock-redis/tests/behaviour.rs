@@ -11,7 +11,9 @@ use std::time::Duration;
 use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
+};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;

@@ -18,7 +18,6 @@ use std::time::Duration;
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
 use lock_core::LockError;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::lock::{RedisLock};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::secrets::{

@@ -157,7 +157,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await?;
     // Requests are done; release what is left before the process ends.
-    let summary = lock_at_exit.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    let summary = lock_at_exit
+        .shutdown(lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT)
+        .await;
     eprintln!("lock shut down: {summary}");
     Ok(())
 }

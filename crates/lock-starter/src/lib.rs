@@ -135,9 +135,9 @@ pub mod idempotency {
 /// [`LockStarter::master_locks`](crate::LockStarter::master_locks) and `docs/branches.md`).
 pub mod branches {
     pub use lock_core::branches::{
-        BRANCH_TOKEN_HEADER, BranchError, BranchErrorCode, BranchRelease, BranchToken, Branches,
-        BranchesOutcome, InMemoryBranches, InvalidBranchToken, Master, MasterLocks, MasterOptions,
-        MasterOutcome, SubKey,
+        BRANCH_TOKEN_HEADER, BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome,
+        InMemoryBranches, InvalidBranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
+        SubKey,
     };
     pub(crate) mod wiring;
 }
@@ -156,8 +156,6 @@ pub mod redis {
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
     #[doc(no_inline)]
-    pub use crate::{LockStarter, Problem};
-    #[doc(no_inline)]
     pub use crate::idempotency::{
         Idempotency, IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore,
         Unstored,
@@ -165,9 +163,11 @@ pub mod prelude {
     #[doc(no_inline)]
     pub use crate::lock::{
         AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
-        InMemoryLock, Lease, LeaseStatus, LockError, LockHandle, LostReason,
-        ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason,
+        InMemoryLock, Lease, LeaseStatus, LockError, LockHandle, LostReason, ReleaseOutcome,
+        ShutdownSummary, Unguarded, UnguardedReason,
     };
+    #[doc(no_inline)]
+    pub use crate::{LockStarter, Problem};
 }
 
 /// The README's examples, compiled as doctests so they stay true.

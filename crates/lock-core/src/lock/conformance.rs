@@ -37,8 +37,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{AcquireFailure, LockError};
-use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockHandle, LostReason, ReleaseOutcome};
+use crate::lock::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockHandle, LostReason,
+    ReleaseOutcome,
+};
 use crate::{AcquireFailure, LockError};
 
 /// Slack added to every upper bound, for a loaded 2-core CI machine.

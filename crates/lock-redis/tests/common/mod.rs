@@ -223,8 +223,7 @@ pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
             .command_timeout(COMMAND_TIMEOUT)
             .instance_id("child"),
     )
-    .await
-    .expect("connect");
+    .await;
     let options = lock_core::lock::AcquireOptions::new(lock_core::lock::Lease::Watchdog)
         .wait_time(Duration::from_secs(120))
         .unwrap()

@@ -21,7 +21,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The `Retry-After` hint while the backend is unavailable: 2 s, the longest delay of the Redis
 /// client's reconnect back-off.
-pub const BACKEND_RETRY_AFTER: Duration = lock_redis::RECONNECT_MAX_DELAY;
+pub const BACKEND_RETRY_AFTER: Duration = lock_redis::limits::RECONNECT_MAX_DELAY;
 
 /// Details entries carried as JSON numbers.
 const NUMERIC: [&str; 5] = [

@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
-use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::LockError;
+use lock_core::lock::conformance::{self, LockFactory};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
 use lock_redis::Refusal;
-use lock_redis::lock::{RedisLock};
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 

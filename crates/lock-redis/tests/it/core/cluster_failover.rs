@@ -11,12 +11,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
-use common::{COMMAND_TIMEOUT, eventually};
+use crate::common::Setup;
+use common::{GENEROUS, eventually};
 use lock_core::AcquireFailure;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_redis::lock::{RedisLock};
-use lock_testkit::RedisCluster;
-use crate::common::Setup;
+use lock_redis::lock::RedisLock;
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};
 use tokio::time::Instant;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, config, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::lock::RedisLock;
 use tokio::time::Instant;
 
 fn names() -> Vec<String> {

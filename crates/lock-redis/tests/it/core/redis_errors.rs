@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use crate::common::Setup;
 use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
-use lock_core::{AcquireFailure, LockError};
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
-use lock_redis::lock::{RedisLock};
+use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, TestkitError};
 use tokio::time::Instant;
 

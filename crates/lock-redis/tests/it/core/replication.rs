@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually};
 use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::lock::RedisLock;
 use lock_testkit::logs::CapturedLogs;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually, one_subscriber};
 use lock_core::LockError;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::RedisFailure;
-use lock_redis::lock::{RedisLock};
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use lock_testkit::tls::TestCertificates;
 use tokio::time::Instant;
