@@ -408,7 +408,9 @@ async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<
         RedisClient::connect(RedisConfig::from(target.address.clone()).instance_id("lock-bench"))
             .await
             .map_err(|e| format!("connect: {e}"))?;
-    let lock = RedisLock::new(&redis, config).map_err(|e| format!("connect: {e}"))?;
+    let lock = RedisLock::new(&redis, config)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     // Fail here, naming the cause, rather than as a scenario full of errors.
     lock.client()
         .ping()

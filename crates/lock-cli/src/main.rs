@@ -140,7 +140,7 @@ impl Redis {
         let address = config.redacted_address();
         // Mapped as the service's start-up maps it: the full key and where it was set.
         let connected = match RedisClient::connect(config).await {
-            Ok(redis) => RedisLock::new(&redis, lock_starter::redis::lock_config(settings)),
+            Ok(redis) => RedisLock::new(&redis, lock_starter::redis::lock_config(settings)).await,
             Err(error) => Err(error),
         };
         let lock = connected.map_err(|error| {

@@ -47,7 +47,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 
 async fn run_case((redis, config): (RedisConfig, RedisLockConfig), duration: Duration) -> Samples {
     let redis = RedisClient::connect(redis).await.expect("connect");
-    let lock = RedisLock::new(&redis, config).expect("lock settings");
+    let lock = RedisLock::new(&redis, config).await.expect("lock settings");
     let mut samples = Samples {
         acquire: Vec::new(),
         release: Vec::new(),

@@ -54,7 +54,7 @@
 //! # async fn run() -> Result<(), lock_core::LockError> {
 //! let redis = RedisClient::connect(RedisConfig::new("redis://127.0.0.1:6379")).await?;
 //! let config = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(10));
-//! let lock = RedisLock::new(&redis, config)?;
+//! let lock = RedisLock::new(&redis, config).await?;
 //! lock.with_lock("msisdn-reaper", Lease::Fixed(Duration::from_secs(30)), || async {
 //!     // sweep expired reservations
 //! })
@@ -77,7 +77,7 @@
 //! # let down = format!("redis://127.0.0.1:{port}");
 //! let config = RedisConfig::new(down).command_timeout(Duration::from_millis(200));
 //! let redis = RedisClient::connect(config).await?; // logs a warning, keeps reconnecting
-//! let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+//! let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
 //!
 //! let result = lock
 //!     .with_lock("msisdn-reaper", Lease::Fixed(Duration::from_secs(30)), || async {

@@ -629,9 +629,9 @@ impl LockStarterBuilder {
                 .describe("enabled")
                 .unwrap_or_else(|| "telco.platform.lock.enabled = false".to_owned());
             tracing::info!(%detail, "distributed lock disabled; no Redis connection opened");
-            let idempotency = idempotency::build(&settings, Store::Disabled(&detail));
+            let idempotency = idempotency::build(&settings, Store::Disabled(&detail)).await;
             let master_locks =
-                branch_wiring::build(&settings, branch_wiring::Store::Disabled(&detail));
+                branch_wiring::build(&settings, branch_wiring::Store::Disabled(&detail)).await;
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
@@ -647,6 +647,7 @@ impl LockStarterBuilder {
                     .await
                     .map_err(|error| start_error(&settings, error))?;
                 let lock = RedisLock::new(&redis, lock_config(&settings))
+                    .await
                     .map_err(|error| start_error(&settings, error))?;
                 (Arc::new(lock), Some(redis))
             }
@@ -656,13 +657,13 @@ impl LockStarterBuilder {
             (None, Some(redis)) => Store::Redis(redis),
             (None, None) => Store::InProcess,
         };
-        let idempotency = idempotency::build(&settings, store);
+        let idempotency = idempotency::build(&settings, store).await;
         let branches = match (self.branches, &redis) {
             (Some(custom), _) => branch_wiring::Store::Custom(Arc::clone(&lock), custom),
             (None, Some(redis)) => branch_wiring::Store::Redis(Arc::clone(&lock), redis),
             (None, None) => branch_wiring::Store::InProcess(Arc::clone(&lock)),
         };
-        let master_locks = branch_wiring::build(&settings, branches);
+        let master_locks = branch_wiring::build(&settings, branches).await;
         Ok(LockStarter {
             lock: Ok(lock),
             redis,

@@ -180,7 +180,7 @@ pub(crate) async fn run(
 ) -> Result<Map<String, Value>, String> {
     let masters = MasterLocks::new(
         Arc::new(lock.clone()),
-        Arc::new(RedisBranches::new(&lock.client())),
+        Arc::new(RedisBranches::new(&lock.client()).await),
     );
     // A key of its own per run: an earlier run's record on the same Redis stays out of it.
     let run_id = SystemTime::now()

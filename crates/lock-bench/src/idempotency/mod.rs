@@ -140,7 +140,7 @@ pub(crate) async fn run(
     lock: &RedisLock,
     duration: Duration,
 ) -> Result<Map<String, Value>, String> {
-    let store = Arc::new(RedisIdempotencyStore::new(&lock.client()));
+    let store = Arc::new(RedisIdempotencyStore::new(&lock.client()).await);
     let idempotency = Idempotency::new(store, IdempotencySettings::default())
         .map_err(|e| format!("idempotency settings: {e}"))?;
     let subject = Arc::new(Subject {

@@ -79,7 +79,7 @@ pub async fn other_pod(address: &str) -> RedisLock {
         .command_timeout(Duration::from_secs(1));
     let redis = RedisClient::connect(config).await.unwrap();
     let lock = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(1));
-    RedisLock::new(&redis, lock).unwrap()
+    RedisLock::new(&redis, lock).await.unwrap()
 }
 
 /// A private redis-server, its URL, and the "other pod" (see [`other_pod`]) connected to it.

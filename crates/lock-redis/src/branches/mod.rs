@@ -47,8 +47,8 @@ const CAPABILITY: &str = "branches";
 /// use lock_redis::{RedisClient, RedisConfig};
 /// # async fn wire() -> Result<(), lock_core::LockError> {
 /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
-/// let masters = MasterLocks::new(Arc::new(lock), Arc::new(RedisBranches::new(&redis)));
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
+/// let masters = MasterLocks::new(Arc::new(lock), Arc::new(RedisBranches::new(&redis).await));
 /// # let _ = masters;
 /// # Ok(()) }
 /// ```
@@ -70,7 +70,7 @@ impl fmt::Debug for RedisBranches {
 }
 
 impl RedisBranches {
-    /// The backend on `client`'s connections. Loads its scripts in the background.
+    /// The backend on `client`'s connections. Loads its scripts while Redis answers.
     ///
     /// # Examples
     ///
@@ -85,16 +85,16 @@ impl RedisBranches {
     /// # let config = RedisConfig::new(format!("redis://127.0.0.1:{port}"))
     /// #     .command_timeout(Duration::from_millis(100));
     /// let redis = RedisClient::connect(config).await?; // no Redis needed for this
-    /// let branches = RedisBranches::new(&redis);
+    /// let branches = RedisBranches::new(&redis).await;
     /// let sub_key = SubKey::new("ticket:4711", 42);
     /// assert_eq!(branches.record_key(&sub_key), "lock:branches:{ticket:4711}:42");
     /// assert_eq!(branches.release_channel(&sub_key), "lock:branches:{ticket:4711}:42:released");
     /// # Ok(()) }
     /// ```
-    pub fn new(client: &RedisClient) -> Self {
+    pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
         let scripts = Arc::new(scripts::Scripts::new());
-        crate::core::scripts::preload(&core, scripts.all(), CAPABILITY);
+        crate::core::scripts::preload(&core, &scripts.all(), CAPABILITY).await;
         RedisBranches { core, scripts }
     }
 

@@ -50,7 +50,7 @@ impl Scripts {
     }
 
     /// Every script, to preload.
-    pub(crate) fn all(&self) -> Vec<Script> {
+    pub(crate) fn all(&self) -> [&Script; 5] {
         [
             &self.open,
             &self.register,
@@ -58,7 +58,5 @@ impl Scripts {
             &self.seal,
             &self.pending,
         ]
-        .map(Clone::clone)
-        .to_vec()
     }
 }

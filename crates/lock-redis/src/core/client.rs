@@ -31,8 +31,8 @@ use crate::core::subscriptions::Subscriptions;
 ///
 /// # async fn run() -> Result<(), lock_core::LockError> {
 /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
-/// let records = RedisIdempotencyStore::new(&redis);
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
+/// let records = RedisIdempotencyStore::new(&redis).await;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

@@ -30,16 +30,16 @@ pub(crate) async fn call<R: FromValue>(
     reply?.convert()
 }
 
-/// Loads `scripts` in the background, so the first calls need no reload. A failure is logged at
-/// `DEBUG`: each script then loads on first use.
-pub(crate) fn preload(core: &RedisCore, scripts: Vec<Script>, capability: &'static str) {
-    let client = core.client.clone();
-    core.runtime.spawn(async move {
-        for script in scripts {
-            if let Err(error) = script.load(&client).await {
-                tracing::debug!(%error, capability, "could not preload a script; it loads on first use");
-                return;
-            }
+/// Loads `scripts`, so the first calls need no reload. Skipped while Redis is unreachable; a
+/// failure is logged at `DEBUG`. Either way each script loads on first use.
+pub(crate) async fn preload(core: &RedisCore, scripts: &[&Script], capability: &'static str) {
+    if core.unreachable("SCRIPT LOAD").is_some() {
+        return;
+    }
+    for script in scripts {
+        if let Err(error) = script.load(&core.client).await {
+            tracing::debug!(%error, capability, "could not preload a script; it loads on first use");
+            return;
         }
-    });
+    }
 }

@@ -47,7 +47,7 @@ use scripts::Scripts;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let redis = RedisClient::connect(RedisConfig::new("redis://127.0.0.1:6379")).await?;
-/// let store = Arc::new(RedisIdempotencyStore::new(&redis));
+/// let store = Arc::new(RedisIdempotencyStore::new(&redis).await);
 /// let idempotency = Idempotency::new(store, IdempotencySettings::default())?;
 /// let ticket = idempotency
 ///     .execute("ticket-create:req-42", &IdempotencyOptions::new(), || async {
@@ -64,12 +64,13 @@ pub struct RedisIdempotencyStore {
 }
 
 impl RedisIdempotencyStore {
-    /// A store on `client`'s connections, under its key prefix.
-    pub fn new(client: &RedisClient) -> Self {
-        RedisIdempotencyStore {
-            core: Arc::clone(&client.core),
-            scripts: Scripts::new(),
-        }
+    /// A store on `client`'s connections, under its key prefix. Loads its scripts while Redis
+    /// answers.
+    pub async fn new(client: &RedisClient) -> Self {
+        let core = Arc::clone(&client.core);
+        let scripts = Scripts::new();
+        crate::core::scripts::preload(&core, &scripts.all(), "idempotency").await;
+        RedisIdempotencyStore { core, scripts }
     }
 
     /// The Redis key of the record of `key` (for operators and tests).

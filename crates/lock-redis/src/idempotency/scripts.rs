@@ -44,4 +44,16 @@ impl Scripts {
             forget: Script::from_lua(IDEMPOTENCY_FORGET_SCRIPT),
         }
     }
+
+    /// Every script, to preload.
+    pub(crate) fn all(&self) -> [&Script; 6] {
+        [
+            &self.claim,
+            &self.renew,
+            &self.complete,
+            &self.abandon,
+            &self.fail,
+            &self.forget,
+        ]
+    }
 }

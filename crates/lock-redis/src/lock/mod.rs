@@ -53,7 +53,7 @@ use crate::lock::scripts::Scripts;
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), LockError> {
 /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// let lock: Arc<dyn DistributedLock> = Arc::new(RedisLock::new(&redis, RedisLockConfig::default())?);
+/// let lock: Arc<dyn DistributedLock> = Arc::new(RedisLock::new(&redis, RedisLockConfig::default()).await?);
 ///
 /// match lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await {
 ///     Ok(invoices) => println!("{invoices} invoices"),
@@ -78,8 +78,8 @@ impl fmt::Debug for RedisLock {
 }
 
 impl RedisLock {
-    /// The lock on `client`'s connections. Starts the watchdog and loads the lock's scripts in
-    /// the background.
+    /// The lock on `client`'s connections. Loads the lock's scripts (while Redis answers) and
+    /// starts the watchdog.
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] naming the bad setting, as [`RedisLockConfig::validate`]
@@ -97,11 +97,14 @@ impl RedisLock {
     /// # let address = format!("redis://127.0.0.1:{port}");
     /// let redis = RedisClient::connect(RedisConfig::new(address)).await?; // no Redis needed
     /// let config = RedisLockConfig::default().watchdog_timeout(Duration::from_millis(10));
-    /// let error = RedisLock::new(&redis, config).unwrap_err();
+    /// let error = RedisLock::new(&redis, config).await.unwrap_err();
     /// assert_eq!(error.details()["argument"], "watchdog_timeout");
     /// # Ok(()) }
     /// ```
-    pub fn new(client: &RedisClient, config: RedisLockConfig) -> Result<RedisLock, LockError> {
+    pub async fn new(
+        client: &RedisClient,
+        config: RedisLockConfig,
+    ) -> Result<RedisLock, LockError> {
         config.validate()?;
         let core = Arc::clone(&client.core);
         if core.command_timeout > renewal_period(config.watchdog_timeout) {
@@ -112,12 +115,9 @@ impl RedisLock {
             );
         }
         let scripts = Scripts::new();
-        crate::core::scripts::preload(&core, scripts.preloaded(), "lock");
-        if config.min_replicas > 0 {
-            let (client, replicas) = (core.client.clone(), config.min_replicas);
-            core.runtime.spawn(async move {
-                acquire::check_replica_count(&client, replicas).await;
-            });
+        crate::core::scripts::preload(&core, &scripts.preloaded(), "lock").await;
+        if core.unreachable("INFO").is_none() {
+            acquire::check_replica_count(&core.client, config.min_replicas).await;
         }
         let inner = Arc::new(Inner {
             core,
@@ -155,7 +155,7 @@ impl RedisLock {
     /// # let address = format!("redis://127.0.0.1:{port}");
     /// # let redis = RedisClient::connect(RedisConfig::new(address)).await?;
     /// let config = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(10));
-    /// let lock = RedisLock::new(&redis, config)?; // no Redis needed for this
+    /// let lock = RedisLock::new(&redis, config).await?; // no Redis needed for this
     /// let settings = format!("{:?}", lock.config()); // for a start-up log line
     /// assert!(settings.contains("watchdog_timeout: 10s"));
     /// # Ok(()) }
@@ -177,7 +177,7 @@ impl RedisLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?; // no Redis needed for this
     /// assert_eq!(lock.redis_key("bill-run:2026-11"), "lock:{bill-run:2026-11}");
     /// // Braces are percent-encoded inside the hash tag:
     /// assert_eq!(lock.redis_key("tenant-{7}"), "lock:{tenant-%7B7%7D}");
@@ -200,7 +200,7 @@ impl RedisLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?; // no Redis needed for this
     /// assert_eq!(lock.queue_key("cdc:ticket-4711"), "lock:{cdc:ticket-4711}:queue");
     /// # Ok(()) }
     /// ```
@@ -222,7 +222,7 @@ impl RedisLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?; // no Redis needed for this
     /// assert_eq!(lock.timeout_key("cdc:ticket-4711"), "lock:{cdc:ticket-4711}:timeout");
     /// # Ok(()) }
     /// ```
@@ -242,7 +242,7 @@ impl RedisLock {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?; // no Redis needed for this
     /// // `SSUBSCRIBE lock:{bill-run:2026-11}:released` in redis-cli shows every release.
     /// assert_eq!(lock.release_channel("bill-run:2026-11"), "lock:{bill-run:2026-11}:released");
     /// # Ok(()) }
@@ -262,7 +262,7 @@ impl RedisLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
     /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// assert_eq!(lock.watchdog_lease_count(), 1); // fixed leases are not renewed
     /// drop(handle);
@@ -287,7 +287,7 @@ impl RedisLock {
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
     /// let config = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(3));
-    /// let lock = RedisLock::new(&redis, config)?;
+    /// let lock = RedisLock::new(&redis, config).await?;
     /// let _held = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// tokio::time::sleep(Duration::from_secs(3)).await; // renewed every second
     /// let stats = lock.watchdog_stats();
@@ -312,7 +312,7 @@ impl RedisLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
     /// let held = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// let waiter = tokio::spawn({
     ///     let lock = lock.clone();

@@ -24,7 +24,7 @@ use crate::lock::config::limits::TOMBSTONE_TTL;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
 /// let status = lock.status("bill-run:2026-11").await?;
 /// println!(
 ///     "{} ({}): held {} time(s), {} fair waiter(s), {} client(s) waiting",
@@ -61,7 +61,7 @@ pub struct LockStatus {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// # let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// # let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+/// # let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
 /// match lock.status("bill-run:2026-11").await?.state {
 ///     LockState::Held { instance_id, fencing_token, ttl, .. } => {
 ///         println!("held by pod {instance_id} (token {fencing_token}) for another {ttl:?}")
@@ -133,7 +133,7 @@ impl LockStatus {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// # let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// # let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+/// # let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
 /// match lock.force_release("bill-run:2026-11").await? {
 ///     ForceReleased::Released { holder, fencing_token, notified_clients } => println!(
 ///         "took the lock from {holder} (token {fencing_token}); {notified_clients} waiting client(s) told"
@@ -193,7 +193,7 @@ impl RedisLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
     /// match lock.status("bill-run:2026-11").await {
     ///     Ok(status) => {
     ///         if let LockState::Held { holder, ttl, .. } = &status.state {
@@ -294,7 +294,7 @@ impl RedisLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
     /// // At most 100 of the held bill-run locks.
     /// for status in lock.list(Some("bill-run:*"), 100).await? {
     ///     if let LockState::Held { instance_id, ttl, .. } = &status.state {
@@ -393,7 +393,7 @@ impl RedisLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
     /// // The pod holding the bill run is gone and its fixed lease has days left.
     /// if let ForceReleased::Released { holder, .. } = lock.force_release("bill-run:2026-11").await? {
     ///     println!("released the lock {holder} held");
@@ -422,7 +422,7 @@ impl RedisLock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
     /// let shown = lock.status("bill-run:2026-11").await?;
     /// if let LockState::Held { fencing_token, .. } = shown.state {
     ///     // ... the operator confirms this holder ...

@@ -33,7 +33,7 @@ pub fn renewal_period(watchdog_timeout: Duration) -> Duration {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
-/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default()).await?;
 /// // … later, e.g. from a debug endpoint:
 /// let stats = lock.watchdog_stats();
 /// println!(

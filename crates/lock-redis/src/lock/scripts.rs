@@ -83,7 +83,7 @@ impl Scripts {
     }
 
     /// The scripts loaded when the lock is built: all but the operators'.
-    pub(crate) fn preloaded(&self) -> Vec<Script> {
+    pub(crate) fn preloaded(&self) -> [&Script; 5] {
         [
             &self.acquire,
             &self.release,
@@ -91,7 +91,5 @@ impl Scripts {
             &self.fair_acquire,
             &self.fair_leave,
         ]
-        .map(Clone::clone)
-        .to_vec()
     }
 }

@@ -143,7 +143,7 @@ pub fn config(server: &RedisServer) -> Setup {
 /// A client connected with `config`, or why it could not connect.
 pub async fn try_connect(config: Setup) -> Result<RedisLock, LockError> {
     let client = RedisClient::connect(config.redis).await?;
-    RedisLock::new(&client, config.lock)
+    RedisLock::new(&client, config.lock).await
 }
 
 /// A client connected with `config`; panics when it cannot connect.
@@ -157,23 +157,23 @@ pub async fn client(server: &RedisServer) -> RedisLock {
 }
 
 /// The idempotency store on `lock`'s connections.
-pub fn idempotency_store(lock: &RedisLock) -> RedisIdempotencyStore {
-    RedisIdempotencyStore::new(&lock.client())
+pub async fn idempotency_store(lock: &RedisLock) -> RedisIdempotencyStore {
+    RedisIdempotencyStore::new(&lock.client()).await
 }
 
 /// Idempotent execution with `settings` on `lock`'s connections.
-pub fn idempotency(lock: &RedisLock, settings: IdempotencySettings) -> Idempotency {
-    Idempotency::new(Arc::new(idempotency_store(lock)), settings).expect("valid settings")
+pub async fn idempotency(lock: &RedisLock, settings: IdempotencySettings) -> Idempotency {
+    Idempotency::new(Arc::new(idempotency_store(lock).await), settings).expect("valid settings")
 }
 
 /// The branch store on `lock`'s connections.
-pub fn branches(lock: &RedisLock) -> RedisBranches {
-    RedisBranches::new(&lock.client())
+pub async fn branches(lock: &RedisLock) -> RedisBranches {
+    RedisBranches::new(&lock.client()).await
 }
 
 /// Master locks on `lock` and the branch store on its connections.
-pub fn master_locks(lock: RedisLock) -> (MasterLocks, RedisBranches) {
-    let branches = branches(&lock);
+pub async fn master_locks(lock: RedisLock) -> (MasterLocks, RedisBranches) {
+    let branches = branches(&lock).await;
     (
         MasterLocks::new(Arc::new(lock), Arc::new(branches.clone())),
         branches,

@@ -23,14 +23,14 @@ pub(crate) enum Store<'a> {
     InProcess(Arc<dyn DistributedLock>),
 }
 
-pub(crate) fn build(settings: &LockSettings, store: Store<'_>) -> MasterLocks {
+pub(crate) async fn build(settings: &LockSettings, store: Store<'_>) -> MasterLocks {
     let (lock, branches): (Arc<dyn DistributedLock>, Arc<dyn Branches>) = match store {
         Store::Disabled(detail) => (
             Arc::new(InMemoryLock::new()),
             Arc::new(DisabledBranches::new(detail)),
         ),
         Store::Custom(lock, branches) => (lock, branches),
-        Store::Redis(lock, client) => (lock, Arc::new(RedisBranches::new(client))),
+        Store::Redis(lock, client) => (lock, Arc::new(RedisBranches::new(client).await)),
         Store::InProcess(lock) => (lock, Arc::new(InMemoryBranches::new())),
     };
     MasterLocks::new(lock, branches)

@@ -23,11 +23,11 @@ pub(crate) enum Store<'a> {
     InProcess,
 }
 
-pub(crate) fn build(settings: &LockSettings, store: Store<'_>) -> Idempotency {
+pub(crate) async fn build(settings: &LockSettings, store: Store<'_>) -> Idempotency {
     let store: Arc<dyn IdempotencyStore> = match store {
         Store::Disabled(detail) => Arc::new(DisabledIdempotencyStore::new(detail)),
         Store::Custom(store) => store,
-        Store::Redis(client) => Arc::new(RedisIdempotencyStore::new(client)),
+        Store::Redis(client) => Arc::new(RedisIdempotencyStore::new(client).await),
         Store::InProcess => {
             tracing::info!(
                 "a custom lock and no idempotency store were given: idempotency records are kept in this process only (LockStarterBuilder::idempotency_store sets one)"

@@ -97,7 +97,7 @@ pub(crate) fn start_error(settings: &LockSettings, error: LockError) -> StartErr
 /// use lock_starter::redis::{RedisClient, RedisLock};
 /// // Then, in the tool's async code:
 /// let redis = RedisClient::connect(redis_config(&settings)).await?;
-/// let ops = RedisLock::new(&redis, lock_config(&settings))?;
+/// let ops = RedisLock::new(&redis, lock_config(&settings)).await?;
 /// for status in ops.list(None, 100).await? {
 ///     println!("{} {:?}", status.name, status.state);
 /// }

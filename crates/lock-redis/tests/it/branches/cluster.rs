@@ -39,7 +39,7 @@ impl ClusterBranches {
 #[async_trait::async_trait]
 impl BranchesFactory for ClusterBranches {
     async fn client(&self) -> MasterLocks {
-        common::master_locks(self.lock().await).0
+        common::master_locks(self.lock().await).await.0
     }
 
     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
@@ -89,7 +89,7 @@ async fn master_sub_locks_keep_one_slot_per_master_and_pass_the_suite_on_a_clust
     assert_eq!(factory.masters.len(), 3);
 
     let lock = factory.lock().await;
-    let (masters, branches) = common::master_locks(lock.clone());
+    let (masters, branches) = common::master_locks(lock.clone()).await;
     for name in ["ticket:4711", "tenant-{7}:order 9", "ünï"] {
         let options = MasterOptions::new(Lease::Watchdog)
             .branch_wait(Duration::ZERO)

@@ -200,7 +200,7 @@ async fn branches_child() {
             .instance_id(role),
     )
     .await;
-    let (masters, branches) = common::master_locks(lock);
+    let (masters, branches) = common::master_locks(lock).await;
     match role {
         "producer" => {
             let options = MasterOptions::new(Lease::Watchdog)

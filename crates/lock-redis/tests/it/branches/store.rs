@@ -24,7 +24,7 @@ use tracing::instrument::WithSubscriber;
 
 /// Master locks on a new client of `redis`: a lock and the branches on its connections.
 pub(crate) async fn masters(redis: &RedisServer) -> (MasterLocks, RedisBranches) {
-    common::master_locks(common::client(redis).await)
+    common::master_locks(common::client(redis).await).await
 }
 
 /// The keys of master key `master_key`'s records on `redis`, by the documented layout.

@@ -231,7 +231,7 @@ struct IdempotencyAclUser(RedisServer);
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyAclUser {
     async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
-        Arc::new(common::idempotency_store(&user_client(&self.0).await))
+        Arc::new(common::idempotency_store(&user_client(&self.0).await).await)
     }
 }
 
@@ -242,7 +242,7 @@ async fn the_minimal_acl_runs_idempotent_execution() {
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
     let without = user_client(&redis).await;
-    let store = common::idempotency_store(&without);
+    let store = common::idempotency_store(&without).await;
     use lock_core::idempotency::IdempotencyStore;
     let error = store
         .claim("k", &store.new_owner(), "", Duration::from_secs(5), None)
@@ -873,7 +873,7 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
     let lock = user_client(&redis).await;
-    let (masters, _) = common::master_locks(lock.clone());
+    let (masters, _) = common::master_locks(lock.clone()).await;
     let ran = std::sync::atomic::AtomicBool::new(false);
     let error = masters
         .with_master_lock("acl:branches", Lease::Watchdog, |_| async {
@@ -898,7 +898,7 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
     set_user(&redis, &rules).await;
     redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let consumer_lock = user_client(&redis).await;
-    let consumer = common::branches(&consumer_lock);
+    let consumer = common::branches(&consumer_lock).await;
     let (late_token, late) = tokio::sync::oneshot::channel();
     let late_consumer = tokio::spawn({
         let consumer = consumer.clone();

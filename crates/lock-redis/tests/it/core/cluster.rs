@@ -196,7 +196,7 @@ struct IdempotencyOnCluster {
 #[async_trait::async_trait]
 impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyOnCluster {
     async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
-        Arc::new(common::idempotency_store(&client(&self.url).await))
+        Arc::new(common::idempotency_store(&client(&self.url).await).await)
     }
 }
 

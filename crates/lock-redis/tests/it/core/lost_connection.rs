@@ -112,15 +112,15 @@ async fn a_fair_waiter_fails_within_a_command_timeout() {
     assert_unreachable(&error);
 }
 
-fn idempotency(lock: &RedisLock) -> Idempotency {
-    common::idempotency(lock, IdempotencySettings::default())
+async fn idempotency(lock: &RedisLock) -> Idempotency {
+    common::idempotency(lock, IdempotencySettings::default()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
     let mut redis = server().await;
     let owner_lock = client(&redis).await;
-    let owner = idempotency(&owner_lock);
+    let owner = idempotency(&owner_lock).await;
     let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
     let first = tokio::spawn(async move {
         owner
@@ -132,9 +132,9 @@ async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
     });
     running.recv().await.unwrap();
     let duplicate_lock = client(&redis).await;
-    let store = common::idempotency_store(&duplicate_lock);
+    let store = common::idempotency_store(&duplicate_lock).await;
     let channel = format!("{}:changed", store.record_key("order-1"));
-    let duplicate = idempotency(&duplicate_lock);
+    let duplicate = idempotency(&duplicate_lock).await;
     let options = IdempotencyOptions::new().wait_time(LONG).unwrap();
     let task = tokio::spawn(async move {
         duplicate
@@ -161,7 +161,7 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
     // rather than by the lease lapsing unconfirmed (which would end it as `LeaseLost`).
     let config = common::config(&redis).watchdog_timeout(Duration::from_secs(30));
     let lock = common::connect(config).await;
-    let (masters, branches) = common::master_locks(lock);
+    let (masters, branches) = common::master_locks(lock).await;
     let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
         masters
@@ -233,8 +233,8 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
     let mut redis = server().await;
     let patient = Duration::from_secs(30);
     let lock = common::connect(common::config(&redis).command_timeout(patient)).await;
-    let branches = common::branches(&lock);
-    let store = common::idempotency_store(&lock);
+    let branches = common::branches(&lock).await;
+    let store = common::idempotency_store(&lock).await;
     let token: lock_core::branches::BranchToken = "br1|9|r|ticket:7|search".parse().unwrap();
     redis.kill().await.unwrap();
     // The client learns of the loss from its connection's error.
@@ -267,10 +267,10 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
 async fn a_dropped_connection_ends_no_duplicate_wait() {
     let redis = server().await;
     let owner_lock = client(&redis).await;
-    let owner = idempotency(&owner_lock);
+    let owner = idempotency(&owner_lock).await;
     let duplicate_lock = client(&redis).await;
-    let duplicate = idempotency(&duplicate_lock);
-    let store = common::idempotency_store(&duplicate_lock);
+    let duplicate = idempotency(&duplicate_lock).await;
+    let store = common::idempotency_store(&duplicate_lock).await;
     for round in 0..3 {
         let key = format!("order-blip-{round}");
         let channel = format!("{}:changed", store.record_key(&key));
@@ -323,7 +323,7 @@ async fn a_dropped_connection_ends_no_duplicate_wait() {
 async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
     let mut redis = server().await;
     let lock = client(&redis).await;
-    let idempotency = idempotency(&lock);
+    let idempotency = idempotency(&lock).await;
     let begun = idempotency
         .begin::<u32>("order-3", &IdempotencyOptions::new())
         .await

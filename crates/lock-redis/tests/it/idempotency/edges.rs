@@ -26,7 +26,7 @@ async fn idempotency(
         .watchdog_timeout(settings.watchdog_timeout)
         .command_timeout(common::COMMAND_TIMEOUT);
     let lock = common::connect(config).await;
-    let store = Arc::new(common::idempotency_store(&lock));
+    let store = Arc::new(common::idempotency_store(&lock).await);
     let idempotency =
         Idempotency::new(Arc::clone(&store) as Arc<dyn IdempotencyStore>, settings).unwrap();
     (lock, idempotency, store)

@@ -21,7 +21,7 @@ struct Redis(RedisServer);
 #[async_trait::async_trait]
 impl IdempotencyFactory for Redis {
     async fn client(&self) -> Arc<dyn IdempotencyStore> {
-        Arc::new(common::idempotency_store(&common::client(&self.0).await))
+        Arc::new(common::idempotency_store(&common::client(&self.0).await).await)
     }
 }
 
@@ -45,7 +45,7 @@ async fn idempotency(url: &str, instance: &str) -> (RedisLock, Idempotency) {
         .command_timeout(common::COMMAND_TIMEOUT)
         .instance_id(instance);
     let lock = common::connect(config).await;
-    let idempotency = common::idempotency(&lock, settings());
+    let idempotency = common::idempotency(&lock, settings()).await;
     (lock, idempotency)
 }
 
@@ -205,7 +205,7 @@ async fn duplicates_in_eight_processes_get_a_failed_owners_failure_and_do_not_ru
                 .await
         })
     };
-    let store = common::idempotency_store(&lock);
+    let store = common::idempotency_store(&lock).await;
     let channel = format!("{}:changed", store.record_key(FAILING));
     let children = spawn_children(&redis, "child_failing_duplicates", 8);
     // A duplicate subscribes once it has seen the owner in progress: then it waits on it.
@@ -369,7 +369,7 @@ async fn with_redis_down_the_action_does_not_run_and_the_call_fails_closed() {
 async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_ttl() {
     let redis = server().await;
     let lock = common::client(&redis).await;
-    let store = Arc::new(common::idempotency_store(&lock));
+    let store = Arc::new(common::idempotency_store(&lock).await);
     let idempotency = Idempotency::new(store.clone(), settings()).unwrap();
     let key = "ticket-create:{tenant-7}";
     let options = IdempotencyOptions::new().fingerprint("sha256:ab").unwrap();
