@@ -9,8 +9,8 @@ use lock_starter::lock::limits::{MAX_LEASE, MAX_WAIT, MIN_LEASE};
 use crate::exit::EXIT_USAGE;
 use crate::output::Failure;
 
-/// Exit codes and configuration, shown by `--help`. The README's "Operations CLI" section
-/// repeats the exit codes: change both together.
+/// Exit codes and configuration, shown by `--help`. docs/operations.md repeats the exit codes:
+/// change both together.
 pub(crate) const AFTER_HELP: &str = "\
 Configuration: the lock-starter's sources — built-in defaults, then each --config TOML file \
 (later wins), then TELCO_PLATFORM_LOCK_* environment variables (e.g. \

@@ -156,9 +156,11 @@ fn every_key_is_read_from_a_file_and_from_each_of_its_variables() {
 #[test]
 fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
     let shown = |pairs: &[(&str, &str)]| {
+        let settings = from_env(pairs).unwrap();
         format!(
-            "{:?}",
-            lock_starter::redis::redis_config(&from_env(pairs).unwrap())
+            "{:?} {:?}",
+            lock_starter::redis::redis_config(&settings),
+            lock_starter::redis::lock_config(&settings)
         )
     };
     let defaults = shown(&[]);
