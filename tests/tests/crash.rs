@@ -5,13 +5,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lock_starter::prelude::*;
-use lock_testkit::RedisServer;
+use lock_testkit::{RedisServer, SLACK};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::{Instant, timeout};
-
-/// Slack for upper bounds on a loaded 2-core machine.
-const SLACK: Duration = Duration::from_secs(5);
 
 struct Pod {
     child: Child,

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_starter::backend::conformance::LockFactory;
+use lock_starter::LockStarter;
 use lock_starter::figment::Figment;
-use lock_starter::{
-    AcquireOptions, DistributedLock, InMemoryLock, LockError, LockHandle, LockStarter,
-    ShutdownSummary,
+use lock_starter::lock::conformance::LockFactory;
+use lock_starter::lock::{
+    AcquireOptions, DistributedLock, InMemoryLock, LockError, LockHandle, ShutdownSummary,
 };
 
 /// A service's own lock: here a thin wrapper over an in-memory table, written against the
@@ -67,4 +67,4 @@ impl LockFactory for ThroughTheStarter {
     }
 }
 
-lock_starter::backend::conformance_tests!(async { ThroughTheStarter(InMemoryLock::new()) });
+lock_starter::lock::conformance_tests!(async { ThroughTheStarter(InMemoryLock::new()) });

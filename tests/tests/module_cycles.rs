@@ -210,6 +210,29 @@ fn no_crate_has_a_module_cycle() {
     assert!(found.is_empty(), "module cycles:\n{}", found.join("\n"));
 }
 
+/// The folder edges of `graph` that do not lead into the shared folder `shared`: a capability
+/// folder may use the shared part only, and the shared part no capability.
+fn edges_between_capabilities(graph: &Graph, shared: &str) -> Vec<String> {
+    folders(graph)
+        .into_iter()
+        .flat_map(|(from, targets)| targets.into_iter().map(move |to| (from.clone(), to)))
+        .filter(|(_, to)| to != shared)
+        .map(|(from, to)| format!("{from} -> {to}"))
+        .collect()
+}
+
+#[test]
+fn lock_redis_capabilities_stand_on_the_core_alone() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/lock-redis/src");
+    let graph = dependencies(&src);
+    assert!(graph.contains_key("core::client") && graph.contains_key("lock"));
+    let edges = edges_between_capabilities(&graph, "core");
+    assert!(
+        edges.is_empty(),
+        "lock-redis folders that use a folder other than core/: {edges:?}"
+    );
+}
+
 #[test]
 fn the_check_finds_a_cycle_and_resolves_paths() {
     let dir = tempfile::tempdir().unwrap();
@@ -237,4 +260,6 @@ fn the_check_finds_a_cycle_and_resolves_paths() {
     assert_eq!(graph["core"], BTreeSet::from(["lock::inner".to_owned()]));
     assert!(cycles(&graph).is_empty());
     assert_eq!(cycles(&folders(&graph)), [["core", "lock"]]);
+    assert_eq!(edges_between_capabilities(&graph, "core"), ["core -> lock"]);
+    assert_eq!(edges_between_capabilities(&graph, "lock"), ["lock -> core"]);
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use lock_starter::StartError;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
+use lock_starter::lock::InMemoryLock;
 use lock_starter::prelude::*;
-use lock_starter::{InMemoryLock, StartError};
 use lock_testkit::RedisServer;
 
 fn config(toml: &str) -> Figment {
@@ -112,7 +113,7 @@ async fn an_override_replaces_the_redis_lock_entirely() {
         .times(1)
         .returning(|key, _| Err(LockError::backend_unavailable(key, "from the mock")));
     mock.expect_shutdown()
-        .withf(|timeout| *timeout == lock_starter::DEFAULT_SHUTDOWN_TIMEOUT)
+        .withf(|timeout| *timeout == lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT)
         .times(1)
         .returning(|_| ShutdownSummary::default());
     let starter = LockStarter::builder()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use lock_starter::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_starter::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use serde_json::{Map, Value, json};
 
 use crate::report::{micros, percentiles, round1, round3};

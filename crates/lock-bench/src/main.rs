@@ -33,8 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use lock_starter::DistributedLock;
-use lock_starter::redis::{RedisLock, RedisLockConfig};
+use lock_starter::lock::DistributedLock;
+use lock_starter::redis::{RedisClient, RedisConfig, RedisLock, RedisLockConfig};
 use serde_json::{Map, Value, json};
 
 use crate::cycles::{HoldSleep, Scenario};
@@ -164,8 +164,8 @@ fn parse_duration_secs(text: &str) -> Result<f64, String> {
 fn parse_watchdog_timeout(text: &str) -> Result<Duration, String> {
     let timeout = lock_starter::config::parse_duration(text)?;
     let (min, max) = (
-        lock_starter::MIN_WATCHDOG_TIMEOUT,
-        lock_starter::MAX_WATCHDOG_TIMEOUT,
+        lock_starter::lock::limits::MIN_WATCHDOG_TIMEOUT,
+        lock_starter::lock::limits::MAX_WATCHDOG_TIMEOUT,
     );
     if !(min..=max).contains(&timeout) {
         let range = lock_starter::config::duration_range(min, max);
@@ -366,7 +366,7 @@ async fn run(args: Args) -> ExitCode {
     if let Some(handle) = &prometheus {
         // Shows the recorder really saw the lock's metrics.
         for line in handle.render().lines() {
-            if line.starts_with(lock_starter::telemetry::ACQUISITIONS_TOTAL) {
+            if line.starts_with(lock_core::lock::telemetry::ACQUISITIONS_TOTAL) {
                 eprintln!("[lock-bench] recorded: {line}");
             }
         }
@@ -381,8 +381,9 @@ async fn run(args: Args) -> ExitCode {
 /// Percentiles of 1,000 sequential PINGs on `lock`'s connection (after 100 to warm up).
 async fn ping_round_trips(lock: &RedisLock) -> Value {
     let mut samples = Vec::with_capacity(1000);
+    let client = lock.client();
     for i in 0..1100 {
-        match lock.ping().await {
+        match client.ping().await {
             Ok(rtt) if i >= 100 => samples.push(report::micros(rtt)),
             Ok(_) => {}
             Err(_) => return Value::Null,
@@ -399,15 +400,18 @@ fn runtime_name(flavour: Flavour) -> &'static str {
 }
 
 async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<RedisLock, String> {
-    let mut config = RedisLockConfig::from(target.address.clone()).instance_id("lock-bench");
+    let mut config = RedisLockConfig::default();
     if let Some(timeout) = watchdog_timeout {
         config = config.watchdog_timeout(timeout);
     }
-    let lock = RedisLock::connect(config)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let redis =
+        RedisClient::connect(RedisConfig::from(target.address.clone()).instance_id("lock-bench"))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+    let lock = RedisLock::new(&redis, config).map_err(|e| format!("connect: {e}"))?;
     // Fail here, naming the cause, rather than as a scenario full of errors.
-    lock.ping()
+    lock.client()
+        .ping()
         .await
         .map_err(|e| format!("Redis does not answer: {e}"))?;
     Ok(lock)

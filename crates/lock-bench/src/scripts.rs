@@ -132,14 +132,14 @@ pub(crate) async fn run(
     duration: Duration,
 ) -> Result<Map<String, Value>, String> {
     let acquire_sha = target
-        .command(&["SCRIPT", "LOAD", lock_redis::ACQUIRE_SCRIPT])
+        .command(&["SCRIPT", "LOAD", lock_redis::scripts::ACQUIRE_SCRIPT])
         .await?;
     let release_sha = target
-        .command(&["SCRIPT", "LOAD", lock_redis::RELEASE_SCRIPT])
+        .command(&["SCRIPT", "LOAD", lock_redis::scripts::RELEASE_SCRIPT])
         .await?;
     let (key, keyspace, channel) = keys(scenario, lock);
     let lease_ms = "10000";
-    let tombstone_ms = lock_redis::TOMBSTONE_TTL.as_millis().to_string();
+    let tombstone_ms = lock_redis::limits::TOMBSTONE_TTL.as_millis().to_string();
     let acquire: Vec<String> = ["EVALSHA", &acquire_sha, "1", &key, OWNER, lease_ms]
         .map(str::to_owned)
         .into();

@@ -15,9 +15,9 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use lock_redis::RENEW_BATCH;
+use lock_redis::limits::RENEW_BATCH;
+use lock_starter::lock::{AcquireOptions, DistributedLock, Lease, LockHandle};
 use lock_starter::redis::RedisLock;
-use lock_starter::{AcquireOptions, DistributedLock, Lease, LockHandle};
 use serde_json::{Map, Value, json};
 
 use crate::redis::Target;
@@ -43,7 +43,7 @@ pub(crate) async fn run(
     watchdog_timeout: Duration,
     held: usize,
 ) -> Result<Map<String, Value>, String> {
-    let period = lock_redis::renewal_period(watchdog_timeout);
+    let period = lock_redis::limits::renewal_period(watchdog_timeout);
     let rss_before = resident_bytes();
     let server_before = used_memory(target).await?;
     let started = Instant::now();

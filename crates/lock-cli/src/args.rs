@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use lock_starter::{MAX_LEASE, MAX_WAIT, MIN_LEASE};
+use lock_starter::lock::limits::{MAX_LEASE, MAX_WAIT, MIN_LEASE};
 
 use crate::exit::EXIT_USAGE;
 use crate::output::Failure;

@@ -17,8 +17,9 @@ mod spinner;
 use std::process::ExitCode;
 
 use lock_starter::config::{ConfigSources, LockSettings};
-use lock_starter::redis::RedisLock;
-use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, Lease, LockError};
+use lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT;
+use lock_starter::lock::{DistributedLock, Lease, LockError};
+use lock_starter::redis::{RedisClient, RedisLock};
 
 use crate::args::{Cli, Command};
 use crate::exit::EXIT_CONFIG;
@@ -135,11 +136,15 @@ pub(crate) struct Redis {
 
 impl Redis {
     async fn connect(settings: &LockSettings) -> Result<Redis, Failure> {
-        let config = lock_starter::redis_config(settings);
+        let config = lock_starter::redis::redis_config(settings);
         let address = config.redacted_address();
         // Mapped as the service's start-up maps it: the full key and where it was set.
-        let lock = RedisLock::connect(config).await.map_err(|error| {
-            let error = match lock_starter::connect_error(settings, error) {
+        let connected = match RedisClient::connect(config).await {
+            Ok(redis) => RedisLock::new(&redis, lock_starter::redis::lock_config(settings)),
+            Err(error) => Err(error),
+        };
+        let lock = connected.map_err(|error| {
+            let error = match lock_starter::redis::connect_error(settings, error) {
                 lock_starter::StartError::Config(error) => error.to_string(),
                 lock_starter::StartError::Lock(error) => error.to_string(),
                 other => other.to_string(),

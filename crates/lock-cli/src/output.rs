@@ -6,8 +6,8 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use lock_starter::lock::{AcquireFailure, LockError};
 use lock_starter::redis::{LockState, LockStatus, RedisFailure};
-use lock_starter::{AcquireFailure, LockError};
 use serde_json::json;
 
 use crate::exit::{EXIT_OUTPUT, EXIT_REDIS, EXIT_USAGE};

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use lock_starter::{
+use lock_starter::lock::{
     AcquireFailure, AcquireOptions, DistributedLock, Lease, LeaseStatus, LockHandle, LostReason,
     ReleaseOutcome,
 };

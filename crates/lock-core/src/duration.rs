@@ -1,15 +1,11 @@
-//! Durations: the one syntax every duration setting and argument is read in ([`parse_duration`]),
-//! as every message writes them in that syntax ([`format_duration`]: `250 ms`, `5 s`, `5 m`,
-//! `1 h`, `0`); the range check built on it is `check_duration`, beside the error it returns.
+//! The one duration syntax every setting and argument is read in, and every message written in.
 
 use std::time::Duration;
 
-/// The duration syntax of every duration key (and of the CLI's `--wait` and `--lease`): `0`, or
-/// numbers with the units ms, s, m and h (`1m30s`); parsed by humantime once the units are
-/// checked, since humantime also takes `us`, `M` (months) and more.
+/// Parses a duration: `0`, or numbers with the units ms, s, m and h, such as `1m30s`.
 ///
 /// # Errors
-/// What is wrong with `text`, in words (a missing or unknown unit, a negative or empty value).
+/// What is wrong with `text`, in words: a missing or unknown unit, a negative or empty value.
 ///
 /// # Examples
 ///
@@ -71,12 +67,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// A duration as every message writes it, in the syntax [`parse_duration`] reads: the largest
-/// of `h`, `m` (from 5 minutes on), `s` and `ms` that says it exactly, `0` for zero.
+/// Writes a duration as [`parse_duration`] reads it, in the largest unit of `h`, `m` (from 5
+/// minutes on), `s` and `ms` that says it exactly.
 ///
-/// Rounded to the nearest millisecond (half up), the configuration's finest unit. A nonzero
-/// duration never reads as zero: anything under a millisecond prints `1 ms`, so `0` always
-/// means exactly zero.
+/// Rounded to the nearest millisecond, half up. Only zero prints as `0`: anything shorter than
+/// a millisecond prints `1 ms`.
 ///
 /// # Examples
 ///
@@ -93,7 +88,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// assert_eq!(format_duration(Duration::from_micros(313_859)), "314 ms");
 /// assert_eq!(format_duration(Duration::from_micros(999_500)), "1 s");
 /// assert_eq!(format_duration(Duration::from_nanos(313_859)), "1 ms");
-/// // What it prints, the configuration reads back.
+/// // What it prints, `parse_duration` reads back.
 /// assert_eq!(parse_duration("5 m"), Ok(Duration::from_secs(300)));
 /// ```
 pub fn format_duration(d: Duration) -> String {
@@ -138,7 +133,8 @@ fn format_outside(value: Duration, min: Duration, max: Duration) -> String {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{MAX_LEASE, MIN_LEASE, duration_range};
+/// use lock_core::duration_range;
+/// use lock_core::lock::{MAX_LEASE, MIN_LEASE};
 /// assert_eq!(duration_range(MIN_LEASE, MAX_LEASE), "100 ms to 168 h");
 /// ```
 pub fn duration_range(min: Duration, max: Duration) -> String {

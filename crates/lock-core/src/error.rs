@@ -21,7 +21,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// An error a request can end with: a stable code, the HTTP status to answer with, and the
 /// details of an RFC 9457 problem body or a structured log.
 ///
-/// [`LockError`], [`IdempotencyError`](crate::IdempotencyError) and
+/// [`LockError`], [`IdempotencyError`](crate::idempotency::IdempotencyError) and
 /// [`BranchError`](crate::branches::BranchError) implement it, and have the same methods
 /// inherent so that a call needs no import. lock-starter's `http` module answers any of them.
 ///
@@ -36,7 +36,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// # Examples
 ///
 /// ```
-/// use lock_core::{IdempotencyError, LockError, Problem};
+/// use lock_core::idempotency::IdempotencyError;
+/// use lock_core::{LockError, Problem};
 ///
 /// fn log_problem(error: &dyn Problem) -> String {
 ///     format!("{} {} {}", error.http_status(), error.code(), error.details()["reason"])
@@ -84,7 +85,8 @@ impl_problem!(LockError);
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{AcquireFailure, DistributedLock, InMemoryLock, Lease};
+/// use lock_core::AcquireFailure;
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -115,7 +117,7 @@ pub enum AcquireFailure {
         /// How long this call waited before giving up.
         waited: Duration,
     },
-    /// A [fair](crate::AcquireOptions::fair) acquisition's wait was spent with earlier fair
+    /// A [fair](crate::lock::AcquireOptions::fair) acquisition's wait was spent with earlier fair
     /// waiters still queued ahead of it, whether or not the lock was free.
     #[error("{ahead} earlier fair waiter(s) still queued ahead after waiting {}", format_duration(*.waited))]
     WaitersAhead {
@@ -183,7 +185,8 @@ impl AcquireFailure {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError};
+/// use lock_core::LockError;
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let lock = InMemoryLock::new();
@@ -257,7 +260,7 @@ pub enum LockError {
         /// Where the switch was set.
         detail: String,
     },
-    /// This lock client was [shut down](crate::DistributedLock::shutdown), before or during the
+    /// This lock client was [shut down](crate::lock::DistributedLock::shutdown), before or during the
     /// acquisition. Code `LOCK_DISABLED`, reason `shut_down`.
     #[error(
         "lock `{key}` was not acquired: this lock client was shut down (its process is stopping) and grants no more leases; acquire before calling shutdown"
@@ -351,7 +354,7 @@ impl LockError {
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -450,7 +453,7 @@ impl LockError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::Lease;
+    /// use lock_core::lock::Lease;
     ///
     /// let error = Lease::Fixed(Duration::ZERO).validate().unwrap_err().for_key("bill-run:2026-11");
     /// assert_eq!(error.lock_key(), Some("bill-run:2026-11"));

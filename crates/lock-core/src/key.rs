@@ -1,4 +1,4 @@
-//! Lock key validation, shared by every implementation so they accept exactly the same names.
+//! Key validation, shared so that every implementation accepts the same keys.
 
 use crate::error::LockError;
 
@@ -8,11 +8,11 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// What a valid key looks like, quoted in every [`LockError::InvalidKey`].
 pub(crate) const KEY_RULES: &str = "a lock key is 1 to 512 bytes of UTF-8 with no control characters (braces, spaces and unicode are fine)";
 
-/// Checks a lock key before anything is sent to a backend.
+/// Checks a key before anything is sent to a backend: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8
+/// without control characters.
 ///
-/// Accepted: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8 without control characters (`char::is_control`:
-/// newlines, tabs, NUL, DEL, …). Spaces, unicode, `:` and braces are accepted; backends that give
-/// braces a meaning (Redis Cluster hash tags) encode them.
+/// Spaces, unicode, `:` and braces are accepted; a backend that gives braces a meaning encodes
+/// them.
 ///
 /// # Errors
 /// [`LockError::InvalidKey`] (code `LOCK_INVALID_ARGUMENT`) naming the problem.

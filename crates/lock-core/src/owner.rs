@@ -1,4 +1,4 @@
-//! Owner tokens: one per acquisition, readable by on-call.
+//! [`OwnerTokens`]: one token per acquisition, readable by on-call.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -7,12 +7,11 @@ use crate::error::LockError;
 /// The longest accepted instance id, in bytes.
 pub const MAX_INSTANCE_ID_BYTES: usize = 128;
 
-/// Issues owner tokens of the form `<instance-id>/<client>/<n>`: the instance id (host or pod
-/// name) so on-call can see who holds a key, a random 64-bit client id (hex) so two processes on
-/// one host never collide, and a counter so every acquisition of this client has its own token.
+/// Issues owner tokens of the form `<instance-id>/<client>/<n>`, one per acquisition.
 ///
-/// Per-acquisition tokens are what make a stale, retried release from an earlier acquisition
-/// harmless to a newer one.
+/// The instance id (host or pod name) shows on-call who holds a key, the random 64-bit client id
+/// keeps two processes on one host apart, and the counter makes a stale, retried release of an
+/// earlier acquisition harmless to a newer one.
 ///
 /// # Examples
 ///
@@ -38,18 +37,7 @@ impl OwnerTokens {
     /// A token source for one client.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] naming `instance-id` if it is empty, longer than
-    /// [`MAX_INSTANCE_ID_BYTES`], or contains control characters.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::OwnerTokens;
-    ///
-    /// assert!(OwnerTokens::new("billing-7f9c").is_ok());
-    /// let error = OwnerTokens::new("").unwrap_err();
-    /// assert_eq!(error.details()["argument"], "instance-id");
-    /// ```
+    /// [`LockError::InvalidArgument`] naming `instance-id`, as [`validate_instance_id`].
     pub fn new(instance_id: &str) -> Result<Self, LockError> {
         validate_instance_id(instance_id)?;
         let client: u64 = rand::random();
@@ -67,10 +55,8 @@ impl OwnerTokens {
         &self.prefix[..self.instance_id_len]
     }
 
-    /// The instance id an owner token of this form starts with: everything before its last two
-    /// `/`-separated fields (the client id and the counter), so an instance id that contains
-    /// `/` itself (`eu-west/billing-7f9c`) comes back whole. A string not of this form comes
-    /// back as it is.
+    /// The instance id an owner token starts with, even one that contains `/`; a string not of
+    /// this form comes back as it is.
     ///
     /// # Examples
     ///
@@ -91,19 +77,6 @@ impl OwnerTokens {
     }
 
     /// A fresh token, never returned before by this source.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::OwnerTokens;
-    ///
-    /// let owners = OwnerTokens::new("billing-7f9c")?;
-    /// let token = owners.next_token(); // e.g. `billing-7f9c/3e1f0c9a2b7d4e58/1`
-    /// let parts: Vec<&str> = token.split('/').collect();
-    /// assert_eq!(parts.len(), 3);
-    /// assert_eq!((parts[0], parts[1].len(), parts[2]), ("billing-7f9c", 16, "1"));
-    /// # Ok::<(), lock_core::LockError>(())
-    /// ```
     pub fn next_token(&self) -> String {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         format!("{}{n}", self.prefix)
@@ -116,8 +89,8 @@ impl Drop for OwnerTokens {
     }
 }
 
-/// Checks an instance id: 1 to 128 bytes, no control characters and no `|` (it separates the
-/// fields of the value a backend stores).
+/// Checks an instance id: 1 to [`MAX_INSTANCE_ID_BYTES`] bytes, without control characters or
+/// `|`.
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `instance-id`.

@@ -1,5 +1,5 @@
-//! The owner tokens this process has issued and still answers for, so that an error can say a
-//! contended key is held by this process rather than by another pod.
+//! The owner tokens this process issued, so that an error can say a contended key is held by
+//! this process rather than by another pod.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -14,10 +14,11 @@ fn live_sources() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
     LIVE_SOURCES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether `token` was issued by an [`OwnerTokens`](crate::OwnerTokens) still alive in this process: the holder of a
-/// contended key is then another task of this process, not another pod — typically a task
-/// spawned inside `with_lock` asking for its parent's key (re-entry is per task). The random
-/// client part of the token makes a match with another process's token practically impossible.
+/// Whether `token` was issued by an [`OwnerTokens`](crate::OwnerTokens) still alive in this
+/// process.
+///
+/// The holder of a contended key is then another task of this process, typically one spawned
+/// inside `with_lock` asking for its parent's key, since re-entry is per task.
 ///
 /// # Examples
 ///

@@ -8,24 +8,21 @@ use crate::error::BoxError;
 
 /// Wakes a waiter when the state it watches in a backend may have changed.
 ///
-/// Every capability that waits on shared state (a duplicate waiting for the first execution, a
-/// master waiting for its branches) takes one from its port's `watch` and re-reads after each
-/// return.
+/// A capability that waits on shared state takes one from its port's `watch` and re-reads after
+/// each return.
 ///
 /// # Contract
-///
-/// - `Ok(())` when the state may have changed since the watch was made or since the last return.
-///   Spurious returns are allowed; a change is never missed once the port's `watch` returned.
-/// - `Err(cause)` when the backend can no longer be heard: its connection has been lost for
-///   longer than the backend's command timeout. The waiter then fails with its capability's
-///   "unavailable" error instead of waiting for a change it cannot learn of.
-/// - Dropping the watch ends it and frees what it holds.
+/// - `Ok(())` when the state may have changed since the watch was made or last returned.
+///   Spurious returns are allowed, and no change is missed once the port's `watch` returned.
+/// - `Err(cause)` when the backend has been unreachable for longer than its command timeout. The
+///   waiter then fails with its capability's "unavailable" error.
+/// - Dropping the watch ends it.
 #[async_trait]
 pub trait ChangeWatch: Send + Debug {
     /// Returns when the watched state may have changed.
     ///
     /// # Errors
-    /// The connection error, when the backend has been unreachable for one command timeout.
+    /// The connection error, once the backend has been unreachable for one command timeout.
     async fn changed(&mut self) -> Result<(), BoxError>;
 }
 

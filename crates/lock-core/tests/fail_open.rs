@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{
+use lock_core::LockError;
+use lock_core::lock::{
     AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock,
-    Lease, LockError, LockHandle, UnguardedReason,
+    Lease, LockHandle, UnguardedReason,
 };
 use lock_testkit::logs::CapturedLogs;
 
@@ -47,8 +48,8 @@ impl DistributedLock for DownLock {
         Err(LockError::backend_unavailable(key, "connection refused"))
     }
 
-    async fn shutdown(&self, _timeout: Duration) -> lock_core::ShutdownSummary {
-        lock_core::ShutdownSummary::default()
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::lock::ShutdownSummary {
+        lock_core::lock::ShutdownSummary::default()
     }
 }
 
@@ -264,8 +265,8 @@ struct ExpiringUnreachableLock;
 struct UnreachableRelease;
 
 #[async_trait]
-impl lock_core::LeaseRelease for UnreachableRelease {
-    async fn release(self: Box<Self>) -> Result<lock_core::ReleaseOutcome, LockError> {
+impl lock_core::lock::LeaseRelease for UnreachableRelease {
+    async fn release(self: Box<Self>) -> Result<lock_core::lock::ReleaseOutcome, LockError> {
         Err(LockError::ReleaseFailed {
             key: "lost-unreachable".into(),
             cause: "connection refused".into(),
@@ -286,7 +287,7 @@ impl DistributedLock for ExpiringUnreachableLock {
         key: &str,
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError> {
-        let state = lock_core::LeaseState::new(Some(
+        let state = lock_core::lock::LeaseState::new(Some(
             tokio::time::Instant::now() + Duration::from_millis(50),
         ));
         let release = Box::new(UnreachableRelease);
@@ -300,8 +301,8 @@ impl DistributedLock for ExpiringUnreachableLock {
         ))
     }
 
-    async fn shutdown(&self, _timeout: Duration) -> lock_core::ShutdownSummary {
-        lock_core::ShutdownSummary::default()
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::lock::ShutdownSummary {
+        lock_core::lock::ShutdownSummary::default()
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
 use lock_testkit::logs::CapturedLogs;
 
 #[test]

@@ -90,8 +90,8 @@ async fn run(args: Args) {
         pool.init().await.expect("connect");
     }
     let client = pool.next().clone();
-    let acquire = Arc::new(Script::from_lua(lock_redis::ACQUIRE_SCRIPT));
-    let release = Arc::new(Script::from_lua(lock_redis::RELEASE_SCRIPT));
+    let acquire = Arc::new(Script::from_lua(lock_redis::scripts::ACQUIRE_SCRIPT));
+    let release = Arc::new(Script::from_lua(lock_redis::scripts::RELEASE_SCRIPT));
     acquire.load(&client).await.expect("load");
     release.load(&client).await.expect("load");
 

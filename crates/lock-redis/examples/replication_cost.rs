@@ -14,8 +14,9 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use lock_core::{DistributedLock, Lease, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
+use lock_redis::lock::{RedisLock, RedisLockConfig};
+use lock_redis::{RedisClient, RedisConfig};
 use lock_testkit::{RedisCluster, RedisServer};
 
 #[derive(Parser)]
@@ -44,8 +45,9 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-async fn run_case(config: RedisLockConfig, duration: Duration) -> Samples {
-    let lock = RedisLock::connect(config).await.expect("connect");
+async fn run_case((redis, config): (RedisConfig, RedisLockConfig), duration: Duration) -> Samples {
+    let redis = RedisClient::connect(redis).await.expect("connect");
+    let lock = RedisLock::new(&redis, config).expect("lock settings");
     let mut samples = Samples {
         acquire: Vec::new(),
         release: Vec::new(),
@@ -108,8 +110,11 @@ fn report(name: &str, min_replicas: u32, mut samples: Samples) {
     );
 }
 
-fn config(address: String) -> RedisLockConfig {
-    RedisLockConfig::new(address).instance_id("replication-cost")
+fn config(address: String, min_replicas: u32) -> (RedisConfig, RedisLockConfig) {
+    (
+        RedisConfig::new(address).instance_id("replication-cost"),
+        RedisLockConfig::default().min_replicas(min_replicas),
+    )
 }
 
 async fn primary_with_replica() -> (RedisServer, RedisServer) {
@@ -140,13 +145,13 @@ async fn main() {
     report(
         "single, no replica",
         0,
-        run_case(config(alone.url()), duration).await,
+        run_case(config(alone.url(), 0), duration).await,
     );
     drop(alone);
 
     let (primary, _replica) = primary_with_replica().await;
     for min_replicas in [0, 1] {
-        let config = config(primary.url()).min_replicas(min_replicas);
+        let config = config(primary.url(), min_replicas);
         report(
             "primary + 1 replica",
             min_replicas,
@@ -157,7 +162,7 @@ async fn main() {
     if args.cluster {
         let cluster = RedisCluster::start().await.expect("cluster");
         for min_replicas in [0, 1] {
-            let config = config(cluster.url()).min_replicas(min_replicas);
+            let config = config(cluster.url(), min_replicas);
             report(
                 "cluster 3 x (master + replica)",
                 min_replicas,

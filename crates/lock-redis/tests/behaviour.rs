@@ -11,10 +11,11 @@ use std::time::Duration;
 use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
-use lock_core::{
+use lock_core::lock::{
     AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
 };
-use lock_redis::{RedisFailure, RedisLock};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tokio::time::Instant;
@@ -277,9 +278,7 @@ async fn fails_closed_when_redis_refuses_commands() {
         .await
         .unwrap();
     let address = redis.url().replace("redis://", "redis://locker:pw@");
-    let lock = RedisLock::connect(common::config(&redis).address(&address))
-        .await
-        .unwrap();
+    let lock = common::connect(common::config(&redis).address(&address)).await;
     assert_fails_closed(&lock, "refused", Duration::from_millis(200)).await;
 }
 
@@ -311,7 +310,7 @@ async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_tim
         .await
         .unwrap();
     let address = redis.url().replace("redis://", "redis://:wrong@");
-    let err = RedisLock::connect(common::config(&redis).address(&address))
+    let err = common::try_connect(common::config(&redis).address(&address))
         .await
         .unwrap_err();
     let text = err.to_string();
@@ -349,7 +348,7 @@ async fn patient_client(redis: &RedisServer) -> RedisLock {
     let config = common::config(redis)
         .command_timeout(PATIENT)
         .watchdog_timeout(PATIENT * 3);
-    RedisLock::connect(config).await.unwrap()
+    common::connect(config).await
 }
 
 /// The first attempt of `lock` on `key` with `wait` fails closed at once, with the connection
@@ -478,9 +477,7 @@ async fn a_slow_redis_is_not_taken_for_a_down_one() {
 async fn a_timeout_names_the_address_the_timeout_and_the_setting() {
     let redis = server().await;
     let timeout = Duration::from_millis(300);
-    let lock = RedisLock::connect(common::config(&redis).command_timeout(timeout))
-        .await
-        .unwrap();
+    let lock = common::connect(common::config(&redis).command_timeout(timeout)).await;
     redis.pause().unwrap();
     let err = lock
         .try_acquire("timeout", Lease::Watchdog)
@@ -510,27 +507,27 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
     let ca = std::env::temp_dir().join(format!("no-such-ca-{}.pem", std::process::id()));
     for (config, setting, expected) in [
         (
-            lock_redis::RedisLockConfig::new("http://h"),
+            common::default_config("http://h"),
             "address",
             "the scheme http:// is not a Redis scheme",
         ),
         (
-            lock_redis::RedisLockConfig::new("redis-sentinel://h:26379"),
+            common::default_config("redis-sentinel://h:26379"),
             "address",
             "sentinelServiceName",
         ),
         (
-            lock_redis::RedisLockConfig::new("rediss://h:6379").tls_ca_file(&ca),
+            common::default_config("rediss://h:6379").tls_ca_file(&ca),
             "tls_ca_file",
             "the file does not exist",
         ),
         (
-            lock_redis::RedisLockConfig::new("redis://h:6379").tls_ca_file(&ca),
+            common::default_config("redis://h:6379").tls_ca_file(&ca),
             "tls_ca_file",
             "does not use TLS, so a CA file would not be used",
         ),
     ] {
-        let err = RedisLock::connect(config.instance_id("t"))
+        let err = common::try_connect(config.instance_id("t"))
             .await
             .unwrap_err();
         let text = err.to_string();
@@ -541,7 +538,7 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
         );
     }
     // A CA file with a plain address is wrong whatever the file: `validate` says so already.
-    let error = lock_redis::RedisLockConfig::new("redis://h:6379")
+    let error = common::default_config("redis://h:6379")
         .tls_ca_file(&ca)
         .validate()
         .unwrap_err();
@@ -618,7 +615,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
     }
     assert!(
         eventually(SLACK, || async {
-            waiter.subscribed_channels().is_empty()
+            waiter.client().subscribed_channels().is_empty()
                 && redis
                     .cmd(&["PUBSUB", "SHARDCHANNELS"])
                     .await
@@ -627,7 +624,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
         })
         .await,
         "subscriptions left: {:?}",
-        waiter.subscribed_channels()
+        waiter.client().subscribed_channels()
     );
     assert!(held.is_held());
     drop(held);

@@ -2,7 +2,7 @@
 //! (`requirepass`), also over TLS; a wrong or missing password, or a user refused a command the
 //! connection set-up sends, fails `connect` as a configuration error saying so (`WRONGPASS` /
 //! `NOAUTH` / `NOPERM`) and naming the address. In every case no password ever shows — not in an error's `Display`,
-//! `Debug` or `details()`, not in the `Debug` of `RedisLockConfig` or `RedisLock`, and not in
+//! `Debug` or `details()`, not in the `Debug` of `Setup` or `RedisLock`, and not in
 //! anything logged at `TRACE`, the lock's own `tracing` events and the Redis client's (fred
 //! logs with the `log` crate; the subscriber below bridges it into the same capture).
 //!
@@ -12,11 +12,12 @@
 
 mod common;
 
+use crate::common::Setup;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, ReleaseOutcome};
-use lock_redis::{RedisLock, RedisLockConfig};
+use lock_core::LockError;
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::secrets::{
@@ -84,12 +85,12 @@ fn url_with(redis: &RedisServer, userinfo: &str) -> String {
 /// Acquire, a second client waiting on the release (pub/sub connection authenticated too),
 /// release: the lock works with `config`. Checks that both clients' connections are logged in
 /// as `user` (`CLIENT LIST`).
-async fn the_lock_works(redis: &RedisServer, config: RedisLockConfig, user: &str) {
-    let holder = RedisLock::connect(config.clone()).await.unwrap();
-    let waiter = RedisLock::connect(config.clone()).await.unwrap();
-    holder.ping().await.unwrap();
-    waiter.ping().await.unwrap();
-    assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+async fn the_lock_works(redis: &RedisServer, config: Setup, user: &str) {
+    let holder = common::connect(config.clone()).await;
+    let waiter = common::connect(config.clone()).await;
+    holder.client().ping().await.unwrap();
+    waiter.client().ping().await.unwrap();
+    assert_no_secret("Setup's Debug", &format!("{config:?}"));
     assert_no_secret("RedisLock's Debug", &format!("{holder:?}"));
     assert_no_secret("the config's redacted address", &config.redacted_address());
     assert_no_secret("the namespace", holder.namespace());
@@ -154,9 +155,9 @@ async fn a_password_alone_authenticates_against_requirepass() {
 /// refused credentials are a configuration error (`LOCK_INVALID_ARGUMENT` naming
 /// `address`), not an outage. The error names `expected` (`WRONGPASS`, `NOAUTH`,
 /// `NOPERM`) and the address with its password as `***`, and shows no secret.
-async fn connect_fails_naming(config: RedisLockConfig, expected: &str) {
+async fn connect_fails_naming(config: Setup, expected: &str) {
     let started = Instant::now();
-    let error = RedisLock::connect(config.clone())
+    let error = common::try_connect(config.clone())
         .await
         .expect_err("connected with credentials Redis refuses");
     assert!(
@@ -202,7 +203,7 @@ async fn a_user_refused_a_connect_command_fails_connect_naming_noperm() {
         .unwrap();
     let address = format!("{}/1", url_with(&redis, &format!("{USER}:{PASSWORD}")));
     connect_fails_naming(common::config(&redis).address(&address), "NOPERM").await;
-    let error = RedisLock::connect(common::config(&redis).address(address))
+    let error = common::try_connect(common::config(&redis).address(address))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("+select"), "{error}");
@@ -277,14 +278,14 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         ),
     ];
     for address in rejected {
-        let config = RedisLockConfig::new(&address).instance_id("test-pod");
-        assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
-        match RedisLock::connect(config).await {
+        let config = common::default_config(&address).instance_id("test-pod");
+        assert_no_secret("Setup's Debug", &format!("{config:?}"));
+        match common::try_connect(config).await {
             Err(error) => {
                 assert_lock_error_has_no_secret(&error);
                 eprintln!("{error}");
             }
-            Ok(lock) => panic!("{} was accepted", lock.config().redacted_address()),
+            Ok(lock) => panic!("{} was accepted", lock.client().config().redacted_address()),
         }
     }
     let unreachable = [
@@ -298,12 +299,12 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         ),
     ];
     for address in unreachable {
-        let config = RedisLockConfig::new(&address)
+        let config = common::default_config(&address)
             .instance_id("test-pod")
             .command_timeout(Duration::from_millis(500));
-        assert_no_secret("RedisLockConfig's Debug", &format!("{config:?}"));
+        assert_no_secret("Setup's Debug", &format!("{config:?}"));
         assert_no_secret("the redacted address", &config.redacted_address());
-        let lock = RedisLock::connect(config).await.unwrap();
+        let lock = common::connect(config).await;
         assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));
         assert_no_secret("the namespace", lock.namespace());
         let error = lock

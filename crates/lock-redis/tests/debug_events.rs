@@ -10,8 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{config, eventually, server};
-use lock_core::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_testkit::logs::CapturedLogs;
 
 /// The `RUST_LOG` a user sets to see the lock's debug output.
@@ -36,9 +35,7 @@ async fn a_grant_a_renewal_and_a_release_each_print_a_debug_line() {
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
     let redis = server().await;
-    let lock = RedisLock::connect(config(&redis).instance_id("debug-pod"))
-        .await
-        .unwrap();
+    let lock = common::connect(config(&redis).instance_id("debug-pod")).await;
 
     let key = "dbg:bill-run";
     let handle = lock.acquire(key, Lease::Watchdog).await.unwrap();

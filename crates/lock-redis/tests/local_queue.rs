@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, client, command_calls, delta, eventually, one_subscriber, server};
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_redis::lock::RedisLock;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -279,7 +279,7 @@ async fn queued_waiters_outlive_a_short_outage() {
     let mut redis = server().await;
     // A command timeout well past the outage below, on a loaded machine too.
     let config = common::config(&redis).command_timeout(Duration::from_secs(15));
-    let lock = RedisLock::connect(config).await.unwrap();
+    let lock = common::connect(config).await;
     let held = lock.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let tasks = queue_waiters(&lock, 0..3, &order).await;

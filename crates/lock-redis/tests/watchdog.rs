@@ -10,8 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{SLACK, eventually, server};
-use lock_core::{DistributedLock, Lease, LostReason};
-use lock_redis::RedisLock;
+use lock_core::lock::{DistributedLock, Lease, LostReason};
 use lock_testkit::RedisCluster;
 use lock_testkit::logs::CapturedLogs;
 
@@ -60,9 +59,7 @@ async fn a_lock_value_without_a_ttl_is_not_renewed_and_its_holder_is_told() {
 async fn a_slow_renewal_round_is_logged_once_with_its_leases_and_duration() {
     let redis = server().await;
     logs();
-    let lock = RedisLock::connect(common::config(&redis).watchdog_timeout(WATCHDOG))
-        .await
-        .unwrap();
+    let lock = common::connect(common::config(&redis).watchdog_timeout(WATCHDOG)).await;
     let _held = [
         lock.acquire("slow-1", Lease::Watchdog).await.unwrap(),
         lock.acquire("slow-2", Lease::Watchdog).await.unwrap(),
@@ -118,11 +115,11 @@ async fn a_paused_shard_does_not_hold_up_the_renewals_on_the_other_shards() {
     let cluster = RedisCluster::start()
         .await
         .expect("the Redis Cluster did not start");
-    let config = lock_redis::RedisLockConfig::new(cluster.url())
+    let config = common::default_config(cluster.url())
         .watchdog_timeout(WATCHDOG)
         .command_timeout(Duration::from_secs(5))
         .instance_id("shard-pod");
-    let lock = RedisLock::connect(config).await.unwrap();
+    let lock = common::connect(config).await;
     let masters = cluster.masters().await.unwrap();
     // One lock name on each of two masters.
     let mut names = Vec::new();

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use lock_starter::DEFAULT_SHUTDOWN_TIMEOUT;
+use lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT;
 use lock_starter::prelude::*;
 
 #[derive(Debug, Parser)]

@@ -28,8 +28,9 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lock_starter::http::Rejection;
+use lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT;
 use lock_starter::prelude::*;
-use lock_starter::{DEFAULT_SHUTDOWN_TIMEOUT, Health, HealthStatus};
+use lock_starter::{Health, HealthStatus};
 
 /// What the handlers share.
 #[derive(Clone, Debug)]

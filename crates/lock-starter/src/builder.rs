@@ -6,18 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use figment::Figment;
+use lock_core::LockError;
 use lock_core::branches::{Branches, MasterLocks};
-use lock_core::{
-    DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, Idempotency, IdempotencyStore,
-    LockError, ShutdownSummary,
-};
-use lock_redis::RedisLock;
+use lock_core::idempotency::{Idempotency, IdempotencyStore};
+use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, ShutdownSummary};
+use lock_redis::RedisClient;
+use lock_redis::lock::RedisLock;
 
-use crate::branch_wiring;
+use crate::branches::wiring as branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
-use crate::idempotency_wiring::{self as idempotency, Store};
-use crate::lock::{redis_config, start_error};
+use crate::idempotency::wiring::{self as idempotency, Store};
+use crate::lock::wiring::{lock_config, redis_config, start_error};
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
 ///
@@ -35,8 +35,9 @@ use crate::lock::{redis_config, start_error};
 #[derive(Clone)]
 pub struct LockStarter {
     pub(crate) lock: Result<Arc<dyn DistributedLock>, String>,
-    /// The Redis lock the starter built (not a custom one), for [`LockStarter::health`].
-    pub(crate) redis: Option<RedisLock>,
+    /// The Redis client the starter connected (none with a custom lock), for
+    /// [`LockStarter::health`].
+    pub(crate) redis: Option<RedisClient>,
     idempotency: Idempotency,
     master_locks: MasterLocks,
     settings: LockSettings,
@@ -73,7 +74,7 @@ impl LockStarter {
     /// let starter = LockStarter::builder()
     ///     .toml_file(lock_toml)
     ///     .toml_file(lock_prod_toml)
-    /// #   .lock(std::sync::Arc::new(lock_starter::InMemoryLock::new())) // no Redis here
+    /// #   .lock(std::sync::Arc::new(lock_starter::lock::InMemoryLock::new())) // no Redis here
     ///     .build()
     ///     .await?;
     /// assert_eq!(starter.settings().wait_time, Duration::from_secs(1));
@@ -118,7 +119,7 @@ impl LockStarter {
     ///
     /// Through the disabled lock, fail-closed calls (`with_lock`, `acquire`) fail with
     /// [`LockError::Disabled`] (`LOCK_DISABLED`, HTTP 503) exactly as [`lock`](LockStarter::lock)
-    /// does, and fail-open calls ([`with_lock_fail_open`](lock_core::DistributedLockExt::with_lock_fail_open))
+    /// does, and fail-open calls ([`with_lock_fail_open`](lock_core::lock::DistributedLockExt::with_lock_fail_open))
     /// run their section unguarded with reason `lock_disabled` and a `WARN`. It opens no
     /// connection. Use [`lock`](LockStarter::lock) instead when a disabled lock should stop the
     /// service at start-up.
@@ -157,7 +158,7 @@ impl LockStarter {
     /// result instead of running twice (see [`Idempotency`]).
     ///
     /// Never fails: with `telco.platform.lock.enabled = false` every call runs its action (one
-    /// `WARN` says so), as the seed's services expect without Redis. With a custom lock
+    /// `WARN` says so), as services without Redis expect. With a custom lock
     /// ([`LockStarterBuilder::lock`]) and no [`idempotency_store`](LockStarterBuilder::idempotency_store),
     /// records are kept in this process only.
     ///
@@ -298,7 +299,7 @@ impl LockStarter {
     /// [`shutdown_within`](LockStarter::shutdown_within) with [`DEFAULT_SHUTDOWN_TIMEOUT`]
     /// (5 s).
     ///
-    /// A dropped [`LockHandle`](lock_core::LockHandle) releases in the background; a process
+    /// A dropped [`LockHandle`](lock_core::lock::LockHandle) releases in the background; a process
     /// that returns from `main` right after may end before that release reaches Redis, and the
     /// key then stays held for its whole lease (30 s for a watchdog lease). This waits for such
     /// releases, and releases the leases still held.
@@ -329,7 +330,7 @@ impl LockStarter {
 
     /// Shuts the lock down within `timeout`: releases every lease still held through it
     /// (watchdog and fixed; their handles' `lost()` fires first with
-    /// [`LostReason::ShutDown`](lock_core::LostReason::ShutDown)), waits for the background
+    /// [`LostReason::ShutDown`](lock_core::lock::LostReason::ShutDown)), waits for the background
     /// releases of dropped handles, and returns what it did. Afterwards every acquisition fails
     /// with [`LockError::ShutDown`] (code `LOCK_DISABLED`, reason `shut_down`). See
     /// [`DistributedLock::shutdown`] for the contract; a lock handed in with
@@ -642,10 +643,12 @@ impl LockStarterBuilder {
         let (lock, redis): (Arc<dyn DistributedLock>, _) = match self.lock {
             Some(custom) => (custom, None),
             None => {
-                let redis = RedisLock::connect(redis_config(&settings))
+                let redis = RedisClient::connect(redis_config(&settings))
                     .await
                     .map_err(|error| start_error(&settings, error))?;
-                (Arc::new(redis.clone()), Some(redis))
+                let lock = RedisLock::new(&redis, lock_config(&settings))
+                    .map_err(|error| start_error(&settings, error))?;
+                (Arc::new(lock), Some(redis))
             }
         };
         let store = match (self.idempotency_store, &redis) {
@@ -656,7 +659,7 @@ impl LockStarterBuilder {
         let idempotency = idempotency::build(&settings, store);
         let branches = match (self.branches, &redis) {
             (Some(custom), _) => branch_wiring::Store::Custom(Arc::clone(&lock), custom),
-            (None, Some(redis)) => branch_wiring::Store::Redis(redis),
+            (None, Some(redis)) => branch_wiring::Store::Redis(Arc::clone(&lock), redis),
             (None, None) => branch_wiring::Store::InProcess(Arc::clone(&lock)),
         };
         let master_locks = branch_wiring::build(&settings, branches);

@@ -7,11 +7,10 @@
 //! On the same Redis connections it gives idempotent execution, [`LockStarter::idempotency`]: a
 //! retried call gets the first call's result instead of running twice (`docs/idempotency.md`).
 //!
-//! Laid out by capability, like `lock-core` and `lock-redis`: `lock/` wires the distributed
-//! lock (its settings as a `RedisLockConfig`, its connect errors as configuration errors),
-//! `idempotency_wiring.rs` and `branch_wiring.rs` the stores of idempotent execution and
-//! master/sub locks; the shared part — configuration loading and the key table (`config/`), the builder and
-//! [`LockStarter`], the health check and HTTP problem responses — serves every capability.
+//! Each capability is a module, [`lock`], [`idempotency`] and [`branches`], holding its API
+//! and its wiring. The shared part serves them all: configuration ([`config`]), the builder
+//! and [`LockStarter`], the health check, HTTP problem responses, and [`redis`] for wiring the
+//! Redis implementations by hand. [`prelude`] has the everyday names.
 //!
 //! # Examples
 //!
@@ -35,7 +34,7 @@
 //! ```
 //!
 //! The same flow in a unit test, without Redis: the configuration is read and checked as in
-//! production, and an [`InMemoryLock`] stands in for the Redis lock.
+//! production, and an [`InMemoryLock`](lock::InMemoryLock) stands in for the Redis lock.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -66,20 +65,20 @@
 //! ```
 //!
 //! - Configuration keys, defaults and environment names: [`config`] and `docs/configuration.md`.
-//! - The lock contract (leases, fail closed, fencing tokens): [`DistributedLock`].
+//! - The lock contract (leases, fail closed, fencing tokens): [`DistributedLock`](lock::DistributedLock).
 //! - Fail open, opted into per call site where availability matters more than exclusion:
-//!   [`DistributedLockExt::with_lock_fail_open`] and [`LockStarter::lock_or_disabled`];
+//!   [`DistributedLockExt::with_lock_fail_open`](lock::DistributedLockExt::with_lock_fail_open) and [`LockStarter::lock_or_disabled`];
 //!   choosing between the two policies: `docs/failure-policy.md`.
 //! - Overrides: [`LockStarterBuilder::lock`] hands in your own implementation (e.g.
-//!   [`InMemoryLock`] in unit tests); [`LockStarterBuilder::figment`] your own configuration
+//!   [`InMemoryLock`](lock::InMemoryLock) in unit tests); [`LockStarterBuilder::figment`] your own configuration
 //!   sources.
-//! - Observability: `tracing` spans and `metrics` (names in [`telemetry`]); an opt-in health
+//! - Observability: `tracing` spans and `metrics` (names in `lock_core::lock::telemetry`); an opt-in health
 //!   check, [`LockStarter::health`]; with the `http` feature, RFC 9457 problem responses for
 //!   lock errors ([`http`](crate#http-feature)). See `docs/observability.md`.
 //!
 //! # `http` feature
 //!
-//! Off by default. Adds the module `lock_starter::http`: a [`LockError`] as an RFC 9457
+//! Off by default. Adds the module `lock_starter::http`: a [`LockError`](lock::LockError) as an RFC 9457
 //! problem body (`application/problem+json`, status 503 for a lock that failed closed), and an
 //! axum `IntoResponse` for it. Example: `examples/http_service.rs`.
 
@@ -89,70 +88,87 @@ mod error;
 mod health;
 #[cfg(feature = "http")]
 pub mod http;
-mod idempotency_wiring;
-mod lock;
 
 pub use builder::{LockStarter, LockStarterBuilder};
 pub use error::StartError;
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use health::{Health, HealthStatus};
-pub use lock::{connect_error, redis_config};
-pub use lock_core::{
-    AcquireFailure, AcquireOptions, Begun, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_WAIT_TIME,
-    DisabledIdempotencyStore, DisabledLock, DistributedLock, DistributedLockExt, FailOpen,
-    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencyScope, IdempotencySettings,
-    IdempotencyStore, Idempotent, InMemoryIdempotencyStore, InMemoryLock, Lease, LeaseStatus,
-    LockError, LockHandle, LostReason, MAX_KEY_BYTES, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT,
-    MIN_LEASE, MIN_WATCHDOG_TIMEOUT, NotStored, Problem, ReleaseOutcome, ShutdownSummary,
-    Unguarded, UnguardedReason, Unstored, telemetry,
-};
+/// The error trait of every capability: a stable code, an HTTP status and details.
+pub use lock_core::Problem;
 
-/// What implementing [`DistributedLock`] yourself takes, for a lock handed in with
-/// [`LockStarterBuilder::lock`] (most services never need this): the lease state a
-/// [`LockHandle`] watches, the release it calls, owner tokens, and the argument checks every
-/// implementation applies. The contract and its conformance suite are described on
-/// [`DistributedLock`].
-pub mod backend {
-    /// The conformance suite of [`IdempotencyStore`](crate::IdempotencyStore) (feature
-    /// `conformance`), for a store handed in with
-    /// [`LockStarterBuilder::idempotency_store`](crate::LockStarterBuilder::idempotency_store).
+/// The distributed lock: mutual exclusion per key across processes (see [`DistributedLock`](lock::DistributedLock)).
+pub mod lock {
+    /// The conformance suite for an implementation of your own (feature `conformance`).
     #[cfg(feature = "conformance")]
-    pub use lock_core::idempotency::conformance as idempotency_conformance;
-    pub use lock_core::{
-        BoxError, ChangeWatch, Claim, HeldLeases, LeaseRelease, LeaseState, MAX_INSTANCE_ID_BYTES,
-        OwnerTokens, issued_by_this_process, validate_instance_id, validate_key, validate_wait,
-        validate_watchdog_timeout,
+    pub use lock_core::lock::conformance;
+    pub use lock_core::lock::{
+        AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease,
+        LeaseStatus, LockHandle, LostReason, ReleaseOutcome, ShutdownSummary, Unguarded,
+        UnguardedReason,
     };
-    /// The conformance suite (feature `conformance`): every check of the `DistributedLock`
-    /// contract, for a test of your own implementation.
+    pub use lock_core::{AcquireFailure, LockError};
     #[cfg(feature = "conformance")]
-    pub use lock_core::{conformance, conformance_checks, conformance_tests};
+    pub use lock_core::{conformance_checks, conformance_tests};
+    pub(crate) mod wiring;
+
+    /// Defaults and accepted ranges of leases, wait times and keys.
+    pub mod limits {
+        pub use lock_core::lock::{
+            DEFAULT_SHUTDOWN_TIMEOUT, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE,
+            MIN_WATCHDOG_TIMEOUT,
+        };
+    }
+}
+
+/// Idempotent execution: a retried call gets the first call's result instead of running twice
+/// (see [`LockStarter::idempotency`](crate::LockStarter::idempotency) and `docs/idempotency.md`).
+pub mod idempotency {
+    pub use lock_core::idempotency::{
+        Begun, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencyScope,
+        IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, NotStored,
+        Unstored,
+    };
+    pub(crate) mod wiring;
 }
 
 /// Master/sub locks: wait for the asynchronous branches of an operation (see
-/// [`LockStarter::master_locks`] and `docs/branches.md`).
+/// [`LockStarter::master_locks`](crate::LockStarter::master_locks) and `docs/branches.md`).
 pub mod branches {
-    pub use lock_core::branches::*;
-}
-mod branch_wiring;
-
-/// The Redis implementation, for wiring it by hand (most services use [`LockStarter`]).
-pub mod redis {
-    pub use lock_redis::{
-        ForceReleased, LockState, LockStatus, RedisBranches, RedisFailure, RedisIdempotencyStore,
-        RedisLock, RedisLockConfig, Refusal, WatchdogStats,
+    pub use lock_core::branches::{
+        BRANCH_TOKEN_HEADER, BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome,
+        InMemoryBranches, InvalidBranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
+        SubKey,
     };
+    pub(crate) mod wiring;
+}
+
+/// The Redis implementations, for wiring them by hand (most services use [`LockStarter`]).
+pub mod redis {
+    pub use crate::lock::wiring::{connect_error, lock_config, redis_config};
+    pub use lock_redis::branches::RedisBranches;
+    pub use lock_redis::idempotency::RedisIdempotencyStore;
+    pub use lock_redis::lock::{
+        ForceReleased, LockState, LockStatus, RedisLock, RedisLockConfig, WatchdogStats,
+    };
+    pub use lock_redis::{RedisClient, RedisConfig, RedisFailure, Refusal};
 }
 
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
-    pub use crate::{
-        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, Idempotency,
-        IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore, InMemoryLock,
-        Lease, LeaseStatus, LockError, LockHandle, LockStarter, LostReason, Problem,
-        ReleaseOutcome, ShutdownSummary, Unguarded, UnguardedReason, Unstored,
+    #[doc(no_inline)]
+    pub use crate::idempotency::{
+        Idempotency, IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore,
+        Unstored,
     };
+    #[doc(no_inline)]
+    pub use crate::lock::{
+        AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, FailOpen,
+        InMemoryLock, Lease, LeaseStatus, LockError, LockHandle, LostReason, ReleaseOutcome,
+        ShutdownSummary, Unguarded, UnguardedReason,
+    };
+    #[doc(no_inline)]
+    pub use crate::{LockStarter, Problem};
 }
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -15,13 +15,11 @@ use std::time::{Duration, Instant};
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::prelude::*;
-use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
+use lock_testkit::{RedisServer, SLACK};
 
 const WAIT_TIME: Duration = Duration::from_millis(300);
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
-/// Generous: scheduling on a loaded CI machine, never a synchronisation sleep.
-const SLACK: Duration = Duration::from_secs(10);
 
 fn logs() -> &'static CapturedLogs {
     CapturedLogs::global(tracing::Level::WARN)

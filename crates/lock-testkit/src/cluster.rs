@@ -16,7 +16,7 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{self, File};
 use std::io;
 use std::net::TcpListener;
@@ -388,6 +388,16 @@ impl RedisCluster {
     /// [`RedisServer::cmd`].
     pub async fn cmd_on(&self, port: u16, args: &[&str]) -> Result<String, TestkitError> {
         self.node_or_err(port, &args.join(" "))?.cmd(args).await
+    }
+
+    /// `INFO commandstats` of the node on `port` (see [`RedisServer::command_calls`]).
+    ///
+    /// # Errors
+    /// Those of [`cmd_on`](Self::cmd_on).
+    pub async fn command_calls_on(&self, port: u16) -> Result<HashMap<String, u64>, TestkitError> {
+        Ok(crate::command_calls(
+            &self.cmd_on(port, &["INFO", "commandstats"]).await?,
+        ))
     }
 
     /// Manual failover of the master on `master_port`: sends `CLUSTER FAILOVER` to its replica

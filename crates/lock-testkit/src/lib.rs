@@ -25,6 +25,9 @@
 //!   password does not; [`secrets`] has the test passwords and that check.
 //! - Child processes: [`test_child`] starts the running test binary again for one ignored test,
 //!   for a client in a process of its own (killed with `SIGKILL`, or left to exit).
+//! - Helpers for the tests themselves: time bounds for a loaded machine ([`SLACK`],
+//!   [`GENEROUS`] and their kin), [`eventually`], [`command_calls`], replayable seeds and
+//!   unique names ([`seed`], [`Rng`], [`unique_suffix`]).
 //! - TLS: [`TestCertificates`] (module [`tls`]) makes a CA and a server certificate;
 //!   [`RedisServerBuilder::tls`] opens a TLS port next to the plain one
 //!   ([`RedisServer::tls_url`]).
@@ -66,6 +69,7 @@
 //! accepted, two processes believing they held a key at once (explained by `lost()` or by the
 //! fence, or not), and failures without an allowed error code. These modules do not need Redis.
 
+mod bounds;
 pub mod checker;
 mod child;
 mod closed;
@@ -79,6 +83,7 @@ mod local;
 pub mod logs;
 pub mod metrics;
 pub mod proxy;
+mod random;
 mod resp;
 pub mod secrets;
 pub mod sentinel;
@@ -89,6 +94,7 @@ pub mod tls;
 #[cfg(feature = "docker")]
 mod docker;
 
+pub use bounds::{FAILOVER, GENEROUS, PROCESS_SLACK, SLACK};
 pub use child::test_child;
 pub use closed::ClosedPort;
 pub use cluster::{RedisCluster, RedisClusterBuilder};
@@ -96,6 +102,7 @@ pub use commandstats::command_calls;
 pub use error::{BACKEND_ENV, BINARY_ENV, TestkitError};
 pub use eventually::eventually;
 pub use proxy::{FaultProxy, TrapAction};
+pub use random::{Rng, seed, unique_suffix};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{
     Backend, COMMAND_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, RedisServer, RedisServerBuilder, command_at,

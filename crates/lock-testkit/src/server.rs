@@ -1,5 +1,6 @@
 //! [`RedisServer`], its builder and the backend choice.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -444,6 +445,16 @@ impl RedisServer {
     /// [`COMMAND_TIMEOUT`]; [`TestkitError::Connection`] if the connection fails.
     pub async fn cmd(&self, args: &[&str]) -> Result<String, TestkitError> {
         self.reply(args).await.map(|reply| reply.to_text())
+    }
+
+    /// `INFO commandstats` as command name → calls (see [`command_calls`](crate::command_calls)).
+    ///
+    /// # Errors
+    /// Those of [`cmd`](Self::cmd).
+    pub async fn command_calls(&self) -> Result<HashMap<String, u64>, TestkitError> {
+        Ok(crate::command_calls(
+            &self.cmd(&["INFO", "commandstats"]).await?,
+        ))
     }
 
     /// [`cmd`](Self::cmd) without the text rendering: the reply as parsed (never

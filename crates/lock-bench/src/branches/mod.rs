@@ -21,8 +21,9 @@ pub(crate) mod raw;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lock_starter::Lease;
-use lock_starter::branches::{BranchError, BranchRelease, Master, MasterLocks};
+use lock_core::branches::BranchRelease;
+use lock_starter::branches::{BranchError, Master, MasterLocks};
+use lock_starter::lock::Lease;
 use lock_starter::redis::{RedisBranches, RedisLock};
 use serde_json::{Map, Value, json};
 
@@ -177,7 +178,10 @@ pub(crate) async fn run(
     lock: &RedisLock,
     duration: Duration,
 ) -> Result<Map<String, Value>, String> {
-    let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(RedisBranches::new(lock)));
+    let masters = MasterLocks::new(
+        Arc::new(lock.clone()),
+        Arc::new(RedisBranches::new(&lock.client())),
+    );
     // A key of its own per run: an earlier run's record on the same Redis stays out of it.
     let run_id = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -22,8 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lock_starter::idempotency::{
+    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
+};
 use lock_starter::redis::{RedisIdempotencyStore, RedisLock};
-use lock_starter::{Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings};
 use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
 
@@ -138,7 +140,7 @@ pub(crate) async fn run(
     lock: &RedisLock,
     duration: Duration,
 ) -> Result<Map<String, Value>, String> {
-    let store = Arc::new(RedisIdempotencyStore::on(lock));
+    let store = Arc::new(RedisIdempotencyStore::new(&lock.client()));
     let idempotency = Idempotency::new(store, IdempotencySettings::default())
         .map_err(|e| format!("idempotency settings: {e}"))?;
     let subject = Arc::new(Subject {

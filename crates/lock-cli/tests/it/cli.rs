@@ -5,10 +5,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{
-    SLACK, assert_force_released, assert_one_line, cli, code, finish, lose_the_lease, other_pod,
-    platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
+    PROCESS_SLACK, assert_force_released, assert_one_line, cli, code, finish, lose_the_lease,
+    other_pod, platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
 };
-use lock_starter::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_starter::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
@@ -164,7 +164,7 @@ async fn run_exits_75_without_running_the_command_when_the_lock_is_held_elsewher
     assert!(!stdout(&output).contains("ran"));
     assert_eq!(stderr(&output).lines().count(), 1, "{}", stderr(&output));
     assert!(stderr(&output).contains("demo-pod"), "{}", stderr(&output));
-    assert!(started.elapsed() < SLACK);
+    assert!(started.elapsed() < PROCESS_SLACK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,16 +7,17 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use lock_starter::redis::{ForceReleased, LockState, RedisLock, RedisLockConfig};
-use lock_starter::{LockHandle, LostReason};
+use lock_starter::lock::{LockHandle, LostReason};
+use lock_starter::redis::{
+    ForceReleased, LockState, RedisClient, RedisConfig, RedisLock, RedisLockConfig,
+};
 use lock_testkit::RedisServer;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-/// Generous upper bound for anything that should happen "promptly" on a loaded machine.
-pub const SLACK: Duration = Duration::from_secs(15);
+pub use lock_testkit::{PROCESS_SLACK, eventually};
 
 /// The binary under test.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_platform-lock");
@@ -46,14 +47,14 @@ pub fn platform_lock(address: &str, args: &[&str]) -> Command {
     command
 }
 
-/// Runs `platform-lock args…` to its end (within [`SLACK`] plus a minute).
+/// Runs `platform-lock args…` to its end (within [`PROCESS_SLACK`] plus a minute).
 pub async fn cli(address: &str, args: &[&str]) -> Output {
     finish(platform_lock(address, args)).await
 }
 
-/// Runs `command` to its end (within [`SLACK`] plus a minute).
+/// Runs `command` to its end (within [`PROCESS_SLACK`] plus a minute).
 pub async fn finish(mut command: Command) -> Output {
-    tokio::time::timeout(SLACK + Duration::from_secs(60), command.output())
+    tokio::time::timeout(PROCESS_SLACK + Duration::from_secs(60), command.output())
         .await
         .expect("platform-lock did not finish")
         .expect("platform-lock runs")
@@ -73,14 +74,12 @@ pub fn stderr(output: &Output) -> String {
 
 /// A client of `address` holding nothing yet: the "other pod" (instance id `demo-pod`).
 pub async fn other_pod(address: &str) -> RedisLock {
-    RedisLock::connect(
-        RedisLockConfig::new(address)
-            .instance_id("demo-pod")
-            .watchdog_timeout(Duration::from_secs(1))
-            .command_timeout(Duration::from_secs(1)),
-    )
-    .await
-    .unwrap()
+    let config = RedisConfig::new(address)
+        .instance_id("demo-pod")
+        .command_timeout(Duration::from_secs(1));
+    let redis = RedisClient::connect(config).await.unwrap();
+    let lock = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(1));
+    RedisLock::new(&redis, lock).unwrap()
 }
 
 /// A private redis-server, its URL, and the "other pod" (see [`other_pod`]) connected to it.
@@ -91,10 +90,10 @@ pub async fn redis_and_other_pod() -> (RedisServer, String, RedisLock) {
     (redis, url, pod)
 }
 
-/// Asserts that the holder of `handle` learns (within [`SLACK`]) that its lock `key` was
+/// Asserts that the holder of `handle` learns (within [`PROCESS_SLACK`]) that its lock `key` was
 /// force-released, and that `pod` sees `key` released.
 pub async fn assert_force_released(pod: &RedisLock, handle: &LockHandle, key: &str) {
-    let reason = tokio::time::timeout(SLACK, handle.lost())
+    let reason = tokio::time::timeout(PROCESS_SLACK, handle.lost())
         .await
         .expect("the holder never learnt of the forced release");
     assert_eq!(reason, LostReason::NotOwner);
@@ -116,20 +115,11 @@ pub async fn lose_the_lease(
         pod.force_release(key).await.unwrap(),
         ForceReleased::Released { .. }
     ));
-    let output = tokio::time::timeout(SLACK, child.wait_with_output())
+    let output = tokio::time::timeout(PROCESS_SLACK, child.wait_with_output())
         .await
         .expect("run kept its command running after the lease was lost")
         .unwrap();
     (output, forced_at.elapsed())
-}
-
-/// Polls `check` until it holds, for at most [`SLACK`].
-pub async fn eventually<F, Fut>(check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    lock_testkit::eventually(SLACK, check).await
 }
 
 /// Starts `platform-lock args…` (a `run`) with its output piped, and waits until `pod` sees
@@ -146,7 +136,10 @@ pub async fn start_holding(
         .spawn()
         .unwrap();
     assert!(
-        eventually(|| async { pod.status(key).await.unwrap().is_held() }).await,
+        eventually(PROCESS_SLACK, || async {
+            pod.status(key).await.unwrap().is_held()
+        })
+        .await,
         "platform-lock {args:?} never took lock {key}"
     );
     child
@@ -172,7 +165,7 @@ pub async fn spawn_ready(mut command: Command) -> tokio::process::Child {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(SLACK, lines.next_line())
+    let ready = tokio::time::timeout(PROCESS_SLACK, lines.next_line())
         .await
         .expect("the command never said ready")
         .unwrap();

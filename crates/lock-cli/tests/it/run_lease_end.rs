@@ -1,9 +1,10 @@
 //! How `run` reports a lease that ended under its command, the switch that only `run` honours,
-//! and the arguments and warnings found in a new user's trial.
+//! and the arguments and warnings a new user meets.
 
 use crate::common;
 use crate::common::{
-    SLACK, assert_one_line, cli, code, platform_lock, redis_and_other_pod, start_holding, stderr,
+    PROCESS_SLACK, assert_one_line, cli, code, platform_lock, redis_and_other_pod, start_holding,
+    stderr,
 };
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
@@ -25,7 +26,7 @@ async fn a_lease_found_ended_when_the_command_finishes_exits_70() {
         ForceReleased::Released { .. }
     ));
     std::fs::write(&go, b"").unwrap();
-    let output = tokio::time::timeout(SLACK, child.wait_with_output())
+    let output = tokio::time::timeout(PROCESS_SLACK, child.wait_with_output())
         .await
         .expect("run did not end with its command")
         .unwrap();
@@ -42,7 +43,7 @@ async fn a_lease_found_ended_when_the_command_finishes_exits_70() {
 async fn a_fixed_lease_that_runs_out_is_named_as_such() {
     let redis = RedisServer::start().await.unwrap();
     let output = tokio::time::timeout(
-        SLACK,
+        PROCESS_SLACK,
         platform_lock(
             &redis.url(),
             &["run", "--key", "job", "--lease", "1s", "--", "sleep", "60"],
@@ -141,7 +142,7 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
     )
     .await;
     assert!(
-        common::eventually(|| async { pid_file.exists() }).await,
+        common::eventually(PROCESS_SLACK, || async { pid_file.exists() }).await,
         "the command never started"
     );
     let group = std::fs::read_to_string(&pid_file).unwrap();
@@ -156,7 +157,7 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
         ],
     )
     .await;
-    let a = tokio::time::timeout(SLACK, a.wait_with_output())
+    let a = tokio::time::timeout(PROCESS_SLACK, a.wait_with_output())
         .await
         .expect("run kept its command past the fixed lease")
         .unwrap();
@@ -193,10 +194,10 @@ async fn unconfirmed_renewals_end_the_command_before_the_lease_lapses() {
 
     let paused_at = tokio::time::Instant::now();
     redis.pause().unwrap();
-    let dead = common::eventually(|| async { !common::alive(shell) }).await;
+    let dead = common::eventually(PROCESS_SLACK, || async { !common::alive(shell) }).await;
     let took = paused_at.elapsed();
     redis.resume().unwrap();
-    let a = tokio::time::timeout(SLACK, a.wait_with_output())
+    let a = tokio::time::timeout(PROCESS_SLACK, a.wait_with_output())
         .await
         .expect("run did not end after its command")
         .unwrap();

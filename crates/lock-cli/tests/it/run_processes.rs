@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::common::{
-    Reap, SLACK, alive, cli, code, eventually, lose_the_lease, other_pod, platform_lock, read_pid,
-    start_ready, stderr,
+    PROCESS_SLACK, Reap, alive, cli, code, eventually, lose_the_lease, other_pod, platform_lock,
+    read_pid, start_ready, stderr,
 };
 use lock_testkit::RedisServer;
 use nix::unistd::Pid;
@@ -56,7 +56,7 @@ async fn a_lost_lease_stops_the_processes_the_command_started() {
     assert_eq!(code(&output), 70, "{}", stderr(&output));
     let worker = read_pid(&pid_file);
     let _reap = Reap(worker);
-    let stopped = eventually(|| async { !alive(worker) }).await;
+    let stopped = eventually(PROCESS_SLACK, || async { !alive(worker) }).await;
     assert!(
         stopped,
         "the command's worker (pid {worker}) still runs without the lock after the lease was lost"
@@ -124,7 +124,7 @@ async fn a_sigkilled_run_takes_its_command_and_the_processes_it_started_along() 
     let killed_at = Instant::now();
     child.start_kill().unwrap();
     child.wait().await.unwrap();
-    let gone = eventually(|| async { !alive(shell) && !alive(worker) }).await;
+    let gone = eventually(PROCESS_SLACK, || async { !alive(shell) && !alive(worker) }).await;
     let took = killed_at.elapsed();
     eprintln!("{took:?} after run's SIGKILL, its command and worker were gone: {gone}");
     assert!(
@@ -137,7 +137,7 @@ async fn a_sigkilled_run_takes_its_command_and_the_processes_it_started_along() 
     assert!(took < Duration::from_secs(10), "{took:?}");
     // EOF on run's stderr: no process (the guardian included) holds it any more.
     let mut rest = Vec::new();
-    tokio::time::timeout(SLACK, errors.read_to_end(&mut rest))
+    tokio::time::timeout(PROCESS_SLACK, errors.read_to_end(&mut rest))
         .await
         .expect("something still holds run's stderr open")
         .unwrap();
@@ -178,17 +178,17 @@ async fn the_guardian_runs_beside_the_command_and_ends_with_run() {
     std::fs::write(&go, b"").unwrap();
     let mut errors = String::new();
     let mut stderr_pipe = child.stderr.take().unwrap();
-    tokio::time::timeout(SLACK, stderr_pipe.read_to_string(&mut errors))
+    tokio::time::timeout(PROCESS_SLACK, stderr_pipe.read_to_string(&mut errors))
         .await
         .expect("something still holds run's stderr open after its command ended")
         .unwrap();
-    let status = tokio::time::timeout(SLACK, child.wait())
+    let status = tokio::time::timeout(PROCESS_SLACK, child.wait())
         .await
         .expect("run did not end with its command")
         .unwrap();
     assert_eq!(status.code(), Some(0), "{errors}");
     assert!(
-        eventually(|| async { !alive(guardian) }).await,
+        eventually(PROCESS_SLACK, || async { !alive(guardian) }).await,
         "the guardian (pid {guardian}) outlived run"
     );
 }
@@ -218,7 +218,7 @@ async fn a_normal_end_stops_the_commands_background_workers_before_releasing() {
     .stderr(errors)
     .spawn()
     .unwrap();
-    let status = tokio::time::timeout(SLACK, a.wait())
+    let status = tokio::time::timeout(PROCESS_SLACK, a.wait())
         .await
         .expect("run did not end after its command exited")
         .unwrap();

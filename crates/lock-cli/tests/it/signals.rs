@@ -6,8 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::{Reap, SLACK, alive, code, read_pid, redis_and_other_pod, start_ready, stderr};
-use lock_starter::{DistributedLock, Lease, ReleaseOutcome};
+use crate::common::{
+    PROCESS_SLACK, Reap, alive, code, read_pid, redis_and_other_pod, start_ready, stderr,
+};
+use lock_starter::lock::{DistributedLock, Lease, ReleaseOutcome};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -41,7 +43,7 @@ async fn forwards(signal: Signal, trap_signal: &str, exit_code: u8) {
 
     let pid = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
     kill(pid, signal).unwrap();
-    let output = tokio::time::timeout(SLACK, child.wait_with_output())
+    let output = tokio::time::timeout(PROCESS_SLACK, child.wait_with_output())
         .await
         .expect("platform-lock did not end after the signal")
         .unwrap();
@@ -92,7 +94,7 @@ async fn repeated_sigterms_kill_a_command_that_ignores_them_after_the_grace() {
         kill(run, Signal::SIGTERM).unwrap();
         match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
             Ok(status) => break status.unwrap(),
-            Err(_) if first_signal.elapsed() < GRACE + SLACK => {}
+            Err(_) if first_signal.elapsed() < GRACE + PROCESS_SLACK => {}
             Err(_) => {
                 panic!("SIGTERMs for {:?} never escalated", first_signal.elapsed());
             }

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use crate::common::{
-    BINARY, Reap, alive, assert_force_released, environment, eventually, other_pod, read_pid,
-    redis_and_other_pod,
+    BINARY, PROCESS_SLACK, Reap, alive, assert_force_released, environment, eventually, other_pod,
+    read_pid, redis_and_other_pod,
 };
+use lock_starter::lock::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_starter::redis::LockState;
-use lock_starter::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use rexpect::process::WaitStatus;
 use rexpect::session::{Options, PtySession};
@@ -238,7 +238,7 @@ async fn on_a_terminal_a_sigkilled_run_takes_its_command_along() {
     let _reap = Reap(shell);
     nix::sys::signal::kill(run, nix::sys::signal::Signal::SIGKILL).unwrap();
     assert!(
-        eventually(|| async { !alive(shell) }).await,
+        eventually(PROCESS_SLACK, || async { !alive(shell) }).await,
         "the command (pid {shell}) runs on without the lock after run was SIGKILLed"
     );
     drop(session);

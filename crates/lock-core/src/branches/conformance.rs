@@ -1,6 +1,6 @@
 //! The conformance suite of the master/sub locks: the behaviour every
 //! [`Branches`](crate::branches::Branches) backend (with the
-//! [`DistributedLock`](crate::DistributedLock) it is deployed with) must show, one check per
+//! [`DistributedLock`](crate::lock::DistributedLock) it is deployed with) must show, one check per
 //! contract clause (feature `conformance`).
 //!
 //! Implement [`BranchesFactory`] for your backend and expand
@@ -12,7 +12,7 @@
 //! use std::time::Duration;
 //! use lock_core::branches::conformance::BranchesFactory;
 //! use lock_core::branches::{InMemoryBranches, MasterLocks};
-//! use lock_core::InMemoryLock;
+//! use lock_core::lock::InMemoryLock;
 //!
 //! struct Memory(InMemoryLock, InMemoryBranches);
 //!
@@ -45,7 +45,8 @@ use crate::branches::{
     BranchError, BranchRelease, BranchToken, BranchesOutcome, Master, MasterLocks, MasterOptions,
     Registration, SubKey,
 };
-use crate::{AcquireFailure, Lease, LockError, LostReason};
+use crate::lock::{Lease, LostReason};
+use crate::{AcquireFailure, LockError};
 
 /// Slack added to every upper bound, for a loaded 2-core CI machine.
 const SLACK: Duration = Duration::from_secs(5);
@@ -61,7 +62,7 @@ const LONG: Duration = Duration::from_secs(30);
 /// use std::time::Duration;
 /// use lock_core::branches::conformance::{self, BranchesFactory};
 /// use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// use lock_core::InMemoryLock;
+/// use lock_core::lock::InMemoryLock;
 ///
 /// struct Memory(InMemoryLock, InMemoryBranches);
 ///
@@ -91,7 +92,7 @@ pub trait BranchesFactory: Send + Sync + 'static {
     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>>;
 
     /// Ends the lease now held on lock `key` from outside its holder, as
-    /// [`LockFactory::expire`](crate::conformance::LockFactory::expire) does, and returns
+    /// [`LockFactory::expire`](crate::lock::conformance::LockFactory::expire) does, and returns
     /// `true`. Default: `false`, this factory cannot; [`lost_lease_ends_the_wait`] is then
     /// skipped.
     async fn expire_lock(&self, key: &str) -> bool {
@@ -640,7 +641,7 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn BranchesFactory) {
 /// # use std::{sync::Arc, time::Duration};
 /// # use lock_core::branches::conformance::BranchesFactory;
 /// # use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// # use lock_core::InMemoryLock;
+/// # use lock_core::lock::InMemoryLock;
 /// # struct Memory(InMemoryLock, InMemoryBranches);
 /// # #[async_trait::async_trait]
 /// # impl BranchesFactory for Memory {
@@ -684,7 +685,7 @@ pub async fn run_all(factory: Arc<dyn BranchesFactory>) -> Vec<&'static str> {
 /// # use std::{sync::Arc, time::Duration};
 /// # use lock_core::branches::conformance::BranchesFactory;
 /// # use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// # use lock_core::InMemoryLock;
+/// # use lock_core::lock::InMemoryLock;
 /// # struct Memory(InMemoryLock, InMemoryBranches);
 /// # #[async_trait::async_trait]
 /// # impl BranchesFactory for Memory {

@@ -1,5 +1,4 @@
-//! A [`Branches`] backend that is switched off: masters run untracked, registrations fail open,
-//! releases are no-ops.
+//! [`DisabledBranches`], the backend of a service whose master/sub locks are switched off.
 
 use std::time::Duration;
 
@@ -11,26 +10,24 @@ use crate::branches::port::Branches;
 use crate::branches::sub_key::SubKey;
 use crate::watch::ChangeWatch;
 
-/// The master/sub locks without a backend (`telco.platform.lock.enabled = false`, or a service
-/// without Redis), following the seed's fail-open rule for `withSublock`:
-/// - [`open`](Branches::open) fails with [`BranchError::Disabled`], so a master runs its block
-///   *untracked* (given its lock was granted): every
-///   [`register_branch`](crate::branches::Master::register_branch) returns an unregistered
-///   token and logs an `INFO` with `detail`, the branches run, and the master waits for none
-///   of them;
-/// - [`release_branch`](Branches::release_branch) answers [`BranchRelease::Unknown`] (nobody
-///   waits), so consumers need no special case;
-/// - every other call fails with [`BranchError::Disabled`].
+/// A [`Branches`] backend that is switched off: masters run untracked and wait for nothing.
+///
+/// - [`open`](Branches::open) fails with [`BranchError::Disabled`], so a granted master runs its
+///   block untracked: every [`register_branch`](crate::branches::Master::register_branch)
+///   returns an unregistered token and logs an `INFO` with the `detail`.
+/// - [`release_branch`](Branches::release_branch) answers [`BranchRelease::Unknown`], so
+///   consumers need no special case.
+/// - Every other call fails with [`BranchError::Disabled`].
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{BranchRelease, Branches, DisabledBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::branches::BranchError> {
-/// let branches = Arc::new(DisabledBranches::new("no Redis in this service"));
+/// let branches = Arc::new(DisabledBranches::new("switched off in this service"));
 /// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), branches.clone());
 /// let outcome = masters
 ///     .with_master_lock("ticket:4711", Lease::Watchdog, |master| async move {
@@ -49,8 +46,7 @@ pub struct DisabledBranches {
 }
 
 impl DisabledBranches {
-    /// A disabled backend; `detail` says where it was switched off (it appears in the errors
-    /// and in the line each untracked registration logs).
+    /// A disabled backend; `detail` says where it was switched off, for the errors and logs.
     pub fn new(detail: impl Into<String>) -> Self {
         DisabledBranches {
             detail: detail.into(),

@@ -1,4 +1,4 @@
-//! [`Master`]: what a master block holds — the producer side, registering branches.
+//! [`Master`], the producer side of a master invocation.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -13,19 +13,18 @@ use crate::branches::sub_key::SubKey;
 use crate::branches::telemetry;
 use crate::branches::token::{BranchToken, validate_branch_id};
 
-/// The master invocation a block runs in: register each asynchronous branch with
-/// [`register_branch`](Master::register_branch) before starting it, and send the token along.
-/// Cheap to clone; clones are the same invocation.
+/// The master invocation a block runs in, which registers the block's branches.
 ///
-/// Registration is sealed when the block returns: a clone kept beyond it (in a spawned task)
-/// gets [`BranchError::Sealed`].
+/// Register each asynchronous branch with [`register_branch`](Master::register_branch) before
+/// starting it, and send the token along. Clones are the same invocation. Registration is
+/// sealed when the block returns, and a clone kept past it gets [`BranchError::Sealed`].
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{BranchError, InMemoryBranches, Master, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 ///
 /// /// The producer: one branch per indexing consumer, each token in its message.
 /// async fn publish(master: Master, outbox: &mut Vec<String>) -> Result<(), BranchError> {
@@ -101,48 +100,44 @@ impl Master {
         }
     }
 
-    /// This invocation: the master key and the invocation id.
+    /// This invocation's master key and id.
     pub fn sub_key(&self) -> &SubKey {
         &self.state.sub_key
     }
 
-    /// The invocation id: the fencing token of the master's lock grant (strictly increasing per
-    /// key), usable to fence writes the block makes.
+    /// The invocation id: the fencing token of the master's lock grant, usable to fence the
+    /// block's writes.
     pub fn invocation(&self) -> u64 {
         self.state.sub_key.invocation()
     }
 
-    /// Whether branches are tracked: `false` when the backend is disabled, and every
-    /// registration fails open.
+    /// Whether branches are tracked; `false` when the backend is disabled.
     pub fn is_tracked(&self) -> bool {
         self.state.disabled.is_none()
     }
 
-    /// Whether the block has returned: registration is sealed.
+    /// Whether the block has returned and registration is sealed.
     pub fn is_sealed(&self) -> bool {
         self.state.sealed.load(Ordering::SeqCst)
     }
 
-    /// Registers the branch `branch_id` (the seed's `withSublock`) and returns the token its
-    /// consumer releases it with. Call it before starting the branch (sending its message), so
-    /// that the release can never come first and go uncounted. Registering the same id again
-    /// returns an equal token and counts once.
+    /// Registers the branch `branch_id` and returns the token its consumer releases it with.
     ///
-    /// **Fail open**: when the backend is disabled or does not confirm the registration (down,
-    /// slow, refusing), or the invocation's record is gone, this still returns a token —
-    /// [marked unregistered](BranchToken::is_registered) — and logs one line; start the
-    /// branch all the same. The line is a `WARN` with the backend's error when something is
-    /// wrong, an `INFO` naming where the backend was switched off when it is disabled. The
-    /// master does not wait for an unregistered branch (it is listed in
-    /// [`MasterOutcome::unregistered`](crate::branches::MasterOutcome::unregistered)); if the
-    /// registration did reach the backend after all, the master waits for it like for any
-    /// other, which is why consumers release unregistered tokens too.
+    /// Call it before starting the branch, so that its release cannot come first. Registering
+    /// an id again returns an equal token and counts once.
+    ///
+    /// It fails open: when the backend is disabled or does not confirm, or the invocation's
+    /// record is gone, it returns a token [marked unregistered](BranchToken::is_registered) and
+    /// logs an `INFO` (disabled) or a `WARN` (anything else). Start the branch all the same. The
+    /// master lists it in
+    /// [`MasterOutcome::unregistered`](crate::branches::MasterOutcome::unregistered) and waits
+    /// for it only if the registration arrived after all.
     ///
     /// # Errors
     /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`): the id is not accepted
-    ///   ([`validate_branch_id`]); nothing was sent.
-    /// - [`BranchError::Sealed`] (`BRANCHES_SEALED`): the block has returned; do not start the
-    ///   branch, or start it knowing nobody waits for it.
+    ///   by [`validate_branch_id`], and nothing was sent.
+    /// - [`BranchError::Sealed`] (`BRANCHES_SEALED`): the block has returned, and nobody waits
+    ///   for a branch started now.
     pub async fn register_branch(&self, branch_id: &str) -> Result<BranchToken, BranchError> {
         validate_branch_id(branch_id)?;
         let state = &self.state;

@@ -1,4 +1,4 @@
-//! An in-process [`Branches`] for unit tests and single-process development.
+//! An in-process [`Branches`], for tests and single-process tools.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -19,24 +19,10 @@ use crate::watch::ChangeWatch;
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 
-/// A [`Branches`] backend whose records live in this process. Clones share the same records, so
-/// each clone stands in for another process's client. TTLs run on the Tokio clock (so paused
-/// time in tests moves them).
+/// A [`Branches`] backend whose records live in this process, on Tokio's clock.
 ///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::branches::BranchError> {
-/// let branches = InMemoryBranches::new();
-/// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), Arc::new(branches.clone()));
-/// masters.with_master_lock("ticket:4711", Lease::Watchdog, |_| async {}).await?;
-/// assert_eq!(branches.record_count(), 0); // deleted when the master finished
-/// # Ok(()) }
-/// ```
+/// It passes the conformance suite. Clones share the records, each standing in for another
+/// process's client.
 #[derive(Clone)]
 pub struct InMemoryBranches {
     shared: Arc<Shared>,
@@ -99,8 +85,7 @@ impl InMemoryBranches {
         }
     }
 
-    /// How many invocation records exist now (expired ones not counted): 0 once every master
-    /// has finished.
+    /// The number of live invocation records: 0 once every master has finished.
     pub fn record_count(&self) -> usize {
         self.table().len()
     }
@@ -113,8 +98,7 @@ impl InMemoryBranches {
             .map(|r| r.expires_at.saturating_duration_since(now))
     }
 
-    /// Every record that exists now, with its remaining TTL, sorted by sub-key: for tests that
-    /// check what a master left behind.
+    /// Every live record with its remaining TTL, sorted by sub-key.
     pub fn records(&self) -> Vec<(SubKey, Duration)> {
         let now = Instant::now();
         let mut records: Vec<_> = self

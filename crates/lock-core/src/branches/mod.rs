@@ -1,41 +1,27 @@
-//! # Master/sub locks: waiting for the asynchronous branches of an operation
+//! Master/sub locks: a master invocation waits for the asynchronous branches it started.
 //!
 //! Some operations fan out: a request updates a ticket, the change flows through Kafka, and
-//! consumers write it to a search index and an audit store. When the caller must not return —
-//! or the next operation on the same ticket must not start — until every branch is done, run it
-//! as a **master invocation**:
+//! consumers write it to a search index and an audit store. When the next operation on the same
+//! ticket must not start until every branch is done, run the request as a master invocation:
 //!
-//! 1. [`MasterLocks::with_master_lock`] acquires the distributed lock on the master key and
-//!    opens a per-invocation [`SubKey`] (its invocation id is the lock grant's fencing token);
-//! 2. inside the block, the producer registers each branch with
-//!    [`Master::register_branch`] *before* starting it, and sends the [`BranchToken`] along (as
-//!    text, e.g. in the [`BRANCH_TOKEN_HEADER`] of the message);
-//! 3. each consumer, in any process, calls [`Branches::release_branch`] with the token once its
-//!    work is done (e.g. the index write is confirmed);
-//! 4. when the block returns, the master waits — woken by each release, no polling — until
-//!    every registered branch is released, bounded by its branch wait (and, shortly before
-//!    it, a fixed lease's end), then deletes its records and releases the lock.
-//!    [`MasterOutcome`] carries the block's value and how the wait ended
-//!    ([`BranchesOutcome`]: all released, timed out naming the missing branches, or lease
-//!    lost).
+//! 1. [`MasterLocks::with_master_lock`] acquires the lock on the master key and opens a
+//!    [`SubKey`] for this invocation, whose id is the grant's fencing token.
+//! 2. Inside the block, the producer registers each branch with [`Master::register_branch`]
+//!    before starting it, and sends the [`BranchToken`] along, e.g. in a
+//!    [`BRANCH_TOKEN_HEADER`].
+//! 3. Each consumer, in any process, calls [`Branches::release_branch`] with the token once its
+//!    work is done.
+//! 4. When the block returns, the master waits, woken by each release, until every registered
+//!    branch is released or its branch wait passes. Then it deletes its records, releases the
+//!    lock, and returns a [`MasterOutcome`].
 //!
-//! What you get: branches counted by id (a redelivered release counts once, an unknown one is
-//! a no-op, nothing goes negative); registration sealed when the block returns; a bounded wait
-//! that names what is missing; records with a TTL of at least the lease, so a crash of any
-//! party leaves nothing behind for long.
+//! Branches are counted by id, so a redelivered release counts once. Records live at least as
+//! long as the lease, so a crash of any party leaves nothing behind for long.
 //!
-//! What you do not get: a guarantee. This is best effort, like the lock: a consumer that dies
-//! leaves its branch missing until the wait bound; a lease that ends lets the next master start;
-//! and the producer **fails open** — when the backend is disabled or a registration is not
-//! confirmed, the branch runs unregistered and the master does not wait for it (see
-//! [`Master::register_branch`]). Use it for read-your-writes convenience, not for correctness.
-//!
-//! Laid out as the lock is: the port [`Branches`] (`port`), its tokens and outcomes, the error
-//! [`BranchError`], the generic orchestration [`MasterLocks`] (`run`, over any
-//! [`DistributedLock`](crate::DistributedLock) and any [`Branches`]), the in-memory
-//! ([`InMemoryBranches`]) and disabled ([`DisabledBranches`]) backends, [`telemetry`], and the
-//! conformance suite (`conformance`, feature `conformance`). The Redis backend is
-//! `lock_redis::RedisBranches`.
+//! This is best effort, like the lock: a consumer that dies leaves its branch missing until the
+//! wait bound, and the producer fails open, running a branch unregistered when the backend is
+//! disabled or does not confirm ([`Master::register_branch`]). Use it for read-your-writes
+//! convenience, not for correctness. docs/branches.md has the details.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

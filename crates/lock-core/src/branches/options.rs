@@ -28,7 +28,7 @@ pub const MAX_BRANCH_WAIT: Duration = MAX_WAIT;
 /// ```
 /// use std::time::Duration;
 /// use lock_core::branches::{BranchError, MasterOptions};
-/// use lock_core::Lease;
+/// use lock_core::lock::Lease;
 ///
 /// // Wait up to 2 s for the lock, then up to 10 s for the branches.
 /// let options = MasterOptions::new(Lease::Watchdog)
@@ -71,7 +71,7 @@ impl MasterOptions {
     /// ```
     /// use std::time::Duration;
     /// use lock_core::branches::MasterOptions;
-    /// use lock_core::Lease;
+    /// use lock_core::lock::Lease;
     ///
     /// let error = MasterOptions::new(Lease::Watchdog)
     ///     .branch_wait(Duration::from_secs(7200))

@@ -1,4 +1,4 @@
-//! The port: [`Branches`], the branch bookkeeping of master invocations.
+//! The branches port, [`Branches`].
 
 use std::fmt;
 use std::time::Duration;
@@ -11,49 +11,37 @@ use crate::branches::sub_key::SubKey;
 use crate::branches::token::BranchToken;
 use crate::watch::ChangeWatch;
 
-/// The branch bookkeeping of master invocations, shared by every process of the backend: which
-/// branches each invocation registered, which were released, and a wake-up when one is.
+/// The branch records of master invocations, shared by every process of the backend.
 ///
-/// Services do not call most of this themselves: producers go through
-/// [`MasterLocks::with_master_lock`](crate::branches::MasterLocks::with_master_lock) and
-/// [`Master::register_branch`](crate::branches::Master::register_branch), consumers call
-/// [`release_branch`](Branches::release_branch). The other methods are the steps the master
-/// orchestration takes, for backends to implement.
+/// Consumers call [`release_branch`](Branches::release_branch); the other methods are the steps
+/// [`MasterLocks`](crate::branches::MasterLocks) takes, for backends to implement. The trait is
+/// object safe: services hold an `Arc<dyn Branches>`.
 ///
 /// # Contract
-/// Every implementation passes the conformance suite (`lock_core::branches::conformance`,
-/// feature `conformance`). In short:
-/// - **One record per invocation**, created by [`open`](Branches::open), shared by all clients
-///   of the backend, with a TTL of at least the `ttl` given (never shortened by a later call),
-///   refreshed by `register`, `refresh` and `seal`; deleted by [`close`](Branches::close). A
-///   record whose process crashed disappears within its TTL. No other method creates one.
-/// - **Counted by id.** A branch id registers once however often it is registered, and is
-///   released once however often it is released; a release never counts against another id,
-///   and nothing counts below zero.
+/// Every implementation passes the conformance suite (feature `conformance`). In short:
+/// - **One record per invocation**, created by [`open`](Branches::open) only and deleted by
+///   [`close`](Branches::close). Its TTL is at least the `ttl` of the latest call, never
+///   shortened, so a crashed master's record disappears within it.
+/// - **Counted by id.** A branch id is registered once and released once however often either
+///   is sent. Nothing counts against another id or below zero.
 /// - **Sealed.** After [`seal`](Branches::seal), a registration of a new id answers
-///   [`Registration::Sealed`] and changes nothing; one that arrived before the seal is in the
-///   pending set the seal returns.
-/// - **Releases before registrations.** A release of an id the record does not know
-///   ([`BranchRelease::NotRegistered`]) is remembered, so a registration arriving after it
-///   answers [`Registration::AlreadyReleased`] and is not waited for.
-/// - **Unknown invocations** (no record: never opened, closed, expired) are no-ops:
-///   `register` → [`Registration::Unknown`], `release` → [`BranchRelease::Unknown`], `seal` and
-///   `pending` → `None`; nothing is written.
-/// - **Wake-ups.** A [`watch`](Branches::watch) taken before a `pending` read is woken
-///   ([`ChangeWatch::changed`]) after every release that happens after the watch was taken —
-///   possibly spuriously, possibly once for several releases, but never missing the last one.
-///   Callers re-read on every wake; nobody polls.
-/// - **Idempotent under retries.** Each operation applied twice (a client re-sending after a
-///   reconnect) has the effect of applying it once.
-/// - **Bounded.** Every call returns within the backend's command timeout; a failure is
-///   [`BranchError::Unavailable`] naming the operation (or [`BranchError::Disabled`]).
-/// - **Time from the backend.** TTLs run on the backend's clock, never a client's.
-///
-/// The trait is object safe; services hold it as `Arc<dyn Branches>`.
+///   [`Registration::Sealed`] and changes nothing.
+/// - **Releases before registrations** are remembered: the late registration answers
+///   [`Registration::AlreadyReleased`] and is not waited for.
+/// - **Unknown invocations** are no-ops that write nothing: `register` answers
+///   [`Registration::Unknown`], `release` [`BranchRelease::Unknown`], `seal` and `pending`
+///   `None`.
+/// - **Wake-ups.** A [`watch`](Branches::watch) wakes after every release that follows it,
+///   possibly spuriously or once for several, never missing the last. Callers re-read on each
+///   wake.
+/// - **Idempotent.** An operation re-sent after a reconnect has the effect of one.
+/// - **Bounded.** Every call returns within the backend's command timeout, failing with
+///   [`BranchError::Unavailable`] naming the operation.
+/// - **Backend time.** TTLs run on the backend's clock, never a client's.
 ///
 /// # Examples
 ///
-/// A consumer: releases the branch its message carries once the work is done.
+/// A consumer releases the branch its message carries once the work is done:
 ///
 /// ```
 /// use lock_core::branches::{BranchError, BranchRelease, BranchToken, Branches, InMemoryBranches};
@@ -76,23 +64,20 @@ use crate::watch::ChangeWatch;
 /// ```
 #[async_trait]
 pub trait Branches: Send + Sync + fmt::Debug {
-    /// The space these records live in (same backend, same key prefix), e.g.
-    /// `redis://cache:6379/0 lock:`. Never contains credentials.
+    /// The space these records live in, never containing credentials.
     fn namespace(&self) -> &str;
 
-    /// Creates the record of `sub_key` (open for registration, no branches) with a TTL of
-    /// `ttl`. Idempotent: an existing record is kept (its TTL only lengthened).
+    /// Creates the record of `sub_key` with a TTL of `ttl`, keeping an existing one.
     ///
     /// # Errors
-    /// [`BranchError::Unavailable`] (the master then fails closed: its block does not run), or
-    /// [`BranchError::Disabled`] (the master runs untracked: every registration fails open).
+    /// [`BranchError::Unavailable`], and the master's block does not run.
+    /// [`BranchError::Disabled`], and the master runs untracked.
     async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError>;
 
-    /// Registers `branch` (a valid branch id) under `sub_key` and lengthens the record's TTL to
-    /// at least `ttl`.
+    /// Registers the branch id `branch` under `sub_key` and lengthens the record's TTL to `ttl`.
     ///
     /// # Errors
-    /// [`BranchError::Unavailable`]: not confirmed (it may still have arrived).
+    /// [`BranchError::Unavailable`]: not confirmed, though it may have arrived.
     async fn register(
         &self,
         sub_key: &SubKey,
@@ -100,15 +85,14 @@ pub trait Branches: Send + Sync + fmt::Debug {
         ttl: Duration,
     ) -> Result<Registration, BranchError>;
 
-    /// Lengthens the TTL of `sub_key`'s record to at least `ttl`, if it exists (a long master
-    /// block keeps its record alive with it).
+    /// Lengthens the TTL of `sub_key`'s record to `ttl`, if the record exists.
     ///
     /// # Errors
     /// [`BranchError::Unavailable`].
     async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError>;
 
-    /// Seals `sub_key` (no new registrations), lengthens its TTL to at least `ttl`, and returns
-    /// the branch ids not yet released, sorted; `None` when the record does not exist.
+    /// Seals `sub_key` against new registrations, lengthens its TTL to `ttl`, and returns the
+    /// branch ids not yet released, sorted; `None` when the record does not exist.
     ///
     /// # Errors
     /// [`BranchError::Unavailable`].
@@ -125,58 +109,34 @@ pub trait Branches: Send + Sync + fmt::Debug {
     /// [`BranchError::Unavailable`].
     async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError>;
 
-    /// Starts watching `sub_key` for releases. Take it before the read it guards.
+    /// Starts watching `sub_key` for releases; take it before the read it guards.
     ///
     /// # Errors
-    /// [`BranchError::Unavailable`]: no notifications; the master then waits for its bound.
+    /// [`BranchError::Unavailable`]: the master then waits for its bound.
     async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn ChangeWatch>, BranchError>;
 
-    /// The implementation hook of [`release_branch`](Branches::release_branch): releases
-    /// `branch` of `sub_key` and wakes its watch, if the branch was pending.
+    /// The hook of [`release_branch`](Branches::release_branch): releases `branch` of `sub_key`
+    /// and wakes its watches.
     ///
     /// # Errors
-    /// [`BranchError::Unavailable`]: not confirmed (retry; releases are idempotent).
+    /// [`BranchError::Unavailable`]: not confirmed. Releases are idempotent, so retry.
     async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError>;
 
-    /// Deletes `sub_key`'s record. Idempotent.
+    /// Deletes `sub_key`'s record, if it exists.
     ///
     /// # Errors
     /// [`BranchError::Unavailable`]: the record then ends at its TTL.
     async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError>;
 
-    /// The consumer side: marks the branch of `token` done, from any process. Release every
-    /// token you receive, registered or not (an unconfirmed registration may have arrived).
-    /// Idempotent: a redelivered release answers [`BranchRelease::AlreadyReleased`] and counts
-    /// once. Runs in a `branches.release` span and records
-    /// [`RELEASES_TOTAL`](crate::branches::telemetry::RELEASES_TOTAL).
+    /// Marks the branch of `token` done, from any process.
+    ///
+    /// Release every token you receive, registered or not, since an unconfirmed registration
+    /// may have arrived. A redelivered release answers [`BranchRelease::AlreadyReleased`]. Runs
+    /// in a `branches.release` span and records the [telemetry](crate::branches::telemetry).
     ///
     /// # Errors
-    /// [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`): not confirmed — retry, or let the
+    /// [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`): not confirmed. Retry, or let the
     /// master time out naming this branch.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use lock_core::branches::{BranchRelease, Branches, InMemoryBranches, MasterLocks};
-    /// use lock_core::{InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::branches::BranchError> {
-    /// let branches = Arc::new(InMemoryBranches::new());
-    /// let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), branches.clone());
-    /// let outcome = masters
-    ///     .with_master_lock("ticket:4711", Lease::Watchdog, |master| async move {
-    ///         let token = master.register_branch("search").await?;
-    ///         // … send the message carrying `token.to_string()`; its consumer, later:
-    ///         assert_eq!(branches.release_branch(&token).await?, BranchRelease::Released);
-    ///         assert_eq!(branches.release_branch(&token).await?, BranchRelease::AlreadyReleased);
-    ///         Ok::<_, lock_core::branches::BranchError>(())
-    ///     })
-    ///     .await?;
-    /// outcome.value?;
-    /// assert!(outcome.branches.is_all_released());
-    /// # Ok(()) }
-    /// ```
     async fn release_branch(&self, token: &BranchToken) -> Result<BranchRelease, BranchError> {
         crate::branches::telemetry::release(token, self.release(token.sub_key(), token.branch()))
             .await

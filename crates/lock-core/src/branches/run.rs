@@ -1,6 +1,4 @@
-//! [`MasterLocks`]: the generic master orchestration over a [`DistributedLock`] and a
-//! [`Branches`] backend — acquire, open, run the block, seal, wait (event-driven, bounded),
-//! clean up, release.
+//! [`MasterLocks`], the master orchestration over any [`DistributedLock`] and [`Branches`].
 
 use std::fmt;
 use std::future::Future;
@@ -28,20 +26,19 @@ use crate::watch::ChangeWatch;
 /// the wait's end (one command timeout) to find it.
 const RECORD_SLACK: Duration = Duration::from_secs(2);
 
-/// Master/sub locks: a [`DistributedLock`] for the master key and a [`Branches`] backend for
-/// the branches, on the same deployment. Cheap to clone.
+/// Master/sub locks: a [`DistributedLock`] for the master keys and a [`Branches`] backend for
+/// the branches.
 ///
-/// A master invocation ([`with_master_lock`](MasterLocks::with_master_lock)) holds the lock on
-/// its key for its block *and* for the wait for the branches the block started — so the next
-/// invocation under the same key (the next request for the same entity) starts only once the
-/// previous one's branches are done, or the wait bound has passed.
+/// A master invocation holds the lock on its key for its block and for the wait for the
+/// branches the block started. So the next invocation under the key starts only once the
+/// previous one's branches are done, or its wait bound has passed.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
 /// use lock_core::branches::{BranchError, Branches, InMemoryBranches, MasterLocks};
-/// use lock_core::{InMemoryLock, Lease};
+/// use lock_core::lock::{InMemoryLock, Lease};
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() -> Result<(), BranchError> {
 /// let branches = Arc::new(InMemoryBranches::new());
@@ -97,13 +94,11 @@ impl MasterLocks {
         }
     }
 
-    /// Sets the branch wait of a [`Lease::Watchdog`] master whose options give none
-    /// (default [`DEFAULT_BRANCH_WAIT`], 30 s; `telco.platform.lock.branches.wait-time` in
-    /// lock-starter).
+    /// Sets the branch wait of a [`Lease::Watchdog`] master whose options give none, by default
+    /// [`DEFAULT_BRANCH_WAIT`].
     ///
     /// # Errors
-    /// [`BranchError::InvalidArgument`] naming `branch_wait` above 1 h, as
-    /// [`MasterOptions::branch_wait`].
+    /// As [`MasterOptions::branch_wait`], for a wait over 1 h.
     pub fn with_branch_wait(mut self, wait: Duration) -> Result<Self, BranchError> {
         MasterOptions::new(Lease::Watchdog).branch_wait(wait)?;
         self.branch_wait = wait;
@@ -120,12 +115,12 @@ impl MasterLocks {
         &self.lock
     }
 
-    /// The branch backend (consumers call [`Branches::release_branch`] on it).
+    /// The branch backend.
     pub fn branches(&self) -> &Arc<dyn Branches> {
         &self.branches
     }
 
-    /// The consumer side, [`Branches::release_branch`] on this backend.
+    /// [`Branches::release_branch`] on this backend.
     ///
     /// # Errors
     /// As [`Branches::release_branch`].
@@ -133,44 +128,31 @@ impl MasterLocks {
         self.branches.release_branch(token).await
     }
 
-    /// Runs `block` as a master invocation of `key`:
+    /// Runs `block` as a master invocation of `key`, and waits for the branches it started.
     ///
-    /// 1. acquires the lock on `key` (`options`: a [`Lease`] or [`MasterOptions`]); the
-    ///    invocation id is the grant's fencing token;
-    /// 2. opens the invocation's record, with a TTL of at least the lease (and of the branch
-    ///    wait plus 2 s), kept alive while the block runs;
-    /// 3. runs `block` with the [`Master`], which registers branches;
-    /// 4. when the block returns, seals registration and waits — woken by each release, never
-    ///    polling — until every registered branch is released, or the branch wait passes (for
-    ///    a fixed lease, at the latest a tenth of the lease, at most 1 s, before its end), or
-    ///    the lease is lost;
-    /// 5. deletes the record and releases the lock; returns the block's value with how the wait
-    ///    ended ([`MasterOutcome`]).
+    /// 1. Acquires the lock on `key` with `options`, a [`Lease`] or [`MasterOptions`].
+    /// 2. Opens the invocation's record, with a TTL of at least the lease and of the branch
+    ///    wait plus 2 s, kept alive while the block runs.
+    /// 3. Runs `block` with the [`Master`], which registers branches.
+    /// 4. Seals registration and waits, woken by each release, until every registered branch
+    ///    is released, the branch wait passes, or the lease is lost. A fixed lease's wait ends
+    ///    at the latest a tenth of the lease, at most 1 s, before the lease does.
+    /// 5. Deletes the record, releases the lock, and returns a [`MasterOutcome`].
     ///
-    /// The lock is held for the block and the wait. A lease that ends only after the block
-    /// returned (during the wait or the clean-up) is reported by the outcome and logged at
-    /// `DEBUG`, never as a block that overran its lease. Inside the block the lock is
-    /// re-entrant as in [`with_lock`](crate::DistributedLockExt::with_lock) (the same task
-    /// acquiring `key` again enters at once). If the returned future is dropped, the lock is
-    /// released and the record deleted in the background (or it ends at its TTL).
-    ///
-    /// **Fail closed** for the master: when the lock is not granted or the record cannot be
-    /// opened, the block does not run. **Fail open** for the branches: a disabled backend runs
-    /// the block untracked, and a registration that fails returns an unregistered token (see
-    /// [`Master::register_branch`]).
+    /// The master fails closed: the block runs only once the lock is granted and the record
+    /// opened. The branches fail open, as [`Master::register_branch`] says. Inside the block
+    /// the lock is re-entrant, as in [`with_lock`](crate::lock::DistributedLockExt::with_lock). If the
+    /// returned future is dropped, the lock and the record are released in the background.
     ///
     /// # Errors
-    /// - [`BranchError::MasterLock`] (`BRANCHES_MASTER_LOCK_FAILED`, HTTP 503; or
-    ///   `BRANCHES_INVALID_ARGUMENT` for a key or lease the lock rejects): the lock was not
-    ///   granted; the block did not run.
-    /// - [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`, 503): the record could not be
-    ///   opened; the lock was released and the block did not run.
-    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, 500): `key` already
-    ///   held by this task's enclosing `with_lock` or master section (the invocation would
-    ///   share its fencing token); nothing ran. ([`MasterOptions`]' setters check their
-    ///   durations when called.)
-    ///
-    /// Once the block has run there is no error: the outcome says what happened.
+    /// None once the block has run: the outcome says what happened. Before it:
+    /// - [`BranchError::MasterLock`]: the lock was not granted, with `BRANCHES_MASTER_LOCK_FAILED`
+    ///   (HTTP 503), `BRANCHES_DISABLED` for a disabled lock, or `BRANCHES_INVALID_ARGUMENT` for
+    ///   a key or lease the lock rejects.
+    /// - [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`, HTTP 503): the record could not
+    ///   be opened, and the lock was released.
+    /// - [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`, HTTP 500): this task
+    ///   already holds `key` in an enclosing `with_lock` or master section.
     pub fn with_master_lock<F, Fut, T>(
         &self,
         key: &str,

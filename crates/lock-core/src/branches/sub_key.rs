@@ -2,9 +2,8 @@
 
 use std::fmt;
 
-/// One invocation of a master lock: the master key and the invocation id — the fencing token of
-/// the lock grant the invocation runs under, so it is unique and increasing per key across all
-/// clients. The branches of an invocation are registered, released and waited for under it.
+/// One invocation of a master lock: the master key, and the fencing token of the grant it runs
+/// under as the invocation id.
 ///
 /// # Examples
 ///
@@ -23,9 +22,7 @@ pub struct SubKey {
 }
 
 impl SubKey {
-    /// The sub-key of invocation `invocation` (a fencing token) of the master lock `master_key`.
-    /// Not validated: the master key was validated when its lock was acquired, and a parsed
-    /// [`BranchToken`](crate::branches::BranchToken) validates its own.
+    /// The sub-key of invocation `invocation` of the master lock `master_key`, not validated.
     pub fn new(master_key: impl Into<String>, invocation: u64) -> Self {
         SubKey {
             master_key: master_key.into(),
@@ -33,7 +30,7 @@ impl SubKey {
         }
     }
 
-    /// The master lock's key, as the caller of `with_master_lock` gave it.
+    /// The master lock's key.
     pub fn master_key(&self) -> &str {
         &self.master_key
     }

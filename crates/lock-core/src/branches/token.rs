@@ -1,5 +1,4 @@
-//! [`BranchToken`]: what a producer hands to a branch (in a message header) so that its consumer
-//! can release it, with its text form; and the branch id rules.
+//! [`BranchToken`], which a branch's consumer releases it with, and the branch id rules.
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,7 +17,6 @@ pub const BRANCH_TOKEN_HEADER: &str = "platform-branch-token";
 const VERSION: &str = "br1";
 
 /// Checks a branch id: 1 to [`MAX_BRANCH_ID_BYTES`] bytes of UTF-8 without control characters.
-/// Spaces, punctuation and unicode are fine.
 ///
 /// # Errors
 /// [`BranchError::InvalidArgument`] (`BRANCHES_INVALID_ARGUMENT`) naming the id and the rule.
@@ -54,14 +52,14 @@ pub fn validate_branch_id(branch: &str) -> Result<(), BranchError> {
     })
 }
 
-/// One branch of one master invocation, as the producer registered it: the consumer passes it to
-/// [`Branches::release_branch`](crate::branches::Branches::release_branch) when its work is
-/// done. Travels as text ([`Display`](fmt::Display) / [`FromStr`]), e.g. in the
-/// [`BRANCH_TOKEN_HEADER`] of a message: `br1|<invocation>|<r or u>|<master key>|<branch id>`,
-/// where `u` marks a branch the producer could not register (fail open: the master does not
-/// wait for it). Printable ASCII, at most 2332 bytes, the names percent-encoded.
+/// One branch of one master invocation, which its consumer passes to
+/// [`Branches::release_branch`](crate::branches::Branches::release_branch) when done.
 ///
-/// The grammar, each part and its limits: `docs/branches.md`, section "Branch tokens".
+/// It travels as text ([`Display`](fmt::Display), [`FromStr`]), for example in a
+/// [`BRANCH_TOKEN_HEADER`]: `br1|<invocation>|<r or u>|<master key>|<branch id>`, where `u`
+/// marks a branch the producer could not register. The text is printable ASCII of at most 2332
+/// bytes, the names percent-encoded. docs/branches.md, section "Branch tokens", has the
+/// grammar.
 ///
 /// # Examples
 ///
@@ -104,7 +102,7 @@ impl BranchToken {
         self.sub_key.master_key()
     }
 
-    /// The master invocation id (the fencing token of the master's lock grant).
+    /// The master invocation id, the fencing token of the master's lock grant.
     pub fn invocation(&self) -> u64 {
         self.sub_key.invocation()
     }
@@ -114,10 +112,8 @@ impl BranchToken {
         &self.branch
     }
 
-    /// Whether the producer's registration was confirmed. `false` (fail open): the backend was
-    /// disabled or did not confirm it, and the master does not wait for this branch — unless
-    /// the unconfirmed registration did arrive, which is why a consumer releases every token,
-    /// registered or not.
+    /// Whether the producer's registration was confirmed. A consumer releases every token all
+    /// the same, since an unconfirmed registration may have arrived.
     pub fn is_registered(&self) -> bool {
         self.registered
     }
@@ -139,8 +135,7 @@ impl FromStr for BranchToken {
     /// Parses the text [`Display`](fmt::Display) writes.
     ///
     /// # Errors
-    /// [`InvalidBranchToken`] naming what is wrong: the version, the number of fields, the
-    /// invocation, the flag, an encoding, or a master key or branch id that is not accepted.
+    /// [`InvalidBranchToken`] naming the part that is wrong.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let invalid = |problem: String| InvalidBranchToken {
             token: truncate_for_display(text),

@@ -8,7 +8,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use lock_core::idempotency::conformance::{self, IdempotencyFactory};
-//! use lock_core::{IdempotencyStore, InMemoryIdempotencyStore};
+//! use lock_core::idempotency::{IdempotencyStore, InMemoryIdempotencyStore};
 //!
 //! struct Memory(Arc<InMemoryIdempotencyStore>);
 //!
@@ -36,10 +36,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{
-    Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
-    IdempotencyStore, Lease,
+use crate::idempotency::{
+    Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
 };
+use crate::lock::Lease;
 
 /// Slack added to every upper bound, for a loaded 2-core CI machine.
 const SLACK: Duration = Duration::from_secs(10);
@@ -591,7 +591,7 @@ pub async fn waiting_duplicates_get_a_failed_actions_failure(factory: &dyn Idemp
         .unwrap();
     assert_eq!(
         next,
-        crate::Idempotent::Executed(8),
+        crate::idempotency::Idempotent::Executed(8),
         "the next call runs it"
     );
 }
@@ -706,7 +706,10 @@ pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory)
     assert_eq!(error.http_status(), 422);
     let same = IdempotencyOptions::new().fingerprint("body-a").unwrap();
     let replay = idempotency.execute(&key, &same, || async { Ok::<u32, IdempotencyError>(2) });
-    assert_eq!(replay.await.unwrap(), crate::Idempotent::Replayed(1));
+    assert_eq!(
+        replay.await.unwrap(),
+        crate::idempotency::Idempotent::Replayed(1)
+    );
 }
 
 /// [`Idempotency`]: a result over the cap reaches its caller, is not stored, and leaves no
@@ -724,7 +727,10 @@ pub async fn an_oversize_result_is_returned_and_not_stored(factory: &dyn Idempot
             .unwrap();
         assert_eq!(
             result,
-            crate::Idempotent::Unstored(big.clone(), crate::Unstored::TooLarge),
+            crate::idempotency::Idempotent::Unstored(
+                big.clone(),
+                crate::idempotency::Unstored::TooLarge
+            ),
             "not stored, so run again"
         );
     }

@@ -1,4 +1,4 @@
-//! The store used when platform-lock is switched off: every call runs the action.
+//! [`DisabledIdempotencyStore`], under which every call runs its action.
 
 use std::sync::Once;
 use std::time::Duration;
@@ -9,12 +9,14 @@ use crate::idempotency::error::IdempotencyError;
 use crate::idempotency::port::{Claim, IdempotencyStore};
 use crate::watch::{ChangeWatch, Unchanging};
 
-/// The seed's "without Redis, the action runs every time": every claim is granted, nothing is
-/// stored, and one `WARN` per process says so on first use. For `enabled = false`; a Redis
-/// outage is a different case (fail closed, see [`Idempotency`](crate::Idempotency)).
+/// A store that is switched off: every claim is granted and nothing is stored, so every call
+/// runs its action.
+///
+/// One `WARN` per process says so on first use. An unavailable backend is another case: there
+/// [`Idempotency`](crate::idempotency::Idempotency) fails closed.
 #[derive(Debug, Default)]
 pub struct DisabledIdempotencyStore {
-    /// Where the switch was set, for the warning.
+    /// Where it was switched off, for the warning.
     detail: String,
 }
 

@@ -15,7 +15,7 @@ use crate::error::{BoxError, LockError, impl_problem};
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::IdempotencyError;
+/// use lock_core::idempotency::IdempotencyError;
 ///
 /// let error = IdempotencyError::InProgress {
 ///     key: "ticket-create:42".into(),
@@ -86,7 +86,7 @@ pub enum IdempotencyError {
         cause: BoxError,
     },
     /// The result was not stored and the record was given up, so a duplicate runs the action
-    /// again. Only [`IdempotencyScope::complete`](crate::IdempotencyScope::complete) returns it.
+    /// again. Only [`IdempotencyScope::complete`](crate::idempotency::IdempotencyScope::complete) returns it.
     /// Code `IDEMPOTENCY_RESULT_NOT_STORED`.
     #[error("the result of idempotent call `{key}` was not stored: {reason}")]
     ResultNotStored {
@@ -114,7 +114,7 @@ pub enum IdempotencyError {
 #[non_exhaustive]
 pub enum NotStored {
     /// The serialized result is larger than
-    /// [`IdempotencySettings::max_result_bytes`](crate::IdempotencySettings::max_result_bytes).
+    /// [`IdempotencySettings::max_result_bytes`](crate::idempotency::IdempotencySettings::max_result_bytes).
     #[error("its {size} bytes of JSON exceed the {max}-byte cap (max_result_bytes)")]
     TooLarge {
         /// Serialized size, bytes.
@@ -147,7 +147,7 @@ impl NotStored {
 }
 
 /// Why an executed result is not the one retries get, in
-/// [`Idempotent::Unstored`](crate::Idempotent::Unstored).
+/// [`Idempotent::Unstored`](crate::idempotency::Idempotent::Unstored).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Unstored {

@@ -1,5 +1,4 @@
-//! [`Idempotency`]: the protocol over an [`IdempotencyStore`] — claim, wait for a running
-//! duplicate, replay a stored result, or run the action and store its result.
+//! [`Idempotency`], the protocol of idempotent execution over an [`IdempotencyStore`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,8 +24,8 @@ pub enum Idempotent<T> {
     Executed(T),
     /// An earlier call ran it; this is its stored result.
     Replayed(T),
-    /// This call ran the action, but retries will not get this result ([`Unstored`] says what
-    /// they get instead): answer it, and treat it as this caller's alone.
+    /// This call ran the action, but retries will not get this result: [`Unstored`] says what
+    /// they get instead.
     Unstored(T, Unstored),
 }
 
@@ -67,39 +66,32 @@ pub enum Begun<T> {
 /// Idempotent execution: a repeated call with the same key returns the first call's result
 /// instead of running the action again.
 ///
-/// - **Concurrent duplicates wait** (event-driven, up to the wait time, 200 s by default) for
-///   the first execution and receive its result; duplicates within the result TTL (90 s) get the
-///   stored result without running. [`Idempotent::is_replay`] tells which happened.
-/// - **The in-progress record is a lease** (renewed by a watchdog by default): a crashed
-///   owner's record frees itself within the watchdog timeout, and exactly one waiting duplicate
-///   then runs the action. Storing and deleting are fenced by the owner token, so a zombie
-///   whose lease ended cannot overwrite the next owner's record.
-/// - **The action fails** → nothing is stored; the duplicates waiting for it are woken at once
-///   and get [`IdempotencyError::OwnerFailed`] (HTTP 503) instead of each running the action in
-///   turn; the next call runs it again.
-/// - **The result cannot be stored** (over the size cap, not serializable) → the caller gets it
-///   as [`Idempotent::Unstored`]; the duplicates waiting get `OwnerFailed`, as for a failure; a
-///   `WARN` and a counter say so.
-/// - **A fingerprint** ([`IdempotencyOptions::fingerprint`]) makes the same key with another
-///   request an error ([`IdempotencyError::KeyReused`], HTTP 422) instead of a replay.
-/// - **Fail closed**: with the backend down the action does not run
-///   ([`IdempotencyError::Unavailable`], HTTP 503); a duplicate whose wait ran out gets
-///   [`IdempotencyError::InProgress`] (HTTP 409) and the action does not run a second time.
-///   Switched off (`telco.platform.lock.enabled = false`), the action runs every time.
+/// # Contract
+/// - **Duplicates wait.** A concurrent duplicate waits for the first execution, up to the wait
+///   time, and gets its result. A later one within the result TTL gets the stored result
+///   ([`Idempotent::is_replay`]).
+/// - **Leases.** The in-progress record is a lease, renewed by a watchdog by default. A crashed
+///   owner's record frees itself within the lease, and one waiting duplicate then runs the
+///   action. Writes are fenced by the owner token.
+/// - **Failures.** An action that fails stores nothing: the waiting duplicates get
+///   [`IdempotencyError::OwnerFailed`] (HTTP 503) and the next call runs it again.
+/// - **Unstorable results.** A result over the size cap or not serializable reaches its caller
+///   as [`Idempotent::Unstored`], and the waiting duplicates get `OwnerFailed`.
+/// - **Fingerprints.** With [`IdempotencyOptions::fingerprint`], the same key with another
+///   request is [`IdempotencyError::KeyReused`] (HTTP 422), not a replay.
+/// - **Fail closed.** With the backend down the action does not run
+///   ([`IdempotencyError::Unavailable`], HTTP 503). A duplicate whose wait ran out gets
+///   [`IdempotencyError::InProgress`] (HTTP 409).
 ///
-/// Best-effort deduplication, not exactly-once: a crash after the action's effect and before the
-/// result is stored, a result that could not be stored, or a lease that ended during a pause
-/// lets the action run again. Keep business operations correct on their own (database
-/// constraints).
-///
-/// A result stays stored when the caller's transaction later rolls back, on purpose (external
-/// side effects are not rolled back either): use [`Idempotency::begin`] to complete only after
-/// the commit, or [`Idempotency::forget`] to drop a stored result.
+/// This is best-effort deduplication, not exactly-once: a crash between the action's effect
+/// and the stored result, or a lease that ended during a pause, lets the action run again. A
+/// stored result also outlives a transaction that rolls back: complete it after the commit
+/// with [`begin`](Idempotency::begin), or drop it with [`forget`](Idempotency::forget).
 ///
 /// # Examples
 ///
 /// ```
-/// use lock_core::{Idempotency, IdempotencyError, IdempotencyOptions};
+/// use lock_core::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), IdempotencyError> {
 /// let idempotency = Idempotency::in_memory();
@@ -125,7 +117,7 @@ pub struct Idempotency {
 }
 
 impl Idempotency {
-    /// Idempotent execution on `store` with `settings` as every call's defaults.
+    /// Idempotent execution on `store`, with `settings` as every call's defaults.
     ///
     /// # Errors
     /// [`IdempotencyError::InvalidArgument`] for a setting out of its range.
@@ -155,15 +147,12 @@ impl Idempotency {
         &self.store
     }
 
-    /// Runs `action` once per `key`: the first caller runs it and stores its `Ok` result (as
-    /// JSON) for the result TTL; concurrent duplicates wait for it and every later one within
-    /// the TTL gets the stored result. The action's error is returned to its caller and nothing
-    /// is stored.
+    /// Runs `action` once per `key`, storing its `Ok` result as JSON for the result TTL.
     ///
     /// # Errors
-    /// The action's own error, or an [`IdempotencyError`] converted into `E`: `Unavailable`
-    /// (the action did not run), `InProgress` (wait time spent; it did not run again),
-    /// `KeyReused` (another fingerprint), `ResultUnreadable`, `InvalidArgument`.
+    /// The action's own error, and nothing is stored. Or an [`IdempotencyError`] converted into
+    /// `E`: `Unavailable`, `InProgress`, `OwnerFailed`, `KeyReused`, `ResultUnreadable` or
+    /// `InvalidArgument`, and the action did not run.
     pub async fn execute<T, E, F, Fut>(
         &self,
         key: &str,
@@ -208,9 +197,11 @@ impl Idempotency {
     }
 
     /// The first half of [`execute`](Self::execute), for callers that complete the record
-    /// themselves — after their transaction commits, say (the seed's manual unlock): returns a
-    /// stored result, or the [`IdempotencyScope`] to run the action under. Waits for a running
-    /// duplicate like `execute`, and sleeps the options' delayed start before returning a scope.
+    /// themselves, such as after their transaction commits.
+    ///
+    /// Returns a stored result, or the [`IdempotencyScope`] to run the action under. Waits for a
+    /// running duplicate like `execute`, and sleeps the options' delayed start before returning
+    /// a scope.
     ///
     /// # Errors
     /// As [`execute`](Self::execute), without the action's.
@@ -313,9 +304,8 @@ impl Idempotency {
         }
     }
 
-    /// Deletes the stored result of `key`, so that the next call runs the action again (e.g.
-    /// after the transaction that produced it rolled back). Returns whether there was one; a
-    /// record still in progress is left alone.
+    /// Deletes the stored result of `key`, so that the next call runs the action again; `false`
+    /// when there was none. A record in progress is left alone.
     ///
     /// # Errors
     /// [`IdempotencyError::Unavailable`], [`IdempotencyError::InvalidArgument`] for a bad key.

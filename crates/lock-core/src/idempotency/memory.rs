@@ -14,21 +14,9 @@ use crate::idempotency::port::{Claim, IdempotencyStore};
 use crate::owner::OwnerTokens;
 use crate::watch::ChangeWatch;
 
-/// Idempotency records in this process's memory, on Tokio's clock (so tests can pause time).
-/// It passes the conformance suite; records are lost with the process and not shared with
-/// other processes.
+/// An [`IdempotencyStore`] whose records live in this process, on Tokio's clock.
 ///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use lock_core::{Idempotency, IdempotencySettings, InMemoryIdempotencyStore};
-///
-/// let idempotency =
-///     Idempotency::new(Arc::new(InMemoryIdempotencyStore::new()), IdempotencySettings::default())?;
-/// # let _ = idempotency;
-/// # Ok::<(), lock_core::IdempotencyError>(())
-/// ```
+/// It passes the conformance suite. Records are not shared with other processes.
 #[derive(Debug)]
 pub struct InMemoryIdempotencyStore {
     records: Mutex<HashMap<String, Record>>,

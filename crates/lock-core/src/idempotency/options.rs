@@ -1,4 +1,4 @@
-//! The settings of an [`Idempotency`](crate::Idempotency) and the options of one call.
+//! The settings of an [`Idempotency`](crate::idempotency::Idempotency) and the options of one call.
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub const MIN_RESULT_TTL: Duration = Duration::from_secs(1);
 /// The largest accepted result cap: 64 MiB, as a replay sends the result whole.
 pub const MAX_RESULT_BYTES: usize = 64 << 20;
 
-/// The defaults every call of one [`Idempotency`](crate::Idempotency) uses.
+/// The defaults every call of one [`Idempotency`](crate::idempotency::Idempotency) uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdempotencySettings {
     /// How long a duplicate waits for a running first execution before failing with
@@ -103,13 +103,13 @@ fn check_fingerprint(fingerprint: &str) -> Result<(), IdempotencyError> {
 /// [`IdempotencySettings`]' value.
 ///
 /// Each setter checks its value and names it when it is out of range, as
-/// [`AcquireOptions`](crate::AcquireOptions) does.
+/// [`AcquireOptions`](crate::lock::AcquireOptions) does.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{IdempotencyError, IdempotencyOptions};
+/// use lock_core::idempotency::{IdempotencyError, IdempotencyOptions};
 ///
 /// let options = IdempotencyOptions::new()
 ///     .fingerprint("sha256:4f2a…")? // the same key with another request is refused (422)

@@ -1,5 +1,4 @@
-//! The owner's side of an idempotency record: its lease, kept alive while the action runs, and
-//! the fenced write that ends it.
+//! [`IdempotencyScope`], the owner's side of an idempotency record.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,16 +10,13 @@ use crate::idempotency::options::Resolved;
 use crate::idempotency::port::IdempotencyStore;
 use crate::idempotency::telemetry;
 
-/// The in-progress record a caller owns: it runs the action, then [`complete`]s the record with
-/// the result (duplicates get it) or [`abandon`]s it (the next duplicate runs the action).
+/// The in-progress record a caller owns while it runs the action.
 ///
-/// Under [`Lease::Watchdog`](crate::Lease::Watchdog) the lease is renewed every third of the
-/// watchdog timeout while the scope lives. Dropping the scope without either call abandons the
-/// record in the background, so a cancelled request never blocks its duplicates for longer than
-/// one round trip.
-///
-/// [`complete`]: IdempotencyScope::complete
-/// [`abandon`]: IdempotencyScope::abandon
+/// End it with [`complete`](IdempotencyScope::complete),
+/// [`abandon`](IdempotencyScope::abandon) or [`fail`](IdempotencyScope::fail). A
+/// [`Lease::Watchdog`](crate::lock::Lease::Watchdog) lease is renewed while the scope lives. Dropping
+/// the scope abandons the record in the background, so a cancelled request does not block its
+/// duplicates.
 #[derive(Debug)]
 pub struct IdempotencyScope {
     store: Arc<dyn IdempotencyStore>,
@@ -65,26 +61,23 @@ impl IdempotencyScope {
         &self.key
     }
 
-    /// This caller's owner token, as duplicates see it in [`IdempotencyError::InProgress`].
+    /// This caller's owner token, as duplicates see it.
     pub fn owner(&self) -> &str {
         &self.owner
     }
 
-    /// Whether the watchdog found the record gone or taken over (a pause longer than the lease):
-    /// another caller may be running the action too, and [`complete`](Self::complete) will fail
-    /// with [`NotStored::LeaseLost`].
+    /// Whether the watchdog found the record gone or taken over, so that another caller may be
+    /// running the action too.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Relaxed)
     }
 
-    /// Stores `value` (as JSON) for the result TTL and wakes every waiting duplicate, which then
-    /// replays it. Fenced by the owner token: if the lease ended first, nothing is written.
+    /// Stores `value` as JSON for the result TTL, for every duplicate to replay.
     ///
     /// # Errors
-    /// [`IdempotencyError::ResultNotStored`]: the value is larger than the result cap or does
-    /// not serialize (the record is then failed, as by [`fail`](Self::fail)), the
-    /// lease ended first ([`NotStored::LeaseLost`]), or the backend did not confirm the write
-    /// (the record ends at its lease TTL).
+    /// [`IdempotencyError::ResultNotStored`], whose [`NotStored`] says why: the value is over the
+    /// result cap or does not serialize (the record is then [failed](Self::fail)), the lease
+    /// ended first, or the backend did not confirm the write.
     pub async fn complete<T: Serialize + ?Sized>(
         mut self,
         value: &T,
@@ -120,27 +113,25 @@ impl IdempotencyScope {
         Err(self.not_stored(refused))
     }
 
-    /// Deletes the in-progress record and wakes the duplicates: the first of them runs the
-    /// action. Returns whether the record was still this caller's. Use it when the work did not
-    /// take effect (its transaction rolled back).
+    /// Deletes the record so that the next duplicate runs the action, for work that did not
+    /// take effect; `false` when the record was no longer this caller's.
     ///
     /// # Errors
-    /// [`IdempotencyError::Unavailable`] when the backend did not confirm it (the record then
-    /// ends at its lease TTL).
+    /// [`IdempotencyError::Unavailable`]: not confirmed, and the record ends at its lease TTL.
     pub async fn abandon(mut self) -> Result<bool, IdempotencyError> {
         self.stop_renewal();
         self.finished = true;
         self.store.abandon(&self.key, &self.owner).await
     }
 
-    /// Ends the record as failed: the duplicates waiting now get
-    /// [`IdempotencyError::OwnerFailed`] instead of running the action one after another; the
-    /// next call runs it. Returns whether the record was still this caller's. Use it when the
-    /// action failed; [`abandon`](Self::abandon) when the work should simply be retried.
+    /// Ends the record as failed, for an action that failed; `false` when the record was no
+    /// longer this caller's.
+    ///
+    /// The duplicates waiting now get [`IdempotencyError::OwnerFailed`] rather than each running
+    /// the action in turn, and the next call runs it.
     ///
     /// # Errors
-    /// [`IdempotencyError::Unavailable`] when the backend did not confirm it (the record then
-    /// ends at its lease TTL).
+    /// [`IdempotencyError::Unavailable`]: not confirmed, and the record ends at its lease TTL.
     pub async fn fail(mut self) -> Result<bool, IdempotencyError> {
         self.stop_renewal();
         self.finished = true;

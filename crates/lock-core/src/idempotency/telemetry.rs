@@ -9,10 +9,10 @@ use crate::idempotency::error::NotStored;
 use crate::metric::metric_name;
 
 /// Counter of idempotent calls by `outcome`: `executed`, `replayed`, `action_failed` or
-/// `refused` with an [`IdempotencyError`](crate::IdempotencyError).
+/// `refused` with an [`IdempotencyError`](crate::idempotency::IdempotencyError).
 pub const CALLS_TOTAL: &str = metric_name!("idempotency", "calls_total");
 /// Counter of results returned but not stored, by `reason`, an
-/// [`Unstored::as_str`](crate::Unstored::as_str).
+/// [`Unstored::as_str`](crate::idempotency::Unstored::as_str).
 pub const NOT_STORED_TOTAL: &str = metric_name!("idempotency", "results_not_stored_total");
 
 pub(crate) async fn execute<R>(key: &str, call: impl Future<Output = (R, &'static str)>) -> R {

@@ -7,8 +7,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use lock_core::conformance::LockFactory;
-//! use lock_core::{DistributedLock, InMemoryLock};
+//! use lock_core::lock::conformance::LockFactory;
+//! use lock_core::lock::{DistributedLock, InMemoryLock};
 //!
 //! struct Memory(InMemoryLock);
 //!
@@ -37,10 +37,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::{
-    AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
-    LockHandle, LostReason, ReleaseOutcome,
+use crate::lock::{
+    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockHandle, LostReason,
+    ReleaseOutcome,
 };
+use crate::{AcquireFailure, LockError};
 
 /// Slack added to every upper bound, for a loaded 2-core CI machine.
 const SLACK: Duration = Duration::from_secs(5);
@@ -54,8 +55,8 @@ const LONG_WAIT: Duration = Duration::from_secs(30);
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use lock_core::conformance::{self, LockFactory};
-/// use lock_core::{DistributedLock, InMemoryLock};
+/// use lock_core::lock::conformance::{self, LockFactory};
+/// use lock_core::lock::{DistributedLock, InMemoryLock};
 ///
 /// /// Clients of one in-process lock table; a Redis factory would connect a new client each
 /// /// time, with a short watchdog timeout, and report its command timeout.
@@ -86,7 +87,8 @@ pub trait LockFactory: Send + Sync + 'static {
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # use lock_core::lock::conformance::LockFactory;
+    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
     /// # struct Memory(InMemoryLock);
     /// # #[async_trait::async_trait]
     /// # impl LockFactory for Memory {
@@ -112,7 +114,8 @@ pub trait LockFactory: Send + Sync + 'static {
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # use lock_core::lock::conformance::LockFactory;
+    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
     /// # struct Memory(InMemoryLock);
     /// # #[async_trait::async_trait]
     /// # impl LockFactory for Memory {
@@ -135,7 +138,8 @@ pub trait LockFactory: Send + Sync + 'static {
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # use lock_core::lock::conformance::LockFactory;
+    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
     /// # struct Memory(InMemoryLock);
     /// # #[async_trait::async_trait]
     /// # impl LockFactory for Memory {
@@ -166,7 +170,8 @@ pub trait LockFactory: Send + Sync + 'static {
     ///
     /// ```
     /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+    /// # use lock_core::lock::conformance::LockFactory;
+    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
     /// struct Memory(InMemoryLock);
     ///
     /// #[async_trait::async_trait]
@@ -196,7 +201,7 @@ pub trait LockFactory: Send + Sync + 'static {
 /// # Examples
 ///
 /// ```
-/// use lock_core::conformance::unique_key;
+/// use lock_core::lock::conformance::unique_key;
 ///
 /// let key = unique_key("fencing");
 /// assert!(key.starts_with("conformance:fencing:"));
@@ -241,7 +246,8 @@ fn expect_held_by(err: LockError, holder: &LockHandle) -> Duration {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -256,7 +262,7 @@ fn expect_held_by(err: LockError, holder: &LockHandle) -> Duration {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::mutual_exclusion(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::mutual_exclusion(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn mutual_exclusion(factory: &dyn LockFactory) {
@@ -311,7 +317,8 @@ pub async fn mutual_exclusion(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -326,7 +333,7 @@ pub async fn mutual_exclusion(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::wait_time_is_honoured(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::wait_time_is_honoured(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
@@ -354,7 +361,8 @@ pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -369,7 +377,7 @@ pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::zero_wait_is_one_attempt(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::zero_wait_is_one_attempt(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
@@ -403,7 +411,8 @@ pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -418,7 +427,7 @@ pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::fixed_lease_expires(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::fixed_lease_expires(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
@@ -447,7 +456,8 @@ pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -462,7 +472,7 @@ pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::watchdog_keeps_the_lock_past_its_timeout(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::watchdog_keeps_the_lock_past_its_timeout(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory) {
@@ -484,7 +494,8 @@ pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory)
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -499,7 +510,7 @@ pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory)
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::dropping_a_handle_frees_the_lock(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::dropping_a_handle_frees_the_lock(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
@@ -535,7 +546,8 @@ pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -550,7 +562,7 @@ pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::releasing_an_expired_lease_spares_the_new_holder(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::releasing_an_expired_lease_spares_the_new_holder(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn LockFactory) {
@@ -586,7 +598,8 @@ pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn Lock
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -601,7 +614,7 @@ pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn Lock
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::hold_at_least_outlasts_an_early_release(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::hold_at_least_outlasts_an_early_release(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) {
@@ -653,7 +666,8 @@ pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) 
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -668,7 +682,7 @@ pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) 
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::fencing_tokens_increase(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::fencing_tokens_increase(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
@@ -693,7 +707,8 @@ pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -708,7 +723,7 @@ pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::invalid_arguments_are_rejected(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::invalid_arguments_are_rejected(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
@@ -729,7 +744,7 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
     for lease in [
         Duration::ZERO,
         Duration::from_millis(1),
-        crate::MAX_LEASE * 2,
+        crate::lock::MAX_LEASE * 2,
     ] {
         let err = client
             .try_acquire(&key, Lease::Fixed(lease))
@@ -751,7 +766,8 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -766,7 +782,7 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::with_lock_runs_only_when_granted(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::with_lock_runs_only_when_granted(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
@@ -810,7 +826,8 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -825,7 +842,7 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::with_lock_is_reentrant_for_its_task(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::with_lock_is_reentrant_for_its_task(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
@@ -977,7 +994,8 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -992,7 +1010,7 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
 /// # async fn main() {
 /// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
 /// // `InMemoryLock` table.
-/// lock_core::conformance::shutdown_releases_and_refuses(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::shutdown_releases_and_refuses(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
@@ -1071,7 +1089,8 @@ pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -1084,7 +1103,7 @@ pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
 /// # }
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() {
-/// lock_core::conformance::fair_acquisitions_are_granted_in_the_order_asked(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::fair_acquisitions_are_granted_in_the_order_asked(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn fair_acquisitions_are_granted_in_the_order_asked(factory: &dyn LockFactory) {
@@ -1138,7 +1157,8 @@ pub async fn fair_acquisitions_are_granted_in_the_order_asked(factory: &dyn Lock
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -1154,7 +1174,7 @@ pub async fn fair_acquisitions_are_granted_in_the_order_asked(factory: &dyn Lock
 /// # }
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() {
-/// lock_core::conformance::lost_fires_before_the_key_is_granted_again(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::lost_fires_before_the_key_is_granted_again(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn lost_fires_before_the_key_is_granted_again(factory: &dyn LockFactory) {
@@ -1211,7 +1231,8 @@ pub async fn lost_fires_before_the_key_is_granted_again(factory: &dyn LockFactor
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -1224,7 +1245,7 @@ pub async fn lost_fires_before_the_key_is_granted_again(factory: &dyn LockFactor
 /// # }
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() {
-/// lock_core::conformance::reentry_needs_a_with_lock_scope_and_spans_the_namespace(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::reentry_needs_a_with_lock_scope_and_spans_the_namespace(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn reentry_needs_a_with_lock_scope_and_spans_the_namespace(factory: &dyn LockFactory) {
@@ -1279,7 +1300,8 @@ pub async fn reentry_needs_a_with_lock_scope_and_spans_the_namespace(factory: &d
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -1292,7 +1314,7 @@ pub async fn reentry_needs_a_with_lock_scope_and_spans_the_namespace(factory: &d
 /// # }
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() {
-/// lock_core::conformance::wait_bound_holds_for_plain_and_fair_waits(&Memory(InMemoryLock::new())).await;
+/// lock_core::lock::conformance::wait_bound_holds_for_plain_and_fair_waits(&Memory(InMemoryLock::new())).await;
 /// # }
 /// ```
 pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory) {
@@ -1376,7 +1398,8 @@ pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -1390,7 +1413,7 @@ pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 /// # async fn main() {
 /// // One shared backend for the whole suite (in a real test: a Redis Cluster, say).
-/// let failed = lock_core::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
+/// let failed = lock_core::lock::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
 /// assert!(failed.is_empty(), "failed checks: {failed:?}");
 /// # }
 /// ```
@@ -1426,7 +1449,8 @@ pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
 ///
 /// ```
 /// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::{DistributedLock, InMemoryLock, conformance::LockFactory};
+/// # use lock_core::lock::conformance::LockFactory;
+/// # use lock_core::lock::{DistributedLock, InMemoryLock};
 /// # struct Memory(InMemoryLock);
 /// # #[async_trait::async_trait]
 /// # impl LockFactory for Memory {
@@ -1451,7 +1475,7 @@ macro_rules! conformance_tests {
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
                 let factory = $factory.await;
-                $crate::conformance::$check(&factory).await;
+                $crate::lock::conformance::$check(&factory).await;
             }
         )+
     };

@@ -10,31 +10,25 @@ use crate::lock::options::AcquireOptions;
 use crate::lock::port::DistributedLock;
 use crate::lock::shutdown::ShutdownSummary;
 
-/// The lock of a service whose distributed lock is switched off by configuration
-/// (`telco.platform.lock.enabled = false`): it never grants, and holds no backend connection.
+/// A lock that is switched off: it never grants, and holds no backend connection.
 ///
-/// Every acquisition with a valid key and options fails with [`LockError::Disabled`] (code
-/// `LOCK_DISABLED`, HTTP 503) carrying [`detail`](DisabledLock::detail); invalid ones fail with
-/// `LOCK_INVALID_ARGUMENT` first, as with any lock. So fail-closed calls
-/// ([`with_lock`](crate::DistributedLockExt::with_lock), `acquire`) fail as they would without a lock,
-/// and fail-open calls ([`with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open)) run
-/// their section unguarded with reason `lock_disabled`. It lets a service hold one
-/// `Arc<dyn DistributedLock>` whether or not the lock is enabled (the starter's
-/// `LockStarter::lock_or_disabled`).
-///
-/// Its [`namespace`](DistributedLock::namespace) is `disabled`. Being a lock that never grants,
-/// it does not pass the conformance suite.
+/// Every acquisition with a valid key fails with [`LockError::Disabled`] (`LOCK_DISABLED`, HTTP
+/// 503) carrying the [`detail`](DisabledLock::detail). So `with_lock` fails as it would without
+/// a lock, and [`with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open) runs its
+/// section unguarded. A service can thus hold one `Arc<dyn DistributedLock>` whether or not the
+/// lock is enabled. Its [`namespace`](DistributedLock::namespace) is `disabled`, and it does not
+/// pass the conformance suite.
 ///
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DisabledLock, DistributedLock, Lease};
+/// use lock_core::lock::{DisabledLock, DistributedLock, Lease};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
+/// let lock = DisabledLock::new("switched off in lock.toml");
 /// let err = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
 /// assert_eq!(err.code(), "LOCK_DISABLED");
-/// assert!(err.to_string().contains("from config/lock.toml"));
+/// assert!(err.to_string().contains("switched off in lock.toml"));
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +37,7 @@ pub struct DisabledLock {
 }
 
 impl DisabledLock {
-    /// A disabled lock; `detail` says where the lock was switched off, e.g.
-    /// `telco.platform.lock.enabled = false from environment variable TELCO_PLATFORM_LOCK_ENABLED`.
+    /// A disabled lock; `detail` says where it was switched off, for the errors.
     pub fn new(detail: impl Into<String>) -> Self {
         DisabledLock {
             detail: detail.into(),
@@ -52,15 +45,6 @@ impl DisabledLock {
     }
 
     /// Where the lock was switched off, as given to [`new`](DisabledLock::new).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::DisabledLock;
-    ///
-    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
-    /// assert_eq!(lock.detail(), "telco.platform.lock.enabled = false from config/lock.toml");
-    /// ```
     pub fn detail(&self) -> &str {
         &self.detail
     }

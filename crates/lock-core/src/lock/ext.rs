@@ -1,4 +1,4 @@
-//! [`DistributedLockExt`]: `with_lock` and its fail-open variant, for every [`DistributedLock`].
+//! [`DistributedLockExt`]: `with_lock` and its fail-open variant.
 
 use std::future::Future;
 
@@ -7,60 +7,25 @@ use crate::lock::fail_open::FailOpen;
 use crate::lock::options::AcquireOptions;
 use crate::lock::port::DistributedLock;
 
-/// Closure helpers for every [`DistributedLock`], including `dyn DistributedLock`.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
-///
-/// let invoices = lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await?;
-/// assert_eq!(invoices, 1_204);
-/// // Released when the section ended:
-/// assert!(lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.is_ok());
-/// # Ok(()) }
-/// ```
+/// Closure helpers for every [`DistributedLock`], `dyn DistributedLock` included.
 pub trait DistributedLockExt: DistributedLock {
-    /// Acquires `key`, runs `critical_section`, releases, and returns its value: the safe default.
+    /// Acquires `key`, runs `critical_section`, releases, and returns the section's value.
     ///
-    /// The section does not run unless the lock was granted. The lock is released when the
-    /// section's future completes, and also if it panics or is dropped (in the background). A
-    /// failed release is logged, not returned: the work is done and its value is yours; the lease
-    /// ends at its TTL. So is a lease that ran out before the section finished (a `WARN` says
-    /// another owner may have run concurrently); use [`DistributedLock::acquire`] and
-    /// [`LockHandle::lost`](crate::LockHandle::lost) to react to that.
+    /// `options` is a [`Lease`](crate::lock::Lease) or [`AcquireOptions`]. The section runs only if the
+    /// lock was granted, and the lock is released when the section completes, panics or is
+    /// dropped. A failed release, or a lease that ran out before the section finished, is logged
+    /// as a `WARN`, not returned: react to a lost lease with [`DistributedLock::acquire`] and
+    /// [`LockHandle::lost`](crate::lock::LockHandle::lost) instead. Inside the section the same task
+    /// re-enters the key, as the contract of [`DistributedLock`] says.
     ///
-    /// `options` is a [`Lease`](crate::Lease) (the configured wait time) or [`AcquireOptions`] (a wait time of
-    /// its own, fair, a minimum hold).
-    ///
-    /// Inside the section, the same task acquiring the same key again (with `with_lock` or
-    /// `acquire`) re-enters: see the `# Contract` of [`DistributedLock`].
+    /// # Errors
+    /// As [`DistributedLock::acquire_with`]. When it errs, the section did not run.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use lock_core::{DistributedLockExt, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// # let lock = InMemoryLock::new();
-    /// let invoices = lock
-    ///     .with_lock("bill-run:2026-11", Lease::Watchdog, || async {
-    ///         42 // run the bill run, return what it produced
-    ///     })
-    ///     .await?;
-    /// assert_eq!(invoices, 42);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// With options:
-    ///
-    /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -75,9 +40,6 @@ pub trait DistributedLockExt: DistributedLock {
     /// assert_eq!(error.details()["holder"], other_pod.owner());
     /// # Ok(()) }
     /// ```
-    ///
-    /// # Errors
-    /// As [`DistributedLock::acquire_with`]; when it errs, the section did not run.
     fn with_lock<F, Fut, T>(
         &self,
         key: &str,
@@ -104,39 +66,31 @@ pub trait DistributedLockExt: DistributedLock {
         }
     }
 
-    /// Fail open, opted into at this call site: like [`with_lock`](DistributedLockExt::with_lock)
-    /// when the lock is granted, but when it is not, runs `critical_section` anyway — unguarded —
-    /// and returns its value marked with why. For work where not running hurts more than running
-    /// twice (warming a cache, sending a digest whose receiver drops duplicates); everything else
-    /// keeps the fail-closed default. Not a correctness guarantee either way: see
-    /// `docs/failure-policy.md` for choosing between the two.
+    /// Like [`with_lock`](DistributedLockExt::with_lock), but runs `critical_section` unguarded
+    /// when the lock is not granted.
     ///
-    /// - **Granted**: exactly as `with_lock` (the section runs holding the lease, re-entry
-    ///   included; release problems are logged, not returned) →
-    ///   [`FailOpen::Guarded`].
-    /// - **Not granted** → a `WARN` event (fields `lock_key`, `reason`, `error`: "lock not held;
-    ///   running the critical section unguarded (fail open)"), then the section runs once without
-    ///   the lock → [`FailOpen::Unguarded`] with the [`Unguarded`](crate::Unguarded) marker: its
-    ///   [`UnguardedReason`](crate::UnguardedReason) and the [`LockError`] a fail-closed call would have returned.
-    ///   - [`LockError::Disabled`] (`LOCK_DISABLED`, e.g. a [`DisabledLock`](crate::DisabledLock))
-    ///     → [`UnguardedReason::LockDisabled`](crate::UnguardedReason::LockDisabled);
-    ///   - contention that outlasted the wait time (`held_by_another_owner`, `waiters_ahead`) →
-    ///     [`UnguardedReason::WaitTimeElapsed`](crate::UnguardedReason::WaitTimeElapsed): another owner may be running the same section;
-    ///   - any other `LOCK_ACQUISITION_FAILED` (backend unreachable, timed out, refusing,
-    ///     replicas not confirming, the grant arriving too late) →
-    ///     [`UnguardedReason::BackendUnavailable`](crate::UnguardedReason::BackendUnavailable).
+    /// For work where not running hurts more than running twice, such as warming a cache.
+    /// docs/failure-policy.md helps choose between the two.
     ///
-    /// The section runs at most once, and its value is always returned — a section that returns
-    /// `Err` of its own has that `Err` inside the `FailOpen`, never replaced by a lock error. It
-    /// starts no later than the wait time (the configured one, or that of the [`AcquireOptions`]
-    /// passed as `options`; zero = one attempt) plus one backend command timeout. An unguarded section holds no lease: acquisitions of the same
-    /// key inside it contend like any other.
+    /// # Contract
+    /// - Granted: as `with_lock`, giving [`FailOpen::Guarded`].
+    /// - Not granted: a `WARN` (fields `lock_key`, `reason`, `error`), then the section runs once
+    ///   without the lock, giving [`FailOpen::Unguarded`] with the reason and the error a
+    ///   fail-closed call would have returned ([`Unguarded`](crate::lock::Unguarded)).
+    /// - The section runs at most once and its value is always returned, its own `Err` included.
+    /// - It starts within the wait time plus one backend command timeout.
+    /// - An unguarded section holds no lease: acquisitions of the key inside it contend.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`, HTTP
+    /// 500): a key or lease rejected before any backend call, and the section did not run. Every
+    /// other outcome runs the section.
     ///
     /// # Examples
     ///
     /// ```
-    /// # use lock_core::{DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease};
-    /// # use lock_core::DisabledLock;
+    /// # use lock_core::lock::{DistributedLock, DistributedLockExt, FailOpen, InMemoryLock, Lease};
+    /// # use lock_core::lock::DisabledLock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// async fn warm_tariff_cache(lock: &dyn DistributedLock) -> Result<u32, lock_core::LockError> {
@@ -154,36 +108,9 @@ pub trait DistributedLockExt: DistributedLock {
     ///
     /// assert_eq!(warm_tariff_cache(&InMemoryLock::new()).await?, 120);
     /// // Switched off: still warmed, unguarded, reason `lock_disabled`.
-    /// assert_eq!(warm_tariff_cache(&DisabledLock::new("enabled = false")).await?, 120);
+    /// assert_eq!(warm_tariff_cache(&DisabledLock::new("switched off")).await?, 120);
     /// # Ok(()) }
     /// ```
-    ///
-    /// With a wait time of its own:
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// # use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock};
-    /// # use lock_core::{Lease, UnguardedReason};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// # let lock = InMemoryLock::new();
-    /// let other_pod = lock.try_acquire("digest:2026-11-30", Lease::Watchdog).await?;
-    ///
-    /// // Wait at most 200 ms for the other pod, then send the digest anyway.
-    /// let options = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::from_millis(200))?;
-    /// let sent = lock
-    ///     .with_lock_fail_open("digest:2026-11-30", options, || async { "sent" })
-    ///     .await?;
-    /// assert_eq!(sent.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
-    /// assert_eq!(sent.into_value(), "sent");
-    /// # drop(other_pod);
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`, HTTP
-    /// 500): the key or lease is rejected before any backend call — a defect of the caller, so
-    /// the section does not run. No other error: every other outcome runs the section.
     fn with_lock_fail_open<F, Fut, T>(
         &self,
         key: &str,

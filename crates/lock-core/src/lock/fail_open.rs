@@ -1,12 +1,6 @@
-//! The fail-open policy, opted into per call site: [`FailOpen`], what
-//! [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open) returns, and why a section ran unguarded.
-//!
-//! Fail closed is the default everywhere else: a lock that is not granted means the critical
-//! section does not run. A call site that values availability over strict exclusion (work that
-//! is harmless when it runs twice, harmful when it does not run) asks for fail open by name; it
-//! is never a default and never a global switch. Then every outcome that leaves the lock not
-//! held runs the section once, unguarded, and returns its value together with an [`Unguarded`]
-//! marker saying why; a `WARN` line says the same.
+//! The fail-open policy of one call site: [`FailOpen`], returned by
+//! [`with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open), and [`Unguarded`],
+//! which says why a section ran without the lock.
 
 use std::fmt;
 use std::future::Future;
@@ -15,18 +9,17 @@ use crate::error::{AcquireFailure, LockError};
 use crate::lock::options::AcquireOptions;
 use crate::lock::port::DistributedLock;
 
-/// The value of a critical section run under the fail-open policy, and whether the lock was held
-/// while it ran.
+/// The value of a fail-open critical section, and whether the lock was held while it ran.
 ///
-/// Either way the section ran exactly once and this is its value: a section that returns a
-/// `Result` of its own has that result here, `Ok` or `Err`, untouched.
+/// Either way the section ran once. A section that returns a `Result` of its own has it here,
+/// `Ok` or `Err`, untouched.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock};
-/// use lock_core::{Lease, UnguardedReason};
+/// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, FailOpen, InMemoryLock};
+/// use lock_core::lock::{Lease, UnguardedReason};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -46,11 +39,10 @@ use crate::lock::port::DistributedLock;
 #[must_use = "the section ran; check `unguarded()` to know whether it ran without the lock, or take `into_value()`"]
 #[derive(Debug)]
 pub enum FailOpen<T> {
-    /// The lock was held while the section ran (as with
-    /// [`with_lock`](crate::DistributedLockExt::with_lock), re-entry included).
+    /// The lock was held while the section ran, as with
+    /// [`with_lock`](crate::lock::DistributedLockExt::with_lock).
     Guarded(T),
-    /// The lock was not held: the section ran unguarded, and another owner may have run it at
-    /// the same time.
+    /// The section ran unguarded, and another owner may have run it at the same time.
     Unguarded {
         /// The section's value.
         value: T,
@@ -61,19 +53,6 @@ pub enum FailOpen<T> {
 
 impl<T> FailOpen<T> {
     /// The section's value.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLockExt, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", Lease::Watchdog, || async { 120 }).await?;
-    /// assert_eq!(*warmed.value(), 120);
-    /// assert!(warmed.is_guarded());
-    /// # Ok(()) }
-    /// ```
     pub fn value(&self) -> &T {
         match self {
             FailOpen::Guarded(value) | FailOpen::Unguarded { value, .. } => value,
@@ -81,20 +60,6 @@ impl<T> FailOpen<T> {
     }
 
     /// The section's value, dropping the marker.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false");
-    /// let sent = lock
-    ///     .with_lock_fail_open("digest:2026-11-30", Lease::Watchdog, || async { Ok::<u32, String>(3) })
-    ///     .await?; // ran unguarded: the lock is switched off
-    /// assert_eq!(sent.into_value(), Ok(3)); // the section's own `Result`, untouched
-    /// # Ok(()) }
-    /// ```
     pub fn into_value(self) -> T {
         match self {
             FailOpen::Guarded(value) | FailOpen::Unguarded { value, .. } => value,
@@ -102,39 +67,11 @@ impl<T> FailOpen<T> {
     }
 
     /// Whether the lock was held while the section ran.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let section = || async { "warmed" };
-    /// let enabled = InMemoryLock::new();
-    /// let disabled = DisabledLock::new("enabled = false");
-    /// assert!(enabled.with_lock_fail_open("cache-warm", Lease::Watchdog, section).await?.is_guarded());
-    /// assert!(!disabled.with_lock_fail_open("cache-warm", Lease::Watchdog, section).await?.is_guarded());
-    /// # Ok(()) }
-    /// ```
     pub fn is_guarded(&self) -> bool {
         matches!(self, FailOpen::Guarded(_))
     }
 
     /// Why the section ran unguarded; `None` if the lock was held.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = DisabledLock::new("enabled = false");
-    /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async { 3 }).await?;
-    /// let unguarded = sent.unguarded().expect("the lock is switched off");
-    /// assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
-    /// assert_eq!(unguarded.error().code(), "LOCK_DISABLED");
-    /// # Ok(()) }
-    /// ```
     pub fn unguarded(&self) -> Option<&Unguarded> {
         match self {
             FailOpen::Guarded(_) => None,
@@ -143,20 +80,6 @@ impl<T> FailOpen<T> {
     }
 
     /// The section's value and, if it ran unguarded, why.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = DisabledLock::new("enabled = false");
-    /// let outcome = lock.with_lock_fail_open("digest", Lease::Watchdog, || async { 3 }).await?;
-    /// let (sent, unguarded) = outcome.into_parts();
-    /// assert_eq!(sent, 3);
-    /// assert_eq!(unguarded.map(|u| u.reason()), Some(UnguardedReason::LockDisabled));
-    /// # Ok(()) }
-    /// ```
     pub fn into_parts(self) -> (T, Option<Unguarded>) {
         match self {
             FailOpen::Guarded(value) => (value, None),
@@ -165,9 +88,8 @@ impl<T> FailOpen<T> {
     }
 }
 
-/// Why a fail-open critical section ran without the lock: the [`UnguardedReason`] and the
-/// [`LockError`] the acquisition ended with (its code, `reason` and details as a fail-closed call
-/// would have returned them).
+/// Why a fail-open critical section ran without the lock: the [`UnguardedReason`], and the
+/// [`LockError`] a fail-closed call would have returned.
 ///
 /// `Display` is one sentence: ``the critical section ran unguarded (wait_time_elapsed): lock
 /// `cache-warm:tariffs` was not acquired: held by another owner …``.
@@ -175,10 +97,10 @@ impl<T> FailOpen<T> {
 /// # Examples
 ///
 /// ```
-/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+/// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = DisabledLock::new("telco.platform.lock.enabled = false");
+/// let lock = DisabledLock::new("switched off in this test");
 /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", Lease::Watchdog, || async { 120 }).await?;
 ///
 /// let unguarded = warmed.unguarded().unwrap();
@@ -195,63 +117,16 @@ pub struct Unguarded {
 
 impl Unguarded {
     /// Why the lock was not held.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
-    /// use lock_core::UnguardedReason;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
-    /// let once = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
-    /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", once, || async { 120 }).await?;
-    /// // Another owner may be warming the same cache right now.
-    /// assert_eq!(warmed.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
-    /// # drop(other_pod);
-    /// # Ok(()) }
-    /// ```
     pub fn reason(&self) -> UnguardedReason {
         self.reason
     }
 
-    /// The error the acquisition ended with: [`LockError::Disabled`] (`LOCK_DISABLED`) or
-    /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, with its `reason`, holder,
-    /// cause).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
-    /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
-    /// let error = sent.unguarded().unwrap().error();
-    /// assert_eq!(error.code(), "LOCK_DISABLED");
-    /// assert!(error.to_string().contains("from config/lock.toml"));
-    /// # Ok(()) }
-    /// ```
+    /// The error the acquisition ended with, as a fail-closed call would have returned it.
     pub fn error(&self) -> &LockError {
         &self.error
     }
 
     /// The error the acquisition ended with, by value.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLockExt, Lease, LockError};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), LockError> {
-    /// let lock = DisabledLock::new("enabled = false");
-    /// let (_, unguarded) = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?.into_parts();
-    /// let error: LockError = unguarded.unwrap().into_error(); // e.g. to report it upstream
-    /// assert!(matches!(error, LockError::Disabled { .. }));
-    /// # Ok(()) }
-    /// ```
     pub fn into_error(self) -> LockError {
         self.error
     }
@@ -290,53 +165,26 @@ impl fmt::Display for Unguarded {
     }
 }
 
-/// Why a fail-open critical section ran without the lock. [`as_str`](UnguardedReason::as_str)
-/// gives the stable name logged as `reason` and meant for metrics and alerts.
+/// Why a fail-open critical section ran without the lock.
 ///
-/// # Examples
-///
-/// ```
-/// use lock_core::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = DisabledLock::new("enabled = false");
-/// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
-/// match sent.unguarded().map(|unguarded| unguarded.reason()) {
-///     None => {}                                      // ran under the lock
-///     Some(UnguardedReason::WaitTimeElapsed) => {}    // contention: may have run twice
-///     Some(reason) => assert_eq!(reason.as_str(), "lock_disabled"), // or an outage
-/// }
-/// # Ok(()) }
-/// ```
+/// [`as_str`](UnguardedReason::as_str) is the stable name, logged as `reason`, for metrics and
+/// alerts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UnguardedReason {
-    /// The lock is switched off by configuration (`telco.platform.lock.enabled = false`), or
-    /// its client was shut down ([`LockError::ShutDown`](crate::LockError::ShutDown)): the
-    /// acquisition failed with `LOCK_DISABLED`. `lock_disabled`.
+    /// `lock_disabled`: the lock is switched off or its client was shut down (`LOCK_DISABLED`).
     LockDisabled,
-    /// The wait time was spent while another owner held the lock (`held_by_another_owner`), or,
-    /// for a fair acquisition, while earlier fair waiters were queued ahead (`waiters_ahead`).
-    /// Another owner may be running the same section right now. `wait_time_elapsed`.
+    /// `wait_time_elapsed`: the wait time was spent while another owner held the lock or, for a
+    /// fair acquisition, while earlier fair waiters were queued. Another owner may be running
+    /// the same section now.
     WaitTimeElapsed,
-    /// The backend could not grant the lock: unreachable, timed out, refusing, replicas not
-    /// confirming the grant in time, or the grant arriving after its lease ran out
-    /// (`LOCK_ACQUISITION_FAILED` with any reason other than contention). Whether anyone holds
-    /// the lock is unknown. `backend_unavailable`.
+    /// `backend_unavailable`: the backend could not grant the lock, for any reason other than
+    /// contention. Whether anyone holds the lock is unknown.
     BackendUnavailable,
 }
 
 impl UnguardedReason {
     /// The stable name: `lock_disabled`, `wait_time_elapsed` or `backend_unavailable`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::UnguardedReason;
-    ///
-    /// assert_eq!(UnguardedReason::WaitTimeElapsed.as_str(), "wait_time_elapsed");
-    /// assert_eq!(UnguardedReason::BackendUnavailable.to_string(), "backend_unavailable");
-    /// ```
     pub const fn as_str(self) -> &'static str {
         match self {
             UnguardedReason::LockDisabled => "lock_disabled",
@@ -352,7 +200,7 @@ impl fmt::Display for UnguardedReason {
     }
 }
 
-/// The body of [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open).
+/// The body of [`DistributedLockExt::with_lock_fail_open`](crate::lock::DistributedLockExt::with_lock_fail_open).
 pub(crate) async fn with_lock_fail_open<L, F, Fut, T>(
     lock: &L,
     key: &str,

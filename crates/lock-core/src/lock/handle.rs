@@ -1,5 +1,4 @@
-//! The held side of a lock: [`LockHandle`], the shared lease state behind it, and the hook a
-//! backend implements to release it.
+//! The held side of a lock: [`LockHandle`], its [`LeaseState`], and the [`LeaseRelease`] hook.
 
 use std::fmt;
 use std::future::Future;
@@ -14,19 +13,17 @@ use crate::error::LockError;
 use crate::lock::lease::Lease;
 use crate::lock::status::{LeaseStatus, LostReason, ReleaseOutcome};
 
-/// Shared, observable status of one lease: the backend writes it (grants, renewals, losses), the
-/// [`LockHandle`] reads it. Cheap to clone.
+/// The shared status of one lease, written by the backend and read by its [`LockHandle`].
 ///
-/// Transitions are one-way: `Held → Released` or `Held → Lost`. A deadline that has passed counts
-/// as lost even if a late renewal confirmation arrives, so `lost()` and `is_held()` never
-/// contradict each other.
+/// Cheap to clone. Transitions are one-way, `Held → Released` or `Held → Lost`. A passed deadline
+/// counts as lost even if a renewal is confirmed late, so `lost()` and `is_held()` always agree.
 ///
 /// # Examples
 ///
 /// In a backend's watchdog:
 ///
 /// ```
-/// use lock_core::{LeaseState, LeaseStatus, LostReason};
+/// use lock_core::lock::{LeaseState, LeaseStatus, LostReason};
 /// use tokio::time::{Duration, Instant};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -90,21 +87,6 @@ impl LeaseState {
 
     /// The current status, with a passed deadline reported (and recorded) as
     /// [`LostReason::Expired`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{LeaseState, LeaseStatus, LostReason};
-    /// use tokio::time::{Duration, Instant};
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(1)));
-    /// tokio::time::sleep(Duration::from_secs(2)).await; // no renewal confirmed in time
-    /// assert_eq!(state.status(), LeaseStatus::Lost(LostReason::Expired));
-    ///
-    /// assert!(matches!(LeaseState::new(None).status(), LeaseStatus::Held { valid_until: None }));
-    /// # }
-    /// ```
     pub fn status(&self) -> LeaseStatus {
         self.expire_if_due();
         self.current()
@@ -117,26 +99,8 @@ impl LeaseState {
 
     /// Records a confirmed renewal: the lease is now valid until `valid_until`.
     ///
-    /// Returns `false` (and changes nothing) if the lease is no longer held — released, lost, or
-    /// its previous deadline already passed — so the caller stops renewing it.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::LeaseState;
-    /// use tokio::time::{Duration, Instant};
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(3)));
-    /// tokio::time::sleep(Duration::from_secs(1)).await;
-    /// assert!(state.confirm(Instant::now() + Duration::from_secs(3))); // renewed in time
-    ///
-    /// tokio::time::sleep(Duration::from_secs(5)).await;
-    /// // Too late: the deadline passed, the lease counts as lost; stop renewing it.
-    /// assert!(!state.confirm(Instant::now() + Duration::from_secs(3)));
-    /// assert!(!state.is_held());
-    /// # }
-    /// ```
+    /// Returns `false` and changes nothing when the lease is released, lost or past its deadline:
+    /// the caller then stops renewing it.
     pub fn confirm(&self, valid_until: Instant) -> bool {
         self.expire_if_due();
         let mut still_held = false;
@@ -155,21 +119,6 @@ impl LeaseState {
     }
 
     /// Records that the lease was lost; no effect if it was already released or lost.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{LeaseState, LostReason};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let state = LeaseState::new(None);
-    /// let watcher = tokio::spawn(state.lost());
-    ///
-    /// state.mark_lost(LostReason::NotOwner); // a renewal found the key taken
-    /// state.mark_lost(LostReason::Expired); // no effect: already lost
-    /// assert_eq!(watcher.await.unwrap(), LostReason::NotOwner);
-    /// # }
-    /// ```
     pub fn mark_lost(&self, reason: LostReason) {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
@@ -181,23 +130,8 @@ impl LeaseState {
         });
     }
 
-    /// Records that the holder released the lease; no effect if it was already lost. After this,
-    /// `lost()` never fires.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{LeaseState, LeaseStatus, LostReason};
-    /// use tokio::time::{Duration, timeout};
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let state = LeaseState::new(None);
-    /// state.mark_released();
-    /// state.mark_lost(LostReason::NotOwner); // too late: released stays released
-    /// assert_eq!(state.status(), LeaseStatus::Released);
-    /// assert!(timeout(Duration::from_secs(60), state.lost()).await.is_err());
-    /// # }
-    /// ```
+    /// Records that the holder released the lease, after which `lost()` never fires; no effect
+    /// if it was already lost.
     pub fn mark_released(&self) {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
@@ -223,21 +157,6 @@ impl LeaseState {
     }
 
     /// Completes when the lease is lost; never completes once it is released.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{LeaseState, LostReason};
-    /// use tokio::time::{Duration, Instant};
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// let state = LeaseState::new(Some(Instant::now() + Duration::from_secs(10)));
-    /// let started = Instant::now();
-    /// // No renewal is confirmed: the deadline passes and the future completes.
-    /// assert_eq!(state.lost().await, LostReason::Expired);
-    /// assert!(started.elapsed() >= Duration::from_secs(10));
-    /// # }
-    /// ```
     pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let state = self.clone();
         async move {
@@ -264,15 +183,15 @@ impl LeaseState {
     }
 }
 
-/// Implemented by backends: how a [`LockHandle`] gives its lock back.
+/// How a [`LockHandle`] gives its lock back, implemented by backends.
 ///
 /// # Contract
-/// - Both methods release only this acquisition's lease (owner-checked): a lock that has passed to
-///   another owner is never touched.
-/// - Both stop any renewal of this lease at once.
-/// - [`release_in_background`](LeaseRelease::release_in_background) runs from `Drop`: it must not
-///   block and must not panic, also when no async runtime is running; if the release cannot be
-///   sent, the lease simply ends at its TTL.
+/// - Both methods release only this acquisition's lease: a lock that passed to another owner is
+///   never touched.
+/// - Both stop any renewal of the lease at once.
+/// - [`release_in_background`](LeaseRelease::release_in_background) runs from `Drop`. It must not
+///   block or panic, also without a running async runtime. A release it cannot send ends at the
+///   lease's TTL.
 ///
 /// # Examples
 ///
@@ -282,7 +201,8 @@ impl LeaseState {
 /// use std::collections::HashMap;
 /// use std::sync::{Arc, Mutex};
 /// use async_trait::async_trait;
-/// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
+/// use lock_core::LockError;
+/// use lock_core::lock::{Lease, LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
 ///
 /// type Table = Arc<Mutex<HashMap<String, String>>>;
 ///
@@ -333,102 +253,18 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
     ///
     /// # Errors
     /// [`LockError::ReleaseFailed`] when the backend could not confirm the release.
-    ///
-    /// # Examples
-    ///
-    /// [`LockHandle::release`] calls it; a backend that cannot reach its store says so:
-    ///
-    /// ```
-    /// use async_trait::async_trait;
-    /// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
-    ///
-    /// #[derive(Debug)]
-    /// struct Unreachable {
-    ///     key: String,
-    /// }
-    ///
-    /// #[async_trait]
-    /// impl LeaseRelease for Unreachable {
-    ///     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
-    ///         Err(LockError::ReleaseFailed { key: self.key, cause: "connection refused".into() })
-    ///     }
-    ///
-    ///     fn release_in_background(self: Box<Self>) {}
-    /// }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let release = Box::new(Unreachable { key: "reaper".into() });
-    /// let handle = LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 7, LeaseState::new(None), release);
-    /// let error = handle.release().await.unwrap_err();
-    /// assert_eq!(error.code(), "LOCK_RELEASE_FAILED");
-    /// # }
-    /// ```
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError>;
 
     /// Releases the lease without waiting for the outcome (best effort).
-    ///
-    /// # Examples
-    ///
-    /// Dropping a [`LockHandle`] calls it:
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::sync::atomic::{AtomicBool, Ordering};
-    /// use async_trait::async_trait;
-    /// use lock_core::{Lease, LeaseRelease, LeaseState, LockError, LockHandle, ReleaseOutcome};
-    ///
-    /// #[derive(Debug)]
-    /// struct Flag(Arc<AtomicBool>);
-    ///
-    /// #[async_trait]
-    /// impl LeaseRelease for Flag {
-    ///     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
-    ///         Ok(ReleaseOutcome::Released)
-    ///     }
-    ///
-    ///     fn release_in_background(self: Box<Self>) {
-    ///         // A real backend sends its release here without waiting (e.g. `tokio::spawn`
-    ///         // when a runtime is running) and lets the lease end at its TTL otherwise.
-    ///         self.0.store(true, Ordering::SeqCst);
-    ///     }
-    /// }
-    ///
-    /// let released = Arc::new(AtomicBool::new(false));
-    /// let state = LeaseState::new(None);
-    /// let release = Box::new(Flag(Arc::clone(&released)));
-    /// let handle = LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 1, state.clone(), release);
-    /// drop(handle); // no runtime needed
-    /// assert!(released.load(Ordering::SeqCst));
-    /// assert!(!state.is_held());
-    /// ```
     fn release_in_background(self: Box<Self>);
 }
 
-/// A held lock. Release it with [`LockHandle::release`] to learn the outcome; dropping it also
-/// releases (in the background, best effort) and stops renewal at once. A process about to exit
-/// calls [`DistributedLock::shutdown`](crate::DistributedLock::shutdown) last, so such a
-/// release is not cut off.
+/// A held lock.
 ///
-/// # Examples
-///
-/// ```
-/// # use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, ReleaseOutcome};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// # let lock = InMemoryLock::new();
-/// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-/// assert!(handle.is_held());
-/// assert_eq!(handle.key(), "bill-run:2026-11");
-/// assert_eq!(handle.lease(), Lease::Watchdog);
-/// assert!(handle.owner().starts_with("in-memory/")); // the instance id, then this acquisition
-/// assert!(matches!(handle.status(), LeaseStatus::Held { .. }));
-/// assert_eq!((handle.hold_count(), handle.is_reentrant()), (1, false));
-/// let token = handle.fencing_token(); // pass it to the store you write to
-/// # let _ = token;
-/// // … the critical section …
-/// assert_eq!(handle.release().await?, ReleaseOutcome::Released);
-/// # Ok(()) }
-/// ```
+/// [`release`](LockHandle::release) it to learn the outcome. Dropping it releases in the
+/// background and stops renewal at once; a process about to exit calls
+/// [`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown) last, so that such a release
+/// is not cut off.
 pub struct LockHandle {
     key: String,
     lease: Lease,
@@ -479,46 +315,8 @@ fn describe(status: LeaseStatus) -> String {
 }
 
 impl LockHandle {
-    /// Builds a handle for a grant. For implementations of [`crate::DistributedLock`].
-    ///
-    /// # Examples
-    ///
-    /// In a backend's `acquire_lease`, once the store granted the key (see [`LeaseRelease`] for
-    /// a whole release type):
-    ///
-    /// ```
-    /// use lock_core::{Lease, LeaseState, LockHandle, OwnerTokens};
-    /// use tokio::time::{Duration, Instant};
-    /// # use async_trait::async_trait;
-    /// # use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
-    /// # #[derive(Debug)]
-    /// # struct StoreRelease;
-    /// # #[async_trait]
-    /// # impl LeaseRelease for StoreRelease {
-    /// #     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
-    /// #         Ok(ReleaseOutcome::Released)
-    /// #     }
-    /// #     fn release_in_background(self: Box<Self>) {}
-    /// # }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), LockError> {
-    /// # let owners = OwnerTokens::new("billing-7f9c")?;
-    /// let owner = owners.next_token();
-    /// let ttl = Duration::from_secs(10);
-    /// let fencing_token = 42; // as the store counted it
-    /// let state = LeaseState::new(Some(Instant::now() + ttl - ttl / 100));
-    /// let handle = LockHandle::new(
-    ///     "msisdn-reaper",
-    ///     Lease::Fixed(ttl),
-    ///     owner.clone(),
-    ///     fencing_token,
-    ///     state,
-    ///     Box::new(StoreRelease),
-    /// );
-    /// assert_eq!((handle.owner(), handle.fencing_token()), (owner.as_str(), 42));
-    /// assert!(handle.is_held());
-    /// # Ok(()) }
-    /// ```
+    /// A handle for a grant, built by implementations of [`crate::lock::DistributedLock`] (see the
+    /// example of [`LeaseRelease`]).
     pub fn new(
         key: impl Into<String>,
         lease: Lease,
@@ -583,25 +381,7 @@ impl LockHandle {
     }
 
     /// How many times the current task holds this lease: 1, plus one for each live nested
-    /// handle taken inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope of the
-    /// same key.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async {
-    ///     // A helper called inside the section takes the same lock: it re-enters.
-    ///     let nested = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap();
-    ///     assert_eq!(nested.hold_count(), 2);
-    ///     drop(nested);
-    /// })
-    /// .await?;
-    /// # Ok(()) }
-    /// ```
+    /// handle taken inside a [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope of the key.
     pub fn hold_count(&self) -> usize {
         if self.scope_has_ended() {
             0
@@ -610,14 +390,16 @@ impl LockHandle {
         }
     }
 
-    /// Whether this handle re-entered a lease its task already held in a
-    /// [`with_lock`](crate::DistributedLockExt::with_lock) scope. Such a handle shares that
-    /// lease (owner, fencing token, status); releasing it only gives its hold back.
+    /// Whether this handle re-entered a lease its task holds in a
+    /// [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope.
+    ///
+    /// Such a handle shares the lease's owner, fencing token and status. Releasing it only gives
+    /// its hold back.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, ReleaseOutcome};
+    /// use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, ReleaseOutcome};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -626,8 +408,10 @@ impl LockHandle {
     /// drop(outer);
     ///
     /// lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async {
+    ///     // A helper called inside the section takes the same lock: it re-enters.
     ///     let nested = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap();
     ///     assert!(nested.is_reentrant());
+    ///     assert_eq!(nested.hold_count(), 2);
     ///     // Gives its hold back; the section keeps the lease.
     ///     assert_eq!(nested.release().await.unwrap(), ReleaseOutcome::Released);
     ///     assert!(lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap().is_reentrant());
@@ -649,65 +433,26 @@ impl LockHandle {
         self.lease
     }
 
-    /// This acquisition's owner token: the instance id (host or pod name), then a suffix unique
-    /// to this acquisition. Other clients see it as the holder.
+    /// This acquisition's owner token, which other clients see as the holder: the instance id,
+    /// then a suffix unique to this acquisition.
     pub fn owner(&self) -> &str {
         &self.owner
     }
 
-    /// The fencing token of this grant: strictly greater than the token of every earlier grant of
-    /// the same key. Hand it to the store the critical section writes to, and have the store
-    /// reject writes carrying a smaller token than it has seen; that is what makes a paused or
-    /// partitioned holder harmless.
+    /// The fencing token of this grant, greater than the token of every earlier grant of the key.
     ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let pod_a = InMemoryLock::new();
-    /// let pod_b = pod_a.clone(); // another client of the same lock table
-    /// let first = pod_a.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// let first_token = first.fencing_token();
-    /// drop(first);
-    ///
-    /// let second = pod_b.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// // The store rejects writes with a token below the highest it has seen.
-    /// assert!(second.fencing_token() > first_token);
-    /// # Ok(()) }
-    /// ```
+    /// Hand it to the store the critical section writes to, and have the store reject writes
+    /// with a smaller token than it has seen: that makes a paused or partitioned holder harmless.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
 
-    /// Whether the lease is held now: not released, not lost, and its local deadline (last
-    /// confirmed expiry minus a safety margin) not passed.
+    /// Whether the lease is held now: not released, not lost, and its local deadline not passed.
     pub fn is_held(&self) -> bool {
         matches!(self.status(), LeaseStatus::Held { .. })
     }
 
-    /// The current lease status. A re-entrant handle whose section has ended reports
-    /// `Lost(ScopeEnded)`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(30))).await?;
-    /// let LeaseStatus::Held { valid_until: Some(deadline) } = handle.status() else {
-    ///     panic!("a fixed lease has a deadline");
-    /// };
-    /// println!("held for another {:?}", deadline - tokio::time::Instant::now());
-    ///
-    /// tokio::time::sleep(Duration::from_secs(31)).await;
-    /// assert_eq!(handle.status(), LeaseStatus::Lost(LostReason::Expired));
-    /// # Ok(()) }
-    /// ```
+    /// The current lease status; `Lost(ScopeEnded)` for a re-entrant handle whose section ended.
     pub fn status(&self) -> LeaseStatus {
         let status = self.state.status();
         if self.scope_has_ended() && !matches!(status, LeaseStatus::Lost(_)) {
@@ -716,10 +461,11 @@ impl LockHandle {
         status
     }
 
-    /// A future that completes when the lease is lost: a renewal found the key gone or owned by
-    /// someone else, or the local deadline passed without a confirmed renewal. It never
-    /// completes after a release. It owns what it needs, so it can be spawned or kept after the
-    /// handle moves.
+    /// Completes when the lease is lost, and never after a release.
+    ///
+    /// A lease is lost when a renewal finds the key gone or taken, or when the local deadline
+    /// passes without a confirmed renewal. The future owns what it needs, so it can be spawned or
+    /// kept after the handle moves.
     ///
     /// # Examples
     ///
@@ -727,7 +473,7 @@ impl LockHandle {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, LostReason};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// # let lock = InMemoryLock::new();
@@ -755,20 +501,20 @@ impl LockHandle {
         }
     }
 
-    /// Releases the lock (owner-checked) and reports whether the lease was still held. Renewal
-    /// stops at once, whatever the outcome.
+    /// Releases the lock, owner-checked, and reports whether the lease was still held.
+    ///
+    /// Renewal stops at once, whatever the outcome. Runs in a `lock.release` span and records the
+    /// release metrics ([`telemetry`](crate::lock::telemetry)), except for a re-entrant handle.
     ///
     /// # Errors
-    /// [`LockError::ReleaseFailed`] (code `LOCK_RELEASE_FAILED`) when the backend could not
-    /// confirm the release; the lease then ends at its TTL.
-    ///
-    /// Runs in a `lock.release` span and records the release metrics
-    /// ([`telemetry`](crate::telemetry)); a re-entrant handle's release records nothing.
+    /// [`LockError::ReleaseFailed`] (`LOCK_RELEASE_FAILED`) when the backend did not confirm the
+    /// release. The lease then ends at its TTL.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, ReleaseOutcome};
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), LockError> {
     /// # let lock = InMemoryLock::new();

@@ -6,16 +6,15 @@ use crate::duration::format_duration;
 use crate::error::LockError;
 use crate::error::check_duration;
 
-/// The shortest accepted fixed lease: 100 ms. Shorter leases would end within a few round trips,
-/// before the caller could do anything useful under them.
+/// The shortest accepted fixed lease: 100 ms.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 /// The longest accepted fixed lease: 7 days. Longer work should use [`Lease::Watchdog`].
 pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The longest accepted wait time: 1 hour.
 pub const MAX_WAIT: Duration = Duration::from_secs(3600);
-/// The shortest accepted watchdog timeout: 1 s (renewed every third, so every 333 ms).
+/// The shortest accepted watchdog timeout: 1 s, renewed every 333 ms.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(1);
-/// The longest accepted watchdog timeout: 1 hour (a crashed holder blocks the key that long).
+/// The longest accepted watchdog timeout: 1 hour, the longest a crashed holder keeps its key.
 pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// How long a granted lock lives.
@@ -24,7 +23,7 @@ pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(3600);
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::Lease;
+/// use lock_core::lock::Lease;
 ///
 /// // Variable-length work (a bill run): held while this process lives, renewed by the watchdog.
 /// let long = Lease::Watchdog;
@@ -35,18 +34,16 @@ pub const MAX_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(3600);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Lease {
-    /// Watchdog-managed (the default): the TTL is the configured `watchdog-timeout` (30 s by
-    /// default) and is renewed every third of it while the holder's process lives. A crashed
-    /// process stops renewing and the lock frees itself within one watchdog timeout.
+    /// The default: the TTL is the backend's watchdog timeout, renewed every third of it while
+    /// the holder's process lives. After a crash the lock frees itself within one timeout.
     #[default]
     Watchdog,
-    /// A fixed lease: the lock hard-expires this long after it is granted and is never renewed.
-    /// Bounds: [`MIN_LEASE`] (100 ms) to [`MAX_LEASE`] (7 days).
+    /// Hard-expires this long after the grant, never renewed; [`MIN_LEASE`] to [`MAX_LEASE`].
     Fixed(Duration),
 }
 
 impl Lease {
-    /// Checks the lease against [`MIN_LEASE`]..=[`MAX_LEASE`].
+    /// Checks a fixed lease against [`MIN_LEASE`]..=[`MAX_LEASE`].
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] naming `lease`, the value and the accepted range.
@@ -55,7 +52,7 @@ impl Lease {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::Lease;
+    /// use lock_core::lock::Lease;
     ///
     /// assert!(Lease::Fixed(Duration::from_secs(30)).validate().is_ok());
     /// let error = Lease::Fixed(Duration::from_millis(50)).validate().unwrap_err();
@@ -68,18 +65,7 @@ impl Lease {
         }
     }
 
-    /// The TTL a grant gets under this lease, given the configured watchdog timeout.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::Lease;
-    ///
-    /// let watchdog_timeout = Duration::from_secs(30);
-    /// assert_eq!(Lease::Watchdog.ttl(watchdog_timeout), watchdog_timeout);
-    /// assert_eq!(Lease::Fixed(Duration::from_secs(5)).ttl(watchdog_timeout), Duration::from_secs(5));
-    /// ```
+    /// The TTL a grant gets under this lease, given the backend's watchdog timeout.
     pub fn ttl(&self, watchdog_timeout: Duration) -> Duration {
         match *self {
             Lease::Watchdog => watchdog_timeout,
@@ -88,22 +74,10 @@ impl Lease {
     }
 }
 
-/// Checks a per-call or configured wait time: zero (one attempt) up to [`MAX_WAIT`].
+/// Checks a wait time: zero (one attempt) up to [`MAX_WAIT`].
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `wait_time`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{MAX_WAIT, validate_wait};
-///
-/// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
-/// assert!(validate_wait(MAX_WAIT).is_ok());
-/// let error = validate_wait(Duration::from_secs(2 * 3600)).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid wait_time 2 h: accepted: 0 to 1 h");
-/// ```
 pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
     check_duration("wait_time", wait, Duration::ZERO, MAX_WAIT)
 }
@@ -112,17 +86,6 @@ pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `watchdog-timeout`.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::validate_watchdog_timeout;
-///
-/// assert!(validate_watchdog_timeout(Duration::from_secs(30)).is_ok());
-/// let error = validate_watchdog_timeout(Duration::from_millis(500)).unwrap_err();
-/// assert_eq!(error.to_string(), "invalid watchdog-timeout 500 ms: accepted: 1 s to 1 h");
-/// ```
 pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
     check_duration(
         "watchdog-timeout",
@@ -132,7 +95,7 @@ pub fn validate_watchdog_timeout(timeout: Duration) -> Result<(), LockError> {
     )
 }
 
-/// Checks a minimum hold ([`AcquireOptions::hold_at_least`](crate::AcquireOptions::hold_at_least)):
+/// Checks a minimum hold ([`AcquireOptions::hold_at_least`](crate::lock::AcquireOptions::hold_at_least)):
 /// zero up to [`MAX_LEASE`], and for a fixed lease at most the lease.
 pub(crate) fn validate_hold_at_least(hold: Duration, lease: Lease) -> Result<(), LockError> {
     match lease {

@@ -21,32 +21,11 @@ use crate::owner::OwnerTokens;
 
 static NEXT_TABLE: AtomicU64 = AtomicU64::new(1);
 
-/// A [`DistributedLock`] whose locks live in this process. Clones share the same locks, so each
-/// clone can stand in for a separate client.
+/// A [`DistributedLock`] whose locks live in this process, for tests and single-process tools.
 ///
-/// Same semantics as the Redis implementation — waiting (woken by releases, bounded by the
-/// holder's expiry), fixed-lease expiry, owner-checked release, fencing tokens — with one
-/// difference that follows from having no process boundary: a watchdog lease never expires while
-/// its handle lives (a holder cannot crash without dropping its handle), so no renewal runs.
-///
-/// Each clone (and [`with_wait_time`](InMemoryLock::with_wait_time)) is a client of its own for
-/// [`shutdown`](DistributedLock::shutdown): shutting one down releases the leases acquired
-/// through it and refuses its later acquisitions; the other clients of the table go on.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::{DistributedLock, InMemoryLock, Lease};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// let lock = InMemoryLock::new();
-/// let held = lock.try_acquire("reaper", Lease::Watchdog).await.unwrap();
-/// let err = lock.try_acquire("reaper", Lease::Watchdog).await.unwrap_err();
-/// assert_eq!(err.details()["reason"], "held_by_another_owner");
-/// drop(held);
-/// assert!(lock.try_acquire("reaper", Lease::Watchdog).await.is_ok());
-/// # }
-/// ```
+/// It passes the conformance suite. Clones share the locks, and each clone is a client of its
+/// own, also for [`shutdown`](DistributedLock::shutdown). A watchdog lease never expires while
+/// its handle lives, since a holder cannot crash without dropping it, so no renewal runs.
 #[derive(Debug)]
 pub struct InMemoryLock {
     shared: Arc<Shared>,
@@ -103,17 +82,7 @@ impl Default for InMemoryLock {
 }
 
 impl InMemoryLock {
-    /// An empty lock table with the default wait time (5 s) and instance id `in-memory`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DEFAULT_WAIT_TIME, InMemoryLock};
-    ///
-    /// let lock = InMemoryLock::new();
-    /// assert_eq!(lock.wait_time(), DEFAULT_WAIT_TIME);
-    /// assert_eq!(lock.held_count(), 0);
-    /// ```
+    /// An empty lock table with the [`DEFAULT_WAIT_TIME`] and instance id `in-memory`.
     pub fn new() -> Self {
         InMemoryLock {
             shared: Arc::new(Shared {
@@ -130,29 +99,10 @@ impl InMemoryLock {
         }
     }
 
-    /// A client of the same lock table with another default wait time (0 to 1 h).
+    /// A client of the same lock table with another wait time, 0 to 1 h.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] naming `wait` when out of range.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let pod_a = InMemoryLock::new();
-    /// let pod_b = pod_a.with_wait_time(Duration::ZERO)?; // same locks, never waits
-    /// assert_eq!(pod_b.wait_time(), Duration::ZERO);
-    ///
-    /// let held = pod_a.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// let error = pod_b.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
-    /// assert_eq!(error.details()["holder"], held.owner());
-    ///
-    /// assert!(pod_a.with_wait_time(Duration::from_secs(2 * 3600)).is_err()); // over 1 h
-    /// # Ok(()) }
-    /// ```
+    /// [`LockError::InvalidArgument`] naming `wait_time` when out of range.
     pub fn with_wait_time(&self, wait_time: Duration) -> Result<Self, LockError> {
         validate_wait(wait_time)?;
         Ok(InMemoryLock {
@@ -161,40 +111,12 @@ impl InMemoryLock {
         })
     }
 
-    /// The default wait time of this client.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::InMemoryLock;
-    ///
-    /// let lock = InMemoryLock::new().with_wait_time(Duration::from_millis(250))?;
-    /// assert_eq!(lock.wait_time(), Duration::from_millis(250));
-    /// # Ok::<(), lock_core::LockError>(())
-    /// ```
+    /// The wait time of this client.
     pub fn wait_time(&self) -> Duration {
         self.wait_time
     }
 
-    /// Number of keys currently held (expired fixed leases not counted).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// let _run = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-    /// let _sweep = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-    /// assert_eq!(lock.held_count(), 2);
-    ///
-    /// tokio::time::sleep(Duration::from_secs(2)).await; // the sweep's lease ends
-    /// assert_eq!(lock.held_count(), 1);
-    /// # Ok(()) }
-    /// ```
+    /// The number of keys held now, expired fixed leases not counted.
     pub fn held_count(&self) -> usize {
         let now = Instant::now();
         self.shared
@@ -204,26 +126,10 @@ impl InMemoryLock {
             .count()
     }
 
-    /// Ends the lease now held on `key` as if it had run out, whichever client of the table holds
-    /// it: the holder's handle turns lost first ([`LostReason::Expired`]), then the key is free
-    /// and waiters are woken. Returns whether a live lease was ended. A test hook, for the
-    /// conformance suite's lost-lease check (`LockFactory::expire`) and for tests of code that
-    /// must react to a lost lease.
+    /// Ends the lease held on `key` as if it had run out, and returns whether there was one.
     ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let lock = InMemoryLock::new();
-    /// let held = lock.acquire("reaper", Lease::Watchdog).await.unwrap();
-    /// assert!(lock.expire("reaper"));
-    /// assert_eq!(held.lost().await, LostReason::Expired);
-    /// assert!(lock.try_acquire("reaper", Lease::Watchdog).await.is_ok());
-    /// assert!(!lock.expire("never-held"));
-    /// # }
-    /// ```
+    /// A test hook for code that must react to a lost lease: the holder's handle turns lost
+    /// ([`LostReason::Expired`]) before the key is free and waiters are woken.
     pub fn expire(&self, key: &str) -> bool {
         let now = Instant::now();
         let mut table = self.shared.table();
@@ -548,7 +454,7 @@ struct MemoryRelease {
 impl LeaseRelease for MemoryRelease {
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
         // Gone from `held`: shutdown released it already (and kept any minimum hold), so a
-        // second release must not free the key early — as a re-sent release on Redis finds it.
+        // second release must not free the key early, just as a re-sent release finds it.
         if self.held.remove(self.id).is_none() {
             return Ok(ReleaseOutcome::NotHeld);
         }
@@ -721,7 +627,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_reentrant_acquisition_ignores_its_minimum_hold_and_the_outer_one_applies() {
-        use crate::DistributedLockExt;
+        use crate::lock::DistributedLockExt;
         let lock = InMemoryLock::new();
         let outer = AcquireOptions::new(Lease::Watchdog)
             .hold_at_least(Duration::from_secs(10))

@@ -1,7 +1,5 @@
-//! The lock capability: the [`DistributedLock`](crate::DistributedLock) port, its handles,
-//! leases and options, the extensions every caller uses (`with_lock`, fail open, re-entry),
-//! the in-memory and disabled implementations, telemetry, and the conformance suite that
-//! every implementation runs.
+//! The distributed lock: the [`DistributedLock`] port, its handles,
+//! leases and options, and its implementations.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -17,3 +15,17 @@ pub(crate) mod reentrant;
 pub(crate) mod shutdown;
 pub(crate) mod status;
 pub mod telemetry;
+
+pub use disabled::DisabledLock;
+pub use ext::DistributedLockExt;
+pub use fail_open::{FailOpen, Unguarded, UnguardedReason};
+pub use handle::{LeaseRelease, LeaseState, LockHandle};
+pub use lease::{
+    Lease, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
+    validate_wait, validate_watchdog_timeout,
+};
+pub use memory::InMemoryLock;
+pub use options::{AcquireOptions, DEFAULT_WAIT_TIME};
+pub use port::DistributedLock;
+pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
+pub use status::{LeaseStatus, LostReason, ReleaseOutcome};

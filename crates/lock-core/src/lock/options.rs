@@ -11,14 +11,15 @@ pub const DEFAULT_WAIT_TIME: Duration = Duration::from_secs(5);
 /// Per-call options of an acquisition.
 ///
 /// Each setter that takes a value checks it and names it when it is out of range, as
-/// [`IdempotencyOptions`](crate::IdempotencyOptions) does. The lease is checked at the
+/// [`IdempotencyOptions`](crate::idempotency::IdempotencyOptions) does. The lease is checked at the
 /// acquisition.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{AcquireOptions, Lease, LockError};
+/// use lock_core::LockError;
+/// use lock_core::lock::{AcquireOptions, Lease};
 ///
 /// let opts = AcquireOptions::new(Lease::Fixed(Duration::from_secs(10))).wait_time(Duration::ZERO)?;
 /// assert_eq!(opts.lease(), Lease::Fixed(Duration::from_secs(10)));
@@ -80,7 +81,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -115,11 +116,11 @@ impl AcquireOptions {
     /// Asks for a *minimum hold*, as ShedLock's `lockAtLeastFor`: a release sooner than `hold`
     /// after the grant leaves the key held until then. For a scheduled job every pod runs each
     /// tick, so that a late pod does not run the same tick again. 0 to
-    /// [`MAX_LEASE`](crate::MAX_LEASE), and at most a fixed lease.
+    /// [`MAX_LEASE`](crate::lock::MAX_LEASE), and at most a fixed lease.
     ///
     /// # Contract
     /// - The hold is measured on the backend's clock, from the grant.
-    /// - The release still reports [`ReleaseOutcome::Released`](crate::ReleaseOutcome::Released)
+    /// - The release still reports [`ReleaseOutcome::Released`](crate::lock::ReleaseOutcome::Released)
     ///   and the handle stops renewing. The key stays held by its owner for the rest of the hold,
     ///   and other acquisitions see it held with that TTL.
     /// - A holder that dies is not held past its lease, and a grant that never reached its
@@ -136,7 +137,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let pod_a = InMemoryLock::new();
@@ -197,7 +198,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, Lease};
+    /// use lock_core::lock::{AcquireOptions, Lease};
     ///
     /// let options = AcquireOptions::new(Lease::Watchdog);
     /// assert!(options.validate("bill-run:2026-11").is_ok());

@@ -1,6 +1,4 @@
-//! The port: [`DistributedLock`]. Its per-call options are
-//! [`AcquireOptions`](crate::AcquireOptions), its closure helpers (`with_lock`)
-//! [`DistributedLockExt`](crate::DistributedLockExt).
+//! The lock port, [`DistributedLock`].
 
 use std::fmt;
 use std::time::Duration;
@@ -17,83 +15,68 @@ use crate::lock::shutdown::ShutdownSummary;
 /// lease.
 ///
 /// # Contract
-/// Every implementation passes the conformance suite (`lock_core::conformance`, feature
-/// `conformance`). In short:
-/// - **Exclusion.** While a lease is held, no other acquisition of the same key succeeds, in this
-///   process or any other sharing the backend.
-/// - **Wait.** `acquire_with` waits up to the wait time (the per-call override, else the
-///   configured default) for a held key; zero means one attempt. It returns no later than the
-///   wait time plus one backend command timeout, whatever the backend does.
-/// - **Fail closed.** When the lock is not granted — contention outlasting the wait, an
-///   unreachable, slow or failing backend — the call returns
-///   [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503) and never a handle.
-///   An outage is never reported as contention, nor a timeout as a grant. (A call site may still
-///   choose to run its section without the lock, by name:
-///   [`DistributedLockExt::with_lock_fail_open`](crate::DistributedLockExt::with_lock_fail_open); the acquisition itself fails all the same.)
-/// - **Leases.** [`Lease::Fixed`] ends at its duration; [`Lease::Watchdog`] is renewed while the
+/// Every implementation passes the conformance suite (feature `conformance`). In short:
+/// - **Exclusion.** While a lease is held, no other acquisition of its key succeeds, in any
+///   process sharing the backend.
+/// - **Wait.** [`acquire_with`](DistributedLock::acquire_with) waits up to the wait time for a
+///   held key (zero: one attempt) and returns within the wait time plus one backend command
+///   timeout, whatever the backend does.
+/// - **Fail closed.** A lock not granted, through contention or a failing backend, is
+///   [`LockError::AcquisitionFailed`] and never a handle. An outage is never reported as
+///   contention, nor a timeout as a grant.
+/// - **Leases.** [`Lease::Fixed`] ends at its duration. [`Lease::Watchdog`] is renewed while the
 ///   holder's process lives and ends within one watchdog timeout after it dies.
-/// - **Release.** Owner-checked: releasing (or dropping) a handle whose lease has ended never
-///   frees a lock another owner holds now. Dropping a handle releases in the background.
+/// - **Release.** Owner-checked: releasing or dropping a handle whose lease ended never frees
+///   another owner's lock. A dropped handle releases in the background.
 /// - **Minimum hold.** A release sooner than [`AcquireOptions::hold_at_least`] after the grant
-///   reports `Released` but leaves the key held by its owner, unrenewed, until grant + hold on
-///   the backend's clock; other acquisitions see it held until then and are granted after.
-/// - **Fencing.** Each grant carries a fencing token ([`LockHandle::fencing_token`], a `u64`)
-///   strictly greater than every earlier grant's token for that key, whichever client or process
-///   received it.
-/// - **Owners.** Every acquisition has its own owner token ([`LockHandle::owner`]), starting with
-///   the readable instance id; a release — even a late, retried one — only ever frees the grant
-///   made for its own acquisition.
-/// - **Lost leases.** [`LockHandle::is_held`] turns false and [`LockHandle::lost`] fires when a
-///   renewal finds the key gone or taken, or when the local monotonic deadline (last confirmed
-///   expiry minus a safety margin) passes without a confirmed renewal — before the backend can
-///   grant the key to anyone else, as long as it does not lose the key. Renewal never re-creates
-///   a missing key; after a release, `lost()` never fires.
-/// - **Outcome unknown.** An acquisition that fails, times out or whose future is dropped at any
-///   await point leaves no grant behind beyond one lease, no subscription and no renewal: a
-///   grant it may have caused is released (owner-checked) in the background.
-/// - **Validation.** Bad keys and durations are rejected before any backend call, with
-///   `LOCK_INVALID_ARGUMENT`.
-/// - **Fairness.** Acquisitions with [`AcquireOptions::fair`] are granted in the order they
-///   asked, among the fair acquisitions of a key, across clients; a fair waiter that dies is
-///   evicted from the queue within a bounded, documented time, and one that gives up or is
-///   dropped leaves it at once. A fair acquisition that finds the lock free but earlier fair
-///   waiters queued is not granted ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead) when its wait is spent).
-/// - **Re-entry.** Inside a [`DistributedLockExt::with_lock`](crate::DistributedLockExt::with_lock) scope, an acquisition of the same
-///   key through a lock of the same [`namespace`](DistributedLock::namespace) by the same task
-///   re-enters: it returns at once with a nested handle on the held lease
-///   ([`LockHandle::is_reentrant`]), without a backend call; the outer lease, owner and fencing
-///   token are kept, and the lease and wait of the nested call are ignored. Nested sections
-///   of one scope run one at a time: a re-entry while another runs (only a future running
-///   beside it inside the scope, `join!`/`select!`, can ask then) waits for it up to its wait
-///   time. Any other acquisition — another task, or outside such a scope — contends.
-/// - **Shutdown.** [`shutdown(timeout)`](DistributedLock::shutdown) releases every lease this
-///   client still holds, watchdog and fixed (their handles' `lost()` fires first, with
-///   [`LostReason::ShutDown`](crate::LostReason::ShutDown)), and waits up to `timeout` for the
-///   background releases of dropped handles and abandoned acquisitions; it returns a
-///   [`ShutdownSummary`]. From then on every acquisition through this client, one still waiting
-///   included, fails with [`LockError::ShutDown`] (`LOCK_DISABLED`, reason `shut_down`); other
-///   clients of the backend are not affected.
+///   reports `Released` but keeps the key held, unrenewed, until grant + hold on the backend's
+///   clock.
+/// - **Fencing.** Each grant's [`LockHandle::fencing_token`] is greater than the token of every
+///   earlier grant of that key, to any client.
+/// - **Owners.** Each acquisition has its own owner token ([`LockHandle::owner`]), starting with
+///   the instance id. A release, even a late retried one, frees only its own acquisition's grant.
+/// - **Lost leases.** [`LockHandle::lost`] fires, and `is_held` turns false, when a renewal finds
+///   the key gone or taken, or when the local deadline passes without a confirmed renewal. That
+///   is before the backend can grant the key to anyone else, as long as it keeps the key.
+///   Renewal never re-creates a missing key. After a release, `lost()` never fires.
+/// - **Outcome unknown.** An acquisition that fails, times out or is dropped at any await point
+///   leaves no grant beyond one lease, no subscription and no renewal.
+/// - **Validation.** Bad keys and durations are rejected with `LOCK_INVALID_ARGUMENT` before any
+///   backend call.
+/// - **Fairness.** Fair acquisitions ([`AcquireOptions::fair`]) of a key are granted in the order
+///   they asked, across clients. A fair waiter that dies leaves the queue within a bounded time,
+///   one that gives up or is dropped leaves at once. A fair acquisition is not granted while
+///   earlier fair waiters are queued
+///   ([`AcquireFailure::WaitersAhead`](crate::AcquireFailure::WaitersAhead)).
+/// - **Re-entry.** Inside a [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope, the same
+///   task acquiring the same key through a lock of the same
+///   [`namespace`](DistributedLock::namespace) gets a nested handle at once, without a backend
+///   call ([`LockHandle::is_reentrant`]). The outer lease, owner and fencing token are kept, and
+///   the nested call's lease and wait are ignored. Nested sections of one scope run one at a
+///   time, the second waiting up to its wait time. Any other acquisition contends.
+/// - **Shutdown.** [`shutdown`](DistributedLock::shutdown) releases every lease the client
+///   holds and waits for its background releases. Every later acquisition through this client
+///   fails with [`LockError::ShutDown`]. Other clients of the backend are not affected.
 ///
-/// The lock is a lease, not a proof: a holder paused longer than its lease can still act after
-/// losing it. Pass the fencing token to the store you write to when that matters.
+/// A lease is not a proof: a holder paused past its lease can still act. Pass the fencing token
+/// to the store you write to when that matters.
 ///
-/// The trait is object safe; services hold it as `Arc<dyn DistributedLock>`. Closure-based
-/// helpers live in [`DistributedLockExt`](crate::DistributedLockExt), implemented for every `DistributedLock`.
+/// The trait is object safe: services hold an `Arc<dyn DistributedLock>`. The closure helpers
+/// are in [`DistributedLockExt`](crate::lock::DistributedLockExt).
 ///
 /// # Implementing
-/// Implement [`namespace`](DistributedLock::namespace) and
-/// [`acquire_lease`](DistributedLock::acquire_lease); the provided
-/// [`acquire_with`](DistributedLock::acquire_with) validates the arguments and handles re-entry
-/// before calling `acquire_lease`. Implement [`shutdown`](DistributedLock::shutdown) too unless
-/// the backend's releases finish inside `drop` and refusing grants after shutdown does not
-/// matter ([`HeldLeases`](crate::HeldLeases) does the bookkeeping). Run the conformance suite
-/// against the result.
+/// Implement [`namespace`](DistributedLock::namespace),
+/// [`acquire_lease`](DistributedLock::acquire_lease) and
+/// [`shutdown`](DistributedLock::shutdown). The provided `acquire_with` validates the arguments
+/// and handles re-entry before it calls `acquire_lease`. [`HeldLeases`](crate::lock::HeldLeases) keeps
+/// the leases a shutdown must release. Run the conformance suite against the result.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError};
+/// use lock_core::LockError;
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease};
 ///
 /// /// Runs the reaper if no other pod does; returns the fencing token it ran under.
 /// async fn reap(lock: &dyn DistributedLock) -> Result<u64, LockError> {
@@ -105,7 +88,6 @@ use crate::lock::shutdown::ShutdownSummary;
 /// }
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), LockError> {
-/// // Services get the Redis lock from lock-starter; tests hand in an InMemoryLock.
 /// let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
 /// let first = reap(&*lock).await?;
 /// let second = reap(&*lock).await?;
@@ -119,43 +101,28 @@ use crate::lock::shutdown::ShutdownSummary;
 /// ```
 #[async_trait]
 pub trait DistributedLock: Send + Sync + fmt::Debug {
-    /// The lock space this lock guards: two locks with the same namespace guard the same keys
-    /// (same backend, same key prefix); re-entry is decided per namespace and key. For example
-    /// `redis://cache:6379/0 lock:`. Never contains credentials.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DisabledLock, DistributedLock, InMemoryLock};
-    ///
-    /// let table = InMemoryLock::new();
-    /// assert_eq!(table.clone().namespace(), table.namespace()); // clones share the locks
-    /// assert_ne!(InMemoryLock::new().namespace(), table.namespace()); // a separate table
-    /// assert_eq!(DisabledLock::new("enabled = false").namespace(), "disabled");
-    /// ```
+    /// The lock space this lock guards, never containing credentials: two locks with the same
+    /// namespace guard the same keys, and re-entry is decided per namespace and key.
     fn namespace(&self) -> &str;
 
-    /// The implementation hook: waits for and grants a lease on `key`. Called by
-    /// [`acquire_with`](DistributedLock::acquire_with) only, after the key and options were
-    /// validated and re-entry ruled out; callers use `acquire_with`.
+    /// The implementation hook that waits for and grants a lease on `key`, called by
+    /// [`acquire_with`](DistributedLock::acquire_with) once the arguments are valid and
+    /// re-entry is ruled out.
     ///
     /// # Errors
-    /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`) when not granted.
+    /// [`LockError::AcquisitionFailed`] when not granted.
     ///
     /// # Examples
     ///
-    /// A lock that delegates to another and counts the acquisitions reaching it (it forwards
-    /// [`shutdown`](DistributedLock::shutdown) too, so the wrapped lock's leases are released at
-    /// exit):
+    /// A lock that counts the acquisitions reaching another. It forwards `shutdown` too, or the
+    /// wrapped lock's leases would stay held at exit.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
     /// use std::time::Duration;
     /// use async_trait::async_trait;
-    /// use lock_core::{
-    ///     AcquireOptions, DistributedLock, InMemoryLock, Lease, LockError, LockHandle,
-    ///     ShutdownSummary,
-    /// };
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, InMemoryLock, Lease, LockHandle, ShutdownSummary};
     ///
     /// #[derive(Debug, Default)]
     /// struct Counted {
@@ -169,11 +136,7 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
     ///         self.inner.namespace()
     ///     }
     ///
-    ///     async fn acquire_lease(
-    ///         &self,
-    ///         key: &str,
-    ///         options: AcquireOptions,
-    ///     ) -> Result<LockHandle, LockError> {
+    ///     async fn acquire_lease(&self, key: &str, options: AcquireOptions) -> Result<LockHandle, LockError> {
     ///         self.calls.fetch_add(1, Ordering::Relaxed);
     ///         self.inner.acquire_lease(key, options).await
     ///     }
@@ -199,26 +162,22 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
         options: AcquireOptions,
     ) -> Result<LockHandle, LockError>;
 
-    /// Acquires `key` with the given options, waiting up to the wait time for a held key (the
-    /// per-call wait, else the configured default; 0 = one attempt). Returns no later than the
-    /// wait time plus one backend command timeout.
+    /// Acquires `key`, waiting for a held key up to the options' wait time, else the client's.
+    ///
+    /// Returns within the wait time plus one backend command timeout. Runs in a `lock.acquire`
+    /// span and records the acquisition metrics ([`telemetry`](crate::lock::telemetry)).
     ///
     /// # Errors
-    /// - [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503): not granted;
-    ///   its reason tells contention (holder, TTL) from an unavailable backend. The critical
-    ///   section must not run.
+    /// - [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, HTTP 503): not granted. Its
+    ///   reason tells contention from an unavailable backend.
     /// - [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`,
     ///   HTTP 500): rejected before any backend call.
-    ///
-    /// Runs in a `lock.acquire` span and records the acquisition metrics
-    /// ([`telemetry`](crate::telemetry)), for every implementation that keeps this provided
-    /// method.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_core::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
@@ -248,86 +207,50 @@ pub trait DistributedLock: Send + Sync + fmt::Debug {
         .await
     }
 
-    /// Acquires `key` with `lease`, waiting up to the configured wait time.
+    /// Acquires `key` with `lease`, waiting up to the client's wait time.
     ///
     /// # Errors
     /// As [`acquire_with`](DistributedLock::acquire_with).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease, LockError, ReleaseOutcome};
-    ///
-    /// async fn bill_run(lock: &dyn DistributedLock, period: &str) -> Result<(), LockError> {
-    ///     let handle = lock.acquire(&format!("bill-run:{period}"), Lease::Watchdog).await?;
-    ///     // … the bill run, watching `handle.lost()` if it must stop when the lease ends …
-    ///     if handle.release().await? == ReleaseOutcome::NotHeld {
-    ///         eprintln!("the lease ended before the bill run did");
-    ///     }
-    ///     Ok(())
-    /// }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), LockError> {
-    /// bill_run(&InMemoryLock::new(), "2026-11").await?;
-    /// # Ok(()) }
-    /// ```
     async fn acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
         self.acquire_with(key, AcquireOptions::new(lease)).await
     }
 
-    /// Makes exactly one attempt to acquire `key`, without waiting.
+    /// Makes one attempt to acquire `key`, without waiting.
     ///
     /// # Errors
-    /// As [`acquire_with`](DistributedLock::acquire_with); a held key fails at once with reason
+    /// As [`acquire_with`](DistributedLock::acquire_with). A held key fails at once with reason
     /// `held_by_another_owner`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{DistributedLock, InMemoryLock, Lease};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = InMemoryLock::new();
-    /// let held = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await?;
-    ///
-    /// let error = lock.try_acquire("msisdn-reaper", Lease::Watchdog).await.unwrap_err();
-    /// assert_eq!(error.details()["reason"], "held_by_another_owner");
-    /// assert_eq!(error.details()["holder"], held.owner());
-    /// # Ok(()) }
-    /// ```
     async fn try_acquire(&self, key: &str, lease: Lease) -> Result<LockHandle, LockError> {
         let once = AcquireOptions::new(lease).wait_time(Duration::ZERO);
         self.acquire_with(key, once.expect("0 is a wait time"))
             .await
     }
 
-    /// Shuts this client down before the process exits: releases every lease it still holds
-    /// (watchdog and fixed; each handle's `lost()` fires first, with
-    /// [`LostReason::ShutDown`](crate::LostReason::ShutDown)), waits for the background releases
-    /// of dropped handles and abandoned acquisitions, and refuses every later acquisition with
-    /// [`LockError::ShutDown`] (`LOCK_DISABLED`). Returns within `timeout` (plus scheduling),
-    /// whatever the backend does; releases still under way then are counted as
-    /// [`pending`](ShutdownSummary::pending) and go on while the process lives.
+    /// Shuts this client down before the process exits: releases its leases and grants no more.
     ///
-    /// A dropped handle releases in the background, so a process that drops one and returns
-    /// from `main` may exit before the release reaches the backend, leaving the key held for
-    /// its whole lease. Call this last. Calling it again waits for what is still pending.
+    /// # Contract
+    /// - Releases every lease the client still holds. Each handle's `lost()` fires first, with
+    ///   [`LostReason::ShutDown`](crate::lock::LostReason::ShutDown).
+    /// - Waits for the background releases of dropped handles and abandoned acquisitions.
+    /// - Refuses every later acquisition, and every waiting one, with [`LockError::ShutDown`]
+    ///   (`LOCK_DISABLED`, reason `shut_down`).
+    /// - Returns within `timeout`, whatever the backend does. Releases still under way are
+    ///   counted as [`pending`](ShutdownSummary::pending) and go on while the process lives.
+    /// - Calling it again waits for what is still pending.
     ///
-    /// There is no provided method: a lock that wraps another must forward it, or the leases of
-    /// the wrapped lock stay held at exit. The conformance check `shutdown_releases_and_refuses`
-    /// holds every backend to the contract.
+    /// Call it last in `main`: a dropped handle releases in the background, and a process that
+    /// exits first leaves its key held for the whole lease.
     ///
     /// # Examples
     ///
     /// ```
-    /// use lock_core::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
+    /// use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
     /// let lock = InMemoryLock::new();
     /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// drop(handle); // released in the background
     ///
-    /// // The last thing `main` does:
     /// let summary = lock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
     /// assert!(summary.is_complete(), "{summary}");
     ///

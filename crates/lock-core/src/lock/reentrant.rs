@@ -1,24 +1,16 @@
-//! Re-entry: inside a [`with_lock`](crate::DistributedLockExt::with_lock) scope, the same task
-//! acquiring the same key of the same lock again gets a nested handle on the lease it already
-//! holds — no backend call, the outer lease kept — instead of waiting for itself.
+//! Re-entry: inside a [`with_lock`](crate::lock::DistributedLockExt::with_lock) scope, the same task
+//! acquiring the same key of the same lock gets a nested handle on the lease it holds, instead
+//! of waiting for itself.
 //!
-//! The scope is a Tokio task-local set while the section's future is polled, and each entry
-//! also records the task id: code the section spawns (`tokio::spawn`, `spawn_local` driven from
-//! inside it) and sibling futures (`join!`) of the `with_lock` call run as other futures or
-//! tasks and contend like any other holder.
+//! The scope is a Tokio task-local, set while the section's future is polled, and each entry
+//! records the task id. Tasks the section spawns and `join!` siblings of the `with_lock` call
+//! contend like any other holder.
 //!
-//! Futures run concurrently *inside* a section (`join!`, `select!`, a `FuturesUnordered`) all
-//! see its scope. So that two of them cannot both run a nested section at once, a nested
-//! `with_lock` section is exclusive among the re-entries of its enclosing scope: while one
-//! runs, another re-entry from that scope — which can only come from a future running beside it,
-//! since code after the nested section has not started — waits for it like a contender (its
-//! per-call wait, else [`DEFAULT_WAIT_TIME`](crate::DEFAULT_WAIT_TIME)), and fails as held by
-//! this process when the wait is spent. A nested *handle* from a plain `acquire` is not
-//! exclusive: the same code may hold several, one after another.
-//!
-//! A nested handle can outlive its section (moved out, or into a spawned task). When the section
-//! ends, the outer `with_lock` releases the lease, and the nested handle reports that as lost
-//! ([`LostReason::ScopeEnded`](crate::LostReason::ScopeEnded)).
+//! Futures running concurrently inside a section all see its scope, so a nested `with_lock`
+//! section is exclusive among the re-entries of its scope: another one waits for it like a
+//! contender, up to its wait time, then fails as held by this process. Nested handles from a
+//! plain `acquire` are not exclusive. A nested handle that outlives its section reports the
+//! lease lost ([`LostReason::ScopeEnded`](crate::lock::LostReason::ScopeEnded)).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

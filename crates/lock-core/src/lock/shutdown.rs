@@ -1,10 +1,5 @@
-//! Shutting a lock client down before its process exits: release the leases it still holds,
-//! wait for its background releases, and grant nothing more.
-//!
-//! A dropped [`LockHandle`](crate::LockHandle) releases in the background; a process that drops
-//! a handle and returns from `main` may end before that release reaches the backend, and the key
-//! then stays held for its whole lease. [`DistributedLock::shutdown`](crate::DistributedLock::shutdown)
-//! closes that gap.
+//! What [`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown) reports, and the table
+//! of held leases an implementation keeps for it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,58 +11,27 @@ use tokio::sync::Notify;
 use crate::lock::handle::LeaseState;
 use crate::lock::status::LostReason;
 
-/// The bound of a shutdown when the caller does not choose one: 5 s. Enough for a release round
-/// trip to a slow backend with room to spare (the default command timeout is 2 s), and well
-/// inside the 30 s a Kubernetes pod gets between SIGTERM and SIGKILL by default.
+/// The usual bound of a shutdown: 5 s, room for a slow release round trip and well inside the
+/// 30 s a Kubernetes pod gets between SIGTERM and SIGKILL.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a [`shutdown`](crate::DistributedLock::shutdown) did before it returned.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::{DEFAULT_SHUTDOWN_TIMEOUT, DistributedLock, InMemoryLock, Lease};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let forgotten = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
-///
-/// let summary = lock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
-/// assert_eq!((summary.released, summary.pending, summary.failed), (1, 0, 0));
-/// assert!(summary.is_complete());
-/// assert_eq!(summary.to_string(), "1 lease(s) released, 0 still pending, 0 failed");
-/// # drop(forgotten);
-/// # Ok(()) }
-/// ```
+/// What a [`shutdown`](crate::lock::DistributedLock::shutdown) did before it returned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownSummary {
-    /// Leases freed while the shutdown ran: those still held by live handles, and those whose
-    /// background release (a dropped handle, an acquisition of unknown outcome) it waited for.
-    /// A release that found the lease already ended is not counted.
+    /// Leases freed while the shutdown ran: those still held, and those whose background release
+    /// it waited for. A release that found the lease already ended is not counted.
     pub released: usize,
-    /// Releases not finished when the timeout ran out, and acquisitions still in flight then
-    /// (their grant, should one arrive, is handed back). They go on in the background while the
-    /// process lives; if it exits first, those leases end at their TTL.
+    /// Releases and acquisitions still under way at the timeout. They go on while the process
+    /// lives; if it exits first, their leases end at their TTL.
     pub pending: usize,
-    /// Releases that failed for good (the backend refused, or stayed unreachable until the
-    /// release gave up). Those leases end at their TTL.
+    /// Releases that failed for good. Their leases end at their TTL.
     pub failed: usize,
 }
 
 impl ShutdownSummary {
-    /// A summary: `released` freed, `pending` unfinished at the deadline, `failed` given up.
-    /// For implementations of [`DistributedLock::shutdown`](crate::DistributedLock::shutdown).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::ShutdownSummary;
-    ///
-    /// let summary = ShutdownSummary::new(3, 1, 0);
-    /// assert_eq!(summary.pending, 1);
-    /// assert!(!summary.is_complete()); // one release was still under way at the deadline
-    /// ```
+    /// A summary, built by implementations of
+    /// [`DistributedLock::shutdown`](crate::lock::DistributedLock::shutdown).
     pub const fn new(released: usize, pending: usize, failed: usize) -> Self {
         ShutdownSummary {
             released,
@@ -76,17 +40,7 @@ impl ShutdownSummary {
         }
     }
 
-    /// Whether every release finished and none failed: nothing this client held stays held
-    /// after it exits.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::ShutdownSummary;
-    ///
-    /// assert!(ShutdownSummary::new(2, 0, 0).is_complete());
-    /// assert!(!ShutdownSummary::new(0, 0, 1).is_complete());
-    /// ```
+    /// Whether every release finished and none failed, so nothing this client held outlives it.
     pub const fn is_complete(&self) -> bool {
         self.pending == 0 && self.failed == 0
     }
@@ -102,18 +56,17 @@ impl fmt::Display for ShutdownSummary {
     }
 }
 
-/// The leases one client holds, for its shutdown: an implementation registers every grant with
-/// [`insert`](HeldLeases::insert) and takes it out with [`remove`](HeldLeases::remove) when the
-/// holder releases it; its `shutdown` calls [`close`](HeldLeases::close), which refuses later
-/// grants and hands over the leases still held, to be released.
+/// The leases one client holds, kept by an implementation for its shutdown.
 ///
-/// Closing and registering take one mutex, so a grant racing a shutdown is either handed over
-/// or refused, never missed.
+/// Register every grant with [`insert`](HeldLeases::insert), take it out with
+/// [`remove`](HeldLeases::remove) when its holder releases it, and [`close`](HeldLeases::close)
+/// the table in `shutdown` to get the leases still held. A grant racing a shutdown is either
+/// handed over or refused, never missed.
 ///
 /// # Examples
 ///
 /// ```
-/// use lock_core::{HeldLeases, LeaseState, LostReason, LeaseStatus};
+/// use lock_core::lock::{HeldLeases, LeaseState, LostReason, LeaseStatus};
 ///
 /// let held = HeldLeases::new();
 /// let (first, second) = (LeaseState::new(None), LeaseState::new(None));
@@ -164,9 +117,10 @@ impl<T> HeldLeases<T> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a granted lease (its `state`, and what it takes to release it); returns the id
-    /// to [`remove`](HeldLeases::remove) it with. `None` once closed: the grant must be handed
-    /// back and the acquisition fail with [`LockError::ShutDown`](crate::LockError::ShutDown).
+    /// Registers a granted lease and returns the id to [`remove`](HeldLeases::remove) it with.
+    ///
+    /// `None` once closed: hand the grant back and fail the acquisition with
+    /// [`LockError::ShutDown`](crate::LockError::ShutDown).
     pub fn insert(&self, state: LeaseState, lease: T) -> Option<u64> {
         let mut table = self.table();
         if table.closed {
@@ -178,25 +132,12 @@ impl<T> HeldLeases<T> {
         Some(id)
     }
 
-    /// Takes lease `id` out because its holder releases it. `None` if the shutdown took it
-    /// (and releases it) first.
+    /// Takes lease `id` out as its holder releases it; `None` if the shutdown took it first.
     pub fn remove(&self, id: u64) -> Option<T> {
         self.table().leases.remove(&id).map(|(_, lease)| lease)
     }
 
-    /// Number of leases registered and not yet removed or handed over.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_core::{HeldLeases, LeaseState};
-    ///
-    /// let held = HeldLeases::new();
-    /// held.insert(LeaseState::new(None), ());
-    /// assert_eq!(held.len(), 1);
-    /// held.close();
-    /// assert!(held.is_empty());
-    /// ```
+    /// The number of leases registered and not yet removed or handed over.
     pub fn len(&self) -> usize {
         self.table().leases.len()
     }
@@ -211,11 +152,12 @@ impl<T> HeldLeases<T> {
         self.table().closed
     }
 
-    /// Closes the table for good: later [`insert`](HeldLeases::insert)s are refused, and every
-    /// lease still registered is marked lost ([`LostReason::ShutDown`], so its holder's
-    /// [`lost()`](crate::LockHandle::lost) fires before the key can pass to anyone else) and
-    /// returned, for the caller to release. Wakes [`closed`](HeldLeases::closed) waiters.
-    /// Closing again returns nothing.
+    /// Closes the table for good and returns the leases still registered, for the caller to
+    /// release.
+    ///
+    /// Later inserts are refused. Each returned lease is marked lost first
+    /// ([`LostReason::ShutDown`]), so its holder learns of it before the key can pass to anyone
+    /// else. Wakes [`closed`](HeldLeases::closed) waiters. Closing again returns nothing.
     pub fn close(&self) -> Vec<T> {
         let leases: Vec<_> = {
             let mut table = self.table();
@@ -232,27 +174,8 @@ impl<T> HeldLeases<T> {
             .collect()
     }
 
-    /// Completes once the table is closed: for an acquisition waiting for a held key, which
-    /// should give up at once with [`LockError::ShutDown`](crate::LockError::ShutDown).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use lock_core::HeldLeases;
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let held = Arc::new(HeldLeases::<()>::new());
-    /// let waiter = tokio::spawn({
-    ///     let held = Arc::clone(&held);
-    ///     async move { held.closed().await }
-    /// });
-    /// tokio::task::yield_now().await;
-    /// held.close();
-    /// waiter.await.unwrap(); // woken by the close
-    /// held.closed().await; // already closed: completes at once
-    /// # }
-    /// ```
+    /// Completes once the table is closed, so that a waiting acquisition can give up with
+    /// [`LockError::ShutDown`](crate::LockError::ShutDown).
     pub async fn closed(&self) {
         loop {
             // Registered before the flag is read, so a close in between still wakes us.

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
+/// use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), lock_core::LockError> {
 /// let lock = InMemoryLock::new();
@@ -27,45 +27,26 @@ use tokio::time::Instant;
 #[must_use = "a release that found the lease gone means the critical section may have overlapped another holder"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// This owner still held the lock; it is now free and waiters were woken. For a re-entrant
-    /// handle ([`LockHandle::is_reentrant`](crate::LockHandle::is_reentrant)): its hold was given back and the lease stays with
-    /// the enclosing `with_lock` section, which releases it.
+    /// This owner still held the lock and released it. A
+    /// [re-entrant](crate::lock::LockHandle::is_reentrant) handle gave its hold back instead, and the
+    /// enclosing section keeps the lease.
     Released,
-    /// The lease had already ended (expired, lost, or taken over); nothing was deleted, and
-    /// whoever holds the key now keeps it.
+    /// The lease had already ended: nothing was deleted, and whoever holds the key keeps it.
     NotHeld,
 }
 
 /// Why a held lease was lost.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LostReason};
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-///
-/// let reason = handle.lost().await; // the fixed lease ran out
-/// assert_eq!(reason, LostReason::Expired);
-/// assert_eq!(reason.to_string(), "the lease ran out without a confirmed renewal");
-/// # Ok(()) }
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
-    /// The local deadline (last confirmed expiry minus a safety margin) passed without a
-    /// confirmed renewal. Fires before the backend can grant the key to someone else.
+    /// The local deadline passed without a confirmed renewal, which is before the backend can
+    /// grant the key to anyone else.
     Expired,
     /// A renewal found the key gone or held by another owner.
     NotOwner,
-    /// This re-entrant handle outlived the `with_lock` section it was taken in; the section
-    /// ended and its lease was released.
+    /// This re-entrant handle outlived the `with_lock` section that held the lease.
     ScopeEnded,
-    /// The lock client was shut down ([`DistributedLock::shutdown`](crate::DistributedLock::shutdown))
-    /// while this lease was held, and released it.
+    /// The client was [shut down](crate::lock::DistributedLock::shutdown) and released the lease.
     ShutDown,
 }
 
@@ -82,32 +63,15 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// The status of one lease as the holder's process knows it.
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_core::{DistributedLock, InMemoryLock, Lease, LeaseStatus, LostReason};
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = InMemoryLock::new();
-/// let handle = lock.acquire("msisdn-reaper", Lease::Fixed(Duration::from_secs(1))).await?;
-/// assert!(matches!(handle.status(), LeaseStatus::Held { valid_until: Some(_) }));
-///
-/// tokio::time::sleep(Duration::from_secs(2)).await;
-/// assert_eq!(handle.status(), LeaseStatus::Lost(LostReason::Expired));
-/// # Ok(()) }
-/// ```
+/// The status of one lease, as the holder's process knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
-    /// Held until `valid_until` on the local monotonic clock; `None` means no deadline (the
-    /// in-process implementation's watchdog leases).
+    /// Held until `valid_until` on the local monotonic clock, or with no deadline (`None`).
     Held {
-        /// The local deadline: last confirmed expiry minus a safety margin.
+        /// The last confirmed expiry minus a safety margin.
         valid_until: Option<Instant>,
     },
-    /// Released by the holder (explicitly or by dropping the handle).
+    /// Released by the holder, or its handle dropped.
     Released,
     /// Lost while held.
     Lost(LostReason),

@@ -1,7 +1,7 @@
 //! The lock's `tracing` spans and `metrics`, recorded for every implementation.
 //!
-//! The provided [`acquire_with`](crate::DistributedLock::acquire_with) and
-//! [`LockHandle`](crate::LockHandle) record acquisitions and releases, and backends with a
+//! The provided [`acquire_with`](crate::lock::DistributedLock::acquire_with) and
+//! [`LockHandle`](crate::lock::LockHandle) record acquisitions and releases, and backends with a
 //! watchdog record renewals. Metrics go through the [`metrics`](https://docs.rs/metrics) facade
 //! to the recorder the service installed, and cost a few atomic loads without one.
 //!
@@ -65,7 +65,7 @@ pub(crate) fn lease_mode(lease: Lease) -> &'static str {
 }
 
 /// What the acquisition telemetry reads of a granted handle (implemented by
-/// [`LockHandle`](crate::LockHandle)).
+/// [`LockHandle`](crate::lock::LockHandle)).
 pub(crate) trait Grant {
     fn fencing_token(&self) -> u64;
     fn is_reentrant(&self) -> bool;

@@ -1,5 +1,5 @@
-//! The master/sub locks on Redis: [`RedisBranches`], the [`Branches`] backend built on a
-//! [`RedisLock`]'s connections (it opens none of its own).
+//! The master/sub locks on Redis: [`RedisBranches`], the [`Branches`] backend on a
+//! [`RedisClient`]'s connections.
 //!
 //! - **Keys.** The invocation `42` of master key `ticket:4711` is one hash,
 //!   `<prefix>branches:{ticket:4711}:42` (field `state`: `open`/`sealed`; one field
@@ -17,7 +17,7 @@
 //!   subscriptions) before it reads, and re-reads after every wake-up: a release message, or the
 //!   subscription being (re)confirmed — after which no release can go unheard.
 
-mod scripts;
+pub(crate) mod scripts;
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,29 +29,26 @@ use fred::types::ExpireOptions;
 use lock_core::ChangeWatch;
 use lock_core::branches::{BranchError, BranchRelease, Branches, Registration, SubKey};
 
+use crate::core::client::{RedisClient, RedisCore};
 use crate::core::error::RedisFailure;
 use crate::core::watch::ChannelWatch;
-use crate::lock::RedisLock;
-use crate::lock::inner::Inner;
-
-pub use scripts::{
-    BRANCH_OPEN_SCRIPT, BRANCH_PENDING_SCRIPT, BRANCH_REGISTER_SCRIPT, BRANCH_RELEASE_SCRIPT,
-    BRANCH_SEAL_SCRIPT,
-};
 
 /// The capability's name in its keys: `<prefix>branches:{<master key>}…`.
 const CAPABILITY: &str = "branches";
 
-/// The master/sub-lock backend on Redis, sharing a [`RedisLock`]'s connections, key prefix and
-/// runtime. Cheap to clone. Wire it with the lock it shares them with:
+/// The master/sub-lock backend on Redis, on a [`RedisClient`]'s connections and key prefix.
+/// Cheap to clone. Wire it with a lock on the same client:
 ///
 /// ```no_run
 /// use std::sync::Arc;
 /// use lock_core::branches::MasterLocks;
-/// use lock_redis::{RedisBranches, RedisLock, RedisLockConfig};
+/// use lock_redis::branches::RedisBranches;
+/// use lock_redis::lock::{RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
 /// # async fn wire() -> Result<(), lock_core::LockError> {
-/// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
-/// let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(RedisBranches::new(&lock)));
+/// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+/// let masters = MasterLocks::new(Arc::new(lock), Arc::new(RedisBranches::new(&redis)));
 /// # let _ = masters;
 /// # Ok(()) }
 /// ```
@@ -60,50 +57,45 @@ const CAPABILITY: &str = "branches";
 /// keep-alive and clean-up use `PEXPIRE` and `DEL`, which the lock's ACL grants).
 #[derive(Clone)]
 pub struct RedisBranches {
-    inner: Arc<Inner>,
+    core: Arc<RedisCore>,
     scripts: Arc<scripts::Scripts>,
 }
 
 impl fmt::Debug for RedisBranches {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBranches")
-            .field("namespace", &self.inner.namespace)
+            .field("namespace", &self.core.namespace)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisBranches {
-    /// The backend on `lock`'s connections. Loads its scripts in the background (a failure is
-    /// logged at `DEBUG`: each loads on first use then).
+    /// The backend on `client`'s connections. Loads its scripts in the background.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
     /// use lock_core::branches::SubKey;
-    /// use lock_redis::{RedisBranches, RedisLock, RedisLockConfig};
+    /// use lock_redis::branches::RedisBranches;
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
+    /// # let config = RedisConfig::new(format!("redis://127.0.0.1:{port}"))
     /// #     .command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
-    /// let branches = RedisBranches::new(&lock);
+    /// let redis = RedisClient::connect(config).await?; // no Redis needed for this
+    /// let branches = RedisBranches::new(&redis);
     /// let sub_key = SubKey::new("ticket:4711", 42);
     /// assert_eq!(branches.record_key(&sub_key), "lock:branches:{ticket:4711}:42");
     /// assert_eq!(branches.release_channel(&sub_key), "lock:branches:{ticket:4711}:42:released");
     /// # Ok(()) }
     /// ```
-    pub fn new(lock: &RedisLock) -> Self {
-        let inner = Arc::clone(lock.shared());
+    pub fn new(client: &RedisClient) -> Self {
+        let core = Arc::clone(&client.core);
         let scripts = Arc::new(scripts::Scripts::new());
-        let (client, preload) = (inner.core.client.clone(), Arc::clone(&scripts));
-        inner.core.runtime.spawn(async move {
-            if let Err(error) = preload.load(&client).await {
-                tracing::debug!(%error, "could not preload the branch scripts; they load on first use");
-            }
-        });
-        RedisBranches { inner, scripts }
+        crate::core::scripts::preload(&core, scripts.all(), CAPABILITY);
+        RedisBranches { core, scripts }
     }
 
     /// The Redis key of `sub_key`'s record, e.g. `lock:branches:{ticket:4711}:42` — for
@@ -125,7 +117,7 @@ impl RedisBranches {
     /// What every record of master key `master_key` starts with, e.g.
     /// `lock:branches:{ticket:4711}:`.
     pub fn records_prefix(&self, master_key: &str) -> String {
-        let mut prefix = self.inner.keys.capability_key(CAPABILITY, master_key);
+        let mut prefix = self.core.keys.capability_key(CAPABILITY, master_key);
         prefix.push(':');
         prefix
     }
@@ -133,9 +125,9 @@ impl RedisBranches {
     /// The command client, or at once the connection error while the client knows it is
     /// disconnected (rather than a command timeout later).
     fn client(&self, operation: &'static str, sub_key: &SubKey) -> Result<&Client, BranchError> {
-        match self.inner.core.unreachable(redis_operation(operation)) {
+        match self.core.unreachable(redis_operation(operation)) {
             Some(failure) => Err(BranchError::unavailable(operation, sub_key, failure)),
-            None => Ok(&self.inner.core.client),
+            None => Ok(&self.core.client),
         }
     }
 
@@ -144,7 +136,7 @@ impl RedisBranches {
         BranchError::unavailable(
             operation,
             sub_key,
-            self.inner.core.failure(redis_operation(operation), error),
+            self.core.failure(redis_operation(operation), error),
         )
     }
 
@@ -212,7 +204,7 @@ fn millis(ttl: Duration) -> i64 {
 #[async_trait]
 impl Branches for RedisBranches {
     fn namespace(&self) -> &str {
-        &self.inner.namespace
+        &self.core.namespace
     }
 
     async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
@@ -290,8 +282,8 @@ impl Branches for RedisBranches {
     async fn watch(&self, sub_key: &SubKey) -> Result<Box<dyn ChangeWatch>, BranchError> {
         let channel = self.release_channel(sub_key);
         Ok(Box::new(ChannelWatch::new(
-            &self.inner.core,
-            self.inner.core.subscriptions.subscribe(&channel),
+            &self.core,
+            self.core.subscriptions.subscribe(&channel),
             "branch wait",
         )))
     }

@@ -5,7 +5,6 @@
 //! branches; it is put in front of the two scripts that use it, after the `#!lua` flags line,
 //! which must come first.
 
-use fred::prelude::*;
 use fred::types::scripts::Script;
 
 /// The Lua source of the script a master opens its invocation's record with.
@@ -50,17 +49,16 @@ impl Scripts {
         }
     }
 
-    /// Loads every script, so the first calls need no reload.
-    pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
-        for script in [
+    /// Every script, to preload.
+    pub(crate) fn all(&self) -> Vec<Script> {
+        [
             &self.open,
             &self.register,
             &self.release,
             &self.seal,
             &self.pending,
-        ] {
-            script.load(client).await?;
-        }
-        Ok(())
+        ]
+        .map(Clone::clone)
+        .to_vec()
     }
 }

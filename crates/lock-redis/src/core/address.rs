@@ -189,7 +189,7 @@ const SCHEME_LIST: &str = "redis://, rediss://, redis-sentinel://, rediss-sentin
 /// # Examples
 ///
 /// ```
-/// assert!(lock_redis::ACCEPTED_ADDRESSES.starts_with("redis[s]://[user[:password]@]host[:port][/db], "));
+/// assert!(lock_redis::limits::ACCEPTED_ADDRESSES.starts_with("redis[s]://[user[:password]@]host[:port][/db], "));
 /// ```
 pub const ACCEPTED_ADDRESSES: &str = "redis[s]://[user[:password]@]host[:port][/db], \
     redis[s]-sentinel://…?sentinelServiceName=name[&node=host:port…] or \
@@ -636,9 +636,9 @@ fn redact_query(query: &str) -> Option<String> {
 }
 
 impl Default for RedisAddress {
-    /// `redis://localhost:6379` ([`DEFAULT_ADDRESS`](crate::DEFAULT_ADDRESS)).
+    /// `redis://localhost:6379` ([`DEFAULT_ADDRESS`](crate::limits::DEFAULT_ADDRESS)).
     fn default() -> Self {
-        RedisAddress::parse(crate::DEFAULT_ADDRESS).expect("the default address parses")
+        RedisAddress::parse(crate::limits::DEFAULT_ADDRESS).expect("the default address parses")
     }
 }
 

@@ -1,22 +1,127 @@
 //! The shared client: the command and pub/sub connections of one Redis deployment, their
-//! health, and how a failed command is reported.
+//! health, the key layout and owner tokens, and how a failed command is reported.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use lock_core::LockError;
+use lock_core::{LockError, OwnerTokens};
 
-use crate::core::connection::{self, Endpoint, Health};
+use crate::core::config::RedisConfig;
+use crate::core::connection::{self, Health};
 use crate::core::error::{RedisFailure, Refusal};
+use crate::core::keys::KeyLayout;
 use crate::core::sentinel_events;
 use crate::core::subscriptions::Subscriptions;
 
-/// The connections every capability of one client uses: cheap to share (`Arc`), closed when
-/// the last user drops it.
+/// A connection to one Redis deployment that every capability is built on: they share its
+/// connections, subscriptions, key prefix and owner tokens, and open none of their own.
+///
+/// Cheap to clone. The connections close once the client, and every capability built on it,
+/// are dropped. Background tasks run on the Tokio runtime that called
+/// [`connect`](Self::connect).
+///
+/// # Examples
+///
+/// ```no_run
+/// use lock_redis::idempotency::RedisIdempotencyStore;
+/// use lock_redis::lock::{RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
+///
+/// # async fn run() -> Result<(), lock_core::LockError> {
+/// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
+/// let records = RedisIdempotencyStore::new(&redis);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisClient {
+    pub(crate) core: Arc<RedisCore>,
+}
+
+impl std::fmt::Debug for RedisClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisClient")
+            .field("namespace", &self.core.namespace)
+            .field("instance_id", &self.core.owners.instance_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisClient {
+    /// Connects to Redis.
+    ///
+    /// Waits for the first connection attempt's outcome, at most the command timeout or 1 s,
+    /// whichever is longer. A Redis that is down or does not answer does not fail this call:
+    /// the client keeps reconnecting in the background (100 ms doubling to 2 s), logs a
+    /// warning, and every operation fails closed until Redis answers. Must be called inside a
+    /// Tokio runtime.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming the bad setting as [`RedisConfig::validate`] does,
+    /// or `tls_ca_file` for a CA file that cannot be used. Also `address` when Redis refuses
+    /// the first connection for good: wrong or missing credentials (`WRONGPASS`, `NOAUTH`), or
+    /// a user that lacks a command the connection set-up sends (`NOPERM`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_redis::{RedisClient, RedisConfig};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    /// # let address = format!("redis://127.0.0.1:{port}");
+    /// let config = RedisConfig::new(address).command_timeout(Duration::from_millis(250));
+    ///
+    /// // Bad settings fail at once, before anything connects:
+    /// let error = RedisClient::connect(config.clone().key_prefix("{lock}:")).await.unwrap_err();
+    /// assert_eq!(error.details()["argument"], "key_prefix");
+    ///
+    /// // Redis not answering (yet) does not: operations fail closed until it does.
+    /// let redis = RedisClient::connect(config).await?;
+    /// assert!(redis.ping().await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(config: RedisConfig) -> Result<RedisClient, LockError> {
+        config.validate()?;
+        let (core, _) = RedisCore::connect(config).await?;
+        Ok(RedisClient { core })
+    }
+
+    /// The settings this client runs with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.core.config
+    }
+
+    /// Round-trips a `PING`, for health checks; returns the round-trip time.
+    ///
+    /// # Errors
+    /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (key `<health>`) when
+    /// Redis does not answer within the command timeout.
+    pub async fn ping(&self) -> Result<Duration, LockError> {
+        let started = tokio::time::Instant::now();
+        let _: String = self.core.client.ping(None).await.map_err(|e| {
+            LockError::backend_unavailable("<health>", self.core.failure("PING", e))
+        })?;
+        Ok(started.elapsed())
+    }
+
+    /// The channels this client is subscribed to now: one per key with a local waiter.
+    pub fn subscribed_channels(&self) -> Vec<String> {
+        self.core.subscriptions.active_channels()
+    }
+}
+
+/// The state a [`RedisClient`] shares with every capability built on it.
 #[derive(Debug)]
 pub(crate) struct RedisCore {
+    /// The key space, e.g. `redis://cache:6379/0 lock:` (password redacted).
+    pub(crate) namespace: String,
+    pub(crate) keys: KeyLayout,
+    pub(crate) owners: OwnerTokens,
+    pub(crate) config: RedisConfig,
     pub(crate) client: Client,
     pub(crate) subscriptions: Subscriptions,
     /// The command connection's last connection error, for telling "unreachable" from "slow".
@@ -47,10 +152,12 @@ impl RedisCore {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] when the address cannot be used, or when Redis refuses
-    /// the first connection for good (credentials, `NOPERM`): see `RedisLock::connect`.
+    /// the first connection for good (credentials, `NOPERM`): see [`RedisClient::connect`].
     pub(crate) async fn connect(
-        config: &Endpoint<'_>,
+        settings: RedisConfig,
     ) -> Result<(Arc<RedisCore>, bool), LockError> {
+        let owners = OwnerTokens::new(&settings.instance_id)?;
+        let config = &settings.endpoint()?;
         let address = config.address.clone();
         let (client, subscriber) = connection::build_clients(config)?;
         let switches = sentinel_events::SwitchWatch::build(config)?;
@@ -108,6 +215,10 @@ impl RedisCore {
         }
         let subscriptions = Subscriptions::start(subscriber, &client);
         let core = Arc::new(RedisCore {
+            namespace: connection::namespace(&address, &settings.key_prefix),
+            keys: KeyLayout::new(&settings.key_prefix),
+            owners,
+            config: settings.clone(),
             client,
             subscriptions,
             health,
@@ -133,7 +244,7 @@ impl RedisCore {
     }
 
     /// [`RedisCore::failure`] for a command whose timeout is `timeout`, set by `setting` (the
-    /// `RedisLockConfig` field or fields it comes from).
+    /// setting or settings it comes from).
     pub(crate) fn failure_within(
         &self,
         operation: &'static str,

@@ -158,15 +158,15 @@ mod namespace_tests {
             assert_ne!(ns(a), ns(b), "{a} and {b}");
         }
         // An address that does not parse gets no namespace: the lock does not start.
-        let unparsable = crate::RedisLockConfig::new("redis://h:6379/0 p:").key_prefix("");
+        let unparsable = crate::RedisConfig::new("redis://h:6379/0 p:").key_prefix("");
         let error = unparsable.validate().unwrap_err();
         assert_eq!(error.details()["argument"], "address", "{error}");
     }
 }
 
 /// What the shared core connects with: the address, the command timeout (which bounds every
-/// command and connection attempt) and the CA file for TLS. Each capability's settings give one
-/// (`RedisLockConfig::endpoint`).
+/// command and connection attempt) and the CA file for TLS, from the client settings
+/// (`RedisConfig::endpoint`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Endpoint<'a> {
     pub(crate) address: &'a RedisAddress,
@@ -306,7 +306,7 @@ pub(crate) async fn check_eviction_policy(client: &Client) {
     }
 }
 
-/// Checks a CA file ([`RedisLockConfig::tls_ca_file`](crate::RedisLockConfig::tls_ca_file))
+/// Checks a CA file ([`RedisConfig::tls_ca_file`](crate::RedisConfig::tls_ca_file))
 /// for `address`: PEM CA certificates to trust for TLS instead of the system's roots, read as a
 /// connection reads them, and only with a TLS address — for checking configuration before
 /// connecting, with the words a connection would use.

@@ -69,7 +69,7 @@ pub enum RedisFailure {
         address: String,
         /// The timeout that ran out.
         timeout: Duration,
-        /// The [`RedisLockConfig`](crate::RedisLockConfig) setting it comes from:
+        /// The setting it comes from:
         /// `command_timeout`, or `replica_sync_timeout + command_timeout` for `WAIT`.
         setting: &'static str,
     },

@@ -19,6 +19,7 @@
 pub(crate) mod address;
 pub(crate) mod backoff;
 pub(crate) mod client;
+pub(crate) mod config;
 pub(crate) mod connection;
 pub(crate) mod error;
 pub(crate) mod keys;

@@ -3,6 +3,8 @@
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
+use crate::core::client::RedisCore;
+
 /// Runs `script` with the keys and arguments `call` builds. After a `NOSCRIPT` (a `SCRIPT FLUSH`,
 /// a failover to a server that never saw the script) it loads the script and calls once more,
 /// building the arguments again: the first send keeps no copy of them, as fred's
@@ -26,4 +28,18 @@ pub(crate) async fn call<R: FromValue>(
         reply => reply,
     };
     reply?.convert()
+}
+
+/// Loads `scripts` in the background, so the first calls need no reload. A failure is logged at
+/// `DEBUG`: each script then loads on first use.
+pub(crate) fn preload(core: &RedisCore, scripts: Vec<Script>, capability: &'static str) {
+    let client = core.client.clone();
+    core.runtime.spawn(async move {
+        for script in scripts {
+            if let Err(error) = script.load(&client).await {
+                tracing::debug!(%error, capability, "could not preload a script; it loads on first use");
+                return;
+            }
+        }
+    });
 }

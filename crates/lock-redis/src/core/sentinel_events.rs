@@ -439,7 +439,7 @@ fn hosts_of(address: &RedisAddress) -> Vec<Server> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RedisLockConfig;
+    use crate::RedisConfig;
 
     #[test]
     fn parses_switches_of_its_service_only() {
@@ -463,7 +463,7 @@ mod tests {
 
     #[test]
     fn watches_every_sentinel_of_a_sentinel_address_only() {
-        let config = RedisLockConfig::new(
+        let config = RedisConfig::new(
             "redis-sentinel://u:p@127.0.0.1:26379?sentinelServiceName=svc&node=127.0.0.1:26380&sentinelPassword=s3",
         );
         let watch = SwitchWatch::build(&config.endpoint().unwrap())
@@ -474,7 +474,7 @@ mod tests {
         at.sort_unstable();
         assert_eq!(at, ["127.0.0.1:26379", "127.0.0.1:26380"]);
         assert_eq!(hosts_of(config.endpoint().unwrap().address).len(), 2);
-        let plain = RedisLockConfig::new("redis://127.0.0.1:6379");
+        let plain = RedisConfig::new("redis://127.0.0.1:6379");
         assert!(
             SwitchWatch::build(&plain.endpoint().unwrap())
                 .unwrap()

@@ -1,5 +1,5 @@
 //! Idempotent execution on Redis: [`RedisIdempotencyStore`], the
-//! [`IdempotencyStore`] of `lock_core::Idempotency`, on the connections of a [`RedisLock`].
+//! [`IdempotencyStore`] of `lock_core::idempotency::Idempotency`, on the connections of a [`RedisClient`].
 //!
 //! One hash per idempotency key, `<prefix>idempotency:{<key>}` (fields `o` owner token, `f`
 //! request fingerprint, `r` result once completed, `x` once its owner failed), with a TTL: the
@@ -17,17 +17,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::*;
-use lock_core::{ChangeWatch, Claim, IdempotencyError, IdempotencyStore};
+use lock_core::ChangeWatch;
+use lock_core::idempotency::{Claim, IdempotencyError, IdempotencyStore};
 use tokio::time::Instant;
 
+use crate::core::client::{RedisClient, RedisCore};
 use crate::core::error::RedisFailure;
 use crate::core::watch::ChannelWatch;
-use crate::lock::RedisLock;
-use crate::lock::inner::Inner;
 use scripts::Scripts;
 
 /// Where idempotency records live in Redis: on the connections, key prefix and instance id of
-/// a [`RedisLock`] (no connection of its own). Use it through `lock_core::Idempotency`, or get
+/// a [`RedisClient`]. Use it through `lock_core::idempotency::Idempotency`, or get
 /// both from lock-starter.
 ///
 /// Duplicates wait event-driven: they subscribe to the record's change channel, look again once
@@ -41,16 +41,17 @@ use scripts::Scripts;
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use lock_core::{Idempotency, IdempotencyOptions, IdempotencySettings};
-/// use lock_redis::{RedisIdempotencyStore, RedisLock, RedisLockConfig};
+/// use lock_core::idempotency::{Idempotency, IdempotencyOptions, IdempotencySettings};
+/// use lock_redis::idempotency::RedisIdempotencyStore;
+/// use lock_redis::{RedisClient, RedisConfig};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let lock = RedisLock::connect(RedisLockConfig::new("redis://127.0.0.1:6379")).await?;
-/// let store = Arc::new(RedisIdempotencyStore::on(&lock));
+/// let redis = RedisClient::connect(RedisConfig::new("redis://127.0.0.1:6379")).await?;
+/// let store = Arc::new(RedisIdempotencyStore::new(&redis));
 /// let idempotency = Idempotency::new(store, IdempotencySettings::default())?;
 /// let ticket = idempotency
 ///     .execute("ticket-create:req-42", &IdempotencyOptions::new(), || async {
-///         Ok::<_, lock_core::IdempotencyError>(String::from("TT-1001"))
+///         Ok::<_, lock_core::idempotency::IdempotencyError>(String::from("TT-1001"))
 ///     })
 ///     .await?;
 /// # let _ = ticket;
@@ -58,22 +59,22 @@ use scripts::Scripts;
 /// ```
 #[derive(Debug)]
 pub struct RedisIdempotencyStore {
-    shared: Arc<Inner>,
+    core: Arc<RedisCore>,
     scripts: Scripts,
 }
 
 impl RedisIdempotencyStore {
-    /// A store on `lock`'s connections, under its key prefix.
-    pub fn on(lock: &RedisLock) -> Self {
+    /// A store on `client`'s connections, under its key prefix.
+    pub fn new(client: &RedisClient) -> Self {
         RedisIdempotencyStore {
-            shared: Arc::clone(lock.shared()),
+            core: Arc::clone(&client.core),
             scripts: Scripts::new(),
         }
     }
 
     /// The Redis key of the record of `key` (for operators and tests).
     pub fn record_key(&self, key: &str) -> String {
-        self.shared.keys.capability_key("idempotency", key)
+        self.core.keys.capability_key("idempotency", key)
     }
 
     fn channel(record: &str) -> String {
@@ -81,7 +82,7 @@ impl RedisIdempotencyStore {
     }
 
     fn unavailable(&self, key: &str, operation: &'static str, error: Error) -> IdempotencyError {
-        IdempotencyError::unavailable(key, self.shared.core.failure(operation, error))
+        IdempotencyError::unavailable(key, self.core.failure(operation, error))
     }
 
     /// Runs `script` on the record of `key`. With `fail_fast`, fails at once while Redis is
@@ -95,16 +96,11 @@ impl RedisIdempotencyStore {
         args: Vec<Value>,
         fail_fast: bool,
     ) -> Result<Value, IdempotencyError> {
-        if let Some(failure) = self
-            .shared
-            .core
-            .unreachable(operation)
-            .filter(|_| fail_fast)
-        {
+        if let Some(failure) = self.core.unreachable(operation).filter(|_| fail_fast) {
             return Err(IdempotencyError::unavailable(key, failure));
         }
         script
-            .evalsha_with_reload(&self.shared.core.client, self.record_key(key), args)
+            .evalsha_with_reload(&self.core.client, self.record_key(key), args)
             .await
             .map_err(|e| self.unavailable(key, operation, e))
     }
@@ -279,21 +275,21 @@ impl IdempotencyStore for RedisIdempotencyStore {
 
     async fn watch(&self, key: &str) -> Result<Box<dyn ChangeWatch>, IdempotencyError> {
         let channel = Self::channel(&self.record_key(key));
-        let mut subscription = self.shared.core.subscriptions.subscribe(&channel);
+        let mut subscription = self.core.subscriptions.subscribe(&channel);
         // Unconfirmed in time, the watch may miss a change: the caller also wakes at the
         // holder's TTL, so it is late, never stuck.
-        let deadline = Instant::now() + self.shared.core.command_timeout;
+        let deadline = Instant::now() + self.core.command_timeout;
         if !subscription.confirmed_by(deadline).await {
             tracing::debug!(%channel, "idempotency change channel not confirmed within the command timeout; waiting on the holder's TTL too");
         }
         Ok(Box::new(ChannelWatch::new(
-            &self.shared.core,
+            &self.core,
             subscription,
             "idempotency duplicate wait",
         )))
     }
 
     fn new_owner(&self) -> String {
-        self.shared.owners.next_token()
+        self.core.owners.next_token()
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
-use lock_core::{AcquireFailure, AcquireOptions, Lease, LeaseState, LockError, LockHandle};
+use lock_core::lock::{AcquireOptions, Lease, LeaseState, LockHandle};
+use lock_core::{AcquireFailure, LockError};
 use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;
@@ -126,7 +127,7 @@ impl<'a> Acquisition<'a> {
         Acquisition {
             inner,
             name,
-            owner: inner.owners.next_token(),
+            owner: inner.core.owners.next_token(),
             lease: options.lease(),
             fair: options.is_fair(),
             hold_at_least: options.minimum_hold(),
@@ -152,7 +153,7 @@ impl<'a> Acquisition<'a> {
         }
         let started = Instant::now();
         let deadline = started + wait;
-        let channel = self.inner.keys.release_channel(self.name);
+        let channel = self.inner.core.keys.release_channel(self.name);
         let mut holder = None;
         if wait.is_zero() || self.inner.core.subscriptions.waiters(&channel) == 0 {
             match self.attempt().await? {
@@ -289,7 +290,7 @@ impl<'a> Acquisition<'a> {
             .as_millis()
             .max(1);
         let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(u64::MAX));
-        let redis_key = self.inner.keys.lock_key(self.name);
+        let redis_key = self.inner.core.keys.lock_key(self.name);
         let ttl_ms = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
         let hold_ms = i64::try_from(self.hold_at_least.as_millis()).unwrap_or(i64::MAX);
         // Fail fast: while the client knows it is disconnected (a connection attempt failed and
@@ -333,7 +334,7 @@ impl<'a> Acquisition<'a> {
                     .fair_acquire
                     .evalsha_with_reload(
                         &self.inner.core.client,
-                        self.inner.keys.fair_keys(self.name),
+                        self.inner.core.keys.fair_keys(self.name),
                         args,
                     )
                     .await
@@ -420,7 +421,7 @@ impl<'a> Acquisition<'a> {
             cluster_hash: Some(ClusterHash::Custom(fred::util::redis_keyslot(
                 redis_key.as_bytes(),
             ))),
-            timeout: Some(config.replica_sync_timeout + config.command_timeout),
+            timeout: Some(config.replica_sync_timeout + self.inner.core.command_timeout),
             ..Options::default()
         };
         let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);
@@ -435,7 +436,7 @@ impl<'a> Acquisition<'a> {
                 self.failed(self.inner.core.failure_within(
                     "WAIT for replicas",
                     e,
-                    config.replica_sync_timeout + config.command_timeout,
+                    config.replica_sync_timeout + self.inner.core.command_timeout,
                     "replica_sync_timeout + command_timeout",
                 ))
             })?;

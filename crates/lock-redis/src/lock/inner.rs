@@ -4,28 +4,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::*;
-use lock_core::{HeldLeases, LockError, OwnerTokens, ReleaseOutcome};
+use lock_core::LockError;
+use lock_core::lock::{HeldLeases, ReleaseOutcome};
 use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;
 use crate::core::client::RedisCore;
 use crate::core::error::RedisFailure;
-use crate::core::keys::KeyLayout;
 use crate::core::subscriptions::ReleaseWake;
 use crate::lock::background::{Background, BackgroundRelease, Grant};
-use crate::lock::config::{RedisLockConfig, TOMBSTONE_TTL};
+use crate::lock::config::RedisLockConfig;
+use crate::lock::config::limits::TOMBSTONE_TTL;
 use crate::lock::registry::Registry;
 use crate::lock::scripts::Scripts;
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    /// The lock space, e.g. `redis://cache:6379/0 lock:` (password redacted).
-    pub(crate) namespace: String,
-    /// The connections, shared with every other user of this client.
+    /// The client's shared state: connections, key layout, owner tokens.
     pub(crate) core: Arc<RedisCore>,
     pub(crate) scripts: Scripts,
-    pub(crate) keys: KeyLayout,
-    pub(crate) owners: OwnerTokens,
     pub(crate) watchdog: Registry,
     pub(crate) config: RedisLockConfig,
     /// The grants this client holds, closed by [`Inner::shutdown`].
@@ -49,10 +46,11 @@ impl Inner {
         owner: &str,
         token: Option<u64>,
     ) -> Result<ReleaseOutcome, LockError> {
-        let channel = self.keys.release_channel(name);
+        let channel = self.core.keys.release_channel(name);
         let call = || {
             // The fair queue keys too: the release message names the first fair waiter.
             let keys = self
+                .core
                 .keys
                 .fair_keys(name)
                 .into_iter()
@@ -164,12 +162,12 @@ impl Inner {
         self.core.runtime.spawn(async move {
             let args: Vec<Value> = vec![
                 owner.as_str().into(),
-                inner.keys.release_channel(&name).into(),
+                inner.core.keys.release_channel(&name).into(),
             ];
             let left: Result<i64, Error> = inner
                 .scripts
                 .fair_leave
-                .evalsha_with_reload(&inner.core.client, inner.keys.fair_keys(&name), args)
+                .evalsha_with_reload(&inner.core.client, inner.core.keys.fair_keys(&name), args)
                 .await;
             if let Err(error) = left {
                 tracing::debug!(lock_key = %name, %owner, %error, "leaving the fair queue failed; the place times out");

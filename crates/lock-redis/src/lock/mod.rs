@@ -1,5 +1,5 @@
 //! The lock capability: [`RedisLock`], the Redis implementation of
-//! [`lock_core::DistributedLock`], on the shared Redis core (`crate::core`).
+//! [`lock_core::lock::DistributedLock`], on the shared Redis core (`crate::core`).
 //!
 //! The lock's own parts: its settings (`config`), the state a client shares with its handles
 //! and background tasks (`inner`), acquisition (`acquire`, fair queues in `acquire::fair`),
@@ -8,6 +8,10 @@
 mod acquire;
 pub(crate) mod background;
 pub(crate) mod config;
+
+pub use config::RedisLockConfig;
+pub use ops::{ForceReleased, LockState, LockStatus};
+pub use registry::WatchdogStats;
 pub(crate) mod inner;
 pub(crate) mod ops;
 pub(crate) mod registry;
@@ -21,41 +25,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::prelude::*;
-use lock_core::{
-    AcquireOptions, DistributedLock, LockError, LockHandle, OwnerTokens, ShutdownSummary,
-};
-use tokio::time::Instant;
+use lock_core::LockError;
+use lock_core::lock::{AcquireOptions, DistributedLock, LockHandle, ShutdownSummary};
 
-use crate::core::client::RedisCore;
-use crate::core::connection;
+use crate::core::client::RedisClient;
 use crate::core::error::RedisFailure;
-use crate::core::keys::KeyLayout;
 use crate::lock::acquire::Acquisition;
-use crate::lock::config::RedisLockConfig;
 use crate::lock::inner::Inner;
-use crate::lock::registry::WatchdogStats;
 use crate::lock::registry::renewal_period;
 use crate::lock::scripts::Scripts;
 
 /// A [`DistributedLock`] on Redis. Cheap to clone; clones share one connection, one pub/sub
 /// connection and one watchdog.
 ///
-/// Background tasks (watchdog, pub/sub) run on the Tokio runtime that called
-/// [`RedisLock::connect`]; they stop and the connections close once the lock and every handle
+/// The watchdog runs on the client's Tokio runtime and stops once the lock and every handle
 /// from it are dropped.
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use lock_core::{DistributedLock, DistributedLockExt, Lease, LockError};
-/// use lock_redis::{RedisLock, RedisLockConfig};
+/// use lock_core::LockError;
+/// use lock_core::lock::{DistributedLock, DistributedLockExt, Lease};
+/// use lock_redis::lock::{RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
 ///
 /// # #[tokio::main]
 /// # async fn main() -> Result<(), LockError> {
-/// let config = RedisLockConfig::new("redis://redis.internal:6379").instance_id("billing-7f9c");
-/// let lock: Arc<dyn DistributedLock> = Arc::new(RedisLock::connect(config).await?);
+/// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// let lock: Arc<dyn DistributedLock> = Arc::new(RedisLock::new(&redis, RedisLockConfig::default())?);
 ///
 /// match lock.with_lock("bill-run:2026-11", Lease::Watchdog, || async { 1_204 }).await {
 ///     Ok(invoices) => println!("{invoices} invoices"),
@@ -73,96 +71,74 @@ pub struct RedisLock {
 impl fmt::Debug for RedisLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLock")
-            .field("address", &self.inner.config.redacted_address())
-            .field("instance_id", &self.inner.owners.instance_id())
+            .field("namespace", &self.inner.core.namespace)
             .field("watchdog_leases", &self.inner.watchdog.len())
             .finish_non_exhaustive()
     }
 }
 
 impl RedisLock {
-    /// What this client shares with the other capabilities built on it: its connections, key
-    /// layout and owner tokens. They open no connection of their own.
-    pub(crate) fn shared(&self) -> &Arc<Inner> {
-        &self.inner
-    }
-
-    /// Connects to Redis and starts the watchdog.
-    ///
-    /// Makes the first connection attempt at once and waits for its outcome, at most the
-    /// command timeout or 1 s, whichever is longer (the attempt's TCP connect and its set-up
-    /// commands are each bounded by the command timeout; the floor keeps a short command
-    /// timeout from giving up on an attempt that is still under way). A Redis that is down
-    /// (connection refused: at once) or does not answer (after that wait) does not fail this
-    /// call: the client keeps reconnecting in the background
-    /// (100 ms doubling to 2 s), a warning is logged, and acquisitions fail closed until Redis
-    /// answers (at once, with the connection error, once a connection attempt has failed).
-    /// Must be called inside a Tokio runtime.
+    /// The lock on `client`'s connections. Starts the watchdog and loads the lock's scripts in
+    /// the background.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) naming the bad setting by its
-    /// [`RedisLockConfig`] method, as [`RedisLockConfig::validate`] does (`address`,
-    /// `command_timeout`, `key_prefix`, …), or `tls_ca_file` for a CA file that cannot be used.
-    /// Also `address`, with the (redacted) address, when Redis answers the
-    /// first connection attempt by refusing it for good: the credentials are wrong or missing
-    /// (`WRONGPASS`, `NOAUTH`), or the user lacks a command the connection set-up sends
-    /// (`NOPERM`, e.g. `SELECT` for the address's database). Retrying cannot cure these, so
-    /// they are configuration errors, not an outage.
+    /// [`LockError::InvalidArgument`] naming the bad setting, as [`RedisLockConfig::validate`]
+    /// does.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     /// # let address = format!("redis://127.0.0.1:{port}");
-    /// let config = RedisLockConfig::new(address).command_timeout(Duration::from_millis(250));
-    ///
-    /// // Bad settings fail at once, before anything connects:
-    /// let error = RedisLock::connect(config.clone().key_prefix("{lock}:")).await.unwrap_err();
-    /// assert_eq!(error.details()["argument"], "key_prefix");
-    ///
-    /// // Redis not answering (yet) does not: acquisitions fail closed until it does.
-    /// let lock = RedisLock::connect(config).await?;
-    /// # drop(lock);
+    /// let redis = RedisClient::connect(RedisConfig::new(address)).await?; // no Redis needed
+    /// let config = RedisLockConfig::default().watchdog_timeout(Duration::from_millis(10));
+    /// let error = RedisLock::new(&redis, config).unwrap_err();
+    /// assert_eq!(error.details()["argument"], "watchdog_timeout");
     /// # Ok(()) }
     /// ```
-    pub async fn connect(config: RedisLockConfig) -> Result<RedisLock, LockError> {
+    pub fn new(client: &RedisClient, config: RedisLockConfig) -> Result<RedisLock, LockError> {
         config.validate()?;
-        let owners = OwnerTokens::new(&config.instance_id)?;
-        if config.command_timeout > renewal_period(config.watchdog_timeout) {
+        let core = Arc::clone(&client.core);
+        if core.command_timeout > renewal_period(config.watchdog_timeout) {
             tracing::warn!(
-                command_timeout_ms = config.command_timeout.as_millis() as u64,
+                command_timeout_ms = core.command_timeout.as_millis() as u64,
                 watchdog_timeout_ms = config.watchdog_timeout.as_millis() as u64,
                 "command-timeout is longer than a third of watchdog-timeout: one slow renewal can outlast a watchdog lease"
             );
         }
         let scripts = Scripts::new();
-        let (core, answered) = RedisCore::connect(&config.endpoint()?).await?;
-        if answered {
-            if let Err(error) = scripts.load(&core.client).await {
-                tracing::warn!(%error, "could not preload the lock scripts; they load on first use");
-            }
-            acquire::check_replica_count(&core.client, config.min_replicas).await;
+        crate::core::scripts::preload(&core, scripts.preloaded(), "lock");
+        if config.min_replicas > 0 {
+            let (client, replicas) = (core.client.clone(), config.min_replicas);
+            core.runtime.spawn(async move {
+                acquire::check_replica_count(&client, replicas).await;
+            });
         }
         let inner = Arc::new(Inner {
-            namespace: connection::namespace(config.redis_address()?, &config.key_prefix),
             core,
             scripts,
-            keys: KeyLayout::new(&config.key_prefix),
-            owners,
             watchdog: Default::default(),
             config,
             held: Default::default(),
             background: Default::default(),
         });
-        tokio::spawn(watchdog::run(
+        inner.core.runtime.spawn(watchdog::run(
             Arc::downgrade(&inner),
             renewal_period(inner.config.watchdog_timeout),
         ));
         Ok(RedisLock { inner })
+    }
+
+    /// The client this lock is on, for building other capabilities on its connections.
+    pub fn client(&self) -> RedisClient {
+        RedisClient {
+            core: Arc::clone(&self.inner.core),
+        }
     }
 
     /// The settings this lock runs with.
@@ -171,17 +147,17 @@ impl RedisLock {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let address = format!("redis://app:s3cret@127.0.0.1:{port}");
-    /// let config = RedisLockConfig::new(address).instance_id("billing-7f9c");
-    /// # let config = config.command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// # let address = format!("redis://127.0.0.1:{port}");
+    /// # let redis = RedisClient::connect(RedisConfig::new(address)).await?;
+    /// let config = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(10));
+    /// let lock = RedisLock::new(&redis, config)?; // no Redis needed for this
     /// let settings = format!("{:?}", lock.config()); // for a start-up log line
-    /// assert!(settings.contains(r#"instance_id: "billing-7f9c""#));
-    /// assert!(settings.contains("redis://app:***@127.0.0.1:"));
+    /// assert!(settings.contains("watchdog_timeout: 10s"));
     /// # Ok(()) }
     /// ```
     pub fn config(&self) -> &RedisLockConfig {
@@ -195,20 +171,20 @@ impl RedisLock {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
-    /// #     .command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
     /// assert_eq!(lock.redis_key("bill-run:2026-11"), "lock:{bill-run:2026-11}");
     /// // Braces are percent-encoded inside the hash tag:
     /// assert_eq!(lock.redis_key("tenant-{7}"), "lock:{tenant-%7B7%7D}");
     /// # Ok(()) }
     /// ```
     pub fn redis_key(&self, name: &str) -> String {
-        self.inner.keys.lock_key(name)
+        self.inner.core.keys.lock_key(name)
     }
 
     /// The Redis key of lock `name`'s queue of fair waiters: a sorted set of their owner tokens
@@ -218,18 +194,18 @@ impl RedisLock {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
-    /// #     .command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
     /// assert_eq!(lock.queue_key("cdc:ticket-4711"), "lock:{cdc:ticket-4711}:queue");
     /// # Ok(()) }
     /// ```
     pub fn queue_key(&self, name: &str) -> String {
-        self.inner.keys.queue_key(name)
+        self.inner.core.keys.queue_key(name)
     }
 
     /// The Redis key of lock `name`'s fair waiter timeouts: a sorted set of the queued owner
@@ -240,18 +216,18 @@ impl RedisLock {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
-    /// #     .command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
     /// assert_eq!(lock.timeout_key("cdc:ticket-4711"), "lock:{cdc:ticket-4711}:timeout");
     /// # Ok(()) }
     /// ```
     pub fn timeout_key(&self, name: &str) -> String {
-        self.inner.keys.timeout_key(name)
+        self.inner.core.keys.timeout_key(name)
     }
 
     /// The channel on which releases of lock `name` are published.
@@ -260,54 +236,19 @@ impl RedisLock {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use lock_redis::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// # use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
-    /// #     .command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
+    /// # let redis = RedisClient::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"))).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?; // no Redis needed for this
     /// // `SSUBSCRIBE lock:{bill-run:2026-11}:released` in redis-cli shows every release.
     /// assert_eq!(lock.release_channel("bill-run:2026-11"), "lock:{bill-run:2026-11}:released");
     /// # Ok(()) }
     /// ```
     pub fn release_channel(&self, name: &str) -> String {
-        self.inner.keys.release_channel(name)
-    }
-
-    /// Round-trips a `PING`, for health checks; returns the round-trip time.
-    ///
-    /// # Errors
-    /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (key `<health>`) when
-    /// Redis does not answer within the command timeout.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use lock_redis::{RedisLock, RedisLockConfig};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    /// # let config = RedisLockConfig::new(format!("redis://127.0.0.1:{port}"))
-    /// #     .command_timeout(Duration::from_millis(100));
-    /// let lock = RedisLock::connect(config).await?; // no Redis needed for this
-    /// match lock.ping().await {
-    ///     Ok(latency) => println!("Redis up, PING took {latency:?}"),
-    ///     Err(error) => {
-    ///         // Redis is down here: acquisitions fail closed until it answers.
-    ///         assert_eq!(error.details()["reason"], "backend_unavailable");
-    ///         assert_eq!(error.lock_key(), Some("<health>"));
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn ping(&self) -> Result<Duration, LockError> {
-        let started = Instant::now();
-        let _: String = self.inner.core.client.ping(None).await.map_err(|e| {
-            LockError::backend_unavailable("<health>", self.inner.core.failure("PING", e))
-        })?;
-        Ok(started.elapsed())
+        self.inner.core.keys.release_channel(name)
     }
 
     /// Number of watchdog leases this client renews now.
@@ -315,11 +256,13 @@ impl RedisLock {
     /// # Examples
     ///
     /// ```no_run
-    /// use lock_core::{DistributedLock, Lease};
-    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// use lock_core::lock::{DistributedLock, Lease};
+    /// use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
     /// let handle = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// assert_eq!(lock.watchdog_lease_count(), 1); // fixed leases are not renewed
     /// drop(handle);
@@ -330,20 +273,21 @@ impl RedisLock {
         self.inner.watchdog.len()
     }
 
-    /// What this client's watchdog has done since [`connect`](Self::connect): ticks that renewed
+    /// What this client's watchdog has done since [`new`](Self::new): ticks that renewed
     /// something, renewal script calls, and tick durations.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, Lease};
-    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// use lock_core::lock::{DistributedLock, Lease};
+    /// use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let config = RedisLockConfig::new("redis://redis.internal:6379")
-    ///     .watchdog_timeout(Duration::from_secs(3));
-    /// let lock = RedisLock::connect(config).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let config = RedisLockConfig::default().watchdog_timeout(Duration::from_secs(3));
+    /// let lock = RedisLock::new(&redis, config)?;
     /// let _held = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// tokio::time::sleep(Duration::from_secs(3)).await; // renewed every second
     /// let stats = lock.watchdog_stats();
@@ -362,11 +306,13 @@ impl RedisLock {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use lock_core::{DistributedLock, Lease};
-    /// use lock_redis::{RedisLock, RedisLockConfig};
+    /// use lock_core::lock::{DistributedLock, Lease};
+    /// use lock_redis::lock::{RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
     /// let held = lock.acquire("bill-run:2026-11", Lease::Watchdog).await?;
     /// let waiter = tokio::spawn({
     ///     let lock = lock.clone();
@@ -382,33 +328,14 @@ impl RedisLock {
         self.inner
             .core
             .subscriptions
-            .waiters(&self.inner.keys.release_channel(name))
-    }
-
-    /// Release channels this client is subscribed to now (one per key with a local waiter).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// use lock_redis::{RedisLock, RedisLockConfig};
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
-    /// // From a debug endpoint: which keys this pod is waiting for.
-    /// for channel in lock.subscribed_channels() {
-    ///     println!("waiting on {channel}"); // e.g. lock:{bill-run:2026-11}:released
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn subscribed_channels(&self) -> Vec<String> {
-        self.inner.core.subscriptions.active_channels()
+            .waiters(&self.inner.core.keys.release_channel(name))
     }
 }
 
 #[async_trait]
 impl DistributedLock for RedisLock {
     fn namespace(&self) -> &str {
-        &self.inner.namespace
+        &self.inner.core.namespace
     }
 
     async fn acquire_lease(
@@ -418,9 +345,10 @@ impl DistributedLock for RedisLock {
     ) -> Result<LockHandle, LockError> {
         let config = &self.inner.config;
         let wait = options.wait_override().unwrap_or(config.wait_time);
-        let mut budget = wait + config.command_timeout;
+        let command_timeout = self.inner.core.command_timeout;
+        let mut budget = wait + command_timeout;
         if config.min_replicas > 0 {
-            budget += config.replica_sync_timeout + config.command_timeout;
+            budget += config.replica_sync_timeout + command_timeout;
         }
         let mut acquisition = Acquisition::new(&self.inner, key, options);
         let shut_down = || LockError::ShutDown {
@@ -439,7 +367,7 @@ impl DistributedLock for RedisLock {
                         .core.unreachable("acquire")
                         .unwrap_or_else(|| RedisFailure::Timeout {
                             budget,
-                            address: config.redacted_address(),
+                            address: self.inner.core.redacted_address.clone(),
                         }),
                 )),
             },

@@ -8,10 +8,10 @@ use fred::prelude::*;
 use fred::types::scan::ScanType;
 use lock_core::{LockError, OwnerTokens, validate_key};
 
-use crate::RedisLock;
 use crate::core::error::RedisFailure;
 use crate::core::keys::KeyLayout;
-use crate::lock::config::TOMBSTONE_TTL;
+use crate::lock::RedisLock;
+use crate::lock::config::limits::TOMBSTONE_TTL;
 
 /// What Redis says about one lock, read in one atomic script call (plus one `PUBSUB
 /// SHARDNUMSUB` for the subscribed clients).
@@ -19,10 +19,12 @@ use crate::lock::config::TOMBSTONE_TTL;
 /// # Examples
 ///
 /// ```no_run
-/// use lock_redis::{RedisLock, RedisLockConfig};
+/// use lock_redis::lock::{RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
-/// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+/// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
 /// let status = lock.status("bill-run:2026-11").await?;
 /// println!(
 ///     "{} ({}): held {} time(s), {} fair waiter(s), {} client(s) waiting",
@@ -54,10 +56,12 @@ pub struct LockStatus {
 /// # Examples
 ///
 /// ```no_run
-/// use lock_redis::{LockState, RedisLock, RedisLockConfig};
+/// use lock_redis::lock::{LockState, RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
-/// # let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+/// # let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// # let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
 /// match lock.status("bill-run:2026-11").await?.state {
 ///     LockState::Held { instance_id, fencing_token, ttl, .. } => {
 ///         println!("held by pod {instance_id} (token {fencing_token}) for another {ttl:?}")
@@ -124,10 +128,12 @@ impl LockStatus {
 /// # Examples
 ///
 /// ```no_run
-/// use lock_redis::{ForceReleased, RedisLock, RedisLockConfig};
+/// use lock_redis::lock::{ForceReleased, RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
-/// # let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+/// # let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// # let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
 /// match lock.force_release("bill-run:2026-11").await? {
 ///     ForceReleased::Released { holder, fencing_token, notified_clients } => println!(
 ///         "took the lock from {holder} (token {fencing_token}); {notified_clients} waiting client(s) told"
@@ -182,10 +188,12 @@ impl RedisLock {
     /// A stuck bill run, seen by on-call:
     ///
     /// ```no_run
-    /// use lock_redis::{LockState, RedisFailure, RedisLock, RedisLockConfig};
+    /// use lock_redis::lock::{LockState, RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig, RedisFailure};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
     /// match lock.status("bill-run:2026-11").await {
     ///     Ok(status) => {
     ///         if let LockState::Held { holder, ttl, .. } = &status.state {
@@ -213,7 +221,10 @@ impl RedisLock {
     /// a lock value.
     async fn read_status(&self, name: &str) -> Result<Option<LockStatus>, LockError> {
         let inner = &self.inner;
-        let keys = vec![inner.keys.lock_key(name), inner.keys.queue_key(name)];
+        let keys = vec![
+            inner.core.keys.lock_key(name),
+            inner.core.keys.queue_key(name),
+        ];
         let fail = |e| LockError::backend_unavailable(name, inner.core.failure("status script", e));
         let reply: Vec<Value> = inner
             .scripts
@@ -227,7 +238,7 @@ impl RedisLock {
                 RedisFailure::protocol("status script", "not four values"),
             )
         })?;
-        let channel = inner.keys.release_channel(name);
+        let channel = inner.core.keys.release_channel(name);
         let subscribed: Value = inner
             .core
             .client
@@ -251,7 +262,7 @@ impl RedisLock {
         };
         Ok(Some(LockStatus {
             name: name.to_owned(),
-            redis_key: inner.keys.lock_key(name),
+            redis_key: inner.core.keys.lock_key(name),
             state,
             fair_waiters: queued.as_u64().unwrap_or(0),
             subscribed_clients: shard_subscribers(subscribed),
@@ -278,10 +289,12 @@ impl RedisLock {
     /// # Examples
     ///
     /// ```no_run
-    /// use lock_redis::{LockState, RedisLock, RedisLockConfig};
+    /// use lock_redis::lock::{LockState, RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
     /// // At most 100 of the held bill-run locks.
     /// for status in lock.list(Some("bill-run:*"), 100).await? {
     ///     if let LockState::Held { instance_id, ttl, .. } = &status.state {
@@ -300,7 +313,7 @@ impl RedisLock {
         if limit == 0 {
             return Ok(held);
         }
-        let mut glob = escape_glob(&inner.config.key_prefix);
+        let mut glob = escape_glob(&inner.core.config.key_prefix);
         glob.push('{');
         // The pattern names lock names; keys hold them encoded (`%`, `{`, `}`).
         KeyLayout::push_encoded(&mut glob, pattern.unwrap_or("*"));
@@ -331,7 +344,7 @@ impl RedisLock {
                     )
                 })?;
                 for key in keys {
-                    let Some(name) = decode_name(&inner.config.key_prefix, &key) else {
+                    let Some(name) = decode_name(&inner.core.config.key_prefix, &key) else {
                         continue;
                     };
                     if validate_key(&name).is_err() {
@@ -375,10 +388,12 @@ impl RedisLock {
     /// # Examples
     ///
     /// ```no_run
-    /// use lock_redis::{ForceReleased, RedisLock, RedisLockConfig};
+    /// use lock_redis::lock::{ForceReleased, RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
     /// // The pod holding the bill run is gone and its fixed lease has days left.
     /// if let ForceReleased::Released { holder, .. } = lock.force_release("bill-run:2026-11").await? {
     ///     println!("released the lock {holder} held");
@@ -402,10 +417,12 @@ impl RedisLock {
     /// # Examples
     ///
     /// ```no_run
-    /// use lock_redis::{ForceReleased, LockState, RedisLock, RedisLockConfig};
+    /// use lock_redis::lock::{ForceReleased, LockState, RedisLock, RedisLockConfig};
+    /// use lock_redis::{RedisClient, RedisConfig};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lock_core::LockError> {
-    /// let lock = RedisLock::connect(RedisLockConfig::new("redis://redis.internal:6379")).await?;
+    /// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+    /// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
     /// let shown = lock.status("bill-run:2026-11").await?;
     /// if let LockState::Held { fencing_token, .. } = shown.state {
     ///     // ... the operator confirms this holder ...
@@ -428,7 +445,7 @@ impl RedisLock {
         validate_key(name)?;
         let inner = &self.inner;
         let mut args: Vec<Value> = vec![
-            inner.keys.release_channel(name).into(),
+            inner.core.keys.release_channel(name).into(),
             (TOMBSTONE_TTL.as_millis() as i64).into(),
         ];
         if let Some(token) = grant {
@@ -441,7 +458,7 @@ impl RedisLock {
         let reply: Vec<Value> = inner
             .scripts
             .force_release
-            .evalsha_with_reload(&inner.core.client, inner.keys.fair_keys(name), args)
+            .evalsha_with_reload(&inner.core.client, inner.core.keys.fair_keys(name), args)
             .await
             .map_err(|e| failed(inner.core.failure("force-release script", e)))?;
         let token_of = |token: &Value| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fred::bytes_utils::Str;
 use fred::types::Key;
-use lock_core::LeaseState;
+use lock_core::lock::LeaseState;
 use tokio::time::Instant;
 
 /// Keys per renewal call: bounds the time one script holds the Redis thread (about 1–1.5 µs a
@@ -22,18 +22,18 @@ pub fn renewal_period(watchdog_timeout: Duration) -> Duration {
 }
 
 /// What a client's watchdog has done since it started, from
-/// [`RedisLock::watchdog_stats`](crate::RedisLock::watchdog_stats).
+/// [`RedisLock::watchdog_stats`](crate::lock::RedisLock::watchdog_stats).
 ///
 /// # Examples
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lock_redis::{RedisLock, RedisLockConfig};
+/// use lock_redis::lock::{RedisLock, RedisLockConfig};
+/// use lock_redis::{RedisClient, RedisConfig};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_core::LockError> {
-/// let config = RedisLockConfig::new("redis://redis.internal:6379")
-///     .watchdog_timeout(Duration::from_secs(30));
-/// let lock = RedisLock::connect(config).await?;
+/// let redis = RedisClient::connect(RedisConfig::new("redis://redis.internal:6379")).await?;
+/// let lock = RedisLock::new(&redis, RedisLockConfig::default())?;
 /// // … later, e.g. from a debug endpoint:
 /// let stats = lock.watchdog_stats();
 /// println!(

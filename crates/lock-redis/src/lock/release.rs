@@ -1,9 +1,10 @@
-//! How a Redis [`LockHandle`](lock_core::LockHandle) gives its lock back.
+//! How a Redis [`LockHandle`](lock_core::lock::LockHandle) gives its lock back.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{LeaseRelease, LockError, ReleaseOutcome};
+use lock_core::LockError;
+use lock_core::lock::{LeaseRelease, ReleaseOutcome};
 
 use crate::lock::background::BackgroundRelease;
 use crate::lock::background::Grant;

@@ -5,7 +5,6 @@
 //! the fair queue's (`scripts/fair_queue.lua`) — are put in front of each of them here, after
 //! the `#!lua` flags line, which must come first.
 
-use fred::prelude::*;
 use fred::types::scripts::Script;
 
 /// The Lua source of the acquire script (KEYS, ARGV and replies are documented in its header):
@@ -83,18 +82,16 @@ impl Scripts {
         }
     }
 
-    /// Loads every script, so the first acquisitions need no reload (on a Cluster, a reload goes
-    /// to every primary, and would fail while any one is unreachable).
-    pub(crate) async fn load(&self, client: &Client) -> Result<(), Error> {
-        for script in [
+    /// The scripts loaded when the lock is built: all but the operators'.
+    pub(crate) fn preloaded(&self) -> Vec<Script> {
+        [
             &self.acquire,
             &self.release,
             &self.renew,
             &self.fair_acquire,
             &self.fair_leave,
-        ] {
-            script.load(client).await?;
-        }
-        Ok(())
+        ]
+        .map(Clone::clone)
+        .to_vec()
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::ShutdownSummary;
+use lock_core::lock::ShutdownSummary;
 use tokio::time::Instant;
 
 use crate::lock::background::BackgroundRelease;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::{ClusterHash, Key};
 use futures::StreamExt as _;
-use lock_core::LostReason;
-use lock_core::telemetry::RENEWALS_TOTAL;
+use lock_core::lock::LostReason;
+use lock_core::lock::telemetry::RENEWALS_TOTAL;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
@@ -268,7 +268,7 @@ async fn renewal_replicated(inner: &Inner, slot: u16) -> bool {
     }
     let options = Options {
         cluster_hash: Some(ClusterHash::Custom(slot)),
-        timeout: Some(config.replica_sync_timeout + config.command_timeout),
+        timeout: Some(config.replica_sync_timeout + inner.core.command_timeout),
         ..Options::default()
     };
     let timeout_ms = i64::try_from(config.replica_sync_timeout.as_millis()).unwrap_or(i64::MAX);

@@ -11,36 +11,29 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, DistributedLock, Lease, LockError, LockHandle, LostReason};
-use lock_redis::{RedisFailure, RedisLock, RedisLockConfig};
+use lock_core::LockError;
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, LostReason};
+use lock_redis::RedisFailure;
+use lock_redis::lock::RedisLock;
+
+use crate::common::Setup;
 use lock_testkit::{RedisSentinel, RedisServer};
 use tokio::time::Instant;
 
 /// Watchdog timeout of the clients: renewed every 2 s, so a holder can ride out a failover of
 /// a few seconds — or learn within 6 s that it could not.
 pub const WATCHDOG: Duration = Duration::from_secs(6);
-/// Command timeout of the clients.
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bound on everything that should take "down-after plus a few seconds": generous for a loaded
-/// 2-core machine (a Sentinel whose timer runs late may even enter TILT mode).
-pub const RECOVERY: Duration = Duration::from_secs(30);
-/// Deadline for anything that must happen eventually.
-pub const GENEROUS: Duration = Duration::from_secs(60);
+pub use crate::common::COMMAND_TIMEOUT;
+pub use lock_testkit::{FAILOVER, GENEROUS};
 
 /// Client settings for `sentinel`: the `redis-sentinel://` URL, short timeouts.
-pub fn config(sentinel: &RedisSentinel) -> RedisLockConfig {
-    RedisLockConfig::new(sentinel.url())
+pub fn config(sentinel: &RedisSentinel) -> Setup {
+    crate::common::config_at(sentinel.url())
         .watchdog_timeout(WATCHDOG)
-        .wait_time(Duration::from_secs(2))
-        .command_timeout(COMMAND_TIMEOUT)
         .instance_id("sentinel-pod")
 }
 
-/// A connected client of `sentinel`.
-pub async fn connect(config: RedisLockConfig) -> RedisLock {
-    RedisLock::connect(config).await.expect("connect")
-}
-
+pub use crate::common::connect;
 pub use lock_testkit::eventually;
 
 /// Tries `name` (one attempt each, `lease`) until granted or `deadline`; returns the handle, the

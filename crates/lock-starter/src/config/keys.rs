@@ -6,15 +6,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lock_core::{
-    MAX_LEASE, MAX_RESULT_BYTES, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_RESULT_TTL,
-    MIN_WATCHDOG_TIMEOUT, validate_instance_id,
-};
-use lock_redis::{
+use lock_core::duration_range;
+use lock_core::idempotency::{MAX_RESULT_BYTES, MIN_RESULT_TTL};
+use lock_core::lock::{MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT};
+use lock_core::validate_instance_id;
+use lock_redis::limits::{
     ACCEPTED_ADDRESSES, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS,
     MAX_REPLICA_SYNC_TIMEOUT, MIN_COMMAND_TIMEOUT, MIN_FAIR_WAITER_TIMEOUT,
-    MIN_REPLICA_SYNC_TIMEOUT, RedisAddress, duration_range, key_prefix_problem,
+    MIN_REPLICA_SYNC_TIMEOUT,
 };
+use lock_redis::{RedisAddress, key_prefix_problem};
 
 use super::LockSettings;
 

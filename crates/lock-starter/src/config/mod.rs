@@ -46,15 +46,13 @@ pub use error::ConfigError;
 pub(crate) use keys::key_of_setting;
 pub use keys::{Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, key_spec};
 pub(crate) use load::quote;
+/// How every range error writes a duration range (`10 ms to 60 s`).
+pub use lock_core::duration_range;
 /// The one duration syntax, from lock-core: see [`lock_core::parse_duration`]; every message
 /// writes durations in it with [`lock_core::format_duration`].
 pub use lock_core::{format_duration, parse_duration};
-/// How every range error writes a duration range (`10 ms to 60 s`).
-pub use lock_redis::duration_range;
 /// The Redis address, parsed once: lock-redis's own type.
-pub use lock_redis::{
-    DEFAULT_REDIS_PORT, DEFAULT_SENTINEL_PORT, InvalidAddress, RedisAddress, Topology,
-};
+pub use lock_redis::{RedisAddress, Topology};
 pub use origin::{Origin, Origins};
 pub use sources::ConfigSources;
 
@@ -205,8 +203,8 @@ pub struct BranchesSection {
 impl LockSettings {
     /// The settings of idempotent execution: this section, and the lock's watchdog timeout for
     /// the in-progress lease.
-    pub fn idempotency_settings(&self) -> lock_core::IdempotencySettings {
-        lock_core::IdempotencySettings {
+    pub fn idempotency_settings(&self) -> lock_core::idempotency::IdempotencySettings {
+        lock_core::idempotency::IdempotencySettings {
             wait_time: self.idempotency.wait_time,
             result_ttl: self.idempotency.result_ttl,
             max_result_bytes: self.idempotency.max_result_bytes as usize,

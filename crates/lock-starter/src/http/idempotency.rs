@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use super::idempotency_key::{client_key, hex, record_key};
 use super::problem::{Form, ProblemDetails, log_withheld};
 pub use crate::config::keys::{DEFAULT_MAX_BODY_BYTES, MAX_BODY_BYTES};
-use crate::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
+use crate::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, Idempotent};
 
 /// The request header carrying the key: `Idempotency-Key`.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
@@ -58,7 +58,7 @@ type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 ///
 /// ```
 /// use axum::{Router, http::StatusCode, routing::post};
-/// use lock_starter::Idempotency;
+/// use lock_starter::idempotency::Idempotency;
 /// use lock_starter::http::IdempotencyLayer;
 ///
 /// async fn create_ticket() -> (StatusCode, &'static str) {

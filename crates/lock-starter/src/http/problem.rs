@@ -21,7 +21,7 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The `Retry-After` hint while the backend is unavailable: 2 s, the longest delay of the Redis
 /// client's reconnect back-off.
-pub const BACKEND_RETRY_AFTER: Duration = lock_redis::RECONNECT_MAX_DELAY;
+pub const BACKEND_RETRY_AFTER: Duration = lock_redis::limits::RECONNECT_MAX_DELAY;
 
 /// Details entries carried as JSON numbers.
 const NUMERIC: [&str; 5] = [
@@ -56,7 +56,7 @@ const PUBLIC: [&str; 5] = [
 /// ```
 /// use std::time::Duration;
 /// use lock_starter::http::{BACKEND_RETRY_AFTER, MAX_RETRY_AFTER, retry_after};
-/// use lock_starter::{AcquireFailure, LockError};
+/// use lock_starter::lock::{AcquireFailure, LockError};
 ///
 /// let held = |ttl_ms| LockError::AcquisitionFailed {
 ///     key: "bill-run:2026-11".into(),
@@ -166,7 +166,8 @@ impl ProblemDetails {
     ///
     /// ```
     /// use lock_starter::http::ProblemDetails;
-    /// use lock_starter::{IdempotencyError, LockError};
+    /// use lock_starter::idempotency::IdempotencyError;
+    /// use lock_starter::lock::LockError;
     ///
     /// let error = LockError::backend_unavailable("bill-run:2026-11", "10.0.0.7:6379 refused");
     /// let problem = ProblemDetails::public(&error);
@@ -194,7 +195,7 @@ impl ProblemDetails {
     ///
     /// ```
     /// use lock_starter::http::ProblemDetails;
-    /// use lock_starter::LockError;
+    /// use lock_starter::lock::LockError;
     ///
     /// let error = LockError::invalid_argument("lease", "0s", "accepted: 100 ms to 168 h")
     ///     .for_key("bill-run:2026-11");

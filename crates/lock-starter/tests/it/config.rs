@@ -158,7 +158,7 @@ fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
     let shown = |pairs: &[(&str, &str)]| {
         format!(
             "{:?}",
-            lock_starter::redis_config(&from_env(pairs).unwrap())
+            lock_starter::redis::redis_config(&from_env(pairs).unwrap())
         )
     };
     let defaults = shown(&[]);
@@ -895,10 +895,10 @@ fn the_toolkit_defaults_are_lock_cores() {
     let settings = from_env(&[]).unwrap();
     assert_eq!(
         settings.idempotency_settings(),
-        lock_starter::IdempotencySettings::default()
+        lock_starter::idempotency::IdempotencySettings::default()
     );
     assert_eq!(
         settings.branches.wait_time,
-        lock_starter::branches::DEFAULT_BRANCH_WAIT
+        lock_core::branches::DEFAULT_BRANCH_WAIT
     );
 }

@@ -15,14 +15,15 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
+use lock_starter::HealthStatus;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::http::{
     BACKEND_RETRY_AFTER, DetailedRejection, MAX_RETRY_AFTER, PROBLEM_JSON, ProblemDetails,
     Rejection, problem_response,
 };
+use lock_starter::lock::AcquireFailure;
 use lock_starter::prelude::*;
-use lock_starter::{AcquireFailure, HealthStatus};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tower::ServiceExt;

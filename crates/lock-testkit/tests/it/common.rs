@@ -7,8 +7,7 @@ use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
-/// Deadline for things that normally take milliseconds (a loaded 2-core machine).
-pub(crate) const GENEROUS: Duration = Duration::from_secs(20);
+pub(crate) use lock_testkit::GENEROUS;
 
 /// Polls `done` every few milliseconds until it holds; panics naming `what` after `within`.
 pub(crate) fn wait_until(what: &str, within: Duration, mut done: impl FnMut() -> bool) {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use lock_testkit::checker::{self, Report};
 use lock_testkit::fenced::{self, FencedResource, WriteOutcome, WriteRecord};
 use lock_testkit::history::{self, Event, Op, Phase, Recorder, monotonic_ns};
-use lock_testkit::test_child;
+use lock_testkit::{GENEROUS, test_child};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -27,8 +27,6 @@ const CHILD_ENV: &str = "LOCK_TESTKIT_HISTORY_CHILD";
 const DIR_ENV: &str = "LOCK_TESTKIT_HISTORY_DIR";
 /// The child's process name in the history.
 const NAME_ENV: &str = "LOCK_TESTKIT_HISTORY_NAME";
-/// Deadline for things that normally take milliseconds to a few seconds (loaded 2-core boxes).
-const GENEROUS: Duration = Duration::from_secs(60);
 /// Writes per writer process in the concurrency test.
 const WRITES_PER_CHILD: i64 = 150;
 /// The error codes the synthetic lock may return.

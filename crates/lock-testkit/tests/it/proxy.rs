@@ -98,20 +98,14 @@ async fn redis_clients(redis: &RedisServer) -> usize {
     connected - 1
 }
 
-/// Polls `check` every 10 ms until it holds; panics after [`GENEROUS`].
-async fn eventually<F, Fut>(what: &str, mut check: F)
+/// Waits until `check` holds; panics naming `what` after [`GENEROUS`].
+async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let started = Instant::now();
-    while !check().await {
-        assert!(
-            started.elapsed() < GENEROUS,
-            "{what}: not within {GENEROUS:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let held = lock_testkit::eventually(GENEROUS, check).await;
+    assert!(held, "{what}: not within {GENEROUS:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

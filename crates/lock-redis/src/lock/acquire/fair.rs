@@ -17,7 +17,8 @@
 
 use std::time::Duration;
 
-use lock_core::{AcquireFailure, LockError, LockHandle};
+use lock_core::lock::LockHandle;
+use lock_core::{AcquireFailure, LockError};
 use tokio::time::Instant;
 
 use super::{Acquisition, Attempt, FIRST_RETRY, MAX_RETRY, is_transient};
@@ -52,7 +53,7 @@ impl Acquisition<'_> {
             let attempt = self.fair_call(FairCall::Try, deadline).await?;
             return self.granted_or_refused(attempt, started);
         }
-        let channel = self.inner.keys.release_channel(self.name);
+        let channel = self.inner.core.keys.release_channel(self.name);
         // A key this client already waits on has its subscription: register before the first
         // call, so no release naming this waiter can be missed. Otherwise the first call goes
         // alone — an uncontended acquisition costs no subscription — and the waiter registers
@@ -159,7 +160,7 @@ impl Acquisition<'_> {
         let place_ttl = config
             .fair_waiter_timeout
             .min(deadline.saturating_duration_since(Instant::now()))
-            + config.command_timeout;
+            + self.inner.core.command_timeout;
         self.call(Some((call, place_ttl))).await
     }
 

@@ -1,0 +1,667 @@
+//! Master/sub locks on the in-memory backends: the conformance suite, the wait bounds on the
+//! Tokio clock (paused), fail open for producers (a disabled backend, a registration that is
+//! not confirmed), fail closed for masters, cancellation, and the metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::branches::conformance::{self, BranchesFactory};
+use lock_core::branches::telemetry::{
+    MASTER_WAIT_SECONDS, MASTER_WAITS_TOTAL, REGISTRATIONS_TOTAL, RELEASES_TOTAL,
+};
+use lock_core::branches::{
+    BranchError, BranchRelease, BranchToken, Branches, BranchesOutcome, DisabledBranches,
+    InMemoryBranches, MasterLocks, MasterOptions, Registration, SubKey,
+};
+use lock_core::lock::{DistributedLock, DistributedLockExt, InMemoryLock, Lease, LostReason};
+use lock_testkit::logs::CapturedLogs;
+use lock_testkit::metrics::CapturedMetrics;
+use tokio::time::Instant;
+use tracing::instrument::WithSubscriber;
+
+struct Memory(InMemoryLock, InMemoryBranches);
+
+impl Memory {
+    fn new() -> Self {
+        Memory(InMemoryLock::new(), InMemoryBranches::new())
+    }
+}
+
+#[async_trait]
+impl BranchesFactory for Memory {
+    async fn client(&self) -> MasterLocks {
+        MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
+    }
+
+    async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
+        self.1
+            .records()
+            .into_iter()
+            .filter(|(sub_key, _)| sub_key.master_key() == master_key)
+            .map(|(_, ttl)| Some(ttl))
+            .collect()
+    }
+
+    async fn expire_lock(&self, key: &str) -> bool {
+        self.0.expire(key)
+    }
+}
+
+mod conformance_suite {
+    use super::Memory;
+
+    lock_core::branches_conformance_tests!(async { Memory::new() });
+}
+
+/// A backend that cannot even make a client: every check must fail.
+struct Broken;
+
+#[async_trait]
+impl BranchesFactory for Broken {
+    async fn client(&self) -> MasterLocks {
+        panic!("no backend (expected by run_all_names_each_failed_check)")
+    }
+
+    async fn record_ttls(&self, _master_key: &str) -> Vec<Option<Duration>> {
+        Vec::new()
+    }
+}
+
+macro_rules! check_names {
+    ($($check:ident),+ $(,)?) => {
+        const CHECKS: &[&str] = &[$(stringify!($check)),+];
+    };
+}
+lock_core::branches_conformance_checks! {check_names}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_all_passes_on_the_memory_backend_and_names_each_failed_check() {
+    let failed = conformance::run_all(Arc::new(Memory::new())).await;
+    assert_eq!(failed, Vec::<&str>::new());
+    assert_eq!(conformance::run_all(Arc::new(Broken)).await, CHECKS);
+}
+
+fn masters() -> (MasterLocks, InMemoryLock, InMemoryBranches) {
+    let (lock, branches) = (InMemoryLock::new(), InMemoryBranches::new());
+    let masters = MasterLocks::new(Arc::new(lock.clone()), Arc::new(branches.clone()));
+    (masters, lock, branches)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_lease_bounds_the_wait_and_ends_it_as_a_timeout() {
+    let (masters, _, branches) = masters();
+    let lease = Duration::from_secs(2);
+    let started = Instant::now();
+    let outcome = masters
+        .with_master_lock("fixed", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    // The rest of the lease (paused clock: the block took no time) but a tenth of it, kept for
+    // the last read, the clean-up and the release.
+    assert_eq!(outcome.waited, Duration::from_millis(1800));
+    assert_eq!(started.elapsed(), Duration::from_millis(1800));
+    assert_eq!(branches.record_count(), 0);
+
+    // A longer branch wait is cut the same way.
+    let options = MasterOptions::new(Lease::Fixed(lease))
+        .branch_wait(Duration::from_secs(600))
+        .unwrap();
+    let outcome = masters
+        .with_master_lock("fixed", options, |master| async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            master.register_branch("search").await.unwrap();
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.waited, Duration::from_millis(1300));
+    assert_eq!(outcome.branches.as_str(), "timed_out");
+
+    // A block that outlasts its fixed lease: lost, not waited for.
+    let outcome = masters
+        .with_master_lock("fixed", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+            tokio::time::sleep(lease * 2).await;
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::LeaseLost {
+            missing: vec!["search".into()],
+            reason: LostReason::Expired
+        }
+    );
+    assert_eq!(outcome.waited, Duration::ZERO);
+}
+
+/// What a master logs about its lease after a fixed lease bounded its wait.
+const OVERRAN: &str = "another owner may have run concurrently";
+
+/// A fixed-lease master whose branch never comes back: the wait ends before the lease does, the
+/// release finds the lease held, and nothing claims the block overran it. A block that does
+/// overrun it still says so.
+#[tokio::test(start_paused = true)]
+async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warning() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let (masters, lock, _) = masters();
+    let lease = Duration::from_secs(2);
+    let outcome = masters
+        .with_master_lock("fixed-timeout", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    let text = logs.text();
+    assert!(!text.contains(OVERRAN), "{text}");
+    assert!(
+        !text.contains("the lease ended"),
+        "released while held: {text}"
+    );
+    assert!(text.contains("the master stopped waiting"), "{text}");
+    // Released, not expired: the key is free before the lease would have ended.
+    assert!(
+        lock.try_acquire("fixed-timeout", Lease::Watchdog)
+            .await
+            .is_ok()
+    );
+
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let outcome = masters
+        .with_master_lock("fixed-overrun", Lease::Fixed(lease), |_master| async move {
+            tokio::time::sleep(lease * 2).await;
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches.as_str(), "lease_lost");
+    assert_eq!(logs.text().matches(OVERRAN).count(), 1, "{}", logs.text());
+}
+
+/// A backend whose clean-up takes `delay` (a slow Redis at the end of a master).
+#[derive(Debug, Clone)]
+struct SlowClose(InMemoryBranches, Duration);
+
+#[async_trait]
+impl Branches for SlowClose {
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+    async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.open(sub_key, ttl).await
+    }
+    async fn register(
+        &self,
+        sub_key: &SubKey,
+        branch: &str,
+        ttl: Duration,
+    ) -> Result<Registration, BranchError> {
+        self.0.register(sub_key, branch, ttl).await
+    }
+    async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.refresh(sub_key, ttl).await
+    }
+    async fn seal(
+        &self,
+        sub_key: &SubKey,
+        ttl: Duration,
+    ) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.seal(sub_key, ttl).await
+    }
+    async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.pending(sub_key).await
+    }
+    async fn watch(
+        &self,
+        sub_key: &SubKey,
+    ) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
+        self.0.watch(sub_key).await
+    }
+    async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
+        self.0.release(sub_key, branch).await
+    }
+    async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
+        tokio::time::sleep(self.1).await;
+        self.0.close(sub_key).await
+    }
+}
+
+/// The clean-up after the wait outlasts the fixed lease: the release finds the lease ended, but
+/// the block had finished inside it, so the lease's end is a `DEBUG` line, not an overrun.
+#[tokio::test(start_paused = true)]
+async fn a_lease_ending_after_the_block_finished_is_not_an_overrun() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let lease = Duration::from_secs(2);
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(SlowClose(InMemoryBranches::new(), lease)),
+    );
+    let outcome = masters
+        .with_master_lock("slow-close", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::TimedOut {
+            missing: vec!["search".into()]
+        }
+    );
+    let text = logs.text();
+    assert!(!text.contains(OVERRAN), "{text}");
+    let ended: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("the lease ended after the critical section had finished"))
+        .collect();
+    assert_eq!(ended.len(), 1, "{text}");
+    assert!(ended[0].contains("DEBUG"), "{}", ended[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watchdog_master_waits_the_default_branch_wait_and_keeps_its_record_alive() {
+    let (masters, _, branches) = masters();
+    let outcome = masters
+        .with_master_lock("watchdog", Lease::Watchdog, |master| {
+            let branches = branches.clone();
+            async move {
+                master.register_branch("search").await.unwrap();
+                // Ten record TTLs (30 s: the branch wait) without a registration.
+                tokio::time::sleep(Duration::from_secs(300)).await;
+                branches.ttl(master.sub_key())
+            }
+        })
+        .await
+        .unwrap();
+    let ttl = outcome.value.expect("the record outlived a long block");
+    assert!(ttl > Duration::from_secs(15), "{ttl:?}");
+    assert_eq!(outcome.waited, lock_core::branches::DEFAULT_BRANCH_WAIT);
+    assert_eq!(outcome.branches.missing(), ["search"]);
+}
+
+/// A backend whose registrations are never confirmed (Redis down mid-block, say).
+#[derive(Debug, Clone)]
+struct Unconfirmed(InMemoryBranches);
+
+#[async_trait]
+impl Branches for Unconfirmed {
+    fn namespace(&self) -> &str {
+        self.0.namespace()
+    }
+    async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.open(sub_key, ttl).await
+    }
+    async fn register(
+        &self,
+        sub_key: &SubKey,
+        _branch: &str,
+        _ttl: Duration,
+    ) -> Result<Registration, BranchError> {
+        Err(BranchError::unavailable("register", sub_key, "timed out"))
+    }
+    async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.refresh(sub_key, ttl).await
+    }
+    async fn seal(
+        &self,
+        sub_key: &SubKey,
+        ttl: Duration,
+    ) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.seal(sub_key, ttl).await
+    }
+    async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.pending(sub_key).await
+    }
+    async fn watch(
+        &self,
+        sub_key: &SubKey,
+    ) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
+        self.0.watch(sub_key).await
+    }
+    async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
+        self.0.release(sub_key, branch).await
+    }
+    async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
+        self.0.close(sub_key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_registration_fails_open_with_one_warning() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let branches = Arc::new(Unconfirmed(InMemoryBranches::new()));
+    let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), branches.clone());
+    let ran = AtomicBool::new(false);
+    let ran_ref = &ran;
+    let outcome = masters
+        .with_master_lock("fail-open", Lease::Watchdog, |master| async move {
+            let token = master.register_branch("search").await.unwrap();
+            ran_ref.store(true, Ordering::SeqCst); // the branch runs
+            token
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert!(ran.load(Ordering::SeqCst));
+    assert!(!outcome.value.is_registered());
+    assert!(
+        outcome.value.to_string().contains("|u|"),
+        "{}",
+        outcome.value
+    );
+    assert_eq!(outcome.unregistered, ["search"]);
+    // Not waited for: nothing was registered.
+    assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
+    assert_eq!(outcome.waited, Duration::ZERO);
+    assert!(!outcome.is_complete());
+    let text = logs.text();
+    let warnings: Vec<_> = text.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(
+        warnings[0].contains("the registration was not confirmed")
+            && warnings[0].contains("fail open")
+            && warnings[0].contains("branch=\"search\"")
+            && warnings[0].contains("timed out"),
+        "{}",
+        warnings[0]
+    );
+    // Its consumer releases it all the same: the record is gone, a no-op.
+    assert_eq!(
+        branches.release_branch(&outcome.value).await.unwrap(),
+        BranchRelease::Unknown
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_disabled_backend_runs_the_master_untracked() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
+    let lock = InMemoryLock::new();
+    let masters = MasterLocks::new(
+        Arc::new(lock.clone()),
+        Arc::new(DisabledBranches::new("switched off in the test")),
+    );
+    let outcome = masters
+        .with_master_lock("disabled", Lease::Watchdog, |master| async move {
+            assert!(!master.is_tracked());
+            // The lock is held all the same (another task: this one would re-enter).
+            let other =
+                tokio::spawn(async move { lock.try_acquire("disabled", Lease::Watchdog).await });
+            assert!(other.await.unwrap().is_err());
+            let a = master.register_branch("search").await.unwrap();
+            let b = master.register_branch("audit").await.unwrap();
+            (a, b)
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    let (a, b) = outcome.value;
+    assert!(!a.is_registered() && !b.is_registered());
+    assert_eq!(outcome.unregistered, ["audit", "search"]);
+    assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
+    // Switched off on purpose: one INFO per branch saying where, no WARN, no empty error.
+    let text = logs.text();
+    assert!(!text.contains(" WARN "), "{text}");
+    assert!(!text.contains("error="), "{text}");
+    let lines: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("master/sub locks are disabled"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one per branch: {text}");
+    for line in lines {
+        assert!(line.contains(" INFO "), "{line}");
+        assert!(
+            line.contains("detail=\"switched off in the test\""),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        masters.release_branch(&a).await.unwrap(),
+        BranchRelease::Unknown
+    );
+    let error = masters
+        .branches()
+        .pending(&SubKey::new("x", 1))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "BRANCHES_DISABLED");
+    assert_eq!(error.http_status(), 503);
+}
+
+/// A backend that cannot open records (Redis down when the master starts).
+#[derive(Debug)]
+struct Down;
+
+#[async_trait]
+impl Branches for Down {
+    fn namespace(&self) -> &str {
+        "down"
+    }
+    async fn open(&self, sub_key: &SubKey, _ttl: Duration) -> Result<(), BranchError> {
+        Err(BranchError::unavailable(
+            "open",
+            sub_key,
+            "connection refused",
+        ))
+    }
+    async fn register(
+        &self,
+        s: &SubKey,
+        _: &str,
+        _: Duration,
+    ) -> Result<Registration, BranchError> {
+        Err(BranchError::unavailable(
+            "register",
+            s,
+            "connection refused",
+        ))
+    }
+    async fn refresh(&self, s: &SubKey, _: Duration) -> Result<(), BranchError> {
+        Err(BranchError::unavailable("refresh", s, "connection refused"))
+    }
+    async fn seal(&self, s: &SubKey, _: Duration) -> Result<Option<Vec<String>>, BranchError> {
+        Err(BranchError::unavailable("seal", s, "connection refused"))
+    }
+    async fn pending(&self, s: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        Err(BranchError::unavailable("read", s, "connection refused"))
+    }
+    async fn watch(&self, s: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
+        Err(BranchError::unavailable("watch", s, "connection refused"))
+    }
+    async fn release(&self, s: &SubKey, _: &str) -> Result<BranchRelease, BranchError> {
+        Err(BranchError::unavailable("release", s, "connection refused"))
+    }
+    async fn close(&self, s: &SubKey) -> Result<(), BranchError> {
+        Err(BranchError::unavailable("close", s, "connection refused"))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_master_fails_closed_when_its_lock_or_its_record_is_not_granted() {
+    let lock = InMemoryLock::new();
+    let down = MasterLocks::new(Arc::new(lock.clone()), Arc::new(Down));
+    let ran = AtomicBool::new(false);
+    let error = down
+        .with_master_lock("closed", Lease::Watchdog, |_| async {
+            ran.store(true, Ordering::SeqCst)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "BRANCHES_UNAVAILABLE");
+    assert_eq!(error.details()["operation"], "open");
+    assert!(!ran.load(Ordering::SeqCst));
+    // The lock was given back.
+    assert!(lock.try_acquire("closed", Lease::Watchdog).await.is_ok());
+
+    let (masters, lock, _) = masters();
+    let _held = lock.try_acquire("closed", Lease::Watchdog).await.unwrap();
+    let options = MasterOptions::new(Lease::Watchdog)
+        .wait_time(Duration::from_millis(100))
+        .unwrap();
+    let error = masters
+        .with_master_lock("closed", options, |_| async {
+            ran.store(true, Ordering::SeqCst)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "BRANCHES_MASTER_LOCK_FAILED");
+    assert_eq!(error.details()["reason"], "held_by_another_owner");
+    assert_eq!(error.http_status(), 503);
+    assert!(!ran.load(Ordering::SeqCst));
+}
+
+#[tokio::test(start_paused = true)]
+async fn inside_a_master_block_with_lock_re_enters_and_a_nested_master_is_refused() {
+    let (masters, lock, _) = masters();
+    let inner = masters.clone();
+    let outcome = masters
+        .with_master_lock("nested", Lease::Watchdog, |master| async move {
+            let reentered = lock
+                .with_lock("nested", Lease::Watchdog, || async { 1 })
+                .await
+                .unwrap();
+            let nested = inner
+                .with_master_lock("nested", Lease::Watchdog, |_| async {})
+                .await
+                .unwrap_err();
+            (reentered, nested, master.invocation())
+        })
+        .await
+        .unwrap();
+    let (reentered, nested, _) = outcome.value;
+    assert_eq!(reentered, 1);
+    assert_eq!(nested.code(), "BRANCHES_INVALID_ARGUMENT");
+    assert!(nested.to_string().contains("already holds it"), "{nested}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_master_releases_its_lock_and_deletes_its_record() {
+    let (masters, lock, branches) = masters();
+    let (registered, mut waiting) = tokio::sync::mpsc::unbounded_channel();
+    let master = tokio::spawn({
+        let masters = masters.clone();
+        async move {
+            masters
+                .with_master_lock("dropped", Lease::Watchdog, |master| async move {
+                    master.register_branch("search").await.unwrap();
+                    registered.send(()).unwrap();
+                })
+                .await
+        }
+    });
+    waiting.recv().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await; // waiting for its branch now
+    assert_eq!(branches.record_count(), 1);
+    master.abort();
+    let _ = master.await;
+    tokio::time::sleep(Duration::from_millis(10)).await; // the background clean-up
+    assert_eq!(branches.record_count(), 0);
+    assert!(lock.try_acquire("dropped", Lease::Watchdog).await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_lost_during_the_block_is_reported_even_with_every_branch_released() {
+    let (masters, lock, _) = masters();
+    let outcome = masters
+        .with_master_lock("lost-in-block", Lease::Watchdog, |master| async move {
+            let token = master.register_branch("search").await.unwrap();
+            assert!(lock.expire("lost-in-block"));
+            token
+        })
+        .await
+        .unwrap();
+    // In memory, an expired lease is lost at once (`Expired`); Redis finds it at renewal.
+    assert_eq!(
+        outcome.branches,
+        BranchesOutcome::LeaseLost {
+            missing: vec!["search".into()],
+            reason: LostReason::Expired
+        }
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn registrations_releases_and_waits_are_counted() {
+    let metrics = CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let (masters, _, _) = masters();
+    let consumer = masters.clone();
+    let options = MasterOptions::new(Lease::Watchdog)
+        .branch_wait(Duration::from_secs(1))
+        .unwrap();
+    let outcome = masters
+        .with_master_lock("metrics", options, |master| async move {
+            let token = master.register_branch("search").await.unwrap();
+            master.register_branch("search").await.unwrap();
+            master.register_branch("audit").await.unwrap();
+            consumer.release_branch(&token).await.unwrap();
+            consumer.release_branch(&token).await.unwrap();
+            master.clone()
+        })
+        .await
+        .unwrap();
+    assert!(outcome.value.register_branch("late").await.is_err());
+    let unknown: BranchToken = "br1|1|r|metrics|x".parse().unwrap();
+    assert_eq!(
+        masters.release_branch(&unknown).await.unwrap(),
+        BranchRelease::Unknown
+    );
+    let m = metrics.take();
+    m.assert_counter(REGISTRATIONS_TOTAL, "outcome", "registered", 3);
+    m.assert_counter(REGISTRATIONS_TOTAL, "outcome", "sealed", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "released", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "already_released", 1);
+    m.assert_counter(RELEASES_TOTAL, "outcome", "unknown", 1);
+    m.assert_counter(MASTER_WAITS_TOTAL, "outcome", "timed_out", 1);
+    assert_eq!(
+        m.histogram(MASTER_WAIT_SECONDS, "outcome", "timed_out"),
+        [1.0]
+    );
+}
+
+#[test]
+fn master_options_check_their_durations_when_set() {
+    let options = MasterOptions::new(Lease::Watchdog);
+    let hour = Duration::from_secs(3600);
+    for accepted in [Duration::ZERO, hour] {
+        assert_eq!(
+            options.branch_wait(accepted).unwrap().branch_wait_time(),
+            Some(accepted)
+        );
+        let waiting = options.wait_time(accepted).unwrap();
+        assert_eq!(waiting.acquire_options().wait_override(), Some(accepted));
+    }
+    let too_long = hour + Duration::from_millis(1);
+    for (error, name) in [
+        (options.branch_wait(too_long).unwrap_err(), "branch_wait"),
+        (options.wait_time(too_long).unwrap_err(), "wait_time"),
+    ] {
+        assert!(
+            matches!(&error, BranchError::InvalidArgument { name: n, .. } if *n == name),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!("invalid {name} 3600001 ms: accepted: 0 to 1 h")
+        );
+        assert_eq!(error.details()["argument"], name);
+    }
+    let error = masters().0.with_branch_wait(too_long).unwrap_err();
+    assert_eq!(error.code(), "BRANCHES_INVALID_ARGUMENT");
+}

@@ -1,0 +1,3 @@
+//! Master/sub locks on the in-memory backends.
+
+mod memory;

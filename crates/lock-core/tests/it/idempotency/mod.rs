@@ -1,0 +1,3 @@
+//! Idempotent execution on the in-memory store.
+
+mod memory;

@@ -1,0 +1,6 @@
+//! The in-memory lock: conformance, re-entry, the lease state and metrics.
+
+mod conformance;
+mod lease_state;
+mod reentry;
+mod telemetry;

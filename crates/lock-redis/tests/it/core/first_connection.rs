@@ -1,0 +1,80 @@
+//! The first connection: made at once, whatever the command timeout, and a connection attempt
+//! that times out names the address and the timeout.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{config, server};
+use lock_core::lock::{DistributedLock, Lease};
+
+/// With a command timeout shorter than fred's first reconnect delay (100 to 200 ms), `connect`
+/// still returns connected: the first acquisition right after it is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_command_timeout_still_connects_before_the_first_acquisition() {
+    let redis = server().await;
+    for i in 0..10 {
+        let lock = common::connect(config(&redis).command_timeout(Duration::from_millis(50))).await;
+        let name = format!("first-{i}");
+        let handle = lock
+            .try_acquire(&name, Lease::Fixed(Duration::from_secs(10)))
+            .await
+            .unwrap_or_else(|e| panic!("the first acquisition failed: {e}"));
+        let _ = handle.release().await.unwrap();
+    }
+}
+
+/// A listener that accepts connections and never answers (a hung Redis, a wrong port behind a
+/// proxy): the connection attempt times out, and the acquisitions' error names the address and
+/// the timeout, as a command timeout on a live connection does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_attempt_that_times_out_names_the_address_and_the_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let address = format!("redis://:secret@127.0.0.1:{port}");
+    let lock = common::connect(
+        common::default_config(&address)
+            .command_timeout(Duration::from_millis(200))
+            .wait_time(Duration::ZERO),
+    )
+    .await;
+    let error = lock
+        .try_acquire("hung", Lease::Fixed(Duration::from_secs(10)))
+        .await
+        .expect_err("granted by a server that never answers");
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!("redis://:***@127.0.0.1:{port}")),
+        "the address is not named: {text}"
+    );
+    assert!(
+        text.contains("200ms") && text.contains("command_timeout"),
+        "the timeout is not named: {text}"
+    );
+    assert!(!text.contains("secret"), "{text}");
+    eprintln!("{text}");
+}
+
+/// An address naming a database the server does not have (`/99` on a default server of 16) is
+/// a configuration error at connect, like a refused password — not an outage to wait out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_the_server_does_not_have_fails_connect_naming_the_address() {
+    let redis = server().await;
+    let address = format!("{}/99", redis.url().trim_end_matches('/'));
+    let error = common::try_connect(config(&redis).address(&address))
+        .await
+        .expect_err("connect succeeded with a database the server does not have");
+    assert_eq!(error.details()["argument"], "address", "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("no database of the address's number"),
+        "{text}"
+    );
+    assert!(text.contains("databases"), "{text}");
+}

@@ -1,0 +1,4 @@
+//! Idempotent execution on the Redis store.
+
+mod edges;
+mod store;

@@ -1,0 +1,3 @@
+//! Master/sub locks as the starter wires them.
+
+mod disabled;

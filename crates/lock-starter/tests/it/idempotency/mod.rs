@@ -1,0 +1,5 @@
+//! The `Idempotency-Key` layer, in memory and on a real redis-server.
+
+mod callers;
+mod edges;
+mod http;

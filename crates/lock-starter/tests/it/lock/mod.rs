@@ -1,0 +1,3 @@
+//! The lock as the starter wires it: the release a shutdown flushes.
+
+mod shutdown;
