@@ -36,8 +36,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// # Examples
 ///
 /// ```
-/// use lock_core::idempotency::IdempotencyError;
 /// use lock_core::{LockError, Problem};
+/// use lock_core::idempotency::IdempotencyError;
 ///
 /// fn log_problem(error: &dyn Problem) -> String {
 ///     format!("{} {} {}", error.http_status(), error.code(), error.details()["reason"])

@@ -8,7 +8,7 @@
 //! - Master/sub locks, which wait for the asynchronous branches of an operation: [`branches`].
 //! - Idempotent execution, where a retried call gets the first call's result: [`Idempotency`](crate::idempotency::Idempotency)
 //!   over the [`IdempotencyStore`](crate::idempotency::IdempotencyStore) port.
-//! - Shared by all: the error trait [`Problem`] (a stable code, an HTTP status and details), key
+//! - Shared by all: the error and its stable codes ([`Problem`], [`LockError`]), key
 //!   validation ([`validate_key`]) and owner tokens ([`OwnerTokens`]).
 //!
 //! # The distributed lock

@@ -28,7 +28,6 @@ use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lock_starter::http::Rejection;
-use lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT;
 use lock_starter::prelude::*;
 use lock_starter::{Health, HealthStatus};
 
@@ -158,7 +157,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .await?;
     // Requests are done; release what is left before the process ends.
-    let summary = lock_at_exit.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    let summary = lock_at_exit
+        .shutdown(lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT)
+        .await;
     eprintln!("lock shut down: {summary}");
     Ok(())
 }

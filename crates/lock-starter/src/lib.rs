@@ -176,6 +176,11 @@ pub mod prelude {
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
+/// docs/lock.md's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/lock.md")]
+struct LockDoctests;
+
 /// docs/idempotency.md's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/idempotency.md")]

@@ -128,11 +128,11 @@ pub trait Branches: Send + Sync + fmt::Debug {
     /// [`BranchError::Unavailable`]: the record then ends at its TTL.
     async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError>;
 
-    /// Marks the branch of `token` done, from any process.
-    ///
-    /// Release every token you receive, registered or not, since an unconfirmed registration
-    /// may have arrived. A redelivered release answers [`BranchRelease::AlreadyReleased`]. Runs
-    /// in a `branches.release` span and records the [telemetry](crate::branches::telemetry).
+    /// The consumer side: marks the branch of `token` done, from any process. Release every
+    /// token you receive, registered or not (an unconfirmed registration may have arrived).
+    /// Idempotent: a redelivered release answers [`BranchRelease::AlreadyReleased`] and counts
+    /// once. Runs in a `branches.release` span and records
+    /// [`RELEASES_TOTAL`](crate::branches::telemetry::RELEASES_TOTAL).
     ///
     /// # Errors
     /// [`BranchError::Unavailable`] (`BRANCHES_UNAVAILABLE`): not confirmed. Retry, or let the

@@ -111,6 +111,33 @@ pub trait DistributedLockExt: DistributedLock {
     /// assert_eq!(warm_tariff_cache(&DisabledLock::new("switched off")).await?, 120);
     /// # Ok(()) }
     /// ```
+    ///
+    /// With a wait time of its own:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock};
+    /// # use lock_core::lock::{Lease, UnguardedReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// # let lock = InMemoryLock::new();
+    /// let other_pod = lock.try_acquire("digest:2026-11-30", Lease::Watchdog).await?;
+    ///
+    /// // Wait at most 200 ms for the other pod, then send the digest anyway.
+    /// let options = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::from_millis(200))?;
+    /// let sent = lock
+    ///     .with_lock_fail_open("digest:2026-11-30", options, || async { "sent" })
+    ///     .await?;
+    /// assert_eq!(sent.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
+    /// assert_eq!(sent.into_value(), "sent");
+    /// # drop(other_pod);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidKey`], [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`, HTTP
+    /// 500): the key or lease is rejected before any backend call — a defect of the caller, so
+    /// the section does not run. No other error: every other outcome runs the section.
     fn with_lock_fail_open<F, Fut, T>(
         &self,
         key: &str,

@@ -72,6 +72,20 @@ impl<T> FailOpen<T> {
     }
 
     /// Why the section ran unguarded; `None` if the lock was held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease, UnguardedReason};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = DisabledLock::new("enabled = false");
+    /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async { 3 }).await?;
+    /// let unguarded = sent.unguarded().expect("the lock is switched off");
+    /// assert_eq!(unguarded.reason(), UnguardedReason::LockDisabled);
+    /// assert_eq!(unguarded.error().code(), "LOCK_DISABLED");
+    /// # Ok(()) }
+    /// ```
     pub fn unguarded(&self) -> Option<&Unguarded> {
         match self {
             FailOpen::Guarded(_) => None,
@@ -117,11 +131,45 @@ pub struct Unguarded {
 
 impl Unguarded {
     /// Why the lock was not held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, InMemoryLock, Lease};
+    /// use lock_core::lock::UnguardedReason;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = InMemoryLock::new();
+    /// let other_pod = lock.try_acquire("cache-warm:tariffs", Lease::Watchdog).await?;
+    /// let once = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
+    /// let warmed = lock.with_lock_fail_open("cache-warm:tariffs", once, || async { 120 }).await?;
+    /// // Another owner may be warming the same cache right now.
+    /// assert_eq!(warmed.unguarded().unwrap().reason(), UnguardedReason::WaitTimeElapsed);
+    /// # drop(other_pod);
+    /// # Ok(()) }
+    /// ```
     pub fn reason(&self) -> UnguardedReason {
         self.reason
     }
 
-    /// The error the acquisition ended with, as a fail-closed call would have returned it.
+    /// The error the acquisition ended with: [`LockError::Disabled`] (`LOCK_DISABLED`) or
+    /// [`LockError::AcquisitionFailed`] (`LOCK_ACQUISITION_FAILED`, with its `reason`, holder,
+    /// cause).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_core::lock::{DisabledLock, DistributedLockExt, Lease};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// let lock = DisabledLock::new("telco.platform.lock.enabled = false from config/lock.toml");
+    /// let sent = lock.with_lock_fail_open("digest", Lease::Watchdog, || async {}).await?;
+    /// let error = sent.unguarded().unwrap().error();
+    /// assert_eq!(error.code(), "LOCK_DISABLED");
+    /// assert!(error.to_string().contains("from config/lock.toml"));
+    /// # Ok(()) }
+    /// ```
     pub fn error(&self) -> &LockError {
         &self.error
     }

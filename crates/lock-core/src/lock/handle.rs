@@ -253,6 +253,37 @@ pub trait LeaseRelease: Send + Sync + fmt::Debug + 'static {
     ///
     /// # Errors
     /// [`LockError::ReleaseFailed`] when the backend could not confirm the release.
+    ///
+    /// # Examples
+    ///
+    /// [`LockHandle::release`] calls it; a backend that cannot reach its store says so:
+    ///
+    /// ```
+    /// use async_trait::async_trait;
+    /// use lock_core::LockError;
+    /// use lock_core::lock::{Lease, LeaseRelease, LeaseState, LockHandle, ReleaseOutcome};
+    ///
+    /// #[derive(Debug)]
+    /// struct Unreachable {
+    ///     key: String,
+    /// }
+    ///
+    /// #[async_trait]
+    /// impl LeaseRelease for Unreachable {
+    ///     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError> {
+    ///         Err(LockError::ReleaseFailed { key: self.key, cause: "connection refused".into() })
+    ///     }
+    ///
+    ///     fn release_in_background(self: Box<Self>) {}
+    /// }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let release = Box::new(Unreachable { key: "reaper".into() });
+    /// let handle = LockHandle::new("reaper", Lease::Watchdog, "pod-a/1", 7, LeaseState::new(None), release);
+    /// let error = handle.release().await.unwrap_err();
+    /// assert_eq!(error.code(), "LOCK_RELEASE_FAILED");
+    /// # }
+    /// ```
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome, LockError>;
 
     /// Releases the lease without waiting for the outcome (best effort).

@@ -78,6 +78,18 @@ impl Lease {
 ///
 /// # Errors
 /// [`LockError::InvalidArgument`] naming `wait_time`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::lock::{MAX_WAIT, validate_wait};
+///
+/// assert!(validate_wait(Duration::ZERO).is_ok()); // one attempt
+/// assert!(validate_wait(MAX_WAIT).is_ok());
+/// let error = validate_wait(Duration::from_secs(2 * 3600)).unwrap_err();
+/// assert_eq!(error.to_string(), "invalid wait_time 2 h: accepted: 0 to 1 h");
+/// ```
 pub fn validate_wait(wait: Duration) -> Result<(), LockError> {
     check_duration("wait_time", wait, Duration::ZERO, MAX_WAIT)
 }
