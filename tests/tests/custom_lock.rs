@@ -67,4 +67,4 @@ impl LockFactory for ThroughTheStarter {
     }
 }
 
-lock_starter::lock::conformance_tests!(async { ThroughTheStarter(InMemoryLock::new()) });
+lock_starter::lock::conformance_tests!(lock, async { ThroughTheStarter(InMemoryLock::new()) });

@@ -62,6 +62,8 @@
 //! ```
 
 pub mod branches;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod duration;
 mod error;
 pub mod idempotency;

@@ -94,10 +94,13 @@ pub use error::StartError;
 /// Re-exported so a service can hand its own figment to [`LockStarterBuilder::figment`].
 pub use figment;
 pub use health::{Health, HealthStatus};
+/// The error trait of every capability: a stable code, an HTTP status and details.
 pub use lock_core::Problem;
 
 /// The distributed lock: mutual exclusion per key across processes (see [`DistributedLock`](lock::DistributedLock)).
 pub mod lock {
+    #[cfg(feature = "conformance")]
+    pub use lock_core::conformance_tests;
     /// The conformance suite for an implementation of your own (feature `conformance`).
     #[cfg(feature = "conformance")]
     pub use lock_core::lock::conformance;
@@ -107,8 +110,6 @@ pub mod lock {
         UnguardedReason,
     };
     pub use lock_core::{AcquireFailure, LockError};
-    #[cfg(feature = "conformance")]
-    pub use lock_core::{conformance_checks, conformance_tests};
     pub(crate) mod wiring;
 
     /// Defaults and accepted ranges of leases, wait times and keys.

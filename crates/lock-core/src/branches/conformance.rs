@@ -1,37 +1,12 @@
-//! The conformance suite of the master/sub locks: the behaviour every
-//! [`Branches`](crate::branches::Branches) backend (with the
-//! [`DistributedLock`](crate::lock::DistributedLock) it is deployed with) must show, one check per
-//! contract clause (feature `conformance`).
+//! The master/sub locks' conformance suite: the behaviour every
+//! [`Branches`](crate::branches::Branches) backend shows with the lock it is deployed with
+//! (feature `conformance`).
 //!
-//! Implement [`BranchesFactory`] for your backend and expand
-//! [`branches_conformance_tests!`](crate::branches_conformance_tests) in a test module; every
-//! check becomes its own `#[tokio::test]`:
-//!
-//! ```
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//! use lock_core::branches::conformance::BranchesFactory;
-//! use lock_core::branches::{InMemoryBranches, MasterLocks};
-//! use lock_core::lock::InMemoryLock;
-//!
-//! struct Memory(InMemoryLock, InMemoryBranches);
-//!
-//! #[async_trait::async_trait]
-//! impl BranchesFactory for Memory {
-//!     async fn client(&self) -> MasterLocks {
-//!         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
-//!     }
-//!     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
-//!         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
-//!     }
-//! }
-//!
-//! // In a test module:
-//! // lock_core::branches_conformance_tests!(async { Memory(InMemoryLock::new(), InMemoryBranches::new()) });
-//! ```
-//!
-//! Checks wait on events with generous deadlines; the only lower bound asserted is the
-//! contract's: a master never stops waiting before its branch wait.
+//! Implement [`BranchesFactory`] for a backend, then expand
+//! `lock_core::conformance_tests!(branches, …)` or call [`run_all`], as the
+//! [harness](crate::conformance) describes. Checks wait on events with generous deadlines. The
+//! only lower bound they assert is the contract's: a master never stops waiting before its
+//! branch wait.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,83 +20,38 @@ use crate::branches::{
     BranchError, BranchRelease, BranchToken, BranchesOutcome, Master, MasterLocks, MasterOptions,
     Registration, SubKey,
 };
+use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::lock::{Lease, LostReason};
 use crate::{AcquireFailure, LockError};
 
-/// Slack added to every upper bound, for a loaded 2-core CI machine.
-const SLACK: Duration = Duration::from_secs(5);
 /// A branch wait long enough that only a broken implementation runs out of it.
 const LONG: Duration = Duration::from_secs(30);
 
 /// Builds clients of one shared backend for the suite.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::time::Duration;
-/// use lock_core::branches::conformance::{self, BranchesFactory};
-/// use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// use lock_core::lock::InMemoryLock;
-///
-/// struct Memory(InMemoryLock, InMemoryBranches);
-///
-/// #[async_trait::async_trait]
-/// impl BranchesFactory for Memory {
-///     async fn client(&self) -> MasterLocks {
-///         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
-///     }
-///     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
-///         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
-///     }
-/// }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// conformance::redelivered_release_counts_once(&Memory(InMemoryLock::new(), InMemoryBranches::new())).await;
-/// # }
-/// ```
 #[async_trait]
 pub trait BranchesFactory: Send + Sync + 'static {
-    /// A new, independent client of the shared backend — lock and branches on connections of
-    /// their own, as another process would have. The lock's default wait time must be at least
-    /// 1 s.
+    /// A new client of the shared backend, lock and branches on connections of their own, as
+    /// another process would have. The lock's default wait time is at least 1 s.
     async fn client(&self) -> MasterLocks;
 
-    /// The records the backend holds now for master key `master_key`, each with its remaining
-    /// TTL (`None`: it has none). A Redis factory lists the keys of the master's hash tag.
+    /// The records the backend holds now for `master_key`, each with its remaining TTL if it has
+    /// one.
     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>>;
 
-    /// Ends the lease now held on lock `key` from outside its holder, as
+    /// Ends the lease held on lock `key` from outside its holder, as
     /// [`LockFactory::expire`](crate::lock::conformance::LockFactory::expire) does, and returns
-    /// `true`. Default: `false`, this factory cannot; [`lost_lease_ends_the_wait`] is then
+    /// `true`. Default: `false`, when the factory cannot, and [`lost_lease_ends_the_wait`] is
     /// skipped.
     async fn expire_lock(&self, key: &str) -> bool {
         let _ = key;
         false
     }
 
-    /// How long after [`expire_lock`](BranchesFactory::expire_lock) a watchdog holder learns
-    /// its lease is lost, at most: the watchdog timeout. Default: 1 s.
+    /// The longest a watchdog holder takes to learn of a lease ended by
+    /// [`expire_lock`](BranchesFactory::expire_lock), its watchdog timeout. Default: 1 s.
     fn lease_loss_bound(&self) -> Duration {
         Duration::from_secs(1)
     }
-}
-
-/// A master key no other check (or concurrent run) uses.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::branches::conformance::unique_key;
-///
-/// assert!(unique_key("waits").starts_with("branches-conformance:waits:"));
-/// assert_ne!(unique_key("waits"), unique_key("waits"));
-/// ```
-pub fn unique_key(check: &str) -> String {
-    format!(
-        "branches-conformance:{check}:{:016x}",
-        rand::random::<u64>()
-    )
 }
 
 fn waiting(wait: Duration) -> MasterOptions {
@@ -632,91 +562,16 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn BranchesFactory) {
     assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
 }
 
-/// Runs every check against one shared factory and returns the names of those that failed
-/// (panicked); each runs in a task of its own.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::branches::conformance::BranchesFactory;
-/// # use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// # use lock_core::lock::InMemoryLock;
-/// # struct Memory(InMemoryLock, InMemoryBranches);
-/// # #[async_trait::async_trait]
-/// # impl BranchesFactory for Memory {
-/// #     async fn client(&self) -> MasterLocks {
-/// #         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
-/// #     }
-/// #     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
-/// #         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// let factory = Arc::new(Memory(InMemoryLock::new(), InMemoryBranches::new()));
-/// # let _ = factory;
-/// // let failed = lock_core::branches::conformance::run_all(factory).await;
-/// // assert!(failed.is_empty(), "failed checks: {failed:?}");
-/// # }
-/// ```
+/// Runs every check against one `factory`, for a backend too costly to start per check, and
+/// returns the names of those that failed. Needs a multi-threaded Tokio runtime.
 pub async fn run_all(factory: Arc<dyn BranchesFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
-    macro_rules! run {
-        ($($check:ident),+ $(,)?) => {$(
-            let f = Arc::clone(&factory);
-            if tokio::spawn(async move { $check(&*f).await }).await.is_err() {
-                failed.push(stringify!($check));
-            }
-        )+};
-    }
-    crate::branches_conformance_checks!(run);
+    crate::branches_conformance_checks!(run_checks; factory, failed;);
     failed
 }
 
-/// Expands to one `#[tokio::test]` per check of the master/sub-lock conformance suite, each
-/// with a fresh factory from `$factory` (an expression evaluating to a future of a
-/// [`BranchesFactory`]). The calling crate needs `tokio` (with `macros` and `rt-multi-thread`)
-/// as a dev-dependency.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::branches::conformance::BranchesFactory;
-/// # use lock_core::branches::{InMemoryBranches, MasterLocks};
-/// # use lock_core::lock::InMemoryLock;
-/// # struct Memory(InMemoryLock, InMemoryBranches);
-/// # #[async_trait::async_trait]
-/// # impl BranchesFactory for Memory {
-/// #     async fn client(&self) -> MasterLocks {
-/// #         MasterLocks::new(Arc::new(self.0.clone()), Arc::new(self.1.clone()))
-/// #     }
-/// #     async fn record_ttls(&self, master_key: &str) -> Vec<Option<Duration>> {
-/// #         self.1.records().into_iter().filter(|(s, _)| s.master_key() == master_key).map(|(_, ttl)| Some(ttl)).collect()
-/// #     }
-/// # }
-/// lock_core::branches_conformance_tests!(async { Memory(InMemoryLock::new(), InMemoryBranches::new()) });
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! branches_conformance_tests {
-    ($factory:expr) => {
-        $crate::branches_conformance_checks!($crate::branches_conformance_tests; @each $factory;);
-    };
-    (@each $factory:expr; $($check:ident),+ $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                let factory = $factory.await;
-                $crate::branches::conformance::$check(&factory).await;
-            }
-        )+
-    };
-}
-
-/// The list of checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`,
-/// for [`run_all`] and [`branches_conformance_tests!`](crate::branches_conformance_tests).
+/// The master/sub locks' checks, declared once: expands to
+/// `$callback! { $($prefix)* <every check>, }`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! branches_conformance_checks {
@@ -742,3 +597,5 @@ macro_rules! branches_conformance_checks {
         $crate::branches_conformance_checks! { $callback; }
     };
 }
+#[doc(hidden)]
+pub use crate::branches_conformance_checks as checks;

@@ -1,34 +1,11 @@
-//! The conformance suite of [`IdempotencyStore`]: the contract its `# Contract` section states,
-//! runnable against any implementation (feature `conformance`), plus the guarantees
-//! [`Idempotency`] builds on it.
+//! Idempotent execution's conformance suite: the `# Contract` of every [`IdempotencyStore`],
+//! and the guarantees [`Idempotency`] builds on it (feature `conformance`).
 //!
-//! Implement [`IdempotencyFactory`] for your backend and call [`run_all`]; it returns the names
-//! of the checks that failed (each panics with its reason, logged by the test harness).
-//!
-//! ```
-//! use std::sync::Arc;
-//! use lock_core::idempotency::conformance::{self, IdempotencyFactory};
-//! use lock_core::idempotency::{IdempotencyStore, InMemoryIdempotencyStore};
-//!
-//! struct Memory(Arc<InMemoryIdempotencyStore>);
-//!
-//! #[async_trait::async_trait]
-//! impl IdempotencyFactory for Memory {
-//!     async fn client(&self) -> Arc<dyn IdempotencyStore> {
-//!         self.0.clone()
-//!     }
-//! }
-//! # #[tokio::main]
-//! # async fn main() {
-//! let failed = conformance::run_all(Arc::new(Memory(Arc::default()))).await;
-//! assert!(failed.is_empty(), "{failed:?}");
-//! # }
-//! ```
-//!
-//! Checks use real time with short leases (300 ms) and wait on events with generous deadlines.
+//! Implement [`IdempotencyFactory`] for a backend, then expand
+//! `lock_core::conformance_tests!(idempotency, …)` or call [`run_all`], as the
+//! [harness](crate::conformance) describes. Checks use real time with 300 ms leases and wait on
+//! events with generous deadlines.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -36,72 +13,22 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::idempotency::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
 };
 use crate::lock::Lease;
 
-/// Slack added to every upper bound, for a loaded 2-core CI machine.
-const SLACK: Duration = Duration::from_secs(10);
 /// The short in-progress lease of the expiry checks.
 const LEASE: Duration = Duration::from_millis(300);
 const RESULT_TTL: Duration = Duration::from_secs(60);
 
-/// Builds clients of one shared backend for the suite: each call may return a new client (a
-/// Redis factory connects a new one), so that concurrency is checked across clients.
+/// Builds clients of one shared backend for the suite.
 #[async_trait]
 pub trait IdempotencyFactory: Send + Sync + 'static {
-    /// A client of the shared backend.
+    /// A client of the shared backend, a new one per call where the backend has connections,
+    /// so that concurrency is checked across clients.
     async fn client(&self) -> Arc<dyn IdempotencyStore>;
-}
-
-/// A key no other check or run uses.
-pub fn unique_key(check: &str) -> String {
-    format!("conformance:{check}:{:016x}", rand::random::<u64>())
-}
-
-type Check = fn(Arc<dyn IdempotencyFactory>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
-
-macro_rules! checks {
-    ($($check:ident),+ $(,)?) => {
-        /// Every check, by name.
-        const CHECKS: &[(&str, Check)] = &[$((stringify!($check), |f| Box::pin(async move { $check(&*f).await }))),+];
-    };
-}
-
-checks!(
-    claim_is_exclusive_and_idempotent_for_the_owner,
-    an_unrenewed_lease_ends_and_renew_never_recreates,
-    terminal_writes_are_fenced_by_the_owner,
-    a_completed_record_replays_its_bytes_then_expires,
-    forget_spares_a_record_in_progress,
-    watches_wake_on_every_terminal_write,
-    concurrent_duplicates_get_the_first_result,
-    a_failed_owner_is_answered_to_those_who_waited_on_it,
-    a_failed_action_lets_exactly_one_waiter_run,
-    waiting_duplicates_get_a_failed_actions_failure,
-    another_fingerprint_is_key_reused,
-    an_oversize_result_is_returned_and_not_stored,
-    a_spent_wait_is_in_progress_and_does_not_run,
-);
-
-/// Runs every check, each on its own task; returns the names of those that failed.
-pub async fn run_all(factory: Arc<dyn IdempotencyFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    for (name, check) in CHECKS {
-        let started = Instant::now();
-        let outcome = tokio::spawn(check(Arc::clone(&factory))).await;
-        tracing::info!(
-            check = name,
-            passed = outcome.is_ok(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "idempotency conformance check"
-        );
-        if outcome.is_err() {
-            failed.push(*name);
-        }
-    }
-    failed
 }
 
 /// Polls `claim` until it reports `want` (by variant) or [`SLACK`] passes.
@@ -318,7 +245,7 @@ pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn Ide
     assert_eq!(claim, Claim::Owner, "the result ends at its TTL");
 }
 
-/// Contract 6.
+/// Contract 6: `forget` spares a record in progress and removes a completed one.
 pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory) {
     let store = factory.client().await;
     let key = unique_key("forget");
@@ -775,3 +702,40 @@ pub async fn a_spent_wait_is_in_progress_and_does_not_run(factory: &dyn Idempote
     }
     assert_eq!(error.http_status(), 409);
 }
+
+/// Runs every check against one `factory`, for a backend too costly to start per check, and
+/// returns the names of those that failed. Needs a multi-threaded Tokio runtime.
+pub async fn run_all(factory: Arc<dyn IdempotencyFactory>) -> Vec<&'static str> {
+    let mut failed = Vec::new();
+    crate::idempotency_conformance_checks!(run_checks; factory, failed;);
+    failed
+}
+
+/// Idempotent execution's checks, declared once: expands to
+/// `$callback! { $($prefix)* <every check>, }`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! idempotency_conformance_checks {
+    ($callback:path; $($prefix:tt)*) => {
+        $callback! { $($prefix)*
+            claim_is_exclusive_and_idempotent_for_the_owner,
+            an_unrenewed_lease_ends_and_renew_never_recreates,
+            terminal_writes_are_fenced_by_the_owner,
+            a_completed_record_replays_its_bytes_then_expires,
+            forget_spares_a_record_in_progress,
+            watches_wake_on_every_terminal_write,
+            concurrent_duplicates_get_the_first_result,
+            a_failed_owner_is_answered_to_those_who_waited_on_it,
+            a_failed_action_lets_exactly_one_waiter_run,
+            waiting_duplicates_get_a_failed_actions_failure,
+            another_fingerprint_is_key_reused,
+            an_oversize_result_is_returned_and_not_stored,
+            a_spent_wait_is_in_progress_and_does_not_run,
+        }
+    };
+    ($callback:ident) => {
+        $crate::idempotency_conformance_checks! { $callback; }
+    };
+}
+#[doc(hidden)]
+pub use crate::idempotency_conformance_checks as checks;

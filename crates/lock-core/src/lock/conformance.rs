@@ -1,34 +1,11 @@
-//! The conformance suite: the behaviour every [`DistributedLock`] must show, runnable against any
-//! implementation (feature `conformance`).
+//! The lock's conformance suite: the behaviour every [`DistributedLock`] shows (feature
+//! `conformance`).
 //!
-//! Implement [`LockFactory`] for your backend and expand [`conformance_tests!`](crate::conformance_tests)
-//! in a test module; every check becomes its own `#[tokio::test]`:
-//!
-//! ```
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//! use lock_core::lock::conformance::LockFactory;
-//! use lock_core::lock::{DistributedLock, InMemoryLock};
-//!
-//! struct Memory(InMemoryLock);
-//!
-//! #[async_trait::async_trait]
-//! impl LockFactory for Memory {
-//!     async fn client(&self) -> Arc<dyn DistributedLock> {
-//!         Arc::new(self.0.clone())
-//!     }
-//!     fn watchdog_timeout(&self) -> Duration {
-//!         Duration::from_secs(1)
-//!     }
-//! }
-//!
-//! // In a test module:
-//! // lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });
-//! ```
-//!
-//! Checks wait on events with generous deadlines; the only lower bounds asserted are the ones
-//! the contract makes (a waiter never gives up before its wait time, a fixed lease is never
-//! granted again before it ends).
+//! Implement [`LockFactory`] for a backend, then expand
+//! `lock_core::conformance_tests!(lock, …)` or call [`run_all`], as the
+//! [harness](crate::conformance) describes. Checks wait on events with generous deadlines. The
+//! only lower bounds they assert are the contract's: a waiter never gives up before its wait
+//! time, and a fixed lease is never granted again before it ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -37,178 +14,45 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::lock::{
     AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockHandle, LostReason,
     ReleaseOutcome,
 };
 use crate::{AcquireFailure, LockError};
 
-/// Slack added to every upper bound, for a loaded 2-core CI machine.
-const SLACK: Duration = Duration::from_secs(5);
 /// A wait long enough that only a broken implementation runs out of it.
 const LONG_WAIT: Duration = Duration::from_secs(30);
 
 /// Builds clients of one shared backend for the suite.
-///
-/// # Examples
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::time::Duration;
-/// use lock_core::lock::conformance::{self, LockFactory};
-/// use lock_core::lock::{DistributedLock, InMemoryLock};
-///
-/// /// Clients of one in-process lock table; a Redis factory would connect a new client each
-/// /// time, with a short watchdog timeout, and report its command timeout.
-/// struct Memory(InMemoryLock);
-///
-/// #[async_trait::async_trait]
-/// impl LockFactory for Memory {
-///     async fn client(&self) -> Arc<dyn DistributedLock> {
-///         Arc::new(self.0.clone())
-///     }
-///
-///     fn watchdog_timeout(&self) -> Duration {
-///         Duration::from_secs(1)
-///     }
-/// }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// conformance::fencing_tokens_increase(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 #[async_trait]
 pub trait LockFactory: Send + Sync + 'static {
-    /// A new, independent client of the shared backend — its own connection, as another pod would
-    /// have. Clients must use the factory's [`watchdog_timeout`](LockFactory::watchdog_timeout)
-    /// and a default wait time of at least 1 s.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::lock::conformance::LockFactory;
-    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
-    /// # struct Memory(InMemoryLock);
-    /// # #[async_trait::async_trait]
-    /// # impl LockFactory for Memory {
-    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-    /// #         Arc::new(self.0.clone())
-    /// #     }
-    /// #     fn watchdog_timeout(&self) -> Duration {
-    /// #         Duration::from_secs(1)
-    /// #     }
-    /// # }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let factory = Memory(InMemoryLock::new());
-    /// let (pod_a, pod_b) = (factory.client().await, factory.client().await);
-    /// assert_eq!(pod_a.namespace(), pod_b.namespace()); // one shared backend
-    /// # }
-    /// ```
+    /// A new client of the shared backend on a connection of its own, as another pod would
+    /// have. Clients use the factory's [`watchdog_timeout`](LockFactory::watchdog_timeout) and
+    /// a default wait time of at least 1 s.
     async fn client(&self) -> Arc<dyn DistributedLock>;
 
-    /// The watchdog timeout the clients use. Keep it short (1–2 s) so the suite runs quickly.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::lock::conformance::LockFactory;
-    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
-    /// # struct Memory(InMemoryLock);
-    /// # #[async_trait::async_trait]
-    /// # impl LockFactory for Memory {
-    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-    /// #         Arc::new(self.0.clone())
-    /// #     }
-    /// #     fn watchdog_timeout(&self) -> Duration {
-    /// #         Duration::from_secs(1)
-    /// #     }
-    /// # }
-    /// // `watchdog_keeps_the_lock_past_its_timeout` holds a lease for three of these.
-    /// assert_eq!(Memory(InMemoryLock::new()).watchdog_timeout(), Duration::from_secs(1));
-    /// ```
+    /// The watchdog timeout the clients use, 1 to 2 s so that the suite runs quickly.
     fn watchdog_timeout(&self) -> Duration;
 
-    /// The backend's command timeout: how far past its wait time an acquire may return.
-    /// Default: 0 (an in-process backend).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::lock::conformance::LockFactory;
-    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
-    /// # struct Memory(InMemoryLock);
-    /// # #[async_trait::async_trait]
-    /// # impl LockFactory for Memory {
-    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-    /// #         Arc::new(self.0.clone())
-    /// #     }
-    /// #     fn watchdog_timeout(&self) -> Duration {
-    /// #         Duration::from_secs(1)
-    /// #     }
-    /// # }
-    /// // In-process: the default. A Redis factory returns its configured command timeout.
-    /// assert_eq!(Memory(InMemoryLock::new()).command_timeout(), Duration::ZERO);
-    /// ```
+    /// How far past its wait time an acquisition may return, the backend's command timeout.
+    /// Default: 0, for an in-process backend.
     fn command_timeout(&self) -> Duration {
         Duration::ZERO
     }
 
-    /// Ends the lease now held on `key` (a name as passed to `acquire`) from outside the
-    /// holder's client, as the backend would if the holder's renewals stopped getting through,
-    /// and returns `true`. The holder's client is not told; the key must not become free before
-    /// the holder can learn it lost the lease (a renewal refused, or its local deadline) — keep
-    /// it held and unrenewable until it runs out rather than deleting it. Used by
-    /// [`lost_fires_before_the_key_is_granted_again`] for a watchdog lease.
+    /// Ends the lease held on `key` from outside its holder's client, as lost renewals would,
+    /// and returns `true`. Default: `false`, when the factory cannot.
     ///
-    /// Default: `false`, this factory cannot; that check then covers fixed leases only.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use std::{sync::Arc, time::Duration};
-    /// # use lock_core::lock::conformance::LockFactory;
-    /// # use lock_core::lock::{DistributedLock, InMemoryLock};
-    /// struct Memory(InMemoryLock);
-    ///
-    /// #[async_trait::async_trait]
-    /// impl LockFactory for Memory {
-    /// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-    /// #         Arc::new(self.0.clone())
-    /// #     }
-    /// #     fn watchdog_timeout(&self) -> Duration {
-    /// #         Duration::from_secs(1)
-    /// #     }
-    ///     // ... client() and watchdog_timeout() as above ...
-    ///     async fn expire(&self, key: &str) -> bool {
-    ///         self.0.expire(key) // the holder's handle turns lost before the key is free
-    ///     }
-    /// }
-    /// // A Redis factory overwrites the key's owner keeping its TTL: renewals are refused, and
-    /// // the key runs out a watchdog timeout later at most.
-    /// ```
+    /// # Contract
+    /// - The holder's client is not told.
+    /// - The key stays held and unrenewable until it runs out, so that the holder learns of the
+    ///   loss before anyone is granted the key.
+    /// - Without it, [`lost_fires_before_the_key_is_granted_again`] covers fixed leases only.
     async fn expire(&self, key: &str) -> bool {
         let _ = key;
         false
     }
-}
-
-/// A key no other check (or concurrent run) uses.
-///
-/// # Examples
-///
-/// ```
-/// use lock_core::lock::conformance::unique_key;
-///
-/// let key = unique_key("fencing");
-/// assert!(key.starts_with("conformance:fencing:"));
-/// assert_ne!(key, unique_key("fencing"));
-/// ```
-pub fn unique_key(check: &str) -> String {
-    format!("conformance:{check}:{:016x}", rand::random::<u64>())
 }
 
 fn wait(d: Duration) -> AcquireOptions {
@@ -241,30 +85,6 @@ fn expect_held_by(err: LockError, holder: &LockHandle) -> Duration {
 }
 
 /// Many tasks on several clients hammer one key; never two inside at once, every iteration done.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::mutual_exclusion(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn mutual_exclusion(factory: &dyn LockFactory) {
     const CLIENTS: usize = 3;
     const TASKS_PER_CLIENT: usize = 3;
@@ -310,32 +130,8 @@ pub async fn mutual_exclusion(factory: &dyn LockFactory) {
     );
 }
 
-/// A waiter on a held key gives up no earlier than its wait time and no later than wait time
-/// plus one command timeout (plus slack), with the holder named in the error.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::wait_time_is_honoured(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// A waiter on a held key gives up no earlier than its wait time and no later than one command
+/// timeout and the slack after it, naming the holder.
 pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
     let key = unique_key("wait-time");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -356,30 +152,6 @@ pub async fn wait_time_is_honoured(factory: &dyn LockFactory) {
 }
 
 /// A wait of zero is one attempt: a held key fails at once, naming the holder and its TTL.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::zero_wait_is_one_attempt(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
     let key = unique_key("zero-wait");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -406,30 +178,6 @@ pub async fn zero_wait_is_one_attempt(factory: &dyn LockFactory) {
 
 /// A fixed lease ends on its own: nobody else gets the key before it ends, someone does after,
 /// and the old holder learns it is no longer held.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::fixed_lease_expires(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
     let key = unique_key("fixed-lease");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -451,30 +199,6 @@ pub async fn fixed_lease_expires(factory: &dyn LockFactory) {
 }
 
 /// A watchdog lease outlives three watchdog timeouts while its holder lives.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::watchdog_keeps_the_lock_past_its_timeout(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory) {
     let key = unique_key("watchdog");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -489,30 +213,6 @@ pub async fn watchdog_keeps_the_lock_past_its_timeout(factory: &dyn LockFactory)
 }
 
 /// Dropping a handle frees the lock long before its lease would end, and wakes a waiter.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::dropping_a_handle_frees_the_lock(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
     let key = unique_key("drop");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -541,30 +241,6 @@ pub async fn dropping_a_handle_frees_the_lock(factory: &dyn LockFactory) {
 }
 
 /// Releasing a lease that already ended reports `NotHeld` and leaves the new holder in place.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::releasing_an_expired_lease_spares_the_new_holder(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn LockFactory) {
     let key = unique_key("owner-checked-release");
     let (a, b, c) = (
@@ -589,34 +265,10 @@ pub async fn releasing_an_expired_lease_spares_the_new_holder(factory: &dyn Lock
     assert_eq!(new.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-/// A release sooner than the minimum hold ([`AcquireOptions::hold_at_least`]) after the grant
-/// reports `Released` but leaves the key held until the hold ends — for a watchdog lease even
-/// past its TTL, without renewal; for a fixed lease no longer than the hold — then a waiter is
-/// granted, with a greater fencing token. A hold longer than a fixed lease is rejected.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::hold_at_least_outlasts_an_early_release(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// A release before the [minimum hold](AcquireOptions::hold_at_least) ends reports `Released`
+/// and leaves the key held until the hold ends, then a waiter is granted with a greater fencing
+/// token. A watchdog lease is held past its TTL without renewal, a fixed lease no longer than
+/// the hold.
 pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) {
     let key = unique_key("hold-at-least");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -661,30 +313,6 @@ pub async fn hold_at_least_outlasts_an_early_release(factory: &dyn LockFactory) 
 }
 
 /// Fencing tokens strictly increase across grants of one key, whichever client gets them.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::fencing_tokens_increase(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
     let key = unique_key("fencing");
     let clients = [factory.client().await, factory.client().await];
@@ -701,31 +329,7 @@ pub async fn fencing_tokens_increase(factory: &dyn LockFactory) {
     }
 }
 
-/// Bad keys and durations fail with `LOCK_INVALID_ARGUMENT` and take nothing.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::invalid_arguments_are_rejected(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// Bad keys and leases fail with `LOCK_INVALID_ARGUMENT` and take nothing.
 pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
     let client = factory.client().await;
     let bad_keys = [
@@ -761,30 +365,6 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn LockFactory) {
 }
 
 /// `with_lock` runs its section once when granted, never when not, and releases afterwards.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::with_lock_runs_only_when_granted(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
 pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
     let key = unique_key("with-lock");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -817,34 +397,11 @@ pub async fn with_lock_runs_only_when_granted(factory: &dyn LockFactory) {
     drop(held);
 }
 
-/// Inside a `with_lock` scope the task re-enters the key it holds — nested `with_lock` and
-/// `acquire` return at once on the outer lease, also from inside a scope of another key — while
-/// other tasks contend, two futures joined inside the scope never run nested sections of the
-/// key at once, and the lease ends with the outer scope.
+/// Inside a `with_lock` scope the task re-enters the key it holds.
 ///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::with_lock_is_reentrant_for_its_task(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// Nested `with_lock` and `acquire` return at once on the outer lease, also inside a scope of
+/// another key. Other tasks contend, two futures joined inside the scope never run nested
+/// sections of the key at once, and the lease ends with the outer scope.
 pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
     let key = unique_key("reentrant");
     let other_key = unique_key("reentrant-other");
@@ -985,34 +542,12 @@ pub async fn with_lock_is_reentrant_for_its_task(factory: &dyn LockFactory) {
     drop(other);
 }
 
-/// [`shutdown`](DistributedLock::shutdown) frees at once every lease the client still holds
-/// (watchdog and fixed, their `lost()` firing with [`LostReason::ShutDown`]) and the key of a
-/// handle dropped just before it, ends an acquisition still waiting, and refuses later ones with
-/// `LOCK_DISABLED` (reason `shut_down`); another client of the backend goes on.
+/// [`shutdown`](DistributedLock::shutdown) frees every lease the client holds and ends its
+/// waits.
 ///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // In a test of a backend; `Memory` is a `LockFactory` handing out clients of one
-/// // `InMemoryLock` table.
-/// lock_core::lock::conformance::shutdown_releases_and_refuses(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// Watchdog and fixed leases end at once with `lost()` firing [`LostReason::ShutDown`], and so
+/// does the key of a handle dropped just before. A waiting acquisition ends, later ones fail
+/// with `LOCK_DISABLED` and reason `shut_down`, and another client of the backend goes on.
 pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
     let (a, b) = (factory.client().await, factory.client().await);
     let [watchdog_key, fixed_key, dropped_key, waited_key] = [
@@ -1081,31 +616,8 @@ pub async fn shutdown_releases_and_refuses(factory: &dyn LockFactory) {
     assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-/// Fair acquisitions of a key are granted in the order they asked, across clients: fair waiters
-/// on alternating clients, each asking well after the one before, are granted one at a time in
-/// that order as each releases.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// lock_core::lock::conformance::fair_acquisitions_are_granted_in_the_order_asked(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// Fair acquisitions of a key are granted in the order they asked, across clients, one at a
+/// time as each releases.
 pub async fn fair_acquisitions_are_granted_in_the_order_asked(factory: &dyn LockFactory) {
     const WAITERS: usize = 4;
     // Between two waiters' first requests: far longer than one backend command takes even on a
@@ -1148,35 +660,12 @@ pub async fn fair_acquisitions_are_granted_in_the_order_asked(factory: &dyn Lock
 }
 
 /// [`LockHandle::lost`] fires and [`LockHandle::is_held`] turns false before the key is granted
-/// to anyone else — for a fixed lease running out and, when the factory can
-/// [`expire`](LockFactory::expire) one, for a watchdog lease ended from outside (renewal never
-/// re-creates it) — and the old holder's release after that grant, owner-checked, reports
-/// `NotHeld` and leaves the new holder in place.
+/// to anyone else.
 ///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// #     async fn expire(&self, key: &str) -> bool {
-/// #         self.0.expire(key)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// lock_core::lock::conformance::lost_fires_before_the_key_is_granted_again(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// It holds for a fixed lease running out and, when the factory can
+/// [`expire`](LockFactory::expire) one, for a watchdog lease ended from outside, which renewal
+/// never re-creates. The old holder's release after the new grant reports `NotHeld` and leaves
+/// the new holder in place.
 pub async fn lost_fires_before_the_key_is_granted_again(factory: &dyn LockFactory) {
     let (a, b, c) = (
         factory.client().await,
@@ -1222,32 +711,11 @@ pub async fn lost_fires_before_the_key_is_granted_again(factory: &dyn LockFactor
     }
 }
 
-/// Re-entry needs a `with_lock` scope and spans the namespace: a task holding a key through a
-/// plain `acquire` contends for it like anyone (neither `acquire` nor `with_lock` re-enters),
-/// while inside a `with_lock` scope the task re-enters through any client of the same
-/// namespace, on the one outer lease, owner and fencing token.
+/// Re-entry needs a `with_lock` scope and spans the namespace.
 ///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// lock_core::lock::conformance::reentry_needs_a_with_lock_scope_and_spans_the_namespace(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// A task holding a key through a plain `acquire` contends for it like anyone. Inside a
+/// `with_lock` scope the task re-enters through any client of the same namespace, on the one
+/// outer lease, owner and fencing token.
 pub async fn reentry_needs_a_with_lock_scope_and_spans_the_namespace(factory: &dyn LockFactory) {
     let key = unique_key("reentry-scope");
     let (a, b) = (factory.client().await, factory.client().await);
@@ -1291,32 +759,12 @@ pub async fn reentry_needs_a_with_lock_scope_and_spans_the_namespace(factory: &d
     assert_eq!(after.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-/// The wait bound for every kind of wait: while another client holds the key, plain and fair
-/// acquisitions with zero and non-zero waits, all at once from several clients (fair ones queued
-/// behind a fair one that waits longer), each give up no sooner than their wait time and no later than it
-/// plus one command timeout (plus slack); the given-up fair waiters leave no queue behind.
+/// The wait bound holds for every kind of wait.
 ///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// lock_core::lock::conformance::wait_bound_holds_for_plain_and_fair_waits(&Memory(InMemoryLock::new())).await;
-/// # }
-/// ```
+/// While another client holds the key, plain and fair acquisitions with zero and non-zero waits
+/// from several clients give up no sooner than their wait time and no later than one command
+/// timeout and the slack after it. Fair waiters queued behind a longer one do too, and the fair
+/// waiters that gave up leave no queue behind.
 pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory) {
     let key = unique_key("wait-bound");
     let clients = [factory.client().await, factory.client().await];
@@ -1386,106 +834,18 @@ pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory
     assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-/// Runs every check of the suite in turn against one `factory`, for backends too costly to set up
-/// once per check (a Redis Cluster, a Sentinel deployment). Each check runs in a task of its
-/// own, so a failing check does not stop the others; its panic message goes to the test output.
-/// Returns the names of the failed checks: empty when all passed.
-///
-/// The same checks as [`conformance_tests!`](crate::conformance_tests) expands to (both take
-/// them from one list). Needs a multi-threaded Tokio runtime, as the checks do.
-///
-/// # Examples
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() {
-/// // One shared backend for the whole suite (in a real test: a Redis Cluster, say).
-/// let failed = lock_core::lock::conformance::run_all(Arc::new(Memory(InMemoryLock::new()))).await;
-/// assert!(failed.is_empty(), "failed checks: {failed:?}");
-/// # }
-/// ```
+/// Runs every check against one `factory`, for a backend too costly to start per check, and
+/// returns the names of those that failed. Needs a multi-threaded Tokio runtime.
 pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
-    macro_rules! run {
-        ($($check:ident),+ $(,)?) => {$(
-            let started = Instant::now();
-            let f = Arc::clone(&factory);
-            let outcome = tokio::spawn(async move { $check(&*f).await }).await;
-            tracing::info!(
-                check = stringify!($check),
-                passed = outcome.is_ok(),
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "conformance check"
-            );
-            if outcome.is_err() {
-                failed.push(stringify!($check));
-            }
-        )+};
-    }
-    crate::conformance_checks!(run);
+    crate::lock_conformance_checks!(run_checks; factory, failed;);
     failed
 }
 
-/// Expands to one `#[tokio::test]` per conformance check, each with a fresh factory from
-/// `$factory` (an expression evaluating to a future of a [`LockFactory`]). The calling crate needs
-/// `tokio` (with `macros` and `rt-multi-thread`) as a dev-dependency.
-///
-/// # Examples
-///
-/// In `tests/conformance.rs` of a backend crate:
-///
-/// ```
-/// # use std::{sync::Arc, time::Duration};
-/// # use lock_core::lock::conformance::LockFactory;
-/// # use lock_core::lock::{DistributedLock, InMemoryLock};
-/// # struct Memory(InMemoryLock);
-/// # #[async_trait::async_trait]
-/// # impl LockFactory for Memory {
-/// #     async fn client(&self) -> Arc<dyn DistributedLock> {
-/// #         Arc::new(self.0.clone())
-/// #     }
-/// #     fn watchdog_timeout(&self) -> Duration {
-/// #         Duration::from_secs(1)
-/// #     }
-/// # }
-/// // One `#[tokio::test]` per check, each with a fresh table.
-/// lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });
-/// # fn main() {}
-/// ```
-#[macro_export]
-macro_rules! conformance_tests {
-    ($factory:expr) => {
-        $crate::conformance_checks!($crate::conformance_tests; @each $factory;);
-    };
-    (@each $factory:expr; $($check:ident),+ $(,)?) => {
-        $(
-            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                let factory = $factory.await;
-                $crate::lock::conformance::$check(&factory).await;
-            }
-        )+
-    };
-}
-
-/// The list of checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`,
-/// for [`run_all`] and [`conformance_tests!`](crate::conformance_tests).
+/// The lock's checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! conformance_checks {
+macro_rules! lock_conformance_checks {
     ($callback:path; $($prefix:tt)*) => {
         $callback! { $($prefix)*
             mutual_exclusion,
@@ -1508,6 +868,8 @@ macro_rules! conformance_checks {
         }
     };
     ($callback:ident) => {
-        $crate::conformance_checks! { $callback; }
+        $crate::lock_conformance_checks! { $callback; }
     };
 }
+#[doc(hidden)]
+pub use crate::lock_conformance_checks as checks;

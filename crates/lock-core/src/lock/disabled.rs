@@ -28,7 +28,7 @@ use crate::lock::shutdown::ShutdownSummary;
 /// let lock = DisabledLock::new("switched off in lock.toml");
 /// let err = lock.acquire("bill-run:2026-11", Lease::Watchdog).await.unwrap_err();
 /// assert_eq!(err.code(), "LOCK_DISABLED");
-/// assert!(err.to_string().contains("from config/lock.toml"));
+/// assert!(err.to_string().contains("switched off in lock.toml"));
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

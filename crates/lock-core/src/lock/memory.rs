@@ -102,7 +102,7 @@ impl InMemoryLock {
     /// A client of the same lock table with another wait time, 0 to 1 h.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] naming `wait` when out of range.
+    /// [`LockError::InvalidArgument`] naming `wait_time` when out of range.
     pub fn with_wait_time(&self, wait_time: Duration) -> Result<Self, LockError> {
         validate_wait(wait_time)?;
         Ok(InMemoryLock {

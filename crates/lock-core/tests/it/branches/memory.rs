@@ -52,7 +52,7 @@ impl BranchesFactory for Memory {
 mod conformance_suite {
     use super::Memory;
 
-    lock_core::branches_conformance_tests!(async { Memory::new() });
+    lock_core::conformance_tests!(branches, async { Memory::new() });
 }
 
 /// A backend that cannot even make a client: every check must fail.
@@ -74,7 +74,7 @@ macro_rules! check_names {
         const CHECKS: &[&str] = &[$(stringify!($check)),+];
     };
 }
-lock_core::branches_conformance_checks! {check_names}
+conformance::checks! {check_names}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_all_passes_on_the_memory_backend_and_names_each_failed_check() {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::idempotency::conformance::{self, IdempotencyFactory};
+use lock_core::idempotency::conformance::IdempotencyFactory;
 use lock_core::idempotency::{
     Begun, Claim, DisabledIdempotencyStore, Idempotency, IdempotencyError, IdempotencyOptions,
     IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, NotStored,
@@ -21,10 +21,11 @@ impl IdempotencyFactory for Memory {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_in_memory_store_passes_the_conformance_suite() {
-    let failed = conformance::run_all(Arc::new(Memory(Arc::default()))).await;
-    assert!(failed.is_empty(), "failed checks: {failed:?}");
+mod conformance {
+    use super::Memory;
+    use std::sync::Arc;
+
+    lock_core::conformance_tests!(idempotency, async { Memory(Arc::default()) });
 }
 
 fn on(store: &Arc<InMemoryIdempotencyStore>) -> Idempotency {

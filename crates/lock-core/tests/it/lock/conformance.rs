@@ -23,7 +23,7 @@ impl LockFactory for Memory {
     }
 }
 
-lock_core::conformance_tests!(async { Memory(InMemoryLock::new()) });
+lock_core::conformance_tests!(lock, async { Memory(InMemoryLock::new()) });
 
 /// A backend that cannot even make a client: every check must fail.
 struct Broken;
@@ -45,7 +45,7 @@ macro_rules! check_names {
         const CHECKS: &[&str] = &[$(stringify!($check)),+];
     };
 }
-lock_core::conformance_checks! {check_names}
+lock_core::lock::conformance::checks! {check_names}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_all_passes_on_a_correct_lock_and_names_each_failed_check() {

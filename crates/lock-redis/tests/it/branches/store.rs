@@ -81,7 +81,7 @@ impl BranchesFactory for Redis {
 mod conformance {
     use super::{Redis, server};
 
-    lock_core::branches_conformance_tests!(async { Redis(server().await) });
+    lock_core::conformance_tests!(branches, async { Redis(server().await) });
 }
 
 /// Every key of a master lives under its hash tag with a TTL of at least the lease, holds the

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, eventually, server};
-use lock_core::idempotency::conformance::{self, IdempotencyFactory};
+use lock_core::idempotency::conformance::IdempotencyFactory;
 use lock_core::idempotency::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
     IdempotencyStore, Idempotent,
@@ -25,11 +25,10 @@ impl IdempotencyFactory for Redis {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_redis_store_passes_the_conformance_suite() {
-    let redis = server().await;
-    let failed = conformance::run_all(Arc::new(Redis(redis))).await;
-    assert!(failed.is_empty(), "failed checks: {failed:?}");
+mod conformance {
+    use super::{Redis, server};
+
+    lock_core::conformance_tests!(idempotency, async { Redis(server().await) });
 }
 
 fn settings() -> IdempotencySettings {

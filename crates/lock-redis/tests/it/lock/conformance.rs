@@ -51,4 +51,4 @@ impl LockFactory for Redis {
     }
 }
 
-lock_core::conformance_tests!(async { Redis(common::server().await) });
+lock_core::conformance_tests!(lock, async { Redis(common::server().await) });
