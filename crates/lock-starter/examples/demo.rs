@@ -209,7 +209,9 @@ async fn run(args: &Args) -> Result<bool, String> {
         .await;
     }
     println!("Run `scripts/demo.sh --hold` to end with a pod holding a lock you can inspect and");
-    println!("force-release with the platform-lock CLI (docs/operations.md, \"The `platform-lock` CLI\").");
+    println!(
+        "force-release with the platform-lock CLI (docs/operations.md, \"The `platform-lock` CLI\")."
+    );
     Ok(true)
 }
 
