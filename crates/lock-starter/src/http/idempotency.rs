@@ -24,12 +24,6 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// The response header marking a replay: `Idempotent-Replayed: true`.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 
-/// The `Retry-After` of a 409, while the first request still runs: 1 s.
-///
-/// Most API calls end within a second. A service whose creates run longer sets a wait time on
-/// the layer instead, so that the retry waits for the response.
-pub const IN_PROGRESS_RETRY_AFTER: Duration = Duration::from_secs(1);
-
 /// The caller a request comes from, as the layer's scope: the authenticated principal, or
 /// `None` for a request with none.
 type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;

@@ -54,10 +54,10 @@ mod idempotency_key;
 mod problem;
 
 pub use idempotency::{
-    DEFAULT_MAX_BODY_BYTES, IDEMPOTENCY_KEY_HEADER, IN_PROGRESS_RETRY_AFTER, IdempotencyLayer,
-    IdempotencyService, MAX_BODY_BYTES, REPLAYED_HEADER,
+    DEFAULT_MAX_BODY_BYTES, IDEMPOTENCY_KEY_HEADER, IdempotencyLayer, IdempotencyService,
+    MAX_BODY_BYTES, REPLAYED_HEADER,
 };
 pub use problem::{
-    BACKEND_RETRY_AFTER, DetailedRejection, MAX_RETRY_AFTER, PROBLEM_JSON, ProblemDetails,
-    Rejection, problem_response, retry_after,
+    BACKEND_RETRY_AFTER, DetailedRejection, IN_PROGRESS_RETRY_AFTER, MAX_RETRY_AFTER, PROBLEM_JSON,
+    ProblemDetails, Rejection, problem_response, retry_after,
 };

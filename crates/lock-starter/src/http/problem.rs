@@ -7,8 +7,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use super::idempotency::IN_PROGRESS_RETRY_AFTER;
 use crate::Problem;
+
+/// The `Retry-After` of a 409, while the first request still runs: 1 s.
+///
+/// Most API calls end within a second. A service whose creates run longer sets a wait time on
+/// the layer instead, so that the retry waits for the response.
+pub const IN_PROGRESS_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The media type of a problem body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -47,7 +52,7 @@ const PUBLIC: [&str; 5] = [
 /// - Held by another owner: the holder's remaining TTL, at most [`MAX_RETRY_AFTER`].
 /// - Backend unavailable, replicas not confirming, a grant too late: [`BACKEND_RETRY_AFTER`].
 /// - A duplicate request still in progress, or its first request failed:
-///   [`IN_PROGRESS_RETRY_AFTER`](super::IN_PROGRESS_RETRY_AFTER).
+///   [`IN_PROGRESS_RETRY_AFTER`].
 ///
 /// The `Retry-After` header carries it in whole seconds, rounded up, at least 1.
 ///
