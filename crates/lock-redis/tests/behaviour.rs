@@ -159,10 +159,7 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
     let redis = server().await;
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
     // A fixed lease: no watchdog traffic, and a 60 s TTL the waiter must not sit out.
-    let held = holder
-        .acquire("event-driven", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&holder, "event-driven", Duration::from_secs(60)).await;
     let channel = holder.release_channel("event-driven");
     let start = command_calls(&redis).await;
     let waiting = tokio::spawn(async move {
@@ -538,10 +535,7 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
 async fn release_never_deletes_a_lock_another_owner_holds() {
     let redis = server().await;
     let lock = client(&redis).await;
-    let handle = lock
-        .acquire("owner-checked", Lease::Fixed(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "owner-checked", Duration::from_millis(300)).await;
     let key = lock.redis_key("owner-checked");
     assert_eq!(
         tokio::time::timeout(SLACK, handle.lost()).await.unwrap(),

@@ -133,13 +133,9 @@ impl RedisSentinelBuilder {
 
     /// Appends several redis-server arguments for both data nodes; see
     /// [`node_arg`](Self::node_arg).
-    pub fn node_args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.node_args.extend(args.into_iter().map(Into::into));
-        self
+    pub fn node_args(self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        args.into_iter()
+            .fold(self, |builder, arg| builder.node_arg(arg))
     }
 
     /// Appends one redis-server argument for the node that starts as the replica only (after
@@ -151,13 +147,9 @@ impl RedisSentinelBuilder {
 
     /// Appends several redis-server arguments for the starting replica only; see
     /// [`replica_arg`](Self::replica_arg).
-    pub fn replica_args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.replica_args.extend(args.into_iter().map(Into::into));
-        self
+    pub fn replica_args(self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        args.into_iter()
+            .fold(self, |builder, arg| builder.replica_arg(arg))
     }
 
     /// Appends one line to every Sentinel's config file, after the testkit's (`port`,

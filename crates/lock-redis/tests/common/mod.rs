@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::LockError;
 use lock_core::branches::MasterLocks;
+use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, ReleaseOutcome};
 use lock_core::{Idempotency, IdempotencySettings};
 use lock_redis::{RedisBranches, RedisFailure, RedisIdempotencyStore, RedisLock, RedisLockConfig};
-use lock_testkit::RedisServer;
+use lock_testkit::{FaultProxy, RedisServer};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// Watchdog timeout of test clients: short, so renewal and expiry happen within seconds.
 pub const WATCHDOG: Duration = Duration::from_secs(1);
@@ -72,6 +74,31 @@ pub async fn connect(config: RedisLockConfig) -> RedisLock {
     try_connect(config).await.expect("connect")
 }
 
+/// Acquires `name` on `lock` with a fixed lease of `ttl`; panics when it is not granted.
+pub async fn hold(lock: &RedisLock, name: &str, ttl: Duration) -> LockHandle {
+    let lease = lock_core::Lease::Fixed(ttl);
+    let granted = lock.acquire(name, lease).await;
+    granted.unwrap_or_else(|error| panic!("`{name}` not granted: {error}"))
+}
+
+/// A fault proxy in front of `server`.
+pub async fn proxy(server: &RedisServer) -> FaultProxy {
+    FaultProxy::start(("127.0.0.1", server.port()))
+        .await
+        .expect("the proxy starts")
+}
+
+/// A fault proxy in front of `server`, and a client connected through it with the library's
+/// default settings as `settings` changes them.
+pub async fn behind_proxy(
+    server: &RedisServer,
+    settings: impl FnOnce(RedisLockConfig) -> RedisLockConfig,
+) -> (FaultProxy, RedisLock) {
+    let proxy = proxy(server).await;
+    let lock = connect(settings(default_config(proxy.url()))).await;
+    (proxy, lock)
+}
+
 /// A connected client of `server` with the test settings.
 pub async fn client(server: &RedisServer) -> RedisLock {
     connect(config(server)).await
@@ -126,6 +153,46 @@ pub async fn one_subscriber(redis: &RedisServer, channel: &str) -> bool {
     .await
 }
 
+/// How many fair waiters are queued for `name`, as `lock` names its queue on `server`.
+pub async fn queued(server: &RedisServer, lock: &RedisLock, name: &str) -> usize {
+    let reply = server.cmd(&["ZCARD", &lock.queue_key(name)]).await.unwrap();
+    reply.trim().parse().expect("ZCARD answers a number")
+}
+
+/// Waits (up to [`SLACK`]) until `n` fair waiters are queued for `name`.
+pub async fn queue_reaches(server: &RedisServer, lock: &RedisLock, name: &str, n: usize) -> bool {
+    eventually(SLACK, || async { queued(server, lock, name).await == n }).await
+}
+
+/// The shard channels `server` has subscribers on, sorted.
+pub async fn shard_channels(server: &RedisServer) -> Vec<String> {
+    let reply = server.cmd(&["PUBSUB", "SHARDCHANNELS"]).await.unwrap();
+    let mut channels: Vec<String> = reply.lines().map(str::to_owned).collect();
+    channels.sort();
+    channels
+}
+
+/// Starts a wait for `name` on `lock`; once granted, releases it and returns its fencing token
+/// and when it was granted. The task panics when the wait fails or the release finds the lock
+/// gone.
+pub fn spawn_grant(
+    lock: &RedisLock,
+    name: &str,
+    options: AcquireOptions,
+) -> JoinHandle<(u64, Instant)> {
+    let (lock, name) = (lock.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let handle = lock
+            .acquire_with(&name, options)
+            .await
+            .unwrap_or_else(|error| panic!("`{name}` not granted: {error}"));
+        let at = Instant::now();
+        let token = handle.fencing_token();
+        assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+        (token, at)
+    })
+}
+
 /// The `RedisFailure` behind a lock error; panics naming the error when there is none.
 pub fn redis_failure(error: &LockError) -> &RedisFailure {
     RedisFailure::find(error).unwrap_or_else(|| panic!("no RedisFailure behind {error:?}"))
@@ -145,9 +212,9 @@ pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
             .instance_id("child"),
     )
     .await;
-    let options = lock_core::AcquireOptions::new(lock_core::Lease::Watchdog)
+    let options = AcquireOptions::new(lock_core::Lease::Watchdog)
         .wait(Duration::from_secs(120))
         .fair();
-    let handle = lock_core::DistributedLock::acquire_with(&lock, key, options).await;
+    let handle = lock.acquire_with(key, options).await;
     panic!("the child waiter was meant to be killed while waiting: {handle:?}");
 }

@@ -58,19 +58,10 @@ impl BranchesFactory for Redis {
     /// As the lock's conformance factory: another owner written over the holder's value,
     /// keeping its TTL, so its renewals are refused.
     async fn expire_lock(&self, key: &str) -> bool {
-        let lock = common::client(&self.0).await;
-        let reply = self
-            .0
-            .cmd(&[
-                "SET",
-                &lock.redis_key(key),
-                "H|1|conformance-expire|pod/x/1",
-                "XX",
-                "KEEPTTL",
-            ])
-            .await
-            .unwrap();
-        reply.trim() == "OK"
+        let key = common::client(&self.0).await.redis_key(key);
+        let value = "H|1|conformance-expire|pod/x/1";
+        let reply = self.0.cmd(&["SET", &key, value, "XX", "KEEPTTL"]).await;
+        reply.unwrap().trim() == "OK"
     }
 
     fn lease_loss_bound(&self) -> Duration {

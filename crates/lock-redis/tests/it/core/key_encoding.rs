@@ -79,14 +79,7 @@ async fn edge_case_names_round_trip_and_wake_waiters() {
         });
         let channel = holder.release_channel(&name);
         assert!(
-            common::eventually(SLACK, || async {
-                redis
-                    .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-                    .await
-                    .unwrap()
-                    .ends_with("\n1")
-            })
-            .await,
+            common::one_subscriber(&redis, &channel).await,
             "{name:?}: the waiter never subscribed to {channel:?}"
         );
         let released_at = Instant::now();

@@ -17,10 +17,7 @@ use lock_core::{DistributedLock, Lease, ReleaseOutcome};
 async fn a_release_frees_the_key_even_when_redis_is_at_maxmemory() {
     let redis = server().await;
     let lock = client(&redis).await;
-    let handle = lock
-        .acquire("oom", Lease::Fixed(Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "oom", Duration::from_secs(3600)).await;
     let key = lock.redis_key("oom");
     // Memory is full (noeviction is Redis' default policy).
     redis
@@ -56,10 +53,7 @@ async fn a_release_frees_the_key_even_when_redis_is_at_maxmemory() {
 async fn a_dropped_handle_frees_the_key_even_when_redis_is_at_maxmemory() {
     let redis = server().await;
     let lock = client(&redis).await;
-    let handle = lock
-        .acquire("oom-drop", Lease::Fixed(Duration::from_secs(3600)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "oom-drop", Duration::from_secs(3600)).await;
     let key = lock.redis_key("oom-drop");
     redis
         .cmd(&["CONFIG", "SET", "maxmemory", "1"])

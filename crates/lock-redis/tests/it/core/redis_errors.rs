@@ -193,10 +193,7 @@ async fn a_release_redis_refuses_is_release_failed_with_the_refusal() {
     let frozen = server().await;
     frozen.pause().unwrap();
     let lock = patient(&redis).await;
-    let handle = lock
-        .acquire("demoted", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "demoted", Duration::from_secs(60)).await;
     let key = lock.redis_key("demoted");
     let value = redis.cmd(&["GET", &key]).await.unwrap();
     assert!(value.starts_with("H|"), "{value}");
@@ -232,10 +229,7 @@ async fn at_maxmemory_grants_are_refused_as_out_of_memory_and_releases_still_wor
         .await
         .unwrap();
     let lock = patient(&redis).await;
-    let held = lock
-        .acquire("taken-before", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&lock, "taken-before", Duration::from_secs(60)).await;
 
     // Limit memory to 3 MB above what is used now and fill it with ~2 MB values until Redis
     // refuses: the last accepted value overshoots the limit by about 1 MB, so no small free

@@ -15,10 +15,7 @@ async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
     let (primary, replica) = common::primary_with_replica().await;
     let lock = common::connect(common::config(&primary).min_replicas(1)).await;
     let before = command_calls(&primary).await;
-    let handle = lock
-        .acquire("replicated", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "replicated", Duration::from_secs(30)).await;
     let after = command_calls(&primary).await;
     assert_eq!(delta(&before, &after, "evalsha"), 1);
     assert_eq!(delta(&before, &after, "wait"), 1);

@@ -284,10 +284,7 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
 async fn a_failed_resubscription_is_retried_and_later_releases_still_wake_waiters() {
     let redis = server().await;
     let (holder, waiter) = (client(&redis).await, client(&redis).await);
-    let held = holder
-        .acquire("resub-3", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&holder, "resub-3", Duration::from_secs(60)).await;
     let channel = holder.release_channel("resub-3");
     let waiting = tokio::spawn({
         let waiter = waiter.clone();

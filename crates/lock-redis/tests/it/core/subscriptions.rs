@@ -27,9 +27,7 @@ async fn shard_channels(redis: &RedisServer) -> Vec<String> {
 /// a NAT or load balancer that forgot an idle connection and drops its packets) and forwards
 /// every other connection. Its `connections_accepted()` counts the connections made through it.
 async fn forget_first_pubsub_connection_proxy(redis: &RedisServer) -> FaultProxy {
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
+    let proxy = common::proxy(&redis).await;
     proxy.arm_trap(b"SSUBSCRIBE", TrapAction::Blackhole);
     proxy
 }
@@ -63,10 +61,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
     assert!(eventually(SLACK, || async { proxy.connections_accepted() >= 2 }).await);
     let connections_before = proxy.connections_accepted();
 
-    let held = holder
-        .acquire("dead-pubsub", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&holder, "dead-pubsub", Duration::from_secs(60)).await;
     let wait = Duration::from_secs(20);
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -148,10 +143,7 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     let wait =
         AcquireOptions::new(Lease::Fixed(Duration::from_secs(30))).wait(Duration::from_secs(30));
     for round in 0..40u64 {
-        let held = holder
-            .acquire("churn", Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let held = common::hold(&holder, "churn", Duration::from_secs(60)).await;
         let first = tokio::spawn({
             let waiter = waiter.clone();
             async move { waiter.acquire_with("churn", wait).await.map(drop) }

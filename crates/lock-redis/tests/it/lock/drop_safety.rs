@@ -193,11 +193,7 @@ async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
     let all = || locks.iter().chain([&holder_lock]);
     let clean = eventually(SLACK * 4, || async {
         all().all(|l| l.subscribed_channels().is_empty() && l.watchdog_lease_count() == 0)
-            && redis
-                .cmd(&["PUBSUB", "SHARDCHANNELS"])
-                .await
-                .unwrap()
-                .is_empty()
+            && common::shard_channels(&redis).await.is_empty()
     })
     .await;
     assert!(

@@ -40,18 +40,12 @@ async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {
         .unwrap_or_else(|_| panic!("{args:?}: {reply}"))
 }
 
-/// How many fair waiters are queued for `KEY`.
-async fn queued(redis: &RedisServer, lock: &RedisLock) -> i64 {
-    integer(redis, &["ZCARD", &lock.queue_key(KEY)]).await
-}
-
 /// Waits until `n` fair waiters are queued for `KEY`.
-async fn until_queued(redis: &RedisServer, lock: &RedisLock, n: i64) {
-    let reached = eventually(SLACK, || async { queued(redis, lock).await == n }).await;
+async fn until_queued(redis: &RedisServer, lock: &RedisLock, n: usize) {
     assert!(
-        reached,
+        common::queue_reaches(redis, lock, KEY, n).await,
         "expected {n} queued waiters, found {}",
-        queued(redis, lock).await
+        common::queued(redis, lock, KEY).await
     );
 }
 
@@ -107,7 +101,7 @@ async fn fifty_waiters_on_five_clients_are_granted_in_the_order_they_queued() {
     for i in 0..50 {
         // Clients take turns, so consecutive waiters are never on the same client.
         tasks.push(waiter(&clients[i % 5], i, &order));
-        until_queued(&redis, &holder, i as i64 + 1).await;
+        until_queued(&redis, &holder, i + 1).await;
     }
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     for task in tasks {
@@ -133,14 +127,14 @@ async fn killed_waiters_are_evicted_and_the_others_still_finish_in_order() {
         } else {
             tasks.push(waiter(&clients[i % 3], i, &order));
         }
-        until_queued(&redis, &holder, i as i64 + 1).await;
+        until_queued(&redis, &holder, i + 1).await;
     }
     // SIGKILL: no clean-up runs, the places stay until they time out.
     for child in &mut children {
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    assert_eq!(queued(&redis, &holder).await, 15);
+    assert_eq!(common::queued(&redis, &holder, KEY).await, 15);
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     for task in tasks {
         task.await.unwrap();
@@ -189,7 +183,10 @@ async fn a_dropped_waiter_leaves_the_queue_at_once_and_hands_its_turn_on() {
     until_queued(&redis, &holder, 2).await;
     dropped.abort();
     // Well before the place would time out: the dropped waiter took it out itself.
-    let left = eventually(PLACE / 2, || async { queued(&redis, &holder).await == 1 }).await;
+    let left = eventually(PLACE / 2, || async {
+        common::queued(&redis, &holder, KEY).await == 1
+    })
+    .await;
     assert!(left, "the dropped waiter's place is still queued");
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     next.await.unwrap();
@@ -371,21 +368,10 @@ async fn fair_grants_carry_increasing_fencing_tokens_and_the_lease_asked_for() {
     let pttl = integer(&redis, &["PTTL", &lock.redis_key(KEY)]).await;
     assert!(pttl > 0 && pttl <= LONG.as_millis() as i64, "PTTL {pttl}");
     let token = first.fencing_token();
-    let next = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let handle = lock
-                .acquire_with(KEY, fair(Duration::from_secs(30)))
-                .await
-                .unwrap();
-            let token = handle.fencing_token();
-            assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
-            token
-        }
-    });
+    let next = common::spawn_grant(&lock, KEY, fair(Duration::from_secs(30)));
     until_queued(&redis, &lock, 1).await;
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
-    assert!(next.await.unwrap() > token);
+    assert!(next.await.unwrap().0 > token);
 }
 
 #[tokio::test]

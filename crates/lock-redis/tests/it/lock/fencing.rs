@@ -117,6 +117,17 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
     }
 }
 
+/// Writes a tombstone at `redis_key` whose token is five seconds ahead of the Redis clock,
+/// inside the tombstone TTL as the design allows; returns that token.
+async fn tombstone_ahead(redis: &RedisServer, redis_key: &str) -> u64 {
+    let ahead = redis_time_us(redis).await + 5_000_000;
+    let value = format!("R|{ahead}|earlier-pod/0000000000000000/7");
+    let ttl = TOMBSTONE_TTL.as_millis().to_string();
+    let args = ["SET", redis_key, &value, "PX", &ttl];
+    redis.cmd(&args).await.unwrap();
+    ahead
+}
+
 /// The clock stepped back (or a tombstone came from a server whose clock ran ahead): a tombstone
 /// whose token is ahead of the Redis clock must still be counted up from, by exactly one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,18 +136,7 @@ async fn tokens_count_up_from_a_tombstone_that_is_ahead_of_the_redis_clock() {
     let redis = server().await;
     let (lock, other) = (client(&redis).await, client(&redis).await);
     let redis_key = lock.redis_key(NAME);
-    // Five seconds ahead of the clock — inside the tombstone TTL, as the design allows.
-    let ahead = redis_time_us(&redis).await + 5_000_000;
-    redis
-        .cmd(&[
-            "SET",
-            &redis_key,
-            &format!("R|{ahead}|earlier-pod/0000000000000000/7"),
-            "PX",
-            &TOMBSTONE_TTL.as_millis().to_string(),
-        ])
-        .await
-        .unwrap();
+    let ahead = tombstone_ahead(&redis, &redis_key).await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let mut expected = ahead;
     for (n, lock) in [&lock, &other, &lock].into_iter().enumerate() {
@@ -402,17 +402,7 @@ async fn a_clock_step_back_followed_by_a_restart_keeps_tokens_increasing() {
     let mut redis = server().await;
     let lock = client(&redis).await;
     let redis_key = lock.redis_key(NAME);
-    let ahead = redis_time_us(&redis).await + 5_000_000;
-    redis
-        .cmd(&[
-            "SET",
-            &redis_key,
-            &format!("R|{ahead}|earlier-pod/0000000000000000/7"),
-            "PX",
-            &TOMBSTONE_TTL.as_millis().to_string(),
-        ])
-        .await
-        .unwrap();
+    let ahead = tombstone_ahead(&redis, &redis_key).await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let before = lock.try_acquire(NAME, lease).await.unwrap();
     let before_token = before.fencing_token();

@@ -52,10 +52,7 @@ fn dropping_a_handle_and_the_client_after_the_runtime_is_gone_does_not_panic() {
     let redis = rt.block_on(server());
     let (lock, fixed, watchdog) = rt.block_on(async {
         let lock = client(&redis).await;
-        let fixed = lock
-            .acquire("after-rt-fixed", Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let fixed = common::hold(&lock, "after-rt-fixed", Duration::from_secs(60)).await;
         let watchdog = lock.acquire("after-rt-wd", Lease::Watchdog).await.unwrap();
         (lock, fixed, watchdog)
     });

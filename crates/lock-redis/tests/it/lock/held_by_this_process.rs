@@ -59,10 +59,7 @@ async fn child_holder() {
         return;
     };
     let lock = common::connect(common::default_config(url).instance_id("child-pod")).await;
-    let _held = lock
-        .acquire(KEY, Lease::Fixed(Duration::from_secs(120)))
-        .await
-        .unwrap();
+    let _held = common::hold(&lock, KEY, Duration::from_secs(120)).await;
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
 

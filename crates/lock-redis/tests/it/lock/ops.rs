@@ -20,10 +20,7 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
     assert_eq!(free.redis_key, "lock:{ops-status}");
     assert_eq!((free.hold_count(), free.fair_waiters), (0, 0));
 
-    let handle = holder
-        .acquire("ops-status", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&holder, "ops-status", Duration::from_secs(30)).await;
     let held = ops.status("ops-status").await.unwrap();
     match &held.state {
         LockState::Held {

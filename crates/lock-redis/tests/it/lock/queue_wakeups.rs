@@ -108,10 +108,7 @@ async fn one_busy_moment_does_not_fail_every_queued_waiter() {
             .unwrap(),
     );
     let lock = client(&redis).await;
-    let held = lock
-        .acquire(KEY, Lease::Fixed(Duration::from_secs(3)))
-        .await
-        .unwrap();
+    let held = common::hold(&lock, KEY, Duration::from_secs(3)).await;
     let mut waiters = Vec::new();
     for n in 1..=3 {
         let lock2 = lock.clone();

@@ -60,10 +60,7 @@ async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     m.assert_counter_total(LOST_LEASES_TOTAL, 0);
 
     // A fixed lease taken by force is not told: its release is `not_held`, nothing is lost.
-    let fixed = holder
-        .acquire("tel:fixed", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let fixed = common::hold(&holder, "tel:fixed", Duration::from_secs(30)).await;
     ops.force_release("tel:fixed").await.unwrap();
     assert_eq!(fixed.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let m = metrics.take();
