@@ -261,14 +261,7 @@ async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_when_redis_refuses_commands() {
     let redis = server().await;
-    // A user who may not touch the lock's keys: Redis answers the acquire script with NOPERM.
-    redis
-        .cmd(&[
-            "ACL", "SETUSER", "locker", "on", ">pw", "~other:*", "&*", "+@all",
-        ])
-        .await
-        .unwrap();
-    let address = redis.url().replace("redis://", "redis://locker:pw@");
+    let address = common::user_without_lock_keys(&redis).await;
     let lock = common::connect(common::config(&redis).address(&address)).await;
     assert_fails_closed(&lock, "refused", Duration::from_millis(200)).await;
 }

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::branches::MasterLocks;
+use lock_core::branches::{
+    BranchError, BranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
+};
 use lock_core::{AcquireOptions, DistributedLock, LockError, LockHandle, ReleaseOutcome};
 use lock_core::{Idempotency, IdempotencySettings};
 use lock_redis::{RedisBranches, RedisFailure, RedisIdempotencyStore, RedisLock, RedisLockConfig};
@@ -79,6 +81,51 @@ pub async fn hold(lock: &RedisLock, name: &str, ttl: Duration) -> LockHandle {
     let lease = lock_core::Lease::Fixed(ttl);
     let granted = lock.acquire(name, lease).await;
     granted.unwrap_or_else(|error| panic!("`{name}` not granted: {error}"))
+}
+
+/// The address of `server` as a user who may not touch the lock's keys: Redis answers every
+/// lock script with `NOPERM`. The password is `pw`.
+pub async fn user_without_lock_keys(server: &RedisServer) -> String {
+    let rules = ["on", ">pw", "~other:*", "&*", "+@all"];
+    let args: Vec<&str> = ["ACL", "SETUSER", "locker"]
+        .into_iter()
+        .chain(rules)
+        .collect();
+    server.cmd(&args).await.unwrap();
+    server.url().replace("redis://", "redis://locker:pw@")
+}
+
+/// Starts a master lock on `key` that registers the branch `branch` and then waits up to
+/// `wait` for it; returns the task and the branch's token.
+pub async fn master_with_branch(
+    masters: MasterLocks,
+    key: &str,
+    branch: &str,
+    wait: Duration,
+) -> (
+    JoinHandle<Result<MasterOutcome<()>, BranchError>>,
+    BranchToken,
+) {
+    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let (key, branch) = (key.to_owned(), branch.to_owned());
+    let options = MasterOptions::new(lock_core::Lease::Watchdog)
+        .branch_wait(wait)
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let block = |master: Master| async move {
+            tokens
+                .send(master.register_branch(&branch).await.unwrap())
+                .unwrap();
+        };
+        masters.with_master_lock(&key, options, block).await
+    });
+    (
+        task,
+        received
+            .recv()
+            .await
+            .expect("the master registered its branch"),
+    )
 }
 
 /// A fault proxy in front of `server`.

@@ -232,23 +232,8 @@ async fn a_release_during_the_wait_wakes_the_master_at_once() {
     let redis = server().await;
     let (masters, branches) = masters(&redis).await;
     let (consumer, _) = self::masters(&redis).await;
-    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let master = tokio::spawn(async move {
-        masters
-            .with_master_lock(
-                "wake",
-                MasterOptions::new(Lease::Watchdog)
-                    .branch_wait(Duration::from_secs(60))
-                    .unwrap(),
-                |master| async move {
-                    tokens
-                        .send(master.register_branch("search").await.unwrap())
-                        .unwrap();
-                },
-            )
-            .await
-    });
-    let token = received.recv().await.unwrap();
+    let wait = Duration::from_secs(60);
+    let (master, token) = common::master_with_branch(masters, "wake", "search", wait).await;
     let channel = branches.release_channel(token.sub_key());
     assert!(
         common::one_subscriber(&redis, &channel).await,

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
-use lock_core::branches::{BranchesOutcome, MasterOptions};
+use lock_core::branches::BranchesOutcome;
 use lock_core::{
     AcquireFailure, AcquireOptions, DistributedLock, Idempotency, IdempotencyError,
     IdempotencyOptions, IdempotencySettings, Lease, LockError,
@@ -152,23 +152,7 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
     let config = common::config(&redis).watchdog_timeout(Duration::from_secs(30));
     let lock = common::connect(config).await;
     let (masters, branches) = common::master_locks(lock);
-    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        masters
-            .with_master_lock(
-                "ticket",
-                MasterOptions::new(Lease::Watchdog)
-                    .branch_wait(LONG)
-                    .unwrap(),
-                |master| async move {
-                    tokens
-                        .send(master.register_branch("search").await.unwrap())
-                        .unwrap();
-                },
-            )
-            .await
-    });
-    let token = received.recv().await.unwrap();
+    let (task, token) = common::master_with_branch(masters, "ticket", "search", LONG).await;
     let channel = branches.release_channel(token.sub_key());
     let killed = kill_when_waiting(&mut redis, &channel).await;
     let outcome = ended_within(task, killed).await.unwrap();

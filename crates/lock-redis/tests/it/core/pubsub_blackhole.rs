@@ -53,12 +53,7 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
     let keys: Vec<String> = (0..6).map(|i| format!("blackhole:{i}")).collect();
     let mut held = Vec::new();
     for key in &keys {
-        held.push(
-            holder
-                .acquire(key, Lease::Fixed(Duration::from_millis(300)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, key, Duration::from_millis(300)).await);
     }
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -148,12 +143,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     let mut held = Vec::new();
     for i in 0..10 {
         let key = format!("cancelled:{i}");
-        held.push(
-            holder
-                .acquire(&key, Lease::Fixed(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, &key, Duration::from_secs(60)).await);
         let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
         let _ = tokio::time::timeout(
             Duration::from_millis(20),

@@ -398,13 +398,7 @@ async fn a_client_without_the_password_fails_connect_naming_noauth() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_acl_access_to_the_lock_keys_is_refused_as_no_permission() {
     let redis = server().await;
-    redis
-        .cmd(&[
-            "ACL", "SETUSER", "locker", "on", ">pw", "~other:*", "&*", "+@all",
-        ])
-        .await
-        .unwrap();
-    let address = redis.url().replace("redis://", "redis://locker:pw@");
+    let address = common::user_without_lock_keys(&redis).await;
     let lock = common::connect(patient_config(&redis).address(&address)).await;
     let err = refused_acquire(&lock, "no-permission").await;
     let message = assert_refused(&err, "no_permission");

@@ -41,18 +41,6 @@ async fn shard_subscribers(redis: &RedisServer, channel: &str) -> String {
         .unwrap()
 }
 
-async fn shard_channels(redis: &RedisServer) -> Vec<String> {
-    let mut channels: Vec<String> = redis
-        .cmd(&["PUBSUB", "SHARDCHANNELS"])
-        .await
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    channels.sort();
-    channels
-}
-
 type Waiting = JoinHandle<(Result<LockHandle, lock_core::LockError>, Instant)>;
 
 /// `holder` takes `names` (60 s fixed leases); `waiter` waits for each (25 s). Returns once the
@@ -66,12 +54,7 @@ async fn wait_on(
     let mut held = Vec::new();
     let mut waiting = Vec::new();
     for name in names {
-        held.push(
-            holder
-                .acquire(name, Lease::Fixed(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, name, Duration::from_secs(60)).await);
         let waiter = waiter.clone();
         let name = name.clone();
         waiting.push(tokio::spawn(async move {
@@ -84,9 +67,12 @@ async fn wait_on(
     let mut expected: Vec<String> = names.iter().map(|n| holder.release_channel(n)).collect();
     expected.sort();
     assert!(
-        eventually(SLACK, || async { shard_channels(redis).await == expected }).await,
+        eventually(SLACK, || async {
+            common::shard_channels(redis).await == expected
+        })
+        .await,
         "the waiters never all subscribed: {:?}",
-        shard_channels(redis).await
+        common::shard_channels(redis).await
     );
     (held, waiting)
 }
@@ -126,7 +112,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
     let mut expected: Vec<String> = names.iter().map(|n| holder.release_channel(n)).collect();
     expected.sort();
     let resubscribed = eventually(Duration::from_secs(10), || async {
-        shard_channels(&redis).await == expected
+        common::shard_channels(&redis).await == expected
     })
     .await;
     let mut listed = waiter.subscribed_channels();
@@ -140,7 +126,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
         "after the reconnect the client still counts waiters on {} channels, but the server \
          has subscribers on only {:?}",
         expected.len(),
-        shard_channels(&redis).await
+        common::shard_channels(&redis).await
     );
     for task in waiting {
         task.abort();
@@ -162,10 +148,10 @@ async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect(
     kill_pubsub(&redis).await;
     // Give the re-subscription every chance.
     let _ = eventually(Duration::from_secs(3), || async {
-        shard_channels(&redis).await.len() == names.len()
+        common::shard_channels(&redis).await.len() == names.len()
     })
     .await;
-    let on_server = shard_channels(&redis).await;
+    let on_server = common::shard_channels(&redis).await;
 
     let released_at = Instant::now();
     for handle in held {
@@ -212,12 +198,7 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         let names: Vec<String> = (0..5).map(|i| format!("fresh:{round}:{i}")).collect();
         let mut held = Vec::new();
         for name in &names {
-            held.push(
-                holder
-                    .acquire(name, Lease::Fixed(Duration::from_secs(60)))
-                    .await
-                    .unwrap(),
-            );
+            held.push(common::hold(&holder, name, Duration::from_secs(60)).await);
         }
         let waiter = client(&redis).await;
         tokio::time::sleep(Duration::from_millis(round % 3)).await;
@@ -233,8 +214,10 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         }
         let mut expected: Vec<String> = names.iter().map(|n| holder.release_channel(n)).collect();
         expected.sort();
-        let on_server =
-            eventually(SLACK, || async { shard_channels(&redis).await == expected }).await;
+        let on_server = eventually(SLACK, || async {
+            common::shard_channels(&redis).await == expected
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut listed = waiter.subscribed_channels();
         listed.sort();
@@ -245,10 +228,13 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
             drop(held);
             drop(waiter);
             // Let the aborted waiters' subscriptions go before the next round.
-            let _ = eventually(SLACK, || async { shard_channels(&redis).await.is_empty() }).await;
+            let _ = eventually(SLACK, || async {
+                common::shard_channels(&redis).await.is_empty()
+            })
+            .await;
             continue;
         }
-        let server_before = shard_channels(&redis).await.len();
+        let server_before = common::shard_channels(&redis).await.len();
         let released_at = Instant::now();
         for handle in held {
             assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
@@ -264,7 +250,7 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         }
         // Every waiter is done; whatever the server still lists has no local waiter.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let leaked = shard_channels(&redis).await;
+        let leaked = common::shard_channels(&redis).await;
         panic!(
             "round {round}: a freshly connected client lost track of a subscription: the server \
              listed {server_before} channels, the client tracks {} ({listed:?}); the untracked \

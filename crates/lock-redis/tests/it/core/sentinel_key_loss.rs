@@ -30,6 +30,16 @@ fn reason(error: &LockError) -> String {
     error.details()["reason"].clone()
 }
 
+/// A new replica of `sentinel`'s current master, synced.
+async fn new_replica(sentinel: &RedisSentinel) -> RedisServer {
+    let fresh = RedisServer::start().await.expect("a new replica starts");
+    let port = sentinel.master().port().to_string();
+    fresh.cmd(&["REPLICAOF", "127.0.0.1", &port]).await.unwrap();
+    let synced = wait_for_synced_replica(sentinel.master()).await;
+    assert!(synced, "the new replica never synced");
+    fresh
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_key_was_not_replicated_learns_it_through_lost() {
     const NAME: &str = "sentinel:lost-in-failover";
@@ -216,19 +226,7 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
     }
 
     // A new replica joins the promoted master: grants resume.
-    let fresh = RedisServer::start().await.expect("a new replica starts");
-    fresh
-        .cmd(&[
-            "REPLICAOF",
-            "127.0.0.1",
-            &sentinel.master().port().to_string(),
-        ])
-        .await
-        .unwrap();
-    assert!(
-        wait_for_synced_replica(sentinel.master()).await,
-        "the new replica never synced"
-    );
+    let fresh = new_replica(&sentinel).await;
     let replicated_at = Instant::now();
     let mut granted = Vec::new();
     for name in CUT {
@@ -351,19 +349,7 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
     sentinel.kill_master().await.expect("kill_master");
     let failover_took = killed.elapsed();
     assert_eq!(value(sentinel.master(), &redis_key).await, "");
-    let fresh = RedisServer::start().await.expect("a new replica starts");
-    fresh
-        .cmd(&[
-            "REPLICAOF",
-            "127.0.0.1",
-            &sentinel.master().port().to_string(),
-        ])
-        .await
-        .unwrap();
-    assert!(
-        wait_for_synced_replica(sentinel.master()).await,
-        "the new replica never synced"
-    );
+    let _fresh = new_replica(&sentinel).await;
     let (next, _, failures) = acquire_until_granted(&b, NAME, Lease::Watchdog, FAILOVER).await;
     assert!(!held.is_held(), "two holders at once");
     ledger.record(&next);

@@ -10,18 +10,6 @@ use lock_core::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, Rele
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
-async fn shard_channels(redis: &RedisServer) -> Vec<String> {
-    let mut channels: Vec<String> = redis
-        .cmd(&["PUBSUB", "SHARDCHANNELS"])
-        .await
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    channels.sort();
-    channels
-}
-
 /// A proxy to `redis` that silently black-holes the *first* connection that sends `SSUBSCRIBE`
 /// (the command reaches Redis, then nothing more is forwarded either way and nothing is closed:
 /// a NAT or load balancer that forgot an idle connection and drops its packets) and forwards
@@ -150,7 +138,7 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
         });
         assert!(
             eventually(SLACK, || async {
-                shard_channels(&redis).await == [channel.clone()]
+                common::shard_channels(&redis).await == [channel.clone()]
             })
             .await,
             "round {round}: the first waiter never subscribed"
@@ -187,12 +175,13 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     }
     assert!(
         eventually(SLACK, || async {
-            waiter.subscribed_channels().is_empty() && shard_channels(&redis).await.is_empty()
+            waiter.subscribed_channels().is_empty()
+                && common::shard_channels(&redis).await.is_empty()
         })
         .await,
         "subscriptions left behind: client {:?}, server {:?}",
         waiter.subscribed_channels(),
-        shard_channels(&redis).await
+        common::shard_channels(&redis).await
     );
 }
 
@@ -213,12 +202,7 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     let names: Vec<String> = (0..KEYS).map(|i| format!("many:{i}")).collect();
     let mut held = Vec::new();
     for name in &names {
-        held.push(
-            holder
-                .acquire(name, Lease::Fixed(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, name, Duration::from_secs(60)).await);
     }
     let mut tasks = Vec::new();
     for name in names.clone() {
@@ -230,11 +214,11 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     }
     assert!(
         eventually(2 * SLACK, || async {
-            shard_channels(&redis).await.len() == KEYS
+            common::shard_channels(&redis).await.len() == KEYS
         })
         .await,
         "not every waiter subscribed: {} of {KEYS}",
-        shard_channels(&redis).await.len()
+        common::shard_channels(&redis).await.len()
     );
     // The metric sees them: a waiter task and a channel driver per key.
     assert!(metrics.num_alive_tasks() >= baseline + 2 * KEYS);
@@ -269,12 +253,13 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     );
     assert!(
         eventually(2 * SLACK, || async {
-            waiter.subscribed_channels().is_empty() && shard_channels(&redis).await.is_empty()
+            waiter.subscribed_channels().is_empty()
+                && common::shard_channels(&redis).await.is_empty()
         })
         .await,
         "left behind: {} channel entries in the client, {} subscriptions on the server",
         waiter.subscribed_channels().len(),
-        shard_channels(&redis).await.len()
+        common::shard_channels(&redis).await.len()
     );
     drop(waiter);
     assert!(
