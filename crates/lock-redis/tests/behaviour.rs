@@ -64,8 +64,7 @@ fn round_trips(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncontended_acquire_and_release_are_one_round_trip_each() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     // Warm up: the scripts are loaded at connect, this proves it.
     let lease = Lease::Fixed(Duration::from_secs(30));
     let before = command_calls(&redis).await;
@@ -82,8 +81,7 @@ async fn uncontended_acquire_and_release_are_one_round_trip_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_entering_a_held_key_costs_no_round_trip() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let nested_round_trips = lock
         .with_lock("reentrant", lease, || async {
@@ -114,8 +112,7 @@ async fn re_entering_a_held_key_costs_no_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_renews_many_leases_in_one_call_per_tick() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let mut handles = Vec::new();
     for i in 0..50 {
         handles.push(
@@ -156,8 +153,7 @@ async fn the_watchdog_renews_many_leases_in_one_call_per_tick() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     // A fixed lease: no watchdog traffic, and a 60 s TTL the waiter must not sit out.
     let held = common::hold(&holder, "event-driven", Duration::from_secs(60)).await;
     let channel = holder.release_channel("event-driven");
@@ -229,8 +225,7 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_while_redis_is_stopped_and_recovers_after() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     assert_fails_closed(&lock, "stopped", Duration::from_millis(500)).await;
     assert_fails_closed(&lock, "stopped", Duration::ZERO).await;
@@ -244,8 +239,7 @@ async fn fails_closed_while_redis_is_stopped_and_recovers_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     redis.pause().unwrap();
     // The acquire script is sent and sits unanswered; it runs when Redis resumes.
     assert_fails_closed(&lock, "paused", Duration::from_millis(300)).await;
@@ -269,8 +263,7 @@ async fn fails_closed_when_redis_refuses_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_timeout() {
     // Nothing listens: connection refused.
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     let err = lock
         .try_acquire("refused", Lease::Watchdog)
@@ -526,8 +519,7 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_never_deletes_a_lock_another_owner_holds() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = common::hold(&lock, "owner-checked", Duration::from_millis(300)).await;
     let key = lock.redis_key("owner-checked");
     assert_eq!(
@@ -553,8 +545,7 @@ async fn release_never_deletes_a_lock_another_owner_holds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_are_reloaded_after_script_flush() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
     let handle = lock.acquire("flushed", Lease::Watchdog).await.unwrap();
     redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
@@ -563,8 +554,7 @@ async fn scripts_are_reloaded_after_script_flush() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_the_wrong_type_fails_closed_and_is_left_alone() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let key = lock.redis_key("wrong-type");
     redis.cmd(&["HSET", &key, "field", "value"]).await.unwrap();
     let err = lock
@@ -578,8 +568,7 @@ async fn a_key_of_the_wrong_type_fails_closed_and_is_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiters_leave_no_subscription_behind() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     let held = holder.acquire("cancelled", Lease::Watchdog).await.unwrap();
     for _ in 0..20 {
         let options = AcquireOptions::new(Lease::Watchdog).wait(Duration::from_secs(30));
@@ -606,8 +595,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_keep_increasing_across_a_restart_without_persistence() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let first = lock.acquire("fenced", Lease::Watchdog).await.unwrap();
     let before = first.fencing_token();
     drop(first);

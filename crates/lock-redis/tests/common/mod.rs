@@ -76,6 +76,22 @@ pub async fn connect(config: RedisLockConfig) -> RedisLock {
     try_connect(config).await.expect("connect")
 }
 
+/// A private redis-server and `N` clients of it with the test settings.
+pub async fn server_with<const N: usize>() -> (RedisServer, [RedisLock; N]) {
+    let server = server().await;
+    let clients = clients(&server).await;
+    (server, clients)
+}
+
+/// `N` clients of `server` with the test settings, connected one after the other.
+pub async fn clients<const N: usize>(server: &RedisServer) -> [RedisLock; N] {
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(client(server).await);
+    }
+    clients.try_into().expect("N clients")
+}
+
 /// Acquires `name` on `lock` with a fixed lease of `ttl`; panics when it is not granted.
 pub async fn hold(lock: &RedisLock, name: &str, ttl: Duration) -> LockHandle {
     let lease = lock_core::Lease::Fixed(ttl);
@@ -198,6 +214,13 @@ pub async fn one_subscriber(redis: &RedisServer, channel: &str) -> bool {
             .is_ok_and(|reply| reply == expected)
     })
     .await
+}
+
+/// The integer reply of `args` on `server`.
+pub async fn integer(server: &RedisServer, args: &[&str]) -> i64 {
+    let reply = server.cmd(args).await.unwrap();
+    let parsed = reply.trim().parse();
+    parsed.unwrap_or_else(|_| panic!("{args:?}: {reply}"))
 }
 
 /// How many fair waiters are queued for `name`, as `lock` names its queue on `server`.

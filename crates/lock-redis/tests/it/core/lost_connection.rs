@@ -67,8 +67,7 @@ async fn ended_within<T>(task: JoinHandle<T>, killed: Instant) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_waiter_fails_within_a_command_timeout() {
-    let mut redis = server().await;
-    let holder = client(&redis).await;
+    let (mut redis, [holder]) = common::server_with().await;
     let _held = holder.acquire("wait", Lease::Fixed(LONG)).await.unwrap();
     let waiter = client(&redis).await;
     let channel = waiter.release_channel("wait");
@@ -84,8 +83,7 @@ async fn a_lock_waiter_fails_within_a_command_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_fails_within_a_command_timeout() {
-    let mut redis = server().await;
-    let holder = client(&redis).await;
+    let (mut redis, [holder]) = common::server_with().await;
     let _held = holder.acquire("fair", Lease::Fixed(LONG)).await.unwrap();
     let waiter = client(&redis).await;
     let channel = waiter.release_channel("fair");
@@ -108,8 +106,7 @@ fn idempotency(lock: &RedisLock) -> Idempotency {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
-    let mut redis = server().await;
-    let owner_lock = client(&redis).await;
+    let (mut redis, [owner_lock]) = common::server_with().await;
     let owner = idempotency(&owner_lock);
     let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
     let first = tokio::spawn(async move {
@@ -168,8 +165,7 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
 /// granted the lock once Redis, back empty, has it free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
-    let mut redis = server().await;
-    let holder = client(&redis).await;
+    let (mut redis, [holder]) = common::server_with().await;
     let _held = holder.acquire("blip", Lease::Fixed(LONG)).await.unwrap();
     // A command timeout long enough for a restart and a reconnect on a loaded machine.
     let waiter = common::connect(
@@ -232,8 +228,7 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
 /// Three rounds, since the drop may land anywhere in the duplicate's wake-up and re-read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_ends_no_duplicate_wait() {
-    let redis = server().await;
-    let owner_lock = client(&redis).await;
+    let (redis, [owner_lock]) = common::server_with().await;
     let owner = idempotency(&owner_lock);
     let duplicate_lock = client(&redis).await;
     let duplicate = idempotency(&duplicate_lock);
@@ -288,8 +283,7 @@ async fn a_dropped_connection_ends_no_duplicate_wait() {
 /// reason says so, not that the call did not run (it did).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let idempotency = idempotency(&lock);
     let begun = idempotency
         .begin::<u32>("order-3", &IdempotencyOptions::new())

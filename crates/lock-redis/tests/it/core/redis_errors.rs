@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
+use common::{SLACK, WATCHDOG, command_calls, delta, eventually, server};
 use lock_core::{
     AcquireFailure, AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockError,
     LockErrorCode, ReleaseOutcome,
@@ -335,8 +335,7 @@ async fn a_busy_redis_refuses_as_busy_and_grants_again_after_script_kill() {
 /// timeouts, far past its 1 s TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_renewals_reload_their_script_after_script_flush() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock
         .acquire("flushed-renewal", Lease::Watchdog)
         .await

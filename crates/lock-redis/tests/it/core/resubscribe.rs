@@ -18,7 +18,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, client, eventually, server};
+use common::{SLACK, client, eventually};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
@@ -101,8 +101,7 @@ async fn kill_pubsub(redis: &RedisServer) {
 /// the server again while the client still counts a waiter on each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     waiter.ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await; // let its pub/sub connection settle
     let names: Vec<String> = (0..5).map(|i| format!("resub:{i}")).collect();
@@ -138,8 +137,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
 /// waiters; each sits out its whole 25 s wait (the holders' leases are 60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     waiter.ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let names: Vec<String> = (0..5).map(|i| format!("resub-wake:{i}")).collect();
@@ -192,8 +190,7 @@ async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect(
 /// the waiter really misses its release. If no round hits the window the test passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_started_right_after_connect_are_woken_by_releases() {
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (redis, [holder]) = common::server_with().await;
     for round in 0..12u64 {
         let names: Vec<String> = (0..5).map(|i| format!("fresh:{round}:{i}")).collect();
         let mut held = Vec::new();
@@ -268,8 +265,7 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
 /// join the dead subscription and are never woken by a release either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_resubscription_is_retried_and_later_releases_still_wake_waiters() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     let held = common::hold(&holder, "resub-3", Duration::from_secs(60)).await;
     let channel = holder.release_channel("resub-3");
     let waiting = tokio::spawn({

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use lock_core::{DistributedLock, Lease, LockError, LostReason, ReleaseOutcome};
-use lock_redis::RedisLock;
+use lock_redis::{RedisLock, RedisLockConfig};
 use lock_testkit::{RedisSentinel, RedisServer};
 use sentinel_common::{
     FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, acquire_until_granted, config, connect,
@@ -28,6 +28,12 @@ use tokio::time::Instant;
 /// The reason of a failed acquisition.
 fn reason(error: &LockError) -> String {
     error.details()["reason"].clone()
+}
+
+/// Client settings for `sentinel` that wait for one replica to confirm each grant.
+fn strict(sentinel: &RedisSentinel) -> RedisLockConfig {
+    let config = config(sentinel).min_replicas(1);
+    config.replica_sync_timeout(Duration::from_millis(500))
 }
 
 /// A new replica of `sentinel`'s current master, synced.
@@ -140,11 +146,6 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
     const KEPT: &str = "sentinel:replicated";
     const CUT: [&str; 2] = ["sentinel:unconfirmed-1", "sentinel:unconfirmed-2"];
     let mut sentinel = RedisSentinel::start().await.expect("the deployment starts");
-    let strict = |sentinel: &RedisSentinel| {
-        config(sentinel)
-            .min_replicas(1)
-            .replica_sync_timeout(Duration::from_millis(500))
-    };
     let a = connect(strict(&sentinel)).await;
     let b = connect(strict(&sentinel)).await;
     let ledger = Ledger::default();
@@ -301,11 +302,6 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
  {
     const NAME: &str = "sentinel:renewed-on-the-master-only";
     let mut sentinel = RedisSentinel::start().await.expect("the deployment starts");
-    let strict = |sentinel: &RedisSentinel| {
-        config(sentinel)
-            .min_replicas(1)
-            .replica_sync_timeout(Duration::from_millis(500))
-    };
     let a = connect(strict(&sentinel)).await;
     let b = connect(strict(&sentinel)).await;
     let ledger = Ledger::default();

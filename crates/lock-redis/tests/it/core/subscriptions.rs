@@ -84,8 +84,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
 /// closed, naming this very section's owner token as the holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
-    let redis = server().await;
-    let a = client(&redis).await;
+    let (redis, [a]) = common::server_with().await;
     let b = common::connect(
         common::default_config(format!("{}/0", redis.url()))
             .watchdog_timeout(common::WATCHDOG)
@@ -124,8 +123,7 @@ async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
 /// its 30 s wait (the holder's lease is 60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     waiter.ping().await.unwrap();
     let channel = holder.release_channel("churn");
     let wait =
@@ -191,8 +189,7 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     const KEYS: usize = 300;
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (redis, [holder]) = common::server_with().await;
     holder.ping().await.unwrap();
     let metrics = tokio::runtime::Handle::current().metrics();
     tokio::time::sleep(Duration::from_millis(300)).await;

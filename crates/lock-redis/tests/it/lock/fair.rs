@@ -32,14 +32,6 @@ async fn fair_client(redis: &RedisServer) -> RedisLock {
     common::connect(config(redis).fair_waiter_timeout(PLACE)).await
 }
 
-async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {
-    let reply = redis.cmd(args).await.unwrap();
-    reply
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{args:?}: {reply}"))
-}
-
 /// Waits until `n` fair waiters are queued for `KEY`.
 async fn until_queued(redis: &RedisServer, lock: &RedisLock, n: usize) {
     assert!(
@@ -51,7 +43,7 @@ async fn until_queued(redis: &RedisServer, lock: &RedisLock, n: usize) {
 
 /// Whether `KEY`'s queue and timeout keys are both gone.
 async fn no_queue_state(redis: &RedisServer, lock: &RedisLock) -> bool {
-    integer(
+    common::integer(
         redis,
         &["EXISTS", &lock.queue_key(KEY), &lock.timeout_key(KEY)],
     )
@@ -154,7 +146,7 @@ async fn a_dead_waiters_place_expires_on_its_own() {
     child.kill().unwrap();
     child.wait().unwrap();
     // Nobody calls the fair scripts any more: the keys expire with the dead waiter's place.
-    let pttl = integer(&redis, &["PTTL", &holder.queue_key(KEY)]).await;
+    let pttl = common::integer(&redis, &["PTTL", &holder.queue_key(KEY)]).await;
     // A place lasts the fair waiter timeout plus one command timeout.
     assert!(
         pttl > 0 && pttl <= (PLACE + COMMAND_TIMEOUT).as_millis() as i64,
@@ -199,7 +191,7 @@ async fn waiters_that_outwait_their_wait_time_leave_no_queue_state_behind() {
     let redis = server().await;
     let holder = fair_client(&redis).await;
     let waiters = fair_client(&redis).await;
-    let baseline = integer(&redis, &["DBSIZE"]).await;
+    let baseline = common::integer(&redis, &["DBSIZE"]).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
 
     let tasks: Vec<_> = (0..10u64)
@@ -228,7 +220,7 @@ async fn waiters_that_outwait_their_wait_time_leave_no_queue_state_behind() {
         );
     }
     assert!(no_queue_state(&redis, &holder).await);
-    assert_eq!(integer(&redis, &["DBSIZE"]).await, baseline + 1);
+    assert_eq!(common::integer(&redis, &["DBSIZE"]).await, baseline + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -236,7 +228,7 @@ async fn a_thousand_fair_waiters_on_a_thousand_keys_leave_dbsize_at_its_baseline
     let redis = server().await;
     let holder = fair_client(&redis).await;
     let clients = futures::future::join_all((0..4).map(|_| fair_client(&redis))).await;
-    let baseline = integer(&redis, &["DBSIZE"]).await;
+    let baseline = common::integer(&redis, &["DBSIZE"]).await;
     let keys: Vec<String> = (0..1000).map(|i| format!("cdc:entity-{i}")).collect();
 
     let held = futures::future::try_join_all(
@@ -307,13 +299,13 @@ async fn a_thousand_fair_waiters_on_a_thousand_keys_leave_dbsize_at_its_baseline
     assert_eq!((queues.trim(), timeouts.trim()), ("0", "0"));
     // What is left are the releases' tombstones, which expire on their own.
     let back = eventually(TOMBSTONE_TTL + SLACK * 2, || async {
-        integer(&redis, &["DBSIZE"]).await == baseline
+        common::integer(&redis, &["DBSIZE"]).await == baseline
     })
     .await;
     assert!(
         back,
         "DBSIZE {} ≠ baseline {baseline}",
-        integer(&redis, &["DBSIZE"]).await
+        common::integer(&redis, &["DBSIZE"]).await
     );
 }
 
@@ -365,7 +357,7 @@ async fn fair_grants_carry_increasing_fencing_tokens_and_the_lease_asked_for() {
     let redis = server().await;
     let lock = fair_client(&redis).await;
     let first = lock.acquire_with(KEY, fair(Duration::ZERO)).await.unwrap();
-    let pttl = integer(&redis, &["PTTL", &lock.redis_key(KEY)]).await;
+    let pttl = common::integer(&redis, &["PTTL", &lock.redis_key(KEY)]).await;
     assert!(pttl > 0 && pttl <= LONG.as_millis() as i64, "PTTL {pttl}");
     let token = first.fencing_token();
     let next = common::spawn_grant(&lock, KEY, fair(Duration::from_secs(30)));

@@ -24,14 +24,6 @@ fn fair(wait: Duration) -> AcquireOptions {
     AcquireOptions::new(Lease::Fixed(LONG)).wait(wait).fair()
 }
 
-async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {
-    let reply = redis.cmd(args).await.unwrap();
-    reply
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{args:?}: {reply}"))
-}
-
 async fn server_ms(redis: &RedisServer) -> i64 {
     let time = redis.cmd(&["TIME"]).await.unwrap();
     let mut lines = time.lines();
@@ -562,7 +554,7 @@ async fn randomized_fair_stress() {
         async move {
             let mut args = vec!["EXISTS"];
             args.extend(all_keys);
-            integer(&redis, &args).await == 0
+            common::integer(&redis, &args).await == 0
         }
     })
     .await;
@@ -775,7 +767,7 @@ async fn hundreds_of_waiters_on_one_key_are_granted_in_order() {
     );
     assert!(
         eventually(SLACK, || async {
-            integer(
+            common::integer(
                 &redis,
                 &["EXISTS", &holder.queue_key(KEY), &holder.timeout_key(KEY)],
             )

@@ -133,8 +133,7 @@ async fn tombstone_ahead(redis: &RedisServer, redis_key: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_count_up_from_a_tombstone_that_is_ahead_of_the_redis_clock() {
     const NAME: &str = "fence:ahead";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let redis_key = lock.redis_key(NAME);
     let ahead = tombstone_ahead(&redis, &redis_key).await;
     let lease = Lease::Fixed(Duration::from_secs(30));
@@ -159,8 +158,7 @@ async fn tokens_count_up_from_a_tombstone_that_is_ahead_of_the_redis_clock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_after_a_rollback_to_an_older_tombstone_is_above_the_lost_grant() {
     const NAME: &str = "fence:rollback";
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let redis_key = lock.redis_key(NAME);
     let lease = Lease::Fixed(Duration::from_secs(30));
     let first = lock.try_acquire(NAME, lease).await.unwrap();
@@ -330,8 +328,7 @@ async fn acquire_retrying(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
     const KEYS: usize = 40;
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let names: Vec<String> = (0..KEYS).map(|i| format!("restart:{i}")).collect();
     let mut before = Vec::new();
     let mut held = Vec::new();
@@ -399,8 +396,7 @@ async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
 #[ignore = "known gap: a clock step back inside the tombstone TTL followed by a key loss reorders tokens"]
 async fn a_clock_step_back_followed_by_a_restart_keeps_tokens_increasing() {
     const NAME: &str = "fence:step-back";
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let redis_key = lock.redis_key(NAME);
     let ahead = tombstone_ahead(&redis, &redis_key).await;
     let lease = Lease::Fixed(Duration::from_secs(30));

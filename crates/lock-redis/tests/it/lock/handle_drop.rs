@@ -97,8 +97,7 @@ async fn a_client_dropped_while_redis_is_down_does_not_reconnect_later() {
 /// A client dropped while Redis is up closes both of its connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_client_closes_its_connections() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock.acquire("closes", Lease::Watchdog).await.unwrap();
     assert!(other_clients(&redis).await >= 1);
     drop(handle);

@@ -21,8 +21,7 @@ fn once() -> AcquireOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_spawned_inside_with_lock_is_told_its_own_process_holds_the_key() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     // Another client of the same process is the same process too.
     let other_client = client(&redis).await;
     let (section_owner, errors) = lock

@@ -34,8 +34,7 @@ async fn resend(redis: &RedisServer, script: &str, keys: &[&str], args: &[&str])
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_forced() {
     const NAME: &str = "hold:watchdog";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let key = lock.redis_key(NAME);
     let hold = Duration::from_secs(30);
     let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(hold);
@@ -97,8 +96,7 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
     const NAME: &str = "hold:ended";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let key = lock.redis_key(NAME);
     let options = AcquireOptions::new(Lease::Watchdog).hold_at_least(Duration::from_millis(300));
     let held = lock.acquire_with(NAME, options).await.unwrap();
@@ -143,8 +141,7 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
     const NAME: &str = "hold:fair";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let hold = Duration::from_secs(2);
     let granted = Instant::now();
     let held = lock
@@ -220,8 +217,7 @@ async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold
 /// (it was freed), a forced release finds nothing held, and status says the key holds no lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
 
     // A value the acquire script took for a holder, one with fields past the grammar, and
     // fencing tokens no grant writes: past 2^53 (Lua's doubles would stop counting up: the
@@ -273,8 +269,7 @@ async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
 /// its lease is lost (it renewed any tail after the grant).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_does_not_renew_a_grant_with_fields_past_the_grammar() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let held = lock.acquire("tail", Lease::Watchdog).await.unwrap();
     let key = lock.redis_key("tail");
     let value = redis.cmd(&["GET", &key]).await.unwrap();

@@ -4,16 +4,14 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, WATCHDOG, client, command_calls, delta, server};
+use common::{SLACK, WATCHDOG, client, command_calls, delta};
 use lock_core::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::{ForceReleased, LockState};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_tells_free_held_released_and_queued_keys_apart() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
 
     let free = ops.status("ops-status").await.unwrap();
     assert_eq!(free.state, LockState::Free);
@@ -84,9 +82,7 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_finds_held_locks_by_pattern_with_scan_never_keys() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let mut handles = Vec::new();
     for name in [
@@ -135,9 +131,7 @@ async fn list_finds_held_locks_by_pattern_with_scan_never_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_lease() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
     let handle = holder.acquire("ops-force", Lease::Watchdog).await.unwrap();
     let token = handle.fencing_token();
 
@@ -204,9 +198,7 @@ async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_le
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
     let _handle = holder.acquire("ops-fair", Lease::Watchdog).await.unwrap();
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
@@ -236,10 +228,7 @@ async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
 /// release of A's grant must leave B's alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_of_a_grant_leaves_a_lock_that_changed_hands_alone() {
-    let redis = server().await;
-    let pod_a = client(&redis).await;
-    let pod_b = client(&redis).await;
-    let ops = client(&redis).await;
+    let (_redis, [pod_a, pod_b, ops]) = common::server_with().await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let first = pod_a.acquire("ops-grant", lease).await.unwrap();
     let shown = first.fencing_token();

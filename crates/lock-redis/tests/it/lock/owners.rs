@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{SLACK, client, command_calls, config, delta, eventually, server};
+use common::{SLACK, command_calls, config, delta, eventually, server};
 use lock_core::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::{RedisLock, TOMBSTONE_TTL};
 use lock_testkit::RedisServer;
@@ -46,8 +46,7 @@ async fn pttl(redis: &RedisServer, key: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_retried_release_of_the_same_client_never_frees_its_newer_grant() {
     const NAME: &str = "owners:stale-release";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let key = lock.redis_key(NAME);
     let lease = Lease::Fixed(Duration::from_secs(60));
 

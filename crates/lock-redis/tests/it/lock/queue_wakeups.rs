@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{SLACK, client, command_calls, delta, eventually, one_subscriber, server};
+use common::{SLACK, client, command_calls, delta, eventually, one_subscriber};
 use lock_core::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use tokio::time::Instant;
 
@@ -25,9 +25,7 @@ fn options(wait: Duration) -> AcquireOptions {
 /// TTL although the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_release_wakes_the_head_after_fencing_tokens_went_back() {
-    let redis = server().await;
-    let lock = client(&redis).await;
-    let remote = client(&redis).await;
+    let (redis, [lock, remote]) = common::server_with().await;
     let key = lock.redis_key(KEY);
     let now_us = u64::try_from(
         SystemTime::now()

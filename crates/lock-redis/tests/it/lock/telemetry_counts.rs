@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, client, server};
+use common::SLACK;
 use lock_core::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
@@ -21,9 +21,7 @@ use lock_testkit::metrics::{CapturedMetrics, Recorded};
 async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     let metrics = CapturedMetrics::new();
     let _local = metrics::set_default_local_recorder(metrics.recorder());
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (_redis, [holder, ops]) = common::server_with().await;
 
     // A watchdog lease taken from its holder by an operator.
     let handle = holder.acquire("tel:forced", Lease::Watchdog).await.unwrap();
