@@ -216,6 +216,11 @@ pub async fn one_subscriber(redis: &RedisServer, channel: &str) -> bool {
     .await
 }
 
+/// The raw value of `key` on `server` (`""` when absent).
+pub async fn value(server: &RedisServer, key: &str) -> String {
+    server.cmd(&["GET", key]).await.unwrap_or_default()
+}
+
 /// The integer reply of `args` on `server`.
 pub async fn integer(server: &RedisServer, args: &[&str]) -> i64 {
     let reply = server.cmd(args).await.unwrap();

@@ -396,10 +396,7 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     let handle = common::hold(&holder, "replicated", Duration::from_secs(30)).await;
     let after = command_calls(&primary).await;
     assert_eq!(delta(&before, &after, "wait"), 1);
-    let on_replica = replica
-        .cmd(&["GET", &holder.redis_key("replicated")])
-        .await
-        .unwrap();
+    let on_replica = common::value(&replica, &holder.redis_key("replicated")).await;
     assert!(on_replica.contains(handle.owner()), "{on_replica}");
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 

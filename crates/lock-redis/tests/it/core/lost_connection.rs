@@ -67,9 +67,8 @@ async fn ended_within<T>(task: JoinHandle<T>, killed: Instant) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_waiter_fails_within_a_command_timeout() {
-    let (mut redis, [holder]) = common::server_with().await;
-    let _held = holder.acquire("wait", Lease::Fixed(LONG)).await.unwrap();
-    let waiter = client(&redis).await;
+    let (mut redis, [holder, waiter]) = common::server_with().await;
+    let _held = common::hold(&holder, "wait", LONG).await;
     let channel = waiter.release_channel("wait");
     let task = tokio::spawn(async move {
         waiter
@@ -83,9 +82,8 @@ async fn a_lock_waiter_fails_within_a_command_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_fails_within_a_command_timeout() {
-    let (mut redis, [holder]) = common::server_with().await;
-    let _held = holder.acquire("fair", Lease::Fixed(LONG)).await.unwrap();
-    let waiter = client(&redis).await;
+    let (mut redis, [holder, waiter]) = common::server_with().await;
+    let _held = common::hold(&holder, "fair", LONG).await;
     let channel = waiter.release_channel("fair");
     let task = tokio::spawn(async move {
         waiter

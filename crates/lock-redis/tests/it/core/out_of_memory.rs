@@ -10,7 +10,8 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::{DistributedLock, Lease, ReleaseOutcome};
+use lock_core::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_redis::RedisLock;
 use lock_testkit::RedisServer;
 
 /// Sets `maxmemory`: `"1"` fills Redis' memory at once, `"0"` lifts the limit.
@@ -21,13 +22,19 @@ async fn maxmemory(redis: &RedisServer, bytes: &str) {
         .unwrap();
 }
 
+/// A lock `name` held on a fixed lease of an hour, and then Redis' memory full (noeviction is
+/// Redis' default policy): the server, the client, the handle and the key.
+async fn held_at_maxmemory(name: &str) -> (RedisServer, RedisLock, LockHandle, String) {
+    let (redis, [lock]) = common::server_with().await;
+    let handle = common::hold(&lock, name, Duration::from_secs(3600)).await;
+    maxmemory(&redis, "1").await;
+    let key = lock.redis_key(name);
+    (redis, lock, handle, key)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_frees_the_key_even_when_redis_is_at_maxmemory() {
-    let (redis, [lock]) = common::server_with().await;
-    let handle = common::hold(&lock, "oom", Duration::from_secs(3600)).await;
-    let key = lock.redis_key("oom");
-    // Memory is full (noeviction is Redis' default policy).
-    maxmemory(&redis, "1").await;
+    let (redis, _lock, handle, key) = held_at_maxmemory("oom").await;
     let policy = redis.cmd(&["CONFIG", "GET", "maxmemory-policy"]).await;
     assert_eq!(policy.unwrap(), "maxmemory-policy\nnoeviction");
     let outcome = handle.release().await;
@@ -47,10 +54,7 @@ async fn a_release_frees_the_key_even_when_redis_is_at_maxmemory() {
 /// Dropping the handle (background release) has the same problem, silently (a log line).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_handle_frees_the_key_even_when_redis_is_at_maxmemory() {
-    let (redis, [lock]) = common::server_with().await;
-    let handle = common::hold(&lock, "oom-drop", Duration::from_secs(3600)).await;
-    let key = lock.redis_key("oom-drop");
-    maxmemory(&redis, "1").await;
+    let (redis, _lock, handle, key) = held_at_maxmemory("oom-drop").await;
     drop(handle);
     let freed = common::eventually(common::SLACK, || async {
         !redis.cmd(&["GET", &key]).await.unwrap().starts_with("H|")

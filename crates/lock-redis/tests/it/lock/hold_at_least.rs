@@ -415,10 +415,7 @@ async fn two_reaper_pods_sweep_each_tick_exactly_once() {
         assert!(status.success(), "a reaper pod failed: {status}");
     }
     for tick in 0..TICKS {
-        let sweeps = redis
-            .cmd(&["GET", &format!("reaper:sweeps:{tick}")])
-            .await
-            .unwrap();
+        let sweeps = common::value(&redis, &format!("reaper:sweeps:{tick}")).await;
         assert_eq!(
             sweeps, "1",
             "tick {tick} was swept {sweeps:?} times across the pods"

@@ -52,10 +52,7 @@ async fn an_acquire_whose_reply_was_lost_is_granted_once_with_the_stored_token()
         delta(&before, &after, "evalsha") >= 2,
         "the acquire was not re-sent"
     );
-    let value = redis
-        .cmd(&["GET", &lock.redis_key("retry-acquire")])
-        .await
-        .unwrap();
+    let value = common::value(&redis, &lock.redis_key("retry-acquire")).await;
     assert_eq!(
         value,
         format!("H|{}|{}", handle.fencing_token(), handle.owner())
