@@ -1,5 +1,5 @@
-//! Edges of idempotent execution on a real redis-server, from an adversarial trial of what
-//! docs/idempotency.md promises: a call dropped during its claim, the result cap at and over
+//! Edges of idempotent execution on a real redis-server, against what docs/idempotency.md
+//! promises: a call dropped during its claim, the result cap at and over
 //! its limit (and the error naming the setting), `()`, `None` and big results, an unreadable
 //! stored result, bad input refused before Redis.
 

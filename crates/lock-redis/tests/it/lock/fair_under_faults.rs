@@ -1,8 +1,8 @@
 //! Fair (FIFO) locks under faults: a slow Redis, a slow
 //! link, a short outage, a stalled Redis, dead and dropped waiters, hundreds of waiters, and a
 //! randomized stress test (many fair waiters, random cancellation, random wait times, killed
-//! connections) that checks exclusion, order, wait bounds and clean-up. Each targeted test
-//! reproduced a bug before its fix, or pins down a documented limit.
+//! connections) that checks exclusion, order, wait bounds and clean-up. Each targeted test pins
+//! down a rule of the fair queue or a documented limit.
 
 use crate::common;
 
@@ -35,7 +35,7 @@ async fn server_ms(redis: &RedisServer) -> i64 {
 // ------------------------------------------------------------------------------------------
 // 1. A fair waiter whose call comes back after its deadline makes no further round trip: with a
 //    slow (but answering) Redis, contention is reported as contention within the budget, not
-//    as `backend_unavailable` (it used to send one more 'last' call and outrun the budget).
+//    as `backend_unavailable`, and no 'last' call outruns the budget.
 // ------------------------------------------------------------------------------------------
 
 /// A wait for a lock another client holds, through a link where every command answers within
@@ -96,7 +96,7 @@ async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
 
 // ------------------------------------------------------------------------------------------
 // 2. fair_leave.lua when every waiter left behind the leaving first one has already timed out
-//    (but was not evicted yet) and the lock is free (it used to concatenate nil).
+//    (but was not evicted yet) and the lock is free: the script still answers.
 // ------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -153,7 +153,7 @@ async fn a_leave_succeeds_when_every_other_place_has_timed_out() {
 // ------------------------------------------------------------------------------------------
 // 3. A fair waiter whose round trip is longer than the fair waiter timeout keeps its place: a
 //    place lasts the timeout plus one command timeout, and a call never evicts its own caller
-//    (it used to be re-queued at the end on every call, overtaken by every later waiter).
+//    (it is never re-queued at the end and overtaken by every later waiter).
 // ------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

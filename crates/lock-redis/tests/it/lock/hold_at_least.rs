@@ -211,10 +211,10 @@ async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold
     );
 }
 
-/// Point 9 of issue 14: a lock-like value without a TTL was not made by this library. Every
+/// A lock-like value without a TTL was not made by this library. Every
 /// script takes it for what it is — not a lock — and leaves it alone: the acquisition is
-/// refused as `not_a_lock` (it was "held forever by x"), the owner's release reports `NotHeld`
-/// (it was freed), a forced release finds nothing held, and status says the key holds no lock.
+/// refused as `not_a_lock`, not "held forever by x", the owner's release reports `NotHeld`
+/// and leaves it, a forced release finds nothing held, and status says the key holds no lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
     let (redis, [lock]) = common::server_with().await;
@@ -283,7 +283,7 @@ async fn the_watchdog_does_not_renew_a_grant_with_fields_past_the_grammar() {
     assert!(lost.is_ok(), "the watchdog kept renewing {tampered}");
 }
 
-/// Point 9 of issue 14: an instance id containing `/` comes back whole in `LockState::Held`.
+/// An instance id containing `/` comes back whole in `LockState::Held`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_id_with_a_slash_is_reported_whole() {
     let redis = server().await;

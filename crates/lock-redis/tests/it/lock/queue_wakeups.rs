@@ -1,5 +1,5 @@
-//! Wake-ups of queued waiters that a first version of the per-client waiter queue lost or turned
-//! into failures: a remote release after fencing tokens went back, and a busy Redis failing one
+//! Wake-ups of queued waiters that the per-client waiter queue must neither lose nor turn into
+//! failures: a remote release after fencing tokens went back, and a busy Redis failing one
 //! queued waiter after the other.
 
 use crate::common;

@@ -1,5 +1,5 @@
-//! Edges of the `Idempotency-Key` layer, from an adversarial trial of what README.md and
-//! docs/idempotency.md promise: header values and binary bodies kept exactly (first response
+//! Edges of the `Idempotency-Key` layer, against what README.md and docs/idempotency.md
+//! promise: header values and binary bodies kept exactly (first response
 //! and replay), keys up to 512 bytes on any path, per-endpoint scoping, non-UTF-8 request
 //! bodies, 204s, pass-through methods, a panicking handler.
 
@@ -46,10 +46,9 @@ fn app_with_utf8_header(runs: Arc<AtomicU32>) -> Router {
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()))
 }
 
-/// Found by the adversarial trial (fixed): the layer rebuilds even the FIRST response from its stored form, which keeps only
-/// header values that are visible ASCII (`to_str().ok()?`): the handler's own response loses
-/// headers. Docs: "first POST/PATCH with a key → the handler's response, stored (status,
-/// headers, body)".
+/// The layer rebuilds even the first response from its stored form, so that form keeps header
+/// values that are not visible ASCII. Docs: "first POST/PATCH with a key → the handler's
+/// response, stored (status, headers, body)".
 #[tokio::test]
 async fn the_first_response_keeps_a_non_ascii_header_value() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -63,7 +62,7 @@ async fn the_first_response_keeps_a_non_ascii_header_value() {
     );
 }
 
-/// Found by the adversarial trial (fixed): the same for the replay ("a retry … → the stored response").
+/// The same for the replay ("a retry … → the stored response").
 #[tokio::test]
 async fn a_replay_keeps_a_non_ascii_header_value() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -78,9 +77,8 @@ async fn a_replay_keeps_a_non_ascii_header_value() {
     );
 }
 
-/// Found by the adversarial trial: docs/idempotency.md's table said the same key on another path
-/// is 422, while keys are scoped per method and path. The scoping stands (a client key cannot
-/// collide across endpoints); the table now says so, and another path is another request.
+/// Keys are scoped per method and path, as docs/idempotency.md's table says: a client key
+/// cannot collide across endpoints, and the same key on another path is another request.
 #[tokio::test]
 async fn the_same_key_on_another_path_is_another_request() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -105,9 +103,9 @@ async fn the_same_key_on_another_path_is_another_request() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Found by the adversarial trial (fixed): the 512-byte limit is checked on the layer's internal key
-/// (`http POST /path <client key>`), not on the client's key: a 500-byte key is refused with
-/// 400 ("longer than 512 bytes") although the docs accept keys up to 512 bytes.
+/// The 512-byte limit applies to the client's key, not to the layer's internal key
+/// (`http POST /path <client key>`): a 512-byte key is accepted and replayed, a 513-byte one
+/// is refused with 400.
 #[tokio::test]
 async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
     let app = Router::new()
@@ -133,9 +131,8 @@ async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
     );
 }
 
-/// Found by the adversarial trial (fixed): a binary response is stored as a JSON array of numbers (`StoredBody::Bytes`,
-/// up to 4 bytes of JSON per byte), so a 400 KB binary body — well under the documented 1 MiB
-/// `max-result-bytes` — is "too large", not stored, and the retry runs the handler again.
+/// A 400 KB binary body, well under the documented 1 MiB `max-result-bytes`, is stored and
+/// replayed: the retry does not run the handler again.
 #[tokio::test]
 async fn a_400kb_binary_response_is_replayed() {
     let runs = Arc::new(AtomicU32::new(0));
