@@ -22,7 +22,7 @@ use tokio::time::Instant;
 /// reaches Redis, then nothing more is forwarded on that connection, either way, and nothing is
 /// closed.
 async fn blackhole_proxy(redis: &RedisServer) -> FaultProxy {
-    let proxy = common::proxy(&redis).await;
+    let proxy = common::proxy(redis).await;
     proxy.arm_trap_repeating(b"SSUBSCRIBE", TrapAction::Blackhole);
     proxy
 }

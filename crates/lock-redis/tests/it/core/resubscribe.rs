@@ -54,7 +54,7 @@ async fn wait_on(
     let mut held = Vec::new();
     let mut waiting = Vec::new();
     for name in names {
-        held.push(common::hold(&holder, name, Duration::from_secs(60)).await);
+        held.push(common::hold(holder, name, Duration::from_secs(60)).await);
         let waiter = waiter.clone();
         let name = name.clone();
         waiting.push(tokio::spawn(async move {

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 /// a NAT or load balancer that forgot an idle connection and drops its packets) and forwards
 /// every other connection. Its `connections_accepted()` counts the connections made through it.
 async fn forget_first_pubsub_connection_proxy(redis: &RedisServer) -> FaultProxy {
-    let proxy = common::proxy(&redis).await;
+    let proxy = common::proxy(redis).await;
     proxy.arm_trap(b"SSUBSCRIBE", TrapAction::Blackhole);
     proxy
 }
