@@ -64,8 +64,7 @@ fn round_trips(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncontended_acquire_and_release_are_one_round_trip_each() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     // Warm up: the scripts are loaded at connect, this proves it.
     let lease = Lease::Fixed(Duration::from_secs(30));
     let before = command_calls(&redis).await;
@@ -82,8 +81,7 @@ async fn uncontended_acquire_and_release_are_one_round_trip_each() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_entering_a_held_key_costs_no_round_trip() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let nested_round_trips = lock
         .with_lock("reentrant", lease, || async {
@@ -114,8 +112,7 @@ async fn re_entering_a_held_key_costs_no_round_trip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_renews_many_leases_in_one_call_per_tick() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let mut handles = Vec::new();
     for i in 0..50 {
         handles.push(
@@ -156,13 +153,9 @@ async fn the_watchdog_renews_many_leases_in_one_call_per_tick() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     // A fixed lease: no watchdog traffic, and a 60 s TTL the waiter must not sit out.
-    let held = holder
-        .acquire("event-driven", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&holder, "event-driven", Duration::from_secs(60)).await;
     let channel = holder.release_channel("event-driven");
     let start = command_calls(&redis).await;
     let waiting = tokio::spawn(async move {
@@ -236,8 +229,7 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_while_redis_is_stopped_and_recovers_after() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     assert_fails_closed(&lock, "stopped", Duration::from_millis(500)).await;
     assert_fails_closed(&lock, "stopped", Duration::ZERO).await;
@@ -251,8 +243,7 @@ async fn fails_closed_while_redis_is_stopped_and_recovers_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     redis.pause().unwrap();
     // The acquire script is sent and sits unanswered; it runs when Redis resumes.
     assert_fails_closed(&lock, "paused", Duration::from_millis(300)).await;
@@ -270,14 +261,7 @@ async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fails_closed_when_redis_refuses_commands() {
     let redis = server().await;
-    // A user who may not touch the lock's keys: Redis answers the acquire script with NOPERM.
-    redis
-        .cmd(&[
-            "ACL", "SETUSER", "locker", "on", ">pw", "~other:*", "&*", "+@all",
-        ])
-        .await
-        .unwrap();
-    let address = redis.url().replace("redis://", "redis://locker:pw@");
+    let address = common::user_without_lock_keys(&redis).await;
     let lock = common::connect(common::config(&redis).address(&address)).await;
     assert_fails_closed(&lock, "refused", Duration::from_millis(200)).await;
 }
@@ -285,8 +269,7 @@ async fn fails_closed_when_redis_refuses_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_timeout() {
     // Nothing listens: connection refused.
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     let err = lock
         .try_acquire("refused", Lease::Watchdog)
@@ -547,12 +530,8 @@ async fn bad_addresses_and_tls_files_are_rejected_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_never_deletes_a_lock_another_owner_holds() {
-    let redis = server().await;
-    let lock = client(&redis).await;
-    let handle = lock
-        .acquire("owner-checked", Lease::Fixed(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let (redis, [lock]) = common::server_with().await;
+    let handle = common::hold(&lock, "owner-checked", Duration::from_millis(300)).await;
     let key = lock.redis_key("owner-checked");
     assert_eq!(
         tokio::time::timeout(SLACK, handle.lost()).await.unwrap(),
@@ -577,8 +556,7 @@ async fn release_never_deletes_a_lock_another_owner_holds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_are_reloaded_after_script_flush() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
     let handle = lock.acquire("flushed", Lease::Watchdog).await.unwrap();
     redis.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
@@ -587,8 +565,7 @@ async fn scripts_are_reloaded_after_script_flush() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_the_wrong_type_fails_closed_and_is_left_alone() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let key = lock.redis_key("wrong-type");
     redis.cmd(&["HSET", &key, "field", "value"]).await.unwrap();
     let err = lock
@@ -602,8 +579,7 @@ async fn a_key_of_the_wrong_type_fails_closed_and_is_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiters_leave_no_subscription_behind() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     let held = holder.acquire("cancelled", Lease::Watchdog).await.unwrap();
     for _ in 0..20 {
         let options = AcquireOptions::new(Lease::Watchdog)
@@ -632,8 +608,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_keep_increasing_across_a_restart_without_persistence() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let first = lock.acquire("fenced", Lease::Watchdog).await.unwrap();
     let before = first.fencing_token();
     drop(first);

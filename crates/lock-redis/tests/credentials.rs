@@ -138,14 +138,16 @@ async fn a_percent_encoded_password_authenticates_and_never_shows() {
     assert_logs_have_no_secret();
 }
 
+/// A redis-server that asks every client for [`PASSWORD`].
+async fn requirepass_server() -> RedisServer {
+    let args = ["--requirepass", PASSWORD];
+    RedisServer::builder().args(args).start().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_password_alone_authenticates_against_requirepass() {
     logs();
-    let redis = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
+    let redis = requirepass_server().await;
     let address = url_with(&redis, &format!(":{PASSWORD}"));
     the_lock_works(&redis, common::config(&redis).address(address), "default").await;
     assert_logs_have_no_secret();
@@ -213,11 +215,7 @@ async fn a_user_refused_a_connect_command_fails_connect_naming_noperm() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_or_missing_password_against_requirepass_fails_connect() {
     logs();
-    let redis = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
+    let redis = requirepass_server().await;
     let wrong = url_with(&redis, &format!(":{WRONG}"));
     connect_fails_naming(common::config(&redis).address(wrong), "WRONGPASS").await;
     connect_fails_naming(common::config(&redis), "NOAUTH").await;

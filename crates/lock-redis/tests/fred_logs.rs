@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{client, eventually, server};
+use common::eventually;
 use lock_testkit::logs::CapturedLogs;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
@@ -39,8 +39,7 @@ async fn the_documented_filter_quiets_freds_warnings_when_redis_goes_away() {
         .try_init()
         .expect("the only global subscriber of this binary");
 
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     let fred_warned = eventually(Duration::from_secs(30), || async {
         plain.text().lines().any(|l| l.contains(" WARN fred::"))

@@ -98,8 +98,7 @@ async fn waiters_of_one_client_are_granted_in_arrival_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_that_releases_and_asks_again_queues_behind_the_waiters() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (_redis, [lock]) = common::server_with().await;
     let held = lock.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let tasks = queue_waiters(&lock, 0..3, &order).await;
@@ -234,8 +233,7 @@ async fn the_next_waiter_wakes_when_the_previous_waiters_lease_ends_unreleased()
 /// learns of releases by the release message, like theirs, instead of ahead of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_queue_on_one_client_does_not_starve_another_client() {
-    let redis = server().await;
-    let (busy, other) = (client(&redis).await, client(&redis).await);
+    let (_redis, [busy, other]) = common::server_with().await;
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();

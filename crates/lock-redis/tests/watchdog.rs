@@ -37,8 +37,7 @@ fn slow_round_warnings() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_value_without_a_ttl_is_not_renewed_and_its_holder_is_told() {
-    let redis = server().await;
-    let lock = common::client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock.acquire("no-ttl", Lease::Watchdog).await.unwrap();
     let key = lock.redis_key("no-ttl");
     // The value stays what the grant wrote; only its TTL goes. No grant of this library has

@@ -114,13 +114,8 @@ impl RedisClusterBuilder {
     }
 
     /// Appends several redis-server arguments for every node; see [`arg`](Self::arg).
-    pub fn args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
+    pub fn args(self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        args.into_iter().fold(self, |builder, arg| builder.arg(arg))
     }
 
     /// How long [`start`](Self::start) waits for the created cluster to settle, and how long each

@@ -122,40 +122,18 @@ impl RedisSentinelBuilder {
         self
     }
 
-    /// Appends one redis-server argument for both data nodes (roles swap on failover, so
-    /// settings such as `--min-replicas-to-write` belong here), after the testkit's own (see
+    /// Appends redis-server arguments for both data nodes (roles swap on failover, so settings
+    /// such as `--min-replicas-to-write` belong here), after the testkit's own (see
     /// [`RedisServerBuilder::arg`](crate::RedisServerBuilder::arg), then
     /// `--repl-diskless-sync-delay 0`). Do not set `--requirepass` or `--replicaof`.
-    pub fn node_arg(mut self, arg: impl Into<String>) -> Self {
-        self.node_args.push(arg.into());
-        self
-    }
-
-    /// Appends several redis-server arguments for both data nodes; see
-    /// [`node_arg`](Self::node_arg).
-    pub fn node_args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn node_args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.node_args.extend(args.into_iter().map(Into::into));
         self
     }
 
-    /// Appends one redis-server argument for the node that starts as the replica only (after
+    /// Appends redis-server arguments for the node that starts as the replica only (after
     /// `--replicaof`), e.g. `--replica-priority`.
-    pub fn replica_arg(mut self, arg: impl Into<String>) -> Self {
-        self.replica_args.push(arg.into());
-        self
-    }
-
-    /// Appends several redis-server arguments for the starting replica only; see
-    /// [`replica_arg`](Self::replica_arg).
-    pub fn replica_args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
+    pub fn replica_args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.replica_args.extend(args.into_iter().map(Into::into));
         self
     }

@@ -102,13 +102,8 @@ impl RedisServerBuilder {
     }
 
     /// Appends several command-line arguments; see [`arg`](Self::arg).
-    pub fn args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
+    pub fn args(self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        args.into_iter().fold(self, |builder, arg| builder.arg(arg))
     }
 
     /// The redis-server binary to run (local backend). Default: `$LOCK_TESTKIT_REDIS_SERVER`,

@@ -1,5 +1,5 @@
 //! How `run` reports a lease that ended under its command, the switch that only `run` honours,
-//! and the arguments and warnings a new user meets.
+//! and the arguments and warnings a new user meets first.
 
 use crate::common;
 use crate::common::{

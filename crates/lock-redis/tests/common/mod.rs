@@ -7,13 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::LockError;
-use lock_core::branches::MasterLocks;
+use lock_core::branches::{
+    BranchError, BranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
+};
 use lock_core::idempotency::{Idempotency, IdempotencySettings};
+use lock_core::lock::{AcquireOptions, DistributedLock, LockHandle, ReleaseOutcome};
 use lock_redis::branches::RedisBranches;
 use lock_redis::idempotency::RedisIdempotencyStore;
 use lock_redis::lock::{RedisLock, RedisLockConfig};
 use lock_redis::{RedisClient, RedisConfig, RedisFailure};
-use lock_testkit::RedisServer;
+use lock_testkit::{FaultProxy, RedisServer};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 /// Watchdog timeout of test clients: short, so renewal and expiry happen within seconds.
 pub const WATCHDOG: Duration = Duration::from_secs(1);
@@ -151,6 +156,92 @@ pub async fn connect(config: Setup) -> RedisLock {
     try_connect(config).await.expect("connect")
 }
 
+/// A private redis-server and `N` clients of it with the test settings.
+pub async fn server_with<const N: usize>() -> (RedisServer, [RedisLock; N]) {
+    let server = server().await;
+    let clients = clients(&server).await;
+    (server, clients)
+}
+
+/// `N` clients of `server` with the test settings, connected one after the other.
+pub async fn clients<const N: usize>(server: &RedisServer) -> [RedisLock; N] {
+    let mut clients = Vec::with_capacity(N);
+    for _ in 0..N {
+        clients.push(client(server).await);
+    }
+    clients.try_into().expect("N clients")
+}
+
+/// Acquires `name` on `lock` with a fixed lease of `ttl`; panics when it is not granted.
+pub async fn hold(lock: &RedisLock, name: &str, ttl: Duration) -> LockHandle {
+    let lease = lock_core::lock::Lease::Fixed(ttl);
+    let granted = lock.acquire(name, lease).await;
+    granted.unwrap_or_else(|error| panic!("`{name}` not granted: {error}"))
+}
+
+/// The address of `server` as a user who may not touch the lock's keys: Redis answers every
+/// lock script with `NOPERM`. The password is `pw`.
+pub async fn user_without_lock_keys(server: &RedisServer) -> String {
+    let rules = ["on", ">pw", "~other:*", "&*", "+@all"];
+    let args: Vec<&str> = ["ACL", "SETUSER", "locker"]
+        .into_iter()
+        .chain(rules)
+        .collect();
+    server.cmd(&args).await.unwrap();
+    server.url().replace("redis://", "redis://locker:pw@")
+}
+
+/// Starts a master lock on `key` that registers the branch `branch` and then waits up to
+/// `wait` for it; returns the task and the branch's token.
+pub async fn master_with_branch(
+    masters: MasterLocks,
+    key: &str,
+    branch: &str,
+    wait: Duration,
+) -> (
+    JoinHandle<Result<MasterOutcome<()>, BranchError>>,
+    BranchToken,
+) {
+    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let (key, branch) = (key.to_owned(), branch.to_owned());
+    let options = MasterOptions::new(lock_core::lock::Lease::Watchdog)
+        .branch_wait(wait)
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let block = |master: Master| async move {
+            tokens
+                .send(master.register_branch(&branch).await.unwrap())
+                .unwrap();
+        };
+        masters.with_master_lock(&key, options, block).await
+    });
+    (
+        task,
+        received
+            .recv()
+            .await
+            .expect("the master registered its branch"),
+    )
+}
+
+/// A fault proxy in front of `server`.
+pub async fn proxy(server: &RedisServer) -> FaultProxy {
+    FaultProxy::start(("127.0.0.1", server.port()))
+        .await
+        .expect("the proxy starts")
+}
+
+/// A fault proxy in front of `server`, and a client connected through it with the library's
+/// default settings as `settings` changes them.
+pub async fn behind_proxy(
+    server: &RedisServer,
+    settings: impl FnOnce(RedisLockConfig) -> RedisLockConfig,
+) -> (FaultProxy, RedisLock) {
+    let proxy = proxy(server).await;
+    let lock = connect(settings(default_config(proxy.url()))).await;
+    (proxy, lock)
+}
+
 /// A connected client of `server` with the test settings.
 pub async fn client(server: &RedisServer) -> RedisLock {
     connect(config(server)).await
@@ -203,6 +294,58 @@ pub async fn one_subscriber(redis: &RedisServer, channel: &str) -> bool {
             .is_ok_and(|reply| reply == expected)
     })
     .await
+}
+
+/// The raw value of `key` on `server` (`""` when absent).
+pub async fn value(server: &RedisServer, key: &str) -> String {
+    server.cmd(&["GET", key]).await.unwrap_or_default()
+}
+
+/// The integer reply of `args` on `server`.
+pub async fn integer(server: &RedisServer, args: &[&str]) -> i64 {
+    let reply = server.cmd(args).await.unwrap();
+    let parsed = reply.trim().parse();
+    parsed.unwrap_or_else(|_| panic!("{args:?}: {reply}"))
+}
+
+/// How many fair waiters are queued for `name`, as `lock` names its queue on `server`.
+pub async fn queued(server: &RedisServer, lock: &RedisLock, name: &str) -> usize {
+    let reply = server.cmd(&["ZCARD", &lock.queue_key(name)]).await.unwrap();
+    reply.trim().parse().expect("ZCARD answers a number")
+}
+
+/// Waits (up to [`SLACK`]) until `n` fair waiters are queued for `name`.
+pub async fn queue_reaches(server: &RedisServer, lock: &RedisLock, name: &str, n: usize) -> bool {
+    eventually(SLACK, || async { queued(server, lock, name).await == n }).await
+}
+
+/// The shard channels `server` has subscribers on, sorted.
+pub async fn shard_channels(server: &RedisServer) -> Vec<String> {
+    let reply = server.cmd(&["PUBSUB", "SHARDCHANNELS"]).await.unwrap();
+    let mut channels: Vec<String> = reply.lines().map(str::to_owned).collect();
+    channels.sort();
+    channels
+}
+
+/// Starts a wait for `name` on `lock`; once granted, releases it and returns its fencing token
+/// and when it was granted. The task panics when the wait fails or the release finds the lock
+/// gone.
+pub fn spawn_grant(
+    lock: &RedisLock,
+    name: &str,
+    options: AcquireOptions,
+) -> JoinHandle<(u64, Instant)> {
+    let (lock, name) = (lock.clone(), name.to_owned());
+    tokio::spawn(async move {
+        let handle = lock
+            .acquire_with(&name, options)
+            .await
+            .unwrap_or_else(|error| panic!("`{name}` not granted: {error}"));
+        let at = Instant::now();
+        let token = handle.fencing_token();
+        assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+        (token, at)
+    })
 }
 
 /// The `RedisFailure` behind a lock error; panics naming the error when there is none.

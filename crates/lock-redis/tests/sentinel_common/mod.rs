@@ -33,7 +33,7 @@ pub fn config(sentinel: &RedisSentinel) -> Setup {
         .instance_id("sentinel-pod")
 }
 
-pub use crate::common::connect;
+pub use crate::common::{connect, value};
 pub use lock_testkit::eventually;
 
 /// Tries `name` (one attempt each, `lease`) until granted or `deadline`; returns the handle, the
@@ -164,11 +164,6 @@ impl Ledger {
             }
         }
     }
-}
-
-/// The raw value of `key` on `server` (`""` when absent).
-pub async fn value(server: &RedisServer, key: &str) -> String {
-    server.cmd(&["GET", key]).await.unwrap_or_default()
 }
 
 /// `PTTL` of `key` on `server` in ms (negative: no key / no TTL).

@@ -5,6 +5,8 @@
 //! period give one 200 and one 503 with a short `Retry-After` — and its health endpoint with
 //! Redis up and down.
 
+use crate::common;
+
 #[allow(dead_code, unreachable_pub, missing_docs)]
 #[path = "../../examples/http_service.rs"]
 mod http_service;
@@ -14,8 +16,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use axum::response::Response;
-use lock_starter::HealthStatus;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::http::{
@@ -27,13 +27,6 @@ use lock_starter::prelude::*;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tower::ServiceExt;
-
-async fn json_of(response: Response) -> serde_json::Value {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("not JSON ({e}): {bytes:?}"))
-}
 
 /// Held by `pod-a/1f/3` with `ttl_ms` of its lease left.
 fn held_for(ttl_ms: u64) -> LockError {
@@ -70,7 +63,7 @@ async fn the_default_body_names_key_and_reason_but_not_the_holder_or_the_backend
         });
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(response.headers()[header::RETRY_AFTER], retry_after);
-        let body = json_of(response).await;
+        let body = common::json(response).await;
         assert_eq!(body["code"], "LOCK_ACQUISITION_FAILED", "{body}");
         assert_eq!(body["reason"], reason, "{body}");
         assert_eq!(body["lockKey"], "bill-run:2026-11", "{body}");
@@ -150,7 +143,7 @@ async fn held_by_another_owner_is_a_503_problem_naming_key_holder_and_retry_afte
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
     assert_eq!(response.headers()[header::RETRY_AFTER], "3");
-    let body = json_of(response).await;
+    let body = common::json(response).await;
     assert_eq!(
         body["type"],
         "https://platform.telco/problems/lock-acquisition-failed"
@@ -236,7 +229,7 @@ async fn every_error_code_has_its_status_type_and_reason() {
             reason == "backend_unavailable",
             "{error}"
         );
-        let body = json_of(response).await;
+        let body = common::json(response).await;
         assert_eq!(body["status"], status, "{body}");
         assert_eq!(
             body["type"],
@@ -360,11 +353,7 @@ async fn the_example_service_answers_a_contended_bill_run_with_503_and_a_short_r
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(held, "the first bill run never took the lock");
-    let second = router
-        .clone()
-        .oneshot(post("/bill-runs/2026-11"))
-        .await
-        .unwrap();
+    let second = common::send(&router, post("/bill-runs/2026-11")).await;
     assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(second.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
     // The holder's watchdog TTL is 30 s, but the run may end any moment: a short hint.
@@ -377,7 +366,7 @@ async fn the_example_service_answers_a_contended_bill_run_with_503_and_a_short_r
         (1..=MAX_RETRY_AFTER.as_secs()).contains(&retry_after),
         "Retry-After {retry_after}"
     );
-    let body = json_of(second).await;
+    let body = common::json(second).await;
     assert_eq!(body["code"], "LOCK_ACQUISITION_FAILED", "{body}");
     assert_eq!(body["reason"], "held_by_another_owner", "{body}");
     assert_eq!(body["lockKey"], "bill-run:2026-11", "{body}");
@@ -385,9 +374,9 @@ async fn the_example_service_answers_a_contended_bill_run_with_503_and_a_short_r
     assert!(!body.to_string().contains("http-test"), "{body}");
     // Another period is not held up.
     let quick = app(starter(&redis.url()).await, Duration::ZERO);
-    let other = quick.oneshot(post("/bill-runs/2026-12")).await.unwrap();
+    let other = common::send(&quick, post("/bill-runs/2026-12")).await;
     assert_eq!(other.status(), StatusCode::OK);
-    assert_eq!(json_of(other).await["invoices"], 1_204);
+    assert_eq!(common::json(other).await["invoices"], 1_204);
     first.abort();
 }
 
@@ -398,22 +387,19 @@ async fn no_password_of_the_address_reaches_a_problem_body_when_redis_is_down() 
     redis.kill().await.unwrap();
     let address = format!("redis://default:pa55-w0rd-s3cret@127.0.0.1:{port}");
     let router = app(starter(&address).await, Duration::ZERO);
-    let response = router
-        .clone()
-        .oneshot(post("/bill-runs/2026-11"))
-        .await
-        .unwrap();
+    let response = common::send(&router, post("/bill-runs/2026-11")).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body = json_of(response).await;
+    let body = common::json(response).await;
     assert_eq!(body["reason"], "backend_unavailable", "{body}");
     assert!(!body.to_string().contains("pa55-w0rd-s3cret"), "{body}");
     // The health endpoint says DOWN, also without the password.
-    let health = router
-        .oneshot(Request::get("/health").body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    let health = common::send(
+        &router,
+        Request::get("/health").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(health.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body = json_of(health).await;
+    let body = common::json(health).await;
     assert_eq!(body["status"], "DOWN", "{body}");
     assert!(!body.to_string().contains("pa55-w0rd-s3cret"), "{body}");
 }
@@ -479,28 +465,16 @@ async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
             .body(Body::from(r#"{"title":"no dial tone"}"#))
             .unwrap()
     };
-    let first = app
-        .clone()
-        .oneshot(create("alice", Some("\"3f0c\"")))
-        .await
-        .unwrap();
+    let first = common::send(&app, create("alice", Some("\"3f0c\""))).await;
     assert_eq!(first.status(), StatusCode::CREATED);
-    let first = json_of(first).await;
-    let retry = app
-        .clone()
-        .oneshot(create("alice", Some("3f0c")))
-        .await
-        .unwrap();
+    let first = common::json(first).await;
+    let retry = common::send(&app, create("alice", Some("3f0c"))).await;
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
-    assert_eq!(json_of(retry).await, first);
-    let other = app
-        .clone()
-        .oneshot(create("bob", Some("\"3f0c\"")))
-        .await
-        .unwrap();
+    assert_eq!(common::json(retry).await, first);
+    let other = common::send(&app, create("bob", Some("\"3f0c\""))).await;
     assert_eq!(other.status(), StatusCode::CREATED);
     assert!(other.headers().get("idempotent-replayed").is_none());
-    assert_ne!(json_of(other).await["ticket"], first["ticket"]);
-    let missing = app.oneshot(create("alice", None)).await.unwrap();
+    assert_ne!(common::json(other).await["ticket"], first["ticket"]);
+    let missing = common::send(&app, create("alice", None)).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
 }

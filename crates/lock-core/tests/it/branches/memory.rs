@@ -203,44 +203,34 @@ impl Branches for SlowClose {
     fn namespace(&self) -> &str {
         self.0.namespace()
     }
-    async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.0.open(sub_key, ttl).await
+    async fn open(&self, key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.open(key, ttl).await
     }
-    async fn register(
-        &self,
-        sub_key: &SubKey,
-        branch: &str,
-        ttl: Duration,
-    ) -> Result<Registration, BranchError> {
-        self.0.register(sub_key, branch, ttl).await
+    async fn register(&self, key: &SubKey, b: &str, ttl: Duration) -> Result<Registration, E> {
+        self.0.register(key, b, ttl).await
     }
-    async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.0.refresh(sub_key, ttl).await
+    async fn refresh(&self, key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
+        self.0.refresh(key, ttl).await
     }
-    async fn seal(
-        &self,
-        sub_key: &SubKey,
-        ttl: Duration,
-    ) -> Result<Option<Vec<String>>, BranchError> {
-        self.0.seal(sub_key, ttl).await
+    async fn seal(&self, key: &SubKey, ttl: Duration) -> Result<Option<Vec<String>>, E> {
+        self.0.seal(key, ttl).await
     }
-    async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
-        self.0.pending(sub_key).await
+    async fn pending(&self, key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        self.0.pending(key).await
     }
-    async fn watch(
-        &self,
-        sub_key: &SubKey,
-    ) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
-        self.0.watch(sub_key).await
+    async fn watch(&self, key: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, E> {
+        self.0.watch(key).await
     }
-    async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
-        self.0.release(sub_key, branch).await
+    async fn release(&self, key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
+        self.0.release(key, branch).await
     }
-    async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
+    async fn close(&self, key: &SubKey) -> Result<(), BranchError> {
         tokio::time::sleep(self.1).await;
-        self.0.close(sub_key).await
+        self.0.close(key).await
     }
 }
+
+type E = BranchError;
 
 /// The clean-up after the wait outlasts the fixed lease: the release finds the lease ended, but
 /// the block had finished inside it, so the lease's end is a `DEBUG` line, not an overrun.

@@ -58,19 +58,10 @@ impl BranchesFactory for Redis {
     /// As the lock's conformance factory: another owner written over the holder's value,
     /// keeping its TTL, so its renewals are refused.
     async fn expire_lock(&self, key: &str) -> bool {
-        let lock = common::client(&self.0).await;
-        let reply = self
-            .0
-            .cmd(&[
-                "SET",
-                &lock.redis_key(key),
-                "H|1|conformance-expire|pod/x/1",
-                "XX",
-                "KEEPTTL",
-            ])
-            .await
-            .unwrap();
-        reply.trim() == "OK"
+        let key = common::client(&self.0).await.redis_key(key);
+        let value = "H|1|conformance-expire|pod/x/1";
+        let reply = self.0.cmd(&["SET", &key, value, "XX", "KEEPTTL"]).await;
+        reply.unwrap().trim() == "OK"
     }
 
     fn lease_loss_bound(&self) -> Duration {
@@ -241,23 +232,8 @@ async fn a_release_during_the_wait_wakes_the_master_at_once() {
     let redis = server().await;
     let (masters, branches) = masters(&redis).await;
     let (consumer, _) = self::masters(&redis).await;
-    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let master = tokio::spawn(async move {
-        masters
-            .with_master_lock(
-                "wake",
-                MasterOptions::new(Lease::Watchdog)
-                    .branch_wait(Duration::from_secs(60))
-                    .unwrap(),
-                |master| async move {
-                    tokens
-                        .send(master.register_branch("search").await.unwrap())
-                        .unwrap();
-                },
-            )
-            .await
-    });
-    let token = received.recv().await.unwrap();
+    let wait = Duration::from_secs(60);
+    let (master, token) = common::master_with_branch(masters, "wake", "search", wait).await;
     let channel = branches.release_channel(token.sub_key());
     assert!(
         common::one_subscriber(&redis, &channel).await,

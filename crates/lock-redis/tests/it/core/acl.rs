@@ -397,16 +397,10 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
 
     // WAIT: the grant is reported once the replica has it.
     let before = command_calls(&primary).await;
-    let handle = holder
-        .acquire("replicated", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&holder, "replicated", Duration::from_secs(30)).await;
     let after = command_calls(&primary).await;
     assert_eq!(delta(&before, &after, "wait"), 1);
-    let on_replica = replica
-        .cmd(&["GET", &holder.redis_key("replicated")])
-        .await
-        .unwrap();
+    let on_replica = common::value(&replica, &holder.redis_key("replicated")).await;
     assert!(on_replica.contains(handle.owner()), "{on_replica}");
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 
@@ -421,10 +415,7 @@ async fn replication_watchdog_waiting_and_reload_work_as_the_acl_user() {
     // SCRIPT FLUSH: the next acquire reloads its script (SCRIPT LOAD) and succeeds.
     primary.cmd(&["SCRIPT", "FLUSH"]).await.unwrap();
     let before = command_calls(&primary).await;
-    let handle = holder
-        .acquire("reloaded", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&holder, "reloaded", Duration::from_secs(30)).await;
     let after = command_calls(&primary).await;
     assert!(delta(&before, &after, "script|load") >= 1, "no reload");
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
@@ -545,10 +536,7 @@ async fn a_release_without_spublish_fails_naming_noperm() {
     let redis = common::server().await;
     set_user(&redis, &acl_without("+spublish")).await;
     let lock = user_client(&redis).await;
-    let handle = lock
-        .acquire("no-spublish", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "no-spublish", Duration::from_secs(30)).await;
     let err = handle
         .release()
         .await
@@ -567,10 +555,7 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
     let holder = user_client(&redis).await;
     let waiter = user_client(&redis).await;
     let lease = Duration::from_secs(2);
-    let held = holder
-        .acquire("no-channel", Lease::Fixed(lease))
-        .await
-        .unwrap();
+    let held = common::hold(&holder, "no-channel", lease).await;
     let started = Instant::now();
     let waiting = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Fixed(lease))

@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, GENEROUS, SLACK, WATCHDOG, eventually};
-use lock_core::MAX_KEY_BYTES;
 use lock_core::lock::conformance::{self, LockFactory};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::{LockError, MAX_KEY_BYTES};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{RedisCluster, Rng, unique_suffix};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
@@ -142,6 +143,32 @@ fn names_in_slot(lock: &RedisLock, slot: u16, stem: &str, count: usize) -> Vec<S
 }
 
 /// `PUBSUB SHARDNUMSUB channel` on one node: its subscribers there.
+/// Starts `waiter` waiting up to `within` for `name`, and waits until it has subscribed to the
+/// release channel on the node `on`; the task ends with the outcome and when it came.
+async fn wait_subscribed(
+    cluster: &RedisCluster,
+    waiter: &RedisLock,
+    name: &str,
+    within: Duration,
+    on: u16,
+) -> JoinHandle<(Result<LockHandle, LockError>, Instant)> {
+    let channel = waiter.release_channel(name);
+    let waiting = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        let options = wait(Lease::Fixed(Duration::from_secs(30)), within);
+        async move { (waiter.acquire_with(&name, options).await, Instant::now()) }
+    });
+    let subscribed = eventually(GENEROUS, || async {
+        shard_subscribers(cluster, on, &channel).await == 1
+    })
+    .await;
+    assert!(
+        subscribed,
+        "the waiter never subscribed to {channel} on {on}"
+    );
+    waiting
+}
+
 async fn shard_subscribers(cluster: &RedisCluster, port: u16, channel: &str) -> u64 {
     let reply = cluster
         .cmd_on(port, &["PUBSUB", "SHARDNUMSUB", channel])
@@ -443,24 +470,8 @@ async fn a_waiter_is_woken_by_a_sharded_publish_on_the_keys_master_only() {
         .expect("the key's master has a replica");
     let bus_before = cluster_bus(&cluster, master, replica).await;
 
-    let waiting = tokio::spawn({
-        let (waiter, name) = (waiter.clone(), name.clone());
-        async move {
-            let handle = waiter
-                .acquire_with(&name, wait(Lease::Fixed(Duration::from_secs(30)), lease))
-                .await;
-            (handle, Instant::now())
-        }
-    });
+    let waiting = wait_subscribed(&cluster, &waiter, &name, lease, master).await;
     // The waiter subscribed on the key's master (and nowhere else).
-    let subscribed = eventually(GENEROUS, || async {
-        shard_subscribers(&cluster, master, &channel).await == 1
-    })
-    .await;
-    assert!(
-        subscribed,
-        "the waiter never subscribed to {channel} on {master}"
-    );
     assert_eq!(waiter.client().subscribed_channels(), vec![channel.clone()]);
     for &other in masters.iter().filter(|m| **m != master) {
         assert_eq!(shard_subscribers(&cluster, other, &channel).await, 0);
@@ -587,23 +598,7 @@ async fn a_waiter_wakes_and_renewals_continue_after_the_slot_migrates() {
         .acquire(&renewed_name, Lease::Watchdog)
         .await
         .unwrap();
-    let waiting = tokio::spawn({
-        let (waiter, name) = (waiter.clone(), name.clone());
-        async move {
-            let handle = waiter
-                .acquire_with(&name, wait(Lease::Fixed(Duration::from_secs(30)), lease))
-                .await;
-            (handle, Instant::now())
-        }
-    });
-    let subscribed = eventually(GENEROUS, || async {
-        shard_subscribers(&cluster, source, &channel).await == 1
-    })
-    .await;
-    assert!(
-        subscribed,
-        "the waiter never subscribed to {channel} on {source}"
-    );
+    let waiting = wait_subscribed(&cluster, &waiter, &name, lease, source).await;
 
     let started = Instant::now();
     cluster
@@ -784,10 +779,7 @@ async fn fair_waiters_are_granted_in_queue_order_on_every_master() {
         if !masters_seen.insert(port) {
             continue;
         }
-        let held = holder
-            .acquire(&name, Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let held = common::hold(&holder, &name, Duration::from_secs(60)).await;
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..4usize {

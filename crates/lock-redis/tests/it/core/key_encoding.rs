@@ -80,14 +80,7 @@ async fn edge_case_names_round_trip_and_wake_waiters() {
         });
         let channel = holder.release_channel(&name);
         assert!(
-            common::eventually(SLACK, || async {
-                redis
-                    .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-                    .await
-                    .unwrap()
-                    .ends_with("\n1")
-            })
-            .await,
+            common::one_subscriber(&redis, &channel).await,
             "{name:?}: the waiter never subscribed to {channel:?}"
         );
         let released_at = Instant::now();
@@ -107,8 +100,7 @@ async fn edge_case_names_round_trip_and_wake_waiters() {
 /// call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_names_never_reach_redis() {
-    let redis = server().await;
-    let lock = common::client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let before = command_calls(&redis).await;
     for name in [
         String::new(),

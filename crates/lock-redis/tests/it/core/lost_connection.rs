@@ -8,10 +8,10 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
-use lock_core::branches::{BranchesOutcome, MasterOptions};
-use lock_core::idempotency::{
-    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
-};
+use lock_core::branches::BranchesOutcome;
+use lock_core::{AcquireFailure, LockError};
+use lock_core::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
@@ -69,10 +69,8 @@ async fn ended_within<T>(task: JoinHandle<T>, killed: Instant) -> T {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_waiter_fails_within_a_command_timeout() {
-    let mut redis = server().await;
-    let holder = client(&redis).await;
-    let _held = holder.acquire("wait", Lease::Fixed(LONG)).await.unwrap();
-    let waiter = client(&redis).await;
+    let (mut redis, [holder, waiter]) = common::server_with().await;
+    let _held = common::hold(&holder, "wait", LONG).await;
     let channel = waiter.release_channel("wait");
     let task = tokio::spawn(async move {
         waiter
@@ -91,10 +89,8 @@ async fn a_lock_waiter_fails_within_a_command_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_fails_within_a_command_timeout() {
-    let mut redis = server().await;
-    let holder = client(&redis).await;
-    let _held = holder.acquire("fair", Lease::Fixed(LONG)).await.unwrap();
-    let waiter = client(&redis).await;
+    let (mut redis, [holder, waiter]) = common::server_with().await;
+    let _held = common::hold(&holder, "fair", LONG).await;
     let channel = waiter.release_channel("fair");
     let task = tokio::spawn(async move {
         waiter
@@ -118,9 +114,8 @@ async fn idempotency(lock: &RedisLock) -> Idempotency {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
-    let mut redis = server().await;
-    let owner_lock = client(&redis).await;
-    let owner = idempotency(&owner_lock).await;
+    let (mut redis, [owner_lock]) = common::server_with().await;
+    let owner = idempotency(&owner_lock);
     let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
     let first = tokio::spawn(async move {
         owner
@@ -161,24 +156,8 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
     // rather than by the lease lapsing unconfirmed (which would end it as `LeaseLost`).
     let config = common::config(&redis).watchdog_timeout(Duration::from_secs(30));
     let lock = common::connect(config).await;
-    let (masters, branches) = common::master_locks(lock).await;
-    let (tokens, mut received) = tokio::sync::mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        masters
-            .with_master_lock(
-                "ticket",
-                MasterOptions::new(Lease::Watchdog)
-                    .branch_wait(LONG)
-                    .unwrap(),
-                |master| async move {
-                    tokens
-                        .send(master.register_branch("search").await.unwrap())
-                        .unwrap();
-                },
-            )
-            .await
-    });
-    let token = received.recv().await.unwrap();
+    let (masters, branches) = common::master_locks(lock);
+    let (task, token) = common::master_with_branch(masters, "ticket", "search", LONG).await;
     let channel = branches.release_channel(token.sub_key());
     let killed = kill_when_waiting(&mut redis, &channel).await;
     let outcome = ended_within(task, killed).await.unwrap();
@@ -194,8 +173,7 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
 /// granted the lock once Redis, back empty, has it free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
-    let mut redis = server().await;
-    let holder = client(&redis).await;
+    let (mut redis, [holder]) = common::server_with().await;
     let _held = holder.acquire("blip", Lease::Fixed(LONG)).await.unwrap();
     // A command timeout long enough for a restart and a reconnect on a loaded machine.
     let waiter = common::connect(
@@ -265,9 +243,8 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
 /// Three rounds, since the drop may land anywhere in the duplicate's wake-up and re-read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_ends_no_duplicate_wait() {
-    let redis = server().await;
-    let owner_lock = client(&redis).await;
-    let owner = idempotency(&owner_lock).await;
+    let (redis, [owner_lock]) = common::server_with().await;
+    let owner = idempotency(&owner_lock);
     let duplicate_lock = client(&redis).await;
     let duplicate = idempotency(&duplicate_lock).await;
     let store = common::idempotency_store(&duplicate_lock).await;
@@ -321,9 +298,8 @@ async fn a_dropped_connection_ends_no_duplicate_wait() {
 /// reason says so, not that the call did not run (it did).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
-    let idempotency = idempotency(&lock).await;
+    let (mut redis, [lock]) = common::server_with().await;
+    let idempotency = idempotency(&lock);
     let begun = idempotency
         .begin::<u32>("order-3", &IdempotencyOptions::new())
         .await

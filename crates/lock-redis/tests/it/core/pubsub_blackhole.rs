@@ -22,9 +22,7 @@ use tokio::time::Instant;
 /// reaches Redis, then nothing more is forwarded on that connection, either way, and nothing is
 /// closed.
 async fn blackhole_proxy(redis: &RedisServer) -> FaultProxy {
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
+    let proxy = common::proxy(redis).await;
     proxy.arm_trap_repeating(b"SSUBSCRIBE", TrapAction::Blackhole);
     proxy
 }
@@ -55,12 +53,7 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
     let keys: Vec<String> = (0..6).map(|i| format!("blackhole:{i}")).collect();
     let mut held = Vec::new();
     for key in &keys {
-        held.push(
-            holder
-                .acquire(key, Lease::Fixed(Duration::from_millis(300)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, key, Duration::from_millis(300)).await);
     }
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -113,10 +106,7 @@ async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
     )
     .await;
     waiter.client().ping().await.unwrap();
-    let _held = holder
-        .acquire("blackhole:short", Lease::Fixed(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let _held = common::hold(&holder, "blackhole:short", Duration::from_millis(300)).await;
     let wait = Duration::from_millis(500);
     let started = Instant::now();
     let result = waiter
@@ -157,12 +147,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     let mut held = Vec::new();
     for i in 0..10 {
         let key = format!("cancelled:{i}");
-        held.push(
-            holder
-                .acquire(&key, Lease::Fixed(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, &key, Duration::from_secs(60)).await);
         let options = AcquireOptions::new(Lease::Watchdog)
             .wait_time(Duration::from_secs(30))
             .unwrap();
@@ -172,10 +157,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
         )
         .await;
     }
-    let _short = holder
-        .acquire("cancelled:last", Lease::Fixed(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let _short = common::hold(&holder, "cancelled:last", Duration::from_millis(300)).await;
     let started = Instant::now();
     let result = waiter
         .acquire_with(

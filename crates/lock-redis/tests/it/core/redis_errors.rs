@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::common::Setup;
-use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use common::{SLACK, WATCHDOG, command_calls, delta, eventually, server};
 use lock_core::{AcquireFailure, LockError};
+use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, TestkitError};
+use crate::common::Setup;
 use tokio::time::Instant;
 
 /// Deadline for server state changes that involve a second process or a reload (replication
@@ -194,10 +194,7 @@ async fn a_release_redis_refuses_is_release_failed_with_the_refusal() {
     let frozen = server().await;
     frozen.pause().unwrap();
     let lock = patient(&redis).await;
-    let handle = lock
-        .acquire("demoted", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "demoted", Duration::from_secs(60)).await;
     let key = lock.redis_key("demoted");
     let value = redis.cmd(&["GET", &key]).await.unwrap();
     assert!(value.starts_with("H|"), "{value}");
@@ -233,10 +230,7 @@ async fn at_maxmemory_grants_are_refused_as_out_of_memory_and_releases_still_wor
         .await
         .unwrap();
     let lock = patient(&redis).await;
-    let held = lock
-        .acquire("taken-before", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&lock, "taken-before", Duration::from_secs(60)).await;
 
     // Limit memory to 3 MB above what is used now and fill it with ~2 MB values until Redis
     // refuses: the last accepted value overshoots the limit by about 1 MB, so no small free
@@ -344,8 +338,7 @@ async fn a_busy_redis_refuses_as_busy_and_grants_again_after_script_kill() {
 /// timeouts, far past its 1 s TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_renewals_reload_their_script_after_script_flush() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock
         .acquire("flushed-renewal", Lease::Watchdog)
         .await
@@ -407,13 +400,7 @@ async fn a_client_without_the_password_fails_connect_naming_noauth() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_acl_access_to_the_lock_keys_is_refused_as_no_permission() {
     let redis = server().await;
-    redis
-        .cmd(&[
-            "ACL", "SETUSER", "locker", "on", ">pw", "~other:*", "&*", "+@all",
-        ])
-        .await
-        .unwrap();
-    let address = redis.url().replace("redis://", "redis://locker:pw@");
+    let address = common::user_without_lock_keys(&redis).await;
     let lock = common::connect(patient_config(&redis).address(&address)).await;
     let err = refused_acquire(&lock, "no-permission").await;
     let message = assert_refused(&err, "no_permission");

@@ -8,25 +8,27 @@ use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually};
 use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
+use lock_redis::lock::RedisLock;
+use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
+
+/// A client of `primary` whose grants wait up to `sync` for `replicas` replicas.
+async fn replicated_client(primary: &RedisServer, replicas: u32, sync: Duration) -> RedisLock {
+    let config = common::config(primary).min_replicas(replicas);
+    common::connect(config.replica_sync_timeout(sync)).await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
     let (primary, replica) = common::primary_with_replica().await;
     let lock = common::connect(common::config(&primary).min_replicas(1)).await;
     let before = command_calls(&primary).await;
-    let handle = lock
-        .acquire("replicated", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "replicated", Duration::from_secs(30)).await;
     let after = command_calls(&primary).await;
     assert_eq!(delta(&before, &after, "evalsha"), 1);
     assert_eq!(delta(&before, &after, "wait"), 1);
     // The replica has the grant at the moment it is reported.
-    let on_replica = replica
-        .cmd(&["GET", &lock.redis_key("replicated")])
-        .await
-        .unwrap();
+    let on_replica = common::value(&replica, &lock.redis_key("replicated")).await;
     assert!(on_replica.contains(handle.owner()), "{on_replica}");
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
@@ -34,12 +36,7 @@ async fn a_grant_waits_for_its_replica_and_costs_one_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
     let (primary, _replica) = common::primary_with_replica().await;
-    let lock = common::connect(
-        common::config(&primary)
-            .min_replicas(2)
-            .replica_sync_timeout(Duration::from_millis(200)),
-    )
-    .await;
+    let lock = replicated_client(&primary, 2, Duration::from_millis(200)).await;
     let err = lock
         .acquire("unreplicated", Lease::Fixed(Duration::from_secs(60)))
         .await
@@ -64,12 +61,7 @@ async fn too_few_acknowledgements_hand_the_grant_back_and_fail_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_makes_grants_fail_closed_within_the_sync_timeout() {
     let (primary, replica) = common::primary_with_replica().await;
-    let lock = common::connect(
-        common::config(&primary)
-            .min_replicas(1)
-            .replica_sync_timeout(Duration::from_millis(300)),
-    )
-    .await;
+    let lock = replicated_client(&primary, 1, Duration::from_millis(300)).await;
     replica.pause().unwrap();
     let started = tokio::time::Instant::now();
     let err = lock.acquire("cut-off", Lease::Watchdog).await.unwrap_err();

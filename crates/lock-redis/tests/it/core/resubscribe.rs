@@ -18,7 +18,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, client, eventually, server};
+use common::{SLACK, client, eventually};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -41,18 +41,6 @@ async fn shard_subscribers(redis: &RedisServer, channel: &str) -> String {
         .unwrap()
 }
 
-async fn shard_channels(redis: &RedisServer) -> Vec<String> {
-    let mut channels: Vec<String> = redis
-        .cmd(&["PUBSUB", "SHARDCHANNELS"])
-        .await
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    channels.sort();
-    channels
-}
-
 type Waiting = JoinHandle<(Result<LockHandle, lock_core::LockError>, Instant)>;
 
 /// `holder` takes `names` (60 s fixed leases); `waiter` waits for each (25 s). Returns once the
@@ -66,12 +54,7 @@ async fn wait_on(
     let mut held = Vec::new();
     let mut waiting = Vec::new();
     for name in names {
-        held.push(
-            holder
-                .acquire(name, Lease::Fixed(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(holder, name, Duration::from_secs(60)).await);
         let waiter = waiter.clone();
         let name = name.clone();
         waiting.push(tokio::spawn(async move {
@@ -85,9 +68,12 @@ async fn wait_on(
     let mut expected: Vec<String> = names.iter().map(|n| holder.release_channel(n)).collect();
     expected.sort();
     assert!(
-        eventually(SLACK, || async { shard_channels(redis).await == expected }).await,
+        eventually(SLACK, || async {
+            common::shard_channels(redis).await == expected
+        })
+        .await,
         "the waiters never all subscribed: {:?}",
-        shard_channels(redis).await
+        common::shard_channels(redis).await
     );
     (held, waiting)
 }
@@ -116,8 +102,7 @@ async fn kill_pubsub(redis: &RedisServer) {
 /// the server again while the client still counts a waiter on each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     waiter.client().ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await; // let its pub/sub connection settle
     let names: Vec<String> = (0..5).map(|i| format!("resub:{i}")).collect();
@@ -127,7 +112,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
     let mut expected: Vec<String> = names.iter().map(|n| holder.release_channel(n)).collect();
     expected.sort();
     let resubscribed = eventually(Duration::from_secs(10), || async {
-        shard_channels(&redis).await == expected
+        common::shard_channels(&redis).await == expected
     })
     .await;
     let mut listed = waiter.client().subscribed_channels();
@@ -141,7 +126,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
         "after the reconnect the client still counts waiters on {} channels, but the server \
          has subscribers on only {:?}",
         expected.len(),
-        shard_channels(&redis).await
+        common::shard_channels(&redis).await
     );
     for task in waiting {
         task.abort();
@@ -153,8 +138,7 @@ async fn every_release_channel_is_resubscribed_after_a_pubsub_reconnect() {
 /// waiters; each sits out its whole 25 s wait (the holders' leases are 60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     waiter.client().ping().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let names: Vec<String> = (0..5).map(|i| format!("resub-wake:{i}")).collect();
@@ -163,10 +147,10 @@ async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect(
     kill_pubsub(&redis).await;
     // Give the re-subscription every chance.
     let _ = eventually(Duration::from_secs(3), || async {
-        shard_channels(&redis).await.len() == names.len()
+        common::shard_channels(&redis).await.len() == names.len()
     })
     .await;
-    let on_server = shard_channels(&redis).await;
+    let on_server = common::shard_channels(&redis).await;
 
     let released_at = Instant::now();
     for handle in held {
@@ -207,18 +191,12 @@ async fn waiters_on_several_keys_are_woken_by_releases_after_a_pubsub_reconnect(
 /// the waiter really misses its release. If no round hits the window the test passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_started_right_after_connect_are_woken_by_releases() {
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (redis, [holder]) = common::server_with().await;
     for round in 0..12u64 {
         let names: Vec<String> = (0..5).map(|i| format!("fresh:{round}:{i}")).collect();
         let mut held = Vec::new();
         for name in &names {
-            held.push(
-                holder
-                    .acquire(name, Lease::Fixed(Duration::from_secs(60)))
-                    .await
-                    .unwrap(),
-            );
+            held.push(common::hold(&holder, name, Duration::from_secs(60)).await);
         }
         let waiter = client(&redis).await;
         tokio::time::sleep(Duration::from_millis(round % 3)).await;
@@ -235,8 +213,10 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         }
         let mut expected: Vec<String> = names.iter().map(|n| holder.release_channel(n)).collect();
         expected.sort();
-        let on_server =
-            eventually(SLACK, || async { shard_channels(&redis).await == expected }).await;
+        let on_server = eventually(SLACK, || async {
+            common::shard_channels(&redis).await == expected
+        })
+        .await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut listed = waiter.client().subscribed_channels();
         listed.sort();
@@ -247,10 +227,13 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
             drop(held);
             drop(waiter);
             // Let the aborted waiters' subscriptions go before the next round.
-            let _ = eventually(SLACK, || async { shard_channels(&redis).await.is_empty() }).await;
+            let _ = eventually(SLACK, || async {
+                common::shard_channels(&redis).await.is_empty()
+            })
+            .await;
             continue;
         }
-        let server_before = shard_channels(&redis).await.len();
+        let server_before = common::shard_channels(&redis).await.len();
         let released_at = Instant::now();
         for handle in held {
             assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
@@ -266,7 +249,7 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         }
         // Every waiter is done; whatever the server still lists has no local waiter.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let leaked = shard_channels(&redis).await;
+        let leaked = common::shard_channels(&redis).await;
         panic!(
             "round {round}: a freshly connected client lost track of a subscription: the server \
              listed {server_before} channels, the client tracks {} ({listed:?}); the untracked \
@@ -284,12 +267,8 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
 /// join the dead subscription and are never woken by a release either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_resubscription_is_retried_and_later_releases_still_wake_waiters() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
-    let held = holder
-        .acquire("resub-3", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let (redis, [holder, waiter]) = common::server_with().await;
+    let held = common::hold(&holder, "resub-3", Duration::from_secs(60)).await;
     let channel = holder.release_channel("resub-3");
     let waiting = tokio::spawn({
         let waiter = waiter.clone();

@@ -232,10 +232,7 @@ async fn locks_survive(kind: Failover) {
 
     // A watchdog lock and a 60 s fixed lock, both on the replica before the failover starts.
     let watched = holder.acquire(WATCHED, Lease::Watchdog).await.unwrap();
-    let fixed = holder
-        .acquire(FIXED, Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let fixed = common::hold(&holder, FIXED, Duration::from_secs(60)).await;
     ledger.record(&watched);
     ledger.record(&fixed);
     let (watched_token, fixed_token) = (watched.fencing_token(), fixed.fencing_token());

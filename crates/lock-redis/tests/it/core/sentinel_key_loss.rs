@@ -20,6 +20,7 @@ use lock_core::LockError;
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisSentinel, RedisServer};
+use crate::common::Setup;
 use sentinel_common::{
     FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, acquire_until_granted, config, connect,
     describe, eventually, owner_of, token_of, value, wait_for_synced_replica,
@@ -29,6 +30,22 @@ use tokio::time::Instant;
 /// The reason of a failed acquisition.
 fn reason(error: &LockError) -> String {
     error.details()["reason"].clone()
+}
+
+/// Client settings for `sentinel` that wait for one replica to confirm each grant.
+fn strict(sentinel: &RedisSentinel) -> Setup {
+    let config = config(sentinel).min_replicas(1);
+    config.replica_sync_timeout(Duration::from_millis(500))
+}
+
+/// A new replica of `sentinel`'s current master, synced.
+async fn new_replica(sentinel: &RedisSentinel) -> RedisServer {
+    let fresh = RedisServer::start().await.expect("a new replica starts");
+    let port = sentinel.master().port().to_string();
+    fresh.cmd(&["REPLICAOF", "127.0.0.1", &port]).await.unwrap();
+    let synced = wait_for_synced_replica(sentinel.master()).await;
+    assert!(synced, "the new replica never synced");
+    fresh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,11 +148,6 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
     const KEPT: &str = "sentinel:replicated";
     const CUT: [&str; 2] = ["sentinel:unconfirmed-1", "sentinel:unconfirmed-2"];
     let mut sentinel = RedisSentinel::start().await.expect("the deployment starts");
-    let strict = |sentinel: &RedisSentinel| {
-        config(sentinel)
-            .min_replicas(1)
-            .replica_sync_timeout(Duration::from_millis(500))
-    };
     let a = connect(strict(&sentinel)).await;
     let b = connect(strict(&sentinel)).await;
     let ledger = Ledger::default();
@@ -217,19 +229,7 @@ async fn with_min_replicas_a_cut_off_replica_makes_grants_fail_closed_and_tokens
     }
 
     // A new replica joins the promoted master: grants resume.
-    let fresh = RedisServer::start().await.expect("a new replica starts");
-    fresh
-        .cmd(&[
-            "REPLICAOF",
-            "127.0.0.1",
-            &sentinel.master().port().to_string(),
-        ])
-        .await
-        .unwrap();
-    assert!(
-        wait_for_synced_replica(sentinel.master()).await,
-        "the new replica never synced"
-    );
+    let fresh = new_replica(&sentinel).await;
     let replicated_at = Instant::now();
     let mut granted = Vec::new();
     for name in CUT {
@@ -304,11 +304,6 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
  {
     const NAME: &str = "sentinel:renewed-on-the-master-only";
     let mut sentinel = RedisSentinel::start().await.expect("the deployment starts");
-    let strict = |sentinel: &RedisSentinel| {
-        config(sentinel)
-            .min_replicas(1)
-            .replica_sync_timeout(Duration::from_millis(500))
-    };
     let a = connect(strict(&sentinel)).await;
     let b = connect(strict(&sentinel)).await;
     let ledger = Ledger::default();
@@ -352,19 +347,7 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
     sentinel.kill_master().await.expect("kill_master");
     let failover_took = killed.elapsed();
     assert_eq!(value(sentinel.master(), &redis_key).await, "");
-    let fresh = RedisServer::start().await.expect("a new replica starts");
-    fresh
-        .cmd(&[
-            "REPLICAOF",
-            "127.0.0.1",
-            &sentinel.master().port().to_string(),
-        ])
-        .await
-        .unwrap();
-    assert!(
-        wait_for_synced_replica(sentinel.master()).await,
-        "the new replica never synced"
-    );
+    let _fresh = new_replica(&sentinel).await;
     let (next, _, failures) = acquire_until_granted(&b, NAME, Lease::Watchdog, FAILOVER).await;
     assert!(!held.is_held(), "two holders at once");
     ledger.record(&next);

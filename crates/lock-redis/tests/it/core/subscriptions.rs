@@ -10,26 +10,12 @@ use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
-async fn shard_channels(redis: &RedisServer) -> Vec<String> {
-    let mut channels: Vec<String> = redis
-        .cmd(&["PUBSUB", "SHARDCHANNELS"])
-        .await
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    channels.sort();
-    channels
-}
-
 /// A proxy to `redis` that silently black-holes the *first* connection that sends `SSUBSCRIBE`
 /// (the command reaches Redis, then nothing more is forwarded either way and nothing is closed:
 /// a NAT or load balancer that forgot an idle connection and drops its packets) and forwards
 /// every other connection. Its `connections_accepted()` counts the connections made through it.
 async fn forget_first_pubsub_connection_proxy(redis: &RedisServer) -> FaultProxy {
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
+    let proxy = common::proxy(redis).await;
     proxy.arm_trap(b"SSUBSCRIBE", TrapAction::Blackhole);
     proxy
 }
@@ -63,10 +49,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
     assert!(eventually(SLACK, || async { proxy.connections_accepted() >= 2 }).await);
     let connections_before = proxy.connections_accepted();
 
-    let held = holder
-        .acquire("dead-pubsub", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let held = common::hold(&holder, "dead-pubsub", Duration::from_secs(60)).await;
     let wait = Duration::from_secs(20);
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -103,8 +86,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
 /// closed, naming this very section's owner token as the holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
-    let redis = server().await;
-    let a = client(&redis).await;
+    let (redis, [a]) = common::server_with().await;
     let b = common::connect(
         common::default_config(format!("{}/0", redis.url()))
             .watchdog_timeout(common::WATCHDOG)
@@ -145,25 +127,21 @@ async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
 /// its 30 s wait (the holder's lease is 60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
-    let redis = server().await;
-    let (holder, waiter) = (client(&redis).await, client(&redis).await);
+    let (redis, [holder, waiter]) = common::server_with().await;
     waiter.client().ping().await.unwrap();
     let channel = holder.release_channel("churn");
     let wait = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
         .wait_time(Duration::from_secs(30))
         .unwrap();
     for round in 0..40u64 {
-        let held = holder
-            .acquire("churn", Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let held = common::hold(&holder, "churn", Duration::from_secs(60)).await;
         let first = tokio::spawn({
             let waiter = waiter.clone();
             async move { waiter.acquire_with("churn", wait).await.map(drop) }
         });
         assert!(
             eventually(SLACK, || async {
-                shard_channels(&redis).await == [channel.clone()]
+                common::shard_channels(&redis).await == [channel.clone()]
             })
             .await,
             "round {round}: the first waiter never subscribed"
@@ -201,12 +179,12 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     assert!(
         eventually(SLACK, || async {
             waiter.client().subscribed_channels().is_empty()
-                && shard_channels(&redis).await.is_empty()
+                && common::shard_channels(&redis).await.is_empty()
         })
         .await,
         "subscriptions left behind: client {:?}, server {:?}",
         waiter.client().subscribed_channels(),
-        shard_channels(&redis).await
+        common::shard_channels(&redis).await
     );
 }
 
@@ -216,8 +194,7 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     const KEYS: usize = 300;
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (redis, [holder]) = common::server_with().await;
     holder.client().ping().await.unwrap();
     let metrics = tokio::runtime::Handle::current().metrics();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -227,12 +204,7 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     let names: Vec<String> = (0..KEYS).map(|i| format!("many:{i}")).collect();
     let mut held = Vec::new();
     for name in &names {
-        held.push(
-            holder
-                .acquire(name, Lease::Fixed(Duration::from_secs(60)))
-                .await
-                .unwrap(),
-        );
+        held.push(common::hold(&holder, name, Duration::from_secs(60)).await);
     }
     let mut tasks = Vec::new();
     for name in names.clone() {
@@ -246,11 +218,11 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     }
     assert!(
         eventually(2 * SLACK, || async {
-            shard_channels(&redis).await.len() == KEYS
+            common::shard_channels(&redis).await.len() == KEYS
         })
         .await,
         "not every waiter subscribed: {} of {KEYS}",
-        shard_channels(&redis).await.len()
+        common::shard_channels(&redis).await.len()
     );
     // The metric sees them: a waiter task and a channel driver per key.
     assert!(metrics.num_alive_tasks() >= baseline + 2 * KEYS);
@@ -286,12 +258,12 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     assert!(
         eventually(2 * SLACK, || async {
             waiter.client().subscribed_channels().is_empty()
-                && shard_channels(&redis).await.is_empty()
+                && common::shard_channels(&redis).await.is_empty()
         })
         .await,
         "left behind: {} channel entries in the client, {} subscriptions on the server",
         waiter.client().subscribed_channels().len(),
-        shard_channels(&redis).await.len()
+        common::shard_channels(&redis).await.len()
     );
     drop(waiter);
     assert!(

@@ -106,10 +106,7 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
 
     let before = common::command_calls(&server).await;
     let held = holder.acquire("tls", Lease::Watchdog).await.unwrap();
-    let value = server
-        .cmd(&["GET", &holder.redis_key("tls")])
-        .await
-        .unwrap();
+    let value = common::value(&server, &holder.redis_key("tls")).await;
     assert!(
         value.starts_with("H|") && value.contains(held.owner()),
         "{value}"
@@ -135,10 +132,7 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
         common::delta(&before, &after, "pexpire") >= 3,
         "fewer than three renewals in three periods: {after:?}"
     );
-    let value_now = server
-        .cmd(&["GET", &holder.redis_key("tls")])
-        .await
-        .unwrap();
+    let value_now = common::value(&server, &holder.redis_key("tls")).await;
     assert_eq!(value_now, value, "the key changed hands while held");
     assert!(
         !waiting.is_finished(),

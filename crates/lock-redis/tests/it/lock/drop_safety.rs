@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually, server};
+use common::{SLACK, WATCHDOG, client, command_calls, delta, eventually};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, Rng};
@@ -136,8 +136,7 @@ async fn canceller(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
     let seed = lock_testkit::seed("DROP_SAFETY_SEED");
-    let redis = server().await;
-    let holder_lock = client(&redis).await;
+    let (redis, [holder_lock]) = common::server_with().await;
     let mut locks = Vec::new();
     for _ in 0..CLIENTS {
         locks.push(client(&redis).await);
@@ -197,11 +196,7 @@ async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
     let all = || locks.iter().chain([&holder_lock]);
     let clean = eventually(SLACK * 4, || async {
         all().all(|l| l.client().subscribed_channels().is_empty() && l.watchdog_lease_count() == 0)
-            && redis
-                .cmd(&["PUBSUB", "SHARDCHANNELS"])
-                .await
-                .unwrap()
-                .is_empty()
+            && common::shard_channels(&redis).await.is_empty()
     })
     .await;
     assert!(
@@ -248,8 +243,7 @@ async fn acquisitions_dropped_at_random_points_leave_nothing_behind() {
 /// renewing and the key is gone. A handle kept without release shows the watch can see a firing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_never_fires_after_a_release_or_a_drop() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (_redis, [lock]) = common::server_with().await;
     // Its local deadline passes well inside the watch window below.
     let short = Lease::Fixed(Duration::from_millis(1500));
     let mut watched = Vec::new();

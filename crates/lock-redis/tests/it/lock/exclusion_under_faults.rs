@@ -147,17 +147,13 @@ async fn check_nothing_left(redis: &RedisServer, locks: &[RedisLock]) {
             .collect::<Vec<_>>()
     );
     let unsubscribed = eventually(Duration::from_secs(15), || async {
-        redis
-            .cmd(&["PUBSUB", "SHARDCHANNELS"])
-            .await
-            .unwrap()
-            .is_empty()
+        common::shard_channels(redis).await.is_empty()
     })
     .await;
     assert!(
         unsubscribed,
         "server-side subscriptions left: {:?}",
-        redis.cmd(&["PUBSUB", "SHARDCHANNELS"]).await.unwrap()
+        common::shard_channels(redis).await
     );
     // No key without a TTL, and no key held (H|) by nobody beyond one lease (max 1 s here).
     for key in KEYS {

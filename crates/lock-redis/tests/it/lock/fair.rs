@@ -36,32 +36,18 @@ async fn fair_client(redis: &RedisServer) -> RedisLock {
     common::connect(config(redis).fair_waiter_timeout(PLACE)).await
 }
 
-async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {
-    let reply = redis.cmd(args).await.unwrap();
-    reply
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{args:?}: {reply}"))
-}
-
-/// How many fair waiters are queued for `KEY`.
-async fn queued(redis: &RedisServer, lock: &RedisLock) -> i64 {
-    integer(redis, &["ZCARD", &lock.queue_key(KEY)]).await
-}
-
 /// Waits until `n` fair waiters are queued for `KEY`.
-async fn until_queued(redis: &RedisServer, lock: &RedisLock, n: i64) {
-    let reached = eventually(SLACK, || async { queued(redis, lock).await == n }).await;
+async fn until_queued(redis: &RedisServer, lock: &RedisLock, n: usize) {
     assert!(
-        reached,
+        common::queue_reaches(redis, lock, KEY, n).await,
         "expected {n} queued waiters, found {}",
-        queued(redis, lock).await
+        common::queued(redis, lock, KEY).await
     );
 }
 
 /// Whether `KEY`'s queue and timeout keys are both gone.
 async fn no_queue_state(redis: &RedisServer, lock: &RedisLock) -> bool {
-    integer(
+    common::integer(
         redis,
         &["EXISTS", &lock.queue_key(KEY), &lock.timeout_key(KEY)],
     )
@@ -111,7 +97,7 @@ async fn fifty_waiters_on_five_clients_are_granted_in_the_order_they_queued() {
     for i in 0..50 {
         // Clients take turns, so consecutive waiters are never on the same client.
         tasks.push(waiter(&clients[i % 5], i, &order));
-        until_queued(&redis, &holder, i as i64 + 1).await;
+        until_queued(&redis, &holder, i + 1).await;
     }
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     for task in tasks {
@@ -137,14 +123,14 @@ async fn killed_waiters_are_evicted_and_the_others_still_finish_in_order() {
         } else {
             tasks.push(waiter(&clients[i % 3], i, &order));
         }
-        until_queued(&redis, &holder, i as i64 + 1).await;
+        until_queued(&redis, &holder, i + 1).await;
     }
     // SIGKILL: no clean-up runs, the places stay until they time out.
     for child in &mut children {
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    assert_eq!(queued(&redis, &holder).await, 15);
+    assert_eq!(common::queued(&redis, &holder, KEY).await, 15);
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     for task in tasks {
         task.await.unwrap();
@@ -164,7 +150,7 @@ async fn a_dead_waiters_place_expires_on_its_own() {
     child.kill().unwrap();
     child.wait().unwrap();
     // Nobody calls the fair scripts any more: the keys expire with the dead waiter's place.
-    let pttl = integer(&redis, &["PTTL", &holder.queue_key(KEY)]).await;
+    let pttl = common::integer(&redis, &["PTTL", &holder.queue_key(KEY)]).await;
     // A place lasts the fair waiter timeout plus one command timeout.
     assert!(
         pttl > 0 && pttl <= (PLACE + COMMAND_TIMEOUT).as_millis() as i64,
@@ -193,7 +179,10 @@ async fn a_dropped_waiter_leaves_the_queue_at_once_and_hands_its_turn_on() {
     until_queued(&redis, &holder, 2).await;
     dropped.abort();
     // Well before the place would time out: the dropped waiter took it out itself.
-    let left = eventually(PLACE / 2, || async { queued(&redis, &holder).await == 1 }).await;
+    let left = eventually(PLACE / 2, || async {
+        common::queued(&redis, &holder, KEY).await == 1
+    })
+    .await;
     assert!(left, "the dropped waiter's place is still queued");
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     next.await.unwrap();
@@ -206,7 +195,7 @@ async fn waiters_that_outwait_their_wait_time_leave_no_queue_state_behind() {
     let redis = server().await;
     let holder = fair_client(&redis).await;
     let waiters = fair_client(&redis).await;
-    let baseline = integer(&redis, &["DBSIZE"]).await;
+    let baseline = common::integer(&redis, &["DBSIZE"]).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
 
     let tasks: Vec<_> = (0..10u64)
@@ -235,7 +224,7 @@ async fn waiters_that_outwait_their_wait_time_leave_no_queue_state_behind() {
         );
     }
     assert!(no_queue_state(&redis, &holder).await);
-    assert_eq!(integer(&redis, &["DBSIZE"]).await, baseline + 1);
+    assert_eq!(common::integer(&redis, &["DBSIZE"]).await, baseline + 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,7 +232,7 @@ async fn a_thousand_fair_waiters_on_a_thousand_keys_leave_dbsize_at_its_baseline
     let redis = server().await;
     let holder = fair_client(&redis).await;
     let clients = futures::future::join_all((0..4).map(|_| fair_client(&redis))).await;
-    let baseline = integer(&redis, &["DBSIZE"]).await;
+    let baseline = common::integer(&redis, &["DBSIZE"]).await;
     let keys: Vec<String> = (0..1000).map(|i| format!("cdc:entity-{i}")).collect();
 
     let held = futures::future::try_join_all(
@@ -314,13 +303,13 @@ async fn a_thousand_fair_waiters_on_a_thousand_keys_leave_dbsize_at_its_baseline
     assert_eq!((queues.trim(), timeouts.trim()), ("0", "0"));
     // What is left are the releases' tombstones, which expire on their own.
     let back = eventually(TOMBSTONE_TTL + SLACK * 2, || async {
-        integer(&redis, &["DBSIZE"]).await == baseline
+        common::integer(&redis, &["DBSIZE"]).await == baseline
     })
     .await;
     assert!(
         back,
         "DBSIZE {} ≠ baseline {baseline}",
-        integer(&redis, &["DBSIZE"]).await
+        common::integer(&redis, &["DBSIZE"]).await
     );
 }
 
@@ -372,24 +361,13 @@ async fn fair_grants_carry_increasing_fencing_tokens_and_the_lease_asked_for() {
     let redis = server().await;
     let lock = fair_client(&redis).await;
     let first = lock.acquire_with(KEY, fair(Duration::ZERO)).await.unwrap();
-    let pttl = integer(&redis, &["PTTL", &lock.redis_key(KEY)]).await;
+    let pttl = common::integer(&redis, &["PTTL", &lock.redis_key(KEY)]).await;
     assert!(pttl > 0 && pttl <= LONG.as_millis() as i64, "PTTL {pttl}");
     let token = first.fencing_token();
-    let next = tokio::spawn({
-        let lock = lock.clone();
-        async move {
-            let handle = lock
-                .acquire_with(KEY, fair(Duration::from_secs(30)))
-                .await
-                .unwrap();
-            let token = handle.fencing_token();
-            assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
-            token
-        }
-    });
+    let next = common::spawn_grant(&lock, KEY, fair(Duration::from_secs(30)));
     until_queued(&redis, &lock, 1).await;
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
-    assert!(next.await.unwrap() > token);
+    assert!(next.await.unwrap().0 > token);
 }
 
 #[tokio::test]

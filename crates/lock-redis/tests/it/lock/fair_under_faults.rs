@@ -1,8 +1,8 @@
 //! Fair (FIFO) locks under faults: a slow Redis, a slow
 //! link, a short outage, a stalled Redis, dead and dropped waiters, hundreds of waiters, and a
 //! randomized stress test (many fair waiters, random cancellation, random wait times, killed
-//! connections) that checks exclusion, order, wait bounds and clean-up. Each targeted test
-//! pins down one behaviour or one documented limit.
+//! connections) that checks exclusion, order, wait bounds and clean-up. Each targeted test pins
+//! down a rule of the fair queue or a documented limit.
 
 use crate::common;
 
@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
+use lock_core::LockError;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::lock::RedisLock;
 use lock_redis::scripts::FAIR_LEAVE_SCRIPT;
-use lock_testkit::{FaultProxy, RedisServer, Rng, test_child};
+use lock_testkit::{RedisServer, Rng, test_child};
 use tokio::time::Instant;
 
 const KEY: &str = "cdc:review";
@@ -26,14 +27,6 @@ fn fair(wait: Duration) -> AcquireOptions {
         .wait_time(wait)
         .unwrap()
         .fair()
-}
-
-async fn integer(redis: &RedisServer, args: &[&str]) -> i64 {
-    let reply = redis.cmd(args).await.unwrap();
-    reply
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{args:?}: {reply}"))
 }
 
 async fn server_ms(redis: &RedisServer) -> i64 {
@@ -47,15 +40,13 @@ async fn server_ms(redis: &RedisServer) -> i64 {
 // ------------------------------------------------------------------------------------------
 // 1. A fair waiter whose call comes back after its deadline makes no further round trip: with a
 //    slow (but answering) Redis, contention is reported as contention within the budget, not
-//    as `backend_unavailable`.
+//    as `backend_unavailable`, and no 'last' call outruns the budget.
 // ------------------------------------------------------------------------------------------
 
-/// Every command answers within 2.6 s, well inside the 3 s command timeout. A fair acquisition
-/// of a held lock must then fail with `held_by_another_owner`, within wait + command timeout.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_budget() {
+/// A wait for a lock another client holds, through a link where every command answers within
+/// 2.6 s, well inside the 3 s command timeout: the error and how long it took.
+async fn contended_wait_on_a_slow_redis(options: AcquireOptions) -> (LockError, Duration) {
     let redis = server().await;
-    let command_timeout = Duration::from_secs(3);
     let holder = common::connect(config(&redis)).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
     // Load the fair script now, so the waiter's calls are one round trip each.
@@ -63,28 +54,29 @@ async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_bud
         .acquire_with("other-key", fair(Duration::ZERO))
         .await
         .unwrap();
-
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
-    let waiter = common::connect(
-        common::default_config(proxy.url())
-            .command_timeout(command_timeout)
-            .instance_id("slow-pod"),
-    )
+    let (proxy, waiter) = common::behind_proxy(&redis, |c| {
+        c.command_timeout(SLOW_COMMAND_TIMEOUT)
+            .instance_id("slow-pod")
+    })
     .await;
     // 1.3 s each way: a round trip of 2.6 s, still inside the 3 s command timeout.
     proxy.set_latency(Duration::from_millis(1300));
-
-    // Calls: 0 → 2.6 s (held), then at once 2.6 → 5.2 s (straddles the 3.9 s deadline), then
-    // the 'last' call 5.2 → 7.8 s, past the 6.9 s budget.
-    let wait = Duration::from_millis(3900);
     let started = Instant::now();
-    let error = waiter.acquire_with(KEY, fair(wait)).await.unwrap_err();
-    let took = started.elapsed();
+    let error = waiter.acquire_with(KEY, options).await.unwrap_err();
+    (error, started.elapsed())
+}
+
+const SLOW_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+/// Calls: 0 → 2.6 s (held), then at once 2.6 → 5.2 s (straddles the 3.9 s deadline), then a
+/// 'last' call would take 5.2 → 7.8 s, past the 6.9 s budget.
+const SLOW_WAIT: Duration = Duration::from_millis(3900);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_budget() {
+    let (error, took) = contended_wait_on_a_slow_redis(fair(SLOW_WAIT)).await;
     eprintln!("fair: after {took:?}: {error}");
     assert!(
-        took <= wait + command_timeout + Duration::from_millis(500),
+        took <= SLOW_WAIT + SLOW_COMMAND_TIMEOUT + Duration::from_millis(500),
         "took {took:?}"
     );
     assert_eq!(
@@ -97,32 +89,8 @@ async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_bud
 /// The same set-up without `.fair()`: reported as contention, as it should be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
-    let redis = server().await;
-    let command_timeout = Duration::from_secs(3);
-    let holder = common::connect(config(&redis)).await;
-    let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
-    let waiter = common::connect(
-        common::default_config(proxy.url())
-            .command_timeout(command_timeout)
-            .instance_id("slow-pod"),
-    )
-    .await;
-    proxy.set_latency(Duration::from_millis(1300));
-    let wait = Duration::from_millis(3900);
-    let started = Instant::now();
-    let error = waiter
-        .acquire_with(
-            KEY,
-            AcquireOptions::new(Lease::Fixed(LONG))
-                .wait_time(wait)
-                .unwrap(),
-        )
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
+    let options = AcquireOptions::new(Lease::Fixed(LONG)).wait(SLOW_WAIT);
+    let (error, took) = contended_wait_on_a_slow_redis(options).await;
     eprintln!("non-fair: after {took:?}: {error}");
     assert_eq!(
         error.details()["reason"],
@@ -133,7 +101,7 @@ async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
 
 // ------------------------------------------------------------------------------------------
 // 2. fair_leave.lua when every waiter left behind the leaving first one has already timed out
-//    (but was not evicted yet) and the lock is free.
+//    (but was not evicted yet) and the lock is free: the script still answers.
 // ------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -190,7 +158,7 @@ async fn a_leave_succeeds_when_every_other_place_has_timed_out() {
 // ------------------------------------------------------------------------------------------
 // 3. A fair waiter whose round trip is longer than the fair waiter timeout keeps its place: a
 //    place lasts the timeout plus one command timeout, and a call never evicts its own caller
-//    nor sends it to the back of the queue.
+//    (it is never re-queued at the end and overtaken by every later waiter).
 // ------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,15 +172,11 @@ async fn a_waiter_on_a_slow_link_keeps_its_place() {
         .unwrap();
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
 
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
-    let slow = common::connect(
-        common::default_config(proxy.url())
-            .command_timeout(Duration::from_secs(2))
+    let (proxy, slow) = common::behind_proxy(&redis, |c| {
+        c.command_timeout(Duration::from_secs(2))
             .fair_waiter_timeout(place)
-            .instance_id("slow-pod"),
-    )
+            .instance_id("slow-pod")
+    })
     .await;
     // A 400 ms round trip: valid settings (command timeout 2 s), but longer than the place.
     proxy.set_latency(Duration::from_millis(200));
@@ -227,11 +191,7 @@ async fn a_waiter_on_a_slow_link_keeps_its_place() {
             }
         }
     });
-    let queued = eventually(SLACK, || async {
-        integer(&redis, &["ZCARD", &holder.queue_key(KEY)]).await >= 1
-    })
-    .await;
-    assert!(queued);
+    assert!(common::queue_reaches(&redis, &holder, KEY, 1).await);
     // A later waiter on a fast link.
     let fast = common::connect(config(&redis).fair_waiter_timeout(place)).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -599,7 +559,7 @@ async fn randomized_fair_stress() {
         async move {
             let mut args = vec!["EXISTS"];
             args.extend(all_keys);
-            integer(&redis, &args).await == 0
+            common::integer(&redis, &args).await == 0
         }
     })
     .await;
@@ -683,13 +643,7 @@ async fn a_redis_stall_longer_than_the_place_may_reorder_the_queue_but_fails_no_
             order.lock().unwrap().push(i);
             let _ = h.release().await.unwrap();
         }));
-        let n = i as i64 + 1;
-        assert!(
-            eventually(SLACK, || async {
-                integer(&redis, &["ZCARD", &holder.queue_key(KEY)]).await == n
-            })
-            .await
-        );
+        assert!(common::queue_reaches(&redis, &holder, KEY, i + 1).await);
     }
     redis.pause().unwrap();
     tokio::time::sleep(place * 3).await;
@@ -732,45 +686,17 @@ async fn a_killed_first_waiter_holds_up_a_free_lock_for_at_most_the_documented_t
         .env(CHILD_URL, redis.url())
         .spawn()
         .expect("start the child process");
-    let queued = |n: i64| {
-        let (redis, key) = (&redis, holder.queue_key(KEY));
-        async move {
-            eventually(SLACK, || async {
-                integer(redis, &["ZCARD", &key]).await == n
-            })
-            .await
-        }
-    };
+    let queued = |n| common::queue_reaches(&redis, &holder, KEY, n);
     assert!(queued(1).await);
-    let granted = tokio::spawn({
-        let next = next.clone();
-        async move {
-            let h = next
-                .acquire_with(KEY, fair(Duration::from_secs(60)))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            let _ = h.release().await.unwrap();
-            at
-        }
-    });
+    let granted = common::spawn_grant(&next, KEY, fair(Duration::from_secs(60)));
     assert!(queued(2).await);
-    let behind = tokio::spawn({
-        let third = third.clone();
-        async move {
-            let h = third
-                .acquire_with(KEY, fair(Duration::from_secs(60)))
-                .await
-                .unwrap();
-            let _ = h.release().await.unwrap();
-        }
-    });
+    let behind = common::spawn_grant(&third, KEY, fair(Duration::from_secs(60)));
     assert!(queued(3).await);
     child.kill().unwrap();
     let killed = Instant::now();
     child.wait().unwrap();
     let _ = held.release().await.unwrap();
-    let at = granted.await.unwrap();
+    let (_, at) = granted.await.unwrap();
     behind.await.unwrap();
     let took = at - killed;
     eprintln!("granted {took:?} after the first waiter was killed");
@@ -818,9 +744,9 @@ async fn hundreds_of_waiters_on_one_key_are_granted_in_order() {
             order.lock().unwrap().push(i);
             let _ = h.release().await.unwrap();
         }));
-        let want = i as i64 + 1;
+        let want = i + 1;
         let ok = eventually(SLACK, || async {
-            integer(&redis, &["ZCARD", &holder.queue_key(KEY)]).await >= want
+            common::queued(&redis, &holder, KEY).await >= want
         })
         .await;
         assert!(ok, "waiter {i} did not queue");
@@ -850,7 +776,7 @@ async fn hundreds_of_waiters_on_one_key_are_granted_in_order() {
     );
     assert!(
         eventually(SLACK, || async {
-            integer(
+            common::integer(
                 &redis,
                 &["EXISTS", &holder.queue_key(KEY), &holder.timeout_key(KEY)],
             )
@@ -872,15 +798,11 @@ async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
     let redis = server().await;
     let holder = common::connect(config(&redis)).await;
     let _held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
-    let waiter = common::connect(
-        common::default_config(proxy.url())
-            .command_timeout(Duration::from_secs(3))
+    let (proxy, waiter) = common::behind_proxy(&redis, |c| {
+        c.command_timeout(Duration::from_secs(3))
             .fair_waiter_timeout(Duration::from_secs(6))
-            .instance_id("resend-pod"),
-    )
+            .instance_id("resend-pod")
+    })
     .await;
     let task = tokio::spawn({
         let waiter = waiter.clone();
@@ -891,12 +813,7 @@ async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
         }
     });
     let queue = holder.queue_key(KEY);
-    assert!(
-        eventually(SLACK, || async {
-            integer(&redis, &["ZCARD", &queue]).await == 1
-        })
-        .await
-    );
+    assert!(common::queue_reaches(&redis, &holder, KEY, 1).await);
     proxy.arm_trap(
         queue.as_bytes(),
         lock_testkit::TrapAction::SwallowReplyThenClose(Duration::from_millis(800)),
@@ -910,14 +827,14 @@ async fn a_dropped_waiter_whose_refresh_is_resent_leaves_no_ghost_place() {
     let aborted = Instant::now();
     // The leave must take the place out; the place itself would last 6 s.
     let gone = eventually(Duration::from_secs(4), || async {
-        integer(&redis, &["ZCARD", &queue]).await == 0
+        common::queued(&redis, &holder, KEY).await == 0
     })
     .await;
     eprintln!("gone: {gone} after {:?}", aborted.elapsed());
     assert!(gone, "a ghost place stayed queued");
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        integer(&redis, &["ZCARD", &queue]).await,
+        common::queued(&redis, &holder, KEY).await,
         0,
         "a ghost place came back"
     );
@@ -941,16 +858,12 @@ async fn a_short_outage_keeps_the_waiters_place() {
     let redis = server().await;
     let holder = common::connect(config(&redis)).await;
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
     // Fair waiter timeout 5 s (the default); a command timeout past the outage and the
     // reconnect after it, since a wait ends once the connection is lost for that long.
-    let cut_off = common::connect(
-        common::default_config(proxy.url())
-            .instance_id("cut-off")
-            .command_timeout(Duration::from_secs(10)),
-    )
+    let (proxy, cut_off) = common::behind_proxy(&redis, |c| {
+        c.instance_id("cut-off")
+            .command_timeout(Duration::from_secs(10))
+    })
     .await;
     let other = common::connect(common::default_config(redis.url()).instance_id("other")).await;
     let queue = holder.queue_key(KEY);
@@ -966,19 +879,9 @@ async fn a_short_outage_keeps_the_waiters_place() {
         })
     };
     let first = spawn(cut_off.clone(), "cut-off (queued first)");
-    assert!(
-        eventually(SLACK, || async {
-            integer(&redis, &["ZCARD", &queue]).await == 1
-        })
-        .await
-    );
+    assert!(common::queue_reaches(&redis, &holder, KEY, 1).await);
     let second = spawn(other.clone(), "other (queued second)");
-    assert!(
-        eventually(SLACK, || async {
-            integer(&redis, &["ZCARD", &queue]).await == 2
-        })
-        .await
-    );
+    assert!(common::queue_reaches(&redis, &holder, KEY, 2).await);
 
     proxy.refuse_new(true);
     proxy.drop_connections();

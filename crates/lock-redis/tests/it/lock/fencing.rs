@@ -124,26 +124,25 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
     }
 }
 
+/// Writes a tombstone at `redis_key` whose token is five seconds ahead of the Redis clock,
+/// inside the tombstone TTL as the design allows; returns that token.
+async fn tombstone_ahead(redis: &RedisServer, redis_key: &str) -> u64 {
+    let ahead = redis_time_us(redis).await + 5_000_000;
+    let value = format!("R|{ahead}|earlier-pod/0000000000000000/7");
+    let ttl = TOMBSTONE_TTL.as_millis().to_string();
+    let args = ["SET", redis_key, &value, "PX", &ttl];
+    redis.cmd(&args).await.unwrap();
+    ahead
+}
+
 /// The clock stepped back (or a tombstone came from a server whose clock ran ahead): a tombstone
 /// whose token is ahead of the Redis clock must still be counted up from, by exactly one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_count_up_from_a_tombstone_that_is_ahead_of_the_redis_clock() {
     const NAME: &str = "fence:ahead";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let redis_key = lock.redis_key(NAME);
-    // Five seconds ahead of the clock — inside the tombstone TTL, as the design allows.
-    let ahead = redis_time_us(&redis).await + 5_000_000;
-    redis
-        .cmd(&[
-            "SET",
-            &redis_key,
-            &format!("R|{ahead}|earlier-pod/0000000000000000/7"),
-            "PX",
-            &TOMBSTONE_TTL.as_millis().to_string(),
-        ])
-        .await
-        .unwrap();
+    let ahead = tombstone_ahead(&redis, &redis_key).await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let mut expected = ahead;
     for (n, lock) in [&lock, &other, &lock].into_iter().enumerate() {
@@ -166,8 +165,7 @@ async fn tokens_count_up_from_a_tombstone_that_is_ahead_of_the_redis_clock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_after_a_rollback_to_an_older_tombstone_is_above_the_lost_grant() {
     const NAME: &str = "fence:rollback";
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let redis_key = lock.redis_key(NAME);
     let lease = Lease::Fixed(Duration::from_secs(30));
     let first = lock.try_acquire(NAME, lease).await.unwrap();
@@ -337,8 +335,7 @@ async fn acquire_retrying(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
     const KEYS: usize = 40;
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let names: Vec<String> = (0..KEYS).map(|i| format!("restart:{i}")).collect();
     let mut before = Vec::new();
     let mut held = Vec::new();
@@ -406,20 +403,9 @@ async fn after_a_restart_the_first_token_of_every_key_is_the_redis_clock() {
 #[ignore = "known gap: a clock step back inside the tombstone TTL followed by a key loss reorders tokens"]
 async fn a_clock_step_back_followed_by_a_restart_keeps_tokens_increasing() {
     const NAME: &str = "fence:step-back";
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     let redis_key = lock.redis_key(NAME);
-    let ahead = redis_time_us(&redis).await + 5_000_000;
-    redis
-        .cmd(&[
-            "SET",
-            &redis_key,
-            &format!("R|{ahead}|earlier-pod/0000000000000000/7"),
-            "PX",
-            &TOMBSTONE_TTL.as_millis().to_string(),
-        ])
-        .await
-        .unwrap();
+    let ahead = tombstone_ahead(&redis, &redis_key).await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let before = lock.try_acquire(NAME, lease).await.unwrap();
     let before_token = before.fencing_token();

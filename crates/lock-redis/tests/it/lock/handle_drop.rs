@@ -52,10 +52,7 @@ fn dropping_a_handle_and_the_client_after_the_runtime_is_gone_does_not_panic() {
     let redis = rt.block_on(server());
     let (lock, fixed, watchdog) = rt.block_on(async {
         let lock = client(&redis).await;
-        let fixed = lock
-            .acquire("after-rt-fixed", Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
+        let fixed = common::hold(&lock, "after-rt-fixed", Duration::from_secs(60)).await;
         let watchdog = lock.acquire("after-rt-wd", Lease::Watchdog).await.unwrap();
         (lock, fixed, watchdog)
     });
@@ -100,8 +97,7 @@ async fn a_client_dropped_while_redis_is_down_does_not_reconnect_later() {
 /// A client dropped while Redis is up closes both of its connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_client_closes_its_connections() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock.acquire("closes", Lease::Watchdog).await.unwrap();
     assert!(other_clients(&redis).await >= 1);
     drop(handle);

@@ -23,8 +23,7 @@ fn once() -> AcquireOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_spawned_inside_with_lock_is_told_its_own_process_holds_the_key() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     // Another client of the same process is the same process too.
     let other_client = client(&redis).await;
     let (section_owner, errors) = lock
@@ -61,10 +60,7 @@ async fn child_holder() {
         return;
     };
     let lock = common::connect(common::default_config(url).instance_id("child-pod")).await;
-    let _held = lock
-        .acquire(KEY, Lease::Fixed(Duration::from_secs(120)))
-        .await
-        .unwrap();
+    let _held = common::hold(&lock, KEY, Duration::from_secs(120)).await;
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
 

@@ -35,8 +35,7 @@ async fn resend(redis: &RedisServer, script: &str, keys: &[&str], args: &[&str])
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_forced() {
     const NAME: &str = "hold:watchdog";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let key = lock.redis_key(NAME);
     let hold = Duration::from_secs(30);
     let options = AcquireOptions::new(Lease::Watchdog)
@@ -112,8 +111,7 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
     const NAME: &str = "hold:ended";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let key = lock.redis_key(NAME);
     let options = AcquireOptions::new(Lease::Watchdog)
         .hold_at_least(Duration::from_millis(300))
@@ -166,8 +164,7 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
     const NAME: &str = "hold:fair";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let hold = Duration::from_secs(2);
     let granted = Instant::now();
     let held = lock
@@ -242,14 +239,13 @@ async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold
     );
 }
 
-/// A lock-like value without a TTL was not made by this library. Every script takes it for
-/// what it is — not a lock — and leaves it alone: the acquisition is refused as `not_a_lock`,
-/// the owner's release reports `NotHeld` and frees nothing, a forced release finds nothing
-/// held, and status says the key holds no lock.
+/// A lock-like value without a TTL was not made by this library. Every
+/// script takes it for what it is — not a lock — and leaves it alone: the acquisition is
+/// refused as `not_a_lock`, not "held forever by x", the owner's release reports `NotHeld`
+/// and leaves it, a forced release finds nothing held, and status says the key holds no lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
 
     // A value the acquire script took for a holder, one with fields past the grammar, and
     // fencing tokens no grant writes: past 2^53 (Lua's doubles would stop counting up: the
@@ -301,8 +297,7 @@ async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
 /// its lease is lost (it renewed any tail after the grant).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_does_not_renew_a_grant_with_fields_past_the_grammar() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let held = lock.acquire("tail", Lease::Watchdog).await.unwrap();
     let key = lock.redis_key("tail");
     let value = redis.cmd(&["GET", &key]).await.unwrap();
@@ -450,10 +445,7 @@ async fn two_reaper_pods_sweep_each_tick_exactly_once() {
         assert!(status.success(), "a reaper pod failed: {status}");
     }
     for tick in 0..TICKS {
-        let sweeps = redis
-            .cmd(&["GET", &format!("reaper:sweeps:{tick}")])
-            .await
-            .unwrap();
+        let sweeps = common::value(&redis, &format!("reaper:sweeps:{tick}")).await;
         assert_eq!(
             sweeps, "1",
             "tick {tick} was swept {sweeps:?} times across the pods"

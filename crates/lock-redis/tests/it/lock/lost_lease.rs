@@ -14,8 +14,7 @@ use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_externally_deleted_watchdog_lease_is_reported_lost() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock.acquire("lost-del", Lease::Watchdog).await.unwrap();
     redis
         .cmd(&["DEL", &lock.redis_key("lost-del")])
@@ -44,8 +43,7 @@ async fn an_externally_deleted_watchdog_lease_is_reported_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overwritten_watchdog_lease_is_reported_lost_and_the_new_owner_is_left_alone() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let handle = lock.acquire("lost-over", Lease::Watchdog).await.unwrap();
     let key = lock.redis_key("lost-over");
     redis

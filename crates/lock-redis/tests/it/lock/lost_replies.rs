@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, command_calls, delta, server};
+use common::{command_calls, delta, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
@@ -26,16 +26,12 @@ fn arm(proxy: &FaultProxy, marker: &str) {
 
 async fn setup() -> (RedisServer, FaultProxy, RedisLock) {
     let redis = server().await;
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
-    let lock = common::connect(
-        common::default_config(proxy.url())
-            .watchdog_timeout(Duration::from_secs(3))
+    let (proxy, lock) = common::behind_proxy(&redis, |c| {
+        c.watchdog_timeout(Duration::from_secs(3))
             .command_timeout(Duration::from_secs(2))
             .wait_time(Duration::from_secs(2))
-            .instance_id("retry-pod"),
-    )
+            .instance_id("retry-pod")
+    })
     .await;
     lock.client().ping().await.unwrap();
     (redis, proxy, lock)
@@ -56,10 +52,7 @@ async fn an_acquire_whose_reply_was_lost_is_granted_once_with_the_stored_token()
         delta(&before, &after, "evalsha") >= 2,
         "the acquire was not re-sent"
     );
-    let value = redis
-        .cmd(&["GET", &lock.redis_key("retry-acquire")])
-        .await
-        .unwrap();
+    let value = common::value(&redis, &lock.redis_key("retry-acquire")).await;
     assert_eq!(
         value,
         format!("H|{}|{}", handle.fencing_token(), handle.owner())
@@ -71,10 +64,7 @@ async fn an_acquire_whose_reply_was_lost_is_granted_once_with_the_stored_token()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_reports_released() {
     let (redis, proxy, lock) = setup().await;
-    let handle = lock
-        .acquire("retry-release", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "retry-release", Duration::from_secs(60)).await;
     let before = command_calls(&redis).await;
     arm(&proxy, &lock.release_channel("retry-release"));
     let outcome = handle.release().await.unwrap();
@@ -96,10 +86,7 @@ async fn a_release_whose_reply_was_lost_reports_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_took_over() {
     let (redis, proxy, lock) = setup().await;
-    let handle = lock
-        .acquire("retry-takeover", Lease::Fixed(Duration::from_secs(60)))
-        .await
-        .unwrap();
+    let handle = common::hold(&lock, "retry-takeover", Duration::from_secs(60)).await;
     let other = common::client(&redis).await;
     let waiter = tokio::spawn(async move {
         let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
@@ -108,16 +95,7 @@ async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_t
         other.acquire_with("retry-takeover", options).await
     });
     let channel = lock.release_channel("retry-takeover");
-    assert!(
-        common::eventually(SLACK, || async {
-            redis
-                .cmd(&["PUBSUB", "SHARDNUMSUB", &channel])
-                .await
-                .unwrap()
-                == format!("{channel}\n1")
-        })
-        .await
-    );
+    assert!(common::one_subscriber(&redis, &channel).await);
     arm(&proxy, &channel);
     assert!(handle.is_held());
     let outcome = handle.release().await.unwrap();
@@ -161,15 +139,11 @@ async fn a_renewal_whose_reply_was_lost_keeps_the_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_left_by_an_outage_is_freed_once_redis_is_back() {
     let redis = server().await;
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
-    let lock = common::connect(
-        common::default_config(proxy.url())
-            .command_timeout(Duration::from_millis(500))
+    let (proxy, lock) = common::behind_proxy(&redis, |c| {
+        c.command_timeout(Duration::from_millis(500))
             .wait_time(Duration::ZERO)
-            .instance_id("outage-pod"),
-    )
+            .instance_id("outage-pod")
+    })
     .await;
     lock.client().ping().await.unwrap();
     let key = lock.redis_key("outage-grant");

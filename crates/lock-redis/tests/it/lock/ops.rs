@@ -4,26 +4,21 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, WATCHDOG, client, command_calls, delta, server};
+use common::{SLACK, WATCHDOG, client, command_calls, delta};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::{ForceReleased, LockState};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_tells_free_held_released_and_queued_keys_apart() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
 
     let free = ops.status("ops-status").await.unwrap();
     assert_eq!(free.state, LockState::Free);
     assert_eq!(free.redis_key, "lock:{ops-status}");
     assert_eq!((free.hold_count(), free.fair_waiters), (0, 0));
 
-    let handle = holder
-        .acquire("ops-status", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let handle = common::hold(&holder, "ops-status", Duration::from_secs(30)).await;
     let held = ops.status("ops-status").await.unwrap();
     match &held.state {
         LockState::Held {
@@ -88,9 +83,7 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_finds_held_locks_by_pattern_with_scan_never_keys() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let mut handles = Vec::new();
     for name in [
@@ -139,9 +132,7 @@ async fn list_finds_held_locks_by_pattern_with_scan_never_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_lease() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
     let handle = holder.acquire("ops-force", Lease::Watchdog).await.unwrap();
     let token = handle.fencing_token();
 
@@ -209,9 +200,7 @@ async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_le
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (redis, [holder, ops]) = common::server_with().await;
     let _handle = holder.acquire("ops-fair", Lease::Watchdog).await.unwrap();
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
@@ -242,10 +231,7 @@ async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
 /// release of A's grant must leave B's alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_of_a_grant_leaves_a_lock_that_changed_hands_alone() {
-    let redis = server().await;
-    let pod_a = client(&redis).await;
-    let pod_b = client(&redis).await;
-    let ops = client(&redis).await;
+    let (_redis, [pod_a, pod_b, ops]) = common::server_with().await;
     let lease = Lease::Fixed(Duration::from_secs(30));
     let first = pod_a.acquire("ops-grant", lease).await.unwrap();
     let shown = first.fencing_token();

@@ -28,8 +28,7 @@ async fn names(lock: &RedisLock, pattern: Option<&str>) -> Vec<String> {
 /// percent-encoded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_patterns_match_names_with_percent_and_braces() {
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (_redis, [holder]) = common::server_with().await;
     let mut handles = Vec::new();
     for name in ["50%", "a{b}", "x}y", "plain"] {
         handles.push(holder.acquire(name, LEASE).await.unwrap());
@@ -45,8 +44,7 @@ async fn list_patterns_match_names_with_percent_and_braces() {
 /// Names holding glob metacharacters, matched literally with `\` escapes or as globs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_handles_glob_metacharacters_and_unicode_in_names() {
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (_redis, [holder]) = common::server_with().await;
     let mut handles = Vec::new();
     for name in ["a*b", "a?b", "a[1]", "a\\b", "aXb", "ünï cødé"] {
         handles.push(holder.acquire(name, LEASE).await.unwrap());
@@ -66,8 +64,7 @@ async fn list_handles_glob_metacharacters_and_unicode_in_names() {
 /// listing fail: on-call runs `list` exactly when something is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_skips_a_key_under_the_prefix_that_holds_no_lock_value() {
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (redis, [holder]) = common::server_with().await;
     let _held = holder.acquire("real", LEASE).await.unwrap();
     redis
         .cmd(&["SET", "lock:{garbage}", "hello"])
@@ -108,8 +105,7 @@ async fn list_with_a_custom_prefix_sees_only_its_own_locks() {
 /// The limit counts held locks, not keys scanned: tombstones and queues are skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_limit_counts_held_locks_only() {
-    let redis = server().await;
-    let holder = client(&redis).await;
+    let (_redis, [holder]) = common::server_with().await;
     for i in 0..30 {
         let released = holder.acquire(&format!("gone-{i}"), LEASE).await.unwrap();
         assert_eq!(released.release().await.unwrap(), ReleaseOutcome::Released);
@@ -128,10 +124,7 @@ async fn list_limit_counts_held_locks_only() {
 /// a second forced release of the new holder.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_holder_never_frees_a_new_holder_after_forced_releases() {
-    let redis = server().await;
-    let old = client(&redis).await;
-    let new = client(&redis).await;
-    let ops = client(&redis).await;
+    let (_redis, [old, new, ops]) = common::server_with().await;
     let first = old.acquire("forced", Lease::Watchdog).await.unwrap();
     let t1 = first.fencing_token();
     assert!(matches!(

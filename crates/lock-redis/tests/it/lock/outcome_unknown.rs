@@ -26,8 +26,7 @@ async fn held_keys(redis: &RedisServer, lock: &RedisLock, names: &[String]) -> V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_against_a_frozen_redis_leave_no_grant_behind() {
-    let redis = server().await;
-    let lock = client(&redis).await;
+    let (redis, [lock]) = common::server_with().await;
     let names: Vec<String> = (0..40).map(|i| format!("frozen:{i}")).collect();
     redis.pause().unwrap();
     let mut tasks = Vec::new();
@@ -147,8 +146,7 @@ async fn connection_kills_during_acquire_and_release_leave_no_grant_behind() {
 /// lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_cancelled_during_an_outage_does_not_grant_the_key_to_nobody_later() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600)))
         .wait_time(Duration::ZERO)
@@ -186,8 +184,7 @@ async fn an_acquire_cancelled_during_an_outage_does_not_grant_the_key_to_nobody_
 /// is a race. When the budget wins, the command is dropped rather than timed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_during_an_outage_does_not_grant_the_key_to_nobody_later() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
     let names: Vec<String> = (0..20).map(|i| format!("outage-try:{i}")).collect();
     let mut tasks = Vec::new();
@@ -224,8 +221,7 @@ async fn try_acquire_during_an_outage_does_not_grant_the_key_to_nobody_later() {
 /// owner that no longer exists, for the whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_flight_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_after_recovery() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     lock.client().ping().await.unwrap();
     redis.pause().unwrap();
     let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600)))
@@ -265,8 +261,7 @@ async fn an_in_flight_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_af
 /// timeout) and fred's timeout of the script call are equal, and the budget usually fires first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_flight_try_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_after_recovery() {
-    let mut redis = server().await;
-    let lock = client(&redis).await;
+    let (mut redis, [lock]) = common::server_with().await;
     lock.client().ping().await.unwrap();
     redis.pause().unwrap();
     let names: Vec<String> = (0..10).map(|i| format!("crash-try:{i}")).collect();

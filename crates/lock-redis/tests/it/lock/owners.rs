@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{SLACK, client, command_calls, config, delta, eventually, server};
+use common::{SLACK, command_calls, config, delta, eventually, server};
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::limits::TOMBSTONE_TTL;
 use lock_redis::lock::RedisLock;
@@ -47,8 +47,7 @@ async fn pttl(redis: &RedisServer, key: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_retried_release_of_the_same_client_never_frees_its_newer_grant() {
     const NAME: &str = "owners:stale-release";
-    let redis = server().await;
-    let (lock, other) = (client(&redis).await, client(&redis).await);
+    let (redis, [lock, other]) = common::server_with().await;
     let key = lock.redis_key(NAME);
     let lease = Lease::Fixed(Duration::from_secs(60));
 
@@ -106,10 +105,7 @@ async fn a_stale_retried_release_of_the_same_client_never_frees_its_newer_grant(
 
     // 3. The first lease expired (never released), then the same client was granted the key
     //    afresh: the replay of the expired acquisition's release reports 0 and touches nothing.
-    let short = lock
-        .acquire(NAME, Lease::Fixed(Duration::from_millis(200)))
-        .await
-        .unwrap();
+    let short = common::hold(&lock, NAME, Duration::from_millis(200)).await;
     let owner4 = short.owner().to_owned();
     assert_eq!(
         tokio::time::timeout(SLACK, short.lost()).await.unwrap(),
@@ -162,10 +158,7 @@ async fn owner_tokens_are_unique_per_acquisition_across_clients_sharing_an_insta
                 // tombstone, i.e. on the same client's previous acquisition.
                 let name = format!("owners:unique:{c}:{t}");
                 for i in 0..per_task {
-                    let handle = lock
-                        .acquire(&name, Lease::Fixed(Duration::from_secs(30)))
-                        .await
-                        .unwrap();
+                    let handle = common::hold(&lock, &name, Duration::from_secs(30)).await;
                     if i % 50 == 0 {
                         let value = redis.cmd(&["GET", &lock.redis_key(&name)]).await.unwrap();
                         let stored = value.split('|').nth(2).unwrap_or_default();

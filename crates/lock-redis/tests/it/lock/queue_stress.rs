@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{SLACK, client, eventually, server};
+use common::{SLACK, eventually};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_redis::lock::RedisLock;
 use lock_testkit::Rng;
@@ -66,9 +66,7 @@ async fn worker(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lost_wake_ups_under_random_cancellation_and_barging() {
-    let redis = server().await;
-    let a = client(&redis).await;
-    let b = client(&redis).await;
+    let (redis, [a, b]) = common::server_with().await;
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(Mutex::new(Vec::new()));
     let cancelled = Arc::new(AtomicU64::new(0));

@@ -1,12 +1,12 @@
-//! Wake-ups of queued waiters that a first version of the per-client waiter queue lost or turned
-//! into failures: a remote release after fencing tokens went back, and a busy Redis failing one
+//! Wake-ups of queued waiters that the per-client waiter queue must neither lose nor turn into
+//! failures: a remote release after fencing tokens went back, and a busy Redis failing one
 //! queued waiter after the other.
 
 use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{SLACK, client, command_calls, delta, eventually, one_subscriber, server};
+use common::{SLACK, client, command_calls, delta, eventually, one_subscriber};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
 use tokio::time::Instant;
 
@@ -27,9 +27,7 @@ fn options(wait: Duration) -> AcquireOptions {
 /// TTL although the lock is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_release_wakes_the_head_after_fencing_tokens_went_back() {
-    let redis = server().await;
-    let lock = client(&redis).await;
-    let remote = client(&redis).await;
+    let (redis, [lock, remote]) = common::server_with().await;
     let key = lock.redis_key(KEY);
     let now_us = u64::try_from(
         SystemTime::now()
@@ -110,10 +108,7 @@ async fn one_busy_moment_does_not_fail_every_queued_waiter() {
             .unwrap(),
     );
     let lock = client(&redis).await;
-    let held = lock
-        .acquire(KEY, Lease::Fixed(Duration::from_secs(3)))
-        .await
-        .unwrap();
+    let held = common::hold(&lock, KEY, Duration::from_secs(3)).await;
     let mut waiters = Vec::new();
     for n in 1..=3 {
         let lock2 = lock.clone();

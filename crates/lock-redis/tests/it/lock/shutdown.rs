@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
-use lock_testkit::proxy::FaultProxy;
 
 /// One-way latency of the proxy: the acquire script's reply is surely still on its way when the
 /// shutdown starts, and a clean-up release takes a round trip of 2 × this.
@@ -21,9 +20,7 @@ const LATENCY: Duration = Duration::from_millis(40);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_an_acquisition_in_flight() {
     let redis = server().await;
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
+    let proxy = common::proxy(&redis).await;
     let mut granted_before_shutdown = 0;
     for i in 0..30 {
         let name = format!("in-flight-{i}");
@@ -79,9 +76,7 @@ async fn shutdown_waits_for_an_acquisition_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_still_in_flight_at_the_deadline_is_pending() {
     let redis = server().await;
-    let proxy = FaultProxy::start(("127.0.0.1", redis.port()))
-        .await
-        .unwrap();
+    let proxy = common::proxy(&redis).await;
     let lock = Arc::new(common::connect(config(&redis).address(proxy.url())).await);
     let key = lock.redis_key("slow");
     proxy.set_latency(Duration::from_millis(500));

@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::{SLACK, client, server};
+use common::SLACK;
 use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
@@ -19,9 +19,7 @@ use lock_testkit::metrics::{CapturedMetrics, Recorded};
 async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
     let metrics = CapturedMetrics::new();
     let _local = metrics::set_default_local_recorder(metrics.recorder());
-    let mut redis = server().await;
-    let holder = client(&redis).await;
-    let other = client(&redis).await;
+    let (mut redis, [holder, other]) = common::server_with().await;
 
     let handle = holder
         .try_acquire("tel:bill-run", Lease::Watchdog)

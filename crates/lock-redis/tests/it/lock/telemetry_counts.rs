@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{SLACK, client, server};
+use common::SLACK;
 use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
@@ -21,9 +21,7 @@ use lock_testkit::metrics::{CapturedMetrics, Recorded};
 async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     let metrics = CapturedMetrics::new();
     let _local = metrics::set_default_local_recorder(metrics.recorder());
-    let redis = server().await;
-    let holder = client(&redis).await;
-    let ops = client(&redis).await;
+    let (_redis, [holder, ops]) = common::server_with().await;
 
     // A watchdog lease taken from its holder by an operator.
     let handle = holder.acquire("tel:forced", Lease::Watchdog).await.unwrap();
@@ -60,10 +58,7 @@ async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     m.assert_counter_total(LOST_LEASES_TOTAL, 0);
 
     // A fixed lease taken by force is not told: its release is `not_held`, nothing is lost.
-    let fixed = holder
-        .acquire("tel:fixed", Lease::Fixed(Duration::from_secs(30)))
-        .await
-        .unwrap();
+    let fixed = common::hold(&holder, "tel:fixed", Duration::from_secs(30)).await;
     ops.force_release("tel:fixed").await.unwrap();
     assert_eq!(fixed.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let m = metrics.take();

@@ -1,6 +1,8 @@
 //! The `Idempotency-Key` layer from the starter, on a real redis-server: records per caller,
 //! credentials never replayed, the configured wait, and the client's key in every answer.
 
+use crate::common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -27,8 +29,11 @@ fn caller(request: &Parts) -> Option<String> {
     value.strip_prefix("Bearer ").map(str::to_owned)
 }
 
-async fn starter(redis: &RedisServer, idempotency: &str) -> LockStarter {
-    starter_with(redis, "", idempotency).await
+/// A redis-server and a starter on it with `idempotency` in its `idempotency` section.
+async fn started(idempotency: &str) -> (RedisServer, LockStarter) {
+    let redis = RedisServer::start().await.unwrap();
+    let starter = starter_with(&redis, "", idempotency).await;
+    (redis, starter)
 }
 
 /// A starter on `redis` with more keys in its `redis` and `idempotency` sections.
@@ -56,11 +61,7 @@ fn orders(
     let create = move || {
         let (runs, gate) = (Arc::clone(&runs), gate.clone());
         async move {
-            if let Some(gate) = gate {
-                gate.entered.notify_one();
-                gate.released.notified().await;
-            }
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let n = super::http::run(&runs, gate).await;
             (
                 StatusCode::CREATED,
                 [
@@ -88,6 +89,13 @@ fn order(caller: Option<&str>, key: &str) -> Request<Body> {
     request.body(Body::from(r#"{"sku":"sim-1"}"#)).unwrap()
 }
 
+/// `orders` behind the starter's scoped layer, and its count of runs.
+fn scoped_orders(starter: &LockStarter) -> (Router, Arc<AtomicU32>) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = orders(starter.idempotency_layer(caller), Arc::clone(&runs), None);
+    (app, runs)
+}
+
 /// `orders` behind the starter's scoped layer, its handler held at a gate.
 fn gated_orders(starter: &LockStarter) -> (Router, Arc<AtomicU32>, Gate) {
     let (runs, gate) = (Arc::new(AtomicU32::new(0)), Gate::default());
@@ -100,6 +108,12 @@ fn gated_orders(starter: &LockStarter) -> (Router, Arc<AtomicU32>, Gate) {
 }
 
 type Pending = tokio::task::JoinHandle<Result<Response, std::convert::Infallible>>;
+
+/// The answer to a request sent before, within [`DEADLINE`].
+async fn answer(pending: Pending) -> Response {
+    let answered = tokio::time::timeout(DEADLINE, pending).await;
+    answered.expect("answered in time").unwrap().unwrap()
+}
 
 /// Sends alice's `k-1` and returns once its handler holds at `gate`.
 async fn first_in_handler(app: &Router, gate: &Gate) -> Pending {
@@ -129,30 +143,13 @@ async fn retry_waiting(app: &Router, redis: &RedisServer) -> Pending {
     retry
 }
 
-async fn text(response: Response) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_callers_with_one_key_get_two_executions() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "").await;
-    let runs = Arc::new(AtomicU32::new(0));
-    let app = orders(starter.idempotency_layer(caller), Arc::clone(&runs), None);
-    let alice = app
-        .clone()
-        .oneshot(order(Some("alice"), "k-1"))
-        .await
-        .unwrap();
+    let (_redis, starter) = started("").await;
+    let (app, runs) = scoped_orders(&starter);
+    let alice = common::send(&app, order(Some("alice"), "k-1")).await;
     assert_eq!(alice.status(), StatusCode::CREATED);
-    let bob = app
-        .clone()
-        .oneshot(order(Some("bob"), "k-1"))
-        .await
-        .unwrap();
+    let bob = common::send(&app, order(Some("bob"), "k-1")).await;
     assert_eq!(bob.status(), StatusCode::CREATED);
     assert!(
         bob.headers().get(REPLAYED_HEADER).is_none(),
@@ -163,21 +160,15 @@ async fn two_callers_with_one_key_get_two_executions() {
         bob.headers()[header::SET_COOKIE],
         "session=s3cret-2; HttpOnly"
     );
-    assert_eq!(text(bob).await, r#"{"order":"O-2"}"#);
+    assert_eq!(common::text(bob).await, r#"{"order":"O-2"}"#);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_caller_gets_a_replay_without_set_cookie() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "").await;
-    let runs = Arc::new(AtomicU32::new(0));
-    let app = orders(starter.idempotency_layer(caller), Arc::clone(&runs), None);
-    let first = app
-        .clone()
-        .oneshot(order(Some("alice"), "k-1"))
-        .await
-        .unwrap();
+    let (redis, starter) = started("").await;
+    let (app, runs) = scoped_orders(&starter);
+    let first = common::send(&app, order(Some("alice"), "k-1")).await;
     // The call that ran the handler gets its response untouched.
     assert_eq!(
         first.headers()[header::SET_COOKIE],
@@ -185,11 +176,7 @@ async fn the_same_caller_gets_a_replay_without_set_cookie() {
     );
     assert!(first.headers().contains_key("authentication-info"));
     // The quoted form of the same key is the same record.
-    let retry = app
-        .clone()
-        .oneshot(order(Some("alice"), "\"k-1\""))
-        .await
-        .unwrap();
+    let retry = common::send(&app, order(Some("alice"), "\"k-1\"")).await;
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
     assert_eq!(retry.headers()[header::LOCATION], "/orders/O-1");
@@ -199,7 +186,7 @@ async fn the_same_caller_gets_a_replay_without_set_cookie() {
         retry.headers()
     );
     assert!(retry.headers().get("authentication-info").is_none());
-    assert_eq!(text(retry).await, r#"{"order":"O-1"}"#);
+    assert_eq!(common::text(retry).await, r#"{"order":"O-1"}"#);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let stored = redis.cmd(&["KEYS", "*idempotency*"]).await.unwrap();
     assert!(!stored.contains("alice"), "the scope is hashed: {stored}");
@@ -209,19 +196,17 @@ async fn the_same_caller_gets_a_replay_without_set_cookie() {
 /// answered with anyone's stored response.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_a_caller_runs_every_time() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "").await;
-    let runs = Arc::new(AtomicU32::new(0));
-    let app = orders(starter.idempotency_layer(caller), Arc::clone(&runs), None);
-    app.clone()
-        .oneshot(order(Some("alice"), "k-1"))
-        .await
-        .unwrap();
+    let (_redis, starter) = started("").await;
+    let (app, runs) = scoped_orders(&starter);
+    common::send(&app, order(Some("alice"), "k-1")).await;
     for n in 2..=3 {
-        let anonymous = app.clone().oneshot(order(None, "k-1")).await.unwrap();
+        let anonymous = common::send(&app, order(None, "k-1")).await;
         assert_eq!(anonymous.status(), StatusCode::CREATED);
         assert!(anonymous.headers().get(REPLAYED_HEADER).is_none());
-        assert_eq!(text(anonymous).await, format!(r#"{{"order":"O-{n}"}}"#));
+        assert_eq!(
+            common::text(anonymous).await,
+            format!(r#"{{"order":"O-{n}"}}"#)
+        );
     }
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 }
@@ -230,22 +215,17 @@ async fn a_request_without_a_caller_runs_every_time() {
 /// and gets its response instead of 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_wait_lets_a_concurrent_retry_get_the_first_response() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "http-wait-time = \"5s\"").await;
+    let (redis, starter) = started("http-wait-time = \"5s\"").await;
     let (app, runs, gate) = gated_orders(&starter);
     let first = first_in_handler(&app, &gate).await;
     let retry = retry_waiting(&app, &redis).await;
     gate.released.notify_one();
     let first = first.await.unwrap().unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
-    let retry = tokio::time::timeout(DEADLINE, retry)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let retry = answer(retry).await;
     assert_eq!(retry.status(), StatusCode::CREATED, "not a 409");
     assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
-    assert_eq!(text(retry).await, r#"{"order":"O-1"}"#);
+    assert_eq!(common::text(retry).await, r#"{"order":"O-1"}"#);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -253,18 +233,13 @@ async fn a_configured_wait_lets_a_concurrent_retry_get_the_first_response() {
 /// shows the key the client sent, not the layer's record key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_409_carries_retry_after_and_the_clients_key() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "").await;
+    let (_redis, starter) = started("").await;
     let (app, runs, gate) = gated_orders(&starter);
     let first = first_in_handler(&app, &gate).await;
-    let retry = app
-        .clone()
-        .oneshot(order(Some("alice"), "\"k-1\""))
-        .await
-        .unwrap();
+    let retry = common::send(&app, order(Some("alice"), "\"k-1\"")).await;
     assert_eq!(retry.status(), StatusCode::CONFLICT);
     assert_eq!(retry.headers()[header::RETRY_AFTER], "1");
-    let problem: serde_json::Value = serde_json::from_str(&text(retry).await).unwrap();
+    let problem: serde_json::Value = common::json(retry).await;
     assert_eq!(problem["idempotencyKey"], "k-1");
     assert!(
         !problem.to_string().contains("http POST") && !problem.to_string().contains('@'),
@@ -279,23 +254,15 @@ async fn a_409_carries_retry_after_and_the_clients_key() {
 /// `unscoped` says it does, for endpoints whose keys cannot be guessed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unscoped_layer_replays_across_callers() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "").await;
+    let (_redis, starter) = started("").await;
     let runs = Arc::new(AtomicU32::new(0));
     let app = orders(
         starter.unscoped_idempotency_layer(),
         Arc::clone(&runs),
         None,
     );
-    app.clone()
-        .oneshot(order(Some("alice"), "k-1"))
-        .await
-        .unwrap();
-    let bob = app
-        .clone()
-        .oneshot(order(Some("bob"), "k-1"))
-        .await
-        .unwrap();
+    common::send(&app, order(Some("alice"), "k-1")).await;
+    let bob = common::send(&app, order(Some("bob"), "k-1")).await;
     assert_eq!(bob.headers()[REPLAYED_HEADER], "true");
     assert!(bob.headers().get(header::SET_COOKIE).is_none());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -333,7 +300,7 @@ async fn a_waiting_retry_answers_503_within_a_command_timeout_of_losing_redis() 
         "answered {after:?} after the loss"
     );
     assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let problem: serde_json::Value = serde_json::from_str(&text(retry).await).unwrap();
+    let problem: serde_json::Value = common::json(retry).await;
     assert_eq!(problem["code"], "IDEMPOTENCY_BACKEND_UNAVAILABLE");
     assert_eq!(problem["idempotencyKey"], "k-1");
     gate.released.notify_one();
@@ -345,8 +312,7 @@ async fn a_waiting_retry_answers_503_within_a_command_timeout_of_losing_redis() 
 /// the handler; the next retry runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_retry_of_a_failed_request_gets_503_owner_failed() {
-    let redis = RedisServer::start().await.unwrap();
-    let starter = starter(&redis, "http-wait-time = \"60s\"").await;
+    let (redis, starter) = started("http-wait-time = \"60s\"").await;
     let runs = Arc::new(AtomicU32::new(0));
     let gate = Gate::default();
     let failing = {
@@ -367,21 +333,17 @@ async fn a_waiting_retry_of_a_failed_request_gets_503_owner_failed() {
     gate.released.notify_one();
     let first = first.await.unwrap().unwrap();
     assert_eq!(first.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    let retry = tokio::time::timeout(DEADLINE, retry)
-        .await
-        .expect("the retry kept waiting")
-        .unwrap()
-        .unwrap();
+    let retry = answer(retry).await;
     assert_eq!(retry.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(retry.headers()[header::RETRY_AFTER], "1");
-    let problem: serde_json::Value = serde_json::from_str(&text(retry).await).unwrap();
+    let problem: serde_json::Value = common::json(retry).await;
     assert_eq!(problem["code"], "IDEMPOTENCY_OWNER_FAILED");
     assert_eq!(
         runs.load(Ordering::SeqCst),
         1,
         "the waiting retry ran the handler"
     );
-    let next = app.oneshot(order(Some("alice"), "k-1")).await.unwrap();
+    let next = common::send(&app, order(Some("alice"), "k-1")).await;
     assert_eq!(next.status(), StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(runs.load(Ordering::SeqCst), 2, "the next retry runs it");
 }

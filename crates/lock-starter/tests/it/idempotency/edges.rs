@@ -3,6 +3,8 @@
 //! and replay), keys up to 512 bytes on any path, per-endpoint scoping, non-UTF-8 request
 //! bodies, 204s, pass-through methods, a panicking handler.
 
+use crate::common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, Request, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use lock_starter::http::{IdempotencyLayer, REPLAYED_HEADER};
 use lock_starter::idempotency::Idempotency;
@@ -21,12 +23,6 @@ fn post_with(path: &str, key: &str, body: impl Into<Body>) -> Request<Body> {
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .header("Idempotency-Key", key)
         .body(body.into())
-        .unwrap()
-}
-
-async fn bytes(response: Response) -> Bytes {
-    axum::body::to_bytes(response.into_body(), 64 << 20)
-        .await
         .unwrap()
 }
 
@@ -50,17 +46,14 @@ fn app_with_utf8_header(runs: Arc<AtomicU32>) -> Router {
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()))
 }
 
-/// The first response keeps a header value that is not visible ASCII, as the handler sent it.
-/// Docs: "first POST/PATCH with a key → the handler's response, stored (status, headers,
-/// body)".
+/// The layer rebuilds even the first response from its stored form, so that form keeps header
+/// values that are not visible ASCII. Docs: "first POST/PATCH with a key → the handler's
+/// response, stored (status, headers, body)".
 #[tokio::test]
 async fn the_first_response_keeps_a_non_ascii_header_value() {
     let runs = Arc::new(AtomicU32::new(0));
     let app = app_with_utf8_header(Arc::clone(&runs));
-    let first = app
-        .oneshot(post_with("/tickets", "k-1", "x"))
-        .await
-        .unwrap();
+    let first = common::send(&app, post_with("/tickets", "k-1", "x")).await;
     assert_eq!(first.status(), StatusCode::CREATED);
     assert_eq!(
         first.headers().get("x-city").map(HeaderValue::as_bytes),
@@ -74,14 +67,8 @@ async fn the_first_response_keeps_a_non_ascii_header_value() {
 async fn a_replay_keeps_a_non_ascii_header_value() {
     let runs = Arc::new(AtomicU32::new(0));
     let app = app_with_utf8_header(Arc::clone(&runs));
-    app.clone()
-        .oneshot(post_with("/tickets", "k-1", "x"))
-        .await
-        .unwrap();
-    let retry = app
-        .oneshot(post_with("/tickets", "k-1", "x"))
-        .await
-        .unwrap();
+    common::send(&app, post_with("/tickets", "k-1", "x")).await;
+    let retry = common::send(&app, post_with("/tickets", "k-1", "x")).await;
     assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(
@@ -90,8 +77,8 @@ async fn a_replay_keeps_a_non_ascii_header_value() {
     );
 }
 
-/// Keys are scoped per method and path, so a client key cannot collide across endpoints: the
-/// same key on another path is another request, as docs/idempotency.md's table says.
+/// Keys are scoped per method and path, as docs/idempotency.md's table says: a client key
+/// cannot collide across endpoints, and the same key on another path is another request.
 #[tokio::test]
 async fn the_same_key_on_another_path_is_another_request() {
     let runs = Arc::new(AtomicU32::new(0));
@@ -109,49 +96,35 @@ async fn the_same_key_on_another_path_is_another_request() {
         .route("/a", post(handler.clone()))
         .route("/b", post(handler))
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
-    app.clone()
-        .oneshot(post_with("/a", "k-1", "x"))
-        .await
-        .unwrap();
-    let other_path = app.oneshot(post_with("/b", "k-1", "x")).await.unwrap();
+    common::send(&app, post_with("/a", "k-1", "x")).await;
+    let other_path = common::send(&app, post_with("/b", "k-1", "x")).await;
     assert_eq!(other_path.status(), StatusCode::CREATED);
     assert!(other_path.headers().get(REPLAYED_HEADER).is_none());
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
 /// The 512-byte limit applies to the client's key, not to the layer's internal key
-/// (`http POST /path <client key>`): a 500-byte key is accepted on a long path too, as the docs
-/// promise.
+/// (`http POST /path <client key>`): a 512-byte key is accepted and replayed, a 513-byte one
+/// is refused with 400.
 #[tokio::test]
 async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
     let app = Router::new()
         .route("/tickets", post(|| async { StatusCode::CREATED }))
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
     let key = "k".repeat(512);
-    let response = app
-        .clone()
-        .oneshot(post_with("/tickets", &key, "x"))
-        .await
-        .unwrap();
+    let response = common::send(&app, post_with("/tickets", &key, "x")).await;
     let status = response.status();
-    let text = String::from_utf8_lossy(&bytes(response).await).into_owned();
+    let text = String::from_utf8_lossy(&common::bytes(response).await).into_owned();
     assert_eq!(status, StatusCode::CREATED, "{text}");
-    let retry = app
-        .clone()
-        .oneshot(post_with("/tickets", &key, "x"))
-        .await
-        .unwrap();
+    let retry = common::send(&app, post_with("/tickets", &key, "x")).await;
     assert_eq!(
         retry.headers()[REPLAYED_HEADER],
         "true",
         "the hashed record replays"
     );
-    let too_long = app
-        .oneshot(post_with("/tickets", &"k".repeat(513), "x"))
-        .await
-        .unwrap();
+    let too_long = common::send(&app, post_with("/tickets", &"k".repeat(513), "x")).await;
     assert_eq!(too_long.status(), StatusCode::BAD_REQUEST);
-    let problem = String::from_utf8_lossy(&bytes(too_long).await).into_owned();
+    let problem = String::from_utf8_lossy(&common::bytes(too_long).await).into_owned();
     assert!(
         problem.contains("IDEMPOTENCY_KEY_INVALID") && problem.contains("longer than 512 bytes"),
         "{problem}"
@@ -177,14 +150,11 @@ async fn a_400kb_binary_response_is_replayed() {
     let app = Router::new()
         .route("/files", post(handler))
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
-    app.clone()
-        .oneshot(post_with("/files", "k-1", "x"))
-        .await
-        .unwrap();
-    let retry = app.oneshot(post_with("/files", "k-1", "x")).await.unwrap();
+    common::send(&app, post_with("/files", "k-1", "x")).await;
+    let retry = common::send(&app, post_with("/files", "k-1", "x")).await;
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the retry ran the handler");
     assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
-    assert_eq!(bytes(retry).await.len(), 400 * 1024);
+    assert_eq!(common::bytes(retry).await.len(), 400 * 1024);
 }
 
 /// A non-UTF-8 request body, echoed back; a 204 with no body; both replayed exactly.
@@ -199,23 +169,15 @@ async fn adv_non_utf8_body_and_204_replay_exactly() {
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
     let raw = vec![0xC3_u8, 0x28, 0x00, 0xFF];
     for _ in 0..2 {
-        let echoed = app
-            .clone()
-            .oneshot(post_with("/echo", "k-1", raw.clone()))
-            .await
-            .unwrap();
+        let echoed = common::send(&app, post_with("/echo", "k-1", raw.clone())).await;
         assert_eq!(echoed.status(), StatusCode::OK);
-        assert_eq!(bytes(echoed).await.as_ref(), raw.as_slice());
+        assert_eq!(common::bytes(echoed).await.as_ref(), raw.as_slice());
     }
     for n in 0..2 {
-        let empty = app
-            .clone()
-            .oneshot(post_with("/empty", "k-2", ""))
-            .await
-            .unwrap();
+        let empty = common::send(&app, post_with("/empty", "k-2", "")).await;
         assert_eq!(empty.status(), StatusCode::NO_CONTENT);
         assert_eq!(empty.headers().get(REPLAYED_HEADER).is_some(), n == 1);
-        assert!(bytes(empty).await.is_empty());
+        assert!(common::bytes(empty).await.is_empty());
     }
 }
 
@@ -243,7 +205,7 @@ async fn adv_put_and_get_pass_through() {
             .header("Idempotency-Key", "k-1")
             .body(Body::empty())
             .unwrap();
-        let response = app.clone().oneshot(request).await.unwrap();
+        let response = common::send(&app, request).await;
         assert!(response.headers().get(REPLAYED_HEADER).is_none());
     }
     assert_eq!(runs.load(Ordering::SeqCst), 4);
@@ -273,7 +235,7 @@ async fn adv_a_panicking_handler_frees_its_key() {
     );
     let panicked = tokio::spawn(app.clone().oneshot(post_with("/t", "k-1", "x"))).await;
     assert!(panicked.is_err());
-    let retry = app.oneshot(post_with("/t", "k-1", "x")).await.unwrap();
+    let retry = common::send(&app, post_with("/t", "k-1", "x")).await;
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert!(retry.headers().get(REPLAYED_HEADER).is_none());
     assert_eq!(runs.load(Ordering::SeqCst), 2);

@@ -2,6 +2,8 @@
 //! replay, a concurrent retry gets 409, a reused key with another body 422, a handler's 5xx is
 //! not stored, Redis down is 503 — in memory, and across two "pods" on one real redis-server.
 
+use crate::common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -9,7 +11,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use axum::response::Response;
 use axum::routing::post;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
@@ -26,17 +27,23 @@ pub(crate) struct Gate {
     pub(crate) released: Arc<Notify>,
 }
 
+/// One run of a handler: waits at `gate` first when one is given, then counts itself in `runs`;
+/// returns its number, from 1.
+pub(crate) async fn run(runs: &AtomicU32, gate: Option<Gate>) -> u32 {
+    if let Some(gate) = gate {
+        gate.entered.notify_one();
+        gate.released.notified().await;
+    }
+    runs.fetch_add(1, Ordering::SeqCst) + 1
+}
+
 /// `POST /tickets` creating ticket `TT-<n>`; waits at `gate` first when one is given, and
 /// answers 500 for a body of `fail`.
 fn app(idempotency: Idempotency, runs: Arc<AtomicU32>, gate: Option<Gate>) -> Router {
     let create = move |body: String| {
         let (runs, gate) = (Arc::clone(&runs), gate.clone());
         async move {
-            if let Some(gate) = gate {
-                gate.entered.notify_one();
-                gate.released.notified().await;
-            }
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let n = run(&runs, gate).await;
             if body == "fail" {
                 return (
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -64,47 +71,23 @@ fn create(key: Option<&str>, body: &str) -> Request<Body> {
     request.body(Body::from(body.to_owned())).unwrap()
 }
 
-async fn body(response: Response) -> String {
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
-
 #[tokio::test]
 async fn a_retried_create_runs_once_and_the_retry_is_marked_as_a_replay() {
     let runs = Arc::new(AtomicU32::new(0));
     let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
-    let first = app
-        .clone()
-        .oneshot(create(Some("key-1"), r#"{"title":"x"}"#))
-        .await
-        .unwrap();
+    let first = common::send(&app, create(Some("key-1"), r#"{"title":"x"}"#)).await;
     assert_eq!(first.status(), StatusCode::CREATED);
     assert!(first.headers().get(REPLAYED_HEADER).is_none());
-    let retry = app
-        .clone()
-        .oneshot(create(Some("key-1"), r#"{"title":"x"}"#))
-        .await
-        .unwrap();
+    let retry = common::send(&app, create(Some("key-1"), r#"{"title":"x"}"#)).await;
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
     assert_eq!(retry.headers()[header::LOCATION], "/tickets/TT-1");
-    assert_eq!(body(retry).await, r#"{"ticket":"TT-1"}"#);
+    assert_eq!(common::text(retry).await, r#"{"ticket":"TT-1"}"#);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     // Another key, or no key at all, is another request.
-    app.clone()
-        .oneshot(create(Some("key-2"), r#"{"title":"x"}"#))
-        .await
-        .unwrap();
-    app.clone()
-        .oneshot(create(None, r#"{"title":"x"}"#))
-        .await
-        .unwrap();
-    app.clone()
-        .oneshot(create(None, r#"{"title":"x"}"#))
-        .await
-        .unwrap();
+    common::send(&app, create(Some("key-2"), r#"{"title":"x"}"#)).await;
+    common::send(&app, create(None, r#"{"title":"x"}"#)).await;
+    common::send(&app, create(None, r#"{"title":"x"}"#)).await;
     assert_eq!(runs.load(Ordering::SeqCst), 4);
 }
 
@@ -112,18 +95,11 @@ async fn a_retried_create_runs_once_and_the_retry_is_marked_as_a_replay() {
 async fn the_same_key_with_another_body_is_422_and_runs_nothing() {
     let runs = Arc::new(AtomicU32::new(0));
     let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
-    app.clone()
-        .oneshot(create(Some("key-1"), r#"{"title":"x"}"#))
-        .await
-        .unwrap();
-    let reused = app
-        .clone()
-        .oneshot(create(Some("key-1"), r#"{"title":"y"}"#))
-        .await
-        .unwrap();
+    common::send(&app, create(Some("key-1"), r#"{"title":"x"}"#)).await;
+    let reused = common::send(&app, create(Some("key-1"), r#"{"title":"y"}"#)).await;
     assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(reused.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
-    let problem: serde_json::Value = serde_json::from_str(&body(reused).await).unwrap();
+    let problem = common::json(reused).await;
     assert_eq!(problem["code"], "IDEMPOTENCY_KEY_REUSED");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -139,13 +115,9 @@ async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
     );
     let first = tokio::spawn(app.clone().oneshot(create(Some("key-1"), "{}")));
     gate.entered.notified().await;
-    let retry = app
-        .clone()
-        .oneshot(create(Some("key-1"), "{}"))
-        .await
-        .unwrap();
+    let retry = common::send(&app, create(Some("key-1"), "{}")).await;
     assert_eq!(retry.status(), StatusCode::CONFLICT);
-    let problem: serde_json::Value = serde_json::from_str(&body(retry).await).unwrap();
+    let problem = common::json(retry).await;
     assert_eq!(problem["code"], "IDEMPOTENCY_IN_PROGRESS");
     assert!(
         !problem.to_string().contains("in-memory/"),
@@ -161,11 +133,7 @@ async fn a_handlers_5xx_is_not_stored_and_the_retry_runs_again() {
     let runs = Arc::new(AtomicU32::new(0));
     let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
     for _ in 0..2 {
-        let failed = app
-            .clone()
-            .oneshot(create(Some("key-1"), "fail"))
-            .await
-            .unwrap();
+        let failed = common::send(&app, create(Some("key-1"), "fail")).await;
         assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
@@ -182,21 +150,13 @@ async fn bad_or_missing_keys_and_big_bodies_are_client_errors() {
                 .max_body_bytes(8)
                 .unwrap(),
         );
-    let missing = required.clone().oneshot(create(None, "{}")).await.unwrap();
+    let missing = common::send(&required, create(None, "{}")).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
     let too_long = "k".repeat(600);
-    let long = required
-        .clone()
-        .oneshot(create(Some(&too_long), "{}"))
-        .await
-        .unwrap();
+    let long = common::send(&required, create(Some(&too_long), "{}")).await;
     assert_eq!(long.status(), StatusCode::BAD_REQUEST);
-    assert!(body(long).await.contains("longer than 512 bytes"));
-    let big = required
-        .clone()
-        .oneshot(create(Some("k"), "0123456789"))
-        .await
-        .unwrap();
+    assert!(common::text(long).await.contains("longer than 512 bytes"));
+    let big = common::send(&required, create(Some("k"), "0123456789")).await;
     assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
@@ -225,27 +185,12 @@ async fn a_retry_on_another_pod_replays_the_first_pods_response() {
             starter,
         ));
     }
-    let first = pods[0]
-        .0
-        .clone()
-        .oneshot(create(Some("pay-77"), r#"{"amount":5}"#))
-        .await
-        .unwrap();
+    let first = common::send(&pods[0].0, create(Some("pay-77"), r#"{"amount":5}"#)).await;
     assert_eq!(first.status(), StatusCode::CREATED);
-    let retry = pods[1]
-        .0
-        .clone()
-        .oneshot(create(Some("pay-77"), r#"{"amount":5}"#))
-        .await
-        .unwrap();
+    let retry = common::send(&pods[1].0, create(Some("pay-77"), r#"{"amount":5}"#)).await;
     assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
-    assert_eq!(body(retry).await, r#"{"ticket":"TT-1"}"#);
-    let reused = pods[1]
-        .0
-        .clone()
-        .oneshot(create(Some("pay-77"), r#"{"amount":500}"#))
-        .await
-        .unwrap();
+    assert_eq!(common::text(retry).await, r#"{"ticket":"TT-1"}"#);
+    let reused = common::send(&pods[1].0, create(Some("pay-77"), r#"{"amount":500}"#)).await;
     assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -261,10 +206,10 @@ async fn with_redis_down_the_handler_does_not_run_and_the_answer_is_503() {
         .unwrap();
     let runs = Arc::new(AtomicU32::new(0));
     let app = app(starter.idempotency().clone(), Arc::clone(&runs), None);
-    let response = app.oneshot(create(Some("pay-78"), "{}")).await.unwrap();
+    let response = common::send(&app, create(Some("pay-78"), "{}")).await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.headers()[header::RETRY_AFTER], "2");
-    let problem = body(response).await;
+    let problem = common::text(response).await;
     assert!(
         problem.contains("IDEMPOTENCY_BACKEND_UNAVAILABLE"),
         "{problem}"
@@ -301,24 +246,16 @@ async fn each_refused_key_form_is_a_400_naming_its_rule() {
         for line in lines {
             request = request.header("Idempotency-Key", *line);
         }
-        let response = app
-            .clone()
-            .oneshot(request.body(Body::from("{}")).unwrap())
-            .await
-            .unwrap();
+        let response = common::send(&app, request.body(Body::from("{}")).unwrap()).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{lines:?}");
-        let problem: serde_json::Value = serde_json::from_str(&body(response).await).unwrap();
+        let problem = common::json(response).await;
         assert_eq!(problem["code"], "IDEMPOTENCY_KEY_INVALID", "{lines:?}");
         assert_eq!(problem["rule"], rule, "{lines:?}: {problem}");
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0);
-    let quoted = app
-        .clone()
-        .oneshot(create(Some(r#""k\"1""#), "{}"))
-        .await
-        .unwrap();
+    let quoted = common::send(&app, create(Some(r#""k\"1""#), "{}")).await;
     assert_eq!(quoted.status(), StatusCode::CREATED);
-    let bare = app.oneshot(create(Some(r#"k"1"#), "{}")).await.unwrap();
+    let bare = common::send(&app, create(Some(r#"k"1"#), "{}")).await;
     assert_eq!(
         bare.status(),
         StatusCode::BAD_REQUEST,
