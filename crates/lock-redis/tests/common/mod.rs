@@ -235,7 +235,7 @@ pub async fn proxy(server: &RedisServer) -> FaultProxy {
 /// default settings as `settings` changes them.
 pub async fn behind_proxy(
     server: &RedisServer,
-    settings: impl FnOnce(RedisLockConfig) -> RedisLockConfig,
+    settings: impl FnOnce(Setup) -> Setup,
 ) -> (FaultProxy, RedisLock) {
     let proxy = proxy(server).await;
     let lock = connect(settings(default_config(proxy.url()))).await;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use lock_starter::HealthStatus;
 use lock_starter::figment::Figment;
 use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::http::{
@@ -297,7 +298,7 @@ async fn every_capabilitys_error_is_answered_by_the_same_rejection() {
             retry_after,
             "{code}"
         );
-        let body = json_of(response).await;
+        let body = common::json(response).await;
         assert_eq!(body["code"], code, "{body}");
         let slug = code.to_ascii_lowercase().replace('_', "-");
         assert_eq!(

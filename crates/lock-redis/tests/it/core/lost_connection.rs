@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, one_subscriber, redis_failure, server};
 use lock_core::branches::BranchesOutcome;
-use lock_core::{AcquireFailure, LockError};
-use lock_core::idempotency::{Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
+use lock_core::idempotency::{
+    Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
+};
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
 use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
@@ -115,7 +115,7 @@ async fn idempotency(lock: &RedisLock) -> Idempotency {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_duplicate_fails_within_a_command_timeout() {
     let (mut redis, [owner_lock]) = common::server_with().await;
-    let owner = idempotency(&owner_lock);
+    let owner = idempotency(&owner_lock).await;
     let (started, mut running) = tokio::sync::mpsc::unbounded_channel();
     let first = tokio::spawn(async move {
         owner
@@ -156,7 +156,7 @@ async fn a_master_waiting_for_branches_ends_unconfirmed_within_a_command_timeout
     // rather than by the lease lapsing unconfirmed (which would end it as `LeaseLost`).
     let config = common::config(&redis).watchdog_timeout(Duration::from_secs(30));
     let lock = common::connect(config).await;
-    let (masters, branches) = common::master_locks(lock);
+    let (masters, branches) = common::master_locks(lock).await;
     let (task, token) = common::master_with_branch(masters, "ticket", "search", LONG).await;
     let channel = branches.release_channel(token.sub_key());
     let killed = kill_when_waiting(&mut redis, &channel).await;
@@ -244,7 +244,7 @@ async fn record_and_branch_operations_fail_at_once_while_disconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_connection_ends_no_duplicate_wait() {
     let (redis, [owner_lock]) = common::server_with().await;
-    let owner = idempotency(&owner_lock);
+    let owner = idempotency(&owner_lock).await;
     let duplicate_lock = client(&redis).await;
     let duplicate = idempotency(&duplicate_lock).await;
     let store = common::idempotency_store(&duplicate_lock).await;
@@ -299,7 +299,7 @@ async fn a_dropped_connection_ends_no_duplicate_wait() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
     let (mut redis, [lock]) = common::server_with().await;
-    let idempotency = idempotency(&lock);
+    let idempotency = idempotency(&lock).await;
     let begun = idempotency
         .begin::<u32>("order-3", &IdempotencyOptions::new())
         .await

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::common::Setup;
 use common::{SLACK, WATCHDOG, command_calls, delta, eventually, server};
-use lock_core::{AcquireFailure, LockError};
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisServer, TestkitError};
-use crate::common::Setup;
 use tokio::time::Instant;
 
 /// Deadline for server state changes that involve a second process or a reload (replication

@@ -16,11 +16,11 @@ use crate::sentinel_common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::common::Setup;
 use lock_core::LockError;
 use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::{RedisSentinel, RedisServer};
-use crate::common::Setup;
 use sentinel_common::{
     FAILOVER, GENEROUS, Ledger, LostWatch, WATCHDOG, acquire_until_granted, config, connect,
     describe, eventually, owner_of, token_of, value, wait_for_synced_replica,

@@ -367,7 +367,7 @@ async fn with_redis_down_the_action_does_not_run_and_the_call_fails_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_is_one_hash_under_the_prefix_with_the_key_as_hash_tag_and_a_ttl() {
     let (redis, [lock]) = common::server_with().await;
-    let store = Arc::new(common::idempotency_store(&lock));
+    let store = Arc::new(common::idempotency_store(&lock).await);
     let idempotency = Idempotency::new(store.clone(), settings()).unwrap();
     let key = "ticket-create:{tenant-7}";
     let options = IdempotencyOptions::new().fingerprint("sha256:ab").unwrap();
