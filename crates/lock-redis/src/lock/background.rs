@@ -18,6 +18,9 @@ pub(crate) enum BackgroundRelease {
     OutcomeUnknown,
     /// The client was shut down while the lease was held.
     ShutDown,
+    /// An explicit release failed without a refusal, or was cancelled before its answer: it is
+    /// sent again until Redis confirms it.
+    Unconfirmed,
 }
 
 /// One grant this client holds: what its release — by its handle or by a shutdown — needs.

@@ -143,6 +143,10 @@ impl Inner {
                     lock_key = %name, %owner, %error,
                     "release of a lease held at shutdown failed; the lease ends at its TTL"
                 ),
+                BackgroundRelease::Unconfirmed => tracing::warn!(
+                    lock_key = %name, %owner, %error,
+                    "an unconfirmed release was retried without success; the lease ends at its TTL"
+                ),
             }
             // A grant of unknown outcome usually never existed: not a failed release.
             ticket.done(false, why != BackgroundRelease::OutcomeUnknown);

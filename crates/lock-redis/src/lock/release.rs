@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use lock_core::LockError;
 use lock_core::lock::{LeaseRelease, ReleaseOutcome};
 
+use crate::core::error::RedisFailure;
 use crate::lock::background::BackgroundRelease;
 use crate::lock::background::Grant;
 use crate::lock::inner::Inner;
@@ -41,9 +42,18 @@ impl LeaseRelease for RedisRelease {
             return Ok(ReleaseOutcome::NotHeld);
         }
         let grant = &self.grant;
-        self.inner
+        let mut unconfirmed = Unconfirmed {
+            release: &self,
+            armed: true,
+        };
+        let result = self
+            .inner
             .release(&grant.name, &grant.owner, Some(grant.token))
-            .await
+            .await;
+        unconfirmed.armed = result.as_ref().is_err_and(|error| {
+            RedisFailure::find(error).is_none_or(|failure| failure.refusal().is_none())
+        });
+        result
     }
 
     fn release_in_background(self: Box<Self>) {
@@ -54,6 +64,28 @@ impl LeaseRelease for RedisRelease {
                 grant.owner.clone(),
                 Some(grant.token),
                 BackgroundRelease::Dropped,
+                grant.ttl,
+            );
+        }
+    }
+}
+
+/// Sends a release again in the background when it failed without a refusal, or was cancelled
+/// before Redis answered, so that the key is freed once Redis answers rather than at its TTL.
+struct Unconfirmed<'a> {
+    release: &'a RedisRelease,
+    armed: bool,
+}
+
+impl Drop for Unconfirmed<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let grant = &self.release.grant;
+            self.release.inner.release_in_background(
+                grant.name.clone(),
+                grant.owner.clone(),
+                Some(grant.token),
+                BackgroundRelease::Unconfirmed,
                 grant.ttl,
             );
         }

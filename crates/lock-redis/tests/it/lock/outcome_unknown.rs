@@ -290,3 +290,28 @@ async fn an_in_flight_try_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobod
         names.len()
     );
 }
+
+/// A release that got no answer is sent again in the background, so the key is freed once Redis
+/// is reachable, long before its 120 s TTL. Also when the caller stops waiting for the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_release_is_sent_again_once_redis_answers() {
+    let redis = server().await;
+    let (proxy, lock) = common::behind_proxy(&redis, |setup| setup).await;
+    let lease = Lease::Fixed(Duration::from_secs(120));
+    let failed = lock.acquire("unanswered", lease).await.unwrap();
+    let cancelled = lock.acquire("abandoned", lease).await.unwrap();
+    proxy.blackhole(true);
+    let released = failed.release().await;
+    assert!(released.is_err(), "{released:?}");
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), cancelled.release()).await;
+    assert!(gave_up.is_err(), "{gave_up:?}");
+    // What was sent is lost with the connections.
+    proxy.drop_connections();
+    proxy.blackhole(false);
+    let names = ["unanswered".to_owned(), "abandoned".to_owned()];
+    let freed = common::eventually(lock_testkit::GENEROUS, || async {
+        held_keys(&redis, &lock, &names).await.is_empty()
+    })
+    .await;
+    assert!(freed, "{:?}", held_keys(&redis, &lock, &names).await);
+}
