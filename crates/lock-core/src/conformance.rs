@@ -46,7 +46,7 @@ pub const SLACK: Duration = Duration::from_secs(5);
 /// # Examples
 ///
 /// ```
-/// use lock_core::lock::conformance::unique_key;
+/// use lock_core::conformance::unique_key;
 ///
 /// assert!(unique_key("fencing").starts_with("conformance:fencing:"));
 /// assert_ne!(unique_key("fencing"), unique_key("fencing"));
