@@ -164,8 +164,8 @@ fn parse_duration_secs(text: &str) -> Result<f64, String> {
 fn parse_watchdog_timeout(text: &str) -> Result<Duration, String> {
     let timeout = lock_starter::config::parse_duration(text)?;
     let (min, max) = (
-        lock_starter::lock::limits::MIN_WATCHDOG_TIMEOUT,
-        lock_starter::lock::limits::MAX_WATCHDOG_TIMEOUT,
+        lock_core::lock::MIN_WATCHDOG_TIMEOUT,
+        lock_core::lock::MAX_WATCHDOG_TIMEOUT,
     );
     if !(min..=max).contains(&timeout) {
         let range = lock_starter::config::duration_range(min, max);

@@ -136,15 +136,15 @@ pub(crate) struct Redis {
 
 impl Redis {
     async fn connect(settings: &LockSettings) -> Result<Redis, Failure> {
-        let config = lock_starter::redis::redis_config(settings);
+        let config = settings.redis_config();
         let address = config.redacted_address();
         // Mapped as the service's start-up maps it: the full key and where it was set.
         let connected = match RedisClient::connect(config).await {
-            Ok(redis) => RedisLock::new(&redis, lock_starter::redis::lock_config(settings)).await,
+            Ok(redis) => RedisLock::new(&redis, settings.lock_config()).await,
             Err(error) => Err(error),
         };
         let lock = connected.map_err(|error| {
-            let error = match lock_starter::redis::connect_error(settings, error) {
+            let error = match settings.start_error(error) {
                 lock_starter::StartError::Config(error) => error.to_string(),
                 lock_starter::StartError::Lock(error) => error.to_string(),
                 other => other.to_string(),

@@ -17,7 +17,6 @@ use crate::branches::wiring as branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency::wiring::{self as idempotency, Store};
-use crate::lock::wiring::{lock_config, redis_config, start_error};
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
 ///
@@ -643,12 +642,12 @@ impl LockStarterBuilder {
         let (lock, redis): (Arc<dyn DistributedLock>, _) = match self.lock {
             Some(custom) => (custom, None),
             None => {
-                let redis = RedisClient::connect(redis_config(&settings))
+                let redis = RedisClient::connect(settings.redis_config())
                     .await
-                    .map_err(|error| start_error(&settings, error))?;
-                let lock = RedisLock::new(&redis, lock_config(&settings))
+                    .map_err(|error| settings.start_error(error))?;
+                let lock = RedisLock::new(&redis, settings.lock_config())
                     .await
-                    .map_err(|error| start_error(&settings, error))?;
+                    .map_err(|error| settings.start_error(error))?;
                 (Arc::new(lock), Some(redis))
             }
         };

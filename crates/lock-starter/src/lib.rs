@@ -112,12 +112,9 @@ pub mod lock {
     pub use lock_core::{AcquireFailure, LockError};
     pub(crate) mod wiring;
 
-    /// Defaults and accepted ranges of leases, wait times and keys.
+    /// Accepted ranges of leases and wait times, and the default shutdown bound.
     pub mod limits {
-        pub use lock_core::lock::{
-            DEFAULT_SHUTDOWN_TIMEOUT, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE,
-            MIN_WATCHDOG_TIMEOUT,
-        };
+        pub use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, MAX_LEASE, MAX_WAIT, MIN_LEASE};
     }
 }
 
@@ -145,7 +142,6 @@ pub mod branches {
 
 /// The Redis implementations, for wiring them by hand (most services use [`LockStarter`]).
 pub mod redis {
-    pub use crate::lock::wiring::{connect_error, lock_config, redis_config};
     pub use lock_redis::branches::RedisBranches;
     pub use lock_redis::idempotency::RedisIdempotencyStore;
     pub use lock_redis::lock::{

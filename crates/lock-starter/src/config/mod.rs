@@ -44,16 +44,18 @@ use serde::Deserialize;
 
 pub use error::ConfigError;
 pub(crate) use keys::key_of_setting;
+#[doc(hidden)]
 pub use keys::{Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, key_spec};
 pub(crate) use load::quote;
-/// How every range error writes a duration range (`10 ms to 60 s`).
+#[doc(hidden)]
 pub use lock_core::duration_range;
 /// The one duration syntax, from lock-core: see [`lock_core::parse_duration`]; every message
 /// writes durations in it with [`lock_core::format_duration`].
 pub use lock_core::{format_duration, parse_duration};
 /// The Redis address, parsed once: lock-redis's own type.
 pub use lock_redis::{RedisAddress, Topology};
-pub use origin::{Origin, Origins};
+pub use origin::Origin;
+pub(crate) use origin::Origins;
 pub use sources::ConfigSources;
 
 /// The lock's settings, checked: every value is within its bounds.
@@ -118,9 +120,9 @@ pub struct LockSettings {
     pub idempotency: IdempotencySection,
     /// `telco.platform.lock.branches.*`: the defaults of master/sub locks.
     pub branches: BranchesSection,
-    /// Where each value came from; [`Origins::default`] (all defaults) for settings built by hand.
+    /// Where each value came from (see [`LockSettings::source_of`]).
     #[serde(skip)]
-    pub origins: Origins,
+    pub(crate) origins: Origins,
     /// What [`LockSettings::load`] warned about (see [`LockSettings::warnings`]); empty for
     /// settings built by hand.
     #[serde(skip)]

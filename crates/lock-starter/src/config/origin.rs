@@ -175,25 +175,10 @@ impl fmt::Display for Origin {
     }
 }
 
-/// The [`Origin`] of every setting of a [`LockSettings`](super::LockSettings).
-///
-/// `Default` gives [`Origin::Default`] for every key, for settings built by hand.
-///
-/// # Examples
-///
-/// ```
-/// use lock_starter::config::{ConfigSources, LockSettings, Origin, Origins};
-///
-/// # fn main() -> Result<(), lock_starter::config::ConfigError> {
-/// let sources = ConfigSources::new().env_from([("TELCO_PLATFORM_LOCK_ENABLED", "false")]);
-/// let origins = LockSettings::load(&sources)?.origins;
-/// assert_eq!(origins.get("enabled"), Some(&Origin::Env("TELCO_PLATFORM_LOCK_ENABLED".into())));
-///
-/// assert_eq!(Origins::default().get("wait-time"), Some(&Origin::Default));
-/// # Ok(()) }
-/// ```
+/// The [`Origin`] of every setting of a [`LockSettings`](super::LockSettings); all
+/// [`Origin::Default`] for settings built by hand.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Origins {
+pub(crate) struct Origins {
     by_key: BTreeMap<&'static str, Origin>,
 }
 
@@ -202,19 +187,8 @@ static DEFAULT: Origin = Origin::Default;
 impl Origins {
     /// Where `key` came from; `key` is the full name (`telco.platform.lock.wait-time`) or the
     /// name relative to `telco.platform.lock` (`wait-time`). `None` if the key is not in
-    /// [`KEYS`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use lock_starter::config::{Origin, Origins};
-    ///
-    /// let origins = Origins::default();
-    /// assert_eq!(origins.get("telco.platform.lock.wait-time"), Some(&Origin::Default));
-    /// assert_eq!(origins.get("wait-time"), Some(&Origin::Default));
-    /// assert_eq!(origins.get("spring.data.redis.url"), None); // not a key of the lock
-    /// ```
-    pub fn get(&self, key: &str) -> Option<&Origin> {
+    /// [`KEYS`](super::KEYS).
+    pub(crate) fn get(&self, key: &str) -> Option<&Origin> {
         let spec = key_spec(key).filter(|spec| KEYS.contains(spec))?;
         Some(self.by_key.get(spec.name).unwrap_or(&DEFAULT))
     }
@@ -247,5 +221,21 @@ impl HostEnv {
             hostname: var("HOSTNAME"),
             ..HostEnv::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_found_by_its_full_or_relative_name_and_only_if_the_lock_reads_it() {
+        let origins = Origins::default();
+        assert_eq!(
+            origins.get("telco.platform.lock.wait-time"),
+            Some(&Origin::Default)
+        );
+        assert_eq!(origins.get("wait-time"), Some(&Origin::Default));
+        assert_eq!(origins.get("spring.data.redis.url"), None);
     }
 }

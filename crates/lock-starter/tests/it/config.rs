@@ -150,18 +150,14 @@ fn every_key_is_read_from_a_file_and_from_each_of_its_variables() {
     );
 }
 
-/// The one line per key that hands it on (to `redis_config`, to `idempotency_settings` for
+/// The one line per key that hands it on (to `LockSettings::redis_config`, to `idempotency_settings` for
 /// `idempotency.*`, to the layer for `idempotency.http-*`): a key left out would be read,
 /// described and then ignored.
 #[test]
 fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
     let shown = |pairs: &[(&str, &str)]| {
         let settings = from_env(pairs).unwrap();
-        format!(
-            "{:?} {:?}",
-            lock_starter::redis::redis_config(&settings),
-            lock_starter::redis::lock_config(&settings)
-        )
+        format!("{:?} {:?}", settings.redis_config(), settings.lock_config())
     };
     let defaults = shown(&[]);
     let idempotency =
