@@ -8,6 +8,8 @@
 //! - Master/sub locks, which wait for the asynchronous branches of an operation: [`branches`].
 //! - Idempotent execution, where a retried call gets the first call's result: [`Idempotency`](crate::idempotency::Idempotency)
 //!   over the [`IdempotencyStore`](crate::idempotency::IdempotencyStore) port.
+//! - Shared values with a TTL and a version, and waiting for one to change:
+//!   [`SharedValues`](crate::values::SharedValues) over the [`ValueStore`](crate::values::ValueStore) port.
 //! - Shared by all: the error and its stable codes ([`Problem`], [`LockError`]), key
 //!   validation ([`validate_key`]) and owner tokens ([`OwnerTokens`]).
 //!
@@ -72,6 +74,7 @@ pub mod lock;
 mod metric;
 mod owner;
 mod process;
+pub mod values;
 mod watch;
 
 pub use duration::{duration_range, format_duration, parse_duration};

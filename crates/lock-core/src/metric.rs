@@ -1,5 +1,5 @@
 //! The one metric naming scheme: `platform_<capability>_<name>`, where the capability is its
-//! module's name (`lock`, `idempotency`, `branches`) and the name ends in its unit or `_total`.
+//! module's name (`lock`, `idempotency`, `branches`, `values`) and the name ends in its unit or `_total`.
 
 /// The metric name `platform_<capability>_<name>`, as a `&'static str` constant.
 macro_rules! metric_name {
@@ -14,6 +14,7 @@ mod tests {
     use crate::branches::telemetry as branches;
     use crate::idempotency::telemetry as idempotency;
     use crate::lock::telemetry as lock;
+    use crate::values::telemetry as values;
 
     #[test]
     fn every_metric_is_named_by_the_scheme_once() {
@@ -31,6 +32,9 @@ mod tests {
             ("branches", branches::RELEASES_TOTAL),
             ("branches", branches::MASTER_WAITS_TOTAL),
             ("branches", branches::MASTER_WAIT_SECONDS),
+            ("values", values::WRITES_TOTAL),
+            ("values", values::WAITS_TOTAL),
+            ("values", values::WAIT_SECONDS),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (capability, name) in names {

@@ -6,3 +6,4 @@
 mod branches;
 mod idempotency;
 mod lock;
+mod values;

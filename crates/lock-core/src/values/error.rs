@@ -1,0 +1,157 @@
+//! [`ValuesError`]: what a shared-values call fails with.
+
+use std::collections::BTreeMap;
+
+use crate::error::{BoxError, LockError, impl_problem};
+
+/// The error of every fallible shared-values operation.
+///
+/// It is a [`Problem`](crate::Problem): codes `VALUES_UNAVAILABLE` (HTTP 503),
+/// `VALUES_INVALID_ARGUMENT` and `VALUES_UNDECODABLE` (500, a defect of the calling code).
+///
+/// # Examples
+///
+/// ```
+/// use lock_core::values::ValuesError;
+///
+/// let error = ValuesError::unavailable("get", "catalog:warm", "timed out");
+/// assert_eq!(error.code(), "VALUES_UNAVAILABLE");
+/// assert_eq!(error.http_status(), 503);
+/// assert_eq!(error.details()["key"], "catalog:warm");
+/// assert_eq!(error.to_string(), "shared value get of `catalog:warm` was not confirmed: timed out");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValuesError {
+    /// The backend did not confirm `operation`: a write may or may not have happened, and
+    /// nothing is reported as current. Code `VALUES_UNAVAILABLE`.
+    #[error("shared value {operation} of `{key}` was not confirmed: {cause}")]
+    Unavailable {
+        /// `get`, `set`, `delete` or `wait`.
+        operation: &'static str,
+        /// The value's key.
+        key: String,
+        /// The backend's error.
+        #[source]
+        cause: BoxError,
+    },
+    /// An argument is not accepted and nothing was sent to the backend. Code
+    /// `VALUES_INVALID_ARGUMENT`.
+    #[error("invalid {name} {value}: {problem}")]
+    InvalidArgument {
+        /// The argument, such as `key`, `ttl` or `value`.
+        name: &'static str,
+        /// The rejected value, quoted or summarised.
+        value: String,
+        /// What is wrong and what is accepted.
+        problem: String,
+    },
+    /// The stored value does not deserialize as the type asked for: another type, or an older
+    /// shape of it. Code `VALUES_UNDECODABLE`.
+    #[error("shared value `{key}` (version {version}) is not a {type_name}: {cause}")]
+    Undecodable {
+        /// The value's key.
+        key: String,
+        /// The version of the value that did not decode.
+        version: u64,
+        /// The Rust type asked for.
+        type_name: &'static str,
+        /// The deserializer's error.
+        #[source]
+        cause: serde_json::Error,
+    },
+}
+
+impl ValuesError {
+    /// An [`Unavailable`](ValuesError::Unavailable) error.
+    pub fn unavailable(
+        operation: &'static str,
+        key: impl Into<String>,
+        cause: impl Into<BoxError>,
+    ) -> Self {
+        ValuesError::Unavailable {
+            operation,
+            key: key.into(),
+            cause: cause.into(),
+        }
+    }
+
+    /// The stable code, such as `VALUES_UNAVAILABLE`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ValuesError::Unavailable { .. } => "VALUES_UNAVAILABLE",
+            ValuesError::InvalidArgument { .. } => "VALUES_INVALID_ARGUMENT",
+            ValuesError::Undecodable { .. } => "VALUES_UNDECODABLE",
+        }
+    }
+
+    /// The HTTP status: 503 when the backend failed, else 500.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            ValuesError::Unavailable { .. } => 503,
+            _ => 500,
+        }
+    }
+
+    /// The details map of a problem body or a log: `code`, `message`, `reason`
+    /// (`backend_unavailable`, `invalid_argument` or `undecodable`), and where known `key`,
+    /// `operation`, `argument` and `version`.
+    pub fn details(&self) -> BTreeMap<&'static str, String> {
+        let mut details = BTreeMap::from([
+            ("code", self.code().to_owned()),
+            ("message", self.to_string()),
+        ]);
+        let reason = match self {
+            ValuesError::Unavailable { operation, key, .. } => {
+                details.insert("operation", (*operation).to_owned());
+                details.insert("key", key.clone());
+                "backend_unavailable"
+            }
+            ValuesError::InvalidArgument { name, .. } => {
+                details.insert("argument", (*name).to_owned());
+                "invalid_argument"
+            }
+            ValuesError::Undecodable { key, version, .. } => {
+                details.insert("key", key.clone());
+                details.insert("version", version.to_string());
+                "undecodable"
+            }
+        };
+        details.insert("reason", reason.to_owned());
+        details
+    }
+
+    /// An invalid argument `name` with the value shown as `value`.
+    pub(crate) fn invalid(name: &'static str, value: impl Into<String>, problem: String) -> Self {
+        ValuesError::InvalidArgument {
+            name,
+            value: value.into(),
+            problem,
+        }
+    }
+
+    /// A failed argument check of the shared part (a key, a duration) as this capability's
+    /// error.
+    pub(crate) fn argument(error: LockError) -> Self {
+        match error {
+            LockError::InvalidKey {
+                key,
+                problem,
+                accepted,
+            } => ValuesError::invalid(
+                "key",
+                format!("{key:?}"),
+                format!("{problem}; {}", accepted.replacen("a lock key", "a key", 1)),
+            ),
+            LockError::InvalidArgument {
+                name,
+                value,
+                problem,
+                ..
+            } => ValuesError::invalid(name, value, problem),
+            other => ValuesError::invalid("argument", String::new(), other.to_string()),
+        }
+    }
+}
+
+impl_problem!(ValuesError);

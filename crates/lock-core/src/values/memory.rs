@@ -1,0 +1,190 @@
+//! An in-process [`ValueStore`], for tests, single-process tools, and a service whose values
+//! are switched off.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use crate::error::BoxError;
+use crate::values::error::ValuesError;
+use crate::values::port::{
+    Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written,
+};
+
+/// Writes a watch may fall behind by before it reports [`Observed::Unknown`].
+const WATCH_BACKLOG: usize = 1024;
+
+/// A [`ValueStore`] whose values live in this process, on Tokio's clock.
+///
+/// It passes the conformance suite. Values are not shared with other processes.
+#[derive(Debug)]
+pub struct InMemoryValues {
+    state: Mutex<State>,
+    writes: broadcast::Sender<(String, Observed)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    values: HashMap<String, Entry>,
+    /// The last version given, to any key: versions stay above those of deleted values.
+    version: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    bytes: Vec<u8>,
+    version: u64,
+    expires_at: Option<Instant>,
+}
+
+impl Default for InMemoryValues {
+    fn default() -> Self {
+        InMemoryValues::new()
+    }
+}
+
+impl InMemoryValues {
+    /// An empty store.
+    pub fn new() -> Self {
+        InMemoryValues {
+            state: Mutex::default(),
+            writes: broadcast::channel(WATCH_BACKLOG).0,
+        }
+    }
+
+    /// Runs `f` on the state with `key`'s expired value removed, and publishes what it wrote.
+    fn write(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut State) -> (Written, Option<Observed>),
+    ) -> Written {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if state
+            .values
+            .get(key)
+            .is_some_and(|e| e.expires_at.is_some_and(|at| at <= now))
+        {
+            state.values.remove(key);
+        }
+        let (written, observed) = f(&mut state);
+        if let Some(observed) = observed {
+            // Sent under the lock, so watchers see writes in version order.
+            let _ = self.writes.send((key.to_owned(), observed));
+        }
+        written
+    }
+}
+
+fn holds(entry: Option<&Entry>, condition: Condition) -> bool {
+    match condition {
+        Condition::Always => true,
+        Condition::Absent => entry.is_none(),
+        Condition::Version(version) => entry.is_some_and(|e| e.version == version),
+    }
+}
+
+#[async_trait]
+impl ValueStore for InMemoryValues {
+    fn namespace(&self) -> &str {
+        "in-memory"
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        Ok(state
+            .values
+            .get(key)
+            .filter(|e| e.expires_at.is_none_or(|at| at > now))
+            .map(|e| Versioned {
+                value: e.bytes.clone(),
+                version: e.version,
+            }))
+    }
+
+    async fn set(
+        &self,
+        key: &str,
+        value: &[u8],
+        expiry: Expiry,
+        condition: Condition,
+    ) -> Result<Written, ValuesError> {
+        Ok(self.write(key, |state| {
+            let entry = state.values.get(key);
+            if !holds(entry, condition) {
+                let current = entry.map(|e| e.version);
+                return (Written::Refused { current }, None);
+            }
+            let expires_at = match expiry {
+                Expiry::After(ttl) => Some(Instant::now() + ttl),
+                Expiry::Keep => entry.and_then(|e| e.expires_at),
+                Expiry::Never => None,
+            };
+            state.version += 1;
+            let version = state.version;
+            state.values.insert(
+                key.to_owned(),
+                Entry {
+                    bytes: value.to_vec(),
+                    version,
+                    expires_at,
+                },
+            );
+            let observed = Observed::Set(Versioned {
+                value: value.to_vec(),
+                version,
+            });
+            (Written::Stored { version }, Some(observed))
+        }))
+    }
+
+    async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
+        Ok(self.write(key, |state| {
+            let entry = state.values.get(key);
+            if entry.is_none() || !holds(entry, condition) {
+                let current = entry.map(|e| e.version);
+                return (Written::Refused { current }, None);
+            }
+            state.values.remove(key);
+            state.version += 1;
+            let version = state.version;
+            (
+                Written::Stored { version },
+                Some(Observed::Deleted { version }),
+            )
+        }))
+    }
+
+    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
+        Ok(Box::new(MemoryWatch {
+            key: key.to_owned(),
+            writes: self.writes.subscribe(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct MemoryWatch {
+    key: String,
+    writes: broadcast::Receiver<(String, Observed)>,
+}
+
+#[async_trait]
+impl ValueWatch for MemoryWatch {
+    async fn next(&mut self) -> Result<Observed, BoxError> {
+        loop {
+            match self.writes.recv().await {
+                Ok((key, observed)) if key == self.key => return Ok(observed),
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => return Ok(Observed::Unknown),
+                // The store was dropped: nothing will change any more.
+                Err(RecvError::Closed) => std::future::pending().await,
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Shared values: small typed values with a TTL and a version, shared by every replica, that a
+//! caller can wait on instead of polling.
+//!
+//! [`SharedValues`] is the typed API over the [`ValueStore`] port:
+//!
+//! - **Versioned writes.** Every write (set, conditional set, delete) gets a version above every
+//!   earlier write of its key, deletions and expiries included. [`SharedValues::get`] returns
+//!   the value with its version, and [`SharedValues::compare_and_set`] compares by version.
+//! - **No silent TTL loss.** Each write says what happens to the TTL: an [`Expiry`] of
+//!   `After(ttl)`, `Keep` or `Never`.
+//! - **Waiting.** [`SharedValues::wait_for`] returns as soon as the value satisfies a
+//!   predicate. It watches before it reads and sees every published write, so a value that was
+//!   written and overwritten at once is still seen; a change it cannot see (its watch was down)
+//!   makes it re-read. It is bounded by its timeout.
+//!
+//! docs/values.md has the guarantees, the keys on Redis and the ACL.
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+mod memory;
+mod port;
+mod shared;
+pub mod telemetry;
+
+pub use error::ValuesError;
+pub use memory::InMemoryValues;
+pub use port::{Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written};
+pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues, Waited};

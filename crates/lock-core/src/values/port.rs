@@ -1,0 +1,129 @@
+//! The shared-values port, [`ValueStore`].
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::BoxError;
+use crate::values::error::ValuesError;
+
+/// A value with the version of the write that stored it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    /// The value.
+    pub value: T,
+    /// The version of its write: above every earlier write of the key.
+    pub version: u64,
+}
+
+/// What a write does to the value's TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// The value expires this long after the write.
+    After(Duration),
+    /// The value keeps the TTL it had; a value that did not exist gets none.
+    Keep,
+    /// The value never expires.
+    Never,
+}
+
+/// The condition a write is made under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// Write whatever is stored.
+    Always,
+    /// Write only if no value is stored.
+    Absent,
+    /// Write only if the stored value has this version.
+    Version(u64),
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Written, with this version.
+    Stored {
+        /// The version of the write.
+        version: u64,
+    },
+    /// The condition did not hold, and nothing changed.
+    Refused {
+        /// The version stored, `None` when no value is.
+        current: Option<u64>,
+    },
+}
+
+/// A write as a [`ValueWatch`] observed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// A set, with the bytes it stored.
+    Set(Versioned<Vec<u8>>),
+    /// A delete, with its version.
+    Deleted {
+        /// The version of the delete.
+        version: u64,
+    },
+    /// Writes may have gone unobserved (the watch started, reconnected or fell behind): read
+    /// the value again.
+    Unknown,
+}
+
+/// Where shared values live: per key, at most one value of serialized bytes, its version and
+/// its TTL.
+///
+/// Callers use [`SharedValues`](crate::values::SharedValues), which serializes and waits over
+/// this port.
+///
+/// # Contract
+/// Every implementation passes the conformance suite (feature `conformance`). In short:
+/// - **Versions** are above every earlier version of the key, deletions and expiries included.
+/// - **Conditions** are checked and applied atomically: of concurrent writes under
+///   [`Condition::Absent`] exactly one is stored.
+/// - **TTLs** follow the write's [`Expiry`], on the backend's clock. An expired value is never
+///   returned.
+/// - **Watches** observe every set and delete of their key that follows [`watch`]'s return, in
+///   order, or report [`Observed::Unknown`] where they may have missed one. An expiry is not
+///   observed.
+/// - **Failures.** Every method fails with [`ValuesError::Unavailable`] when the backend fails,
+///   and a write that is not confirmed is never reported as stored.
+///
+/// [`watch`]: ValueStore::watch
+#[async_trait]
+pub trait ValueStore: Send + Sync + Debug {
+    /// The space these values live in, never containing credentials.
+    fn namespace(&self) -> &str;
+
+    /// The value of `key` and its version, `None` when absent or expired.
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError>;
+
+    /// Stores `value` at `key` if `condition` holds, with the TTL `expiry` says.
+    async fn set(
+        &self,
+        key: &str,
+        value: &[u8],
+        expiry: Expiry,
+        condition: Condition,
+    ) -> Result<Written, ValuesError>;
+
+    /// Deletes `key`'s value if one is stored and `condition` holds;
+    /// [`Written::Refused`] with `current: None` when none is.
+    async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError>;
+
+    /// Starts observing the writes of `key`; take it before the read it guards.
+    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError>;
+}
+
+/// The writes of one key, as they happen. Dropping it ends the watch.
+///
+/// Unlike a [`ChangeWatch`](crate::ChangeWatch), which only says that something may have
+/// changed, it carries what was written, so that a waiter sees a value that was overwritten
+/// before it could read it.
+#[async_trait]
+pub trait ValueWatch: Send + Debug {
+    /// The next write, or [`Observed::Unknown`] first when writes may have been missed.
+    ///
+    /// # Errors
+    /// The connection error, once the backend has been unreachable for its command timeout.
+    async fn next(&mut self) -> Result<Observed, BoxError>;
+}

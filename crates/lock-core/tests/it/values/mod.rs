@@ -1,0 +1,3 @@
+//! Shared values on the in-memory backend.
+
+mod memory;
