@@ -8,6 +8,7 @@
 //! - [`lock`]: the distributed lock, [`RedisLock`](lock::RedisLock).
 //! - [`idempotency`]: the record store of idempotent execution.
 //! - [`branches`]: the branch backend of master/sub locks.
+//! - [`values`]: the store of shared values.
 //!
 //! How it works, in one screen:
 //! - **Keys.** Lock `name` lives at `<prefix>{name}` and announces releases on
@@ -97,6 +98,7 @@ pub mod branches;
 mod core;
 pub mod idempotency;
 pub mod lock;
+pub mod values;
 
 pub use core::address::{InvalidAddress, RedisAddress, Topology};
 pub use core::client::RedisClient;
@@ -119,4 +121,5 @@ pub mod scripts {
     pub use crate::branches::scripts::*;
     pub use crate::idempotency::scripts::*;
     pub use crate::lock::scripts::*;
+    pub use crate::values::scripts::*;
 }

@@ -18,6 +18,10 @@
 //! A *dispatcher* task turns incoming messages into wake-ups of the channel's waiters, and marks
 //! every subscription unconfirmed after a reconnect (the server forgot them).
 //!
+//! *Listeners* (shared values' watches) hear every message of the channel, and a
+//! [`Heard::Missed`] whenever messages may have gone unheard (a (re)confirmed subscription, a
+//! dispatcher that fell behind).
+//!
 //! *Fair* waiters (see `acquire/fair.rs`) share the channel's subscription but not the queue:
 //! their order is kept in Redis. Each is registered under its owner token, and a release
 //! message naming that token (`<fencing token>|<owner token>`) wakes exactly it.
@@ -30,7 +34,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 
 use crate::core::backoff::Backoff;
@@ -84,7 +88,22 @@ struct Channel {
     driver: Arc<Notify>,
     /// This client's fair waiters on the channel, by owner token.
     fair: HashMap<String, Arc<Notify>>,
+    /// What the channel's listeners hear; `None` while it has none.
+    listeners: Option<broadcast::Sender<Heard>>,
 }
+
+/// What a [`Listener`] hears.
+#[derive(Debug, Clone)]
+pub(crate) enum Heard {
+    /// A message published on the channel.
+    Message(Value),
+    /// Messages may have gone unheard: the subscription was (re)confirmed, or this client fell
+    /// behind.
+    Missed,
+}
+
+/// Messages a listener may fall behind by before it hears [`Heard::Missed`] instead.
+const LISTENER_BACKLOG: usize = 256;
 
 #[derive(Debug)]
 struct Waiter {
@@ -95,7 +114,14 @@ struct Waiter {
 impl Channel {
     /// Whether nobody waits on the channel any more: its subscription can go.
     fn is_idle(&self) -> bool {
-        self.waiters.is_empty() && self.fair.is_empty()
+        self.waiters.is_empty() && self.fair.is_empty() && self.listeners.is_none()
+    }
+
+    /// Tells every listener that messages may have gone unheard.
+    fn tell_missed(&self) {
+        if let Some(listeners) = &self.listeners {
+            let _ = listeners.send(Heard::Missed);
+        }
     }
 
     /// Wakes every fair waiter, to look again (a release may have gone unheard).
@@ -215,6 +241,45 @@ impl Drop for Subscription {
     }
 }
 
+/// A listener's place on its channel; dropping it leaves.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+    channel: String,
+    heard: broadcast::Receiver<Heard>,
+}
+
+impl Listener {
+    /// The next message, or [`Heard::Missed`] where some may have gone unheard.
+    pub(crate) async fn next(&mut self) -> Heard {
+        match self.heard.recv().await {
+            Ok(heard) => heard,
+            // Fell behind, or the channel was taken down under it: either way, look again.
+            Err(_) => Heard::Missed,
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels();
+        let Some(channel) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        // This listener's receiver is still alive here: it is the last one when it is alone.
+        if channel
+            .listeners
+            .as_ref()
+            .is_some_and(|l| l.receiver_count() <= 1)
+        {
+            channel.listeners = None;
+            if channel.is_idle() {
+                channel.driver.notify_one();
+            }
+        }
+    }
+}
+
 /// A fair waiter's registration on its channel; dropping it unregisters.
 #[derive(Debug)]
 pub(crate) struct FairSubscription {
@@ -311,6 +376,23 @@ impl Subscriptions {
             owner: owner.to_owned(),
             wake,
             confirmed: entry.confirmed.subscribe(),
+        }
+    }
+
+    /// Starts listening to every message of `channel`, subscribing to it if nobody of this
+    /// client listens or waits there yet. The first thing heard is [`Heard::Missed`] once the
+    /// server confirms the subscription, unless it was confirmed already.
+    pub(crate) fn listen(&self, channel: &str) -> Listener {
+        let mut channels = self.shared.channels();
+        let entry = self.shared.channel(&mut channels, channel);
+        let heard = entry
+            .listeners
+            .get_or_insert_with(|| broadcast::channel(LISTENER_BACKLOG).0)
+            .subscribe();
+        Listener {
+            shared: Arc::clone(&self.shared),
+            channel: channel.to_owned(),
+            heard,
         }
     }
 
@@ -427,6 +509,7 @@ impl Shared {
                 confirmed: watch::Sender::new(false),
                 driver: Arc::default(),
                 fair: HashMap::new(),
+                listeners: None,
             };
             self.runtime.spawn(drive(
                 Arc::clone(self),
@@ -508,6 +591,7 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
                         // head and the fair waiters look.
                         entry.wake_head_to_try();
                         entry.wake_fair();
+                        entry.tell_missed();
                     }
                 }
                 // Otherwise it was confirmed on a connection since replaced: subscribe again.
@@ -543,9 +627,9 @@ async fn dispatch(
 ) {
     loop {
         enum Event {
-            /// A release message: its channel, the released grant's fencing token, and the
-            /// first fair waiter's owner token when one is queued.
-            Message(String, Option<u64>, Option<String>),
+            /// A message: its channel, and as a release message the released grant's fencing
+            /// token and the first fair waiter's owner token when one is queued.
+            Message(String, Value, Option<u64>, Option<String>),
             WakeAll,
             Reconnected,
         }
@@ -553,7 +637,7 @@ async fn dispatch(
             message = messages.recv() => match message {
                 Ok(message) => {
                     let (token, first_fair) = parse_release(&message.value);
-                    Event::Message(message.channel.to_string(), token, first_fair)
+                    Event::Message(message.channel.to_string(), message.value, token, first_fair)
                 }
                 Err(RecvError::Lagged(_)) => Event::WakeAll,
                 Err(RecvError::Closed) => return,
@@ -574,8 +658,11 @@ async fn dispatch(
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         match event {
-            Event::Message(channel, token, first_fair) => {
+            Event::Message(channel, value, token, first_fair) => {
                 if let Some(entry) = channels.get_mut(&channel) {
+                    if let Some(listeners) = &entry.listeners {
+                        let _ = listeners.send(Heard::Message(value));
+                    }
                     if let Some(wake) = first_fair.and_then(|owner| entry.fair.get(&owner)) {
                         wake.notify_one();
                     }
@@ -593,6 +680,7 @@ async fn dispatch(
             Event::WakeAll => channels.values_mut().for_each(|entry| {
                 entry.wake_head_to_try();
                 entry.wake_fair();
+                entry.tell_missed();
             }),
             Event::Reconnected => {
                 for entry in channels.values() {

@@ -13,3 +13,4 @@ mod branches;
 mod core;
 mod idempotency;
 mod lock;
+mod values;

@@ -25,8 +25,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
-/// by the last of its nine tests.
-static CLUSTER: Shared<RedisCluster> = Shared::new(9);
+/// by the last of its ten tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(10);
 
 /// Takes the shared cluster, starting it on first use.
 async fn cluster() -> Taken<RedisCluster> {
@@ -237,6 +237,30 @@ async fn the_idempotency_conformance_suite_passes_on_the_cluster() {
     assert!(
         failed.is_empty(),
         "idempotency checks failed on the Cluster: {failed:?}"
+    );
+}
+
+struct ValuesOnCluster {
+    url: String,
+}
+
+#[async_trait::async_trait]
+impl lock_core::values::conformance::ValuesFactory for ValuesOnCluster {
+    async fn client(&self) -> lock_core::values::SharedValues {
+        crate::values::values(&client(&self.url).await).await.0
+    }
+}
+
+/// Shared values' scripts are single-key and publish on a channel of the value's slot: the
+/// values suite on the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_values_conformance_suite_passes_on_the_cluster() {
+    let cluster = cluster().await;
+    let factory = ValuesOnCluster { url: cluster.url() };
+    let failed = lock_core::values::conformance::run_all(Arc::new(factory)).await;
+    assert!(
+        failed.is_empty(),
+        "values checks failed on the Cluster: {failed:?}"
     );
 }
 

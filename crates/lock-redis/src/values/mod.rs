@@ -1,0 +1,302 @@
+//! Shared values on Redis: [`RedisValues`], the [`ValueStore`] of
+//! `lock_core::values::SharedValues`, on the connections of a [`RedisClient`].
+//!
+//! - **Keys.** The value `catalog:warm-up` is one string, `<prefix>values:{catalog:warm-up}`,
+//!   holding `<version>:<JSON>` with the TTL of its last write: a read is one `GET`. Writes are
+//!   published on `<prefix>values:{catalog:warm-up}:written` (sharded pub/sub, the same hash
+//!   tag) as `s<version>:<JSON>` or `d<version>`.
+//! - **Versions** are the greater of the last version + 1 and Redis' `TIME` in microseconds, so
+//!   a value re-created after a delete or an expiry gets a higher one, on the server's clock.
+//! - **Scripts** (`scripts/*.lua`, `EVALSHA` with a reload on `NOSCRIPT`): set and delete, each
+//!   checking its condition, writing and publishing atomically.
+//! - **Watching.** A watch listens through the core's shared subscriptions, one per channel
+//!   per client however many wait. Each published write reaches every listener with its value,
+//!   so no waiter reads after a write; a (re)confirmed subscription makes each re-read once.
+//!   A watch fails once the connection has been lost for one command timeout.
+
+pub(crate) mod scripts;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use lock_core::BoxError;
+use lock_core::values::{
+    Condition, Expiry, Observed, ValueStore, ValueWatch, ValuesError, Versioned, Written,
+};
+
+use crate::core::client::{RedisClient, RedisCore};
+use crate::core::error::RedisFailure;
+use crate::core::subscriptions::{Heard, Listener};
+
+/// The capability's name in its keys: `<prefix>values:{<key>}`.
+const CAPABILITY: &str = "values";
+
+/// Where shared values live in Redis: on the connections and key prefix of a [`RedisClient`].
+/// Use it through `lock_core::values::SharedValues`, or get both from lock-starter.
+///
+/// Needs, on top of the lock's ACL, `+get +set +del +spublish +time` (the last four inside its
+/// scripts) on its keys and channels.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lock_core::values::{Expiry, SharedValues};
+/// use lock_redis::values::RedisValues;
+/// use lock_redis::{RedisClient, RedisConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = RedisClient::connect(RedisConfig::new("redis://127.0.0.1:6379")).await?;
+/// let values = SharedValues::new(Arc::new(RedisValues::new(&redis).await));
+/// values.set("catalog:warm-up", &"loading", Expiry::After(Duration::from_secs(60))).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisValues {
+    core: Arc<RedisCore>,
+    scripts: scripts::Scripts,
+}
+
+impl RedisValues {
+    /// Values on `client`'s connections, under its key prefix. Loads its scripts while Redis
+    /// answers.
+    pub async fn new(client: &RedisClient) -> Self {
+        let core = Arc::clone(&client.core);
+        let scripts = scripts::Scripts::new();
+        crate::core::scripts::preload(&core, &[&scripts.set, &scripts.delete], CAPABILITY).await;
+        RedisValues { core, scripts }
+    }
+
+    /// The Redis key of the value `key`, e.g. `lock:values:{catalog:warm-up}`, for inspecting it
+    /// with `redis-cli`.
+    pub fn value_key(&self, key: &str) -> String {
+        self.core.keys.capability_key(CAPABILITY, key)
+    }
+
+    /// The channel the writes of `key` are published on.
+    pub fn write_channel(&self, key: &str) -> String {
+        let mut channel = self.value_key(key);
+        channel.push_str(":written");
+        channel
+    }
+
+    /// The command client, or at once the connection error while the client knows it is
+    /// disconnected.
+    fn client(&self, operation: &'static str, key: &str) -> Result<&Client, ValuesError> {
+        match self.core.unreachable(redis_operation(operation)) {
+            Some(failure) => Err(ValuesError::unavailable(operation, key, failure)),
+            None => Ok(&self.core.client),
+        }
+    }
+
+    fn failed(&self, operation: &'static str, key: &str, error: Error) -> ValuesError {
+        ValuesError::unavailable(
+            operation,
+            key,
+            self.core.failure(redis_operation(operation), error),
+        )
+    }
+
+    /// Runs the set or delete script and reads its reply.
+    async fn write(
+        &self,
+        operation: &'static str,
+        key: &str,
+        args: impl Fn() -> Vec<Value>,
+    ) -> Result<Written, ValuesError> {
+        let script = match operation {
+            "set" => &self.scripts.set,
+            _ => &self.scripts.delete,
+        };
+        let client = self.client(operation, key)?;
+        let value_key = self.value_key(key);
+        let reply: Vec<Value> = crate::core::scripts::call(client, script, || {
+            (vec![value_key.as_str().into()], args())
+        })
+        .await
+        .map_err(|e| self.failed(operation, key, e))?;
+        let version = |value: Option<&Value>| value.and_then(Value::as_u64);
+        match (version(reply.first()), reply.get(1)) {
+            (Some(1), Some(stored)) => match version(Some(stored)) {
+                Some(version) => Ok(Written::Stored { version }),
+                None => Err(protocol(operation, key)),
+            },
+            (Some(0), current) => Ok(Written::Refused {
+                current: version(current),
+            }),
+            _ => Err(protocol(operation, key)),
+        }
+    }
+}
+
+/// The Redis command or script behind an operation, as errors name it.
+fn redis_operation(operation: &'static str) -> &'static str {
+    match operation {
+        "get" => "value GET",
+        "set" => "value set script",
+        _ => "value delete script",
+    }
+}
+
+fn protocol(operation: &'static str, key: &str) -> ValuesError {
+    ValuesError::unavailable(
+        operation,
+        key,
+        RedisFailure::protocol(redis_operation(operation), "unexpected reply shape"),
+    )
+}
+
+fn condition_arg(condition: Condition) -> Value {
+    match condition {
+        Condition::Always => "always".into(),
+        Condition::Absent => "absent".into(),
+        Condition::Version(version) => version.to_string().into(),
+    }
+}
+
+/// Splits `<version>:<JSON>`.
+fn parse_stored(stored: &[u8]) -> Option<Versioned<Vec<u8>>> {
+    let colon = stored.iter().position(|b| *b == b':')?;
+    let version = std::str::from_utf8(&stored[..colon]).ok()?.parse().ok()?;
+    Some(Versioned {
+        value: stored[colon + 1..].to_vec(),
+        version,
+    })
+}
+
+/// Reads a published write: `s<version>:<JSON>` or `d<version>`; anything else as
+/// [`Observed::Unknown`], so the waiter reads instead.
+fn parse_written(message: &Value) -> Observed {
+    let Some(bytes) = message.as_bytes() else {
+        return Observed::Unknown;
+    };
+    match bytes.split_first() {
+        Some((b's', stored)) => parse_stored(stored).map_or(Observed::Unknown, Observed::Set),
+        Some((b'd', version)) => std::str::from_utf8(version)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Observed::Unknown, |version| Observed::Deleted { version }),
+        _ => Observed::Unknown,
+    }
+}
+
+#[async_trait]
+impl ValueStore for RedisValues {
+    fn namespace(&self) -> &str {
+        &self.core.namespace
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError> {
+        let stored: Option<Vec<u8>> = self
+            .client("get", key)?
+            .get(self.value_key(key))
+            .await
+            .map_err(|e| self.failed("get", key, e))?;
+        match stored {
+            None => Ok(None),
+            Some(stored) => parse_stored(&stored).map(Some).ok_or_else(|| {
+                ValuesError::unavailable(
+                    "get",
+                    key,
+                    RedisFailure::protocol(
+                        "value GET",
+                        "the key holds something that is not a shared value",
+                    ),
+                )
+            }),
+        }
+    }
+
+    async fn set(
+        &self,
+        key: &str,
+        value: &[u8],
+        expiry: Expiry,
+        condition: Condition,
+    ) -> Result<Written, ValuesError> {
+        let ttl: Value = match expiry {
+            Expiry::After(ttl) => i64::try_from(ttl.as_millis())
+                .unwrap_or(i64::MAX)
+                .max(1)
+                .into(),
+            Expiry::Keep => "keep".into(),
+            Expiry::Never => "never".into(),
+        };
+        let channel = self.write_channel(key);
+        self.write("set", key, || {
+            vec![
+                Value::Bytes(value.to_vec().into()),
+                ttl.clone(),
+                condition_arg(condition),
+                channel.as_str().into(),
+            ]
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
+        let channel = self.write_channel(key);
+        self.write("delete", key, || {
+            vec![condition_arg(condition), channel.as_str().into()]
+        })
+        .await
+    }
+
+    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
+        Ok(Box::new(RedisValueWatch {
+            listener: self.core.subscriptions.listen(&self.write_channel(key)),
+            core: Arc::clone(&self.core),
+        }))
+    }
+}
+
+/// A watch on one value's write channel.
+#[derive(Debug)]
+struct RedisValueWatch {
+    listener: Listener,
+    core: Arc<RedisCore>,
+}
+
+#[async_trait]
+impl ValueWatch for RedisValueWatch {
+    async fn next(&mut self) -> Result<Observed, BoxError> {
+        tokio::select! {
+            heard = self.listener.next() => Ok(match heard {
+                Heard::Message(message) => parse_written(&message),
+                Heard::Missed => Observed::Unknown,
+            }),
+            failure = self.core.connection_lost("shared value wait") => Err(failure.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_writes_carry_the_version_and_value_and_anything_else_means_read() {
+        let set = parse_written(&Value::from("s1764500000123456:{\"step\":3}"));
+        assert_eq!(
+            set,
+            Observed::Set(Versioned {
+                value: b"{\"step\":3}".to_vec(),
+                version: 1_764_500_000_123_456
+            })
+        );
+        assert_eq!(
+            parse_written(&Value::from("d17")),
+            Observed::Deleted { version: 17 }
+        );
+        for junk in ["", "x1:2", "s:1", "sabc:1", "d", "d1.5"] {
+            assert_eq!(
+                parse_written(&Value::from(junk)),
+                Observed::Unknown,
+                "{junk}"
+            );
+        }
+        assert_eq!(parse_written(&Value::Integer(5)), Observed::Unknown);
+    }
+}

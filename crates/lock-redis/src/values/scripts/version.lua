@@ -1,0 +1,36 @@
+-- Shared by set.lua and delete.lua: a stored value is `<version>:<JSON>`; a version is the
+-- greater of the last one + 1 and the server's clock in microseconds, so it stays above the
+-- versions of deleted and expired values too.
+local function stored_version(key)
+  local stored = redis.call('GET', key)
+  if not stored then
+    return nil
+  end
+  local version = tonumber(string.match(stored, '^(%d+):'))
+  if not version then
+    return redis.error_reply('VALUE ' .. key .. ' holds something that is not a shared value')
+  end
+  return version
+end
+
+local function next_version(current)
+  local time = redis.call('TIME')
+  return math.max((current or 0) + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+end
+
+-- Whether a write under condition `condition` ('always', 'absent' or a version) may go ahead.
+local function holds(condition, current)
+  if condition == 'always' then
+    return true
+  elseif condition == 'absent' then
+    return current == nil
+  end
+  return current ~= nil and current == tonumber(condition)
+end
+
+local function refused(current)
+  if current == nil then
+    return {0}
+  end
+  return {0, current}
+end

@@ -1,0 +1,199 @@
+//! Shared values on one redis-server: the conformance suite, the stored form, a waiter's
+//! subscription killed mid-wait, a restarted Redis, and what a fan-out costs Redis.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{SLACK, command_calls, delta, eventually, server};
+use lock_core::values::conformance::ValuesFactory;
+use lock_core::values::{Expiry, SharedValues, ValueStore, Waited};
+use lock_testkit::RedisServer;
+
+use super::values;
+
+struct Redis(RedisServer);
+
+#[async_trait::async_trait]
+impl ValuesFactory for Redis {
+    async fn client(&self) -> SharedValues {
+        values(&common::client(&self.0).await).await.0
+    }
+}
+
+mod conformance {
+    use super::{Redis, server};
+
+    lock_core::conformance_tests!(values, async { Redis(server().await) });
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_is_one_string_holding_its_version_with_the_writes_ttl() {
+    let redis = server().await;
+    let (values, store) = values(&common::client(&redis).await).await;
+    let version = values
+        .set(
+            "catalog:warm-up",
+            &serde_json::json!({"step": 3}),
+            Expiry::After(LONG),
+        )
+        .await
+        .unwrap();
+    let key = store.value_key("catalog:warm-up");
+    assert_eq!(key, "lock:values:{catalog:warm-up}");
+    assert_eq!(
+        common::value(&redis, &key).await,
+        format!("{version}:{{\"step\":3}}")
+    );
+    let ttl: i64 = common::integer(&redis, &["PTTL", &key]).await;
+    assert!(ttl > 50_000 && ttl <= 60_000, "PTTL {ttl}");
+    // A version from the server's clock in microseconds.
+    let now_us: u64 = redis
+        .cmd(&["TIME"])
+        .await
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1_000_000;
+    assert!(
+        version <= now_us + 1_000_000 && version + 60_000_000 > now_us,
+        "{version} vs {now_us}"
+    );
+
+    redis
+        .cmd(&["SET", &key, "not a shared value"])
+        .await
+        .unwrap();
+    let error = values.get::<u32>("catalog:warm-up").await.unwrap_err();
+    assert_eq!(error.code(), "VALUES_UNAVAILABLE", "{error}");
+    assert!(error.to_string().contains("not a shared value"), "{error}");
+    let error = values
+        .set("catalog:warm-up", &1, Expiry::Never)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("not a shared value"), "{error}");
+    assert_eq!(common::value(&redis, &key).await, "not a shared value");
+}
+
+/// One set wakes every waiter of a client through one subscription and one publish, and no
+/// waiter reads Redis for it: the value comes with the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_share_one_subscription_and_read_nothing_per_write() {
+    const WAITERS: usize = 50;
+    let redis = server().await;
+    let (waiter, store) = values(&common::client(&redis).await).await;
+    let (writer, _) = values(&common::client(&redis).await).await;
+    let channel = store.write_channel("fan-out");
+    let mut tasks = Vec::new();
+    for _ in 0..WAITERS {
+        let waiter = waiter.clone();
+        tasks.push(tokio::spawn(async move {
+            waiter
+                .wait_for_value("fan-out", &"done".to_owned(), LONG)
+                .await
+        }));
+    }
+    assert!(common::one_subscriber(&redis, &channel).await);
+    // Every waiter has read once, and once more after the subscription was confirmed.
+    assert!(
+        eventually(SLACK, || async {
+            delta(&Default::default(), &command_calls(&redis).await, "get") >= WAITERS as u64
+        })
+        .await
+    );
+    let before = command_calls(&redis).await;
+    writer
+        .set("fan-out", "done", Expiry::After(LONG))
+        .await
+        .unwrap();
+    for task in tasks {
+        let waited = tokio::time::timeout(SLACK, task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(waited.is_met(), "{waited:?}");
+    }
+    let after = command_calls(&redis).await;
+    assert_eq!(delta(&before, &after, "spublish"), 1);
+    assert_eq!(
+        delta(&before, &after, "get"),
+        1,
+        "only the set script's own GET"
+    );
+    assert_eq!(delta(&before, &after, "evalsha"), 1);
+}
+
+/// A waiter whose pub/sub connection is killed mid-wait re-subscribes, reads again, and still
+/// sees a write made while it was deaf.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_while_the_subscription_was_down_is_seen() {
+    let redis = server().await;
+    let (waiter, store) = values(&common::client(&redis).await).await;
+    let (writer, _) = values(&common::client(&redis).await).await;
+    let channel = store.write_channel("deaf");
+    let task = tokio::spawn(async move {
+        waiter
+            .wait_for_value("deaf", &"done".to_owned(), LONG)
+            .await
+    });
+    assert!(common::one_subscriber(&redis, &channel).await);
+    redis
+        .cmd(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    writer
+        .set("deaf", "done", Expiry::After(LONG))
+        .await
+        .unwrap();
+    let waited = tokio::time::timeout(SLACK * 2, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(waited.is_met(), "{waited:?}");
+}
+
+/// A Redis restarted mid-wait (quicker than the command timeout): the waiter reconnects,
+/// re-subscribes and sees the write made after the restart; while Redis is down a read is an
+/// error, never a stale value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_mid_wait_loses_no_write_and_reports_no_stale_value() {
+    let mut redis = RedisServer::builder().start().await.unwrap();
+    let lock =
+        common::connect(common::config(&redis).command_timeout(Duration::from_secs(10))).await;
+    let (waiter, store) = values(&lock).await;
+    let channel = store.write_channel("restart");
+    let task = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .wait_for_value("restart", &"done".to_owned(), LONG)
+                .await
+        }
+    });
+    assert!(common::one_subscriber(&redis, &channel).await);
+    redis.restart().await.unwrap();
+    let (writer, _) = values(&common::client(&redis).await).await;
+    writer
+        .set("restart", "done", Expiry::After(LONG))
+        .await
+        .unwrap();
+    let waited = tokio::time::timeout(SLACK * 3, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(waited, Waited::Met(Some(_))), "{waited:?}");
+    drop(redis);
+    let error = tokio::time::timeout(SLACK * 3, store.get("restart"))
+        .await
+        .expect("the read ends within its command timeout")
+        .unwrap_err();
+    assert_eq!(error.code(), "VALUES_UNAVAILABLE", "{error}");
+}
