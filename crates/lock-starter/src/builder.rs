@@ -10,6 +10,7 @@ use lock_core::LockError;
 use lock_core::branches::{Branches, MasterLocks};
 use lock_core::idempotency::{Idempotency, IdempotencyStore};
 use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, ShutdownSummary};
+use lock_core::values::{SharedValues, ValueStore};
 use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
@@ -17,6 +18,7 @@ use crate::branches::wiring as branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency::wiring::{self as idempotency, Store};
+use crate::values::wiring as value_wiring;
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
 ///
@@ -39,6 +41,7 @@ pub struct LockStarter {
     pub(crate) redis: Option<RedisClient>,
     idempotency: Idempotency,
     master_locks: MasterLocks,
+    values: SharedValues,
     settings: LockSettings,
 }
 
@@ -233,6 +236,37 @@ impl LockStarter {
     #[cfg(feature = "http")]
     pub fn unscoped_idempotency_layer(&self) -> crate::http::IdempotencyLayer {
         crate::http::IdempotencyLayer::unscoped(self.idempotency.clone()).configured(&self.settings)
+    }
+
+    /// Shared values on the lock's Redis connections: typed values with a TTL and a version
+    /// that every replica reads, and waits on instead of polling. See `docs/values.md`.
+    ///
+    /// With `telco.platform.lock.enabled = false` they are kept in this process only (a
+    /// `WARN` at start-up says so), so a single replica keeps working; with a custom lock and no
+    /// [`value_store`](LockStarterBuilder::value_store), likewise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// let values = starter.values();
+    /// values.set("catalog:warm-up", &"done", Expiry::After(Duration::from_secs(60))).await?;
+    /// let waited = values.wait_for_value("catalog:warm-up", &"done".to_owned(), Duration::from_secs(5)).await?;
+    /// assert!(waited.is_met());
+    /// # Ok(()) }
+    /// ```
+    pub fn values(&self) -> &SharedValues {
+        &self.values
     }
 
     /// Master/sub locks on the lock's Redis connections: `with_master_lock` runs a block under
@@ -440,6 +474,7 @@ pub struct LockStarterBuilder {
     lock: Option<Arc<dyn DistributedLock>>,
     idempotency_store: Option<Arc<dyn IdempotencyStore>>,
     branches: Option<Arc<dyn Branches>>,
+    value_store: Option<Arc<dyn ValueStore>>,
 }
 
 impl fmt::Debug for LockStarterBuilder {
@@ -450,6 +485,7 @@ impl fmt::Debug for LockStarterBuilder {
             .field("custom_lock", &self.lock)
             .field("custom_idempotency_store", &self.idempotency_store)
             .field("custom_branches", &self.branches.is_some())
+            .field("custom_value_store", &self.value_store)
             .finish()
     }
 }
@@ -579,6 +615,13 @@ impl LockStarterBuilder {
         self
     }
 
+    /// Keeps shared values in this store instead of on the Redis lock's connections.
+    /// `telco.platform.lock.enabled = false` still keeps them in this process only.
+    pub fn value_store(mut self, store: Arc<dyn ValueStore>) -> Self {
+        self.value_store = Some(store);
+        self
+    }
+
     /// Reads and validates the configuration, then builds the lock: the override if one was
     /// given, otherwise a [`RedisLock`] connected to `telco.platform.lock.redis.address`.
     /// Disabled: no connection is opened and [`LockStarter::lock`] says why. An unreachable
@@ -631,11 +674,13 @@ impl LockStarterBuilder {
             let idempotency = idempotency::build(&settings, Store::Disabled(&detail)).await;
             let master_locks =
                 branch_wiring::build(&settings, branch_wiring::Store::Disabled(&detail)).await;
+            let values = value_wiring::build(value_wiring::Store::Disabled(&detail)).await;
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
                 idempotency,
                 master_locks,
+                values,
                 settings,
             });
         }
@@ -663,11 +708,18 @@ impl LockStarterBuilder {
             (None, None) => branch_wiring::Store::InProcess(Arc::clone(&lock)),
         };
         let master_locks = branch_wiring::build(&settings, branches).await;
+        let values = match (self.value_store, &redis) {
+            (Some(custom), _) => value_wiring::Store::Custom(custom),
+            (None, Some(redis)) => value_wiring::Store::Redis(redis),
+            (None, None) => value_wiring::Store::InProcess,
+        };
+        let values = value_wiring::build(values).await;
         Ok(LockStarter {
             lock: Ok(lock),
             redis,
             idempotency,
             master_locks,
+            values,
             settings,
         })
     }

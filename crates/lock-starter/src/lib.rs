@@ -5,12 +5,14 @@
 //! the Redis-backed lock, and re-exports the whole lock API, so no other crate of ours is needed.
 //!
 //! On the same Redis connections it gives idempotent execution, [`LockStarter::idempotency`]: a
-//! retried call gets the first call's result instead of running twice (`docs/idempotency.md`).
+//! retried call gets the first call's result instead of running twice (`docs/idempotency.md`);
+//! master/sub locks, [`LockStarter::master_locks`]; and shared values with wait-for-change,
+//! [`LockStarter::values`] (`docs/values.md`).
 //!
-//! Each capability is a module, [`lock`], [`idempotency`] and [`branches`], holding its API
-//! and its wiring. The shared part serves them all: configuration ([`config`]), the builder
-//! and [`LockStarter`], the health check, HTTP problem responses, and [`redis`] for wiring the
-//! Redis implementations by hand. [`prelude`] has the everyday names.
+//! Each capability is a module, [`lock`], [`idempotency`], [`branches`] and [`values`],
+//! holding its API and its wiring. The shared part serves them all: configuration
+//! ([`config`]), the builder and [`LockStarter`], the health check, HTTP problem responses, and
+//! [`redis`] for wiring the Redis implementations by hand. [`prelude`] has the everyday names.
 //!
 //! # Examples
 //!
@@ -140,6 +142,17 @@ pub mod branches {
     pub(crate) mod wiring;
 }
 
+/// Shared values: typed values with a TTL and a version, shared by every replica, and waiting
+/// for one to change (see [`LockStarter::values`](crate::LockStarter::values) and
+/// `docs/values.md`).
+pub mod values {
+    pub use lock_core::values::{
+        Condition, Expiry, InMemoryValues, Observed, SharedValues, ValueStore, ValueWatch,
+        ValuesError, Versioned, Waited, Written,
+    };
+    pub(crate) mod wiring;
+}
+
 /// The Redis implementations, for wiring them by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::branches::RedisBranches;
@@ -147,6 +160,7 @@ pub mod redis {
     pub use lock_redis::lock::{
         ForceReleased, LockState, LockStatus, RedisLock, RedisLockConfig, WatchdogStats,
     };
+    pub use lock_redis::values::RedisValues;
     pub use lock_redis::{RedisClient, RedisConfig, RedisFailure, Refusal};
 }
 
@@ -163,6 +177,8 @@ pub mod prelude {
         InMemoryLock, Lease, LeaseStatus, LockError, LockHandle, LostReason, ReleaseOutcome,
         ShutdownSummary, Unguarded, UnguardedReason,
     };
+    #[doc(no_inline)]
+    pub use crate::values::{Expiry, SharedValues, ValuesError, Versioned, Waited};
     #[doc(no_inline)]
     pub use crate::{LockStarter, Problem};
 }

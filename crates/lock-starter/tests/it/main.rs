@@ -11,3 +11,4 @@ mod config;
 mod http;
 mod idempotency;
 mod lock;
+mod values;

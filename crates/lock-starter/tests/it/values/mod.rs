@@ -1,0 +1,3 @@
+//! Shared values as the starter wires them.
+
+mod wiring;
