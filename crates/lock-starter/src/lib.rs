@@ -204,6 +204,11 @@ struct IdempotencyDoctests;
 #[doc = include_str!("../../../docs/branches.md")]
 struct BranchesDoctests;
 
+/// docs/values.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/values.md")]
+struct ValuesDoctests;
+
 /// docs/failure-policy.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure-policy.md")]

@@ -35,8 +35,8 @@ const CAPABILITY: &str = "values";
 /// Where shared values live in Redis: on the connections and key prefix of a [`RedisClient`].
 /// Use it through `lock_core::values::SharedValues`, or get both from lock-starter.
 ///
-/// Needs, on top of the lock's ACL, `+get +set +del +spublish +time` (the last four inside its
-/// scripts) on its keys and channels.
+/// Needs nothing beyond the lock's ACL: `GET`, and `SET`, `DEL`, `TIME` and `SPUBLISH` inside
+/// its scripts.
 ///
 /// # Examples
 ///

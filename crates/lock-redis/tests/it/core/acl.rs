@@ -270,6 +270,35 @@ async fn the_minimal_acl_runs_idempotent_execution() {
     );
 }
 
+struct ValuesAclUser(RedisServer);
+
+#[async_trait::async_trait]
+impl lock_core::values::conformance::ValuesFactory for ValuesAclUser {
+    async fn client(&self) -> lock_core::values::SharedValues {
+        crate::values::values(&user_client(&self.0).await).await.0
+    }
+}
+
+/// Shared values need nothing beyond the lock's ACL (docs/values.md): their whole conformance
+/// suite passes as a user with just that, and Redis refuses nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_acl_runs_shared_values() {
+    let redis = common::server().await;
+    set_user(&redis, &documented_acl()).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let factory = Arc::new(ValuesAclUser(redis));
+    let failed = lock_core::values::conformance::run_all(Arc::clone(&factory) as _).await;
+    assert!(
+        failed.is_empty(),
+        "values checks failed as the ACL user: {failed:?}"
+    );
+    let refused = refused(&factory.0).await;
+    assert!(
+        refused.is_subset(&harmless()),
+        "Redis refused more: {refused:?}"
+    );
+}
+
 /// With the optional grants of the document too, Redis refuses nothing: the document names
 /// every command the client sends (connect, acquire, wait, renew, release, reload, WAIT, PING,
 /// and QUIT when the lock is dropped).
