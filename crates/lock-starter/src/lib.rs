@@ -147,8 +147,8 @@ pub mod branches {
 /// `docs/values.md`).
 pub mod values {
     pub use lock_core::values::{
-        Condition, Expiry, InMemoryValues, Observed, SharedValues, ValueStore, ValueWatch,
-        ValuesError, Versioned, Waited, Written,
+        Condition, Expiry, Flight, InMemoryValues, MIN_FLIGHT_TTL, Observed, Progress,
+        SharedValues, ValueStore, ValueWatch, ValuesError, Versioned, Waited, WhenBusy, Written,
     };
     pub(crate) mod wiring;
 }
@@ -178,7 +178,9 @@ pub mod prelude {
         ShutdownSummary, Unguarded, UnguardedReason,
     };
     #[doc(no_inline)]
-    pub use crate::values::{Expiry, SharedValues, ValuesError, Versioned, Waited};
+    pub use crate::values::{
+        Expiry, Flight, Progress, SharedValues, ValuesError, Versioned, Waited, WhenBusy,
+    };
     #[doc(no_inline)]
     pub use crate::{LockStarter, Problem};
 }

@@ -13,9 +13,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::BoxError;
 use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::values::{
-    Expiry, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues, ValuesError, Versioned, Waited,
+    Condition, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL, Observed,
+    Progress, SharedValues, ValueStore, ValueWatch, ValuesError, Versioned, Waited, WhenBusy,
     Written,
 };
 
@@ -47,7 +49,10 @@ async fn set(values: &SharedValues, key: &str, value: &str, expiry: Expiry) -> u
 async fn read_until_absent(values: &SharedValues, key: &str, within: Duration) {
     let deadline = Instant::now() + within + SLACK;
     loop {
-        let value = read(values, key).await;
+        let value = values
+            .get::<serde_json::Value>(key)
+            .await
+            .expect("the read is confirmed");
         if value.is_none() {
             return;
         }
@@ -434,6 +439,275 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn ValuesFactory) {
     assert_eq!(read(&values, &key).await, None);
 }
 
+/// A store that says when one of its watches has observed anything: from then on, that watch
+/// hears every write.
+#[derive(Debug)]
+struct Heard {
+    store: Arc<dyn ValueStore>,
+    heard: mpsc::UnboundedSender<()>,
+}
+
+#[derive(Debug)]
+struct HeardWatch {
+    watch: Box<dyn ValueWatch>,
+    heard: mpsc::UnboundedSender<()>,
+}
+
+#[async_trait]
+impl ValueWatch for HeardWatch {
+    async fn next(&mut self) -> Result<Observed, BoxError> {
+        let observed = self.watch.next().await;
+        let _ = self.heard.send(());
+        observed
+    }
+}
+
+#[async_trait]
+impl ValueStore for Heard {
+    fn namespace(&self) -> &str {
+        self.store.namespace()
+    }
+    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError> {
+        self.store.get(key).await
+    }
+    async fn set(
+        &self,
+        key: &str,
+        value: &[u8],
+        expiry: Expiry,
+        condition: Condition,
+    ) -> Result<Written, ValuesError> {
+        self.store.set(key, value, expiry, condition).await
+    }
+    async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
+        self.store.delete(key, condition).await
+    }
+    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
+        Ok(Box::new(HeardWatch {
+            watch: self.store.watch(key).await?,
+            heard: self.heard.clone(),
+        }))
+    }
+    fn new_owner(&self) -> String {
+        self.store.new_owner()
+    }
+}
+
+/// A client whose watches say when they have heard anything, and that signal.
+async fn hearing(factory: &dyn ValuesFactory) -> (SharedValues, mpsc::UnboundedReceiver<()>) {
+    let (heard, signal) = mpsc::unbounded_channel();
+    let store = factory.client().await.store().clone();
+    (SharedValues::new(Arc::new(Heard { store, heard })), signal)
+}
+
+/// A runner of one flight, driven by the check: it reports the progress it is sent, and
+/// returns its outcome when told to finish.
+struct Runner {
+    task: JoinHandle<Result<Flight<u32, u32>, ValuesError>>,
+    commands: mpsc::UnboundedSender<Option<u32>>,
+    /// The owner token and whether the guard was still the runner's, per report.
+    acks: mpsc::UnboundedReceiver<(String, bool)>,
+}
+
+impl Runner {
+    fn start(values: SharedValues, key: &str, ttl: Duration, outcome: u32) -> Runner {
+        let (commands, mut received) = mpsc::unbounded_channel::<Option<u32>>();
+        let (acked, acks) = mpsc::unbounded_channel();
+        let key = key.to_owned();
+        let task = tokio::spawn(async move {
+            values
+                .single_flight(&key, ttl, WhenBusy::Report, |p: Progress<u32>| async move {
+                    while let Some(Some(progress)) = received.recv().await {
+                        let ours = p.report(&progress).await.expect("the report is confirmed");
+                        let _ = acked.send((p.owner().to_owned(), ours));
+                    }
+                    outcome
+                })
+                .await
+        });
+        Runner {
+            task,
+            commands,
+            acks,
+        }
+    }
+
+    /// Has the runner report `progress`: its owner token, and whether the guard is its own.
+    async fn report(&mut self, progress: u32) -> (String, bool) {
+        let _ = self.commands.send(Some(progress));
+        tokio::time::timeout(SLACK, self.acks.recv())
+            .await
+            .expect("the runner reported")
+            .expect("the runner runs")
+    }
+
+    async fn finish(self) -> Flight<u32, u32> {
+        let _ = self.commands.send(None);
+        flight(self.task).await
+    }
+}
+
+async fn flight(task: JoinHandle<Result<Flight<u32, u32>, ValuesError>>) -> Flight<u32, u32> {
+    tokio::time::timeout(SLACK + LONG, task)
+        .await
+        .expect("the flight ended")
+        .expect("the flight did not panic")
+        .expect("the flight is confirmed")
+}
+
+async fn must_not_run(values: &SharedValues, key: &str, when_busy: WhenBusy) -> Flight<u32, u32> {
+    values
+        .single_flight(key, MIN_FLIGHT_TTL, when_busy, |_: Progress<u32>| async {
+            panic!("a second caller ran the action")
+        })
+        .await
+        .expect("the flight is confirmed")
+}
+
+async fn runs(values: &SharedValues, key: &str, when_busy: WhenBusy) -> Flight<u32, u32> {
+    values
+        .single_flight(key, MIN_FLIGHT_TTL, when_busy, |_: Progress<u32>| async {
+            7
+        })
+        .await
+        .expect("the flight is confirmed")
+}
+
+/// One caller runs; another, on another client, sees it running with its owner and progress
+/// and does not run; once the runner is done, the next caller runs anew.
+pub async fn one_caller_runs_and_the_others_see_its_progress(factory: &dyn ValuesFactory) {
+    let key = unique_key("flight");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let mut runner = Runner::start(a, &key, MIN_FLIGHT_TTL * 3, 42);
+    let (owner, _) = runner.report(40).await;
+    assert_eq!(
+        must_not_run(&b, &key, WhenBusy::Report).await,
+        Flight::RunningElsewhere {
+            owner,
+            progress: Some(40)
+        }
+    );
+    assert_eq!(runner.finish().await, Flight::Ran(42));
+    assert_eq!(runs(&b, &key, WhenBusy::Report).await, Flight::Ran(7));
+}
+
+/// The guard outlives its TTL while the runner lives: it is renewed.
+pub async fn a_living_runners_guard_is_renewed(factory: &dyn ValuesFactory) {
+    let key = unique_key("renewed");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let mut runner = Runner::start(a, &key, MIN_FLIGHT_TTL, 2);
+    let (owner, _) = runner.report(1).await;
+    // The work itself takes three TTLs.
+    tokio::time::sleep(MIN_FLIGHT_TTL * 3).await;
+    assert_eq!(
+        must_not_run(&b, &key, WhenBusy::Report).await,
+        Flight::RunningElsewhere {
+            owner,
+            progress: Some(1)
+        }
+    );
+    assert_eq!(runner.finish().await, Flight::Ran(2));
+}
+
+/// Callers that wait get the runner's outcome without running the action, and a waiter
+/// cancelled mid-wait changes nothing for the others.
+pub async fn waiters_join_the_runners_outcome(factory: &dyn ValuesFactory) {
+    let key = unique_key("join");
+    let mut runner = Runner::start(factory.client().await, &key, MIN_FLIGHT_TTL * 3, 42);
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let (waiter, mut heard) = hearing(factory).await;
+        let key = key.clone();
+        waiters.push(tokio::spawn(async move {
+            must_not_run(&waiter, &key, WhenBusy::Wait(LONG)).await
+        }));
+        // Progress reports are writes: report until the waiter's watch has heard one.
+        let deadline = Instant::now() + SLACK;
+        while tokio::time::timeout(Duration::from_millis(100), heard.recv())
+            .await
+            .is_err()
+        {
+            runner.report(0).await;
+            assert!(Instant::now() < deadline, "the waiter never listened");
+        }
+    }
+    let cancelled = waiters.remove(0);
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    assert_eq!(runner.finish().await, Flight::Ran(42));
+    for waiter in waiters {
+        let joined = tokio::time::timeout(SLACK, waiter).await.unwrap().unwrap();
+        assert_eq!(joined, Flight::Joined(42));
+    }
+}
+
+/// The guard of a runner that crashed (it is no longer renewed) expires at its TTL: a caller
+/// sees its last progress until then, and a waiting caller runs the action after it.
+pub async fn a_crashed_runners_guard_expires_and_a_waiter_runs(factory: &dyn ValuesFactory) {
+    let key = unique_key("crashed");
+    let values = factory.client().await;
+    let crashed =
+        serde_json::json!({"state": "running", "owner": "crashed-pod/1/1", "progress": 5});
+    values
+        .set(&key, &crashed, Expiry::After(MIN_FLIGHT_TTL))
+        .await
+        .unwrap();
+    assert_eq!(
+        must_not_run(&values, &key, WhenBusy::Report).await,
+        Flight::RunningElsewhere {
+            owner: "crashed-pod/1/1".to_owned(),
+            progress: Some(5)
+        }
+    );
+    let started = Instant::now();
+    assert_eq!(
+        runs(&values, &key, WhenBusy::Wait(LONG)).await,
+        Flight::Ran(7)
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < MIN_FLIGHT_TTL * 2 + SLACK,
+        "ran after {elapsed:?}"
+    );
+}
+
+/// A cancelled runner deletes its guard, so the next caller runs at once.
+pub async fn a_cancelled_runner_clears_its_guard(factory: &dyn ValuesFactory) {
+    let key = unique_key("cancelled-runner");
+    let values = factory.client().await;
+    let mut runner = Runner::start(values.clone(), &key, LONG, 1);
+    runner.report(1).await;
+    runner.task.abort();
+    read_until_absent(&values, &key, Duration::ZERO).await;
+    assert_eq!(runs(&values, &key, WhenBusy::Report).await, Flight::Ran(7));
+}
+
+/// A runner whose guard was taken over (deleted by hand, then claimed by another) learns it from
+/// its next report, and its completion leaves the new runner's guard alone.
+pub async fn a_runner_never_writes_over_a_guard_taken_over(factory: &dyn ValuesFactory) {
+    let key = unique_key("taken-over");
+    let (a, b) = (factory.client().await, factory.client().await);
+    let mut first = Runner::start(a, &key, LONG, 1);
+    first.report(1).await;
+    assert!(b.delete(&key).await.unwrap());
+    let mut second = Runner::start(b.clone(), &key, LONG, 2);
+    let (second_owner, _) = second.report(2).await;
+    let (_, ours) = first.report(3).await;
+    assert!(
+        !ours,
+        "the first runner's report went over the second's guard"
+    );
+    assert_eq!(first.finish().await, Flight::Ran(1));
+    assert_eq!(
+        must_not_run(&b, &key, WhenBusy::Report).await,
+        Flight::RunningElsewhere {
+            owner: second_owner,
+            progress: Some(2)
+        }
+    );
+    assert_eq!(second.finish().await, Flight::Ran(2));
+}
+
 /// Runs every check against `factory` and returns the names of those that failed.
 pub async fn run_all(factory: Arc<dyn ValuesFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
@@ -459,6 +733,12 @@ macro_rules! values_conformance_checks {
             a_cancelled_waiter_leaves_the_others_waiting,
             a_value_of_another_shape_is_undecodable,
             invalid_arguments_are_rejected,
+            one_caller_runs_and_the_others_see_its_progress,
+            a_living_runners_guard_is_renewed,
+            waiters_join_the_runners_outcome,
+            a_crashed_runners_guard_expires_and_a_waiter_runs,
+            a_cancelled_runner_clears_its_guard,
+            a_runner_never_writes_over_a_guard_taken_over,
         }
     };
     ($callback:ident) => {

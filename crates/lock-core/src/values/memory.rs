@@ -10,6 +10,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use crate::error::BoxError;
+use crate::owner::OwnerTokens;
 use crate::values::error::ValuesError;
 use crate::values::port::{
     Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written,
@@ -25,6 +26,7 @@ const WATCH_BACKLOG: usize = 1024;
 pub struct InMemoryValues {
     state: Mutex<State>,
     writes: broadcast::Sender<(String, Observed)>,
+    owners: OwnerTokens,
 }
 
 #[derive(Debug, Default)]
@@ -53,6 +55,7 @@ impl InMemoryValues {
         InMemoryValues {
             state: Mutex::default(),
             writes: broadcast::channel(WATCH_BACKLOG).0,
+            owners: OwnerTokens::new("in-memory").expect("a valid instance id"),
         }
     }
 
@@ -165,6 +168,10 @@ impl ValueStore for InMemoryValues {
             key: key.to_owned(),
             writes: self.writes.subscribe(),
         }))
+    }
+
+    fn new_owner(&self) -> String {
+        self.owners.next_token()
     }
 }
 

@@ -12,18 +12,23 @@
 //!   predicate. It watches before it reads and sees every published write, so a value that was
 //!   written and overwritten at once is still seen; a change it cannot see (its watch was down)
 //!   makes it re-read. It is bounded by its timeout.
+//! - **Single flight.** [`SharedValues::single_flight`] runs an action on one caller at a time
+//!   across replicas, under a guard that is renewed while its runner lives and expires after a
+//!   crash; the others report it running with its progress, or wait for its outcome.
 //!
 //! docs/values.md has the guarantees, the keys on Redis and the ACL.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
+mod flight;
 mod memory;
 mod port;
 mod shared;
 pub mod telemetry;
 
 pub use error::ValuesError;
+pub use flight::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
 pub use memory::InMemoryValues;
 pub use port::{Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written};
 pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues, Waited};

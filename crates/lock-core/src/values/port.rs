@@ -112,6 +112,9 @@ pub trait ValueStore: Send + Sync + Debug {
 
     /// Starts observing the writes of `key`; take it before the read it guards.
     async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError>;
+
+    /// A new owner token, unique per call, carrying a readable instance id.
+    fn new_owner(&self) -> String;
 }
 
 /// The writes of one key, as they happen. Dropping it ends the watch.

@@ -250,6 +250,10 @@ impl ValueStore for RedisValues {
             core: Arc::clone(&self.core),
         }))
     }
+
+    fn new_owner(&self) -> String {
+        self.core.owners.next_token()
+    }
 }
 
 /// A watch on one value's write channel.

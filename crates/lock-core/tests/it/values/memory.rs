@@ -66,6 +66,9 @@ impl ValueStore for Deaf {
     async fn watch(&self, _key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
         Ok(Box::new(Silent))
     }
+    fn new_owner(&self) -> String {
+        self.0.new_owner()
+    }
 }
 
 struct DeafFactory(Arc<Deaf>);

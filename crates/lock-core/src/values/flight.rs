@@ -1,0 +1,299 @@
+//! The single-flight guard: [`SharedValues::single_flight`].
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::check_duration;
+use crate::values::error::ValuesError;
+use crate::values::port::{Expiry, Versioned, Written};
+use crate::values::shared::{MAX_TTL, MAX_WAIT, SharedValues, Waited};
+
+/// The shortest TTL of a single-flight guard: 1 s (it is renewed every third of it).
+pub const MIN_FLIGHT_TTL: Duration = Duration::from_secs(1);
+
+/// What a caller of [`SharedValues::single_flight`] does while another caller runs the action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenBusy {
+    /// Return at once with [`Flight::RunningElsewhere`].
+    Report,
+    /// Wait up to this long for the runner's outcome. If the runner goes away without one (it
+    /// crashed and its guard expired, or it was cancelled), run the action here.
+    Wait(Duration),
+}
+
+/// How a single flight ended for this caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flight<T, P> {
+    /// This caller ran the action: its outcome.
+    Ran(T),
+    /// Another caller ran it while this one waited: that caller's outcome.
+    Joined(T),
+    /// Another caller runs it, and this one reported or stopped waiting.
+    RunningElsewhere {
+        /// The runner's owner token (its instance id first).
+        owner: String,
+        /// The runner's last reported progress.
+        progress: Option<P>,
+    },
+}
+
+/// The runner's handle on its guard, to report progress that other callers see.
+#[derive(Debug)]
+pub struct Progress<P> {
+    guard: Arc<Guard>,
+    _progress: PhantomData<fn(&P)>,
+}
+
+impl<P: Serialize> Progress<P> {
+    /// Publishes `progress` with the guard, for [`Flight::RunningElsewhere`] and waiters;
+    /// `false` when the guard is no longer this runner's (it expired and another took it).
+    ///
+    /// # Errors
+    /// [`ValuesError::Unavailable`], or a progress value that does not serialize.
+    pub async fn report(&self, progress: &P) -> Result<bool, ValuesError> {
+        let progress = serde_json::to_value(progress).map_err(|error| {
+            ValuesError::invalid(
+                "progress",
+                std::any::type_name::<P>(),
+                format!("it does not serialize as JSON: {error}"),
+            )
+        })?;
+        self.guard.write(Some(progress)).await
+    }
+
+    /// The owner token of this run, as other callers see it.
+    pub fn owner(&self) -> &str {
+        &self.guard.owner
+    }
+}
+
+/// A guard as stored: running with its progress, or done with its outcome.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+enum Record<T, P> {
+    Running { owner: String, progress: Option<P> },
+    Done { owner: String, outcome: T },
+}
+
+/// A runner's guard: its key, TTL, owner token, and the version it last wrote (`None` once lost).
+#[derive(Debug)]
+struct Guard {
+    values: SharedValues,
+    key: String,
+    ttl: Duration,
+    owner: String,
+    state: tokio::sync::Mutex<GuardState>,
+}
+
+#[derive(Debug)]
+struct GuardState {
+    version: Option<u64>,
+    progress: Option<serde_json::Value>,
+}
+
+impl Guard {
+    /// Rewrites the running record over the version this runner holds, with `progress` when
+    /// given, and a fresh TTL; `false` when it is no longer this runner's.
+    async fn write(&self, progress: Option<serde_json::Value>) -> Result<bool, ValuesError> {
+        let mut state = self.state.lock().await;
+        let Some(version) = state.version else {
+            return Ok(false);
+        };
+        if progress.is_some() {
+            state.progress = progress;
+        }
+        let record = serde_json::json!({
+            "state": "running", "owner": self.owner, "progress": state.progress,
+        });
+        let written = self
+            .values
+            .compare_and_set(&self.key, Some(version), &record, Expiry::After(self.ttl))
+            .await?;
+        state.version = match written {
+            Written::Stored { version } => Some(version),
+            Written::Refused { .. } => {
+                tracing::warn!(key = %self.key, owner = %self.owner, "single-flight guard lost while its action ran: another caller may run it too");
+                None
+            }
+        };
+        Ok(state.version.is_some())
+    }
+
+    /// Publishes the outcome over the guard and then deletes it, so waiters get the outcome
+    /// and the next caller runs anew.
+    async fn complete(&self, outcome: &serde_json::Value) -> Result<(), ValuesError> {
+        let mut state = self.state.lock().await;
+        let Some(version) = state.version.take() else {
+            return Ok(());
+        };
+        let record = serde_json::json!({"state": "done", "owner": self.owner, "outcome": outcome});
+        let done = self
+            .values
+            .compare_and_set(&self.key, Some(version), &record, Expiry::Keep)
+            .await?;
+        if let Written::Stored { version } = done {
+            self.values.compare_and_delete(&self.key, version).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the guard without an outcome: the run was cancelled.
+    fn abandon(self: Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // No runtime: the guard ends at its TTL.
+        };
+        runtime.spawn(async move {
+            let version = self.state.lock().await.version.take();
+            if let Some(version) = version {
+                let _ = self.values.compare_and_delete(&self.key, version).await;
+            }
+        });
+    }
+}
+
+/// Abandons the guard when the runner's future is dropped before its action finished.
+struct AbandonOnDrop(Option<Arc<Guard>>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(guard) = self.0.take() {
+            guard.abandon();
+        }
+    }
+}
+
+impl SharedValues {
+    /// Runs `action` on one caller at a time across every replica sharing `key`: the others
+    /// report it running elsewhere, with its progress, or wait for its outcome.
+    ///
+    /// # Contract
+    /// - The runner holds a guard at `key` with a TTL of `ttl` (1 s to 30 days), renewed every
+    ///   third of it while the action runs, and deleted when it ends or is cancelled. After a
+    ///   crash the guard and its progress expire within `ttl`, and the next caller runs; a
+    ///   waiting caller looks again at least once per its own `ttl` (give every caller of a key
+    ///   the same one).
+    /// - Only the runner writes its guard: every write compares the version it last wrote.
+    /// - The outcome is published to the callers waiting at that moment, then the guard is
+    ///   deleted: a caller arriving later runs the action again. A waiter that misses the
+    ///   outcome (its subscription was down) runs the action itself.
+    /// - A cancelled waiter changes nothing for the runner or the other waiters.
+    ///
+    /// # Errors
+    /// [`ValuesError::Unavailable`] before the action ran (it did not run), an invalid argument,
+    /// or [`ValuesError::Undecodable`] for a guard of other outcome or progress types. Once the
+    /// action has run, its outcome is returned whatever its publication did (failures are
+    /// logged; the guard then ends at its TTL).
+    pub async fn single_flight<T, P, F, Fut>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        when_busy: WhenBusy,
+        action: F,
+    ) -> Result<Flight<T, P>, ValuesError>
+    where
+        T: Serialize + DeserializeOwned + Send,
+        P: Serialize + DeserializeOwned + Send,
+        F: FnOnce(Progress<P>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        check_duration("ttl", ttl, MIN_FLIGHT_TTL, MAX_TTL).map_err(ValuesError::argument)?;
+        let wait = match when_busy {
+            WhenBusy::Report => Duration::ZERO,
+            WhenBusy::Wait(wait) => {
+                check_duration("wait", wait, Duration::ZERO, MAX_WAIT)
+                    .map_err(ValuesError::argument)?;
+                wait
+            }
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            let owner = self.store().new_owner();
+            let running = Record::<(), ()>::Running {
+                owner: owner.clone(),
+                progress: None,
+            };
+            if let Some(version) = self
+                .set_if_absent(key, &running, Expiry::After(ttl))
+                .await?
+            {
+                let guard = Guard {
+                    values: self.clone(),
+                    key: key.to_owned(),
+                    ttl,
+                    owner,
+                    state: tokio::sync::Mutex::new(GuardState {
+                        version: Some(version),
+                        progress: None,
+                    }),
+                };
+                return Ok(Flight::Ran(run(Arc::new(guard), action).await));
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            // A runner renews its guard every third of the TTL; a guard unrenewed for a whole
+            // TTL has expired, which is not published: look again after at most one TTL.
+            let waited = if remaining.is_zero() {
+                Waited::TimedOut(self.get::<Record<T, P>>(key).await?)
+            } else {
+                let running = |v: Option<&Versioned<Record<T, P>>>| {
+                    matches!(v.map(|v| &v.value), Some(Record::Running { .. }))
+                };
+                self.wait_for(key, remaining.min(ttl), |v| !running(v))
+                    .await?
+            };
+            match waited.into_value().map(|v| v.value) {
+                Some(Record::Done { outcome, .. }) => return Ok(Flight::Joined(outcome)),
+                Some(Record::Running { owner, progress }) if Instant::now() >= deadline => {
+                    return Ok(Flight::RunningElsewhere { owner, progress });
+                }
+                // The runner went away without an outcome, finished unseen, or may have
+                // expired: try to run it here.
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Runs `action` under `guard`, renewing it every third of its TTL, and publishes the outcome.
+async fn run<T, P, F, Fut>(guard: Arc<Guard>, action: F) -> T
+where
+    T: Serialize,
+    F: FnOnce(Progress<P>) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let abandon = AbandonOnDrop(Some(Arc::clone(&guard)));
+    let action = action(Progress {
+        guard: Arc::clone(&guard),
+        _progress: PhantomData,
+    });
+    tokio::pin!(action);
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut action => break outcome,
+            () = tokio::time::sleep(guard.ttl / 3) => {
+                if let Err(error) = guard.write(None).await {
+                    tracing::warn!(key = %guard.key, %error, "single-flight guard not renewed; retrying");
+                }
+            }
+        }
+    };
+    let mut abandon = abandon;
+    abandon.0 = None;
+    let published = match serde_json::to_value(&outcome) {
+        Ok(outcome) => guard.complete(&outcome).await,
+        Err(error) => Err(ValuesError::invalid(
+            "outcome",
+            std::any::type_name::<T>(),
+            format!("it does not serialize as JSON: {error}"),
+        )),
+    };
+    if let Err(error) = published {
+        tracing::warn!(key = %guard.key, %error, "single-flight outcome not published; the guard ends at its TTL");
+    }
+    outcome
+}
