@@ -1,5 +1,7 @@
 //! The demo: three pods race for one bill run, the winner crashes mid-run, another pod takes it
-//! over once the lease lapses — and nobody ever runs it twice at once.
+//! over once the lease lapses — and nobody ever runs it twice at once. Then four replicas share
+//! a catalog warm-up through shared values (`warmup.rs`): one loads, the others wait, and when
+//! the loader is killed one waiter takes over.
 //!
 //! ```text
 //! scripts/demo.sh          # installs redis-server if missing, builds, runs this
@@ -20,6 +22,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod warmup;
 
 use clap::Parser;
 use lock_testkit::RedisServer;
@@ -195,6 +199,16 @@ async fn run(args: &Args) -> Result<bool, String> {
 
     println!();
     let passed = check(&timeline, &winner, ledger.path());
+    let passed = warmup::run(&address).await? && passed;
+    println!();
+    println!(
+        "{}",
+        if passed {
+            "Demo passed."
+        } else {
+            "Demo FAILED."
+        }
+    );
     if !passed {
         return Ok(false);
     }
@@ -354,20 +368,38 @@ fn spawn_pod(
     ledger: &Path,
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<Child, String> {
-    let name = run.name;
-    let mut child = Command::new(binary)
+    let mut command = pod_command(binary, run.name, address);
+    command
         .args(["--period", run.period, "--batches", &BATCHES.to_string()])
         .args(["--batch-time", run.batch_time, "--ledger"])
         .arg(ledger)
         .arg(format!("--start-at-unix-ms={}", run.start_at_unix_ms))
+        .env("TELCO_PLATFORM_LOCK_WAIT_TIME", run.wait_time)
+        .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", WATCHDOG_TIMEOUT);
+    spawn(command, run.name, events)
+}
+
+/// A pod process of `binary` named `name` on the Redis at `address`, under the demo's prefix.
+fn pod_command(binary: &Path, name: &str, address: &str) -> Command {
+    let mut command = Command::new(binary);
+    command
         .env("TELCO_PLATFORM_LOCK_REDIS_ADDRESS", address)
         .env("TELCO_PLATFORM_LOCK_INSTANCE_ID", name)
-        .env("TELCO_PLATFORM_LOCK_WAIT_TIME", run.wait_time)
-        .env("TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT", WATCHDOG_TIMEOUT)
         // At most a third of the short watchdog timeout, so one slow renewal cannot outlast
         // a lease (the library warns otherwise).
         .env("TELCO_PLATFORM_LOCK_REDIS_COMMAND_TIMEOUT", COMMAND_TIMEOUT)
-        .env("TELCO_PLATFORM_LOCK_KEY_PREFIX", KEY_PREFIX)
+        .env("TELCO_PLATFORM_LOCK_KEY_PREFIX", KEY_PREFIX);
+    command
+}
+
+/// Starts `command` as pod `name`: its JSON events on stdout and its log lines on stderr join
+/// `events`, and an `exited` event follows its last line.
+fn spawn(
+    mut command: Command,
+    name: &str,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<Child, String> {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -446,6 +478,7 @@ impl Timeline {
 fn describe(event: &Event) -> String {
     let f = &event.fields;
     match event.event.as_str() {
+        "started" if event.pod.starts_with("app-") => "started, needs the catalog".into(),
         "started" => format!("triggered, acquiring {}", f["key"].as_str().unwrap_or("?")),
         "acquired" => format!("ACQUIRED the lock (fencing token {})", f["fencing_token"]),
         "not_acquired" => {
@@ -478,7 +511,7 @@ fn describe(event: &Event) -> String {
             "batch {} already in the ledger, skipped",
             f["batch"].as_u64().unwrap_or(0) + 1
         ),
-        "killed" => "*** SIGKILL (crash mid-run): its watchdog stops renewing ***".into(),
+        "killed" => "*** SIGKILL (crash mid-run): it stops renewing ***".into(),
         "completed" => "bill run completed".into(),
         "already_completed" => format!(
             "bill run already completed by {}, nothing to do",
@@ -495,6 +528,15 @@ fn describe(event: &Event) -> String {
             "configuration error: {}",
             f["message"].as_str().unwrap_or("?")
         ),
+        "loading" => "LOADING the catalog under the single-flight guard".into(),
+        "step" => format!("load step {} done, progress reported", f["step"]),
+        "loaded" => format!("catalog loaded ({} items)", f["items"]),
+        "joined" => format!(
+            "got the catalog loaded by {} without loading it",
+            f["loaded_by"].as_str().unwrap_or("?")
+        ),
+        "still_loading" => format!("gave up waiting: still loading at step {}", f["step"]),
+        "failed" => format!("failed: {}", f["message"].as_str().unwrap_or("?")),
         "output" => f.as_str().unwrap_or_default().to_owned(),
         "log" => format!("log: {}", f.as_str().unwrap_or_default()),
         other => other.to_owned(),
@@ -617,8 +659,6 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
             "the ledger has all {BATCHES} batches and the completed marker (missing: {missing:?})"
         ),
     );
-    println!();
-    println!("{}", if ok { "Demo passed." } else { "Demo FAILED." });
     ok
 }
 
