@@ -148,7 +148,8 @@ pub mod branches {
 pub mod values {
     pub use lock_core::values::{
         Condition, Expiry, Flight, InMemoryValues, MIN_FLIGHT_TTL, Observed, Progress,
-        SharedValues, ValueStore, ValueWatch, ValuesError, Versioned, Waited, WhenBusy, Written,
+        SharedValues, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned, Waited, WhenBusy,
+        Written,
     };
     pub(crate) mod wiring;
 }

@@ -17,8 +17,8 @@ use crate::BoxError;
 use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::values::{
     Condition, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL, Observed,
-    Progress, SharedValues, ValueStore, ValueWatch, ValuesError, Versioned, Waited, WhenBusy,
-    Written,
+    Progress, SharedValues, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned, Waited,
+    WhenBusy, Written,
 };
 
 /// A wait long enough that only a broken implementation runs out of it.
@@ -491,6 +491,27 @@ impl ValueStore for Heard {
     fn new_owner(&self) -> String {
         self.store.new_owner()
     }
+    async fn map_put(
+        &self,
+        map: &str,
+        field: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), ValuesError> {
+        self.store.map_put(map, field, value, ttl).await
+    }
+    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
+        self.store.map_get(map, field).await
+    }
+    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
+        self.store.map_remove(map, field).await
+    }
+    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
+        self.store.map_entries(map).await
+    }
+    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
+        self.store.map_clear(map).await
+    }
 }
 
 /// A client whose watches say when they have heard anything, and that signal.
@@ -708,6 +729,102 @@ pub async fn a_runner_never_writes_over_a_guard_taken_over(factory: &dyn ValuesF
     assert_eq!(second.finish().await, Flight::Ran(2));
 }
 
+/// Reads `field` of `map` until it is absent, failing after [`SLACK`] plus `within`.
+async fn field_until_absent(map: &TtlMap<u32>, field: &str, within: Duration) {
+    let deadline = Instant::now() + within + SLACK;
+    while map
+        .get(field)
+        .await
+        .expect("the read is confirmed")
+        .is_some()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "`{field}` of `{}` did not expire",
+            map.name()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Each field lives for its own TTL, seen by every client; a re-put replaces value and TTL.
+pub async fn map_fields_live_for_their_own_ttl(factory: &dyn ValuesFactory) {
+    let name = unique_key("map");
+    let (a, b) = (
+        factory.client().await.map::<u32>(&name),
+        factory.client().await.map::<u32>(&name),
+    );
+    a.put("renewed", &1, SHORT_TTL).await.unwrap();
+    a.put("long", &2, LONG).await.unwrap();
+    a.put("short", &3, SHORT_TTL).await.unwrap();
+    assert_eq!(b.get("short").await.unwrap(), Some(3));
+    b.put("renewed", &10, LONG).await.unwrap();
+    field_until_absent(&a, "short", SHORT_TTL).await;
+    // Past the first TTL: the re-put field lives on with its new value.
+    assert_eq!(
+        a.entries().await.unwrap(),
+        [("long".to_owned(), 2), ("renewed".to_owned(), 10)]
+    );
+}
+
+/// An expired field is never returned, by `get` or `entries`, and a map whose fields have all
+/// expired is empty.
+pub async fn an_expired_field_is_never_returned(factory: &dyn ValuesFactory) {
+    let name = unique_key("expired");
+    let map = factory.client().await.map::<u32>(&name);
+    map.put("a", &1, SHORT_TTL).await.unwrap();
+    map.put("b", &2, SHORT_TTL).await.unwrap();
+    field_until_absent(&map, "a", SHORT_TTL).await;
+    assert_eq!(map.get("b").await.unwrap(), None);
+    assert_eq!(map.entries().await.unwrap(), []);
+    assert!(
+        !map.clear().await.unwrap(),
+        "a map of expired fields had some"
+    );
+}
+
+/// `remove` says whether a live value went, and `clear` removes every field at once.
+pub async fn remove_and_clear_empty_the_map(factory: &dyn ValuesFactory) {
+    let name = unique_key("clear");
+    let map = factory.client().await.map::<u32>(&name);
+    for (field, value) in [("a", 1), ("b", 2), ("c", 3)] {
+        map.put(field, &value, LONG).await.unwrap();
+    }
+    assert!(map.remove("b").await.unwrap());
+    assert!(!map.remove("b").await.unwrap());
+    assert_eq!(map.entries().await.unwrap().len(), 2);
+    assert!(map.clear().await.unwrap());
+    assert_eq!(map.entries().await.unwrap(), []);
+    assert_eq!(map.get("a").await.unwrap(), None);
+    assert!(!map.clear().await.unwrap());
+}
+
+/// Bad map names, fields and TTLs are invalid arguments; a field of another shape is
+/// undecodable, naming map and field.
+pub async fn map_arguments_and_shapes_are_checked(factory: &dyn ValuesFactory) {
+    let name = unique_key("map-args");
+    let values = factory.client().await;
+    let map = values.map::<u32>(&name);
+    let errors = [
+        ("field", map.put("", &1, LONG).await.unwrap_err()),
+        ("field", map.get("a\nb").await.unwrap_err()),
+        ("key", values.map::<u32>("").entries().await.unwrap_err()),
+        ("ttl", map.put("a", &1, Duration::ZERO).await.unwrap_err()),
+    ];
+    for (argument, error) in errors {
+        assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
+        assert_eq!(error.details()["argument"], argument, "{error}");
+    }
+    values
+        .map::<serde_json::Value>(&name)
+        .put("shape", &serde_json::json!({"step": 3}), LONG)
+        .await
+        .unwrap();
+    let error = map.get("shape").await.unwrap_err();
+    assert_eq!(error.code(), "VALUES_UNDECODABLE", "{error}");
+    assert_eq!(error.details()["key"], format!("{name}[shape]"));
+}
+
 /// Runs every check against `factory` and returns the names of those that failed.
 pub async fn run_all(factory: Arc<dyn ValuesFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
@@ -739,6 +856,10 @@ macro_rules! values_conformance_checks {
             a_crashed_runners_guard_expires_and_a_waiter_runs,
             a_cancelled_runner_clears_its_guard,
             a_runner_never_writes_over_a_guard_taken_over,
+            map_fields_live_for_their_own_ttl,
+            an_expired_field_is_never_returned,
+            remove_and_clear_empty_the_map,
+            map_arguments_and_shapes_are_checked,
         }
     };
     ($callback:ident) => {

@@ -48,12 +48,12 @@ pub enum ValuesError {
     },
     /// The stored value does not deserialize as the type asked for: another type, or an older
     /// shape of it. Code `VALUES_UNDECODABLE`.
-    #[error("shared value `{key}` (version {version}) is not a {type_name}: {cause}")]
+    #[error("shared value `{key}`{} is not a {type_name}: {cause}", version_text(*.version))]
     Undecodable {
-        /// The value's key.
+        /// The value's key (`<map>[<field>]` for a map's field).
         key: String,
-        /// The version of the value that did not decode.
-        version: u64,
+        /// The version of the value that did not decode (map fields have none).
+        version: Option<u64>,
         /// The Rust type asked for.
         type_name: &'static str,
         /// The deserializer's error.
@@ -113,7 +113,9 @@ impl ValuesError {
             }
             ValuesError::Undecodable { key, version, .. } => {
                 details.insert("key", key.clone());
-                details.insert("version", version.to_string());
+                if let Some(version) = version {
+                    details.insert("version", version.to_string());
+                }
                 "undecodable"
             }
         };
@@ -152,6 +154,10 @@ impl ValuesError {
             other => ValuesError::invalid("argument", String::new(), other.to_string()),
         }
     }
+}
+
+fn version_text(version: Option<u64>) -> String {
+    version.map_or_else(String::new, |v| format!(" (version {v})"))
 }
 
 impl_problem!(ValuesError);

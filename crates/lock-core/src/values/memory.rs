@@ -1,8 +1,9 @@
 //! An in-process [`ValueStore`], for tests, single-process tools, and a service whose values
 //! are switched off.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::broadcast;
@@ -32,6 +33,8 @@ pub struct InMemoryValues {
 #[derive(Debug, Default)]
 struct State {
     values: HashMap<String, Entry>,
+    /// TTL maps by name: field → value and when it expires.
+    maps: HashMap<String, BTreeMap<String, (Vec<u8>, Instant)>>,
     /// The last version given, to any key: versions stay above those of deleted values.
     version: u64,
 }
@@ -80,6 +83,26 @@ impl InMemoryValues {
             let _ = self.writes.send((key.to_owned(), observed));
         }
         written
+    }
+}
+
+impl InMemoryValues {
+    /// Runs `f` on the live fields of `map` (expired ones removed first); an empty map is
+    /// dropped.
+    fn with_map<R>(
+        &self,
+        map: &str,
+        f: impl FnOnce(&mut BTreeMap<String, (Vec<u8>, Instant)>) -> R,
+    ) -> R {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let fields = state.maps.entry(map.to_owned()).or_default();
+        fields.retain(|_, (_, expires_at)| *expires_at > now);
+        let result = f(fields);
+        if fields.is_empty() {
+            state.maps.remove(map);
+        }
+        result
     }
 }
 
@@ -172,6 +195,45 @@ impl ValueStore for InMemoryValues {
 
     fn new_owner(&self) -> String {
         self.owners.next_token()
+    }
+
+    async fn map_put(
+        &self,
+        map: &str,
+        field: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), ValuesError> {
+        let expires_at = Instant::now() + ttl;
+        self.with_map(map, |fields| {
+            fields.insert(field.to_owned(), (value.to_vec(), expires_at));
+        });
+        Ok(())
+    }
+
+    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
+        Ok(self.with_map(map, |fields| fields.get(field).map(|(v, _)| v.clone())))
+    }
+
+    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
+        Ok(self.with_map(map, |fields| fields.remove(field).is_some()))
+    }
+
+    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
+        Ok(self.with_map(map, |fields| {
+            fields
+                .iter()
+                .map(|(field, (value, _))| (field.clone(), value.clone()))
+                .collect()
+        }))
+    }
+
+    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
+        Ok(self.with_map(map, |fields| {
+            let had = !fields.is_empty();
+            fields.clear();
+            had
+        }))
     }
 }
 

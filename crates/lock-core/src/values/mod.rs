@@ -12,6 +12,8 @@
 //!   predicate. It watches before it reads and sees every published write, so a value that was
 //!   written and overwritten at once is still seen; a change it cannot see (its watch was down)
 //!   makes it re-read. It is bounded by its timeout.
+//! - **TTL maps.** [`SharedValues::map`] gives a [`TtlMap`] of small values with a TTL per
+//!   field, cleared in one call.
 //! - **Single flight.** [`SharedValues::single_flight`] runs an action on one caller at a time
 //!   across replicas, under a guard that is renewed while its runner lives and expires after a
 //!   crash; the others report it running with its progress, or wait for its outcome.
@@ -22,6 +24,7 @@
 pub mod conformance;
 mod error;
 mod flight;
+mod map;
 mod memory;
 mod port;
 mod shared;
@@ -29,6 +32,7 @@ pub mod telemetry;
 
 pub use error::ValuesError;
 pub use flight::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+pub use map::TtlMap;
 pub use memory::InMemoryValues;
 pub use port::{Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written};
 pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues, Waited};

@@ -85,6 +85,9 @@ pub enum Observed {
 /// - **Watches** observe every set and delete of their key that follows [`watch`]'s return, in
 ///   order, or report [`Observed::Unknown`] where they may have missed one. An expiry is not
 ///   observed.
+/// - **Maps** keep a TTL per field: an expired field is never returned, even when no client has
+///   run since it expired, and an unused map disappears after its last field's TTL. A re-put
+///   replaces the value and its TTL together.
 /// - **Failures.** Every method fails with [`ValuesError::Unavailable`] when the backend fails,
 ///   and a write that is not confirmed is never reported as stored.
 ///
@@ -115,6 +118,28 @@ pub trait ValueStore: Send + Sync + Debug {
 
     /// A new owner token, unique per call, carrying a readable instance id.
     fn new_owner(&self) -> String;
+
+    /// Stores `value` at `field` of map `map`, expiring `ttl` after this write, and keeps the
+    /// map at least until its last field expires.
+    async fn map_put(
+        &self,
+        map: &str,
+        field: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), ValuesError>;
+
+    /// The value at `field` of `map`; `None` when absent or expired.
+    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError>;
+
+    /// Removes `field` of `map`; `true` if it held a live value.
+    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError>;
+
+    /// The live fields of `map` and their values, sorted by field.
+    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError>;
+
+    /// Removes every field of `map`; `true` if it had any.
+    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError>;
 }
 
 /// The writes of one key, as they happen. Dropping it ends the watch.

@@ -326,11 +326,11 @@ impl SharedValues {
     }
 }
 
-fn check_key(key: &str) -> Result<(), ValuesError> {
+pub(crate) fn check_key(key: &str) -> Result<(), ValuesError> {
     validate_key(key).map_err(ValuesError::argument)
 }
 
-fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, ValuesError> {
+pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, ValuesError> {
     let bytes = serde_json::to_vec(value).map_err(|error| {
         ValuesError::invalid(
             "value",
@@ -352,16 +352,23 @@ fn decode<T: DeserializeOwned>(
     key: &str,
     stored: Versioned<Vec<u8>>,
 ) -> Result<Versioned<T>, ValuesError> {
-    match serde_json::from_slice(&stored.value) {
-        Ok(value) => Ok(Versioned {
-            value,
-            version: stored.version,
-        }),
-        Err(cause) => Err(ValuesError::Undecodable {
-            key: key.to_owned(),
-            version: stored.version,
-            type_name: type_name::<T>(),
-            cause,
-        }),
-    }
+    let value = decode_bytes(key, Some(stored.version), &stored.value)?;
+    Ok(Versioned {
+        value,
+        version: stored.version,
+    })
+}
+
+/// Deserializes the value of `key` (of `version`, where it has one).
+pub(crate) fn decode_bytes<T: DeserializeOwned>(
+    key: &str,
+    version: Option<u64>,
+    bytes: &[u8],
+) -> Result<T, ValuesError> {
+    serde_json::from_slice(bytes).map_err(|cause| ValuesError::Undecodable {
+        key: key.to_owned(),
+        version,
+        type_name: type_name::<T>(),
+        cause,
+    })
 }

@@ -17,6 +17,7 @@
 pub(crate) mod scripts;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::*;
@@ -65,7 +66,7 @@ impl RedisValues {
     pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
         let scripts = scripts::Scripts::new();
-        crate::core::scripts::preload(&core, &[&scripts.set, &scripts.delete], CAPABILITY).await;
+        crate::core::scripts::preload(&core, &scripts.all(), CAPABILITY).await;
         RedisValues { core, scripts }
     }
 
@@ -80,6 +81,36 @@ impl RedisValues {
         let mut channel = self.value_key(key);
         channel.push_str(":written");
         channel
+    }
+
+    /// The Redis keys of the TTL map `map`: its hash, e.g. `lock:maps:{login-attempts}`, and the
+    /// sorted set of its fields' deadlines, `…:deadlines`.
+    pub fn map_keys(&self, map: &str) -> [String; 2] {
+        let hash = self.core.keys.capability_key("maps", map);
+        let deadlines = format!("{hash}:deadlines");
+        [hash, deadlines]
+    }
+
+    /// Runs a map script on `map`'s keys.
+    async fn map_call(
+        &self,
+        operation: &'static str,
+        map: &str,
+        script: &fred::types::scripts::Script,
+        args: &[&[u8]],
+    ) -> Result<Value, ValuesError> {
+        let client = self.client(operation, map)?;
+        let keys = self.map_keys(map);
+        crate::core::scripts::call(client, script, || {
+            (
+                keys.iter().map(|k| k.as_str().into()).collect(),
+                args.iter()
+                    .map(|a| Value::Bytes(a.to_vec().into()))
+                    .collect(),
+            )
+        })
+        .await
+        .map_err(|e| self.failed(operation, map, e))
     }
 
     /// The command client, or at once the connection error while the client knows it is
@@ -136,7 +167,19 @@ fn redis_operation(operation: &'static str) -> &'static str {
     match operation {
         "get" => "value GET",
         "set" => "value set script",
-        _ => "value delete script",
+        "delete" => "value delete script",
+        "map put" => "map put script",
+        "map get" => "map get script",
+        "map remove" => "map remove script",
+        "map entries" => "map entries script",
+        _ => "map clear script",
+    }
+}
+
+fn flag(operation: &'static str, key: &str, reply: Value) -> Result<bool, ValuesError> {
+    match reply.as_i64() {
+        Some(flag) => Ok(flag == 1),
+        None => Err(protocol(operation, key)),
     }
 }
 
@@ -253,6 +296,69 @@ impl ValueStore for RedisValues {
 
     fn new_owner(&self) -> String {
         self.core.owners.next_token()
+    }
+
+    async fn map_put(
+        &self,
+        map: &str,
+        field: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), ValuesError> {
+        let ttl = i64::try_from(ttl.as_millis())
+            .unwrap_or(i64::MAX)
+            .max(1)
+            .to_string();
+        let script = &self.scripts.map_put;
+        let args: [&[u8]; 3] = [field.as_bytes(), value, ttl.as_bytes()];
+        self.map_call("map put", map, script, &args).await?;
+        Ok(())
+    }
+
+    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
+        let script = &self.scripts.map_get;
+        match self
+            .map_call("map get", map, script, &[field.as_bytes()])
+            .await?
+        {
+            Value::Null => Ok(None),
+            reply => match reply.into_bytes() {
+                Some(bytes) => Ok(Some(bytes.to_vec())),
+                None => Err(protocol("map get", map)),
+            },
+        }
+    }
+
+    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
+        let script = &self.scripts.map_remove;
+        let reply = self
+            .map_call("map remove", map, script, &[field.as_bytes()])
+            .await?;
+        flag("map remove", map, reply)
+    }
+
+    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
+        let script = &self.scripts.map_entries;
+        let Value::Array(reply) = self.map_call("map entries", map, script, &[]).await? else {
+            return Err(protocol("map entries", map));
+        };
+        let mut entries = Vec::with_capacity(reply.len() / 2);
+        let mut reply = reply.into_iter();
+        while let (Some(field), Some(value)) = (reply.next(), reply.next()) {
+            match (field.into_string(), value.into_bytes()) {
+                (Some(field), Some(value)) => entries.push((field, value.to_vec())),
+                _ => return Err(protocol("map entries", map)),
+            }
+        }
+        entries.sort();
+        Ok(entries)
+    }
+
+    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
+        let reply = self
+            .map_call("map clear", map, &self.scripts.map_clear, &[])
+            .await?;
+        flag("map clear", map, reply)
     }
 }
 

@@ -69,6 +69,27 @@ impl ValueStore for Deaf {
     fn new_owner(&self) -> String {
         self.0.new_owner()
     }
+    async fn map_put(
+        &self,
+        map: &str,
+        field: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), ValuesError> {
+        self.0.map_put(map, field, value, ttl).await
+    }
+    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
+        self.0.map_get(map, field).await
+    }
+    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
+        self.0.map_remove(map, field).await
+    }
+    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
+        self.0.map_entries(map).await
+    }
+    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
+        self.0.map_clear(map).await
+    }
 }
 
 struct DeafFactory(Arc<Deaf>);

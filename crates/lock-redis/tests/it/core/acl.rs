@@ -212,18 +212,20 @@ async fn the_conformance_suite_passes_as_the_minimal_acl_user() {
     );
 }
 
-/// The grants docs/idempotency.md adds to the lock's ACL (its backquoted `ACL SETUSER <user> …`).
-fn idempotency_acl() -> Vec<String> {
-    const DOC: &str = include_str!("../../../../../docs/idempotency.md");
+/// The grants a capability's document adds to the lock's ACL: its backquoted
+/// `ACL SETUSER <user> …`.
+fn added_acl(doc: &str) -> Vec<String> {
     const MARKER: &str = "`ACL SETUSER <user> ";
-    let start = DOC.find(MARKER).expect("docs/idempotency.md names its ACL") + MARKER.len();
-    let end = DOC[start..]
-        .find('`')
-        .expect("unterminated ACL in docs/idempotency.md");
-    DOC[start..start + end]
+    let start = doc.find(MARKER).expect("the document names its ACL") + MARKER.len();
+    let end = doc[start..].find('`').expect("an unterminated ACL");
+    doc[start..start + end]
         .split_whitespace()
         .map(str::to_owned)
         .collect()
+}
+
+fn idempotency_acl() -> Vec<String> {
+    added_acl(include_str!("../../../../../docs/idempotency.md"))
 }
 
 struct IdempotencyAclUser(RedisServer);
@@ -279,12 +281,26 @@ impl lock_core::values::conformance::ValuesFactory for ValuesAclUser {
     }
 }
 
-/// Shared values need nothing beyond the lock's ACL (docs/values.md): their whole conformance
-/// suite passes as a user with just that, and Redis refuses nothing else.
+/// Shared values' whole conformance suite as a user with the lock's ACL plus the additions of
+/// docs/values.md; Redis refuses nothing else, and without the additions a map fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_locks_acl_runs_shared_values() {
+async fn the_minimal_acl_runs_shared_values() {
     let redis = common::server().await;
     set_user(&redis, &documented_acl()).await;
+    let (values, _) = crate::values::values(&user_client(&redis).await).await;
+    let error = values
+        .map::<u32>("m")
+        .put("f", &1, Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("lacks an ACL permission"),
+        "the additions are needed: {error}"
+    );
+
+    let mut rules = documented_acl();
+    rules.extend(added_acl(include_str!("../../../../../docs/values.md")));
+    set_user(&redis, &rules).await;
     redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let factory = Arc::new(ValuesAclUser(redis));
     let failed = lock_core::values::conformance::run_all(Arc::clone(&factory) as _).await;

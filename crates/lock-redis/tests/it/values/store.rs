@@ -197,3 +197,43 @@ async fn a_redis_restarted_mid_wait_loses_no_write_and_reports_no_stale_value() 
         .unwrap_err();
     assert_eq!(error.code(), "VALUES_UNAVAILABLE", "{error}");
 }
+
+/// A TTL map is a hash and a sorted set of deadlines under one hash tag; both expire with the
+/// map's last field on Redis' clock, with no client running, and `clear` deletes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maps_two_keys_expire_with_its_last_field_and_clear_deletes_both() {
+    let redis = server().await;
+    let (values, store) = values(&common::client(&redis).await).await;
+    let [hash, deadlines] = store.map_keys("login-attempts");
+    assert_eq!(hash, "lock:maps:{login-attempts}");
+    assert_eq!(deadlines, "lock:maps:{login-attempts}:deadlines");
+    let map = values.map::<u32>("login-attempts");
+    map.put("a", &1, Duration::from_millis(300)).await.unwrap();
+    map.put("b", &2, Duration::from_millis(600)).await.unwrap();
+    let ttl = common::integer(&redis, &["PTTL", &hash]).await;
+    assert!(
+        ttl > 300 && ttl <= 600,
+        "the map lives as long as its last field: PTTL {ttl}"
+    );
+    assert_eq!(
+        common::integer(&redis, &["PTTL", &deadlines]).await / 100,
+        ttl / 100
+    );
+    drop((values, map));
+    assert!(
+        eventually(SLACK, || async {
+            common::integer(&redis, &["EXISTS", &hash, &deadlines]).await == 0
+        })
+        .await,
+        "the map outlived its last field"
+    );
+
+    let (values, _) = super::values(&common::client(&redis).await).await;
+    let map = values.map::<u32>("login-attempts");
+    map.put("c", &3, LONG).await.unwrap();
+    assert!(map.clear().await.unwrap());
+    assert_eq!(
+        common::integer(&redis, &["EXISTS", &hash, &deadlines]).await,
+        0
+    );
+}
