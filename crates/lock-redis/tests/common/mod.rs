@@ -11,7 +11,9 @@ use lock_core::branches::{
     BranchError, BranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
 };
 use lock_core::idempotency::{Idempotency, IdempotencySettings};
-use lock_core::lock::{AcquireOptions, DistributedLock, LockHandle, ReleaseOutcome};
+use lock_core::lock::{
+    AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
+};
 use lock_redis::branches::RedisBranches;
 use lock_redis::idempotency::RedisIdempotencyStore;
 use lock_redis::lock::{RedisLock, RedisLockConfig};
@@ -24,6 +26,20 @@ use tokio::time::Instant;
 pub const WATCHDOG: Duration = Duration::from_secs(1);
 /// Command timeout of test clients.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A watchdog lease, waiting up to `wait` for the lock.
+pub fn watchdog_waiting(wait: Duration) -> AcquireOptions {
+    AcquireOptions::new(Lease::Watchdog)
+        .wait_time(wait)
+        .unwrap()
+}
+
+/// Why `handle` lost its lease; panics with `what` unless `lost()` fires within `within`.
+pub async fn lost_within(handle: &LockHandle, within: Duration, what: &str) -> LostReason {
+    tokio::time::timeout(within, handle.lost())
+        .await
+        .expect(what)
+}
 
 /// A private redis-server for one test.
 pub async fn server() -> RedisServer {

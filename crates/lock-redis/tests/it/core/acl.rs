@@ -319,9 +319,7 @@ async fn holder_waiter_round(
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(60));
         let handle = waiter.acquire_with(&owned, options).await;
         (handle, Instant::now())
     });
@@ -352,10 +350,7 @@ async fn holder_waiter_round(
 async fn fair_round(redis: &RedisServer, holder: &RedisLock, waiter: RedisLock) {
     let name = "fair";
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
-    let fair = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(60))
-        .unwrap()
-        .fair();
+    let fair = common::watchdog_waiting(Duration::from_secs(60)).fair();
     let queue = holder.queue_key(name);
     let queued = |n: &'static str| {
         let queue = queue.clone();
@@ -497,12 +492,7 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
         let wait = Duration::from_secs(2);
         let started = Instant::now();
         let err = lock
-            .acquire_with(
-                &name,
-                AcquireOptions::new(Lease::Watchdog)
-                    .wait_time(wait)
-                    .unwrap(),
-            )
+            .acquire_with(&name, common::watchdog_waiting(wait))
             .await
             .expect_err(case);
         // At once: a refusal is not retried until the wait time runs out.
@@ -619,9 +609,7 @@ async fn round_trip(address: &str, name: &str) -> Result<(), LockError> {
     let held = holder.acquire(name, Lease::Watchdog).await?;
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(30));
         waiter.acquire_with(&owned, options).await
     });
     // The watchdog keeps the lease past its first deadline.

@@ -148,9 +148,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     for i in 0..10 {
         let key = format!("cancelled:{i}");
         held.push(common::hold(&holder, &key, Duration::from_secs(60)).await);
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(30));
         let _ = tokio::time::timeout(
             Duration::from_millis(20),
             waiter.acquire_with(&key, options),

@@ -326,9 +326,7 @@ async fn a_busy_redis_refuses_as_busy_and_grants_again_after_script_kill() {
     assert!(answers, "Redis stayed busy after SCRIPT KILL");
     assert!(!exists(&redis, &lock.redis_key("busy")).await);
 
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(5))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(5));
     let handle = lock.acquire_with("busy", options).await.unwrap();
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
@@ -378,11 +376,7 @@ async fn watchdog_renewals_reload_their_script_after_script_flush() {
 /// outage every acquisition would report (tests/credentials.rs has the other refusals).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_the_password_fails_connect_naming_noauth() {
-    let redis = RedisServer::builder()
-        .args(["--requirepass", "s3cret"])
-        .start()
-        .await
-        .unwrap();
+    let redis = RedisServer::start_with_password("s3cret").await.unwrap();
     let err = common::try_connect(patient_config(&redis))
         .await
         .expect_err("connected without the password");
@@ -502,8 +496,6 @@ async fn a_loading_redis_is_refused_as_loading_and_grants_once_loaded() {
         .await
         .unwrap();
     assert!(!exists(&redis, &lock.redis_key("loading")).await);
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(5))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(5));
     lock.acquire_with("loading", options).await.unwrap();
 }

@@ -111,12 +111,7 @@ async fn wait_for(
     let mut failures: Vec<String> = Vec::new();
     loop {
         match lock
-            .acquire_with(
-                name,
-                AcquireOptions::new(Lease::Watchdog)
-                    .wait_time(GENEROUS)
-                    .unwrap(),
-            )
+            .acquire_with(name, common::watchdog_waiting(GENEROUS))
             .await
         {
             Ok(handle) => {

@@ -97,9 +97,7 @@ async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
     let b2 = b.clone();
     let nested = a
         .with_lock("spelling", Lease::Watchdog, || async move {
-            let options = AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_millis(500))
-                .unwrap();
+            let options = common::watchdog_waiting(Duration::from_millis(500));
             b2.acquire_with("spelling", options)
                 .await
                 .map(|handle| handle.is_reentrant())
@@ -210,9 +208,7 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     for name in names.clone() {
         let waiter = waiter.clone();
         tasks.push(tokio::spawn(async move {
-            let options = AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_secs(60))
-                .unwrap();
+            let options = common::watchdog_waiting(Duration::from_secs(60));
             waiter.acquire_with(&name, options).await.map(drop)
         }));
     }

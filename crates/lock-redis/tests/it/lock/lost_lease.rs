@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,9 +20,12 @@ async fn an_externally_deleted_watchdog_lease_is_reported_lost() {
         .cmd(&["DEL", &lock.redis_key("lost-del")])
         .await
         .unwrap();
-    let reason = tokio::time::timeout(WATCHDOG + SLACK, handle.lost())
-        .await
-        .expect("lost() did not fire after the key was deleted");
+    let reason = common::lost_within(
+        &handle,
+        WATCHDOG + SLACK,
+        "lost() did not fire after the key was deleted",
+    )
+    .await;
     assert_eq!(reason, LostReason::NotOwner);
     assert!(!handle.is_held());
     // Unregistered right after lost() fires (same watchdog pass).
@@ -50,9 +53,12 @@ async fn an_overwritten_watchdog_lease_is_reported_lost_and_the_new_owner_is_lef
         .cmd(&["SET", &key, "H|1|intruder|pod/x/1", "PX", "60000"])
         .await
         .unwrap();
-    let reason = tokio::time::timeout(WATCHDOG + SLACK, handle.lost())
-        .await
-        .expect("lost() did not fire after the key was taken over");
+    let reason = common::lost_within(
+        &handle,
+        WATCHDOG + SLACK,
+        "lost() did not fire after the key was taken over",
+    )
+    .await;
     assert_eq!(reason, LostReason::NotOwner);
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
     assert_eq!(
@@ -92,9 +98,7 @@ async fn a_frozen_redis_makes_the_holder_lose_the_lease_before_anyone_else_gets_
     );
     assert!(!handle.is_held());
     redis.resume().unwrap();
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(5))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(5));
     let taken = other.acquire_with("lost-pause", options).await.unwrap();
     let taken_at = Instant::now();
     let (reason, lost_at) = lost_task.await.unwrap();

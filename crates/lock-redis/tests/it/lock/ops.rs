@@ -45,10 +45,7 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
     // A fair waiter on another client queues in Redis and subscribes to the release channel.
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap()
-            .fair();
+        let options = common::watchdog_waiting(Duration::from_secs(60)).fair();
         let handle = waiter.acquire_lease("ops-status", options).await;
         (waiter, handle)
     });
@@ -179,9 +176,12 @@ async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_le
     let granted_token = granted.fencing_token();
     assert!(granted_token > token, "fencing tokens went back");
 
-    let reason = tokio::time::timeout(WATCHDOG + SLACK, handle.lost())
-        .await
-        .expect("the old holder never learnt it lost the lease");
+    let reason = common::lost_within(
+        &handle,
+        WATCHDOG + SLACK,
+        "the old holder never learnt it lost the lease",
+    )
+    .await;
     assert_eq!(reason, LostReason::NotOwner);
     assert!(!handle.is_held());
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
@@ -204,10 +204,7 @@ async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
     let _handle = holder.acquire("ops-fair", Lease::Watchdog).await.unwrap();
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(120))
-            .unwrap()
-            .fair();
+        let options = common::watchdog_waiting(Duration::from_secs(120)).fair();
         let handle = waiter.acquire_lease("ops-fair", options).await;
         (waiter, handle)
     });
