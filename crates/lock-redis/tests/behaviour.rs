@@ -11,9 +11,7 @@ use std::time::Duration;
 use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
-use lock_core::lock::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
-};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -206,9 +204,7 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
     let err = lock
         .with_lock(
             key,
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                .wait_time(wait)
-                .unwrap(),
+            common::fixed_waiting(Duration::from_secs(60), wait),
             || async move { flag.store(true, Ordering::SeqCst) },
         )
         .await

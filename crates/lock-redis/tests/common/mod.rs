@@ -34,6 +34,13 @@ pub fn watchdog_waiting(wait: Duration) -> AcquireOptions {
         .unwrap()
 }
 
+/// A fixed `lease`, waiting up to `wait` for the lock.
+pub fn fixed_waiting(lease: Duration, wait: Duration) -> AcquireOptions {
+    AcquireOptions::new(Lease::Fixed(lease))
+        .wait_time(wait)
+        .unwrap()
+}
+
 /// Why `handle` lost its lease; panics with `what` unless `lost()` fires within `within`.
 pub async fn lost_within(handle: &LockHandle, within: Duration, what: &str) -> LostReason {
     tokio::time::timeout(within, handle.lost())

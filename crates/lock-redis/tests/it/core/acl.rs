@@ -22,7 +22,7 @@ use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::LockError;
 use lock_core::lock::conformance::{self, LockFactory};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
 use lock_redis::Refusal;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -548,9 +548,7 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
     let held = common::hold(&holder, "no-channel", lease).await;
     let started = Instant::now();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(lease))
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::fixed_waiting(lease, Duration::from_secs(30));
         waiter.acquire_with("no-channel", options).await
     });
     let refused_channel = eventually(SLACK, || async {

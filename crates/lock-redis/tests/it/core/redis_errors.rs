@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::common::Setup;
 use common::{SLACK, WATCHDOG, command_calls, delta, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
@@ -41,9 +41,7 @@ async fn patient(redis: &RedisServer) -> RedisLock {
 async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-        .wait_time(Duration::from_millis(500))
-        .unwrap();
+    let options = common::fixed_waiting(Duration::from_secs(60), Duration::from_millis(500));
     let err = lock
         .with_lock(name, options, || async move {
             flag.store(true, Ordering::SeqCst);

@@ -373,9 +373,7 @@ async fn reaper_pod() {
     };
     let skew = Duration::from_millis(skew.parse().unwrap());
 
-    let tick_options = AcquireOptions::new(Lease::Fixed(Duration::from_millis(PERIOD_MS)))
-        .wait_time(Duration::ZERO)
-        .unwrap()
+    let tick_options = common::fixed_waiting(Duration::from_millis(PERIOD_MS), Duration::ZERO)
         .hold_at_least(HOLD)
         .unwrap();
     for tick in 0..TICKS {

@@ -5,7 +5,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, command_calls, delta};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::{ForceReleased, LockState};
 use tokio::time::Instant;
 
@@ -136,9 +136,7 @@ async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_le
     // A waiter on another client, waiting much longer than the watchdog would keep the lease.
     let waiter = client(&redis).await;
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-            .wait_time(Duration::from_secs(120))
-            .unwrap();
+        let options = common::fixed_waiting(Duration::from_secs(30), Duration::from_secs(120));
         let handle = waiter.acquire_lease("ops-force", options).await;
         (waiter, handle, Instant::now())
     });
