@@ -11,9 +11,7 @@ use lock_core::branches::{
     BranchError, BranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
 };
 use lock_core::idempotency::{Idempotency, IdempotencySettings};
-use lock_core::lock::{
-    AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
-};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::branches::RedisBranches;
 use lock_redis::idempotency::RedisIdempotencyStore;
 use lock_redis::lock::{RedisLock, RedisLockConfig};
@@ -39,13 +37,6 @@ pub fn fixed_waiting(lease: Duration, wait: Duration) -> AcquireOptions {
     AcquireOptions::new(Lease::Fixed(lease))
         .wait_time(wait)
         .unwrap()
-}
-
-/// Why `handle` lost its lease; panics with `what` unless `lost()` fires within `within`.
-pub async fn lost_within(handle: &LockHandle, within: Duration, what: &str) -> LostReason {
-    tokio::time::timeout(within, handle.lost())
-        .await
-        .expect(what)
 }
 
 /// A private redis-server for one test.

@@ -331,7 +331,9 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
         !held.is_held(),
         "the holder still believes it holds a lease its replica's copy no longer has"
     );
-    let reason = crate::common::lost_within(&held, FAILOVER, "lost() never fired").await;
+    let reason = tokio::time::timeout(FAILOVER, held.lost())
+        .await
+        .expect("lost() never fired");
     assert_eq!(reason, LostReason::Expired);
     eprintln!(
         "sentinel renewals: the holder was told {:?} after the cut; the replica's copy had \

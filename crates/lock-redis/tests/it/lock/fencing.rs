@@ -80,8 +80,9 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
                 .unwrap();
             tokens.push((i, handle.fencing_token(), "expired"));
             // Not released: the lease runs out, and Redis drops the key (no tombstone).
-            let reason =
-                common::lost_within(&handle, SLACK, "a 150 ms fixed lease did not end").await;
+            let reason = tokio::time::timeout(SLACK, handle.lost())
+                .await
+                .expect("a 150 ms fixed lease did not end");
             assert_eq!(reason, LostReason::Expired);
             let gone = eventually(SLACK, || async {
                 redis.cmd(&["EXISTS", &redis_key]).await.unwrap() == "0"

@@ -60,7 +60,9 @@ async fn grants_contention_renewals_lost_leases_and_outages_are_counted() {
         .cmd(&["DEL", &holder.redis_key("tel:bill-run")])
         .await
         .unwrap();
-    let reason = common::lost_within(&handle, SLACK, "lost() fires").await;
+    let reason = tokio::time::timeout(SLACK, handle.lost())
+        .await
+        .expect("lost() fires");
     assert_eq!(reason, LostReason::NotOwner);
     let m = metrics.take();
     m.assert_counter(RENEWALS_TOTAL, "outcome", "lost", 1);
