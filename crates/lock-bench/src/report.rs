@@ -122,8 +122,6 @@ pub(crate) struct ToolkitLine {
     /// The scenario's name.
     pub(crate) scenario: &'static str,
     pub(crate) workers: u64,
-    /// Wall time, seconds.
-    pub(crate) elapsed: f64,
     /// One latency sample per call, µs.
     pub(crate) call_us: Vec<f64>,
     /// Times the action ran (`null` where the scenario has no action).
@@ -131,10 +129,64 @@ pub(crate) struct ToolkitLine {
     pub(crate) results: u64,
     pub(crate) errors: u64,
     pub(crate) first_error: Option<String>,
-    /// Server-side calls during the scenario.
+    /// Wall time, server-side calls and client CPU of the scenario.
+    pub(crate) spent: Spent,
+}
+
+/// What a scenario spent between [`Meter::start`] and [`Meter::stop`].
+pub(crate) struct Spent {
+    /// Wall time, seconds.
+    pub(crate) elapsed: f64,
+    /// Server-side calls, less the meter's own `INFO`.
     pub(crate) commands: crate::redis::CommandCalls,
     /// Client CPU, seconds.
     pub(crate) cpu: f64,
+}
+
+/// Measures a scenario: the server's command counts, this process' CPU time and the wall clock
+/// from [`start`](Self::start) to [`stop`](Self::stop).
+pub(crate) struct Meter {
+    commands: crate::redis::CommandCalls,
+    cpu: f64,
+    started: std::time::Instant,
+}
+
+impl Meter {
+    /// # Errors
+    /// When `INFO commandstats` cannot be read.
+    pub(crate) async fn start(target: &crate::redis::Target) -> Result<Meter, String> {
+        Ok(Meter {
+            commands: target.command_calls().await?,
+            cpu: cpu_seconds(),
+            started: std::time::Instant::now(),
+        })
+    }
+
+    pub(crate) fn started(&self) -> std::time::Instant {
+        self.started
+    }
+
+    /// # Errors
+    /// When `INFO commandstats` cannot be read.
+    pub(crate) async fn stop(self, target: &crate::redis::Target) -> Result<Spent, String> {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - self.cpu;
+        let commands = target.command_calls().await?.since(self.commands, 1);
+        Ok(Spent {
+            elapsed,
+            commands,
+            cpu,
+        })
+    }
+}
+
+/// A key prefix of its own for this run of `scenario`, so that an earlier run's records on the
+/// same Redis stay out of it: `bench:<kind>:<scenario>:<nanoseconds since the epoch, hex>`.
+pub(crate) fn run_prefix(kind: &str, scenario: &str) -> String {
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("bench:{kind}:{scenario}:{run_id:x}")
 }
 
 impl ToolkitLine {
@@ -150,11 +202,11 @@ impl ToolkitLine {
         line.insert("impl".into(), json!(crate::IMPL));
         line.insert("scenario".into(), json!(self.scenario));
         line.insert("workers".into(), json!(self.workers));
-        line.insert("duration_s".into(), json!(round3(self.elapsed)));
+        line.insert("duration_s".into(), json!(round3(self.spent.elapsed)));
         line.insert("calls".into(), json!(calls));
         line.insert(
             "calls_per_s".into(),
-            json!(round1(calls as f64 / self.elapsed)),
+            json!(round1(calls as f64 / self.spent.elapsed)),
         );
         line.insert("call_us".into(), percentiles(self.call_us));
         line.insert("executions".into(), self.executions);
@@ -162,15 +214,15 @@ impl ToolkitLine {
         line.insert("errors".into(), json!(self.errors));
         line.insert(
             "redis_cmds_per_call".into(),
-            per_call(self.commands.total, calls),
+            per_call(self.spent.commands.total, calls),
         );
         line.insert("version".into(), json!(VERSION));
         line.extend(extras);
         line.insert(
             "evalsha_per_call".into(),
-            per_call(self.commands.evalsha, calls),
+            per_call(self.spent.commands.evalsha, calls),
         );
-        line.insert("client_cpu_s".into(), json!(round3(self.cpu)));
+        line.insert("client_cpu_s".into(), json!(round3(self.spent.cpu)));
         line
     }
 }

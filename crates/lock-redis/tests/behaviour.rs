@@ -11,9 +11,7 @@ use std::time::Duration;
 use common::{
     COMMAND_TIMEOUT, SLACK, client, command_calls, delta, eventually, one_subscriber, server,
 };
-use lock_core::lock::{
-    AcquireOptions, DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome,
-};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, LostReason, ReleaseOutcome};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -159,9 +157,7 @@ async fn a_waiter_sends_nothing_between_releases_and_wakes_on_the_release() {
     let channel = holder.release_channel("event-driven");
     let start = command_calls(&redis).await;
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(30));
         let handle = waiter.acquire_with("event-driven", options).await;
         (handle, Instant::now())
     });
@@ -208,9 +204,7 @@ async fn assert_fails_closed(lock: &RedisLock, key: &str, wait: Duration) {
     let err = lock
         .with_lock(
             key,
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                .wait_time(wait)
-                .unwrap(),
+            common::fixed_waiting(Duration::from_secs(60), wait),
             || async move { flag.store(true, Ordering::SeqCst) },
         )
         .await
@@ -251,9 +245,7 @@ async fn fails_closed_while_redis_is_paused_and_leaves_no_grant_behind() {
     // The grant it made on resume (60 s fixed lease) must have been released by the
     // outcome-unknown clean-up, so a new holder gets the key well before 60 s.
     let other = client(&redis).await;
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(20))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(20));
     let handle = other.acquire_with("paused", options).await.unwrap();
     drop(handle);
 }
@@ -287,9 +279,7 @@ async fn an_unreachable_redis_is_reported_with_its_connection_error_not_as_a_tim
     );
 
     // A wrong password is no outage: connect fails, naming it (tests/credentials.rs).
-    let redis = lock_testkit::RedisServer::builder()
-        .args(["--requirepass", "right"])
-        .start()
+    let redis = lock_testkit::RedisServer::start_with_password("right")
         .await
         .unwrap();
     let address = redis.url().replace("redis://", "redis://:wrong@");
@@ -339,12 +329,7 @@ async fn patient_client(redis: &RedisServer) -> RedisLock {
 async fn fails_at_once(lock: &RedisLock, key: &str, wait: Duration) {
     let started = Instant::now();
     let err = lock
-        .acquire_with(
-            key,
-            AcquireOptions::new(Lease::Watchdog)
-                .wait_time(wait)
-                .unwrap(),
-        )
+        .acquire_with(key, common::watchdog_waiting(wait))
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
@@ -582,9 +567,7 @@ async fn cancelled_waiters_leave_no_subscription_behind() {
     let (redis, [holder, waiter]) = common::server_with().await;
     let held = holder.acquire("cancelled", Lease::Watchdog).await.unwrap();
     for _ in 0..20 {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(30));
         let attempt = waiter.acquire_with("cancelled", options);
         // Cancel somewhere in the wait (the future is dropped).
         let _ = tokio::time::timeout(Duration::from_millis(50), attempt).await;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, one_subscriber};
 use lock_core::LockError;
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use lock_testkit::secrets::{
@@ -60,19 +60,7 @@ async fn server_with_user(password: &str) -> RedisServer {
 }
 
 async fn add_user(redis: &RedisServer, password: &str) {
-    redis
-        .cmd(&[
-            "ACL",
-            "SETUSER",
-            USER,
-            "on",
-            &format!(">{password}"),
-            "~*",
-            "&*",
-            "+@all",
-        ])
-        .await
-        .unwrap();
+    redis.add_user(USER, password, &[]).await.unwrap();
 }
 
 /// `redis://<userinfo>@127.0.0.1:<port>`.
@@ -100,9 +88,7 @@ async fn the_lock_works(redis: &RedisServer, config: Setup, user: &str) {
         .await
         .unwrap();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(60));
         waiter.acquire_with("credentials", options).await
     });
     let channel = holder.release_channel("credentials");
@@ -140,8 +126,7 @@ async fn a_percent_encoded_password_authenticates_and_never_shows() {
 
 /// A redis-server that asks every client for [`PASSWORD`].
 async fn requirepass_server() -> RedisServer {
-    let args = ["--requirepass", PASSWORD];
-    RedisServer::builder().args(args).start().await.unwrap()
+    RedisServer::start_with_password(PASSWORD).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,12 +291,7 @@ async fn rejected_and_unreachable_addresses_show_no_password() {
         assert_no_secret("RedisLock's Debug", &format!("{lock:?}"));
         assert_no_secret("the namespace", lock.namespace());
         let error = lock
-            .acquire_with(
-                "unreachable",
-                AcquireOptions::new(Lease::Watchdog)
-                    .wait_time(Duration::ZERO)
-                    .unwrap(),
-            )
+            .acquire_with("unreachable", common::watchdog_waiting(Duration::ZERO))
             .await
             .unwrap_err();
         assert_lock_error_has_no_secret(&error);

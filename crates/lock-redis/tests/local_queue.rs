@@ -20,9 +20,7 @@ const KEY: &str = "queue";
 const LONG: Duration = Duration::from_secs(120);
 
 fn options(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG))
-        .wait_time(wait)
-        .unwrap()
+    common::fixed_waiting(LONG, wait)
 }
 
 /// Starts acquisition `i` on `lock` and returns once it is queued (the `n`th waiter), so the
@@ -198,9 +196,7 @@ async fn the_next_waiter_wakes_when_the_previous_waiters_lease_ends_unreleased()
     let first = tokio::spawn({
         let lock = lock.clone();
         async move {
-            let options = AcquireOptions::new(Lease::Fixed(short_lease))
-                .wait_time(Duration::from_secs(60))
-                .unwrap();
+            let options = common::fixed_waiting(short_lease, Duration::from_secs(60));
             let handle = lock.acquire_with(KEY, options).await.unwrap();
             (handle, Instant::now())
         }

@@ -53,6 +53,18 @@ fn figment(pairs: &[(&str, &str)]) -> Figment {
     })
 }
 
+/// The Spring keys for a server on 127.0.0.1:`port`: `password`, and `user` if there is one.
+fn spring(port: u16, user: Option<&str>, password: &str) -> Figment {
+    let port = port.to_string();
+    let mut pairs = vec![
+        ("spring.data.redis.host", "127.0.0.1"),
+        ("spring.data.redis.port", port.as_str()),
+        ("spring.data.redis.password", password),
+    ];
+    pairs.extend(user.map(|user| ("spring.data.redis.username", user)));
+    figment(&pairs)
+}
+
 /// A fast-failing start: a short command timeout for unreachable addresses.
 fn with_short_timeout(pairs: &[(&str, &str)]) -> Figment {
     figment(pairs).merge(Serialized::default(
@@ -69,19 +81,7 @@ async fn build(figment: Figment) -> Result<LockStarter, StartError> {
 /// A redis-server with the user `app`, password `password`, all commands, keys and channels.
 async fn server_with_user(password: &str) -> RedisServer {
     let redis = RedisServer::start().await.unwrap();
-    redis
-        .cmd(&[
-            "ACL",
-            "SETUSER",
-            USER,
-            "on",
-            &format!(">{password}"),
-            "~*",
-            "&*",
-            "+@all",
-        ])
-        .await
-        .unwrap();
+    redis.add_user(USER, password, &[]).await.unwrap();
     redis
 }
 
@@ -109,66 +109,55 @@ async fn works_without_showing(starter: &LockStarter, redis: &RedisServer, user:
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_password_in_the_address_reaches_redis_and_nothing_else() {
-    let redis = server_with_user(PASSWORD).await;
+/// A starter whose lock address logs in to a server as [`USER`] with `password`, written
+/// `in_url` in the address: its lock works and nothing about it shows the password.
+async fn an_address_password_works(password: &str, in_url: &str) -> LockStarter {
+    let redis = server_with_user(password).await;
     let address = redis
         .url()
-        .replace("redis://", &format!("redis://{USER}:{PASSWORD}@"));
+        .replace("redis://", &format!("redis://{USER}:{in_url}@"));
     let starter = build(figment(&[("telco.platform.lock.redis.address", &address)]))
         .await
         .unwrap();
     works_without_showing(&starter, &redis, USER).await;
+    starter
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_address_reaches_redis_and_nothing_else() {
+    let starter = an_address_password_works(PASSWORD, PASSWORD).await;
     assert!(format!("{starter:?}").contains(&format!("{USER}:***@")));
     assert_start_logs_have_no_secret();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_percent_encoded_password_reaches_redis_and_nothing_else() {
-    let redis = server_with_user(AT_PASSWORD).await;
-    let address = redis
-        .url()
-        .replace("redis://", &format!("redis://{USER}:{AT_PASSWORD_IN_URL}@"));
-    let starter = build(figment(&[("telco.platform.lock.redis.address", &address)]))
-        .await
-        .unwrap();
-    works_without_showing(&starter, &redis, USER).await;
+    an_address_password_works(AT_PASSWORD, AT_PASSWORD_IN_URL).await;
     assert_start_logs_have_no_secret();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spring_username_and_password_reach_redis_and_nothing_else() {
     let redis = server_with_user(AT_PASSWORD).await;
-    let port = redis.port().to_string();
-    let starter = build(figment(&[
-        ("spring.data.redis.host", "127.0.0.1"),
-        ("spring.data.redis.port", &port),
-        ("spring.data.redis.username", USER),
-        ("spring.data.redis.password", AT_PASSWORD),
-    ]))
-    .await
-    .unwrap();
+    let starter = build(spring(redis.port(), Some(USER), AT_PASSWORD))
+        .await
+        .unwrap();
     works_without_showing(&starter, &redis, USER).await;
     assert_start_logs_have_no_secret();
 }
 
+/// A server with `requirepass password`, and a starter configured with the Spring password
+/// alone: its lock works as the `default` user and nothing about it shows the password.
+async fn a_spring_password_alone_works_with_requirepass(password: &str) {
+    logs();
+    let redis = RedisServer::start_with_password(password).await.unwrap();
+    let starter = build(spring(redis.port(), None, password)).await.unwrap();
+    works_without_showing(&starter, &redis, "default").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spring_password_alone_authenticates_against_requirepass() {
-    logs();
-    let redis = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
-    let port = redis.port().to_string();
-    let starter = build(figment(&[
-        ("spring.data.redis.host", "127.0.0.1"),
-        ("spring.data.redis.port", &port),
-        ("spring.data.redis.password", PASSWORD),
-    ]))
-    .await
-    .unwrap();
-    works_without_showing(&starter, &redis, "default").await;
+    a_spring_password_alone_works_with_requirepass(PASSWORD).await;
     assert_start_logs_have_no_secret();
 }
 
@@ -228,21 +217,10 @@ async fn refused_credentials_fail_the_start_naming_the_address_and_its_origin() 
     let from_file = LockStarter::builder().toml_file(&file).build().await;
     start_fails_naming(from_file, "WRONGPASS", &file.display().to_string());
 
-    let port = redis.port().to_string();
-    let spring = build(figment(&[
-        ("spring.data.redis.host", "127.0.0.1"),
-        ("spring.data.redis.port", &port),
-        ("spring.data.redis.username", USER),
-        ("spring.data.redis.password", "wr0ng-Pa55-word"),
-    ]))
-    .await;
-    start_fails_naming(spring, "WRONGPASS", "spring.data.redis.password");
+    let from_spring = build(spring(redis.port(), Some(USER), "wr0ng-Pa55-word")).await;
+    start_fails_naming(from_spring, "WRONGPASS", "spring.data.redis.password");
 
-    let requirepass = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
+    let requirepass = RedisServer::start_with_password(PASSWORD).await.unwrap();
     let missing = build(figment(&[(
         "telco.platform.lock.redis.address",
         &requirepass.url(),
@@ -413,7 +391,6 @@ async fn sentinel_addresses_show_no_password() {
 async fn spring_credentials_with_percent_and_other_characters_reach_redis_as_written() {
     logs();
     let redis = RedisServer::start().await.unwrap();
-    let port = redis.port().to_string();
     let credentials = [
         ("app", "pa%41ss"),
         ("app", "100%"),
@@ -429,29 +406,14 @@ async fn spring_credentials_with_percent_and_other_characters_reach_redis_as_wri
         ("app", "s3cr3t%41-Pa55"),
     ];
     for (user, password) in credentials {
-        redis
-            .cmd(&[
-                "ACL",
-                "SETUSER",
-                user,
-                "reset",
-                "on",
-                &format!(">{password}"),
-                "~*",
-                "&*",
-                "+@all",
-            ])
+        redis.add_user(user, password, &[]).await.unwrap();
+        let figment = spring(redis.port(), Some(user), password).merge(Serialized::default(
+            "telco.platform.lock.redis.command-timeout",
+            "2s",
+        ));
+        let starter = build(figment)
             .await
-            .unwrap();
-        let starter = build(figment(&[
-            ("spring.data.redis.host", "127.0.0.1"),
-            ("spring.data.redis.port", &port),
-            ("spring.data.redis.username", user),
-            ("spring.data.redis.password", password),
-            ("telco.platform.lock.redis.command-timeout", "2s"),
-        ]))
-        .await
-        .unwrap_or_else(|e| panic!("{user:?}/{password:?}: {e}"));
+            .unwrap_or_else(|e| panic!("{user:?}/{password:?}: {e}"));
         let shown = format!(
             "{starter:?} {:?}",
             starter.settings().describe("redis.address")
@@ -481,21 +443,7 @@ async fn spring_credentials_with_percent_and_other_characters_reach_redis_as_wri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spring_password_with_percent_alone_authenticates_against_requirepass() {
     for password in ["pa%41ss", "100%", "Pa55%20%zz"] {
-        logs();
-        let redis = RedisServer::builder()
-            .args(["--requirepass", password])
-            .start()
-            .await
-            .unwrap();
-        let port = redis.port().to_string();
-        let starter = build(figment(&[
-            ("spring.data.redis.host", "127.0.0.1"),
-            ("spring.data.redis.port", &port),
-            ("spring.data.redis.password", password),
-        ]))
-        .await
-        .unwrap();
-        works_without_showing(&starter, &redis, "default").await;
+        a_spring_password_alone_works_with_requirepass(password).await;
     }
     assert_logs_have_no_secret();
 }

@@ -288,6 +288,17 @@ impl RedisServer {
         Self::builder().start().await
     }
 
+    /// [`start`](Self::start) with `--requirepass password`: every client must authenticate.
+    ///
+    /// # Errors
+    /// See [`RedisServerBuilder::start`].
+    pub async fn start_with_password(password: &str) -> Result<RedisServer, TestkitError> {
+        Self::builder()
+            .args(["--requirepass", password])
+            .start()
+            .await
+    }
+
     /// A builder for extra redis-server arguments, the binary, the backend or the start-up
     /// deadline.
     pub fn builder() -> RedisServerBuilder {
@@ -440,6 +451,25 @@ impl RedisServer {
     /// [`COMMAND_TIMEOUT`]; [`TestkitError::Connection`] if the connection fails.
     pub async fn cmd(&self, args: &[&str]) -> Result<String, TestkitError> {
         self.reply(args).await.map(|reply| reply.to_text())
+    }
+
+    /// `ACL SETUSER user reset on >password ~* &* +@all`, then `extra` rules: a user with
+    /// `password` allowed every key, channel and command but those `extra` takes away.
+    ///
+    /// # Errors
+    /// Those of [`cmd`](Self::cmd).
+    pub async fn add_user(
+        &self,
+        user: &str,
+        password: &str,
+        extra: &[&str],
+    ) -> Result<(), TestkitError> {
+        let password = format!(">{password}");
+        let mut args = vec![
+            "ACL", "SETUSER", user, "reset", "on", &password, "~*", "&*", "+@all",
+        ];
+        args.extend_from_slice(extra);
+        self.cmd(&args).await.map(drop)
     }
 
     /// `INFO commandstats` as command name → calls (see [`command_calls`](crate::command_calls)).

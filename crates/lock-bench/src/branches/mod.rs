@@ -19,7 +19,7 @@
 pub(crate) mod raw;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lock_core::branches::BranchRelease;
 use lock_starter::branches::{BranchError, Master, MasterLocks};
@@ -28,7 +28,7 @@ use lock_starter::redis::{RedisBranches, RedisLock};
 use serde_json::{Map, Value, json};
 
 use crate::redis::Target;
-use crate::report::{ToolkitLine, cpu_seconds, micros, percentiles};
+use crate::report::{Meter, ToolkitLine, micros, percentiles, run_prefix};
 
 /// Branches one `branches-register-release` master registers and releases: 100.
 pub(crate) const BRANCHES_PER_MASTER: usize = 100;
@@ -182,16 +182,10 @@ pub(crate) async fn run(
         Arc::new(lock.clone()),
         Arc::new(RedisBranches::new(&lock.client()).await),
     );
-    // A key of its own per run: an earlier run's record on the same Redis stays out of it.
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let key = format!("bench:b:{}:{run_id:x}", scenario.name());
+    let key = run_prefix("b", scenario.name());
 
-    let before = target.command_calls().await?;
-    let cpu_before = cpu_seconds();
-    let started = Instant::now();
-    let deadline = started + duration;
+    let meter = Meter::start(target).await?;
+    let deadline = meter.started() + duration;
     // On a runtime worker, as the lock's workers run: not on the thread that drives the run.
     let worker = tokio::spawn(async move {
         let mut counts = Counts::default();
@@ -224,9 +218,7 @@ pub(crate) async fn run(
         counts
     });
     let counts = worker.await.expect("the benchmark worker panicked");
-    let elapsed = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu_before;
-    let commands = target.command_calls().await?.since(before, 1);
+    let spent = meter.stop(target).await?;
 
     let mut extras = Map::new();
     extras.insert("masters".into(), json!(counts.masters));
@@ -238,14 +230,12 @@ pub(crate) async fn run(
     let line = ToolkitLine {
         scenario: scenario.name(),
         workers: 1,
-        elapsed,
         call_us: counts.call_us,
         executions: Value::Null,
         results: counts.results,
         errors: counts.errors,
         first_error: counts.first_error,
-        commands,
-        cpu,
+        spent,
     };
     Ok(line.into_json(extras))
 }

@@ -39,12 +39,8 @@ pub(crate) async fn run(
     duration: Duration,
 ) -> Option<Result<Map<String, Value>, String>> {
     let commands = commands(scenario)?;
-    eprintln!(
-        "[lock-bench] {} raw ({:.1}s)",
-        scenario.name(),
-        duration.as_secs_f64()
-    );
-    Some(measure_commands(scenario.name(), target, duration, commands).await)
+    let name = scenario.name();
+    Some(measure_commands(name, name, target, duration, commands).await)
 }
 
 #[cfg(test)]

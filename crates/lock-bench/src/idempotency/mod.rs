@@ -20,7 +20,7 @@ pub(crate) mod raw;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lock_starter::idempotency::{
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
@@ -30,7 +30,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
 
 use crate::redis::Target;
-use crate::report::{ToolkitLine, cpu_seconds, micros, percentiles};
+use crate::report::{Meter, ToolkitLine, micros, percentiles, run_prefix};
 
 /// Concurrent callers of one key per `duplicates` round: 8, the peer's threads.
 pub(crate) const DUPLICATES: usize = 8;
@@ -148,15 +148,10 @@ pub(crate) async fn run(
         executions: Arc::new(AtomicU64::new(0)),
     });
     // Results stay 90 s: a key of an earlier run on the same Redis would replay.
-    let run_id = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let prefix = format!("bench:i:{}:{run_id:x}", scenario.name());
+    let prefix = run_prefix("i", scenario.name());
 
-    let before = target.command_calls().await?;
-    let cpu_before = cpu_seconds();
-    let started = Instant::now();
-    let deadline = started + duration;
+    let meter = Meter::start(target).await?;
+    let deadline = meter.started() + duration;
     let mut counts = Counts::default();
     let mut rounds = 0u64;
     // Per `duplicates` round: from the executing call's return to the last duplicate's, i.e.
@@ -221,9 +216,7 @@ pub(crate) async fn run(
             }
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu_before;
-    let commands = target.command_calls().await?.since(before, 1);
+    let spent = meter.stop(target).await?;
 
     let mut extras = Map::new();
     extras.insert("replays".into(), json!(counts.replays));
@@ -234,14 +227,12 @@ pub(crate) async fn run(
     let line = ToolkitLine {
         scenario: scenario.name(),
         workers: scenario.workers() as u64,
-        elapsed,
         call_us: counts.call_us,
         executions: json!(subject.executions.load(Relaxed)),
         results: counts.results,
         errors: counts.errors,
         first_error: counts.first_error,
-        commands,
-        cpu,
+        spent,
     };
     Ok(line.into_json(extras))
 }

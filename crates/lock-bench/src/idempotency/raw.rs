@@ -67,39 +67,34 @@ pub(crate) async fn run(
     duration: Duration,
 ) -> Option<Result<Map<String, Value>, String>> {
     let commands = commands(scenario)?;
-    eprintln!(
-        "[lock-bench] idempotency/{} raw ({:.1}s)",
-        scenario.name(),
-        duration.as_secs_f64()
-    );
-    Some(measure(scenario, target, duration, commands).await)
-}
-
-async fn measure(
-    scenario: Scenario,
-    target: &Target,
-    duration: Duration,
-    commands: Vec<Vec<String>>,
-) -> Result<Map<String, Value>, String> {
-    if scenario == Scenario::Replay {
-        target
-            .command(&["SET", REPLAY_KEY, RESULT, "PX", "90000"])
-            .await?;
-    }
-    measure_commands(scenario.name(), target, duration, commands).await
+    let label = format!("idempotency/{}", scenario.name());
+    Some(
+        async {
+            if scenario == Scenario::Replay {
+                target
+                    .command(&["SET", REPLAY_KEY, RESULT, "PX", "90000"])
+                    .await?;
+            }
+            measure_commands(&label, scenario.name(), target, duration, commands).await
+        }
+        .await,
+    )
 }
 
 /// The `raw` line named `scenario` of one call made of `commands` in sequence (redis-benchmark's
-/// `__rand_int__` form, random keys out of 100,000,000), calibrated to run for about `duration`.
+/// `__rand_int__` form, random keys out of 100,000,000), calibrated to run for about `duration`;
+/// announced on stderr as `label`.
 ///
 /// # Errors
 /// When redis-benchmark is missing or fails, or `INFO commandstats` cannot be read.
 pub(crate) async fn measure_commands(
+    label: &str,
     scenario: &str,
     target: &Target,
     duration: Duration,
     commands: Vec<Vec<String>>,
 ) -> Result<Map<String, Value>, String> {
+    eprintln!("[lock-bench] {label} raw ({:.1}s)", duration.as_secs_f64());
     let before = target.command_calls().await?;
     let cpu_before = children_cpu_seconds();
     let started = Instant::now();

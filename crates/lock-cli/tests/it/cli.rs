@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::common::{
-    PROCESS_SLACK, assert_force_released, assert_one_line, cli, code, finish, lose_the_lease,
+    PROCESS_SLACK, assert_force_released, assert_one_line, cli, code, finish, hold, lose_the_lease,
     other_pod, platform_lock, redis_and_other_pod, start_holding, stderr, stdout,
 };
 use lock_starter::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
@@ -15,10 +15,7 @@ use tokio::time::Instant;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_list_and_release_a_lock_held_by_another_pod() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let handle = pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let handle = hold(&pod, "bill-run:2026-11").await;
     let token = handle.fencing_token().to_string();
 
     let status = cli(&url, &["status", "bill-run:2026-11"]).await;
@@ -153,7 +150,7 @@ async fn run_holds_the_lock_and_passes_the_commands_exit_code_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_exits_75_without_running_the_command_when_the_lock_is_held_elsewhere() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let _held = pod.acquire("job", Lease::Watchdog).await.unwrap();
+    let _held = hold(&pod, "job").await;
     let started = Instant::now();
     let output = cli(
         &url,
@@ -239,14 +236,10 @@ async fn bad_arguments_configuration_and_an_unreachable_redis_are_one_line_each(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_password_in_the_address_never_appears_in_any_output() {
     const PASSWORD: &str = "cli-S3cret-pw";
-    let redis = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
+    let redis = RedisServer::start_with_password(PASSWORD).await.unwrap();
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port());
     let pod = other_pod(&url).await;
-    let held = pod.acquire("held", Lease::Watchdog).await.unwrap();
+    let held = hold(&pod, "held").await;
     let mut outputs = Vec::new();
     for args in [
         &["status", "held"][..],
@@ -287,26 +280,10 @@ async fn the_password_in_the_address_never_appears_in_any_output() {
 async fn list_as_a_redis_user_without_scan_says_the_permission_is_missing() {
     let redis = RedisServer::start().await.unwrap();
     // Everything but SCAN, so nothing else can be what fails.
-    redis
-        .cmd(&[
-            "ACL",
-            "SETUSER",
-            "ops",
-            "on",
-            ">ops-Pa55",
-            "~*",
-            "&*",
-            "+@all",
-            "-scan",
-        ])
-        .await
-        .unwrap();
+    redis.add_user("ops", "ops-Pa55", &["-scan"]).await.unwrap();
     let url = redis.url().replace("redis://", "redis://ops:ops-Pa55@");
     let pod = other_pod(&redis.url()).await;
-    let _held = pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let _held = hold(&pod, "bill-run:2026-11").await;
     let status = cli(&url, &["status", "bill-run:2026-11"]).await;
     assert_eq!(code(&status), 0, "{}", stderr(&status));
 
@@ -356,42 +333,24 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
         "<COMMAND>",
         "usage: platform-lock run --key <KEY> -- <COMMAND>",
     ];
-    let cases: Vec<(Vec<&str>, i32, Vec<&str>)> = vec![
+    let bad_durations = [
+        ("--lease", "0s", "100 ms to 168 h"),
+        ("--lease", "50ms", "100 ms to 168 h"),
+        ("--lease", "abc", "a duration takes a unit"),
+        ("--lease", "99999999999999999s", "100 ms to 168 h"),
+        ("--lease", "18446744073709551616s", "too large"),
+        ("--wait", "2h", "0 to 1 h (0 is one attempt)"),
         (
-            run_echo_ran("--lease", "0s"),
-            2,
-            vec!["--lease", "100 ms to 168 h"],
+            "--wait",
+            "18446744073709551615s",
+            "0 to 1 h (0 is one attempt)",
         ),
-        (
-            run_echo_ran("--lease", "50ms"),
-            2,
-            vec!["--lease", "100 ms to 168 h"],
-        ),
-        (
-            run_echo_ran("--lease", "abc"),
-            2,
-            vec!["--lease", "a duration takes a unit"],
-        ),
-        (
-            run_echo_ran("--lease", "99999999999999999s"),
-            2,
-            vec!["--lease", "100 ms to 168 h"],
-        ),
-        (
-            run_echo_ran("--lease", "18446744073709551616s"),
-            2,
-            vec!["--lease", "too large"],
-        ),
-        (
-            run_echo_ran("--wait", "2h"),
-            2,
-            vec!["--wait", "0 to 1 h (0 is one attempt)"],
-        ),
-        (
-            run_echo_ran("--wait", "18446744073709551615s"),
-            2,
-            vec!["--wait", "0 to 1 h (0 is one attempt)"],
-        ),
+    ];
+    let mut cases: Vec<(Vec<&str>, i32, Vec<&str>)> = bad_durations
+        .iter()
+        .map(|&(option, value, says)| (run_echo_ran(option, value), 2, vec![option, says]))
+        .collect();
+    cases.extend([
         (
             vec!["run", "--key", "", "--", "echo", "ran"],
             2,
@@ -435,7 +394,7 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
             126,
             vec!["not executable"],
         ),
-    ];
+    ]);
     for (args, expected, mentions) in cases {
         let output = cli(&url, &args).await;
         assert_one_line(&format!("{args:?}"), &output, expected, &mentions);
@@ -453,11 +412,7 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
     const PASSWORD: &str = "cli-R1ght-pw";
-    let redis = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
+    let redis = RedisServer::start_with_password(PASSWORD).await.unwrap();
     let port = redis.port();
     for (address, refusal) in [
         (
@@ -517,7 +472,7 @@ async fn wrong_credentials_and_unknown_hosts_say_what_to_fix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_goes_away_is_no_failure() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let _held = pod.acquire("held", Lease::Watchdog).await.unwrap();
+    let _held = hold(&pod, "held").await;
     for args in [
         &["status", "held"][..],
         &["status", "--json", "held"][..],
@@ -560,18 +515,11 @@ async fn status_of_a_key_that_holds_no_lock_points_at_the_key_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_and_status_name_the_redis_and_key_prefix_they_searched() {
     const PASSWORD: &str = "cli-prefix-pw";
-    let redis = RedisServer::builder()
-        .args(["--requirepass", PASSWORD])
-        .start()
-        .await
-        .unwrap();
+    let redis = RedisServer::start_with_password(PASSWORD).await.unwrap();
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{}", redis.port());
     let shown = format!("redis://:***@127.0.0.1:{}", redis.port());
     let pod = other_pod(&url).await;
-    let _held = pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let _held = hold(&pod, "bill-run:2026-11").await;
     let with_prefix = |args: &'static [&'static str], prefix: &'static str| {
         let mut command = platform_lock(&url, args);
         command.env("TELCO_PLATFORM_LOCK_KEY_PREFIX", prefix);

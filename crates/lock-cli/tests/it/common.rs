@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use lock_starter::lock::{LockHandle, LostReason};
+use lock_starter::lock::{DistributedLock, Lease, LockHandle, LostReason};
 use lock_starter::redis::{
     ForceReleased, LockState, RedisClient, RedisConfig, RedisLock, RedisLockConfig,
 };
@@ -88,6 +88,18 @@ pub async fn redis_and_other_pod() -> (RedisServer, String, RedisLock) {
     let url = redis.url();
     let pod = other_pod(&url).await;
     (redis, url, pod)
+}
+
+/// `pod` acquiring `key` with a watchdog lease.
+pub async fn hold(pod: &RedisLock, key: &str) -> LockHandle {
+    pod.acquire(key, Lease::Watchdog).await.unwrap()
+}
+
+/// A private redis-server, its URL, and a temporary directory for the test's files.
+pub async fn redis_and_dir() -> (RedisServer, String, tempfile::TempDir) {
+    let redis = RedisServer::start().await.unwrap();
+    let url = redis.url();
+    (redis, url, tempfile::tempdir().unwrap())
 }
 
 /// Asserts that the holder of `handle` learns (within [`PROCESS_SLACK`]) that its lock `key` was

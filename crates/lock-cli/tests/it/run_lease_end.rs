@@ -3,8 +3,8 @@
 
 use crate::common;
 use crate::common::{
-    PROCESS_SLACK, assert_one_line, cli, code, platform_lock, redis_and_other_pod, start_holding,
-    stderr,
+    PROCESS_SLACK, assert_one_line, cli, code, platform_lock, redis_and_dir, redis_and_other_pod,
+    start_holding, stderr,
 };
 use lock_starter::redis::ForceReleased;
 use lock_testkit::RedisServer;
@@ -178,9 +178,7 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unconfirmed_renewals_end_the_command_before_the_lease_lapses() {
     const WATCHDOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (redis, url, dir) = redis_and_dir().await;
     let pid_file = dir.path().join("a.pid");
     let script = format!(
         "trap '' TERM; echo $$ > '{}'; echo ready; while true; do sleep 0.05; done",

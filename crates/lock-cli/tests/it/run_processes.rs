@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::common::{
     PROCESS_SLACK, Reap, alive, cli, code, eventually, lose_the_lease, other_pod, platform_lock,
-    read_pid, start_ready, stderr,
+    read_pid, redis_and_dir, start_ready, stderr,
 };
 use lock_testkit::RedisServer;
 use nix::unistd::Pid;
@@ -44,9 +44,7 @@ async fn lose_the_lease_of(url: &str, script: &str) -> (std::process::Output, Du
 /// must not leave that worker running without the lock once the lease is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_stops_the_processes_the_command_started() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (_redis, url, dir) = redis_and_dir().await;
     let pid_file = dir.path().join("worker.pid");
     let script = format!(
         "sleep 300 >/dev/null 2>&1 & echo $! > '{}'; echo ready; wait",
@@ -66,9 +64,7 @@ async fn a_lost_lease_stops_the_processes_the_command_started() {
 /// A command that ignores SIGTERM is killed 5 s later, and run still exits 70.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (_redis, url, dir) = redis_and_dir().await;
     let pid_file = dir.path().join("shell.pid");
     let script = format!(
         "trap '' TERM; echo $$ > '{}'; echo ready; while :; do sleep 1; done",
@@ -107,9 +103,7 @@ async fn signal_deaths_and_exit_codes_pass_through() {
 /// the output pipes either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkilled_run_takes_its_command_and_the_processes_it_started_along() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (_redis, url, dir) = redis_and_dir().await;
     let (shell_file, worker_file) = (dir.path().join("shell.pid"), dir.path().join("worker.pid"));
     let script = format!(
         "echo $$ > '{}'; sleep 300 & echo $! > '{}'; echo ready; wait",
@@ -147,9 +141,7 @@ async fn a_sigkilled_run_takes_its_command_and_the_processes_it_started_along() 
 /// own while the command runs, and gone once `run` exited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guardian_runs_beside_the_command_and_ends_with_run() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (_redis, url, dir) = redis_and_dir().await;
     let (shell_file, go) = (dir.path().join("shell.pid"), dir.path().join("go"));
     let script = format!(
         "echo $$ > '{}'; echo ready; while [ ! -e '{}' ]; do sleep 0.05; done",
@@ -198,9 +190,7 @@ async fn the_guardian_runs_beside_the_command_and_ends_with_run() {
 /// beside it. The command's exit code stays run's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_normal_end_stops_the_commands_background_workers_before_releasing() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (_redis, url, dir) = redis_and_dir().await;
     let (pid_file, log) = (dir.path().join("worker.pid"), dir.path().join("worker.log"));
     let script = format!(
         "(while true; do echo A-worker >> '{}'; sleep 0.3; done) & echo $! > '{}'; exit 3",

@@ -5,12 +5,11 @@
 use std::time::Duration;
 
 use crate::common::{
-    BINARY, PROCESS_SLACK, Reap, alive, assert_force_released, environment, eventually, other_pod,
-    read_pid, redis_and_other_pod,
+    BINARY, PROCESS_SLACK, Reap, alive, assert_force_released, environment, eventually, hold,
+    other_pod, read_pid, redis_and_dir, redis_and_other_pod,
 };
-use lock_starter::lock::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_starter::lock::{LockHandle, ReleaseOutcome};
 use lock_starter::redis::LockState;
-use lock_testkit::RedisServer;
 use rexpect::process::WaitStatus;
 use rexpect::session::{Options, PtySession};
 
@@ -71,10 +70,7 @@ async fn answer_release_prompt(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answering_no_at_the_release_prompt_leaves_the_lock_held() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let handle = pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let handle = hold(&pod, "bill-run:2026-11").await;
     let (code, shown) = answer_release_prompt(&url, "bill-run:2026-11", &handle, "n").await;
     // 1: nothing released (documented in --help).
     assert_eq!(code, 1, "{shown}");
@@ -89,10 +85,7 @@ async fn answering_no_at_the_release_prompt_leaves_the_lock_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answering_yes_at_the_release_prompt_releases_the_lock() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let handle = pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let handle = hold(&pod, "bill-run:2026-11").await;
     let owner = handle.owner().to_owned();
     let (code, shown) = answer_release_prompt(&url, "bill-run:2026-11", &handle, "y").await;
     assert_eq!(code, 0, "{shown}");
@@ -108,10 +101,7 @@ async fn answering_yes_at_the_release_prompt_releases_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_yes_for_a_holder_that_is_gone_does_not_release_the_new_one() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let first = pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let first = hold(&pod, "bill-run:2026-11").await;
     let asked = prompt("bill-run:2026-11", first.owner(), first.fencing_token());
     let address = url.clone();
     let session = blocking(move || {
@@ -122,10 +112,7 @@ async fn a_yes_for_a_holder_that_is_gone_does_not_release_the_new_one() {
     .await;
     assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
     let next_pod = other_pod(&url).await;
-    let second = next_pod
-        .acquire("bill-run:2026-11", Lease::Watchdog)
-        .await
-        .unwrap();
+    let second = hold(&next_pod, "bill-run:2026-11").await;
     let (code, shown) = blocking(move || {
         let mut session = session;
         session.send_line("y").unwrap();
@@ -148,7 +135,7 @@ async fn a_yes_for_a_holder_that_is_gone_does_not_release_the_new_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_run_spins_naming_the_holder_until_it_is_granted() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let held = pod.acquire("job", Lease::Watchdog).await.unwrap();
+    let held = hold(&pod, "job").await;
     let address = url.clone();
     let session = blocking(move || {
         let mut session = on_terminal(
@@ -206,9 +193,7 @@ async fn on_a_terminal_run_spins_naming_the_holder_until_it_is_granted() {
 /// that stays on the terminal starts it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_a_sigkilled_run_takes_its_command_along() {
-    let redis = RedisServer::start().await.unwrap();
-    let url = redis.url();
-    let dir = tempfile::tempdir().unwrap();
+    let (redis, url, dir) = redis_and_dir().await;
     let (shell_file, run_file) = (dir.path().join("shell.pid"), dir.path().join("run.pid"));
     let script = format!(
         "echo $$ > '{}'; echo $PPID > '{}'; echo ready; while :; do sleep 1; done",

@@ -31,6 +31,47 @@ pub trait IdempotencyFactory: Send + Sync + 'static {
     async fn client(&self) -> Arc<dyn IdempotencyStore>;
 }
 
+/// `owner` claims `key` and becomes its owner.
+async fn assert_claim_owns(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    owner: &str,
+    fingerprint: &str,
+    ttl: Duration,
+) {
+    let claim = store
+        .claim(key, owner, fingerprint, ttl, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        claim,
+        Claim::Owner,
+        "{owner} did not become the owner of {key}"
+    );
+}
+
+/// Five calls of `key` on `idempotency`, each an action that counts its runs in `runs` and
+/// returns 7.
+fn spawn_duplicates(
+    idempotency: &Idempotency,
+    key: &str,
+    runs: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Result<crate::idempotency::Idempotent<u32>, IdempotencyError>>> {
+    (0..5)
+        .map(|_| {
+            let (idempotency, key, runs) = (idempotency.clone(), key.to_owned(), Arc::clone(runs));
+            tokio::spawn(async move {
+                idempotency
+                    .execute(&key, &IdempotencyOptions::new(), || async {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, IdempotencyError>(7_u32)
+                    })
+                    .await
+            })
+        })
+        .collect()
+}
+
 /// Polls `claim` until it reports `want` (by variant) or [`SLACK`] passes.
 async fn claim_until(
     store: &dyn IdempotencyStore,
@@ -110,13 +151,7 @@ pub async fn claim_is_exclusive_and_idempotent_for_the_owner(factory: &dyn Idemp
         "every other claim names the owner"
     );
     let store = factory.client().await;
-    assert_eq!(
-        store
-            .claim(&key, &owners[0], "fp-1", SLACK, None)
-            .await
-            .unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &owners[0], "fp-1", SLACK).await;
 }
 
 /// Contract 3: renewals keep a record past its lease; without them it ends and is granted
@@ -125,10 +160,7 @@ pub async fn an_unrenewed_lease_ends_and_renew_never_recreates(factory: &dyn Ide
     let (a, b) = (factory.client().await, factory.client().await);
     let key = unique_key("lease");
     let (owner_a, owner_b) = (a.new_owner(), b.new_owner());
-    assert_eq!(
-        a.claim(&key, &owner_a, "", LEASE, None).await.unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*a, &key, &owner_a, "", LEASE).await;
     let renewed_until = Instant::now() + LEASE * 3;
     while Instant::now() < renewed_until {
         assert!(
@@ -160,10 +192,7 @@ pub async fn terminal_writes_are_fenced_by_the_owner(factory: &dyn IdempotencyFa
     let (a, b) = (factory.client().await, factory.client().await);
     let key = unique_key("fenced");
     let (zombie, owner) = (a.new_owner(), b.new_owner());
-    assert_eq!(
-        a.claim(&key, &zombie, "", LEASE, None).await.unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*a, &key, &zombie, "", LEASE).await;
     assert_eq!(
         claim_until(&*b, &key, &owner, |c| *c == Claim::Owner).await,
         Claim::Owner
@@ -216,13 +245,7 @@ pub async fn a_completed_record_replays_its_bytes_then_expires(factory: &dyn Ide
     let key = unique_key("replay");
     let owner = store.new_owner();
     let bytes: Vec<u8> = (0..=255).collect();
-    assert_eq!(
-        store
-            .claim(&key, &owner, "fp-7", LEASE, None)
-            .await
-            .unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &owner, "fp-7", LEASE).await;
     assert!(
         store
             .complete(&key, &owner, &bytes, Duration::from_secs(1))
@@ -250,10 +273,7 @@ pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory
     let store = factory.client().await;
     let key = unique_key("forget");
     let owner = store.new_owner();
-    assert_eq!(
-        store.claim(&key, &owner, "", SLACK, None).await.unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &owner, "", SLACK).await;
     assert!(
         !store.forget(&key).await.unwrap(),
         "an in-progress record is not forgotten"
@@ -270,13 +290,7 @@ pub async fn forget_spares_a_record_in_progress(factory: &dyn IdempotencyFactory
     );
     assert!(store.forget(&key).await.unwrap());
     assert!(!store.forget(&key).await.unwrap());
-    assert_eq!(
-        store
-            .claim(&key, &store.new_owner(), "", LEASE, None)
-            .await
-            .unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &store.new_owner(), "", LEASE).await;
 }
 
 /// Contract 7: a watch made before a completion, an abandonment, a failure or a forget returns.
@@ -285,10 +299,7 @@ pub async fn watches_wake_on_every_terminal_write(factory: &dyn IdempotencyFacto
     for write in ["complete", "abandon", "fail", "forget"] {
         let key = unique_key(write);
         let owner = writer.new_owner();
-        assert_eq!(
-            writer.claim(&key, &owner, "", SLACK, None).await.unwrap(),
-            Claim::Owner
-        );
+        assert_claim_owns(&*writer, &key, &owner, "", SLACK).await;
         if write == "forget" {
             assert!(
                 writer
@@ -358,23 +369,9 @@ pub async fn a_failed_action_lets_exactly_one_waiter_run(factory: &dyn Idempoten
     let owner = idempotency.store().new_owner();
     // Hold the key as a first caller would, so the duplicates queue up behind it.
     let store = factory.client().await;
-    assert_eq!(
-        store.claim(&key, &owner, "", SLACK, None).await.unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &owner, "", SLACK).await;
     let runs = Arc::new(AtomicUsize::new(0));
-    let mut waiters = Vec::new();
-    for _ in 0..5 {
-        let (idempotency, key, runs) = (idempotency.clone(), key.clone(), Arc::clone(&runs));
-        waiters.push(tokio::spawn(async move {
-            idempotency
-                .execute(&key, &IdempotencyOptions::new(), || async {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, IdempotencyError>(7_u32)
-                })
-                .await
-        }));
-    }
+    let waiters = spawn_duplicates(&idempotency, &key, &runs);
     // The first caller's action fails: it abandons the record.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(store.abandon(&key, &owner).await.unwrap());
@@ -396,10 +393,7 @@ pub async fn a_failed_owner_is_answered_to_those_who_waited_on_it(
     let (a, b) = (factory.client().await, factory.client().await);
     let key = unique_key("fail");
     let owner = a.new_owner();
-    assert_eq!(
-        a.claim(&key, &owner, "", SLACK, None).await.unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*a, &key, &owner, "", SLACK).await;
     let duplicate = b.new_owner();
     let seen = b.claim(&key, &duplicate, "", SLACK, None).await.unwrap();
     assert!(
@@ -475,18 +469,7 @@ pub async fn waiting_duplicates_get_a_failed_actions_failure(factory: &dyn Idemp
     };
     (&mut running).await.unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
-    let mut duplicates = Vec::new();
-    for _ in 0..5 {
-        let (idempotency, key, runs) = (idempotency.clone(), key.clone(), Arc::clone(&runs));
-        duplicates.push(tokio::spawn(async move {
-            idempotency
-                .execute(&key, &IdempotencyOptions::new(), || async {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    Ok::<_, IdempotencyError>(7_u32)
-                })
-                .await
-        }));
-    }
+    let duplicates = spawn_duplicates(&idempotency, &key, &runs);
     // Every duplicate has seen the owner and watches the key.
     watched.watches_reach(5).await;
     fail.send(()).unwrap();
@@ -605,13 +588,7 @@ pub async fn another_fingerprint_is_key_reused(factory: &dyn IdempotencyFactory)
     let key = unique_key("fingerprint");
     let store = factory.client().await;
     let owner = store.new_owner();
-    assert_eq!(
-        store
-            .claim(&key, &owner, "body-a", SLACK, None)
-            .await
-            .unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &owner, "body-a", SLACK).await;
     let other = IdempotencyOptions::new().fingerprint("body-b").unwrap();
     let run = || async { Ok::<_, IdempotencyError>(()) };
     let error = idempotency.execute(&key, &other, run).await.unwrap_err();
@@ -662,13 +639,7 @@ pub async fn an_oversize_result_is_returned_and_not_stored(factory: &dyn Idempot
         );
     }
     let store = factory.client().await;
-    assert_eq!(
-        store
-            .claim(&key, &store.new_owner(), "", LEASE, None)
-            .await
-            .unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &store.new_owner(), "", LEASE).await;
 }
 
 /// [`Idempotency`]: a duplicate whose wait runs out gets `InProgress` naming the holder, and
@@ -678,10 +649,7 @@ pub async fn a_spent_wait_is_in_progress_and_does_not_run(factory: &dyn Idempote
     let key = unique_key("wait");
     let store = factory.client().await;
     let owner = store.new_owner();
-    assert_eq!(
-        store.claim(&key, &owner, "", SLACK, None).await.unwrap(),
-        Claim::Owner
-    );
+    assert_claim_owns(&*store, &key, &owner, "", SLACK).await;
     let wait = Duration::from_millis(300);
     let options = IdempotencyOptions::new()
         .wait_time(wait)

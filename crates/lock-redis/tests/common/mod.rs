@@ -11,7 +11,7 @@ use lock_core::branches::{
     BranchError, BranchToken, Master, MasterLocks, MasterOptions, MasterOutcome,
 };
 use lock_core::idempotency::{Idempotency, IdempotencySettings};
-use lock_core::lock::{AcquireOptions, DistributedLock, LockHandle, ReleaseOutcome};
+use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::branches::RedisBranches;
 use lock_redis::idempotency::RedisIdempotencyStore;
 use lock_redis::lock::{RedisLock, RedisLockConfig};
@@ -24,6 +24,20 @@ use tokio::time::Instant;
 pub const WATCHDOG: Duration = Duration::from_secs(1);
 /// Command timeout of test clients.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A watchdog lease, waiting up to `wait` for the lock.
+pub fn watchdog_waiting(wait: Duration) -> AcquireOptions {
+    AcquireOptions::new(Lease::Watchdog)
+        .wait_time(wait)
+        .unwrap()
+}
+
+/// A fixed `lease`, waiting up to `wait` for the lock.
+pub fn fixed_waiting(lease: Duration, wait: Duration) -> AcquireOptions {
+    AcquireOptions::new(Lease::Fixed(lease))
+        .wait_time(wait)
+        .unwrap()
+}
 
 /// A private redis-server for one test.
 pub async fn server() -> RedisServer {

@@ -155,19 +155,7 @@ async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warn
     let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
     let (masters, lock, _) = masters();
     let lease = Duration::from_secs(2);
-    let outcome = masters
-        .with_master_lock("fixed-timeout", Lease::Fixed(lease), |master| async move {
-            master.register_branch("search").await.unwrap();
-        })
-        .with_subscriber(subscriber)
-        .await
-        .unwrap();
-    assert_eq!(
-        outcome.branches,
-        BranchesOutcome::TimedOut {
-            missing: vec!["search".into()]
-        }
-    );
+    search_never_comes_back(&masters, "fixed-timeout", lease, subscriber).await;
     let text = logs.text();
     assert!(!text.contains(OVERRAN), "{text}");
     assert!(
@@ -194,56 +182,83 @@ async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warn
     assert_eq!(logs.text().matches(OVERRAN).count(), 1, "{}", logs.text());
 }
 
-/// A backend whose clean-up takes `delay` (a slow Redis at the end of a master).
+/// The in-memory backend with a fault a test switches on: a clean-up that takes `close_delay`
+/// (a slow Redis at the end of a master), or registrations that are never confirmed (Redis down
+/// mid-block).
 #[derive(Debug, Clone)]
-struct SlowClose(InMemoryBranches, Duration);
+struct Faulty {
+    inner: InMemoryBranches,
+    close_delay: Duration,
+    unconfirmed: bool,
+}
+
+impl Faulty {
+    fn slow_close(delay: Duration) -> Self {
+        Faulty {
+            inner: InMemoryBranches::new(),
+            close_delay: delay,
+            unconfirmed: false,
+        }
+    }
+
+    fn unconfirmed() -> Self {
+        Faulty {
+            inner: InMemoryBranches::new(),
+            close_delay: Duration::ZERO,
+            unconfirmed: true,
+        }
+    }
+}
 
 #[async_trait]
-impl Branches for SlowClose {
+impl Branches for Faulty {
     fn namespace(&self) -> &str {
-        self.0.namespace()
+        self.inner.namespace()
     }
     async fn open(&self, key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.0.open(key, ttl).await
+        self.inner.open(key, ttl).await
     }
     async fn register(&self, key: &SubKey, b: &str, ttl: Duration) -> Result<Registration, E> {
-        self.0.register(key, b, ttl).await
+        if self.unconfirmed {
+            return Err(BranchError::unavailable("register", key, "timed out"));
+        }
+        self.inner.register(key, b, ttl).await
     }
     async fn refresh(&self, key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.0.refresh(key, ttl).await
+        self.inner.refresh(key, ttl).await
     }
     async fn seal(&self, key: &SubKey, ttl: Duration) -> Result<Option<Vec<String>>, E> {
-        self.0.seal(key, ttl).await
+        self.inner.seal(key, ttl).await
     }
     async fn pending(&self, key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
-        self.0.pending(key).await
+        self.inner.pending(key).await
     }
     async fn watch(&self, key: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, E> {
-        self.0.watch(key).await
+        self.inner.watch(key).await
     }
     async fn release(&self, key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
-        self.0.release(key, branch).await
+        self.inner.release(key, branch).await
     }
     async fn close(&self, key: &SubKey) -> Result<(), BranchError> {
-        tokio::time::sleep(self.1).await;
-        self.0.close(key).await
+        if !self.close_delay.is_zero() {
+            tokio::time::sleep(self.close_delay).await;
+        }
+        self.inner.close(key).await
     }
 }
 
 type E = BranchError;
 
-/// The clean-up after the wait outlasts the fixed lease: the release finds the lease ended, but
-/// the block had finished inside it, so the lease's end is a `DEBUG` line, not an overrun.
-#[tokio::test(start_paused = true)]
-async fn a_lease_ending_after_the_block_finished_is_not_an_overrun() {
-    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
-    let lease = Duration::from_secs(2);
-    let masters = MasterLocks::new(
-        Arc::new(InMemoryLock::new()),
-        Arc::new(SlowClose(InMemoryBranches::new(), lease)),
-    );
+/// Runs a master on `key` with a fixed `lease` whose branch `search` never comes back, logging
+/// to `subscriber`: the wait times out with `search` missing.
+async fn search_never_comes_back(
+    masters: &MasterLocks,
+    key: &str,
+    lease: Duration,
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+) {
     let outcome = masters
-        .with_master_lock("slow-close", Lease::Fixed(lease), |master| async move {
+        .with_master_lock(key, Lease::Fixed(lease), |master| async move {
             master.register_branch("search").await.unwrap();
         })
         .with_subscriber(subscriber)
@@ -255,6 +270,19 @@ async fn a_lease_ending_after_the_block_finished_is_not_an_overrun() {
             missing: vec!["search".into()]
         }
     );
+}
+
+/// The clean-up after the wait outlasts the fixed lease: the release finds the lease ended, but
+/// the block had finished inside it, so the lease's end is a `DEBUG` line, not an overrun.
+#[tokio::test(start_paused = true)]
+async fn a_lease_ending_after_the_block_finished_is_not_an_overrun() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let lease = Duration::from_secs(2);
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(Faulty::slow_close(lease)),
+    );
+    search_never_comes_back(&masters, "slow-close", lease, subscriber).await;
     let text = logs.text();
     assert!(!text.contains(OVERRAN), "{text}");
     let ended: Vec<_> = text
@@ -286,57 +314,10 @@ async fn a_watchdog_master_waits_the_default_branch_wait_and_keeps_its_record_al
     assert_eq!(outcome.branches.missing(), ["search"]);
 }
 
-/// A backend whose registrations are never confirmed (Redis down mid-block, say).
-#[derive(Debug, Clone)]
-struct Unconfirmed(InMemoryBranches);
-
-#[async_trait]
-impl Branches for Unconfirmed {
-    fn namespace(&self) -> &str {
-        self.0.namespace()
-    }
-    async fn open(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.0.open(sub_key, ttl).await
-    }
-    async fn register(
-        &self,
-        sub_key: &SubKey,
-        _branch: &str,
-        _ttl: Duration,
-    ) -> Result<Registration, BranchError> {
-        Err(BranchError::unavailable("register", sub_key, "timed out"))
-    }
-    async fn refresh(&self, sub_key: &SubKey, ttl: Duration) -> Result<(), BranchError> {
-        self.0.refresh(sub_key, ttl).await
-    }
-    async fn seal(
-        &self,
-        sub_key: &SubKey,
-        ttl: Duration,
-    ) -> Result<Option<Vec<String>>, BranchError> {
-        self.0.seal(sub_key, ttl).await
-    }
-    async fn pending(&self, sub_key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
-        self.0.pending(sub_key).await
-    }
-    async fn watch(
-        &self,
-        sub_key: &SubKey,
-    ) -> Result<Box<dyn lock_core::ChangeWatch>, BranchError> {
-        self.0.watch(sub_key).await
-    }
-    async fn release(&self, sub_key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
-        self.0.release(sub_key, branch).await
-    }
-    async fn close(&self, sub_key: &SubKey) -> Result<(), BranchError> {
-        self.0.close(sub_key).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn an_unconfirmed_registration_fails_open_with_one_warning() {
     let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
-    let branches = Arc::new(Unconfirmed(InMemoryBranches::new()));
+    let branches = Arc::new(Faulty::unconfirmed());
     let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), branches.clone());
     let ran = AtomicBool::new(false);
     let ran_ref = &ran;

@@ -22,7 +22,7 @@ use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::LockError;
 use lock_core::lock::conformance::{self, LockFactory};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
 use lock_redis::Refusal;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -364,9 +364,7 @@ async fn holder_waiter_round(
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(60));
         let handle = waiter.acquire_with(&owned, options).await;
         (handle, Instant::now())
     });
@@ -397,10 +395,7 @@ async fn holder_waiter_round(
 async fn fair_round(redis: &RedisServer, holder: &RedisLock, waiter: RedisLock) {
     let name = "fair";
     let held = holder.acquire(name, Lease::Watchdog).await.unwrap();
-    let fair = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(60))
-        .unwrap()
-        .fair();
+    let fair = common::watchdog_waiting(Duration::from_secs(60)).fair();
     let queue = holder.queue_key(name);
     let queued = |n: &'static str| {
         let queue = queue.clone();
@@ -542,12 +537,7 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
         let wait = Duration::from_secs(2);
         let started = Instant::now();
         let err = lock
-            .acquire_with(
-                &name,
-                AcquireOptions::new(Lease::Watchdog)
-                    .wait_time(wait)
-                    .unwrap(),
-            )
+            .acquire_with(&name, common::watchdog_waiting(wait))
             .await
             .expect_err(case);
         // At once: a refusal is not retried until the wait time runs out.
@@ -603,9 +593,7 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
     let held = common::hold(&holder, "no-channel", lease).await;
     let started = Instant::now();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(lease))
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::fixed_waiting(lease, Duration::from_secs(30));
         waiter.acquire_with("no-channel", options).await
     });
     let refused_channel = eventually(SLACK, || async {
@@ -664,9 +652,7 @@ async fn round_trip(address: &str, name: &str) -> Result<(), LockError> {
     let held = holder.acquire(name, Lease::Watchdog).await?;
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(30));
         waiter.acquire_with(&owned, options).await
     });
     // The watchdog keeps the lease past its first deadline.

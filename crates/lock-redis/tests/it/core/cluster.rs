@@ -789,10 +789,7 @@ async fn fair_waiters_are_granted_in_queue_order_on_every_master() {
     let url = cluster.url();
     let holder = client(&url).await;
     let clients = [client(&url).await, client(&url).await];
-    let fair = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-        .wait_time(GENEROUS)
-        .unwrap()
-        .fair();
+    let fair = common::fixed_waiting(Duration::from_secs(60), GENEROUS).fair();
     let masters = cluster.masters().await.unwrap();
     let mut masters_seen = BTreeSet::new();
     while masters_seen.len() < masters.len() {

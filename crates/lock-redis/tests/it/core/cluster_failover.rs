@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::common::Setup;
 use common::{GENEROUS, eventually};
 use lock_core::AcquireFailure;
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::shared::{Shared, Taken};
 use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};
@@ -250,9 +250,7 @@ async fn a_manual_failover_keeps_the_lease_hands_it_to_the_waiter_after_release_
     let mut waiting = tokio::spawn({
         let (waiter, name) = (waiter.clone(), name.clone());
         async move {
-            let options = AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_secs(60))
-                .unwrap();
+            let options = common::watchdog_waiting(Duration::from_secs(60));
             let result = waiter.acquire_with(&name, options).await;
             (result, Instant::now())
         }
@@ -431,12 +429,7 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
 
     // Without min-replicas the same grant is reported — and lives on the master only.
     let held = holder
-        .acquire_with(
-            &name,
-            AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_secs(10))
-                .unwrap(),
-        )
+        .acquire_with(&name, common::watchdog_waiting(Duration::from_secs(10)))
         .await
         .expect("granted without min-replicas");
     let token = held.fencing_token();
@@ -492,12 +485,7 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
 
     // The next holder of the same lock gets a larger fencing token.
     let next = other
-        .acquire_with(
-            &name,
-            AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_secs(10))
-                .unwrap(),
-        )
+        .acquire_with(&name, common::watchdog_waiting(Duration::from_secs(10)))
         .await
         .unwrap();
     assert!(

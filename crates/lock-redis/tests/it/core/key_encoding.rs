@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, config, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
 use tokio::time::Instant;
 
 fn names() -> Vec<String> {
@@ -71,9 +71,8 @@ async fn edge_case_names_round_trip_and_wake_waiters() {
             let waiter = waiter.clone();
             let name = name.clone();
             async move {
-                let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                    .wait_time(Duration::from_secs(30))
-                    .unwrap();
+                let options =
+                    common::fixed_waiting(Duration::from_secs(60), Duration::from_secs(30));
                 let result = waiter.acquire_with(&name, options).await;
                 (result, Instant::now())
             }

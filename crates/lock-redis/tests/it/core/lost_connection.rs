@@ -12,7 +12,7 @@ use lock_core::branches::BranchesOutcome;
 use lock_core::idempotency::{
     Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
 };
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{DistributedLock, Lease};
 use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
@@ -74,12 +74,7 @@ async fn a_lock_waiter_fails_within_a_command_timeout() {
     let channel = waiter.release_channel("wait");
     let task = tokio::spawn(async move {
         waiter
-            .acquire_with(
-                "wait",
-                AcquireOptions::new(Lease::Fixed(LONG))
-                    .wait_time(LONG)
-                    .unwrap(),
-            )
+            .acquire_with("wait", common::fixed_waiting(LONG, LONG))
             .await
     });
     let killed = kill_when_waiting(&mut redis, &channel).await;
@@ -94,13 +89,7 @@ async fn a_fair_waiter_fails_within_a_command_timeout() {
     let channel = waiter.release_channel("fair");
     let task = tokio::spawn(async move {
         waiter
-            .acquire_with(
-                "fair",
-                AcquireOptions::new(Lease::Fixed(LONG))
-                    .wait_time(LONG)
-                    .unwrap()
-                    .fair(),
-            )
+            .acquire_with("fair", common::fixed_waiting(LONG, LONG).fair())
             .await
     });
     let killed = kill_when_waiting(&mut redis, &channel).await;
@@ -185,12 +174,7 @@ async fn a_connection_back_within_the_command_timeout_ends_no_wait() {
     let channel = waiter.release_channel("blip");
     let task = tokio::spawn(async move {
         waiter
-            .acquire_with(
-                "blip",
-                AcquireOptions::new(Lease::Fixed(LONG))
-                    .wait_time(LONG)
-                    .unwrap(),
-            )
+            .acquire_with("blip", common::fixed_waiting(LONG, LONG))
             .await
     });
     kill_when_waiting(&mut redis, &channel).await;

@@ -14,7 +14,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::server;
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::DistributedLock;
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
@@ -60,9 +60,7 @@ async fn waiters_fall_back_to_the_holders_ttl_when_the_pubsub_connection_is_dead
     for key in keys.clone() {
         let waiter = waiter.clone();
         tasks.push(tokio::spawn(async move {
-            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(WAIT)
-                .unwrap();
+            let options = common::fixed_waiting(Duration::from_secs(30), WAIT);
             let result = waiter.acquire_with(&key, options).await;
             (key, result, started.elapsed())
         }));
@@ -112,9 +110,7 @@ async fn a_short_wait_is_not_spent_entirely_on_a_dead_subscription() {
     let result = waiter
         .acquire_with(
             "blackhole:short",
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(wait)
-                .unwrap(),
+            common::fixed_waiting(Duration::from_secs(30), wait),
         )
         .await;
     let took = started.elapsed();
@@ -148,9 +144,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     for i in 0..10 {
         let key = format!("cancelled:{i}");
         held.push(common::hold(&holder, &key, Duration::from_secs(60)).await);
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(30));
         let _ = tokio::time::timeout(
             Duration::from_millis(20),
             waiter.acquire_with(&key, options),
@@ -162,9 +156,7 @@ async fn cancelled_waiters_do_not_queue_dead_subscriptions_in_front_of_later_one
     let result = waiter
         .acquire_with(
             "cancelled:last",
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(WAIT)
-                .unwrap(),
+            common::fixed_waiting(Duration::from_secs(30), WAIT),
         )
         .await;
     let took = started.elapsed();

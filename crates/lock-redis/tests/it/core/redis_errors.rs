@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::common::Setup;
 use common::{SLACK, WATCHDOG, command_calls, delta, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_core::{AcquireFailure, LockError};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
@@ -41,9 +41,7 @@ async fn patient(redis: &RedisServer) -> RedisLock {
 async fn refused_acquire(lock: &RedisLock, name: &str) -> LockError {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-        .wait_time(Duration::from_millis(500))
-        .unwrap();
+    let options = common::fixed_waiting(Duration::from_secs(60), Duration::from_millis(500));
     let err = lock
         .with_lock(name, options, || async move {
             flag.store(true, Ordering::SeqCst);
@@ -326,9 +324,7 @@ async fn a_busy_redis_refuses_as_busy_and_grants_again_after_script_kill() {
     assert!(answers, "Redis stayed busy after SCRIPT KILL");
     assert!(!exists(&redis, &lock.redis_key("busy")).await);
 
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(5))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(5));
     let handle = lock.acquire_with("busy", options).await.unwrap();
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
@@ -378,11 +374,7 @@ async fn watchdog_renewals_reload_their_script_after_script_flush() {
 /// outage every acquisition would report (tests/credentials.rs has the other refusals).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_without_the_password_fails_connect_naming_noauth() {
-    let redis = RedisServer::builder()
-        .args(["--requirepass", "s3cret"])
-        .start()
-        .await
-        .unwrap();
+    let redis = RedisServer::start_with_password("s3cret").await.unwrap();
     let err = common::try_connect(patient_config(&redis))
         .await
         .expect_err("connected without the password");
@@ -502,8 +494,6 @@ async fn a_loading_redis_is_refused_as_loading_and_grants_once_loaded() {
         .await
         .unwrap();
     assert!(!exists(&redis, &lock.redis_key("loading")).await);
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(5))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(5));
     lock.acquire_with("loading", options).await.unwrap();
 }

@@ -19,7 +19,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, client, eventually};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, LockHandle, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
 use tokio::task::JoinHandle;
@@ -58,9 +58,7 @@ async fn wait_on(
         let waiter = waiter.clone();
         let name = name.clone();
         waiting.push(tokio::spawn(async move {
-            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(Duration::from_secs(25))
-                .unwrap();
+            let options = common::fixed_waiting(Duration::from_secs(30), Duration::from_secs(25));
             let result = waiter.acquire_with(&name, options).await;
             (result, Instant::now())
         }));
@@ -204,9 +202,8 @@ async fn waiters_started_right_after_connect_are_woken_by_releases() {
         for name in names.clone() {
             let waiter = waiter.clone();
             waiting.push(tokio::spawn(async move {
-                let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                    .wait_time(Duration::from_secs(20))
-                    .unwrap();
+                let options =
+                    common::fixed_waiting(Duration::from_secs(30), Duration::from_secs(20));
                 let result = waiter.acquire_with(&name, options).await;
                 (result, Instant::now())
             }));
@@ -273,9 +270,7 @@ async fn a_failed_resubscription_is_retried_and_later_releases_still_wake_waiter
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
         async move {
-            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(Duration::from_secs(25))
-                .unwrap();
+            let options = common::fixed_waiting(Duration::from_secs(30), Duration::from_secs(25));
             let result = waiter.acquire_with("resub-3", options).await;
             (result, Instant::now())
         }

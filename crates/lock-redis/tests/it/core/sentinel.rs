@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::lock::conformance::{self, LockFactory};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisSentinel;
 use sentinel_common::{
@@ -111,12 +111,7 @@ async fn wait_for(
     let mut failures: Vec<String> = Vec::new();
     loop {
         match lock
-            .acquire_with(
-                name,
-                AcquireOptions::new(Lease::Watchdog)
-                    .wait_time(GENEROUS)
-                    .unwrap(),
-            )
+            .acquire_with(name, common::watchdog_waiting(GENEROUS))
             .await
         {
             Ok(handle) => {
@@ -177,9 +172,7 @@ async fn probe(lock: &RedisLock, prefix: &str, started: Instant, done: &Mutex<bo
         let attempt = lock
             .acquire_with(
                 name,
-                AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                    .wait_time(Duration::ZERO)
-                    .unwrap(),
+                common::fixed_waiting(Duration::from_secs(60), Duration::ZERO),
             )
             .await;
         match attempt {
@@ -561,9 +554,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
             if let Ok(handle) = a
                 .acquire_with(
                     &name,
-                    AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-                        .wait_time(Duration::ZERO)
-                        .unwrap(),
+                    common::fixed_waiting(Duration::from_secs(60), Duration::ZERO),
                 )
                 .await
             {
@@ -620,11 +611,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
     // --- a fresh client B and A never both hold the same lock ----------------------------------
     let b = connect(config(&sentinel)).await;
     for round in 0..10 {
-        let options = || {
-            AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(Duration::ZERO)
-                .unwrap()
-        };
+        let options = || common::fixed_waiting(Duration::from_secs(30), Duration::ZERO);
         let (from_a, from_b) = tokio::join!(
             a.acquire_with(CONTENDED, options()),
             b.acquire_with(CONTENDED, options())
@@ -659,9 +646,7 @@ async fn a_client_follows_the_sentinels_before_the_old_master_is_demoted() {
         match b
             .acquire_with(
                 HELD,
-                AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                    .wait_time(Duration::ZERO)
-                    .unwrap(),
+                common::fixed_waiting(Duration::from_secs(30), Duration::ZERO),
             )
             .await
         {

@@ -6,7 +6,7 @@ use crate::sentinel_common;
 
 use std::time::Duration;
 
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease};
 use lock_testkit::RedisSentinel;
 use sentinel_common::{config, connect, describe, value};
 
@@ -20,11 +20,7 @@ async fn a_section_on_one_sentinel_deployment_does_not_re_enter_on_another_of_th
     let other_pod_on_b = connect(config(&b).instance_id("other-pod")).await;
 
     let key = "bill-run:2026-11";
-    let once = || {
-        AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::ZERO)
-            .unwrap()
-    };
+    let once = || crate::common::watchdog_waiting(Duration::ZERO);
     let (nested, rival) = on_a
         .with_lock(key, Lease::Watchdog, || async {
             let nested = on_b.acquire_with(key, once()).await.unwrap();

@@ -6,7 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{COMMAND_TIMEOUT, SLACK, client, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 use tokio::time::Instant;
 
@@ -54,9 +54,7 @@ async fn a_silently_dead_pubsub_connection_is_replaced_and_releases_wake_waiters
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
         async move {
-            let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                .wait_time(wait)
-                .unwrap();
+            let options = common::fixed_waiting(Duration::from_secs(30), wait);
             let result = waiter.acquire_with("dead-pubsub", options).await;
             (result, Instant::now())
         }
@@ -97,9 +95,7 @@ async fn re_entry_does_not_depend_on_how_the_same_redis_address_is_spelt() {
     let b2 = b.clone();
     let nested = a
         .with_lock("spelling", Lease::Watchdog, || async move {
-            let options = AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_millis(500))
-                .unwrap();
+            let options = common::watchdog_waiting(Duration::from_millis(500));
             b2.acquire_with("spelling", options)
                 .await
                 .map(|handle| handle.is_reentrant())
@@ -130,9 +126,7 @@ async fn a_waiter_arriving_as_the_last_one_leaves_is_woken_by_the_release() {
     let (redis, [holder, waiter]) = common::server_with().await;
     waiter.client().ping().await.unwrap();
     let channel = holder.release_channel("churn");
-    let wait = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-        .wait_time(Duration::from_secs(30))
-        .unwrap();
+    let wait = common::fixed_waiting(Duration::from_secs(30), Duration::from_secs(30));
     for round in 0..40u64 {
         let held = common::hold(&holder, "churn", Duration::from_secs(60)).await;
         let first = tokio::spawn({
@@ -210,9 +204,7 @@ async fn many_distinct_keys_leave_no_channel_subscription_or_task_behind() {
     for name in names.clone() {
         let waiter = waiter.clone();
         tasks.push(tokio::spawn(async move {
-            let options = AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_secs(60))
-                .unwrap();
+            let options = common::watchdog_waiting(Duration::from_secs(60));
             waiter.acquire_with(&name, options).await.map(drop)
         }));
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::Setup;
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, eventually, one_subscriber};
 use lock_core::LockError;
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::RedisFailure;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -50,9 +50,7 @@ async fn connection_ports(server: &RedisServer) -> Vec<u16> {
 /// Nothing may be written. Returns the error.
 async fn fails_closed(server: &RedisServer, client: &RedisLock, key: &str) -> LockError {
     let started = Instant::now();
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(WAIT)
-        .unwrap();
+    let options = common::watchdog_waiting(WAIT);
     let error = client
         .acquire_with(key, options)
         .await
@@ -113,9 +111,7 @@ async fn the_lock_works_over_tls_with_the_ca_file() {
     );
 
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap();
+        let options = common::watchdog_waiting(Duration::from_secs(60));
         let handle = waiter.acquire_with("tls", options).await;
         (waiter, handle)
     });

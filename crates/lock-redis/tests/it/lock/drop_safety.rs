@@ -57,9 +57,7 @@ async fn eval(redis: &RedisServer, script: &str) -> String {
 /// under the waiters), releasing or dropping it, until `stop`.
 async fn holder(lock: RedisLock, seed: u64, stop: Arc<AtomicBool>, holding: Arc<AtomicBool>) {
     let mut rng = Rng(seed);
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(30))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(30));
     while !stop.load(Ordering::SeqCst) {
         let handle = lock
             .acquire_with(KEYS[0], options)

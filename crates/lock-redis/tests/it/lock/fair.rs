@@ -26,10 +26,7 @@ const PLACE: Duration = Duration::from_secs(1);
 const CHILD_URL: &str = "FAIR_TEST_CHILD_REDIS_URL";
 
 fn fair(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG))
-        .wait_time(wait)
-        .unwrap()
-        .fair()
+    common::fixed_waiting(LONG, wait).fair()
 }
 
 async fn fair_client(redis: &RedisServer) -> RedisLock {

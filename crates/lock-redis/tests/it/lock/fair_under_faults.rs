@@ -23,10 +23,7 @@ const KEY: &str = "cdc:review";
 const LONG: Duration = Duration::from_secs(300);
 
 fn fair(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG))
-        .wait_time(wait)
-        .unwrap()
-        .fair()
+    common::fixed_waiting(LONG, wait).fair()
 }
 
 async fn server_ms(redis: &RedisServer) -> i64 {
@@ -89,9 +86,7 @@ async fn a_contended_fair_wait_on_a_slow_redis_reports_contention_within_its_bud
 /// The same set-up without `.fair()`: reported as contention, as it should be.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_the_same_slow_redis_with_a_non_fair_wait_reports_contention() {
-    let options = AcquireOptions::new(Lease::Fixed(LONG))
-        .wait_time(SLOW_WAIT)
-        .unwrap();
+    let options = common::fixed_waiting(LONG, SLOW_WAIT);
     let (error, took) = contended_wait_on_a_slow_redis(options).await;
     eprintln!("non-fair: after {took:?}: {error}");
     assert_eq!(

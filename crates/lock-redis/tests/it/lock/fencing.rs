@@ -11,9 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, client, eventually, server};
-use lock_core::lock::{
-    AcquireOptions, DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome,
-};
+use lock_core::lock::{DistributedLock, Lease, LockHandle, LostReason, ReleaseOutcome};
 use lock_redis::limits::TOMBSTONE_TTL;
 use lock_redis::lock::RedisLock;
 use lock_testkit::RedisServer;
@@ -67,9 +65,7 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
     let redis = server().await;
     let clients = [client(&redis).await, client(&redis).await];
     let redis_key = clients[0].redis_key(NAME);
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-        .wait_time(SLACK)
-        .unwrap();
+    let options = common::fixed_waiting(Duration::from_secs(30), SLACK);
     let mut tokens: Vec<(usize, u64, &'static str)> = Vec::with_capacity(1000);
     let mut expired = 0;
     for i in 0..1000 {
@@ -78,9 +74,7 @@ async fn tokens_strictly_increase_across_two_clients_and_expired_leases() {
             let handle = lock
                 .acquire_with(
                     NAME,
-                    AcquireOptions::new(Lease::Fixed(Duration::from_millis(150)))
-                        .wait_time(SLACK)
-                        .unwrap(),
+                    common::fixed_waiting(Duration::from_millis(150), SLACK),
                 )
                 .await
                 .unwrap();

@@ -16,9 +16,7 @@ const KEY: &str = "bill-run:2026-11";
 const CHILD_URL: &str = "HELD_BY_THIS_PROCESS_CHILD_URL";
 
 fn once() -> AcquireOptions {
-    AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_millis(200))
-        .unwrap()
+    common::watchdog_waiting(Duration::from_millis(200))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -177,10 +177,7 @@ async fn a_fair_waiter_is_granted_when_the_minimum_hold_ends() {
         .await
         .unwrap();
     let waiter = tokio::spawn(async move {
-        let fair = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(30))
-            .unwrap()
-            .fair();
+        let fair = common::watchdog_waiting(Duration::from_secs(30)).fair();
         other
             .acquire_with(NAME, fair)
             .await
@@ -218,9 +215,7 @@ async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold
     )
     .await;
     let other = client(&redis).await;
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::ZERO)
-        .unwrap()
+    let options = common::watchdog_waiting(Duration::ZERO)
         .hold_at_least(Duration::from_secs(60))
         .unwrap();
     let error = strict.acquire_with(NAME, options).await.unwrap_err();
@@ -378,9 +373,7 @@ async fn reaper_pod() {
     };
     let skew = Duration::from_millis(skew.parse().unwrap());
 
-    let tick_options = AcquireOptions::new(Lease::Fixed(Duration::from_millis(PERIOD_MS)))
-        .wait_time(Duration::ZERO)
-        .unwrap()
+    let tick_options = common::fixed_waiting(Duration::from_millis(PERIOD_MS), Duration::ZERO)
         .hold_at_least(HOLD)
         .unwrap();
     for tick in 0..TICKS {

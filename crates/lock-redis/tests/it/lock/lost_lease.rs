@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,9 +92,7 @@ async fn a_frozen_redis_makes_the_holder_lose_the_lease_before_anyone_else_gets_
     );
     assert!(!handle.is_held());
     redis.resume().unwrap();
-    let options = AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_secs(5))
-        .unwrap();
+    let options = common::watchdog_waiting(Duration::from_secs(5));
     let taken = other.acquire_with("lost-pause", options).await.unwrap();
     let taken_at = Instant::now();
     let (reason, lost_at) = lost_task.await.unwrap();

@@ -7,7 +7,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{command_calls, delta, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, ReleaseOutcome};
 use lock_redis::lock::RedisLock;
 use lock_testkit::{FaultProxy, RedisServer, TrapAction};
 
@@ -89,9 +89,7 @@ async fn a_release_whose_reply_was_lost_does_not_report_not_held_when_a_waiter_t
     let handle = common::hold(&lock, "retry-takeover", Duration::from_secs(60)).await;
     let other = common::client(&redis).await;
     let waiter = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(60)))
-            .wait_time(Duration::from_secs(20))
-            .unwrap();
+        let options = common::fixed_waiting(Duration::from_secs(60), Duration::from_secs(20));
         other.acquire_with("retry-takeover", options).await
     });
     let channel = lock.release_channel("retry-takeover");

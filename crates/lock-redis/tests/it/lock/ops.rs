@@ -5,7 +5,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, command_calls, delta};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::{ForceReleased, LockState};
 use tokio::time::Instant;
 
@@ -45,10 +45,7 @@ async fn status_tells_free_held_released_and_queued_keys_apart() {
     // A fair waiter on another client queues in Redis and subscribes to the release channel.
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap()
-            .fair();
+        let options = common::watchdog_waiting(Duration::from_secs(60)).fair();
         let handle = waiter.acquire_lease("ops-status", options).await;
         (waiter, handle)
     });
@@ -139,9 +136,7 @@ async fn force_release_frees_the_lock_wakes_a_waiter_and_the_holder_loses_its_le
     // A waiter on another client, waiting much longer than the watchdog would keep the lease.
     let waiter = client(&redis).await;
     let waiting = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-            .wait_time(Duration::from_secs(120))
-            .unwrap();
+        let options = common::fixed_waiting(Duration::from_secs(30), Duration::from_secs(120));
         let handle = waiter.acquire_lease("ops-force", options).await;
         (waiter, handle, Instant::now())
     });
@@ -204,10 +199,7 @@ async fn force_release_hands_a_fair_lock_to_the_first_fair_waiter() {
     let _handle = holder.acquire("ops-fair", Lease::Watchdog).await.unwrap();
     let waiter = client(&redis).await;
     let fair = tokio::spawn(async move {
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(120))
-            .unwrap()
-            .fair();
+        let options = common::watchdog_waiting(Duration::from_secs(120)).fair();
         let handle = waiter.acquire_lease("ops-fair", options).await;
         (waiter, handle)
     });

@@ -93,9 +93,7 @@ async fn connection_kills_during_acquire_and_release_leave_no_grant_behind() {
                 let name = format!("kill:{t}:{n}");
                 n += 1;
                 names.push(name.clone());
-                let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(120)))
-                    .wait_time(Duration::ZERO)
-                    .unwrap();
+                let options = common::fixed_waiting(Duration::from_secs(120), Duration::ZERO);
                 let acquired = lock.acquire_with(&name, options).await;
                 if acquired.is_err() {
                     // A caller's back-off: while the client knows it is disconnected an
@@ -148,9 +146,7 @@ async fn connection_kills_during_acquire_and_release_leave_no_grant_behind() {
 async fn an_acquire_cancelled_during_an_outage_does_not_grant_the_key_to_nobody_later() {
     let (mut redis, [lock]) = common::server_with().await;
     redis.kill().await.unwrap();
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600)))
-        .wait_time(Duration::ZERO)
-        .unwrap();
+    let options = common::fixed_waiting(Duration::from_secs(600), Duration::ZERO);
     // The caller gives up after 200 ms (its own request deadline).
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
@@ -224,9 +220,7 @@ async fn an_in_flight_acquire_cut_by_a_crash_does_not_grant_the_key_to_nobody_af
     let (mut redis, [lock]) = common::server_with().await;
     lock.client().ping().await.unwrap();
     redis.pause().unwrap();
-    let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(600)))
-        .wait_time(Duration::ZERO)
-        .unwrap();
+    let options = common::fixed_waiting(Duration::from_secs(600), Duration::ZERO);
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
         lock.acquire_with("crash", options),

@@ -215,9 +215,7 @@ async fn the_holder_is_named_by_its_instance_id_in_details_and_display() {
     let other = common::connect(config(&redis).instance_id("reaper-55b6d-qq1m")).await;
     let held = holder.acquire(NAME, Lease::Watchdog).await.unwrap();
     assert!(held.owner().starts_with(&format!("{INSTANCE}/")));
-    let waiting = lock_core::lock::AcquireOptions::new(Lease::Watchdog)
-        .wait_time(Duration::from_millis(300))
-        .unwrap();
+    let waiting = common::watchdog_waiting(Duration::from_millis(300));
     for err in [
         other.try_acquire(NAME, Lease::Watchdog).await.unwrap_err(),
         other.acquire_with(NAME, waiting).await.unwrap_err(),

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{SLACK, eventually};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::DistributedLock;
 use lock_redis::lock::RedisLock;
 use lock_testkit::Rng;
 use tokio::time::Instant;
@@ -30,13 +30,9 @@ async fn worker(
     while !stop.load(Ordering::SeqCst) {
         let roll = rng.below(100);
         let options = if roll < 5 {
-            AcquireOptions::new(Lease::Fixed(LONG))
-                .wait_time(Duration::ZERO)
-                .unwrap()
+            common::fixed_waiting(LONG, Duration::ZERO)
         } else {
-            AcquireOptions::new(Lease::Fixed(LONG))
-                .wait_time(Duration::from_secs(60))
-                .unwrap()
+            common::fixed_waiting(LONG, Duration::from_secs(60))
         };
         let acquisition = lock.acquire_with(KEY, options);
         let result = if (5..25).contains(&roll) {

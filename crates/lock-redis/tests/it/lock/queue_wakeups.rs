@@ -14,9 +14,7 @@ const KEY: &str = "queue-wakeups";
 const LONG: Duration = Duration::from_secs(120);
 
 fn options(wait: Duration) -> AcquireOptions {
-    AcquireOptions::new(Lease::Fixed(LONG))
-        .wait_time(wait)
-        .unwrap()
+    common::fixed_waiting(LONG, wait)
 }
 
 /// Fencing tokens went back: the last grants were made while the server clock was an hour ahead

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SLACK, config, eventually, server};
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease};
+use lock_core::lock::{DistributedLock, Lease};
 
 /// One-way latency of the proxy: the acquire script's reply is surely still on its way when the
 /// shutdown starts, and a clean-up release takes a round trip of 2 × this.
@@ -32,9 +32,7 @@ async fn shutdown_waits_for_an_acquisition_in_flight() {
             let lock = Arc::clone(&lock);
             let name = name.clone();
             tokio::spawn(async move {
-                let options = AcquireOptions::new(Lease::Fixed(Duration::from_secs(30)))
-                    .wait_time(Duration::ZERO)
-                    .unwrap();
+                let options = common::fixed_waiting(Duration::from_secs(30), Duration::ZERO);
                 let options = if fair { options.fair() } else { options };
                 lock.acquire_lease(&name, options).await
             })

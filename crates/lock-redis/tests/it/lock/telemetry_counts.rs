@@ -13,7 +13,7 @@ use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, LOST_LEASES_TOTAL, RELEASES_TOTAL, RENEWALS_TOTAL,
     WAIT_SECONDS,
 };
-use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
 use lock_redis::lock::ForceReleased;
 use lock_testkit::metrics::{CapturedMetrics, Recorded};
 
@@ -72,9 +72,7 @@ async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     {
         let waiter = holder.acquire_with(
             "tel:wait",
-            AcquireOptions::new(Lease::Watchdog)
-                .wait_time(Duration::from_secs(60))
-                .unwrap(),
+            common::watchdog_waiting(Duration::from_secs(60)),
         );
         tokio::pin!(waiter);
         let subscribed = tokio::select! {
@@ -94,10 +92,7 @@ async fn forced_release_cancelled_and_fair_acquisitions_are_counted_exactly() {
     // A fair wait, several script calls, one acquisition.
     let fair = holder.acquire_with(
         "tel:wait",
-        AcquireOptions::new(Lease::Watchdog)
-            .wait_time(Duration::from_secs(60))
-            .unwrap()
-            .fair(),
+        common::watchdog_waiting(Duration::from_secs(60)).fair(),
     );
     tokio::pin!(fair);
     let queued = tokio::select! {

@@ -26,6 +26,21 @@ fn post_with(path: &str, key: &str, body: impl Into<Body>) -> Request<Body> {
         .unwrap()
 }
 
+/// A handler that adds one to `runs` each time it runs and answers `respond()`.
+fn counting<R>(
+    runs: &Arc<AtomicU32>,
+    respond: fn() -> R,
+) -> impl FnOnce() -> std::future::Ready<R> + Clone + Send + Sync + 'static
+where
+    R: IntoResponse + Send + 'static,
+{
+    let runs = Arc::clone(runs);
+    move || {
+        runs.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(respond())
+    }
+}
+
 /// A handler counting its runs, answering 201 with a header whose value is UTF-8 (obs-text,
 /// legal in HTTP: `HeaderValue::from_bytes` accepts it).
 fn app_with_utf8_header(runs: Arc<AtomicU32>) -> Router {
@@ -82,16 +97,7 @@ async fn a_replay_keeps_a_non_ascii_header_value() {
 #[tokio::test]
 async fn the_same_key_on_another_path_is_another_request() {
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = {
-        let runs = Arc::clone(&runs);
-        move || {
-            let runs = Arc::clone(&runs);
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                StatusCode::CREATED
-            }
-        }
-    };
+    let handler = counting(&runs, || StatusCode::CREATED);
     let app = Router::new()
         .route("/a", post(handler.clone()))
         .route("/b", post(handler))
@@ -136,17 +142,8 @@ async fn a_500_byte_client_key_is_accepted_on_a_long_path_too() {
 #[tokio::test]
 async fn a_400kb_binary_response_is_replayed() {
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = {
-        let runs = Arc::clone(&runs);
-        move || {
-            let runs = Arc::clone(&runs);
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                // Not UTF-8: every byte 0xFF.
-                (StatusCode::CREATED, vec![0xFF_u8; 400 * 1024])
-            }
-        }
-    };
+    // Not UTF-8: every byte 0xFF.
+    let handler = counting(&runs, || (StatusCode::CREATED, vec![0xFF_u8; 400 * 1024]));
     let app = Router::new()
         .route("/files", post(handler))
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()));
@@ -185,16 +182,7 @@ async fn adv_non_utf8_body_and_204_replay_exactly() {
 #[tokio::test]
 async fn adv_put_and_get_pass_through() {
     let runs = Arc::new(AtomicU32::new(0));
-    let handler = {
-        let runs = Arc::clone(&runs);
-        move || {
-            let runs = Arc::clone(&runs);
-            async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                StatusCode::OK
-            }
-        }
-    };
+    let handler = counting(&runs, || StatusCode::OK);
     let app = Router::new()
         .route("/t", axum::routing::put(handler.clone()).get(handler))
         .layer(IdempotencyLayer::unscoped(Idempotency::in_memory()).require_key());
