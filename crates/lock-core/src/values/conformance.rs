@@ -16,9 +16,9 @@ use tokio::time::Instant;
 use crate::BoxError;
 use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::values::{
-    Condition, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL, Observed,
-    Progress, SharedValues, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned, Waited,
-    WhenBusy, Written,
+    Condition, Delivery, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL,
+    Observed, Progress, Pushed, Queue, SharedValues, Taken, TtlMap, ValueStore, ValueWatch,
+    ValuesError, Versioned, Waited, WhenBusy, Written,
 };
 
 /// A wait long enough that only a broken implementation runs out of it.
@@ -512,6 +512,32 @@ impl ValueStore for Heard {
     async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
         self.store.map_clear(map).await
     }
+    async fn queue_push(
+        &self,
+        queue: &str,
+        items: &[Vec<u8>],
+        max_len: u64,
+        ttl: Duration,
+    ) -> Result<Pushed, ValuesError> {
+        self.store.queue_push(queue, items, max_len, ttl).await
+    }
+    async fn queue_take(
+        &self,
+        queue: &str,
+        consumer: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
+        self.store
+            .queue_take(queue, consumer, max, visibility)
+            .await
+    }
+    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
+        self.store.queue_ack(queue, ids).await
+    }
+    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
+        self.store.queue_len(queue).await
+    }
 }
 
 /// A client whose watches say when they have heard anything, and that signal.
@@ -825,6 +851,157 @@ pub async fn map_arguments_and_shapes_are_checked(factory: &dyn ValuesFactory) {
     assert_eq!(error.details()["key"], format!("{name}[shape]"));
 }
 
+/// Takes from `queue` until `want` items came back or [`SLACK`] passed.
+async fn take_until(queue: &Queue<u32>, want: usize, visibility: Duration) -> Vec<Delivery<u32>> {
+    let deadline = Instant::now() + visibility + SLACK;
+    let mut taken = Vec::new();
+    while taken.len() < want {
+        taken.extend(
+            queue
+                .take(100, visibility)
+                .await
+                .expect("the take is confirmed")
+                .items,
+        );
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {want} items came back",
+            taken.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    taken
+}
+
+/// Items pushed by one client are taken by others in push order, each once, in bounded takes;
+/// acknowledged items are gone.
+pub async fn queue_items_are_taken_in_order_once(factory: &dyn ValuesFactory) {
+    let name = unique_key("queue");
+    let queue = |values: SharedValues| values.queue::<u32>(&name);
+    let (a, b, c) = (
+        queue(factory.client().await),
+        queue(factory.client().await),
+        queue(factory.client().await),
+    );
+    a.push(&1).await.unwrap();
+    a.push_all(&[2, 3, 4, 5]).await.unwrap();
+    assert_eq!(a.len().await.unwrap(), 5);
+    let first = b.take(3, LONG).await.unwrap();
+    let second = c.take(10, LONG).await.unwrap();
+    let items = |taken: &Taken<u32>| {
+        taken
+            .items
+            .iter()
+            .map(|d| (d.item, d.deliveries))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(items(&first), [(1, 1), (2, 1), (3, 1)]);
+    assert_eq!(items(&second), [(4, 1), (5, 1)]);
+    assert_eq!(a.take(10, LONG).await.unwrap().items, []);
+    assert_eq!(
+        a.len().await.unwrap(),
+        5,
+        "taken items count until acknowledged"
+    );
+    assert_eq!(b.ack(&first.ids()).await.unwrap(), 3);
+    assert_eq!(c.ack(&second.ids()).await.unwrap(), 2);
+    assert_eq!(
+        c.ack(&second.ids()).await.unwrap(),
+        0,
+        "an acknowledgement is idempotent"
+    );
+    assert_eq!(a.len().await.unwrap(), 0);
+}
+
+/// An item taken and not acknowledged comes back to another consumer after the visibility
+/// timeout, with its delivery count raised; the first consumer's late acknowledgement then
+/// counts for nothing twice.
+pub async fn an_unacknowledged_item_comes_back(factory: &dyn ValuesFactory) {
+    let name = unique_key("redelivered");
+    let (a, b) = (
+        factory.client().await.queue::<u32>(&name),
+        factory.client().await.queue::<u32>(&name),
+    );
+    a.push_all(&[7, 8]).await.unwrap();
+    let crashed = a.take(10, SHORT_TTL).await.unwrap();
+    assert_eq!(crashed.items.len(), 2);
+    assert_eq!(
+        b.take(10, SHORT_TTL).await.unwrap().items,
+        [],
+        "hidden while visible elsewhere"
+    );
+    let again = take_until(&b, 2, SHORT_TTL).await;
+    assert_eq!(
+        again
+            .iter()
+            .map(|d| (d.item, d.deliveries))
+            .collect::<Vec<_>>(),
+        [(7, 2), (8, 2)]
+    );
+    let ids: Vec<String> = again.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(ids, crashed.ids(), "the same items, not copies");
+    assert_eq!(b.ack(&ids).await.unwrap(), 2);
+    assert_eq!(a.ack(&crashed.ids()).await.unwrap(), 0);
+    assert_eq!(a.len().await.unwrap(), 0);
+}
+
+/// A push past the bound is refused whole, and the queue keeps what it had.
+pub async fn a_full_queue_refuses_a_push_whole(factory: &dyn ValuesFactory) {
+    let name = unique_key("full");
+    let queue = factory
+        .client()
+        .await
+        .queue::<u32>(&name)
+        .max_len(3)
+        .unwrap();
+    queue.push_all(&[1, 2]).await.unwrap();
+    let error = queue.push_all(&[3, 4]).await.unwrap_err();
+    assert_eq!(error.code(), "VALUES_QUEUE_FULL", "{error}");
+    assert_eq!(error.http_status(), 503);
+    assert_eq!(error.details()["len"], "2");
+    assert_eq!(queue.len().await.unwrap(), 2);
+    queue.push(&3).await.unwrap();
+    let taken = queue.take(10, LONG).await.unwrap();
+    assert_eq!(
+        taken.items.iter().map(|d| d.item).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+}
+
+/// An item that does not deserialize is taken and reported with its JSON, not dropped; bad
+/// arguments are refused.
+pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFactory) {
+    let name = unique_key("shape");
+    let values = factory.client().await;
+    values
+        .queue::<serde_json::Value>(&name)
+        .push(&serde_json::json!({"v": 2}))
+        .await
+        .unwrap();
+    let queue = values.queue::<u32>(&name);
+    queue.push(&5).await.unwrap();
+    let taken = queue.take(10, LONG).await.unwrap();
+    assert_eq!(taken.items.iter().map(|d| d.item).collect::<Vec<_>>(), [5]);
+    assert_eq!(taken.undecodable.len(), 1);
+    assert_eq!(taken.undecodable[0].item, br#"{"v":2}"#);
+    assert_eq!(queue.ack(&taken.ids()).await.unwrap(), 2);
+    for (argument, error) in [
+        ("max", queue.take(0, LONG).await.unwrap_err()),
+        (
+            "visibility",
+            queue.take(1, Duration::ZERO).await.unwrap_err(),
+        ),
+        (
+            "max_len",
+            values.queue::<u32>(&name).max_len(0).unwrap_err(),
+        ),
+        ("key", values.queue::<u32>("").push(&1).await.unwrap_err()),
+    ] {
+        assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
+        assert_eq!(error.details()["argument"], argument, "{error}");
+    }
+}
+
 /// Runs every check against `factory` and returns the names of those that failed.
 pub async fn run_all(factory: Arc<dyn ValuesFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
@@ -860,6 +1037,10 @@ macro_rules! values_conformance_checks {
             an_expired_field_is_never_returned,
             remove_and_clear_empty_the_map,
             map_arguments_and_shapes_are_checked,
+            queue_items_are_taken_in_order_once,
+            an_unacknowledged_item_comes_back,
+            a_full_queue_refuses_a_push_whole,
+            queue_items_of_another_shape_are_reported,
         }
     };
     ($callback:ident) => {

@@ -7,7 +7,8 @@ use crate::error::{BoxError, LockError, impl_problem};
 /// The error of every fallible shared-values operation.
 ///
 /// It is a [`Problem`](crate::Problem): codes `VALUES_UNAVAILABLE` (HTTP 503),
-/// `VALUES_INVALID_ARGUMENT` and `VALUES_UNDECODABLE` (500, a defect of the calling code).
+/// `VALUES_QUEUE_FULL` (503), `VALUES_INVALID_ARGUMENT` and `VALUES_UNDECODABLE` (500, a defect
+/// of the calling code).
 ///
 /// # Examples
 ///
@@ -46,6 +47,20 @@ pub enum ValuesError {
         /// What is wrong and what is accepted.
         problem: String,
     },
+    /// A push would pass the queue's bound, and nothing was pushed. Code `VALUES_QUEUE_FULL`.
+    #[error(
+        "queue `{queue}` holds {len} items and takes at most {max_len}: the push of {pushed} was refused whole; take and acknowledge items first"
+    )]
+    QueueFull {
+        /// The queue.
+        queue: String,
+        /// The items it holds.
+        len: u64,
+        /// Its bound.
+        max_len: u64,
+        /// The items the push had.
+        pushed: usize,
+    },
     /// The stored value does not deserialize as the type asked for: another type, or an older
     /// shape of it. Code `VALUES_UNDECODABLE`.
     #[error("shared value `{key}`{} is not a {type_name}: {cause}", version_text(*.version))]
@@ -82,20 +97,21 @@ impl ValuesError {
             ValuesError::Unavailable { .. } => "VALUES_UNAVAILABLE",
             ValuesError::InvalidArgument { .. } => "VALUES_INVALID_ARGUMENT",
             ValuesError::Undecodable { .. } => "VALUES_UNDECODABLE",
+            ValuesError::QueueFull { .. } => "VALUES_QUEUE_FULL",
         }
     }
 
-    /// The HTTP status: 503 when the backend failed, else 500.
+    /// The HTTP status: 503 when the backend failed or a queue is full, else 500.
     pub fn http_status(&self) -> u16 {
         match self {
-            ValuesError::Unavailable { .. } => 503,
+            ValuesError::Unavailable { .. } | ValuesError::QueueFull { .. } => 503,
             _ => 500,
         }
     }
 
     /// The details map of a problem body or a log: `code`, `message`, `reason`
-    /// (`backend_unavailable`, `invalid_argument` or `undecodable`), and where known `key`,
-    /// `operation`, `argument` and `version`.
+    /// (`backend_unavailable`, `queue_full`, `invalid_argument` or `undecodable`), and where
+    /// known `key`, `operation`, `argument`, `version` and `len`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::from([
             ("code", self.code().to_owned()),
@@ -110,6 +126,11 @@ impl ValuesError {
             ValuesError::InvalidArgument { name, .. } => {
                 details.insert("argument", (*name).to_owned());
                 "invalid_argument"
+            }
+            ValuesError::QueueFull { queue, len, .. } => {
+                details.insert("key", queue.clone());
+                details.insert("len", len.to_string());
+                "queue_full"
             }
             ValuesError::Undecodable { key, version, .. } => {
                 details.insert("key", key.clone());

@@ -212,6 +212,9 @@ impl SharedValues {
             }
         };
         let deadline = Instant::now() + wait;
+        // One watch across every wait of this call, so an outcome published between two of
+        // them is still seen.
+        let mut watch = None;
         loop {
             let owner = self.store().new_owner();
             let running = Record::<(), ()>::Running {
@@ -235,15 +238,20 @@ impl SharedValues {
                 return Ok(Flight::Ran(run(Arc::new(guard), action).await));
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
-            // A runner renews its guard every third of the TTL; a guard unrenewed for a whole
-            // TTL has expired, which is not published: look again after at most one TTL.
             let waited = if remaining.is_zero() {
                 Waited::TimedOut(self.get::<Record<T, P>>(key).await?)
             } else {
+                let watch = match &mut watch {
+                    Some(watch) => watch,
+                    None => watch.insert(self.store().watch(key).await?),
+                };
                 let running = |v: Option<&Versioned<Record<T, P>>>| {
                     matches!(v.map(|v| &v.value), Some(Record::Running { .. }))
                 };
-                self.wait_for(key, remaining.min(ttl), |v| !running(v))
+                // A runner renews its guard every third of the TTL; a guard unrenewed for a
+                // whole TTL has expired, which is not published: look again after one TTL.
+                let until = Instant::now() + remaining.min(ttl);
+                self.wait_on(&mut **watch, key, until, |v| !running(v))
                     .await?
             };
             match waited.into_value().map(|v| v.value) {

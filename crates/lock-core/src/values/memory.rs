@@ -1,7 +1,7 @@
 //! An in-process [`ValueStore`], for tests, single-process tools, and a service whose values
 //! are switched off.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::error::BoxError;
 use crate::owner::OwnerTokens;
 use crate::values::error::ValuesError;
 use crate::values::port::{
-    Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written,
+    Condition, Delivery, Expiry, Observed, Pushed, ValueStore, ValueWatch, Versioned, Written,
 };
 
 /// Writes a watch may fall behind by before it reports [`Observed::Unknown`].
@@ -35,8 +35,25 @@ struct State {
     values: HashMap<String, Entry>,
     /// TTL maps by name: field → value and when it expires.
     maps: HashMap<String, BTreeMap<String, (Vec<u8>, Instant)>>,
+    queues: HashMap<String, MemoryQueue>,
     /// The last version given, to any key: versions stay above those of deleted values.
     version: u64,
+}
+
+#[derive(Debug)]
+struct MemoryQueue {
+    next_id: u64,
+    /// Not taken yet, in push order.
+    ready: VecDeque<(u64, Vec<u8>)>,
+    /// Taken and not acknowledged: id → item, when it may be taken again, deliveries.
+    pending: BTreeMap<u64, (Vec<u8>, Instant, u64)>,
+    expires_at: Instant,
+}
+
+impl MemoryQueue {
+    fn len(&self) -> u64 {
+        (self.ready.len() + self.pending.len()) as u64
+    }
 }
 
 #[derive(Debug)]
@@ -103,6 +120,29 @@ impl InMemoryValues {
             state.maps.remove(map);
         }
         result
+    }
+}
+
+impl InMemoryValues {
+    /// Runs `f` on `queue` (an expired one emptied) and the time now. Its entry stays, so ids
+    /// never repeat.
+    fn with_queue<R>(&self, queue: &str, f: impl FnOnce(&mut MemoryQueue, Instant) -> R) -> R {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let q = state
+            .queues
+            .entry(queue.to_owned())
+            .or_insert_with(|| MemoryQueue {
+                next_id: 0,
+                ready: VecDeque::new(),
+                pending: BTreeMap::new(),
+                expires_at: now,
+            });
+        if q.expires_at <= now {
+            q.ready.clear();
+            q.pending.clear();
+        }
+        f(q, now)
     }
 }
 
@@ -234,6 +274,78 @@ impl ValueStore for InMemoryValues {
             fields.clear();
             had
         }))
+    }
+
+    async fn queue_push(
+        &self,
+        queue: &str,
+        items: &[Vec<u8>],
+        max_len: u64,
+        ttl: Duration,
+    ) -> Result<Pushed, ValuesError> {
+        Ok(self.with_queue(queue, |q, now| {
+            let len = q.len();
+            if len + items.len() as u64 > max_len {
+                return Pushed::Full { len };
+            }
+            q.expires_at = now + ttl;
+            let ids = items.iter().map(|item| {
+                q.next_id += 1;
+                q.ready.push_back((q.next_id, item.clone()));
+                q.next_id.to_string()
+            });
+            Pushed::Appended(ids.collect())
+        }))
+    }
+
+    async fn queue_take(
+        &self,
+        queue: &str,
+        _consumer: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
+        Ok(self.with_queue(queue, |q, now| {
+            let hidden_until = now + visibility;
+            let mut taken = Vec::new();
+            for (id, (item, visible_at, deliveries)) in &mut q.pending {
+                if taken.len() == max {
+                    break;
+                }
+                if *visible_at <= now {
+                    *visible_at = hidden_until;
+                    *deliveries += 1;
+                    taken.push(delivery(*id, item, *deliveries));
+                }
+            }
+            while taken.len() < max {
+                let Some((id, item)) = q.ready.pop_front() else {
+                    break;
+                };
+                taken.push(delivery(id, &item, 1));
+                q.pending.insert(id, (item, hidden_until, 1));
+            }
+            taken
+        }))
+    }
+
+    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
+        Ok(self.with_queue(queue, |q, _| {
+            let ids = ids.iter().filter_map(|id| id.parse::<u64>().ok());
+            ids.filter(|id| q.pending.remove(id).is_some()).count() as u64
+        }))
+    }
+
+    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
+        Ok(self.with_queue(queue, |q, _| q.len()))
+    }
+}
+
+fn delivery(id: u64, item: &[u8], deliveries: u64) -> Delivery<Vec<u8>> {
+    Delivery {
+        id: id.to_string(),
+        item: item.to_vec(),
+        deliveries,
     }
 }
 

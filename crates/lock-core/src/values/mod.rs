@@ -14,6 +14,8 @@
 //!   makes it re-read. It is bounded by its timeout.
 //! - **TTL maps.** [`SharedValues::map`] gives a [`TtlMap`] of small values with a TTL per
 //!   field, cleared in one call.
+//! - **Queues.** [`SharedValues::queue`] gives a [`Queue`] of JSON items handed between
+//!   replicas, at least once: an item a consumer took and did not acknowledge comes back.
 //! - **Single flight.** [`SharedValues::single_flight`] runs an action on one caller at a time
 //!   across replicas, under a guard that is renewed while its runner lives and expires after a
 //!   crash; the others report it running with its progress, or wait for its outcome.
@@ -27,6 +29,7 @@ mod flight;
 mod map;
 mod memory;
 mod port;
+mod queue;
 mod shared;
 pub mod telemetry;
 
@@ -34,5 +37,8 @@ pub use error::ValuesError;
 pub use flight::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
 pub use map::TtlMap;
 pub use memory::InMemoryValues;
-pub use port::{Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written};
+pub use port::{
+    Condition, Delivery, Expiry, Observed, Pushed, ValueStore, ValueWatch, Versioned, Written,
+};
+pub use queue::{DEFAULT_QUEUE_TTL, MAX_QUEUE_LEN, MAX_TAKE, Queue, Taken};
 pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues, Waited};

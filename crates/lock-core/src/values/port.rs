@@ -88,6 +88,9 @@ pub enum Observed {
 /// - **Maps** keep a TTL per field: an expired field is never returned, even when no client has
 ///   run since it expired, and an unused map disappears after its last field's TTL. A re-put
 ///   replaces the value and its TTL together.
+/// - **Queues** hand each item to one consumer at a time, in push order. An item taken and not
+///   acknowledged within its visibility timeout is taken again (at least once); an
+///   acknowledged one never is. A push beyond the bound is refused whole.
 /// - **Failures.** Every method fails with [`ValuesError::Unavailable`] when the backend fails,
 ///   and a write that is not confirmed is never reported as stored.
 ///
@@ -140,6 +143,56 @@ pub trait ValueStore: Send + Sync + Debug {
 
     /// Removes every field of `map`; `true` if it had any.
     async fn map_clear(&self, map: &str) -> Result<bool, ValuesError>;
+
+    /// Appends `items` to `queue`, all or none: [`Pushed::Full`] when the queue would hold
+    /// more than `max_len`. The queue then lives `ttl` after this push.
+    async fn queue_push(
+        &self,
+        queue: &str,
+        items: &[Vec<u8>],
+        max_len: u64,
+        ttl: Duration,
+    ) -> Result<Pushed, ValuesError>;
+
+    /// Takes up to `max` items of `queue` for `consumer`: first items taken before and not
+    /// acknowledged for `visibility`, then new ones, each in push order.
+    async fn queue_take(
+        &self,
+        queue: &str,
+        consumer: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError>;
+
+    /// Acknowledges the taken items `ids` of `queue`, removing them; how many were pending.
+    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError>;
+
+    /// How many items `queue` holds, taken and not yet acknowledged ones included.
+    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError>;
+}
+
+/// What a push did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// Appended, with these ids, in order.
+    Appended(Vec<String>),
+    /// Refused whole: the queue holds `len` items and the push would pass its bound.
+    Full {
+        /// The items the queue holds.
+        len: u64,
+    },
+}
+
+/// An item taken from a queue, to acknowledge by its id once handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery<T> {
+    /// The item's id in its queue.
+    pub id: String,
+    /// The item.
+    pub item: T,
+    /// How many times it has been taken, this time included: above 1 after a consumer took it
+    /// and did not acknowledge it within the visibility timeout.
+    pub deliveries: u64,
 }
 
 /// The writes of one key, as they happen. Dropping it ends the watch.

@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use crate::values::error::ValuesError;
 use crate::values::memory::InMemoryValues;
-use crate::values::port::{Condition, Expiry, Observed, ValueStore, Versioned, Written};
+use crate::values::port::{
+    Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written,
+};
 use crate::values::telemetry;
 use crate::{check_duration, validate_key};
 
@@ -19,6 +21,8 @@ use crate::{check_duration, validate_key};
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 /// The longest TTL of [`Expiry::After`]: 30 days (the shortest is 1 ms).
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How soon a waiter's failed read is sent again.
+const READ_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait of [`SharedValues::wait_for`]: 1 h.
 pub const MAX_WAIT: Duration = crate::lock::MAX_WAIT;
 
@@ -281,13 +285,40 @@ impl SharedValues {
         &self,
         key: &str,
         deadline: Instant,
-        mut until: F,
+        until: F,
     ) -> Result<Waited<T>, ValuesError>
     where
         T: DeserializeOwned + Send,
         F: FnMut(Option<&Versioned<T>>) -> bool + Send,
     {
         let mut watch = self.store.watch(key).await?;
+        self.wait_on(&mut *watch, key, deadline, until).await
+    }
+
+    /// Waits on `watch`, a watch of `key` that may have observed writes already: they count
+    /// (tested before the read), so a waiter that keeps one watch across several waits misses
+    /// nothing between them.
+    pub(crate) async fn wait_on<T, F>(
+        &self,
+        watch: &mut dyn ValueWatch,
+        key: &str,
+        deadline: Instant,
+        mut until: F,
+    ) -> Result<Waited<T>, ValuesError>
+    where
+        T: DeserializeOwned + Send,
+        F: FnMut(Option<&Versioned<T>>) -> bool + Send,
+    {
+        // A zero timeout polls the watch once: what it holds already, without waiting.
+        while let Ok(observed) = tokio::time::timeout(Duration::ZERO, watch.next()).await {
+            let observed =
+                observed.map_err(|cause| ValuesError::unavailable("wait", key, cause))?;
+            if let Some((seen, _)) = self.seen(key, observed)? {
+                if until(seen.as_ref()) {
+                    return Ok(Waited::Met(seen));
+                }
+            }
+        }
         let mut current: Option<Versioned<T>> = self.get(key).await?;
         // The newest write seen, deletes included, so an older one arriving late never
         // replaces it as the value the wait reports on timeout.
@@ -295,24 +326,31 @@ impl SharedValues {
         if until(current.as_ref()) {
             return Ok(Waited::Met(current));
         }
+        // A read the watch asked for that failed (the watch heard again before the backend
+        // answered reads): retried until it succeeds, the watch fails, or the deadline.
+        let mut read_due = false;
         loop {
             let observed = tokio::select! {
                 observed = watch.next() => {
                     observed.map_err(|cause| ValuesError::unavailable("wait", key, cause))?
                 }
                 () = tokio::time::sleep_until(deadline) => return Ok(Waited::TimedOut(current)),
+                () = tokio::time::sleep(READ_RETRY), if read_due => Observed::Unknown,
             };
-            let (seen, version) = match observed {
-                Observed::Unknown => {
-                    let read = self.get(key).await?;
-                    let version = read.as_ref().map_or(newest, |v| v.version);
-                    (read, version)
-                }
-                Observed::Set(stored) => {
-                    let version = stored.version;
-                    (Some(decode(key, stored)?), version)
-                }
-                Observed::Deleted { version } => (None, version),
+            let (seen, version) = match self.seen(key, observed)? {
+                Some(seen) => seen,
+                None => match self.get(key).await {
+                    Ok(read) => {
+                        read_due = false;
+                        let version = read.as_ref().map_or(newest, |v| v.version);
+                        (read, version)
+                    }
+                    Err(ValuesError::Unavailable { .. }) => {
+                        read_due = true;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                },
             };
             // Any write observed was the key's value at some point of the wait.
             if until(seen.as_ref()) {
@@ -324,7 +362,27 @@ impl SharedValues {
             }
         }
     }
+
+    /// What an observed write says the value became, with the write's version; `None` for
+    /// [`Observed::Unknown`] (read instead).
+    fn seen<T: DeserializeOwned>(
+        &self,
+        key: &str,
+        observed: Observed,
+    ) -> Result<Option<Seen<T>>, ValuesError> {
+        Ok(match observed {
+            Observed::Unknown => None,
+            Observed::Set(stored) => {
+                let version = stored.version;
+                Some((Some(decode(key, stored)?), version))
+            }
+            Observed::Deleted { version } => Some((None, version)),
+        })
+    }
 }
+
+/// A value a write left (`None`: deleted) and the write's version.
+type Seen<T> = (Option<Versioned<T>>, u64);
 
 pub(crate) fn check_key(key: &str) -> Result<(), ValuesError> {
     validate_key(key).map_err(ValuesError::argument)

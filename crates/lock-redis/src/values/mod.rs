@@ -23,7 +23,8 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use lock_core::BoxError;
 use lock_core::values::{
-    Condition, Expiry, Observed, ValueStore, ValueWatch, ValuesError, Versioned, Written,
+    Condition, Delivery, Expiry, Observed, Pushed, ValueStore, ValueWatch, ValuesError, Versioned,
+    Written,
 };
 
 use crate::core::client::{RedisClient, RedisCore};
@@ -91,16 +92,22 @@ impl RedisValues {
         [hash, deadlines]
     }
 
-    /// Runs a map script on `map`'s keys.
-    async fn map_call(
+    /// The Redis key of the queue `queue`: a stream, e.g. `lock:queues:{tariff-changes}`, read
+    /// through its consumer group `consumers`.
+    pub fn queue_key(&self, queue: &str) -> String {
+        self.core.keys.capability_key("queues", queue)
+    }
+
+    /// Runs `script` on `keys` with `args`, for `operation` on the map or queue `name`.
+    async fn script_call(
         &self,
         operation: &'static str,
-        map: &str,
+        name: &str,
+        keys: &[String],
         script: &fred::types::scripts::Script,
         args: &[&[u8]],
     ) -> Result<Value, ValuesError> {
-        let client = self.client(operation, map)?;
-        let keys = self.map_keys(map);
+        let client = self.client(operation, name)?;
         crate::core::scripts::call(client, script, || {
             (
                 keys.iter().map(|k| k.as_str().into()).collect(),
@@ -110,7 +117,18 @@ impl RedisValues {
             )
         })
         .await
-        .map_err(|e| self.failed(operation, map, e))
+        .map_err(|e| self.failed(operation, name, e))
+    }
+
+    async fn map_call(
+        &self,
+        operation: &'static str,
+        map: &str,
+        script: &fred::types::scripts::Script,
+        args: &[&[u8]],
+    ) -> Result<Value, ValuesError> {
+        let keys = self.map_keys(map);
+        self.script_call(operation, map, &keys, script, args).await
     }
 
     /// The command client, or at once the connection error while the client knows it is
@@ -172,7 +190,11 @@ fn redis_operation(operation: &'static str) -> &'static str {
         "map get" => "map get script",
         "map remove" => "map remove script",
         "map entries" => "map entries script",
-        _ => "map clear script",
+        "map clear" => "map clear script",
+        "queue push" => "queue push script",
+        "queue take" => "queue take script",
+        "queue ack" => "queue ack script",
+        _ => "queue XLEN",
     }
 }
 
@@ -260,10 +282,7 @@ impl ValueStore for RedisValues {
         condition: Condition,
     ) -> Result<Written, ValuesError> {
         let ttl: Value = match expiry {
-            Expiry::After(ttl) => i64::try_from(ttl.as_millis())
-                .unwrap_or(i64::MAX)
-                .max(1)
-                .into(),
+            Expiry::After(ttl) => millis(ttl).into(),
             Expiry::Keep => "keep".into(),
             Expiry::Never => "never".into(),
         };
@@ -305,10 +324,7 @@ impl ValueStore for RedisValues {
         value: &[u8],
         ttl: Duration,
     ) -> Result<(), ValuesError> {
-        let ttl = i64::try_from(ttl.as_millis())
-            .unwrap_or(i64::MAX)
-            .max(1)
-            .to_string();
+        let ttl = millis(ttl).to_string();
         let script = &self.scripts.map_put;
         let args: [&[u8]; 3] = [field.as_bytes(), value, ttl.as_bytes()];
         self.map_call("map put", map, script, &args).await?;
@@ -360,6 +376,89 @@ impl ValueStore for RedisValues {
             .await?;
         flag("map clear", map, reply)
     }
+
+    async fn queue_push(
+        &self,
+        queue: &str,
+        items: &[Vec<u8>],
+        max_len: u64,
+        ttl: Duration,
+    ) -> Result<Pushed, ValuesError> {
+        let (max_len, ttl) = (max_len.to_string(), millis(ttl).to_string());
+        let mut args: Vec<&[u8]> = vec![max_len.as_bytes(), ttl.as_bytes()];
+        args.extend(items.iter().map(Vec::as_slice));
+        let keys = [self.queue_key(queue)];
+        let script = &self.scripts.queue_push;
+        let reply = self.script_call("queue push", queue, &keys, script, &args);
+        let Value::Array(reply) = reply.await? else {
+            return Err(protocol("queue push", queue));
+        };
+        let mut reply = reply.into_iter();
+        match reply.next().and_then(|v| v.as_i64()) {
+            Some(1) => Ok(Pushed::Appended(
+                reply.filter_map(Value::into_string).collect(),
+            )),
+            Some(0) => Ok(Pushed::Full {
+                len: reply.next().and_then(|v| v.as_u64()).unwrap_or(0),
+            }),
+            _ => Err(protocol("queue push", queue)),
+        }
+    }
+
+    async fn queue_take(
+        &self,
+        queue: &str,
+        consumer: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
+        let (max, visibility) = (max.to_string(), millis(visibility).to_string());
+        let args: [&[u8]; 3] = [consumer.as_bytes(), max.as_bytes(), visibility.as_bytes()];
+        let keys = [self.queue_key(queue)];
+        let script = &self.scripts.queue_take;
+        let reply = self.script_call("queue take", queue, &keys, script, &args);
+        let Value::Array(reply) = reply.await? else {
+            return Err(protocol("queue take", queue));
+        };
+        let mut taken = Vec::with_capacity(reply.len() / 3);
+        let mut reply = reply.into_iter();
+        while let (Some(id), Some(item), Some(deliveries)) =
+            (reply.next(), reply.next(), reply.next())
+        {
+            match (id.into_string(), item.into_bytes(), deliveries.as_u64()) {
+                (Some(id), Some(item), Some(deliveries)) => taken.push(Delivery {
+                    id,
+                    item: item.to_vec(),
+                    deliveries,
+                }),
+                _ => return Err(protocol("queue take", queue)),
+            }
+        }
+        Ok(taken)
+    }
+
+    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
+        let args: Vec<&[u8]> = ids.iter().map(String::as_bytes).collect();
+        let keys = [self.queue_key(queue)];
+        let script = &self.scripts.queue_ack;
+        let reply = self
+            .script_call("queue ack", queue, &keys, script, &args)
+            .await?;
+        reply.as_u64().ok_or_else(|| protocol("queue ack", queue))
+    }
+
+    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
+        self.client("queue len", queue)?
+            .xlen(self.queue_key(queue))
+            .await
+            .map_err(|e| self.failed("queue len", queue, e))
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1)
 }
 
 /// A watch on one value's write channel.

@@ -46,6 +46,16 @@ pub const MAP_CLEAR_SCRIPT: &str = concat!(
     include_str!("scripts/map_clear.lua")
 );
 
+/// The Lua source of the script a queue's push runs.
+pub const QUEUE_PUSH_SCRIPT: &str = include_str!("scripts/queue_push.lua");
+/// The Lua source of the script a queue's take runs.
+pub const QUEUE_TAKE_SCRIPT: &str = include_str!("scripts/queue_take.lua");
+/// The Lua source of the script a queue's acknowledgement runs.
+pub const QUEUE_ACK_SCRIPT: &str = concat!(
+    "#!lua flags=allow-oom\n",
+    include_str!("scripts/queue_ack.lua")
+);
+
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) set: Script,
@@ -55,6 +65,9 @@ pub(crate) struct Scripts {
     pub(crate) map_remove: Script,
     pub(crate) map_entries: Script,
     pub(crate) map_clear: Script,
+    pub(crate) queue_push: Script,
+    pub(crate) queue_take: Script,
+    pub(crate) queue_ack: Script,
 }
 
 impl Scripts {
@@ -67,11 +80,14 @@ impl Scripts {
             map_remove: Script::from_lua(MAP_REMOVE_SCRIPT),
             map_entries: Script::from_lua(MAP_ENTRIES_SCRIPT),
             map_clear: Script::from_lua(MAP_CLEAR_SCRIPT),
+            queue_push: Script::from_lua(QUEUE_PUSH_SCRIPT),
+            queue_take: Script::from_lua(QUEUE_TAKE_SCRIPT),
+            queue_ack: Script::from_lua(QUEUE_ACK_SCRIPT),
         }
     }
 
     /// Every script, to preload.
-    pub(crate) fn all(&self) -> [&Script; 7] {
+    pub(crate) fn all(&self) -> [&Script; 10] {
         [
             &self.set,
             &self.delete,
@@ -80,6 +96,9 @@ impl Scripts {
             &self.map_remove,
             &self.map_entries,
             &self.map_clear,
+            &self.queue_push,
+            &self.queue_take,
+            &self.queue_ack,
         ]
     }
 }

@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use lock_core::BoxError;
 use lock_core::values::conformance::{ValuesFactory, run_all};
 use lock_core::values::{
-    Condition, Expiry, InMemoryValues, Observed, SharedValues, ValueStore, ValueWatch, ValuesError,
-    Versioned, Waited, Written,
+    Condition, Delivery, Expiry, InMemoryValues, Observed, Pushed, SharedValues, ValueStore,
+    ValueWatch, ValuesError, Versioned, Waited, Written,
 };
 
 /// Clients of one in-process store.
@@ -89,6 +89,30 @@ impl ValueStore for Deaf {
     }
     async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
         self.0.map_clear(map).await
+    }
+    async fn queue_push(
+        &self,
+        queue: &str,
+        items: &[Vec<u8>],
+        max_len: u64,
+        ttl: Duration,
+    ) -> Result<Pushed, ValuesError> {
+        self.0.queue_push(queue, items, max_len, ttl).await
+    }
+    async fn queue_take(
+        &self,
+        queue: &str,
+        consumer: &str,
+        max: usize,
+        visibility: Duration,
+    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
+        self.0.queue_take(queue, consumer, max, visibility).await
+    }
+    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
+        self.0.queue_ack(queue, ids).await
+    }
+    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
+        self.0.queue_len(queue).await
     }
 }
 
