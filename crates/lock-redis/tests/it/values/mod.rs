@@ -1,5 +1,6 @@
 //! Shared values on real redis-server processes.
 
+mod processes;
 mod sentinel;
 mod store;
 
