@@ -151,6 +151,10 @@ if $TOOLKIT; then
     "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
       || echo "{\"impl\": \"powertools\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/toolkit.jsonl"
   done
+  # Shared values have no peer here: their yardstick is the raw commands beneath each line.
+  echo "[bench] platform-lock / values (${DURATION}s each)" >&2
+  "$BIN/lock-bench" --redis-url "$URL" --scenario values --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
+    || { echo "[bench] platform-lock / values failed" >&2; FAILED=1; }
   "$BIN/bench-table" "$OUT/toolkit.jsonl" > "$OUT/toolkit.md" || FAILED=1
   if $LOCK; then echo; fi
   cat "$OUT/toolkit.md"

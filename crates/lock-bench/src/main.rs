@@ -26,6 +26,7 @@ mod idempotency;
 mod redis;
 mod report;
 mod scripts;
+mod values;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -107,6 +108,20 @@ enum Which {
     BranchesRegisterRelease,
     /// A whole master invocation with one branch.
     BranchesMaster,
+    /// Every shared-values scenario, with their `raw` lines.
+    Values,
+    /// `get` of one value, with its `raw` line.
+    ValuesGet,
+    /// `set` with a TTL, with its `raw` line.
+    ValuesSet,
+    /// `compare_and_set` over the last version, with its `raw` line.
+    ValuesCas,
+    /// Set → a waiter on other connections returns.
+    ValuesWake,
+    /// Set → 500 waiters return.
+    ValuesFanout,
+    /// Push, take and acknowledge one item, with a `raw` line.
+    ValuesQueue,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -146,6 +161,21 @@ fn runs_branches(which: Which, scenario: branches::Scenario) -> bool {
         (Which::All | Which::Branches, _)
             | (Which::BranchesRegisterRelease, S::RegisterRelease)
             | (Which::BranchesMaster, S::Master)
+    )
+}
+
+/// Whether `--scenario` selects the shared-values scenario `scenario`.
+fn runs_values(which: Which, scenario: values::Scenario) -> bool {
+    use values::Scenario as S;
+    matches!(
+        (which, scenario),
+        (Which::All | Which::Values, _)
+            | (Which::ValuesGet, S::Get)
+            | (Which::ValuesSet, S::Set)
+            | (Which::ValuesCas, S::Cas)
+            | (Which::ValuesWake, S::Wake)
+            | (Which::ValuesFanout, S::Fanout)
+            | (Which::ValuesQueue, S::Queue)
     )
 }
 
@@ -360,6 +390,23 @@ async fn run(args: Args) -> ExitCode {
         };
         emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
         if let Some(result) = branches::raw::run(scenario, &target, duration).await {
+            emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
+        }
+    }
+    for scenario in values::Scenario::ALL {
+        if !runs_values(args.scenario, scenario) {
+            continue;
+        }
+        let name = scenario.name();
+        eprintln!("[lock-bench] {name} ({:.1}s)", args.duration);
+        let result = match (connect(&target, None).await, connect(&target, None).await) {
+            (Ok(lock), Ok(waiter)) => {
+                values::run(scenario, &target, &lock, &waiter, duration).await
+            }
+            (Err(error), _) | (_, Err(error)) => Err(error),
+        };
+        emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
+        if let Some(result) = values::raw::run(scenario, &target, duration).await {
             emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
         }
     }

@@ -147,9 +147,9 @@ pub mod branches {
 /// `docs/values.md`).
 pub mod values {
     pub use lock_core::values::{
-        Condition, Expiry, Flight, InMemoryValues, MIN_FLIGHT_TTL, Observed, Progress,
-        SharedValues, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned, Waited, WhenBusy,
-        Written,
+        Condition, Delivery, Expiry, Flight, InMemoryValues, Observed, Progress, Pushed, Queue,
+        SharedValues, Taken, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned, Waited,
+        WhenBusy, Written,
     };
     pub(crate) mod wiring;
 }

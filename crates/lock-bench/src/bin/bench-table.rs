@@ -10,7 +10,8 @@
 //! lock-bench's `watchdog` line gets a table of its own, and so do the idempotent-execution
 //! lines (scenarios `first`, `replay`, `duplicates` of lock-bench and the toolkit peers), with
 //! calls/s as a ratio of `raw`; the master/sub-lock lines (`branches-register-release`,
-//! `branches-master`) share the idempotency table's columns and go in it.
+//! `branches-master`) and the shared-values lines (`values-*`) share the idempotency table's
+//! columns and go in it.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -30,13 +31,20 @@ struct Args {
 
 /// Scenario order of the table, then impl order within a scenario.
 const SCENARIOS: [&str; 3] = ["uncontended", "parallel", "contended"];
-/// The same for the idempotency table, which also takes the master/sub-lock lines.
-const TOOLKIT_SCENARIOS: [&str; 5] = [
+/// The same for the idempotency table, which also takes the master/sub-lock and shared-values
+/// lines.
+const TOOLKIT_SCENARIOS: [&str; 11] = [
     "first",
     "replay",
     "duplicates",
     "branches-register-release",
     "branches-master",
+    "values-get",
+    "values-set",
+    "values-cas",
+    "values-wake",
+    "values-fanout",
+    "values-queue",
 ];
 const TOOLKIT_IMPLS: [&str; 3] = ["platform-lock", "raw", "powertools"];
 const IMPLS: [&str; 8] = [
