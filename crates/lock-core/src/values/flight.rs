@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use crate::check_duration;
 use crate::values::error::ValuesError;
-use crate::values::port::{Expiry, Versioned, Written};
-use crate::values::shared::{MAX_TTL, MAX_WAIT, SharedValues, Waited};
+use crate::values::port::{Expiry, Versioned, Waited, Written};
+use crate::values::shared::{MAX_TTL, MAX_WAIT, SharedValues};
 
 /// The shortest TTL of a single-flight guard: 1 s (it is renewed every third of it).
 pub const MIN_FLIGHT_TTL: Duration = Duration::from_secs(1);

@@ -38,7 +38,8 @@ pub use flight::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
 pub use map::TtlMap;
 pub use memory::InMemoryValues;
 pub use port::{
-    Condition, Delivery, Expiry, Observed, Pushed, ValueStore, ValueWatch, Versioned, Written,
+    Condition, Delivery, Expiry, Observed, Pushed, ValueStore, ValueWatch, Versioned, Waited,
+    Written,
 };
 pub use queue::{DEFAULT_QUEUE_TTL, MAX_QUEUE_LEN, MAX_TAKE, Queue, Taken};
-pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues, Waited};
+pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues};

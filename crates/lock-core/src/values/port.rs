@@ -17,6 +17,29 @@ pub struct Versioned<T> {
     pub version: u64,
 }
 
+/// How a [`SharedValues::wait_for`](crate::values::SharedValues::wait_for) ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waited<T> {
+    /// The value satisfied the predicate: this one (`None`: absent).
+    Met(Option<Versioned<T>>),
+    /// The timeout passed first; the last value seen (`None`: absent).
+    TimedOut(Option<Versioned<T>>),
+}
+
+impl<T> Waited<T> {
+    /// Whether the predicate was met.
+    pub fn is_met(&self) -> bool {
+        matches!(self, Waited::Met(_))
+    }
+
+    /// The value the wait ended with, met or not.
+    pub fn into_value(self) -> Option<Versioned<T>> {
+        match self {
+            Waited::Met(value) | Waited::TimedOut(value) => value,
+        }
+    }
+}
+
 /// What a write does to the value's TTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::values::error::ValuesError;
 use crate::values::memory::InMemoryValues;
 use crate::values::port::{
-    Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Written,
+    Condition, Expiry, Observed, ValueStore, ValueWatch, Versioned, Waited, Written,
 };
 use crate::values::telemetry;
 use crate::{check_duration, validate_key};
@@ -25,29 +25,6 @@ pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 const READ_RETRY: Duration = Duration::from_millis(100);
 /// The longest wait of [`SharedValues::wait_for`]: 1 h.
 pub const MAX_WAIT: Duration = crate::lock::MAX_WAIT;
-
-/// How a [`SharedValues::wait_for`] ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Waited<T> {
-    /// The value satisfied the predicate: this one (`None`: absent).
-    Met(Option<Versioned<T>>),
-    /// The timeout passed first; the last value seen (`None`: absent).
-    TimedOut(Option<Versioned<T>>),
-}
-
-impl<T> Waited<T> {
-    /// Whether the predicate was met.
-    pub fn is_met(&self) -> bool {
-        matches!(self, Waited::Met(_))
-    }
-
-    /// The value the wait ended with, met or not.
-    pub fn into_value(self) -> Option<Versioned<T>> {
-        match self {
-            Waited::Met(value) | Waited::TimedOut(value) => value,
-        }
-    }
-}
 
 /// Typed shared values: serde values with a TTL and a version, shared by every replica of the
 /// backend, and waiting for one to satisfy a predicate. Cheap to clone.

@@ -18,8 +18,7 @@ use tracing::field::Empty;
 
 use crate::metric::metric_name;
 use crate::values::error::ValuesError;
-use crate::values::port::Written;
-use crate::values::shared::Waited;
+use crate::values::port::{Waited, Written};
 
 /// Counter of writes by `operation` (`set`, `delete`) and `outcome` (`stored`, `refused`,
 /// `failed`).
