@@ -159,6 +159,53 @@ async fn a_write_while_the_subscription_was_down_is_seen() {
     assert!(waited.is_met(), "{waited:?}");
 }
 
+/// A value set after the waiter's first read but before its subscription was confirmed (the
+/// subscription's `SSUBSCRIBE` is held back by a fault proxy) is still seen, once the
+/// subscription is made on a new connection: its confirmation makes the waiter read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_between_the_first_read_and_the_subscription_is_seen() {
+    let redis = server().await;
+    let (proxy, lock) = common::behind_proxy(&redis, |s| s).await;
+    proxy.arm_trap(b"SSUBSCRIBE", lock_testkit::TrapAction::Blackhole);
+    let (waiter, _) = values(&lock).await;
+    let (read, mut first_read) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut first = true;
+        waiter
+            .wait_for(
+                "between",
+                LONG,
+                move |v: Option<&lock_core::values::Versioned<String>>| {
+                    if std::mem::take(&mut first) {
+                        let _ = read.send(());
+                    }
+                    v.is_some_and(|v| v.value == "done")
+                },
+            )
+            .await
+    });
+    tokio::time::timeout(SLACK, first_read.recv())
+        .await
+        .expect("the waiter read")
+        .unwrap();
+    assert!(
+        eventually(SLACK, || async { proxy.traps_fired() == 1 }).await,
+        "the subscription was not held back"
+    );
+    let (writer, _) = values(&common::client(&redis).await).await;
+    writer
+        .set("between", "done", Expiry::After(LONG))
+        .await
+        .unwrap();
+    proxy.drop_connections();
+    let waited = tokio::time::timeout(SLACK * 3, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(waited.is_met(), "{waited:?}");
+}
+
 /// A Redis restarted mid-wait (quicker than the command timeout): the waiter reconnects,
 /// re-subscribes and sees the write made after the restart; while Redis is down a read is an
 /// error, never a stale value.
