@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::check_duration;
 use crate::values::error::ValuesError;
-use crate::values::port::{Expiry, Versioned, Waited, Written};
+use crate::values::port::{Expiry, ValueWatch, Versioned, Waited, Written};
 use crate::values::shared::{MAX_TTL, MAX_WAIT, SharedValues};
 
 /// The shortest TTL of a single-flight guard: 1 s (it is renewed every third of it).
@@ -214,7 +214,7 @@ impl SharedValues {
         let deadline = Instant::now() + wait;
         // One watch across every wait of this call, so an outcome published between two of
         // them is still seen.
-        let mut watch = None;
+        let mut watch: Option<Box<dyn ValueWatch>> = None;
         loop {
             let owner = self.store().new_owner();
             let running = Record::<(), ()>::Running {
@@ -225,6 +225,12 @@ impl SharedValues {
                 .set_if_absent(key, &running, Expiry::After(ttl))
                 .await?
             {
+                if let Some(outcome) = self.published_outcome::<T, P>(key, &mut watch).await? {
+                    // The runner finished between this caller's last look and its claim: its
+                    // outcome stands, and this guard goes again.
+                    self.compare_and_delete(key, version).await?;
+                    return Ok(Flight::Joined(outcome));
+                }
                 let guard = Guard {
                     values: self.clone(),
                     key: key.to_owned(),
@@ -264,6 +270,39 @@ impl SharedValues {
                 _ => {}
             }
         }
+    }
+}
+
+impl SharedValues {
+    /// The outcome a runner published that `watch` (if this caller has one) observed and no
+    /// wait has consumed yet.
+    async fn published_outcome<T, P>(
+        &self,
+        key: &str,
+        watch: &mut Option<Box<dyn ValueWatch>>,
+    ) -> Result<Option<T>, ValuesError>
+    where
+        T: DeserializeOwned + Send,
+        P: DeserializeOwned + Send,
+    {
+        let Some(watch) = watch else {
+            return Ok(None);
+        };
+        let done = |v: Option<&Versioned<Record<T, P>>>| {
+            matches!(v.map(|v| &v.value), Some(Record::Done { .. }))
+        };
+        Ok(
+            match self
+                .wait_on(&mut **watch, key, Instant::now(), done)
+                .await?
+            {
+                Waited::Met(Some(Versioned {
+                    value: Record::Done { outcome, .. },
+                    ..
+                })) => Some(outcome),
+                _ => None,
+            },
+        )
     }
 }
 

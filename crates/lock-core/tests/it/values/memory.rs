@@ -2,6 +2,7 @@
 //! watches hear nothing.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,9 +30,17 @@ mod conformance_suite {
     lock_core::conformance_tests!(values, async { Memory::default() });
 }
 
-/// A store whose watches never hear a write: waiters see only their first read.
+/// An in-memory store with faults: `deaf`, its watches never hear a write (waiters see only
+/// their first read); `held_claims`, the third and later set-if-absent wait for `release`
+/// before they are sent.
 #[derive(Debug, Default)]
-struct Deaf(InMemoryValues);
+struct Faulty {
+    inner: InMemoryValues,
+    deaf: bool,
+    held_claims: bool,
+    claims: std::sync::atomic::AtomicUsize,
+    release: tokio::sync::Notify,
+}
 
 #[derive(Debug)]
 struct Silent;
@@ -44,12 +53,12 @@ impl ValueWatch for Silent {
 }
 
 #[async_trait]
-impl ValueStore for Deaf {
+impl ValueStore for Faulty {
     fn namespace(&self) -> &str {
-        "deaf"
+        "faulty"
     }
     async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError> {
-        self.0.get(key).await
+        self.inner.get(key).await
     }
     async fn set(
         &self,
@@ -58,16 +67,23 @@ impl ValueStore for Deaf {
         expiry: Expiry,
         condition: Condition,
     ) -> Result<Written, ValuesError> {
-        self.0.set(key, value, expiry, condition).await
+        let claim = condition == Condition::Absent;
+        if claim && self.held_claims && self.claims.fetch_add(1, Ordering::SeqCst) > 1 {
+            self.release.notified().await;
+        }
+        self.inner.set(key, value, expiry, condition).await
     }
     async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
-        self.0.delete(key, condition).await
+        self.inner.delete(key, condition).await
     }
-    async fn watch(&self, _key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
-        Ok(Box::new(Silent))
+    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
+        if self.deaf {
+            return Ok(Box::new(Silent));
+        }
+        self.inner.watch(key).await
     }
     fn new_owner(&self) -> String {
-        self.0.new_owner()
+        self.inner.new_owner()
     }
     async fn map_put(
         &self,
@@ -76,19 +92,19 @@ impl ValueStore for Deaf {
         value: &[u8],
         ttl: Duration,
     ) -> Result<(), ValuesError> {
-        self.0.map_put(map, field, value, ttl).await
+        self.inner.map_put(map, field, value, ttl).await
     }
     async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
-        self.0.map_get(map, field).await
+        self.inner.map_get(map, field).await
     }
     async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
-        self.0.map_remove(map, field).await
+        self.inner.map_remove(map, field).await
     }
     async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
-        self.0.map_entries(map).await
+        self.inner.map_entries(map).await
     }
     async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
-        self.0.map_clear(map).await
+        self.inner.map_clear(map).await
     }
     async fn queue_push(
         &self,
@@ -97,7 +113,7 @@ impl ValueStore for Deaf {
         max_len: u64,
         ttl: Duration,
     ) -> Result<Pushed, ValuesError> {
-        self.0.queue_push(queue, items, max_len, ttl).await
+        self.inner.queue_push(queue, items, max_len, ttl).await
     }
     async fn queue_take(
         &self,
@@ -106,17 +122,19 @@ impl ValueStore for Deaf {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
-        self.0.queue_take(queue, consumer, max, visibility).await
+        self.inner
+            .queue_take(queue, consumer, max, visibility)
+            .await
     }
     async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
-        self.0.queue_ack(queue, ids).await
+        self.inner.queue_ack(queue, ids).await
     }
     async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
-        self.0.queue_len(queue).await
+        self.inner.queue_len(queue).await
     }
 }
 
-struct DeafFactory(Arc<Deaf>);
+struct DeafFactory(Arc<Faulty>);
 
 #[async_trait]
 impl ValuesFactory for DeafFactory {
@@ -127,7 +145,11 @@ impl ValuesFactory for DeafFactory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_suite_fails_a_store_whose_watches_hear_nothing() {
-    let failed = run_all(Arc::new(DeafFactory(Arc::default()))).await;
+    let deaf = Faulty {
+        deaf: true,
+        ..Faulty::default()
+    };
+    let failed = run_all(Arc::new(DeafFactory(Arc::new(deaf)))).await;
     for check in [
         "a_value_overwritten_at_once_is_still_seen",
         "a_cancelled_waiter_leaves_the_others_waiting",
@@ -171,4 +193,52 @@ async fn keep_on_a_value_without_a_ttl_keeps_none_and_an_expired_value_is_gone()
             .unwrap(),
         Written::Refused { current: None }
     );
+}
+
+/// A runner that finishes between a waiter's last look and its next claim: the claim
+/// succeeds (the guard is gone), yet the waiter gets the runner's outcome rather than running
+/// the action a second time.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_that_claims_just_after_the_runner_finished_joins_it() {
+    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+    let store = Arc::new(Faulty {
+        held_claims: true,
+        ..Faulty::default()
+    });
+    let values = SharedValues::new(store.clone());
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let runner = tokio::spawn({
+        let values = values.clone();
+        async move {
+            let flight = values.single_flight(
+                "warm-up",
+                MIN_FLIGHT_TTL * 3,
+                WhenBusy::Report,
+                |_: Progress<u32>| async {
+                    let _ = finished.await;
+                    42_u32
+                },
+            );
+            flight.await
+        }
+    });
+    tokio::task::yield_now().await;
+    let waiter = tokio::spawn({
+        let values = values.clone();
+        async move {
+            let flight = values.single_flight(
+                "warm-up",
+                MIN_FLIGHT_TTL,
+                WhenBusy::Wait(Duration::from_secs(60)),
+                |_: Progress<u32>| async { 7_u32 },
+            );
+            flight.await
+        }
+    });
+    // The waiter's look-again window ends and its second claim is held; the runner finishes.
+    tokio::time::sleep(MIN_FLIGHT_TTL * 2).await;
+    finish.send(()).unwrap();
+    assert_eq!(runner.await.unwrap().unwrap(), Flight::Ran(42));
+    store.release.notify_one();
+    assert_eq!(waiter.await.unwrap().unwrap(), Flight::Joined(42));
 }
