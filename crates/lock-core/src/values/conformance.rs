@@ -798,8 +798,9 @@ pub async fn map_fields_live_for_their_own_ttl(factory: &dyn ValuesFactory) {
 pub async fn an_expired_field_is_never_returned(factory: &dyn ValuesFactory) {
     let name = unique_key("expired");
     let map = factory.client().await.map::<u32>(&name);
-    map.put("a", &1, SHORT_TTL).await.unwrap();
+    // `b` first: its deadline is passed once the later `a` has expired.
     map.put("b", &2, SHORT_TTL).await.unwrap();
+    map.put("a", &1, SHORT_TTL).await.unwrap();
     field_until_absent(&map, "a", SHORT_TTL).await;
     assert_eq!(map.get("b").await.unwrap(), None);
     assert_eq!(map.entries().await.unwrap(), []);
