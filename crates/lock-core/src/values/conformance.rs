@@ -23,8 +23,9 @@ use crate::values::{
 
 /// A wait long enough that only a broken implementation runs out of it.
 const LONG: Duration = Duration::from_secs(30);
-/// The TTL of the expiry checks.
-const SHORT_TTL: Duration = Duration::from_millis(300);
+/// The TTL of the expiry checks: long enough that no check's next command comes after it on
+/// a loaded machine.
+const SHORT_TTL: Duration = Duration::from_secs(1);
 
 /// Builds clients of one shared backend for the suite.
 #[async_trait]
@@ -642,10 +643,11 @@ pub async fn one_caller_runs_and_the_others_see_its_progress(factory: &dyn Value
 pub async fn a_living_runners_guard_is_renewed(factory: &dyn ValuesFactory) {
     let key = unique_key("renewed");
     let (a, b) = (factory.client().await, factory.client().await);
-    let mut runner = Runner::start(a, &key, MIN_FLIGHT_TTL, 2);
+    let ttl = MIN_FLIGHT_TTL * 2;
+    let mut runner = Runner::start(a, &key, ttl, 2);
     let (owner, _) = runner.report(1).await;
-    // The work itself takes three TTLs.
-    tokio::time::sleep(MIN_FLIGHT_TTL * 3).await;
+    // The work itself takes two TTLs.
+    tokio::time::sleep(ttl * 2).await;
     assert_eq!(
         must_not_run(&b, &key, WhenBusy::Report).await,
         Flight::RunningElsewhere {
