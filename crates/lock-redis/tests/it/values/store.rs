@@ -216,14 +216,22 @@ async fn a_redis_restarted_mid_wait_loses_no_write_and_reports_no_stale_value() 
         common::connect(common::config(&redis).command_timeout(Duration::from_secs(10))).await;
     let (waiter, store) = values(&lock).await;
     let channel = store.write_channel("restart");
-    let task = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            waiter
-                .wait_for_value("restart", &"done".to_owned(), LONG)
-                .await
-        }
+    let (read, mut first_read) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut first = true;
+        let until = move |v: Option<&lock_core::values::Versioned<String>>| {
+            if std::mem::take(&mut first) {
+                let _ = read.send(());
+            }
+            v.is_some_and(|v| v.value == "done")
+        };
+        waiter.wait_for("restart", LONG, until).await
     });
+    // Mid-wait: subscribed, and past its first read.
+    tokio::time::timeout(SLACK, first_read.recv())
+        .await
+        .expect("the waiter read")
+        .unwrap();
     assert!(common::one_subscriber(&redis, &channel).await);
     redis.restart().await.unwrap();
     let (writer, _) = values(&common::client(&redis).await).await;
