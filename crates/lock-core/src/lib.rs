@@ -10,6 +10,8 @@
 //!   over the [`IdempotencyStore`](crate::idempotency::IdempotencyStore) port.
 //! - Shared values with a TTL and a version, and waiting for one to change:
 //!   [`SharedValues`](crate::values::SharedValues) over the [`ValueStore`](crate::values::ValueStore) port.
+//! - Rate limiting by the generic cell rate algorithm: [`RateLimiter`](crate::rate_limit::RateLimiter)
+//!   over the [`RateLimitStore`](crate::rate_limit::RateLimitStore) port.
 //! - Shared by all: the error and its stable codes ([`Problem`], [`LockError`]), key
 //!   validation ([`validate_key`]) and owner tokens ([`OwnerTokens`]).
 //!
@@ -74,6 +76,7 @@ pub mod lock;
 mod metric;
 mod owner;
 mod process;
+pub mod rate_limit;
 pub mod values;
 mod watch;
 

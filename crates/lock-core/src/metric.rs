@@ -1,5 +1,5 @@
 //! The one metric naming scheme: `platform_<capability>_<name>`, where the capability is its
-//! module's name (`lock`, `idempotency`, `branches`, `values`) and the name ends in its unit or `_total`.
+//! module's name (`lock`, `idempotency`, `branches`, `values`, `rate_limit`) and the name ends in its unit or `_total`.
 
 /// The metric name `platform_<capability>_<name>`, as a `&'static str` constant.
 macro_rules! metric_name {
@@ -14,6 +14,7 @@ mod tests {
     use crate::branches::telemetry as branches;
     use crate::idempotency::telemetry as idempotency;
     use crate::lock::telemetry as lock;
+    use crate::rate_limit::telemetry as rate_limit;
     use crate::values::telemetry as values;
 
     #[test]
@@ -35,6 +36,7 @@ mod tests {
             ("values", values::WRITES_TOTAL),
             ("values", values::WAITS_TOTAL),
             ("values", values::WAIT_SECONDS),
+            ("rate_limit", rate_limit::DECISIONS_TOTAL),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (capability, name) in names {

@@ -6,4 +6,5 @@
 mod branches;
 mod idempotency;
 mod lock;
+mod rate_limit;
 mod values;

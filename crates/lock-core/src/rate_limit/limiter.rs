@@ -1,0 +1,326 @@
+//! [`RateLimiter`]: one named limit over a [`RateLimitStore`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::rate_limit::decision::{Basis, Decision, FailurePolicy};
+use crate::rate_limit::error::RateLimitError;
+use crate::rate_limit::port::{Charge, RateLimitStore, Verdict};
+use crate::rate_limit::quota::Quota;
+use crate::rate_limit::telemetry;
+
+/// The longest an [`acquire`](RateLimiter::acquire) waits: 1 h.
+pub const MAX_ACQUIRE_WAIT: Duration = Duration::from_secs(3600);
+
+/// A named limit, such as `login` at `5/1m`, checked per key (a client id, an API key, an IP)
+/// on a shared [`RateLimitStore`].
+///
+/// Clones share the quota and the failure state.
+///
+/// # Contract
+/// - Decisions are made by the store, on its clock: every replica sharing the store and the
+///   name shares the limit.
+/// - A denied request is not charged.
+/// - [`set_quota`](RateLimiter::set_quota) changes the limit for every clone at once without
+///   resetting any key: a lower rate holds from the next call, a higher one never denies what
+///   the old one would have admitted, and the same quota again changes nothing.
+/// - When the store fails, the decision follows the [`FailurePolicy`] and says so in its
+///   [`Basis`]; the first failure of an outage is logged at `WARN`, the recovery at `INFO`.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::rate_limit::{FailurePolicy, InMemoryRateLimits, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), lock_core::rate_limit::RateLimitError> {
+/// let store = Arc::new(InMemoryRateLimits::new());
+/// let login = RateLimiter::new(store, "login", "5/1m".parse()?, FailurePolicy::FailClosed)?;
+///
+/// for _ in 0..5 {
+///     login.try_acquire("client-42", 1).await?.admitted()?;
+/// }
+/// let sixth = login.try_acquire("client-42", 1).await?;
+/// assert!(!sixth.allowed);
+/// assert_eq!(sixth.retry_after.as_secs(), 12); // one request per 12 s
+/// assert_eq!(sixth.admitted().unwrap_err().http_status(), 429);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    name: Arc<str>,
+    quota: Arc<RwLock<Quota>>,
+    policy: FailurePolicy,
+    store: Arc<dyn RateLimitStore>,
+    failing: Arc<AtomicBool>,
+}
+
+/// One limit of a [`check_all`]: `cost` requests of `key` against `limiter`.
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    /// The limit.
+    pub limiter: &'a RateLimiter,
+    /// The limited key.
+    pub key: &'a str,
+    /// Requests to charge.
+    pub cost: u32,
+}
+
+impl RateLimiter {
+    /// The limit `name` with `quota` on `store`, answering by `policy` when the store fails.
+    ///
+    /// # Errors
+    /// [`RateLimitError::InvalidArgument`] for a name that is not a valid key.
+    pub fn new(
+        store: Arc<dyn RateLimitStore>,
+        name: &str,
+        quota: Quota,
+        policy: FailurePolicy,
+    ) -> Result<Self, RateLimitError> {
+        crate::validate_key(name).map_err(|e| RateLimitError::argument("limit", e))?;
+        Ok(RateLimiter {
+            name: name.into(),
+            quota: Arc::new(RwLock::new(quota)),
+            policy,
+            store,
+            failing: Arc::default(),
+        })
+    }
+
+    /// The limit's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quota in force.
+    pub fn quota(&self) -> Quota {
+        *self.quota.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the limiter answers when its store fails.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    /// Changes the quota for this limiter and its clones, keeping every key's state.
+    pub fn set_quota(&self, quota: Quota) {
+        *self.quota.write().unwrap_or_else(|e| e.into_inner()) = quota;
+    }
+
+    /// Charges `cost` requests of `key` if the limit admits them now, without waiting.
+    ///
+    /// # Errors
+    /// [`RateLimitError::CostAboveBurst`] when `cost` exceeds the burst;
+    /// [`RateLimitError::InvalidArgument`] for a bad key. A store failure is a decision by the
+    /// policy, not an error.
+    pub async fn try_acquire(&self, key: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        check_all(&[Part {
+            limiter: self,
+            key,
+            cost,
+        }])
+        .await
+    }
+
+    /// Charges `cost` requests of `key`, waiting up to `timeout` for the limit to admit them.
+    ///
+    /// It sleeps until the retry-after each denial gives and asks again, never polling; it
+    /// returns a denial at once when that retry-after is beyond `timeout`.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](RateLimiter::try_acquire), and [`RateLimitError::InvalidArgument`]
+    /// for a timeout above 1 h.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        cost: u32,
+        timeout: Duration,
+    ) -> Result<Decision, RateLimitError> {
+        crate::check_duration("timeout", timeout, Duration::ZERO, MAX_ACQUIRE_WAIT).map_err(
+            |e| RateLimitError::invalid("timeout", crate::format_duration(timeout), e.to_string()),
+        )?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let decision = self.try_acquire(key, cost).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if decision.allowed || decision.basis != Basis::Counted || decision.retry_after > left {
+                return Ok(decision);
+            }
+            tokio::time::sleep(decision.retry_after).await;
+        }
+    }
+
+    fn charge<'a>(&'a self, key: &'a str, cost: u32) -> Result<Charge<'a>, RateLimitError> {
+        crate::validate_key(key).map_err(|e| RateLimitError::argument("key", e))?;
+        let quota = self.quota();
+        if cost > quota.burst() {
+            return Err(RateLimitError::CostAboveBurst {
+                limit: self.name.to_string(),
+                cost,
+                burst: quota.burst(),
+            });
+        }
+        Ok(Charge {
+            limit: &self.name,
+            key,
+            quota,
+            cost,
+        })
+    }
+
+    /// Notes a store failure or success, logging the first of an outage and the recovery.
+    fn note_outage(&self, failed: Option<&RateLimitError>) {
+        match failed {
+            Some(error) if !self.failing.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(limit = %self.name, policy = ?self.policy, %error,
+                    "rate limit store failed: deciding by the failure policy until it answers");
+            }
+            None if self.failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!(limit = %self.name, "rate limit store answers again");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Checks several limits in one call: charges every part if all admit, none otherwise.
+///
+/// The decision describes the binding part. Every part must use the same store; on a backend
+/// that places keys on shards (a Redis Cluster), parts with different keys may be refused:
+/// give them the same key. When the store fails the request is admitted only if every part's
+/// policy is [`FailurePolicy::FailOpen`].
+///
+/// # Errors
+/// As [`RateLimiter::try_acquire`], and [`RateLimitError::InvalidArgument`] for no parts or
+/// parts on different stores.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::rate_limit::{check_all, FailurePolicy, InMemoryRateLimits, Part, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), lock_core::rate_limit::RateLimitError> {
+/// let store = Arc::new(InMemoryRateLimits::new());
+/// let per_second = RateLimiter::new(store.clone(), "api-second", "10/1s".parse()?, FailurePolicy::FailOpen)?;
+/// let per_day = RateLimiter::new(store, "api-day", "2/24h".parse()?, FailurePolicy::FailOpen)?;
+/// let parts = |key| [Part { limiter: &per_second, key, cost: 1 }, Part { limiter: &per_day, key, cost: 1 }];
+///
+/// assert!(check_all(&parts("client-42")).await?.allowed);
+/// assert!(check_all(&parts("client-42")).await?.allowed);
+/// let third = check_all(&parts("client-42")).await?;
+/// assert!(!third.allowed);
+/// assert_eq!(&*third.limit, "api-day");
+/// // The denied call charged neither limit.
+/// assert_eq!(per_second.try_acquire("client-42", 0).await?.remaining, 8);
+/// # Ok(()) }
+/// ```
+pub async fn check_all(parts: &[Part<'_>]) -> Result<Decision, RateLimitError> {
+    let Some(first) = parts.first() else {
+        return Err(RateLimitError::invalid(
+            "parts",
+            "[]",
+            "at least one part is required",
+        ));
+    };
+    if let Some(other) = parts
+        .iter()
+        .find(|p| !Arc::ptr_eq(&p.limiter.store, &first.limiter.store))
+    {
+        return Err(RateLimitError::invalid(
+            "parts",
+            format!("`{}` and `{}`", first.limiter.name, other.limiter.name),
+            "the limits use different stores; limits checked together share one",
+        ));
+    }
+    let charges = parts
+        .iter()
+        .map(|p| p.limiter.charge(p.key, p.cost))
+        .collect::<Result<Vec<_>, _>>()?;
+    if first.limiter.store.disabled() {
+        let name = Arc::clone(&first.limiter.name);
+        return Ok(Decision::unchecked(
+            true,
+            Basis::Disabled,
+            name,
+            charges[0].quota,
+            first.key,
+        ));
+    }
+    let answered = first.limiter.store.charge(&charges).await;
+    let decision = match answered {
+        Ok(verdicts) if verdicts.len() == parts.len() => {
+            for part in parts {
+                part.limiter.note_outage(None);
+            }
+            binding(parts, &charges, &verdicts)
+        }
+        Ok(verdicts) => {
+            let error = RateLimitError::unavailable(
+                first.limiter.name.to_string(),
+                format!("{} verdicts for {} charges", verdicts.len(), parts.len()),
+            );
+            failed(parts, &charges, &error)
+        }
+        Err(error @ RateLimitError::Unavailable { .. }) => failed(parts, &charges, &error),
+        Err(other) => return Err(other),
+    };
+    for part in parts {
+        telemetry::decided(&part.limiter.name, &decision);
+    }
+    Ok(decision)
+}
+
+/// The decision of the binding part.
+fn binding(parts: &[Part<'_>], charges: &[Charge<'_>], verdicts: &[Verdict]) -> Decision {
+    let allowed = verdicts.iter().all(|v| v.allowed);
+    let index = (0..parts.len())
+        .max_by_key(|&i| {
+            let v = verdicts[i];
+            (!v.allowed, v.retry_after, std::cmp::Reverse(v.remaining))
+        })
+        .unwrap_or(0);
+    let v = verdicts[index];
+    Decision {
+        allowed,
+        basis: Basis::Counted,
+        limit: Arc::clone(&parts[index].limiter.name),
+        quota: charges[index].quota,
+        key: parts[index].key.to_owned(),
+        remaining: v.remaining,
+        retry_after: v.retry_after,
+        reset_after: verdicts
+            .iter()
+            .map(|v| v.reset_after)
+            .max()
+            .unwrap_or_default(),
+    }
+}
+
+/// The decision by the parts' policies when the store failed.
+fn failed(parts: &[Part<'_>], charges: &[Charge<'_>], error: &RateLimitError) -> Decision {
+    for part in parts {
+        part.limiter.note_outage(Some(error));
+    }
+    let open = parts
+        .iter()
+        .all(|p| p.limiter.policy == FailurePolicy::FailOpen);
+    let basis = if open {
+        Basis::FailedOpen
+    } else {
+        Basis::FailedClosed
+    };
+    let first = &parts[0];
+    Decision::unchecked(
+        open,
+        basis,
+        Arc::clone(&first.limiter.name),
+        charges[0].quota,
+        first.key,
+    )
+}

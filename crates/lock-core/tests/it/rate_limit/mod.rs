@@ -1,0 +1,4 @@
+//! Rate limiting on the in-memory backend, and the failure policy on a failing one.
+
+mod memory;
+mod policy;

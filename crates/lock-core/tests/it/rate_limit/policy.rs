@@ -1,0 +1,89 @@
+//! The failure policy: a failing store gives the policy's decision, says so, and is logged once
+//! per outage.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use lock_core::rate_limit::{
+    Basis, Charge, FailurePolicy, InMemoryRateLimits, Part, RateLimitError, RateLimitStore,
+    RateLimiter, Verdict, check_all,
+};
+use lock_testkit::logs::CapturedLogs;
+
+/// An in-memory store that fails while `down` is set.
+#[derive(Debug, Default)]
+struct Flaky {
+    inner: InMemoryRateLimits,
+    down: AtomicBool,
+}
+
+#[async_trait]
+impl RateLimitStore for Flaky {
+    async fn charge(&self, charges: &[Charge<'_>]) -> Result<Vec<Verdict>, RateLimitError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(RateLimitError::unavailable(
+                charges[0].limit,
+                "connection refused",
+            ));
+        }
+        self.inner.charge(charges).await
+    }
+}
+
+fn limiter(store: &Arc<Flaky>, name: &str, policy: FailurePolicy) -> RateLimiter {
+    RateLimiter::new(store.clone(), name, "1/1h".parse().unwrap(), policy).unwrap()
+}
+
+#[tokio::test]
+async fn each_policy_decides_and_says_so_logging_once_per_outage() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let store = Arc::new(Flaky::default());
+    let open = limiter(&store, "gateway", FailurePolicy::FailOpen);
+    let closed = limiter(&store, "payments", FailurePolicy::FailClosed);
+
+    store.down.store(true, Ordering::SeqCst);
+    for _ in 0..50 {
+        let decision = open.try_acquire("client", 1).await.unwrap();
+        assert!(decision.allowed);
+        assert_eq!(decision.basis, Basis::FailedOpen);
+        let decision = closed.try_acquire("client", 1).await.unwrap();
+        assert!(!decision.allowed);
+        assert_eq!(decision.basis, Basis::FailedClosed);
+        assert_eq!(
+            decision.admitted().unwrap_err().code(),
+            "RATE_LIMIT_UNAVAILABLE"
+        );
+    }
+    // Both limits together fail closed: one closed part is enough.
+    let parts = [
+        Part {
+            limiter: &open,
+            key: "client",
+            cost: 1,
+        },
+        Part {
+            limiter: &closed,
+            key: "client",
+            cost: 1,
+        },
+    ];
+    assert_eq!(check_all(&parts).await.unwrap().basis, Basis::FailedClosed);
+
+    store.down.store(false, Ordering::SeqCst);
+    assert_eq!(
+        open.try_acquire("client", 1).await.unwrap().basis,
+        Basis::Counted
+    );
+    assert!(open.try_acquire("client", 1).await.unwrap().basis == Basis::Counted);
+
+    let text = logs.text();
+    assert_eq!(text.matches("rate limit store failed").count(), 2, "{text}");
+    assert_eq!(
+        text.matches("limit=\"gateway\"").count() + text.matches("limit=gateway").count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(text.matches("answers again").count(), 1, "{text}");
+}
