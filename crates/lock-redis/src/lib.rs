@@ -9,6 +9,7 @@
 //! - [`idempotency`]: the record store of idempotent execution.
 //! - [`branches`]: the branch backend of master/sub locks.
 //! - [`values`]: the store of shared values.
+//! - [`rate_limit`]: the store of rate limits.
 //!
 //! How it works, in one screen:
 //! - **Keys.** Lock `name` lives at `<prefix>{name}` and announces releases on
@@ -98,6 +99,7 @@ pub mod branches;
 mod core;
 pub mod idempotency;
 pub mod lock;
+pub mod rate_limit;
 pub mod values;
 
 pub use core::address::{InvalidAddress, RedisAddress, Topology};
@@ -121,5 +123,6 @@ pub mod scripts {
     pub use crate::branches::scripts::*;
     pub use crate::idempotency::scripts::*;
     pub use crate::lock::scripts::*;
+    pub use crate::rate_limit::scripts::*;
     pub use crate::values::scripts::*;
 }

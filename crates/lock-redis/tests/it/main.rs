@@ -13,4 +13,5 @@ mod branches;
 mod core;
 mod idempotency;
 mod lock;
+mod rate_limit;
 mod values;

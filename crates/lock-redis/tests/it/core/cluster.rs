@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
 /// by the last of its ten tests.
-static CLUSTER: Shared<RedisCluster> = Shared::new(10);
+static CLUSTER: Shared<RedisCluster> = Shared::new(11);
 
 /// Takes the shared cluster, starting it on first use.
 async fn cluster() -> Taken<RedisCluster> {
@@ -261,6 +261,56 @@ async fn the_values_conformance_suite_passes_on_the_cluster() {
     assert!(
         failed.is_empty(),
         "values checks failed on the Cluster: {failed:?}"
+    );
+}
+
+struct RateLimitsOnCluster {
+    url: String,
+}
+
+#[async_trait::async_trait]
+impl lock_core::rate_limit::conformance::RateLimitFactory for RateLimitsOnCluster {
+    async fn client(&self) -> Arc<dyn lock_core::rate_limit::RateLimitStore> {
+        crate::rate_limit::store(&client(&self.url).await).await
+    }
+}
+
+/// The rate-limit script's keys are of one key, so one slot: the suite on the cluster, and
+/// limits of different keys refused with an error that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_conformance_suite_passes_on_the_cluster() {
+    use lock_core::rate_limit::{FailurePolicy, Part, check_all};
+
+    let cluster = cluster().await;
+    let factory = RateLimitsOnCluster { url: cluster.url() };
+    let failed = lock_core::rate_limit::conformance::run_all(Arc::new(factory)).await;
+    assert!(
+        failed.is_empty(),
+        "rate-limit checks failed on the Cluster: {failed:?}"
+    );
+
+    let store = crate::rate_limit::store(&client(&cluster.url()).await).await;
+    let per_client =
+        crate::rate_limit::limiter(&store, "per-client", "2/1h", FailurePolicy::FailOpen);
+    let global = crate::rate_limit::limiter(&store, "global", "2/1h", FailurePolicy::FailOpen);
+    let parts = [
+        Part {
+            limiter: &per_client,
+            key: "client-42",
+            cost: 1,
+        },
+        Part {
+            limiter: &global,
+            key: "all",
+            cost: 1,
+        },
+    ];
+    let error = check_all(&parts).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("on a Redis Cluster, limits checked together must be of one key"),
+        "{error}"
     );
 }
 

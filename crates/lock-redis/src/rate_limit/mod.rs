@@ -1,0 +1,143 @@
+//! Rate limiting on Redis: [`RedisRateLimits`], the [`RateLimitStore`] of
+//! `lock_core::rate_limit::RateLimiter`, on the connections of a [`RedisClient`].
+//!
+//! - **Keys.** Limit `login` of key `client-42` is one string, `<prefix>rate:{client-42}:login`,
+//!   holding `<tat>:<interval>` (µs of the server's `TIME`) with the TTL of its reset-after:
+//!   a key at rest is gone.
+//! - **One script** (`scripts/gcra.lua`, `EVALSHA` with a reload on `NOSCRIPT`) reads the
+//!   clock and every charge's state, decides them all, and writes them only if all are
+//!   allowed: `TIME`, then a `GET` per charge, then a `SET` per charged one.
+//! - **Cluster.** Charges of one call must share a slot: with the key as the hash tag, limits
+//!   of the same key always do; charges of different keys are refused on a Cluster with an
+//!   error saying so.
+
+pub(crate) mod scripts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use lock_core::rate_limit::{Charge, RateLimitError, RateLimitStore, Verdict};
+
+use crate::core::address::Topology;
+use crate::core::client::{RedisClient, RedisCore};
+use crate::core::error::RedisFailure;
+
+/// The capability's name in its keys: `<prefix>rate:{<key>}:<limit>`.
+const CAPABILITY: &str = "rate";
+/// The script as errors name it.
+const OPERATION: &str = "rate limit script";
+
+/// Where rate-limit state lives in Redis: on the connections and key prefix of a
+/// [`RedisClient`]. Use it through `lock_core::rate_limit::RateLimiter`, or get both from
+/// lock-starter.
+///
+/// Needs `EVALSHA` and `SCRIPT LOAD`, and `TIME`, `GET` and `SET` inside its script.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use lock_core::rate_limit::{FailurePolicy, RateLimiter};
+/// use lock_redis::rate_limit::RedisRateLimits;
+/// use lock_redis::{RedisClient, RedisConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = RedisClient::connect(RedisConfig::new("redis://127.0.0.1:6379")).await?;
+/// let store = Arc::new(RedisRateLimits::new(&redis).await);
+/// let login = RateLimiter::new(store, "login", "5/1m".parse()?, FailurePolicy::FailClosed)?;
+/// let decision = login.try_acquire("client-42", 1).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisRateLimits {
+    core: Arc<RedisCore>,
+    script: fred::types::scripts::Script,
+    cluster: bool,
+}
+
+impl RedisRateLimits {
+    /// Rate limits on `client`'s connections, under its key prefix. Loads the script while
+    /// Redis answers.
+    pub async fn new(client: &RedisClient) -> Self {
+        let core = Arc::clone(&client.core);
+        let script = fred::types::scripts::Script::from_lua(scripts::GCRA_SCRIPT);
+        crate::core::scripts::preload(&core, &[&script], CAPABILITY).await;
+        let cluster = matches!(
+            core.config.address.as_ref().map(|a| a.topology()),
+            Ok(Topology::Cluster)
+        );
+        RedisRateLimits {
+            core,
+            script,
+            cluster,
+        }
+    }
+
+    /// The Redis key of limit `limit` for `key`, e.g. `lock:rate:{client-42}:login`, for
+    /// inspecting it with `redis-cli`.
+    pub fn state_key(&self, limit: &str, key: &str) -> String {
+        let mut state = self.core.keys.capability_key(CAPABILITY, key);
+        state.push(':');
+        state.push_str(limit);
+        state
+    }
+}
+
+#[async_trait]
+impl RateLimitStore for RedisRateLimits {
+    async fn charge(&self, charges: &[Charge<'_>]) -> Result<Vec<Verdict>, RateLimitError> {
+        let Some(first) = charges.first() else {
+            return Ok(Vec::new());
+        };
+        if self.cluster {
+            if let Some(other) = charges.iter().find(|c| c.key != first.key) {
+                return Err(RateLimitError::invalid(
+                    "parts",
+                    format!("keys {:?} and {:?}", first.key, other.key),
+                    "on a Redis Cluster, limits checked together must be of one key (it is their hash tag, so they share a slot); check the others separately",
+                ));
+            }
+        }
+        let failed = |cause: RedisFailure| RateLimitError::unavailable(first.limit, cause);
+        if let Some(failure) = self.core.unreachable(OPERATION) {
+            return Err(failed(failure));
+        }
+        let keys: Vec<String> = charges
+            .iter()
+            .map(|c| self.state_key(c.limit, c.key))
+            .collect();
+        let reply: Vec<i64> = crate::core::scripts::call(&self.core.client, &self.script, || {
+            let args = charges
+                .iter()
+                .flat_map(|c| {
+                    [
+                        Value::from(c.quota.emission_interval_micros()),
+                        Value::from(i64::from(c.quota.burst())),
+                        Value::from(i64::from(c.cost)),
+                    ]
+                })
+                .collect();
+            (keys.iter().map(|k| k.as_str().into()).collect(), args)
+        })
+        .await
+        .map_err(|e| failed(self.core.failure(OPERATION, e)))?;
+        if reply.len() != 4 * charges.len() {
+            return Err(failed(RedisFailure::protocol(
+                OPERATION,
+                "unexpected reply shape",
+            )));
+        }
+        let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+        Ok(reply
+            .chunks_exact(4)
+            .map(|v| Verdict {
+                allowed: v[0] == 1,
+                remaining: u32::try_from(v[1]).unwrap_or(0),
+                retry_after: micros(v[2]),
+                reset_after: micros(v[3]),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,27 @@
+//! Rate limiting on real redis-server processes.
+
+mod processes;
+mod sentinel;
+mod store;
+
+use std::sync::Arc;
+
+use lock_core::rate_limit::{FailurePolicy, Quota, RateLimiter};
+use lock_redis::lock::RedisLock;
+use lock_redis::rate_limit::RedisRateLimits;
+
+/// The rate-limit store on `lock`'s connections.
+pub(crate) async fn store(lock: &RedisLock) -> Arc<RedisRateLimits> {
+    Arc::new(RedisRateLimits::new(&lock.client()).await)
+}
+
+/// The limit `name` at `quota` on `store`.
+pub(crate) fn limiter(
+    store: &Arc<RedisRateLimits>,
+    name: &str,
+    quota: &str,
+    policy: FailurePolicy,
+) -> RateLimiter {
+    let quota: Quota = quota.parse().unwrap();
+    RateLimiter::new(store.clone(), name, quota, policy).unwrap()
+}

@@ -1,0 +1,36 @@
+//! Rate limiting through Sentinel: the conformance suite on the deployment's master.
+
+use std::sync::Arc;
+
+use lock_core::rate_limit::RateLimitStore;
+use lock_core::rate_limit::conformance::{RateLimitFactory, run_all};
+use lock_testkit::RedisSentinel;
+
+use crate::common;
+
+struct ThroughSentinel {
+    url: String,
+}
+
+#[async_trait::async_trait]
+impl RateLimitFactory for ThroughSentinel {
+    async fn client(&self) -> Arc<dyn RateLimitStore> {
+        let lock = common::connect(common::config_at(self.url.clone())).await;
+        super::store(&lock).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_conformance_suite_passes_through_sentinel() {
+    let sentinel = RedisSentinel::start().await.expect("the deployment starts");
+    let failed = run_all(Arc::new(ThroughSentinel {
+        url: sentinel.url(),
+    }))
+    .await;
+    assert!(
+        failed.is_empty(),
+        "rate-limit checks failed through Sentinel: {failed:?}"
+    );
+    let keys = sentinel.master().cmd(&["DBSIZE"]).await.unwrap();
+    assert_ne!(keys.trim(), "0", "no state was ever written to the master");
+}

@@ -1,0 +1,142 @@
+//! Rate limiting on one redis-server: the conformance suite, the stored form, keys at rest
+//! expiring, limits of different keys checked together, and Redis killed mid-run under each
+//! failure policy.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{GENEROUS, eventually, server};
+use lock_core::rate_limit::conformance::RateLimitFactory;
+use lock_core::rate_limit::{Basis, FailurePolicy, Part, RateLimitStore, check_all};
+use lock_testkit::RedisServer;
+
+use super::{limiter, store};
+
+struct Redis(RedisServer);
+
+#[async_trait::async_trait]
+impl RateLimitFactory for Redis {
+    async fn client(&self) -> Arc<dyn RateLimitStore> {
+        store(&common::client(&self.0).await).await
+    }
+}
+
+mod conformance {
+    use super::{Redis, server};
+
+    lock_core::conformance_tests!(rate_limit, async { Redis(server().await) });
+}
+
+/// One string per limit and key, `<tat>:<interval>` in µs of the server's clock, with the TTL
+/// of its reset-after; a denial writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_one_string_that_expires_at_rest() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let login = limiter(&store, "login", "2/1m", FailurePolicy::FailClosed);
+    let key = store.state_key("login", "client-42");
+    assert_eq!(key, "lock:rate:{client-42}:login");
+
+    let decision = login.try_acquire("client-42", 1).await.unwrap();
+    let state = common::value(&redis, &key).await;
+    let (tat, interval) = state.split_once(':').unwrap();
+    assert_eq!(interval.parse::<f64>().unwrap(), 30e6, "{state}");
+    let time = redis.cmd(&["TIME"]).await.unwrap();
+    let now_s: f64 = time.lines().next().unwrap().parse().unwrap();
+    let tat_s = tat.parse::<f64>().unwrap() / 1e6;
+    assert!(tat_s > now_s && tat_s < now_s + 31.0, "{tat_s} vs {now_s}");
+    let ttl: i64 = common::integer(&redis, &["PTTL", &key]).await;
+    assert!(ttl > 25_000 && ttl <= 30_000, "PTTL {ttl}");
+    assert_eq!(decision.reset_after, Duration::from_secs(30));
+
+    login.try_acquire("client-42", 1).await.unwrap();
+    let full = common::value(&redis, &key).await;
+    assert!(!login.try_acquire("client-42", 1).await.unwrap().allowed);
+    assert_eq!(
+        common::value(&redis, &key).await,
+        full,
+        "a denial writes nothing"
+    );
+
+    let fast = limiter(&store, "fast", "1/200ms", FailurePolicy::FailClosed);
+    fast.try_acquire("client-42", 1).await.unwrap();
+    let fast_key = store.state_key("fast", "client-42");
+    let gone = eventually(GENEROUS, || async {
+        common::integer(&redis, &["EXISTS", &fast_key]).await == 0
+    });
+    assert!(gone.await, "a key at rest expires");
+}
+
+/// On one server, limits of different keys (per client and global) are checked together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_of_different_keys_are_charged_together_on_one_server() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let per_client = limiter(&store, "per-client", "2/1h", FailurePolicy::FailClosed);
+    let global = limiter(&store, "global", "3/1h", FailurePolicy::FailClosed);
+    let check = |client| {
+        let parts = [
+            Part {
+                limiter: &per_client,
+                key: client,
+                cost: 1,
+            },
+            Part {
+                limiter: &global,
+                key: "all",
+                cost: 1,
+            },
+        ];
+        async move { check_all(&parts).await.unwrap() }
+    };
+    assert!(check("a").await.allowed);
+    assert!(check("a").await.allowed);
+    let third = check("a").await;
+    assert!(!third.allowed && &*third.limit == "per-client", "{third:?}");
+    assert!(
+        check("b").await.allowed,
+        "the denied check did not charge the global limit"
+    );
+    let fourth = check("c").await;
+    assert!(!fourth.allowed && &*fourth.limit == "global", "{fourth:?}");
+    assert_eq!(per_client.try_acquire("c", 0).await.unwrap().remaining, 2);
+}
+
+/// Redis killed mid-run: the fail-open limiter admits, the fail-closed one denies, each says
+/// so; once Redis is back both count again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_decides_by_each_policy() {
+    let mut redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let open = limiter(&store, "gateway", "5/1h", FailurePolicy::FailOpen);
+    let closed = limiter(&store, "payments", "5/1h", FailurePolicy::FailClosed);
+    for limiter in [&open, &closed] {
+        assert_eq!(
+            limiter.try_acquire("client", 1).await.unwrap().basis,
+            Basis::Counted
+        );
+    }
+    redis.kill().await.unwrap();
+    for _ in 0..20 {
+        let admitted = open.try_acquire("client", 1).await.unwrap();
+        assert!(
+            admitted.allowed && admitted.basis == Basis::FailedOpen,
+            "{admitted:?}"
+        );
+        let denied = closed.try_acquire("client", 1).await.unwrap();
+        assert!(
+            !denied.allowed && denied.basis == Basis::FailedClosed,
+            "{denied:?}"
+        );
+    }
+    redis.restart().await.unwrap();
+    let counted = eventually(GENEROUS, || async {
+        open.try_acquire("client", 0).await.unwrap().basis == Basis::Counted
+    });
+    assert!(counted.await, "the limiter counts again once Redis is back");
+    let decision = closed.try_acquire("client", 1).await.unwrap();
+    assert_eq!(decision.basis, Basis::Counted);
+    assert!(decision.allowed);
+}
