@@ -10,6 +10,7 @@ use lock_core::LockError;
 use lock_core::branches::{Branches, MasterLocks};
 use lock_core::idempotency::{Idempotency, IdempotencyStore};
 use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, ShutdownSummary};
+use lock_core::rate_limit::{FailurePolicy, RateLimitError, RateLimitStore, RateLimiter};
 use lock_core::values::{SharedValues, ValueStore};
 use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
@@ -18,6 +19,7 @@ use crate::branches::wiring as branch_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency::wiring::{self as idempotency, Store};
+use crate::rate_limit::wiring as rate_limit_wiring;
 use crate::values::wiring as value_wiring;
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
@@ -42,6 +44,7 @@ pub struct LockStarter {
     idempotency: Idempotency,
     master_locks: MasterLocks,
     values: SharedValues,
+    rate_limits: Arc<dyn RateLimitStore>,
     settings: LockSettings,
 }
 
@@ -269,6 +272,69 @@ impl LockStarter {
         &self.values
     }
 
+    /// The rate limit `name`, with the quota configured under
+    /// `telco.platform.lock.rate-limits.<name>`, on the lock's Redis connections; it answers by
+    /// `policy` when Redis fails. See `docs/rate-limiting.md`.
+    ///
+    /// Each call gives a limiter of its own: [`RateLimiter::set_quota`] changes that one (and its
+    /// clones). Disabled (`enabled = false`): every request is admitted.
+    ///
+    /// # Errors
+    /// [`RateLimitError::InvalidArgument`] when no quota is configured for `name`; it names the
+    /// configured ones.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = Figment::from(Toml::string(
+    ///     "[telco.platform.lock.rate-limits.login]\nrate = \"5/1m\"\nburst = 2\n",
+    /// ));
+    /// # let config = config.merge(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+    /// let starter = LockStarter::builder().figment(config).build().await?;
+    /// let login = starter.rate_limiter("login", FailurePolicy::FailClosed)?;
+    /// assert_eq!(login.quota().to_string(), "5/60s, burst 2");
+    ///
+    /// let error = starter.rate_limiter("signup", FailurePolicy::FailOpen).unwrap_err();
+    /// assert!(error.to_string().contains("configured: login"));
+    /// # Ok(()) }
+    /// ```
+    pub fn rate_limiter(
+        &self,
+        name: &str,
+        policy: FailurePolicy,
+    ) -> Result<RateLimiter, RateLimitError> {
+        let Some(quota) = self.settings.rate_limits.get(name) else {
+            let configured: Vec<&str> = self
+                .settings
+                .rate_limits
+                .keys()
+                .map(String::as_str)
+                .collect();
+            return Err(RateLimitError::invalid(
+                "limit",
+                format!("{name:?}"),
+                format!(
+                    "no quota is configured for it; set telco.platform.lock.rate-limits.{name}.rate (configured: {})",
+                    if configured.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        configured.join(", ")
+                    }
+                ),
+            ));
+        };
+        RateLimiter::new(self.rate_limit_store(), name, *quota, policy)
+    }
+
+    /// The store of rate limits, for a [`RateLimiter`] whose quota the code sets.
+    pub fn rate_limit_store(&self) -> Arc<dyn RateLimitStore> {
+        Arc::clone(&self.rate_limits)
+    }
+
     /// Master/sub locks on the lock's Redis connections: `with_master_lock` runs a block under
     /// the lock and, when it returns, waits for every asynchronous branch it registered (a
     /// message a consumer indexes, say) before releasing; consumers call `release_branch`
@@ -475,6 +541,7 @@ pub struct LockStarterBuilder {
     idempotency_store: Option<Arc<dyn IdempotencyStore>>,
     branches: Option<Arc<dyn Branches>>,
     value_store: Option<Arc<dyn ValueStore>>,
+    rate_limit_store: Option<Arc<dyn RateLimitStore>>,
 }
 
 impl fmt::Debug for LockStarterBuilder {
@@ -486,6 +553,7 @@ impl fmt::Debug for LockStarterBuilder {
             .field("custom_idempotency_store", &self.idempotency_store)
             .field("custom_branches", &self.branches.is_some())
             .field("custom_value_store", &self.value_store)
+            .field("custom_rate_limit_store", &self.rate_limit_store)
             .finish()
     }
 }
@@ -615,6 +683,13 @@ impl LockStarterBuilder {
         self
     }
 
+    /// Keeps rate limits in this store instead of on the Redis lock's connections.
+    /// `telco.platform.lock.enabled = false` still admits every request.
+    pub fn rate_limit_store(mut self, store: Arc<dyn RateLimitStore>) -> Self {
+        self.rate_limit_store = Some(store);
+        self
+    }
+
     /// Keeps shared values in this store instead of on the Redis lock's connections.
     /// `telco.platform.lock.enabled = false` still keeps them in this process only.
     pub fn value_store(mut self, store: Arc<dyn ValueStore>) -> Self {
@@ -675,12 +750,15 @@ impl LockStarterBuilder {
             let master_locks =
                 branch_wiring::build(&settings, branch_wiring::Store::Disabled(&detail)).await;
             let values = value_wiring::build(value_wiring::Store::Disabled(&detail)).await;
+            let rate_limits =
+                rate_limit_wiring::build(rate_limit_wiring::Store::Disabled(&detail)).await;
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
                 idempotency,
                 master_locks,
                 values,
+                rate_limits,
                 settings,
             });
         }
@@ -714,12 +792,19 @@ impl LockStarterBuilder {
             (None, None) => value_wiring::Store::InProcess,
         };
         let values = value_wiring::build(values).await;
+        let rate_limits = match (self.rate_limit_store, &redis) {
+            (Some(custom), _) => rate_limit_wiring::Store::Custom(custom),
+            (None, Some(redis)) => rate_limit_wiring::Store::Redis(redis),
+            (None, None) => rate_limit_wiring::Store::InProcess,
+        };
+        let rate_limits = rate_limit_wiring::build(rate_limits).await;
         Ok(LockStarter {
             lock: Ok(lock),
             redis,
             idempotency,
             master_locks,
             values,
+            rate_limits,
             settings,
         })
     }

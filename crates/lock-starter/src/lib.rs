@@ -6,10 +6,12 @@
 //!
 //! On the same Redis connections it gives idempotent execution, [`LockStarter::idempotency`]: a
 //! retried call gets the first call's result instead of running twice (`docs/idempotency.md`);
-//! master/sub locks, [`LockStarter::master_locks`]; and shared values with wait-for-change,
-//! [`LockStarter::values`] (`docs/values.md`).
+//! master/sub locks, [`LockStarter::master_locks`]; shared values with wait-for-change,
+//! [`LockStarter::values`] (`docs/values.md`); and rate limiting,
+//! [`LockStarter::rate_limiter`] (`docs/rate-limiting.md`).
 //!
-//! Each capability is a module, [`lock`], [`idempotency`], [`branches`] and [`values`],
+//! Each capability is a module, [`lock`], [`idempotency`], [`branches`], [`values`] and
+//! [`rate_limit`],
 //! holding its API and its wiring. The shared part serves them all: configuration
 //! ([`config`]), the builder and [`LockStarter`], the health check, HTTP problem responses, and
 //! [`redis`] for wiring the Redis implementations by hand. [`prelude`] has the everyday names.
@@ -154,6 +156,17 @@ pub mod values {
     pub(crate) mod wiring;
 }
 
+/// Rate limiting: GCRA on Redis' clock, a limit per name and key, an explicit failure policy
+/// (see [`LockStarter::rate_limiter`](crate::LockStarter::rate_limiter) and
+/// `docs/rate-limiting.md`).
+pub mod rate_limit {
+    pub use lock_core::rate_limit::{
+        Basis, Charge, Decision, DisabledRateLimits, FailurePolicy, InMemoryRateLimits, Part,
+        Quota, RateLimitError, RateLimitStore, RateLimiter, Verdict, check_all,
+    };
+    pub(crate) mod wiring;
+}
+
 /// The Redis implementations, for wiring them by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::branches::RedisBranches;
@@ -161,6 +174,7 @@ pub mod redis {
     pub use lock_redis::lock::{
         ForceReleased, LockState, LockStatus, RedisLock, RedisLockConfig, WatchdogStats,
     };
+    pub use lock_redis::rate_limit::RedisRateLimits;
     pub use lock_redis::values::RedisValues;
     pub use lock_redis::{RedisClient, RedisConfig, RedisFailure, Refusal};
 }
@@ -178,6 +192,8 @@ pub mod prelude {
         InMemoryLock, Lease, LeaseStatus, LockError, LockHandle, LostReason, ReleaseOutcome,
         ShutdownSummary, Unguarded, UnguardedReason,
     };
+    #[doc(no_inline)]
+    pub use crate::rate_limit::{Decision, FailurePolicy, Quota, RateLimitError, RateLimiter};
     #[doc(no_inline)]
     pub use crate::values::{
         Expiry, Flight, Progress, SharedValues, ValuesError, Versioned, Waited, WhenBusy,

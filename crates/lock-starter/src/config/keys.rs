@@ -9,6 +9,7 @@ use std::time::Duration;
 use lock_core::duration_range;
 use lock_core::idempotency::{MAX_RESULT_BYTES, MIN_RESULT_TTL};
 use lock_core::lock::{MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT};
+use lock_core::rate_limit::{MAX_BURST, Quota};
 use lock_core::validate_instance_id;
 use lock_redis::limits::{
     ACCEPTED_ADDRESSES, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS,
@@ -186,6 +187,48 @@ pub const KEYS: &[KeySpec] = &[
         |s| Val::Duration(s.branches.wait_time)),
 ];
 
+/// What stands for the name in a key of [`NAMED_KEYS`].
+pub(crate) const NAME: &str = "<name>";
+
+/// The keys of named sections, `<name>` standing for a name the service chooses, such as
+/// `telco.platform.lock.rate-limits.login.rate`.
+#[rustfmt::skip]
+pub const NAMED_KEYS: &[KeySpec] = &[
+    named("telco.platform.lock.rate-limits.<name>.rate", Described("none: each limit needs its rate"),
+        text("<count>/<period>, such as 100/1s or 5000/1h: 1 or more per 1 ms to 720 h, at most a million per second", quota_problem),
+        "Quota of the rate limit <name> (LockStarter::rate_limiter): requests per period at the steady rate."),
+    named("telco.platform.lock.rate-limits.<name>.burst", Described("the rate's count"),
+        Accepts::Count { min: 1, max: MAX_BURST },
+        "Most requests of the rate limit <name> admitted at once, from rest; at most 720 h of the rate."),
+];
+
+const fn named(
+    name: &'static str,
+    default: KeyDefault,
+    accepts: Accepts,
+    doc: &'static str,
+) -> KeySpec {
+    KeySpec {
+        name,
+        default,
+        accepts,
+        doc,
+        get: None,
+    }
+}
+
+fn quota_problem(text: &str) -> Option<String> {
+    let error = text.parse::<Quota>().err()?;
+    Some(match error {
+        lock_core::rate_limit::RateLimitError::InvalidArgument { problem, .. } => problem
+            .split("; accepted")
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+        other => other.to_string(),
+    })
+}
+
 const fn text(described: &'static str, check: fn(&str) -> Option<String>) -> Accepts {
     Accepts::Text { described, check }
 }
@@ -294,6 +337,28 @@ impl KeySpec {
         } else {
             vec![strict, relaxed]
         }
+    }
+
+    /// For a key of [`NAMED_KEYS`]: the name `path` gives it, if `path` is this key.
+    pub(crate) fn name_in<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let (before, after) = self.name.split_once(NAME)?;
+        let name = path.strip_prefix(before)?.strip_suffix(after)?;
+        (!name.is_empty() && !name.contains('.')).then_some(name)
+    }
+
+    /// For a key of [`NAMED_KEYS`]: the name a variable gives it, if the variable sets this
+    /// key (`TELCO_PLATFORM_LOCK_RATE_LIMITS_LOGIN_RATE` gives `login`; `_` stands for `-`).
+    pub(crate) fn name_in_env(&self, var: &str) -> Option<String> {
+        self.env_names().iter().find_map(|pattern| {
+            let (before, after) = pattern.split_once(&NAME.to_ascii_uppercase())?;
+            let name = var.strip_prefix(before)?.strip_suffix(after)?;
+            (!name.is_empty()).then(|| name.to_ascii_lowercase().replace('_', "-"))
+        })
+    }
+
+    /// For a key of [`NAMED_KEYS`]: the key of `name`.
+    pub(crate) fn for_name(&self, name: &str) -> String {
+        self.name.replace(NAME, name)
     }
 
     pub(crate) fn value<'a>(&self, settings: &'a LockSettings) -> Option<Val<'a>> {

@@ -2,6 +2,7 @@
 //! the key table, origins from figment's metadata, the table's checks, the Spring fallback, and
 //! warnings for keys the lock does not read.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use lock_core::parse_duration;
+use lock_core::rate_limit::Quota;
 use lock_redis::{RedisAddress, redact};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, de};
@@ -16,7 +18,7 @@ use serde::{Deserialize, Deserializer, de};
 use super::error::ConfigError;
 use super::error::one_line_message;
 use super::keys::{
-    KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
+    KEYS, KeyDefault, KeySpec, NAMED_KEYS, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
     near_miss_of_prefix, spec,
 };
 use super::origin::HostEnv;
@@ -183,18 +185,112 @@ fn origin_of(figment: &Figment, path: &str) -> Origin {
 }
 
 fn invalid(figment: &Figment, spec: &KeySpec, problem: impl Into<String>) -> ConfigError {
-    let shown = match figment.find_value(spec.name) {
+    invalid_at(figment, spec, spec.name, problem)
+}
+
+/// The error of the value at `path`, which `spec` declares (a named key's path has the name).
+fn invalid_at(
+    figment: &Figment,
+    spec: &KeySpec,
+    path: &str,
+    problem: impl Into<String>,
+) -> ConfigError {
+    let shown = match figment.find_value(path) {
         _ if spec.name.contains("password") => "***".to_owned(),
         Ok(value) => show(&value),
         Err(_) => "nothing".to_owned(),
     };
     ConfigError::InvalidValue {
-        key: spec.name.to_owned(),
+        key: path.to_owned(),
         value: shown,
-        origin: Box::new(origin_of(figment, spec.name)),
+        origin: Box::new(origin_of(figment, path)),
         problem: problem.into(),
         accepted: spec.accepted(),
     }
+}
+
+/// The keys of a named section: `rate, burst`.
+fn named_keys() -> String {
+    let keys: Vec<&str> = NAMED_KEYS
+        .iter()
+        .filter_map(|spec| spec.name.rsplit('.').next())
+        .collect();
+    keys.join(", ")
+}
+
+/// `rate-limits.<name>.{rate, burst}`: the quota of every named rate limit, checked.
+fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError> {
+    let [rate, burst] = [0, 1].map(|i| &NAMED_KEYS[i]);
+    let table = rate
+        .name
+        .split_once(".<")
+        .map_or(rate.name, |(table, _)| table);
+    let Ok(Value::Dict(_, limits)) = figment.find_value(table) else {
+        return Ok(BTreeMap::new());
+    };
+    let mut quotas = BTreeMap::new();
+    for (name, section) in &limits {
+        let path = rate.for_name(name);
+        if !matches!(section, Value::Dict(..)) {
+            let table = path.rsplit_once('.').map_or(path.as_str(), |(t, _)| t);
+            return Err(ConfigError::InvalidValue {
+                key: table.to_owned(),
+                value: show(section),
+                origin: Box::new(origin_of(figment, table)),
+                problem: "a value where a table is expected".to_owned(),
+                accepted: format!("a table with the keys {}", named_keys()),
+            });
+        }
+        if let Err(error) = lock_core::validate_key(name) {
+            return Err(invalid_at(
+                figment,
+                rate,
+                &path,
+                format!("the name {name:?}: {error}"),
+            ));
+        }
+        let text = match figment.find_value(&path) {
+            Ok(Value::String(_, text)) => text,
+            Ok(_) => return Err(invalid_at(figment, rate, &path, "not text")),
+            Err(_) => {
+                return Err(invalid_at(
+                    figment,
+                    rate,
+                    &path,
+                    "each rate limit needs its rate",
+                ));
+            }
+        };
+        if let Some(problem) = rate.problem(&Val::Text(&text)) {
+            return Err(invalid_at(figment, rate, &path, problem));
+        }
+        let mut quota: Quota =
+            text.parse()
+                .map_err(|e: lock_core::rate_limit::RateLimitError| {
+                    invalid_at(figment, rate, &path, e.to_string())
+                })?;
+        let burst_path = burst.for_name(name);
+        if let Ok(value) = figment.find_value(&burst_path) {
+            let count = match &value {
+                Value::Num(_, num) => num.to_i128().and_then(|n| u32::try_from(n).ok()),
+                Value::String(_, text) => text.trim().parse().ok(),
+                _ => None,
+            };
+            let count = count
+                .ok_or_else(|| invalid_at(figment, burst, &burst_path, "not a whole number"))?;
+            if let Some(problem) = burst.problem(&Val::Count(count)) {
+                return Err(invalid_at(figment, burst, &burst_path, problem));
+            }
+            quota = quota.with_burst(count).map_err(|e| match e {
+                lock_core::rate_limit::RateLimitError::InvalidArgument { problem, .. } => {
+                    invalid_at(figment, burst, &burst_path, problem)
+                }
+                other => invalid_at(figment, burst, &burst_path, other.to_string()),
+            })?;
+        }
+        quotas.insert(name.clone(), quota);
+    }
+    Ok(quotas)
 }
 
 /// A serde error as the error of the key (or table) it is about.
@@ -246,7 +342,7 @@ fn table_accepted(table: &str) -> String {
 /// under `[telco.platform.lock]`). Run on every source by itself, before they are merged, so a
 /// later source setting a key inside the table cannot hide it.
 pub(crate) fn check_tables(figment: &Figment) -> Result<(), ConfigError> {
-    for spec in KEYS.iter().chain(SPRING_KEYS) {
+    for spec in KEYS.iter().chain(SPRING_KEYS).chain(NAMED_KEYS) {
         let mut table = spec.name;
         while let Some((parent, _)) = table.rsplit_once('.') {
             table = parent;
@@ -305,7 +401,9 @@ fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
     for (path, value) in &all {
         let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
         if let Some(rest) = path.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('.')) {
-            if KEYS.iter().any(|spec| spec.name == path) {
+            if KEYS.iter().any(|spec| spec.name == path)
+                || NAMED_KEYS.iter().any(|spec| spec.name_in(path).is_some())
+            {
                 continue;
             }
             warnings.warn(format!(
@@ -357,6 +455,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         }
     }
     check_ca_file(&full, &settings.redis)?;
+    settings.rate_limits = rate_limits(&full)?;
     settings.warnings = warnings.0;
     for spec in KEYS {
         if let Some(line) = settings.describe(spec.name) {

@@ -36,16 +36,20 @@ mod load;
 mod origin;
 mod sources;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::Figment;
+use lock_core::rate_limit::Quota;
 use serde::Deserialize;
 
 pub use error::ConfigError;
 pub(crate) use keys::key_of_setting;
 #[doc(hidden)]
-pub use keys::{Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, PREFIX, SPRING_KEYS, key_spec};
+pub use keys::{
+    Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, NAMED_KEYS, PREFIX, SPRING_KEYS, key_spec,
+};
 pub(crate) use load::quote;
 #[doc(hidden)]
 pub use lock_core::duration_range;
@@ -120,6 +124,9 @@ pub struct LockSettings {
     pub idempotency: IdempotencySection,
     /// `telco.platform.lock.branches.*`: the defaults of master/sub locks.
     pub branches: BranchesSection,
+    /// `telco.platform.lock.rate-limits.<name>.*`: the quota of each named rate limit.
+    #[serde(skip)]
+    pub rate_limits: BTreeMap<String, Quota>,
     /// Where each value came from (see [`LockSettings::source_of`]).
     #[serde(skip)]
     pub(crate) origins: Origins,

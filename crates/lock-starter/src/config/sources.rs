@@ -9,7 +9,9 @@ use figment::providers::{Format, Toml};
 use figment::{Figment, Metadata, Provider};
 
 use super::error::{ConfigError, one_line_message};
-use super::keys::{ENV_PREFIX, KEYS, KeySpec, SPRING_KEYS, hint_part, near_miss_of_prefix};
+use super::keys::{
+    ENV_PREFIX, KEYS, KeySpec, NAMED_KEYS, SPRING_KEYS, hint_part, near_miss_of_prefix,
+};
 use super::load::{Parsed, check_tables, fixed, quote};
 use super::origin::{ENV_PROVIDER, HostEnv};
 
@@ -302,8 +304,14 @@ fn merge_env(
             .iter()
             .chain(SPRING_KEYS)
             .find(|spec| spec.env_names().contains(name));
+        let named = NAMED_KEYS
+            .iter()
+            .find_map(|spec| Some((spec, spec.name_in_env(name)?)));
         if let Some(spec) = spec {
             by_key.entry(spec.name).or_default().push((name, value));
+        } else if let Some((spec, key_name)) = named {
+            let metadata = Metadata::named(ENV_PROVIDER).source(name.clone());
+            figment = figment.merge(fixed(metadata, &spec.for_name(&key_name), value));
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
             host_env.warnings.push(format!(
                 "unknown environment variable {name} is ignored: it names no key under \

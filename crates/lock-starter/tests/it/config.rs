@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_starter::config::{
-    Accepts, ConfigError, ConfigSources, KEYS, KeyDefault, KeySpec, LockSettings, Origin,
-    SPRING_KEYS, key_spec,
+    Accepts, ConfigError, ConfigSources, KEYS, KeyDefault, KeySpec, LockSettings, NAMED_KEYS,
+    Origin, SPRING_KEYS, key_spec,
 };
 
 const POD: (&str, &str) = ("POD_NAME", "billing-7f9c");
@@ -659,7 +659,7 @@ fn doc_table() -> String {
     let mut out = String::from(
         "| key | default | environment variables | accepted | meaning |\n|---|---|---|---|---|\n",
     );
-    for spec in KEYS.iter().chain(SPRING_KEYS) {
+    for spec in KEYS.iter().chain(NAMED_KEYS).chain(SPRING_KEYS) {
         let default = match spec.default {
             KeyDefault::Value(value) => format!("`{value}`"),
             KeyDefault::Described(text) => text.to_owned(),
@@ -720,6 +720,19 @@ fn lock_toml() -> String {
             (KeyDefault::Value(v), _) => out.push_str(&format!("# {key} = {v:?}\n")),
             (KeyDefault::Described(text), _) => out.push_str(&format!("# Default: {text}.\n")),
         }
+    }
+    out.push_str(
+        "\n# One table per rate limit, such as [telco.platform.lock.rate-limits.login]:\n",
+    );
+    out.push_str("# [telco.platform.lock.rate-limits.<name>]\n");
+    for spec in NAMED_KEYS {
+        out.push_str(&format!(
+            "#\n# {}\n# Env: {}. Accepted: {}.\n# Default: {}.\n",
+            spec.doc,
+            env_list(spec, false),
+            spec.accepted(),
+            spec.default_text()
+        ));
     }
     out
 }

@@ -11,4 +11,5 @@ mod config;
 mod http;
 mod idempotency;
 mod lock;
+mod rate_limit;
 mod values;

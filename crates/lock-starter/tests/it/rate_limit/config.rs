@@ -1,0 +1,93 @@
+//! Named rate limits in the configuration: read from files and variables, checked, and warned
+//! about like every other key.
+
+use lock_starter::config::{ConfigSources, LockSettings};
+use lock_starter::figment::Figment;
+use lock_starter::figment::providers::{Format, Toml};
+
+fn load(toml: &str, env: &[(&str, &str)]) -> Result<LockSettings, String> {
+    let sources = ConfigSources::from_figment(Figment::from(Toml::string(toml)))
+        .env_from(env.iter().copied().chain([("POD_NAME", "pod-1")]));
+    LockSettings::load(&sources).map_err(|e| e.to_string())
+}
+
+#[test]
+fn limits_are_read_from_files_and_variables() {
+    let settings = load(
+        "[telco.platform.lock.rate-limits.login]\nrate = \"5/1m\"\nburst = 2\n\
+         [telco.platform.lock.rate-limits.api]\nrate = \"100/1s\"\n",
+        &[
+            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_SIGN_UP_RATE", "3/1h"),
+            ("TELCO_PLATFORM_LOCK_RATELIMITS_API_BURST", "20"),
+        ],
+    )
+    .unwrap();
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+    let quotas: Vec<String> = settings
+        .rate_limits
+        .iter()
+        .map(|(name, quota)| format!("{name} {quota}"))
+        .collect();
+    assert_eq!(
+        quotas,
+        [
+            "api 100/1s, burst 20",
+            "login 5/60s, burst 2",
+            "sign-up 3/1h"
+        ]
+    );
+}
+
+#[test]
+fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
+    for (toml, expected) in [
+        (
+            "[telco.platform.lock.rate-limits.login]\nrate = \"5 per minute\"\n",
+            "telco.platform.lock.rate-limits.login.rate = \"5 per minute\" (from TOML source string): no /; accepted: <count>/<period>",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.login]\nrate = \"0/1s\"\n",
+            "rate-limits.login.rate = \"0/1s\" (from TOML source string): a count of 0 admits nothing",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.login]\nburst = 3\n",
+            "rate-limits.login.rate = nothing (from default): each rate limit needs its rate",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.login]\nrate = \"1/1h\"\nburst = 0\n",
+            "rate-limits.login.burst = 0 (from TOML source string): smaller than the minimum; accepted: a whole number from 1 to 1000000",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.login]\nrate = \"1/1h\"\nburst = 721\n",
+            "rate-limits.login.burst = 721 (from TOML source string): at 1/1h it takes 721 h to refill; at most 720 h",
+        ),
+        (
+            "[telco.platform.lock.rate-limits]\nlogin = \"5/1m\"\n",
+            "rate-limits.login = \"5/1m\" (from TOML source string): a value where a table is expected; accepted: a table with the keys rate, burst",
+        ),
+        (
+            "[telco.platform.lock]\nrate-limits = 5\n",
+            "telco.platform.lock.rate-limits = 5",
+        ),
+    ] {
+        let error = load(toml, &[]).unwrap_err();
+        assert!(
+            error.contains(expected),
+            "{toml}:\n{error}\nexpected: {expected}"
+        );
+    }
+}
+
+#[test]
+fn a_misspelt_key_of_a_limit_is_a_warning() {
+    let settings = load(
+        "[telco.platform.lock.rate-limits.login]\nrate = \"5/1m\"\nbrust = 2\n",
+        &[],
+    )
+    .unwrap();
+    let warnings = settings.warnings().join("\n");
+    assert!(
+        warnings.contains("unknown key telco.platform.lock.rate-limits.login.brust"),
+        "{warnings}"
+    );
+}

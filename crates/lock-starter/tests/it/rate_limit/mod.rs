@@ -1,0 +1,4 @@
+//! Rate limiting as the starter configures and wires it.
+
+mod config;
+mod wiring;
