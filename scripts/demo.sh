@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: three pods race for one bill run on a private redis-server; the winner is killed
-# mid-run and another pod takes over. Then four replicas share one catalog warm-up.
+# mid-run and another pod takes over. Then four replicas share one catalog warm-up, and three
+# gateway replicas share one rate limit.
 # Set TELCO_PLATFORM_LOCK_REDIS_ADDRESS to use your Redis.
 # With --hold it then leaves a pod holding a lock for the platform-lock CLI to inspect and release.
 set -euo pipefail

@@ -1,7 +1,8 @@
 //! The demo: three pods race for one bill run, the winner crashes mid-run, another pod takes it
 //! over once the lease lapses — and nobody ever runs it twice at once. Then four replicas share
 //! a catalog warm-up through shared values (`warmup.rs`): one loads, the others wait, and when
-//! the loader is killed one waiter takes over.
+//! the loader is killed one waiter takes over. Last, three gateway replicas share one rate
+//! limit (`limit.rs`) and are admitted no more than it allows together.
 //!
 //! ```text
 //! scripts/demo.sh          # installs redis-server if missing, builds, runs this
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod limit;
 mod warmup;
 
 use clap::Parser;
@@ -200,6 +202,7 @@ async fn run(args: &Args) -> Result<bool, String> {
     println!();
     let passed = check(&timeline, &winner, ledger.path());
     let passed = warmup::run(&address).await? && passed;
+    let passed = limit::run(&address).await? && passed;
     println!();
     println!(
         "{}",
@@ -539,6 +542,10 @@ fn describe(event: &Event) -> String {
         "failed" => format!("failed: {}", f["message"].as_str().unwrap_or("?")),
         "output" => f.as_str().unwrap_or_default().to_owned(),
         "log" => format!("log: {}", f.as_str().unwrap_or_default()),
+        "done" if event.pod.starts_with("gw-") => format!(
+            "offered client-42's requests: {} admitted, {} denied",
+            f["admitted"], f["denied"]
+        ),
         other => other.to_owned(),
     }
 }
