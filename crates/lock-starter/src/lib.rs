@@ -228,6 +228,11 @@ struct BranchesDoctests;
 #[doc = include_str!("../../../docs/values.md")]
 struct ValuesDoctests;
 
+/// docs/rate-limiting.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/rate-limiting.md")]
+struct RateLimitingDoctests;
+
 /// docs/failure-policy.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure-policy.md")]

@@ -951,3 +951,32 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
     );
     assert_eq!(redis.cmd(&["KEYS", "lock:branches:*"]).await.unwrap(), "");
 }
+
+struct RateLimitAclUser(RedisServer);
+
+#[async_trait::async_trait]
+impl lock_core::rate_limit::conformance::RateLimitFactory for RateLimitAclUser {
+    async fn client(&self) -> Arc<dyn lock_core::rate_limit::RateLimitStore> {
+        crate::rate_limit::store(&user_client(&self.0).await).await
+    }
+}
+
+/// Rate limiting's whole conformance suite as a user with the lock's ACL alone, as
+/// docs/rate-limiting.md says; Redis refuses nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_acl_runs_rate_limiting() {
+    let redis = common::server().await;
+    set_user(&redis, &documented_acl()).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let factory = Arc::new(RateLimitAclUser(redis));
+    let failed = lock_core::rate_limit::conformance::run_all(Arc::clone(&factory) as _).await;
+    assert!(
+        failed.is_empty(),
+        "rate-limit checks failed as the ACL user: {failed:?}"
+    );
+    let refused = refused(&factory.0).await;
+    assert!(
+        refused.is_subset(&harmless()),
+        "Redis refused more: {refused:?}"
+    );
+}
