@@ -194,7 +194,7 @@ pub async fn a_changed_quota_keeps_the_state(factory: &dyn RateLimitFactory) {
     let limiter = limiter(factory, hourly(4)).await;
     let key = unique_key("client");
     assert!(take(&limiter, &key, 3).await.allowed);
-    for _ in 0..20 {
+    for _ in 0..1000 {
         limiter.set_quota(hourly(4));
         assert_eq!(
             take(&limiter, &key, 0).await.remaining,

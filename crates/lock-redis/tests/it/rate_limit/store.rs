@@ -69,6 +69,66 @@ async fn a_key_is_one_string_that_expires_at_rest() {
     assert!(gone.await, "a key at rest expires");
 }
 
+/// Requests offered without pause by four tasks for 2.5 s against 20/1s with a burst of 5: no
+/// 1 s window holds more than burst + rate (25, where a fixed window of 20/s lets 40 through
+/// across its boundary), and the whole run no more than burst + rate × its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_window_admits_more_than_burst_plus_rate() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let api = limiter(&store, "api", "20/1s", FailurePolicy::FailClosed);
+    api.set_quota(api.quota().with_burst(5).unwrap());
+    let started = tokio::time::Instant::now();
+    let offer = Duration::from_millis(2500);
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let api = api.clone();
+            tokio::spawn(async move {
+                let mut admitted = Vec::new();
+                while started.elapsed() < offer {
+                    if api.try_acquire("client", 1).await.unwrap().allowed {
+                        admitted.push(started.elapsed());
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = Vec::new();
+    for task in tasks {
+        admitted.extend(task.await.unwrap());
+    }
+    admitted.sort();
+    let elapsed = started.elapsed().as_secs_f64();
+    let second = Duration::from_secs(1);
+    let most = admitted
+        .iter()
+        .map(|&from| {
+            admitted
+                .iter()
+                .filter(|&&t| t >= from && t < from + second)
+                .count()
+        })
+        .max()
+        .unwrap();
+    // Replies reach the client a little apart from when Redis decided: 2 of slack.
+    assert!(
+        most <= 25 + 2,
+        "{most} admitted in one second: {admitted:?}"
+    );
+    let bound = 5.0 + 20.0 * elapsed;
+    assert!(
+        (admitted.len() as f64) <= bound,
+        "{} admitted in {elapsed:.2} s",
+        admitted.len()
+    );
+    assert!(
+        admitted.len() >= 25,
+        "the limit admitted at its rate: {}",
+        admitted.len()
+    );
+}
+
 /// On one server, limits of different keys (per client and global) are checked together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_of_different_keys_are_charged_together_on_one_server() {
