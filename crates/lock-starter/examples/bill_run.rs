@@ -16,15 +16,18 @@
 //! 1 lease lost or stale write refused.
 
 mod common;
+#[path = "common/events.rs"]
+mod events;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::OnceLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Parser;
 use lock_starter::prelude::*;
-use serde_json::{Value, json};
+use serde_json::json;
+
+use events::{POD, emit, now_us};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -202,26 +205,4 @@ impl Ledger {
     fn complete(&self, owner: &str) {
         std::fs::write(self.dir.join("completed"), owner).expect("write the completed marker");
     }
-}
-
-/// This pod's instance id, once the configuration is read.
-static POD: OnceLock<String> = OnceLock::new();
-
-/// One JSON event on stdout: wall-clock microseconds (shared by every process on the host),
-/// the pod, the event and its fields.
-fn emit(event: &str, mut fields: Value) {
-    let micros = now_us();
-    let pod = POD.get().cloned().unwrap_or_default();
-    if let Value::Object(map) = &mut fields {
-        map.insert("t_us".into(), micros.into());
-        map.insert("pod".into(), pod.into());
-        map.insert("event".into(), event.into());
-    }
-    println!("{fields}");
-}
-
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }

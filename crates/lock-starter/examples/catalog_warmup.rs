@@ -13,16 +13,19 @@
 //! ended, 78 bad configuration, 1 Redis unavailable.
 
 mod common;
+#[path = "common/events.rs"]
+mod events;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::OnceLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Parser;
 use lock_starter::prelude::*;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
+
+use events::{POD, emit, now_us};
 
 /// The warm-up's guard key; every replica uses the same one.
 const KEY: &str = "catalog:warm-up";
@@ -129,22 +132,4 @@ async fn load(args: &Args, progress: Progress<u32>) -> Catalog {
         items: 1_204,
         loaded_by: POD.get().cloned().unwrap_or_default(),
     }
-}
-
-static POD: OnceLock<String> = OnceLock::new();
-
-/// One JSON event on stdout, with the time and this replica's name.
-fn emit(event: &str, mut fields: Value) {
-    if let Value::Object(map) = &mut fields {
-        map.insert("t_us".into(), now_us().into());
-        map.insert("pod".into(), POD.get().cloned().unwrap_or_default().into());
-        map.insert("event".into(), event.into());
-    }
-    println!("{fields}");
-}
-
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }

@@ -12,14 +12,18 @@
 //! Exit codes: 0 done, 78 bad configuration, 1 the limit could not be checked.
 
 mod common;
+#[path = "common/events.rs"]
+mod events;
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Parser;
 use lock_starter::prelude::*;
 use lock_starter::rate_limit::Basis;
 use serde_json::json;
+
+use events::{POD, emit, now_us};
 
 /// The shared limit, configured under `telco.platform.lock.rate-limits.api`.
 const LIMIT: &str = "api";
@@ -42,10 +46,13 @@ struct Args {
 async fn main() -> ExitCode {
     common::log_to_stderr();
     let args = Args::parse();
-    let built = LockStarter::builder().build().await;
-    let limiter = match built.map(|s| (s.rate_limiter(LIMIT, FailurePolicy::FailClosed), s)) {
-        Ok((Ok(limiter), _)) => limiter,
-        Ok((Err(error), _)) => return config_error(&error.to_string()),
+    let starter = match LockStarter::builder().build().await {
+        Ok(starter) => starter,
+        Err(error) => return config_error(&error.to_string()),
+    };
+    let _ = POD.set(starter.settings().instance_id.clone());
+    let limiter = match starter.rate_limiter(LIMIT, FailurePolicy::FailClosed) {
+        Ok(limiter) => limiter,
         Err(error) => return config_error(&error.to_string()),
     };
     if let Some(start_at) = args.start_at_unix_ms {
@@ -82,19 +89,4 @@ async fn main() -> ExitCode {
 fn config_error(message: &str) -> ExitCode {
     emit("config_error", json!({ "message": message }));
     ExitCode::from(78)
-}
-
-/// One JSON event on stdout, with the time.
-fn emit(event: &str, mut fields: serde_json::Value) {
-    if let serde_json::Value::Object(map) = &mut fields {
-        map.insert("t_us".into(), now_us().into());
-        map.insert("event".into(), event.into());
-    }
-    println!("{fields}");
-}
-
-fn now_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }

@@ -218,15 +218,20 @@ const fn named(
 }
 
 fn quota_problem(text: &str) -> Option<String> {
-    let error = text.parse::<Quota>().err()?;
-    Some(match error {
-        lock_core::rate_limit::RateLimitError::InvalidArgument { problem, .. } => problem
-            .split("; accepted")
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
+    let problem = match text.parse::<Quota>().err()? {
+        lock_core::rate_limit::RateLimitError::InvalidArgument { problem, .. } => problem,
         other => other.to_string(),
-    })
+    };
+    Some(without_accepted(&problem))
+}
+
+/// A check's problem without its `; accepted: …` part, which the key table says itself.
+fn without_accepted(problem: &str) -> String {
+    problem
+        .split("; accepted")
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 const fn text(described: &'static str, check: fn(&str) -> Option<String>) -> Accepts {
@@ -259,17 +264,11 @@ pub const SPRING_KEYS: &[KeySpec] = &[
 ];
 
 fn instance_id_problem(id: &str) -> Option<String> {
-    let error = validate_instance_id(id).err()?;
-    let text = match &error {
-        lock_core::LockError::InvalidArgument { problem, .. } => problem.clone(),
+    let problem = match validate_instance_id(id).err()? {
+        lock_core::LockError::InvalidArgument { problem, .. } => problem,
         other => other.to_string(),
     };
-    Some(
-        text.split("; accepted")
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
-    )
+    Some(without_accepted(&problem))
 }
 
 impl KeySpec {

@@ -27,3 +27,15 @@ pub(crate) async fn text(response: Response) -> String {
 pub(crate) async fn json(response: Response) -> serde_json::Value {
     serde_json::from_slice(&bytes(response).await).unwrap()
 }
+
+/// A starter built from the TOML text `config` alone.
+pub(crate) async fn starter(config: &str) -> lock_starter::LockStarter {
+    use lock_starter::figment::Figment;
+    use lock_starter::figment::providers::{Format, Toml};
+
+    lock_starter::LockStarter::builder()
+        .figment(Figment::from(Toml::string(config)))
+        .build()
+        .await
+        .expect("the starter builds")
+}

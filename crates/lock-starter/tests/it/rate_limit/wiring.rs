@@ -1,20 +1,12 @@
 //! Rate limits as the starter wires them: shared through Redis, and switched off.
 
-use lock_starter::figment::Figment;
-use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::prelude::*;
+
+use crate::common::starter;
 use lock_starter::rate_limit::Basis;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tracing::instrument::WithSubscriber;
-
-async fn starter(config: &str) -> LockStarter {
-    LockStarter::builder()
-        .figment(Figment::from(Toml::string(config)))
-        .build()
-        .await
-        .expect("the starter builds")
-}
 
 /// Two services on one Redis share a configured limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

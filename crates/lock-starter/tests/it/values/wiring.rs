@@ -2,22 +2,14 @@
 
 use std::time::Duration;
 
-use lock_starter::figment::Figment;
-use lock_starter::figment::providers::{Format, Toml};
 use lock_starter::prelude::*;
+
+use crate::common::starter;
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tracing::instrument::WithSubscriber;
 
 const LONG: Duration = Duration::from_secs(60);
-
-async fn starter(config: &str) -> LockStarter {
-    LockStarter::builder()
-        .figment(Figment::from(Toml::string(config)))
-        .build()
-        .await
-        .expect("the starter builds")
-}
 
 /// Two services on one Redis share values: one waits, the other writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
