@@ -87,7 +87,8 @@
 //! axum `IntoResponse` for it. Its tower layers make a handler idempotent by its
 //! `Idempotency-Key` (`LockStarter::idempotency_layer`), limit requests per client with 429
 //! and the IETF `RateLimit` fields (`LockStarter::rate_limit_layer`), and run a handler under
-//! a key's lock (`LockStarter::lock_layer`). Example: `examples/http_service.rs`.
+//! a key's lock (`LockStarter::lock_layer`). Examples: `examples/http_service.rs`,
+//! `examples/rate_limited_service.rs`.
 
 mod builder;
 pub mod config;
