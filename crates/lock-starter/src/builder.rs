@@ -158,6 +158,55 @@ impl LockStarter {
         }
     }
 
+    /// The layer running each handler below it under the lock of the key `key` gives for the
+    /// request, acquired with `options` (a [`Lease`](crate::lock::Lease), or
+    /// [`AcquireOptions`](crate::lock::AcquireOptions) with a wait time of its own; else
+    /// `telco.platform.lock.wait-time`). A request not granted gets 503. See
+    /// [`LockLayer`](crate::http::LockLayer).
+    ///
+    /// # Errors
+    /// [`LockError::Disabled`] (`LOCK_DISABLED`) when `telco.platform.lock.enabled = false`, as
+    /// [`lock`](Self::lock) (`LockLayer::new` on [`lock_or_disabled`](Self::lock_or_disabled)
+    /// answers every guarded request with 503 instead); [`LockError::InvalidArgument`] for a
+    /// fixed lease outside 100 ms to 168 h.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use axum::{Router, routing::post};
+    /// use lock_starter::figment::Figment;
+    /// use lock_starter::prelude::*;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let starter = LockStarter::builder()
+    ///     .figment(Figment::new())
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// let per_period = starter.lock_layer(Lease::Watchdog, |request| {
+    ///     let period = request.uri().path().strip_prefix("/bill-runs/")?;
+    ///     Some(format!("bill-run:{period}"))
+    /// })?;
+    /// let app: Router = Router::new()
+    ///     .route("/bill-runs/{period}", post(|| async { "1204 invoices" }))
+    ///     .layer(per_period);
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn lock_layer<F>(
+        &self,
+        options: impl Into<lock_core::lock::AcquireOptions>,
+        key: F,
+    ) -> Result<crate::http::LockLayer, LockError>
+    where
+        F: Fn(&axum::http::Request<axum::body::Body>) -> Option<String> + Send + Sync + 'static,
+    {
+        crate::http::LockLayer::new(self.lock()?, options, key)
+    }
+
     /// Idempotent execution on the lock's Redis connections, with the
     /// `telco.platform.lock.idempotency.*` defaults: a retried call gets the first call's
     /// result instead of running twice (see [`Idempotency`]).
@@ -328,6 +377,50 @@ impl LockStarter {
             ));
         };
         RateLimiter::new(self.rate_limit_store(), name, *quota, policy)
+    }
+
+    /// The layer limiting each request below it by the configured rate limit `name`, under
+    /// the key `key` gives for the request (a client id, an API key, an address; `None`: not
+    /// limited). It answers by `policy` when Redis fails. A denied request gets 429 and every
+    /// counted one the `RateLimit` fields; see [`RateLimitLayer`](crate::http::RateLimitLayer).
+    ///
+    /// # Errors
+    /// As [`rate_limiter`](Self::rate_limiter): [`RateLimitError::InvalidArgument`] when no
+    /// quota is configured for `name`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use axum::{Router, routing::get};
+    /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = Figment::from(Toml::string("[telco.platform.lock.rate-limits.api]\nrate = \"100/1m\"\n"));
+    /// # let config = config.merge(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+    /// let starter = LockStarter::builder().figment(config).build().await?;
+    /// let per_client = starter.rate_limit_layer("api", FailurePolicy::FailOpen, |request| {
+    ///     let client = request.headers().get("x-client-id")?;
+    ///     client.to_str().ok().map(str::to_owned)
+    /// })?;
+    /// let app: Router = Router::new().route("/tariffs", get(|| async { "[]" })).layer(per_client);
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "http")]
+    pub fn rate_limit_layer<F>(
+        &self,
+        name: &str,
+        policy: FailurePolicy,
+        key: F,
+    ) -> Result<crate::http::RateLimitLayer, RateLimitError>
+    where
+        F: Fn(&axum::http::Request<axum::body::Body>) -> Option<String> + Send + Sync + 'static,
+    {
+        Ok(crate::http::RateLimitLayer::new(
+            self.rate_limiter(name, policy)?,
+            key,
+        ))
     }
 
     /// The store of rate limits, for a [`RateLimiter`] whose quota the code sets.

@@ -84,7 +84,11 @@
 //!
 //! Off by default. Adds the module `lock_starter::http`: a [`LockError`](lock::LockError) as an RFC 9457
 //! problem body (`application/problem+json`, status 503 for a lock that failed closed), and an
-//! axum `IntoResponse` for it. Example: `examples/http_service.rs`.
+//! axum `IntoResponse` for it. Its tower layers make a handler idempotent by its
+//! `Idempotency-Key` (`LockStarter::idempotency_layer`), limit requests per client with 429
+//! and the IETF `RateLimit` fields (`LockStarter::rate_limit_layer`), and run a handler under
+//! a key's lock (`LockStarter::lock_layer`). Examples: `examples/http_service.rs`,
+//! `examples/rate_limited_service.rs`.
 
 mod builder;
 pub mod config;

@@ -1,4 +1,6 @@
-//! Every capability's errors as HTTP answers, and the `Idempotency-Key` layer (feature `http`).
+//! Every capability's errors as HTTP answers, and tower layers for the capabilities (feature
+//! `http`): [`IdempotencyLayer`] for `Idempotency-Key`, [`RateLimitLayer`] answering 429 with the
+//! IETF `RateLimit` fields, and [`LockLayer`] running a handler under a key's lock.
 //!
 //! Any [`Problem`](crate::Problem) becomes an RFC 9457 problem body, [`ProblemDetails`], served
 //! as `application/problem+json` with a `Retry-After` hint where a retry can help. The public
@@ -51,13 +53,17 @@
 
 mod idempotency;
 mod idempotency_key;
+mod lock;
 mod problem;
+mod rate_limit;
 
 pub use idempotency::{
     DEFAULT_MAX_BODY_BYTES, IDEMPOTENCY_KEY_HEADER, IdempotencyLayer, IdempotencyService,
     MAX_BODY_BYTES, REPLAYED_HEADER,
 };
+pub use lock::{LockLayer, LockService};
 pub use problem::{
     BACKEND_RETRY_AFTER, DetailedRejection, IN_PROGRESS_RETRY_AFTER, MAX_RETRY_AFTER, PROBLEM_JSON,
     ProblemDetails, Rejection, problem_response, retry_after,
 };
+pub use rate_limit::{RATELIMIT_HEADER, RATELIMIT_POLICY_HEADER, RateLimitLayer, RateLimitService};

@@ -29,27 +29,32 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5);
 pub const BACKEND_RETRY_AFTER: Duration = lock_redis::limits::RECONNECT_MAX_DELAY;
 
 /// Details entries carried as JSON numbers.
-const NUMERIC: [&str; 5] = [
+const NUMERIC: [&str; 6] = [
     "holderTtlMs",
     "waitedMs",
     "waitersAhead",
     "requiredReplicas",
     "acknowledgedReplicas",
+    "retryAfterMs",
 ];
 
 /// Details entries the public form keeps: the subject of the request and what it went through.
-/// The rest, such as `holder` and replica counts, describes the service's insides.
-const PUBLIC: [&str; 5] = [
+/// The rest, such as `holder` and replica counts, describes the service's insides. A rate
+/// limit's `key` is left out too: it may be an API key or a client's address.
+const PUBLIC: [&str; 7] = [
     "lockKey",
     "masterKey",
     "idempotencyKey",
+    "limit",
     "waitedMs",
     "waitersAhead",
+    "retryAfterMs",
 ];
 
 /// When a client should retry after `error`, or `None` when retrying soon will not help.
 ///
 /// - Held by another owner: the holder's remaining TTL, at most [`MAX_RETRY_AFTER`].
+/// - Rate limited: when the limit admits the request again.
 /// - Backend unavailable, replicas not confirming, a grant too late: [`BACKEND_RETRY_AFTER`].
 /// - A duplicate request still in progress, or its first request failed:
 ///   [`IN_PROGRESS_RETRY_AFTER`].
@@ -62,6 +67,7 @@ const PUBLIC: [&str; 5] = [
 /// use std::time::Duration;
 /// use lock_starter::http::{BACKEND_RETRY_AFTER, MAX_RETRY_AFTER, retry_after};
 /// use lock_starter::lock::{AcquireFailure, LockError};
+/// use lock_starter::rate_limit::RateLimitError;
 ///
 /// let held = |ttl_ms| LockError::AcquisitionFailed {
 ///     key: "bill-run:2026-11".into(),
@@ -75,6 +81,13 @@ const PUBLIC: [&str; 5] = [
 /// assert_eq!(retry_after(&held(28_500)), Some(MAX_RETRY_AFTER)); // a watchdog lease
 /// let outage = LockError::backend_unavailable("bill-run:2026-11", "connection refused");
 /// assert_eq!(retry_after(&outage), Some(BACKEND_RETRY_AFTER));
+///
+/// let limited = RateLimitError::Limited {
+///     limit: "api".into(),
+///     key: "client-42".into(),
+///     retry_after: Duration::from_millis(1_500),
+/// };
+/// assert_eq!(retry_after(&limited), Some(Duration::from_millis(1_500))); // `Retry-After: 2`
 /// ```
 pub fn retry_after(error: &(impl Problem + ?Sized)) -> Option<Duration> {
     hint(&error.details())
@@ -86,6 +99,10 @@ fn hint(details: &BTreeMap<&'static str, String>) -> Option<Duration> {
             let ttl_ms = details.get("holderTtlMs")?.parse().ok()?;
             Some(Duration::from_millis(ttl_ms).min(MAX_RETRY_AFTER))
         }
+        // The limit's own answer: exact, on the store's clock.
+        "limited" => Some(Duration::from_millis(
+            details.get("retryAfterMs")?.parse().ok()?,
+        )),
         "backend_unavailable" | "replication_unconfirmed" | "lease_expired_before_grant" => {
             Some(BACKEND_RETRY_AFTER)
         }
@@ -147,11 +164,12 @@ pub struct ProblemDetails {
     pub code: String,
     /// The reason, such as `held_by_another_owner`.
     pub reason: String,
-    /// The other details entries, camelCase: in the public form only the subject's key,
-    /// `waitedMs` and `waitersAhead`.
+    /// The other details entries, camelCase: in the public form only the subject's key (or a
+    /// rate limit's name, `limit`), `waitedMs`, `waitersAhead` and `retryAfterMs`.
     #[serde(flatten)]
     pub extensions: BTreeMap<String, serde_json::Value>,
-    /// The `Retry-After` value in seconds, sent with a 409 or a 503. Not part of the body.
+    /// The `Retry-After` value in seconds, sent with a 409, a 429 or a 503. Not part of the
+    /// body.
     #[serde(skip)]
     pub retry_after_secs: Option<u64>,
 }
@@ -165,7 +183,7 @@ pub(crate) enum Form {
 
 impl ProblemDetails {
     /// The public problem body of `error`, without the holder, the backend's error text,
-    /// replica counts or argument names.
+    /// replica counts, argument names or a rate-limited key.
     ///
     /// # Examples
     ///
@@ -310,7 +328,7 @@ impl IntoResponse for ProblemDetails {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(secs) = self
             .retry_after_secs
-            .filter(|_| matches!(status.as_u16(), 409 | 503))
+            .filter(|_| matches!(status.as_u16(), 409 | 429 | 503))
         {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
@@ -340,6 +358,9 @@ fn title(code: &str) -> String {
         "BRANCHES_SEALED" => "Branch registered too late",
         "BRANCHES_INVALID_ARGUMENT" => "Invalid branch argument",
         "BRANCHES_INVALID_TOKEN" => "Invalid branch token",
+        "RATE_LIMITED" => "Too many requests",
+        "RATE_LIMIT_UNAVAILABLE" => "Rate limit not checked",
+        "RATE_LIMIT_COST_ABOVE_BURST" | "RATE_LIMIT_INVALID_ARGUMENT" => "Rate limit error",
         _ => {
             let words = code.to_ascii_lowercase().replace('_', " ");
             let mut chars = words.chars();
@@ -399,13 +420,27 @@ fn public_detail(code: &str, reason: &str, details: &BTreeMap<&'static str, Stri
             named("masterKey", "master")
         ),
         ("BRANCHES_DISABLED", _) => "master/sub locks are disabled on this server".to_owned(),
+        ("RATE_LIMITED", _) => format!(
+            "{} is used up for this client; retry after the Retry-After time",
+            named("limit", "rate limit")
+        ),
+        ("RATE_LIMIT_UNAVAILABLE", _) => format!(
+            "the request was not processed: {} could not be checked; retry later",
+            named("limit", "rate limit")
+        ),
+        // A bug of the calling service, as for a lock's invalid argument.
+        (code, _) if code.starts_with("RATE_LIMIT_") => format!(
+            "the server checked {} with an invalid argument",
+            named("limit", "rate limit")
+        ),
         _ => format!("{}: the request was not processed", title(code)),
     }
 }
 
 /// The response for `error`: its status, its public problem body and `Retry-After`. The error
-/// itself is logged at target `lock_starter::http`: `DEBUG` for contention, a duplicate and a
-/// server switched off or stopping, `WARN` for a defect (HTTP 500), `INFO` otherwise.
+/// itself is logged at target `lock_starter::http`: `DEBUG` for contention, a duplicate, a
+/// request over its rate limit and a server switched off or stopping, `WARN` for a defect (HTTP
+/// 500), `INFO` otherwise.
 ///
 /// # Examples
 ///
@@ -438,7 +473,7 @@ pub(crate) fn log_withheld(
     error: &(impl std::fmt::Display + ?Sized),
 ) {
     let reason = details.get("reason").map_or("", String::as_str);
-    let subject = ["lockKey", "idempotencyKey", "masterKey"]
+    let subject = ["lockKey", "idempotencyKey", "masterKey", "limit"]
         .into_iter()
         .find_map(|key| details.get(key))
         .map_or("", String::as_str);
@@ -449,7 +484,8 @@ pub(crate) fn log_withheld(
         | "disabled"
         | "shut_down"
         | "in_progress"
-        | "key_reused" => tracing::debug!(status, code, reason, subject, %error, "{message}"),
+        | "key_reused"
+        | "limited" => tracing::debug!(status, code, reason, subject, %error, "{message}"),
         _ if status == 500 => tracing::warn!(status, code, reason, subject, %error, "{message}"),
         _ => tracing::info!(status, code, reason, subject, %error, "{message}"),
     }

@@ -1,0 +1,171 @@
+//! [`LockLayer`], which runs a handler holding the distributed lock of a key taken from the
+//! request.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::Request;
+use axum::response::{IntoResponse, Response};
+
+use super::problem::problem_response;
+use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError};
+
+/// What a request is guarded by, such as `bill-run:<period>`; `None` for a request that runs
+/// unguarded.
+type KeyFn = Arc<dyn Fn(&Request<Body>) -> Option<String> + Send + Sync>;
+
+/// A tower layer running the handlers below it under the distributed lock of a key taken from
+/// the request: one request per key at a time, across every replica sharing the lock.
+///
+/// # Contract
+/// - A request whose key closure gives a key runs its handler holding that key's lock, acquired
+///   with the layer's lease and wait time (unless set, the lock's configured `wait-time`). A
+///   request it gives `None` runs unguarded.
+/// - Not granted (held by another request, Redis unavailable, the lock switched off or shut
+///   down): 503 with the lock's public problem body (`LOCK_ACQUISITION_FAILED` or
+///   `LOCK_DISABLED`) and its `Retry-After` (see [`retry_after`](super::retry_after)). The
+///   handler does not run.
+/// - The lock is released once the handler has produced its response, before the response is
+///   returned. It covers producing the response, not streaming it: a body that streams is
+///   sent after the release.
+/// - As inside [`with_lock`](DistributedLockExt::with_lock), the handler's task re-enters the
+///   key through the same lock, and a failed release or a lease that ran out before the handler
+///   finished is logged as a `WARN`; the response is returned either way.
+/// - A key the lock refuses (empty, longer than 512 bytes, with a control character) answers
+///   500 `LOCK_INVALID_ARGUMENT` and the handler does not run.
+///
+/// [`LockStarter::lock_layer`](crate::LockStarter::lock_layer) builds it on the configured
+/// lock.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use axum::{Router, body::Body, http::Request, routing::post};
+/// use lock_starter::http::LockLayer;
+/// use lock_starter::prelude::*;
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // `starter.lock_layer(..)` in a service; in memory here.
+/// let lock: Arc<dyn DistributedLock> = Arc::new(InMemoryLock::new());
+/// let one_attempt = AcquireOptions::new(Lease::Watchdog).wait_time(Duration::ZERO)?;
+/// let per_period = LockLayer::new(Arc::clone(&lock), one_attempt, |request| {
+///     let period = request.uri().path().strip_prefix("/bill-runs/")?;
+///     Some(format!("bill-run:{period}"))
+/// })?;
+/// let app: Router = Router::new()
+///     .route("/bill-runs/{period}", post(|| async { "1204 invoices" }))
+///     .layer(per_period);
+///
+/// let request = || Request::post("/bill-runs/2026-11").body(Body::empty());
+/// assert_eq!(app.clone().oneshot(request()?).await?.status(), 200);
+///
+/// // While another pod runs the bill run of this period:
+/// let other_pod = lock.try_acquire("bill-run:2026-11", Lease::Watchdog).await?;
+/// let contended = app.clone().oneshot(request()?).await?;
+/// assert_eq!(contended.status(), 503);
+/// assert_eq!(contended.headers()["content-type"], "application/problem+json");
+/// # drop(other_pod);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockLayer {
+    lock: Arc<dyn DistributedLock>,
+    options: AcquireOptions,
+    key: KeyFn,
+}
+
+impl std::fmt::Debug for LockLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockLayer")
+            .field("lock", &self.lock)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockLayer {
+    /// The layer holding `lock` on the key `key` gives while the handler runs, acquired with
+    /// `options`: a [`Lease`](crate::lock::Lease), or [`AcquireOptions`] with a wait time of
+    /// their own.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] (`LOCK_INVALID_ARGUMENT`) for a fixed lease outside
+    /// 100 ms to 168 h.
+    pub fn new<F>(
+        lock: Arc<dyn DistributedLock>,
+        options: impl Into<AcquireOptions>,
+        key: F,
+    ) -> Result<Self, LockError>
+    where
+        F: Fn(&Request<Body>) -> Option<String> + Send + Sync + 'static,
+    {
+        let options = options.into();
+        options.lease().validate()?;
+        Ok(LockLayer {
+            lock,
+            options,
+            key: Arc::new(key),
+        })
+    }
+}
+
+impl<S> tower::Layer<S> for LockLayer {
+    type Service = LockService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service [`LockLayer`] wraps a handler in.
+#[derive(Debug, Clone)]
+pub struct LockService<S> {
+    inner: S,
+    layer: LockLayer,
+}
+
+impl<S> tower::Service<Request<Body>> for LockService<S>
+where
+    S: tower::Service<Request<Body>> + Clone + Send + 'static,
+    S::Response: IntoResponse + Send,
+    S::Error: Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let Some(key) = (self.layer.key)(&request) else {
+            let response = self.inner.call(request);
+            return Box::pin(async move { response.await.map(IntoResponse::into_response) });
+        };
+        // The clone that was polled ready serves this request, once the lock is granted.
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let (lock, options) = (Arc::clone(&self.layer.lock), self.layer.options);
+        Box::pin(async move {
+            let handled = lock
+                .with_lock(&key, options, move || inner.call(request))
+                .await;
+            match handled {
+                Ok(response) => response.map(IntoResponse::into_response),
+                Err(error) => Ok(problem_response(&error)),
+            }
+        })
+    }
+}
