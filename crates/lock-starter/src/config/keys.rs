@@ -113,11 +113,8 @@ const fn key(
     get: fn(&LockSettings) -> Val<'_>,
 ) -> KeySpec {
     KeySpec {
-        name,
-        default,
-        accepts,
-        doc,
         get: Some(get),
+        ..named(name, default, accepts, doc)
     }
 }
 
