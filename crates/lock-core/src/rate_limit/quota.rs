@@ -16,8 +16,8 @@ pub const MIN_EMISSION_INTERVAL: Duration = Duration::from_micros(1);
 /// What a limit admits: `count` requests per `period` at a steady rate, and at most `burst` at
 /// once.
 ///
-/// Written `<count>/<period>`, such as `100/1s` or `5000/1h`. The burst defaults to the count, so
-/// a quota of `100/1s` admits 100 at once from rest and then one every 10 ms.
+/// Written `<count>/<period>`, such as `100/1s` or `5000/1h`. The burst defaults to the count (at
+/// most 1,000,000), so a quota of `100/1s` admits 100 at once from rest and then one every 10 ms.
 ///
 /// # Examples
 ///
