@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark, in one go on one private redis-server: our lock-bench and the peers
 # of ../shared/peers (existing lock libraries and the raw Redis limit; the toolkit peers for
-# idempotent execution), same scenarios, same JSON lines. Writes OUT/results.jsonl, OUT/table.md,
-# OUT/latency.svg (the lock) and OUT/toolkit.jsonl, OUT/toolkit.md (idempotent execution); see
-# docs/performance.md.
+# idempotent execution and rate limiting), same scenarios, same JSON lines. Writes
+# OUT/results.jsonl, OUT/table.md, OUT/latency.svg (the lock), OUT/toolkit.jsonl, OUT/toolkit.md
+# (idempotent execution, shared values) and OUT/ratelimit.jsonl, OUT/ratelimit.md (rate
+# limiting); see docs/performance.md.
 #
 # usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"] [--suite NAME]
 #   --duration  seconds per scenario and impl (default 5)
 #   --peers     the peers' folder (default ../shared/peers next to this repository)
 #   --out       output folder (default target/bench)
 #   --impl      lock peers to run (default all: raw redis-py python-redis-lock node-redlock redis-semaphore rslock)
-#   --suite     lock, toolkit (idempotent execution vs toolkit/toolkit.sh) or all (default)
+#   --suite     lock; toolkit (idempotent execution, shared values and rate limiting, beside
+#               toolkit/toolkit.sh); ratelimit (the toolkit suite's rate limiting alone); or all (default)
 set -euo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-usage() { sed -n 8,13p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n 9,15p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Relative paths are the caller's, not this repository's.
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
 PEER_IMPLS="raw redis-py python-redis-lock node-redlock redis-semaphore rslock"
@@ -44,17 +46,18 @@ if [ "$IMPLS" != all ]; then
     [[ " $PEER_IMPLS " == *" $impl "* ]] || { echo "bench.sh: --impl '$impl': accepted: all or some of: $PEER_IMPLS" >&2; exit 2; }
   done
 fi
+LOCK=false TOOLKIT=false RATELIMIT=false
 case $SUITE in
-  lock | toolkit | all) ;;
-  *) echo "bench.sh: --suite '$SUITE': accepted: lock, toolkit or all" >&2; exit 2 ;;
+  lock) LOCK=true ;;
+  toolkit) TOOLKIT=true RATELIMIT=true ;;
+  ratelimit) RATELIMIT=true ;;
+  all) LOCK=true TOOLKIT=true RATELIMIT=true ;;
+  *) echo "bench.sh: --suite '$SUITE': accepted: lock, toolkit, ratelimit or all" >&2; exit 2 ;;
 esac
-LOCK=false TOOLKIT=false
-[ "$SUITE" = toolkit ] || LOCK=true
-[ "$SUITE" = lock ] || TOOLKIT=true
 if $LOCK; then
   [ -x "$PEERS/run.sh" ] || { echo "bench.sh: no peers at $PEERS (expected run.sh there; --peers DIR)" >&2; exit 2; }
 fi
-if $TOOLKIT; then
+if $TOOLKIT || $RATELIMIT; then
   [ -x "$PEERS/toolkit/toolkit.sh" ] || { echo "bench.sh: no toolkit peers at $PEERS (expected toolkit/toolkit.sh there; --peers DIR, or --suite lock)" >&2; exit 2; }
 fi
 scripts/ensure-redis.sh
@@ -160,7 +163,25 @@ if $TOOLKIT; then
   cat "$OUT/toolkit.md"
   echo "[bench] wrote $OUT/toolkit.jsonl, $OUT/toolkit.md" >&2
 fi
+
+# Rate limiting: ours (with its raw-fred lines beneath it) next to the toolkit peers,
+# scenario by scenario, on the same server.
+if $RATELIMIT; then
+  : > "$OUT/ratelimit.jsonl"
+  for scenario in decide parallel hot-key accuracy; do
+    echo "[bench] platform-lock / ratelimit $scenario (${DURATION}s)" >&2
+    "$BIN/lock-bench" --redis-url "$URL" --scenario "ratelimit-$scenario" --duration "$DURATION" >> "$OUT/ratelimit.jsonl" \
+      || { echo "[bench] platform-lock / ratelimit $scenario failed" >&2; FAILED=1; }
+    # A peer that fails leaves its error line; toolkit.sh failing as a whole leaves this one.
+    "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --capability ratelimit --scenario "$scenario" --duration "$DURATION" >> "$OUT/ratelimit.jsonl" \
+      || echo "{\"impl\": \"toolkit.sh\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/ratelimit.jsonl"
+  done
+  "$BIN/bench-table" "$OUT/ratelimit.jsonl" > "$OUT/ratelimit.md" || FAILED=1
+  if $LOCK || $TOOLKIT; then echo; fi
+  cat "$OUT/ratelimit.md"
+  echo "[bench] wrote $OUT/ratelimit.jsonl, $OUT/ratelimit.md" >&2
+fi
 if [ "$FAILED" -ne 0 ]; then
-  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl or toolkit.jsonl)" >&2
+  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl, toolkit.jsonl or ratelimit.jsonl)" >&2
   exit 1
 fi

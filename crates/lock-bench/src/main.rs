@@ -17,12 +17,16 @@
 //! (`--scenario idempotency`, or one of them: `idempotency-first`, …), each with a `raw` line
 //! of the plain Redis commands beneath it; and the master/sub locks' `branches-register-release`
 //! and `branches-master` (`--scenario branches`, or one of them), the first with a `raw` line of
-//! its two `HSET`s. See docs/performance.md for what each field means
-//! and the latest side-by-side runs.
+//! its two `HSET`s; and the toolkit peers' rate-limiting scenarios `decide`, `parallel`,
+//! `hot-key` and `accuracy` (`--scenario ratelimit`, or one of them: `ratelimit-decide`, …;
+//! `accuracy` runs four processes of lock-bench), the first three each with a `raw-fred` line
+//! of one plain `EVALSHA` through fred beneath it. See docs/performance.md for what each field
+//! means and the latest side-by-side runs.
 
 mod branches;
 mod cycles;
 mod idempotency;
+mod ratelimit;
 mod redis;
 mod report;
 mod scripts;
@@ -122,6 +126,19 @@ enum Which {
     ValuesFanout,
     /// Push, take and acknowledge one item, with a `raw` line.
     ValuesQueue,
+    /// Every rate-limiting scenario, with their `raw-fred` lines.
+    Ratelimit,
+    /// One worker deciding on one key, with its `raw-fred` line.
+    RatelimitDecide,
+    /// 32 workers, a key each, with its `raw-fred` line.
+    RatelimitParallel,
+    /// 32 workers on one key, with its `raw-fred` line.
+    RatelimitHotKey,
+    /// 4 processes × 8 workers against 200/s, burst 200.
+    RatelimitAccuracy,
+    /// One of the processes `ratelimit-accuracy` starts.
+    #[value(hide = true)]
+    RatelimitAccuracyProc,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -176,6 +193,19 @@ fn runs_values(which: Which, scenario: values::Scenario) -> bool {
             | (Which::ValuesWake, S::Wake)
             | (Which::ValuesFanout, S::Fanout)
             | (Which::ValuesQueue, S::Queue)
+    )
+}
+
+/// Whether `--scenario` selects the rate-limiting scenario `scenario`.
+fn runs_ratelimit(which: Which, scenario: ratelimit::Scenario) -> bool {
+    use ratelimit::Scenario as S;
+    matches!(
+        (which, scenario),
+        (Which::All | Which::Ratelimit, _)
+            | (Which::RatelimitDecide, S::Decide)
+            | (Which::RatelimitParallel, S::Parallel)
+            | (Which::RatelimitHotKey, S::HotKey)
+            | (Which::RatelimitAccuracy, S::Accuracy)
     )
 }
 
@@ -270,6 +300,16 @@ async fn run(args: Args) -> ExitCode {
     if let Err(error) = target.command(&["PING"]).await {
         eprintln!("lock-bench: {error}");
         return ExitCode::FAILURE;
+    }
+    if args.scenario == Which::RatelimitAccuracyProc {
+        // One of `accuracy`'s processes: its lines go to the lock-bench that started it.
+        return match ratelimit::accuracy::process(&target).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                println!("{}", json!({ "error": error }));
+                ExitCode::FAILURE
+            }
+        };
     }
     let duration = Duration::from_secs_f64(args.duration);
     let peer_scenarios = [
@@ -410,6 +450,23 @@ async fn run(args: Args) -> ExitCode {
             emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
         }
     }
+    // `accuracy`'s processes run as this one does.
+    let mut child_flags = vec!["--runtime", runtime_name(args.runtime)];
+    if args.prometheus {
+        child_flags.push("--prometheus");
+    }
+    for scenario in ratelimit::Scenario::ALL {
+        if !runs_ratelimit(args.scenario, scenario) {
+            continue;
+        }
+        let name = scenario.name();
+        eprintln!("[lock-bench] ratelimit/{name} ({:.1}s)", args.duration);
+        let result = ratelimit::run(scenario, &target, duration, &child_flags).await;
+        emit_in(&report::RATELIMIT_FIELDS, IMPL, name, result);
+        if let Some(result) = ratelimit::raw(scenario, &target, duration).await {
+            emit_in(&report::RATELIMIT_FIELDS, ratelimit::RAW_IMPL, name, result);
+        }
+    }
     if let Some(handle) = &prometheus {
         // Shows the recorder really saw the lock's metrics.
         for line in handle.render().lines() {
@@ -451,10 +508,7 @@ async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<
     if let Some(timeout) = watchdog_timeout {
         config = config.watchdog_timeout(timeout);
     }
-    let redis =
-        RedisClient::connect(RedisConfig::from(target.address.clone()).instance_id("lock-bench"))
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+    let redis = connect_client(target).await?;
     let lock = RedisLock::new(&redis, config)
         .await
         .map_err(|e| format!("connect: {e}"))?;
@@ -464,6 +518,13 @@ async fn connect(target: &Target, watchdog_timeout: Option<Duration>) -> Result<
         .await
         .map_err(|e| format!("Redis does not answer: {e}"))?;
     Ok(lock)
+}
+
+/// A client of its own to `target`.
+async fn connect_client(target: &Target) -> Result<RedisClient, String> {
+    RedisClient::connect(RedisConfig::from(target.address.clone()).instance_id("lock-bench"))
+        .await
+        .map_err(|e| format!("connect: {e}"))
 }
 
 /// Runs `body` on a fresh client, adding `redis_cmds_per_acquisition` (every command the

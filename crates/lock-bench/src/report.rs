@@ -97,6 +97,29 @@ pub(crate) const TOOLKIT_FIELDS: [&str; 12] = [
     "version",
 ];
 
+/// Field order of the toolkit peers' rate-limiting lines (../shared/peers/toolkit/measure.py).
+pub(crate) const RATELIMIT_FIELDS: [&str; 19] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "calls",
+    "calls_per_s",
+    "call_us",
+    "admitted",
+    "denied",
+    "errors",
+    "redis_cmds_per_call",
+    "client_cpu_s",
+    "version",
+    "algorithm",
+    "limit_per_s",
+    "burst",
+    "bound",
+    "admitted_over_bound",
+    "max_in_any_1s_window",
+];
+
 /// Renders `line` with `fields` first, in their order (`null` where absent), then any extra
 /// fields.
 pub(crate) fn to_json_line_in(line: &serde_json::Map<String, Value>, fields: &[&str]) -> String {

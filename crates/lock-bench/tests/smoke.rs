@@ -290,6 +290,104 @@ fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
     assert!(!table.contains("not in the table"), "{table}");
 }
 
+/// The toolkit peers' rate-limiting field order (../shared/peers/toolkit/measure.py), stated
+/// here for the same reason as [`PEER_FIELDS`].
+const RATELIMIT_FIELDS: [&str; 19] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "calls",
+    "calls_per_s",
+    "call_us",
+    "admitted",
+    "denied",
+    "errors",
+    "redis_cmds_per_call",
+    "client_cpu_s",
+    "version",
+    "algorithm",
+    "limit_per_s",
+    "burst",
+    "bound",
+    "admitted_over_bound",
+    "max_in_any_1s_window",
+];
+
+#[test]
+fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
+    let lines = lock_bench(&["--scenario", "ratelimit", "--duration", "0.5"]);
+    let names: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("platform-lock", "decide"),
+            ("raw-fred", "decide"),
+            ("platform-lock", "parallel"),
+            ("raw-fred", "parallel"),
+            ("platform-lock", "hot-key"),
+            ("raw-fred", "hot-key"),
+            ("platform-lock", "accuracy"),
+        ]
+    );
+    for line in &lines {
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys[..19], RATELIMIT_FIELDS, "field order: {line}");
+        assert_eq!(line["errors"], 0, "{line}");
+        assert!(line["calls"].as_u64().unwrap() > 0, "{line}");
+    }
+    let calls = |line: &Value| line["calls"].as_u64().unwrap();
+    for line in lines.iter().filter(|l| l["impl"] == "platform-lock") {
+        assert_eq!(line["algorithm"], "gcra", "{line}");
+        let decided = line["admitted"].as_u64().unwrap() + line["denied"].as_u64().unwrap();
+        assert_eq!(decided, calls(line), "{line}");
+        if line["scenario"] != "accuracy" {
+            // A limit of 1,000,000/s never denies here; one script call per decision (and one
+            // per worker's warm-up).
+            assert_eq!(line["denied"], 0, "{line}");
+            assert!(line["evalsha_per_call"].as_f64().unwrap() >= 1.0, "{line}");
+        }
+    }
+    let accuracy = lines.last().unwrap();
+    assert_eq!(accuracy["workers"], 32, "{accuracy}");
+    assert_eq!(
+        (&accuracy["limit_per_s"], &accuracy["burst"]),
+        (&Value::from(200), &Value::from(200)),
+        "{accuracy}"
+    );
+    // GCRA admits at most the burst plus the rate over the time its decisions took.
+    let admitted = accuracy["admitted"].as_f64().unwrap();
+    assert!(admitted > 0.0, "{accuracy}");
+    assert!(
+        admitted <= accuracy["bound"].as_f64().unwrap(),
+        "{accuracy}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("ratelimit.jsonl");
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&results, text.join("\n")).unwrap();
+    let table = Command::new(env!("CARGO_BIN_EXE_bench-table"))
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(table.status.success());
+    let table = String::from_utf8(table.stdout).unwrap();
+    assert!(
+        table.starts_with("| scenario | impl | calls/s | × best peer | × raw-gcra |"),
+        "{table}"
+    );
+    assert_eq!(table.lines().count(), 2 + 7, "{table}");
+}
+
 #[test]
 fn bad_arguments_are_refused_naming_what_is_accepted() {
     for (args, expected) in [

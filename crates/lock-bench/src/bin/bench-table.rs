@@ -11,7 +11,10 @@
 //! lines (scenarios `first`, `replay`, `duplicates` of lock-bench and the toolkit peers), with
 //! calls/s as a ratio of `raw`; the master/sub-lock lines (`branches-register-release`,
 //! `branches-master`) and the shared-values lines (`values-*`) share the idempotency table's
-//! columns and go in it.
+//! columns and go in it. Rate-limiting lines (those with an `algorithm` field: lock-bench's and
+//! the toolkit peers' `decide`, `parallel`, `hot-key`, `accuracy`) get a table of their own,
+//! with calls/s as a ratio of the best peer's (not `raw-*`, not ours) and of `raw-gcra`, call
+//! p50 as a ratio of `raw-fred`'s, and `accuracy`'s admissions against the bound.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -47,6 +50,18 @@ const TOOLKIT_SCENARIOS: [&str; 11] = [
     "values-queue",
 ];
 const TOOLKIT_IMPLS: [&str; 3] = ["platform-lock", "raw", "powertools"];
+/// The same for the rate-limiting table.
+const RATELIMIT_SCENARIOS: [&str; 4] = ["decide", "parallel", "hot-key", "accuracy"];
+const RATELIMIT_IMPLS: [&str; 8] = [
+    "platform-lock",
+    "raw-fred",
+    "raw-gcra",
+    "raw-incr",
+    "rate-limiter-flexible",
+    "limits-moving-window",
+    "limits-fixed-window",
+    "limits-sliding-window-counter",
+];
 const IMPLS: [&str; 8] = [
     "platform-lock",
     "scripts",
@@ -73,8 +88,8 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (results, toolkit, problems) = parse(&text);
-    if results.is_empty() && toolkit.is_empty() {
+    let (results, toolkit, ratelimit, problems) = parse(&text);
+    if results.is_empty() && toolkit.is_empty() && ratelimit.is_empty() {
         eprintln!("bench-table: {path}: no result lines");
         for problem in problems {
             eprintln!("  {problem}");
@@ -88,6 +103,9 @@ fn main() -> ExitCode {
     tables.extend(watchdog_table(&text));
     if !toolkit.is_empty() {
         tables.push(toolkit_table(&toolkit));
+    }
+    if !ratelimit.is_empty() {
+        tables.push(ratelimit_table(&ratelimit));
     }
     print!("{}", tables.join("\n"));
     for problem in problems {
@@ -127,11 +145,12 @@ fn watchdog_table(text: &str) -> Option<String> {
 /// Result lines by (scenario position, impl position, impl name), in table order.
 type Results = BTreeMap<(usize, usize, String), Value>;
 
-/// Result lines by (scenario, impl) — the lock's, then the idempotency ones; later lines replace
-/// earlier ones. Also the lines left out.
-fn parse(text: &str) -> (Results, Results, Vec<String>) {
+/// Result lines by (scenario, impl) — the lock's, the idempotency ones, the rate-limiting ones;
+/// later lines replace earlier ones. Also the lines left out.
+fn parse(text: &str) -> (Results, Results, Results, Vec<String>) {
     let mut results = BTreeMap::new();
     let mut toolkit = BTreeMap::new();
+    let mut ratelimit = BTreeMap::new();
     let mut problems = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Ok(value) = serde_json::from_str::<Value>(line) else {
@@ -153,6 +172,19 @@ fn parse(text: &str) -> (Results, Results, Vec<String>) {
             problems.push(format!("{imp} / {scenario}: {error}"));
             continue;
         }
+        // Before the lock's scenarios: both have a `parallel`.
+        if value.get("algorithm").is_some() {
+            let Some(s) = RATELIMIT_SCENARIOS.iter().position(|s| *s == scenario) else {
+                problems.push(format!("{imp} / {scenario}: not a scenario of the table"));
+                continue;
+            };
+            let i = RATELIMIT_IMPLS
+                .iter()
+                .position(|i| *i == imp)
+                .unwrap_or(RATELIMIT_IMPLS.len());
+            ratelimit.insert((s, i, imp), value);
+            continue;
+        }
         if let Some(s) = TOOLKIT_SCENARIOS.iter().position(|s| *s == scenario) {
             let i = TOOLKIT_IMPLS
                 .iter()
@@ -170,7 +202,7 @@ fn parse(text: &str) -> (Results, Results, Vec<String>) {
         let i = IMPLS.iter().position(|i| *i == imp).unwrap_or(IMPLS.len());
         results.insert((s, i, imp), value);
     }
-    (results, toolkit, problems)
+    (results, toolkit, ratelimit, problems)
 }
 
 /// The idempotent-execution lines: calls/s (and as a ratio of `raw`), call latency, Redis
@@ -217,6 +249,74 @@ fn toolkit_table(results: &Results) -> String {
             num("executions", 0),
             num("results", 0),
             num("errors", 0),
+        ));
+    }
+    out
+}
+
+/// The rate-limiting lines: calls/s against the best peer and `raw-gcra`, call latency (p50
+/// against `raw-fred`'s), Redis commands and client CPU per call, denials and errors, and for
+/// `accuracy` the admissions over the bound and the busiest second.
+fn ratelimit_table(results: &Results) -> String {
+    let mut out = String::from(
+        "| scenario | impl | calls/s | × best peer | × raw-gcra | call p50 / p99 µs | p50 × raw-fred | Redis cmds / call | client CPU µs / call | denied | errors | admitted / bound | max in any 1 s |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let rate = |v: &Value| v.get("calls_per_s").and_then(Value::as_f64);
+    let p50 = |v: &Value| {
+        v.get("call_us")
+            .and_then(|d| d.get("p50"))
+            .and_then(Value::as_f64)
+    };
+    for ((s, _, imp), v) in results {
+        let scenario = RATELIMIT_SCENARIOS[*s];
+        let others = || results.iter().filter(|((os, _, _), _)| os == s);
+        let of = |other: &str| others().find(|((_, _, oi), _)| oi == other).map(|(_, o)| o);
+        let best_peer = others()
+            .filter(|((_, _, oi), _)| oi != "platform-lock" && !oi.starts_with("raw"))
+            .filter_map(|(_, o)| rate(o))
+            .reduce(f64::max);
+        let ratio = |x: Option<f64>, base: Option<f64>| match (x, base) {
+            // Throughput ratios say nothing in `accuracy`, where the limit sets the pace.
+            (Some(x), Some(b)) if b > 0.0 && scenario != "accuracy" => format!("{:.2}", x / b),
+            _ => "–".to_owned(),
+        };
+        let num = |field: &str, digits: usize| {
+            v.get(field)
+                .and_then(Value::as_f64)
+                .map_or("–".to_owned(), |x| format!("{x:.digits$}"))
+        };
+        let us = |p: &str| {
+            v.get("call_us")
+                .and_then(|d| d.get(p))
+                .and_then(Value::as_f64)
+                .map_or("–".to_owned(), |x| format!("{x:.0}"))
+        };
+        let cpu = match (
+            v.get("client_cpu_s").and_then(Value::as_f64),
+            v.get("calls").and_then(Value::as_f64),
+        ) {
+            (Some(cpu), Some(calls)) if calls > 0.0 => format!("{:.1}", cpu / calls * 1e6),
+            _ => "–".to_owned(),
+        };
+        let name = if imp == "platform-lock" {
+            format!("**{imp}**")
+        } else {
+            imp.clone()
+        };
+        out.push_str(&format!(
+            "| {scenario} | {name} | {} | {} | {} | {} / {} | {} | {} | {cpu} | {} | {} | {} | {} |\n",
+            num("calls_per_s", 0),
+            ratio(rate(v), best_peer),
+            ratio(rate(v), of("raw-gcra").and_then(rate)),
+            us("p50"),
+            us("p99"),
+            ratio(p50(v), of("raw-fred").and_then(p50)),
+            num("redis_cmds_per_call", 2),
+            num("denied", 0),
+            num("errors", 0),
+            num("admitted_over_bound", 3),
+            num("max_in_any_1s_window", 0),
         ));
     }
     out
@@ -293,8 +393,8 @@ mod tests {
 {"impl":"platform-lock","scenario":"parallel","cycles_per_s":400.0,"acquisitions":4000,"client_cpu_s":0.2,"server_cpu_s":0.1,"per_worker_min":90,"per_worker_max":100}
 {"impl":"rslock","scenario":"contended","error":"peer exited 1"}
 not json"#;
-        let (results, toolkit, problems) = parse(text);
-        assert!(toolkit.is_empty());
+        let (results, toolkit, ratelimit, problems) = parse(text);
+        assert!(toolkit.is_empty() && ratelimit.is_empty());
         assert_eq!(results.len(), 3);
         assert_eq!(problems.len(), 2, "{problems:?}");
         let table = table(&results);
@@ -316,9 +416,9 @@ not json"#;
     #[test]
     fn the_watchdog_line_gets_a_table_of_its_own() {
         let text = r#"{"impl":"platform-lock","scenario":"watchdog","held":10000,"renewal_period_ms":1000,"calls_per_tick":20.0,"calls_per_tick_bound":20,"last_tick_us":39000.5,"longest_tick_us":41000.0,"client_cpu_s":0.05,"client_memory_per_lock_bytes":919}"#;
-        let (results, toolkit, problems) = parse(text);
+        let (results, toolkit, ratelimit, problems) = parse(text);
         assert!(
-            results.is_empty() && toolkit.is_empty() && problems.is_empty(),
+            results.is_empty() && toolkit.is_empty() && ratelimit.is_empty() && problems.is_empty(),
             "{problems:?}"
         );
         let table = watchdog_table(text).expect("a watchdog table");
@@ -335,8 +435,11 @@ not json"#;
 {"impl":"raw","scenario":"branches-register-release","calls_per_s":10000.0,"call_us":{"p50":90.0,"p99":150.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
 {"impl":"platform-lock","scenario":"branches-register-release","calls_per_s":5000.0,"call_us":{"p50":190.0,"p99":400.0},"redis_cmds_per_call":7.1,"calls":15000,"executions":null,"results":15000,"errors":0}
 {"impl":"platform-lock","scenario":"replay","calls_per_s":20000.0,"call_us":{"p50":40.0,"p99":120.0},"redis_cmds_per_call":2.0,"calls":60000,"executions":1,"results":60000,"errors":0}"#;
-        let (results, toolkit, problems) = parse(text);
-        assert!(results.is_empty() && problems.is_empty(), "{problems:?}");
+        let (results, toolkit, ratelimit, problems) = parse(text);
+        assert!(
+            results.is_empty() && ratelimit.is_empty() && problems.is_empty(),
+            "{problems:?}"
+        );
         let table = toolkit_table(&toolkit);
         let rows: Vec<&str> = table.lines().skip(2).collect();
         assert_eq!(rows.len(), 4, "{table}");
@@ -365,8 +468,11 @@ not json"#;
 {"impl":"platform-lock","scenario":"first","calls_per_s":3000.0,"call_us":{"p50":300.0,"p99":500.0},"redis_cmds_per_call":9.0,"calls":15000,"executions":15000,"results":15000,"errors":0}
 {"impl":"raw","scenario":"first","calls_per_s":6000.0,"call_us":{"p50":150.0,"p99":200.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
 {"impl":"platform-lock","scenario":"duplicates","calls_per_s":150.0,"call_us":{"p50":51000.0,"p99":52000.0},"redis_cmds_per_call":3.5,"calls":800,"executions":100,"results":800,"errors":0}"#;
-        let (results, toolkit, problems) = parse(text);
-        assert!(results.is_empty() && problems.is_empty(), "{problems:?}");
+        let (results, toolkit, ratelimit, problems) = parse(text);
+        assert!(
+            results.is_empty() && ratelimit.is_empty() && problems.is_empty(),
+            "{problems:?}"
+        );
         let table = toolkit_table(&toolkit);
         let rows: Vec<&str> = table.lines().skip(2).collect();
         assert_eq!(rows.len(), 4, "{table}");
@@ -383,5 +489,37 @@ not json"#;
             rows[3].contains("| powertools | 100 | – | 4400 / 59000 | 2.94 | 112 | 14 | 14 | 98 |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn rate_limit_lines_get_a_table_of_their_own_beside_the_lock_parallel() {
+        let text = r#"{"impl":"platform-lock","scenario":"parallel","cycles_per_s":400.0}
+{"impl":"raw-gcra","scenario":"parallel","calls":90000,"calls_per_s":40000.0,"call_us":{"p50":700.0,"p99":900.0},"client_cpu_s":1.8,"algorithm":"gcra"}
+{"impl":"platform-lock","scenario":"parallel","calls":60000,"calls_per_s":30000.0,"call_us":{"p50":900.0,"p99":3000.0},"redis_cmds_per_call":4.0,"client_cpu_s":1.2,"denied":0,"errors":0,"algorithm":"gcra","bound":null}
+{"impl":"rate-limiter-flexible","scenario":"parallel","calls_per_s":20000.0,"call_us":{"p50":1500.0,"p99":2500.0},"algorithm":"fixed-window"}
+{"impl":"limits-fixed-window","scenario":"parallel","calls_per_s":5000.0,"algorithm":"fixed-window"}
+{"impl":"raw-fred","scenario":"decide","calls_per_s":25000.0,"call_us":{"p50":30.0,"p99":90.0},"algorithm":"evalsha"}
+{"impl":"platform-lock","scenario":"decide","calls_per_s":20000.0,"call_us":{"p50":36.0,"p99":100.0},"algorithm":"gcra"}
+{"impl":"platform-lock","scenario":"accuracy","calls_per_s":40000.0,"call_us":{"p50":600.0,"p99":2000.0},"denied":9000,"errors":0,"algorithm":"gcra","admitted_over_bound":0.995,"max_in_any_1s_window":399}"#;
+        let (results, toolkit, ratelimit, problems) = parse(text);
+        assert!(toolkit.is_empty() && problems.is_empty(), "{problems:?}");
+        assert_eq!((results.len(), ratelimit.len()), (1, 7));
+        let table = ratelimit_table(&ratelimit);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert!(
+            rows[0].starts_with("| decide | **platform-lock** | 20000 | – | – | 36 / 100 | 1.20 |"),
+            "{table}"
+        );
+        assert!(
+            rows[2].starts_with(
+                "| parallel | **platform-lock** | 30000 | 1.50 | 0.75 | 900 / 3000 | – | 4.00 | 20.0 | 0 | 0 | – | – |"
+            ),
+            "{table}"
+        );
+        assert!(
+            rows[6].starts_with("| accuracy | **platform-lock** | 40000 | – | – | 600 / 2000 |"),
+            "{table}"
+        );
+        assert!(rows[6].ends_with("| 9000 | 0 | 0.995 | 399 |"), "{table}");
     }
 }
