@@ -16,7 +16,7 @@ pub(crate) struct State {
 }
 
 /// Rounding room, µs: a decision is not flipped by the last bits of a float.
-const EPSILON: f64 = 1e-3;
+const EPSILON: f64 = 0.5;
 
 /// The verdict for `cost` of `quota` at `now`, and the new state if it is charged.
 pub(crate) fn decide(

@@ -45,7 +45,8 @@ async fn a_key_is_one_string_that_expires_at_rest() {
     assert_eq!(interval.parse::<f64>().unwrap(), 30e6, "{state}");
     let time = redis.cmd(&["TIME"]).await.unwrap();
     let now_s: f64 = time.lines().next().unwrap().parse().unwrap();
-    let tat_s = tat.parse::<f64>().unwrap() / 1e6;
+    // Microseconds since Unix time 1,700,000,000.
+    let tat_s = 1.7e9 + tat.parse::<f64>().unwrap() / 1e6;
     assert!(tat_s > now_s && tat_s < now_s + 31.0, "{tat_s} vs {now_s}");
     let ttl: i64 = common::integer(&redis, &["PTTL", &key]).await;
     assert!(ttl > 25_000 && ttl <= 30_000, "PTTL {ttl}");
@@ -127,6 +128,27 @@ async fn no_window_admits_more_than_burst_plus_rate() {
         "the limit admitted at its rate: {}",
         admitted.len()
     );
+}
+
+/// Intervals that are not whole microseconds (a third of a second) and bursts of a thousand:
+/// exactly the burst is admitted at once, never one less or one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_exact_whatever_the_interval() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    for (quota, burst) in [("3/1s", 3), ("7/1h", 7), ("1000/7h", 1000), ("997/7h", 997)] {
+        let limiter = limiter(&store, quota, quota, FailurePolicy::FailClosed);
+        let mut admitted = 0;
+        while limiter.try_acquire("client", 1).await.unwrap().allowed {
+            admitted += 1;
+            assert!(admitted <= burst, "{quota}: more than the burst");
+        }
+        // A slow machine may refill one during the loop: at most one more.
+        assert!(
+            admitted == burst || admitted == burst + 1,
+            "{quota}: {admitted} admitted"
+        );
+    }
 }
 
 /// On one server, limits of different keys (per client and global) are checked together.
