@@ -174,12 +174,14 @@ impl RateLimiter {
 
     /// Notes a store failure or success, logging the first of an outage and the recovery.
     fn note_outage(&self, failed: Option<&RateLimitError>) {
+        // A load first: the flag is written only when it changes, not on every decision.
+        let failing = self.failing.load(Ordering::Relaxed);
         match failed {
-            Some(error) if !self.failing.swap(true, Ordering::Relaxed) => {
+            Some(error) if !failing && !self.failing.swap(true, Ordering::Relaxed) => {
                 tracing::warn!(limit = %self.name, policy = ?self.policy, %error,
                     "rate limit store failed: deciding by the failure policy until it answers");
             }
-            None if self.failing.swap(false, Ordering::Relaxed) => {
+            None if failing && self.failing.swap(false, Ordering::Relaxed) => {
                 tracing::info!(limit = %self.name, "rate limit store answers again");
             }
             _ => {}

@@ -7,6 +7,8 @@
 //!
 //! The limit's name is a label, its keys never are.
 
+use std::sync::Arc;
+
 use crate::metric::metric_name;
 use crate::rate_limit::decision::{Basis, Decision};
 
@@ -15,7 +17,7 @@ use crate::rate_limit::decision::{Basis, Decision};
 pub const DECISIONS_TOTAL: &str = metric_name!("rate_limit", "decisions_total");
 
 /// Counts one decision of `limit`.
-pub(crate) fn decided(limit: &str, decision: &Decision) {
+pub(crate) fn decided(limit: &Arc<str>, decision: &Decision) {
     let outcome = match (decision.basis, decision.allowed) {
         (Basis::Counted, true) => "allowed",
         (Basis::Counted, false) => "denied",
