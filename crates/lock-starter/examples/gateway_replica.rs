@@ -63,7 +63,7 @@ async fn main() -> ExitCode {
     let until = tokio::time::Instant::now() + args.duration;
     while tokio::time::Instant::now() < until {
         match limiter.try_acquire(&args.client, 1).await {
-            Ok(decision) if decision.basis != Basis::Counted => {
+            Ok(decision) if matches!(decision.basis, Basis::FailedOpen | Basis::FailedClosed) => {
                 emit(
                     "failed",
                     json!({ "basis": format!("{:?}", decision.basis) }),

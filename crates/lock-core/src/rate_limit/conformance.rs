@@ -214,6 +214,22 @@ pub async fn a_changed_quota_keeps_the_state(factory: &dyn RateLimitFactory) {
     let raised = take(&limiter, &key, 7).await;
     assert!(raised.allowed, "3 owed against a burst of 10: {raised:?}");
     assert_eq!(raised.remaining, 0);
+    // A lower rate holds past the old rate's reset: the denial keeps what is owed.
+    let key = unique_key("client");
+    limiter.set_quota(Quota::new(10, Duration::from_millis(500)).expect("a valid quota"));
+    assert!(take(&limiter, &key, 10).await.allowed);
+    limiter.set_quota(hourly(10));
+    let lowered = take(&limiter, &key, 1).await;
+    assert!(!lowered.allowed, "{lowered:?}");
+    // Past the 500 ms TTL the old rate gave the state.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later = take(&limiter, &key, 1).await;
+    assert!(
+        !later.allowed,
+        "owed at the new rate after the old one's reset: {later:?}"
+    );
+    // Time that passed before the switch drained at the old rate, 72,000 times faster.
+    assert!(later.retry_after > Duration::from_secs(1800), "{later:?}");
     // A faster rate drains what is owed faster: 10 per second empties in about a second.
     limiter.set_quota(Quota::new(10, Duration::from_secs(1)).expect("a valid quota"));
     let faster = take(&limiter, &key, 0).await;

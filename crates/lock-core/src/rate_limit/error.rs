@@ -169,6 +169,9 @@ impl RateLimitError {
                     accepted.replacen("a lock key", &format!("a {name}"), 1)
                 ),
             ),
+            LockError::InvalidArgument { value, problem, .. } => {
+                RateLimitError::invalid(name, value, problem)
+            }
             other => RateLimitError::invalid(name, String::new(), other.to_string()),
         }
     }

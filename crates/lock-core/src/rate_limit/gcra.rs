@@ -18,21 +18,36 @@ pub(crate) struct State {
 /// Rounding room, µs: a decision is not flipped by the last bits of a float.
 const EPSILON: f64 = 0.5;
 
-/// The verdict for `cost` of `quota` at `now`, and the new state if it is charged.
-pub(crate) fn decide(
-    now: f64,
-    state: Option<State>,
-    quota: &Quota,
-    cost: u32,
-) -> (Verdict, Option<State>) {
+/// The longest a state may owe, µs: [`MAX_PERIOD`](crate::rate_limit::MAX_PERIOD). A state
+/// beyond it is not one this algorithm wrote, and counts as at rest.
+pub(crate) const MAX_OWED: f64 = 30.0 * 24.0 * 3600.0 * 1e6;
+
+/// A decision: the verdict, and the state to keep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Decided {
+    pub(crate) verdict: Verdict,
+    /// The state after the charge, when it is admitted and costs something.
+    pub(crate) charged: Option<State>,
+    /// The state re-expressed in the quota's interval, when it was charged at another one: kept
+    /// when the charge is not made, so that what is owed outlives the old interval's TTL.
+    pub(crate) converted: Option<State>,
+}
+
+/// The verdict for `cost` of `quota` at `now`, and the state to keep.
+pub(crate) fn decide(now: f64, state: Option<State>, quota: &Quota, cost: u32) -> Decided {
     let interval = quota.emission_interval_micros();
-    // Owed time, converted to the new interval: the requests owed stay owed.
+    let mut converted = None;
     let tat = match state {
-        Some(State { tat, interval: old }) if tat > now => {
+        Some(State { tat, interval: old })
+            if tat > now && tat - now <= MAX_OWED && old.is_finite() && old > 0.0 =>
+        {
             if old == interval {
                 tat
             } else {
-                now + (tat - now) * interval / old
+                // Owed time, converted to the new interval: the requests owed stay owed.
+                let tat = now + ((tat - now) * interval / old).min(MAX_OWED);
+                converted = Some(State { tat, interval });
+                tat
             }
         }
         _ => now,
@@ -47,17 +62,21 @@ pub(crate) fn decide(
     };
     let micros = |us: f64| Duration::from_micros(us.max(0.0).ceil() as u64);
     if allowed {
-        let charged = (cost > 0).then_some(State {
-            tat: new_tat,
-            interval,
-        });
         let verdict = Verdict {
             allowed,
             remaining: left(new_tat) as u32,
             retry_after: Duration::ZERO,
             reset_after: micros(new_tat - now),
         };
-        (verdict, charged)
+        let charged = (cost > 0).then_some(State {
+            tat: new_tat,
+            interval,
+        });
+        Decided {
+            verdict,
+            charged,
+            converted,
+        }
     } else {
         let verdict = Verdict {
             allowed,
@@ -65,7 +84,11 @@ pub(crate) fn decide(
             retry_after: micros(new_tat - now - capacity),
             reset_after: micros(tat - now),
         };
-        (verdict, None)
+        Decided {
+            verdict,
+            charged: None,
+            converted,
+        }
     }
 }
 
@@ -82,17 +105,21 @@ mod tests {
         let q = quota("10/1s", 3);
         let mut state = None;
         for remaining in [2, 1, 0] {
-            let (verdict, next) = decide(0.0, state, &q, 1);
-            assert!(verdict.allowed);
-            assert_eq!(verdict.remaining, remaining);
-            state = next;
+            let decided = decide(0.0, state, &q, 1);
+            assert!(decided.verdict.allowed);
+            assert_eq!(decided.verdict.remaining, remaining);
+            state = decided.charged;
         }
-        let (denied, unchanged) = decide(0.0, state, &q, 1);
+        let Decided {
+            verdict: denied,
+            charged,
+            converted,
+        } = decide(0.0, state, &q, 1);
         assert!(!denied.allowed);
-        assert_eq!(unchanged, None);
+        assert_eq!((charged, converted), (None, None));
         assert_eq!(denied.retry_after, Duration::from_millis(100));
         assert_eq!(denied.reset_after, Duration::from_millis(300));
-        let (later, _) = decide(100_000.0, state, &q, 1);
+        let later = decide(100_000.0, state, &q, 1).verdict;
         assert!(later.allowed);
         assert_eq!(later.remaining, 0);
     }
@@ -100,22 +127,57 @@ mod tests {
     #[test]
     fn owed_requests_stay_owed_under_a_new_quota() {
         let slow = quota("10/1s", 10);
-        let (_, state) = decide(0.0, None, &slow, 6);
+        let state = decide(0.0, None, &slow, 6).charged;
         // Raising the rate: the 6 owed are still owed, with more room.
-        let (raised, _) = decide(0.0, state, &quota("100/1s", 20), 1);
+        let raised = decide(0.0, state, &quota("100/1s", 20), 1).verdict;
         assert_eq!(raised.remaining, 13);
         // Lowering the burst below what is owed denies at once.
-        let (lowered, _) = decide(0.0, state, &quota("10/1s", 5), 1);
+        let lowered = decide(0.0, state, &quota("10/1s", 5), 1).verdict;
         assert!(!lowered.allowed);
         assert_eq!(lowered.retry_after, Duration::from_millis(200));
+        // Lowering the rate: the denial keeps the owed time in the new interval.
+        let kept = decide(0.0, state, &quota("1/1s", 1), 1);
+        assert!(!kept.verdict.allowed);
+        assert_eq!(
+            kept.converted,
+            Some(State {
+                tat: 6e6,
+                interval: 1e6
+            })
+        );
+        assert_eq!(
+            decide(5e6, kept.converted, &quota("1/1s", 1), 1)
+                .verdict
+                .retry_after,
+            Duration::from_secs(1)
+        );
     }
 
     #[test]
     fn a_zero_cost_reads_without_charging() {
         let q = quota("10/1s", 3);
-        let (verdict, state) = decide(0.0, None, &q, 0);
-        assert!(verdict.allowed);
-        assert_eq!(verdict.remaining, 3);
-        assert_eq!(state, None);
+        let decided = decide(0.0, None, &q, 0);
+        assert!(decided.verdict.allowed);
+        assert_eq!(decided.verdict.remaining, 3);
+        assert_eq!(decided.charged, None);
+    }
+
+    #[test]
+    fn a_state_no_quota_writes_is_at_rest() {
+        let q = quota("10/1s", 3);
+        for tat in [f64::INFINITY, 1e300, MAX_OWED + 1.0] {
+            let decided = decide(0.0, Some(State { tat, interval: 1e5 }), &q, 1);
+            assert!(decided.verdict.allowed, "{tat}");
+        }
+        let nan_interval = decide(
+            0.0,
+            Some(State {
+                tat: 1e6,
+                interval: f64::NAN,
+            }),
+            &q,
+            1,
+        );
+        assert!(nan_interval.verdict.allowed);
     }
 }

@@ -147,10 +147,12 @@ impl RateLimiter {
         loop {
             let decision = self.try_acquire(key, cost).await?;
             let left = deadline.saturating_duration_since(Instant::now());
-            if decision.allowed || decision.basis != Basis::Counted || decision.retry_after > left {
+            if decision.allowed || decision.basis != Basis::Counted || decision.retry_after >= left
+            {
                 return Ok(decision);
             }
-            tokio::time::sleep(decision.retry_after).await;
+            // At least a millisecond: a store answering a zero retry-after is not asked in a loop.
+            tokio::time::sleep(decision.retry_after.max(Duration::from_millis(1))).await;
         }
     }
 
@@ -197,8 +199,8 @@ impl RateLimiter {
 /// policy is [`FailurePolicy::FailOpen`].
 ///
 /// # Errors
-/// As [`RateLimiter::try_acquire`], and [`RateLimitError::InvalidArgument`] for no parts or
-/// parts on different stores.
+/// As [`RateLimiter::try_acquire`], and [`RateLimitError::InvalidArgument`] for no parts, parts
+/// on different stores, or one limit and key in two parts.
 ///
 /// # Examples
 ///
@@ -244,6 +246,18 @@ pub async fn check_all(parts: &[Part<'_>]) -> Result<Decision, RateLimitError> {
         .iter()
         .map(|p| p.limiter.charge(p.key, p.cost))
         .collect::<Result<Vec<_>, _>>()?;
+    for (i, charge) in charges.iter().enumerate() {
+        if charges[..i]
+            .iter()
+            .any(|c| c.limit == charge.limit && c.key == charge.key)
+        {
+            return Err(RateLimitError::invalid(
+                "parts",
+                format!("`{}` of {:?} twice", charge.limit, charge.key),
+                "each limit and key once; give one part the summed cost",
+            ));
+        }
+    }
     if first.limiter.store.disabled() {
         let name = Arc::clone(&first.limiter.name);
         return Ok(Decision::unchecked(

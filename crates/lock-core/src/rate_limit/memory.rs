@@ -63,14 +63,13 @@ impl RateLimitStore for InMemoryRateLimits {
                 decide(now, state, &c.quota, c.cost)
             })
             .collect();
-        if decided.iter().all(|(verdict, _)| verdict.allowed) {
-            for (charge, (_, state)) in charges.iter().zip(&decided) {
-                if let Some(state) = state {
-                    states.insert((charge.limit.to_owned(), charge.key.to_owned()), *state);
-                }
+        let all = decided.iter().all(|d| d.verdict.allowed);
+        for (charge, d) in charges.iter().zip(&decided) {
+            if let Some(state) = d.charged.filter(|_| all).or(d.converted) {
+                states.insert((charge.limit.to_owned(), charge.key.to_owned()), state);
             }
         }
-        Ok(decided.into_iter().map(|(verdict, _)| verdict).collect())
+        Ok(decided.into_iter().map(|d| d.verdict).collect())
     }
 }
 

@@ -167,10 +167,12 @@ impl std::str::FromStr for Quota {
         let (count, period) = text
             .split_once('/')
             .ok_or_else(|| invalid("no /".to_owned()))?;
-        let count: u32 = count
+        let count: u64 = count
             .trim()
             .parse()
             .map_err(|_| invalid(format!("{:?} is not a whole number", count.trim())))?;
+        let count = u32::try_from(count)
+            .map_err(|_| invalid(format!("a count of {count} is above {}", u32::MAX)))?;
         let period = parse_duration(period).map_err(invalid)?;
         Quota::new(count, period)
     }

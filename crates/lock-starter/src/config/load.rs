@@ -253,11 +253,15 @@ fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError
             Ok(Value::String(_, text)) => text,
             Ok(_) => return Err(invalid_at(figment, rate, &path, "not text")),
             Err(_) => {
+                let table = path.rsplit_once('.').map_or(path.as_str(), |(t, _)| t);
                 return Err(invalid_at(
                     figment,
                     rate,
                     &path,
-                    "each rate limit needs its rate",
+                    format!(
+                        "each rate limit needs its rate, and {table} (from {}) has none",
+                        origin_of(figment, table)
+                    ),
                 ));
             }
         };
@@ -271,13 +275,21 @@ fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError
                 })?;
         let burst_path = burst.for_name(name);
         if let Ok(value) = figment.find_value(&burst_path) {
-            let count = match &value {
-                Value::Num(_, num) => num.to_i128().and_then(|n| u32::try_from(n).ok()),
+            let count: Option<i128> = match &value {
+                Value::Num(_, num) => num.to_i128(),
                 Value::String(_, text) => text.trim().parse().ok(),
                 _ => None,
             };
             let count = count
                 .ok_or_else(|| invalid_at(figment, burst, &burst_path, "not a whole number"))?;
+            let count = u32::try_from(count).map_err(|_| {
+                let problem = if count < 0 {
+                    "smaller than the minimum"
+                } else {
+                    "larger than the maximum"
+                };
+                invalid_at(figment, burst, &burst_path, problem)
+            })?;
             if let Some(problem) = burst.problem(&Val::Count(count)) {
                 return Err(invalid_at(figment, burst, &burst_path, problem));
             }
@@ -335,6 +347,16 @@ fn table_accepted(table: &str) -> String {
         .chain(SPRING_KEYS)
         .filter_map(|spec| spec.name.strip_prefix(table)?.strip_prefix('.'))
         .collect();
+    if keys.is_empty()
+        && NAMED_KEYS
+            .iter()
+            .any(|spec| spec.name.starts_with(&format!("{table}.<")))
+    {
+        return format!(
+            "a table of named tables, each with the keys {}",
+            named_keys()
+        );
+    }
     format!("a table with the keys {}", keys.join(", "))
 }
 

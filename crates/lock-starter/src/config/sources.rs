@@ -367,6 +367,7 @@ fn merge_env(
 fn known_env_names() -> String {
     let names: Vec<String> = KEYS
         .iter()
+        .chain(NAMED_KEYS)
         .chain(SPRING_KEYS)
         .map(KeySpec::env_name)
         .collect();

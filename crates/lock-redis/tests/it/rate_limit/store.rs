@@ -151,6 +151,33 @@ async fn a_burst_is_exact_whatever_the_interval() {
     }
 }
 
+/// A state no limiter wrote (garbage, infinities, a TAT centuries ahead) is a key at rest: the
+/// charge is admitted and overwrites it with a state that expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_no_limiter_wrote_is_at_rest() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let api = limiter(&store, "api", "10/1s", FailurePolicy::FailClosed);
+    let key = store.state_key("api", "k");
+    for garbage in [
+        "garbage",
+        ":",
+        "nan:1",
+        "inf:1",
+        "1e300:1",
+        "9e15:100000",
+        "5:0",
+        "5:-1",
+        "5:inf",
+    ] {
+        redis.cmd(&["SET", &key, garbage]).await.unwrap();
+        let decision = api.acquire("k", 1, Duration::ZERO).await.unwrap();
+        assert!(decision.allowed, "{garbage}: {decision:?}");
+        let ttl: i64 = common::integer(&redis, &["PTTL", &key]).await;
+        assert!(ttl > 0 && ttl <= 100, "{garbage}: PTTL {ttl}");
+    }
+}
+
 /// On one server, limits of different keys (per client and global) are checked together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_of_different_keys_are_charged_together_on_one_server() {

@@ -51,7 +51,7 @@ fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
         ),
         (
             "[telco.platform.lock.rate-limits.login]\nburst = 3\n",
-            "rate-limits.login.rate = nothing (from default): each rate limit needs its rate",
+            "rate-limits.login.rate = nothing (from default): each rate limit needs its rate, and telco.platform.lock.rate-limits.login (from TOML source string) has none",
         ),
         (
             "[telco.platform.lock.rate-limits.login]\nrate = \"1/1h\"\nburst = 0\n",
@@ -67,7 +67,15 @@ fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
         ),
         (
             "[telco.platform.lock]\nrate-limits = 5\n",
-            "telco.platform.lock.rate-limits = 5",
+            "telco.platform.lock.rate-limits = 5 (from TOML source string): a value where a table is expected; accepted: a table of named tables, each with the keys rate, burst",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.login]\nrate = \"1/1h\"\nburst = 99999999999\n",
+            "rate-limits.login.burst = 99999999999 (from TOML source string): larger than the maximum",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.login]\nrate = \"4294967296/1h\"\n",
+            "a count of 4294967296 is above 4294967295",
         ),
     ] {
         let error = load(toml, &[]).unwrap_err();
