@@ -68,9 +68,10 @@ async fn processes_whose_clocks_differ_by_30_s_share_one_limit() {
         skewed_admitted, 5,
         "10 per hour, whichever clock the process has"
     );
-    // One request per 6 minutes, counted on Redis' clock: not 30 s less.
+    // One request per 6 minutes on Redis' clock, less the time since the first child's charges
+    // (a slow start-up takes some); a 30 s skew would show as 330 s or less.
     assert!(
-        retry_after > 350.0 && retry_after <= 360.0,
+        retry_after > 335.0 && retry_after <= 360.0,
         "retry-after {retry_after} s"
     );
 }

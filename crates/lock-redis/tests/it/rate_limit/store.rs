@@ -112,9 +112,10 @@ async fn no_window_admits_more_than_burst_plus_rate() {
         })
         .max()
         .unwrap();
-    // Replies reach the client a little apart from when Redis decided: 2 of slack.
+    // Replies reach the client later than Redis decided, by up to half a second on a loaded
+    // machine: 10 of slack, still short of the 40 a fixed window lets through.
     assert!(
-        most <= 25 + 2,
+        most <= 25 + 10,
         "{most} admitted in one second: {admitted:?}"
     );
     let bound = 5.0 + 20.0 * elapsed;
