@@ -79,7 +79,8 @@ pub(crate) use run_checks;
 /// Expands to one `#[tokio::test]` per check of a capability's conformance suite, each with a
 /// fresh factory.
 ///
-/// The first argument names the capability: `lock`, `idempotency`, `branches` or `values`. The
+/// The first argument names the capability: `lock`, `idempotency`, `branches`, `values`,
+/// `rate_limit` or `cache`. The
 /// second is an expression evaluating to a future of that suite's factory. The calling crate
 /// needs `tokio` with `macros` and `rt-multi-thread` as a dev-dependency.
 ///

@@ -12,6 +12,8 @@
 //!   [`SharedValues`](crate::values::SharedValues) over the [`ValueStore`](crate::values::ValueStore) port.
 //! - Rate limiting by the generic cell rate algorithm: [`RateLimiter`](crate::rate_limit::RateLimiter)
 //!   over the [`RateLimitStore`](crate::rate_limit::RateLimitStore) port.
+//! - A distributed cache of typed values with an optional in-process tier:
+//!   [`Cache`](crate::cache::Cache) over the [`CacheStore`](crate::cache::CacheStore) port.
 //! - Shared by all: the error and its stable codes ([`Problem`], [`LockError`]), key
 //!   validation ([`validate_key`]) and owner tokens ([`OwnerTokens`]).
 //!
@@ -66,6 +68,7 @@
 //! ```
 
 pub mod branches;
+pub mod cache;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod duration;

@@ -1,5 +1,5 @@
 //! The one metric naming scheme: `platform_<capability>_<name>`, where the capability is its
-//! module's name (`lock`, `idempotency`, `branches`, `values`, `rate_limit`) and the name ends in its unit or `_total`.
+//! module's name (`lock`, `idempotency`, `branches`, `values`, `rate_limit`, `cache`) and the name ends in its unit or `_total`.
 
 /// The metric name `platform_<capability>_<name>`, as a `&'static str` constant.
 macro_rules! metric_name {
@@ -12,6 +12,7 @@ pub(crate) use metric_name;
 #[cfg(test)]
 mod tests {
     use crate::branches::telemetry as branches;
+    use crate::cache::telemetry as cache;
     use crate::idempotency::telemetry as idempotency;
     use crate::lock::telemetry as lock;
     use crate::rate_limit::telemetry as rate_limit;
@@ -37,6 +38,12 @@ mod tests {
             ("values", values::WAITS_TOTAL),
             ("values", values::WAIT_SECONDS),
             ("rate_limit", rate_limit::DECISIONS_TOTAL),
+            ("cache", cache::HITS_TOTAL),
+            ("cache", cache::MISSES_TOTAL),
+            ("cache", cache::LOADS_TOTAL),
+            ("cache", cache::LOAD_SECONDS),
+            ("cache", cache::UNDECODABLE_TOTAL),
+            ("cache", cache::UNCACHED_TOTAL),
         ];
         let mut seen = std::collections::BTreeSet::new();
         for (capability, name) in names {

@@ -4,6 +4,7 @@
 //! binaries of their own (`fail_open`, `telemetry_span`).
 
 mod branches;
+mod cache;
 mod idempotency;
 mod lock;
 mod rate_limit;

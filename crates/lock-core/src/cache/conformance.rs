@@ -1,0 +1,554 @@
+//! The cache's conformance suite: the behaviour every [`CacheStore`] backend shows through a
+//! [`Cache`] (feature `conformance`).
+//!
+//! Implement [`CacheFactory`] for a backend, then expand
+//! `lock_core::conformance_tests!(cache, …)` or call [`run_all`], as the
+//! [harness](crate::conformance) describes. Checks wait on events with generous deadlines.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::BoxError;
+use crate::cache::{
+    Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, NearCache,
+};
+use crate::conformance::{SLACK, run_checks, unique_key};
+
+/// The TTL of the expiry checks: long enough that no check's next command comes after it on
+/// a loaded machine.
+const SHORT_TTL: Duration = Duration::from_secs(1);
+/// How long a slow loader takes: long enough for every concurrent caller to join it.
+const SLOW_LOAD: Duration = Duration::from_millis(300);
+
+/// Builds clients of one shared backend for the suite.
+#[async_trait]
+pub trait CacheFactory: Send + Sync + 'static {
+    /// A new client of the shared backend, on connections of its own, as another process would
+    /// have.
+    async fn client(&self) -> Arc<dyn CacheStore>;
+}
+
+/// A product as a catalog caches it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Product {
+    sku: String,
+    price_cents: u64,
+}
+
+/// The next release's product: a field the stored entries lack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ProductV2 {
+    sku: String,
+    price_cents: u64,
+    currency: String,
+}
+
+fn product(sku: &str, price_cents: u64) -> Product {
+    Product {
+        sku: sku.to_owned(),
+        price_cents,
+    }
+}
+
+async fn cache<V>(factory: &dyn CacheFactory, name: &str, options: CacheOptions) -> Cache<V>
+where
+    V: Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    Cache::new(factory.client().await, name, options).expect("a valid cache")
+}
+
+async fn read(cache: &Cache<Product>, key: &str) -> Option<Product> {
+    cache.get(key).await.expect("a valid key")
+}
+
+/// Reads `key` until `wanted`, failing after `within` plus [`SLACK`].
+async fn read_until(cache: &Cache<Product>, key: &str, wanted: Option<&Product>, within: Duration) {
+    let deadline = Instant::now() + within + SLACK;
+    loop {
+        let value = read(cache, key).await;
+        if value.as_ref() == wanted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`{key}` still reads {value:?}, not {wanted:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A loader that counts its runs.
+#[derive(Debug, Default, Clone)]
+struct Runs(Arc<AtomicU64>);
+
+impl Runs {
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn loader(
+        &self,
+        value: Product,
+    ) -> impl FnOnce() -> std::future::Ready<Result<Product, BoxError>> + use<> {
+        let runs = Arc::clone(&self.0);
+        move || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(value))
+        }
+    }
+}
+
+/// An entry put by one client is read by another, with a TTL no longer than it was given.
+pub async fn a_put_is_read_by_another_client(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let writer: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let reader: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    assert_eq!(read(&reader, "sku-1").await, None);
+    writer
+        .put("sku-1", &product("sku-1", 4200))
+        .await
+        .expect("confirmed");
+    assert_eq!(read(&reader, "sku-1").await, Some(product("sku-1", 4200)));
+    let store = factory.client().await;
+    let entry = store
+        .get(&name, "sku-1")
+        .await
+        .expect("a read")
+        .expect("live");
+    assert!(entry.expires_in <= crate::cache::DEFAULT_TTL, "{entry:?}");
+    assert!(
+        entry.expires_in + SLACK >= crate::cache::DEFAULT_TTL,
+        "{entry:?}"
+    );
+}
+
+/// An entry is gone after its TTL and is not returned again; a re-put replaces the value and
+/// its TTL together.
+pub async fn entries_expire_after_their_own_ttl(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let products: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    products
+        .put("long", &product("long", 1))
+        .await
+        .expect("confirmed");
+    products
+        .put("short", &product("short", 1))
+        .await
+        .expect("confirmed");
+    products
+        .put_with_ttl("short", &product("short", 2), SHORT_TTL)
+        .await
+        .expect("confirmed");
+    let store = factory.client().await;
+    let entry = store.get(&name, "short").await.expect("a read");
+    assert!(
+        entry.is_some_and(|e| e.expires_in <= SHORT_TTL),
+        "the re-put's TTL holds"
+    );
+    read_until(&products, "short", None, SHORT_TTL).await;
+    assert_eq!(
+        read(&products, "short").await,
+        None,
+        "an expired entry stays gone"
+    );
+    assert_eq!(read(&products, "long").await, Some(product("long", 1)));
+}
+
+/// Invalidation removes one entry and says whether it was live.
+pub async fn invalidate_removes_one_entry(factory: &dyn CacheFactory) {
+    let products: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    products
+        .put("a", &product("a", 1))
+        .await
+        .expect("confirmed");
+    products
+        .put("b", &product("b", 2))
+        .await
+        .expect("confirmed");
+    assert!(products.invalidate("a").await.expect("confirmed"));
+    assert!(!products.invalidate("a").await.expect("confirmed"));
+    assert_eq!(read(&products, "a").await, None);
+    assert_eq!(read(&products, "b").await, Some(product("b", 2)));
+}
+
+/// Clear removes every entry of one cache, and no other cache's.
+pub async fn clear_removes_every_entry_of_the_cache(factory: &dyn CacheFactory) {
+    let products: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    let other: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    for n in 0..100 {
+        let key = format!("sku-{n}");
+        products
+            .put(&key, &product(&key, n))
+            .await
+            .expect("confirmed");
+    }
+    other
+        .put("sku-0", &product("sku-0", 7))
+        .await
+        .expect("confirmed");
+    assert!(products.clear().await.expect("confirmed"));
+    assert!(
+        !products.clear().await.expect("confirmed"),
+        "nothing left to clear"
+    );
+    for n in [0, 50, 99] {
+        assert_eq!(read(&products, &format!("sku-{n}")).await, None);
+    }
+    assert_eq!(read(&other, "sku-0").await, Some(product("sku-0", 7)));
+    products
+        .put("sku-1", &product("sku-1", 1))
+        .await
+        .expect("confirmed");
+    assert_eq!(read(&products, "sku-1").await, Some(product("sku-1", 1)));
+}
+
+/// A stored entry of an older shape, or truncated bytes, is a miss: the loader runs once, the
+/// entry is overwritten and the next read hits.
+pub async fn an_undecodable_entry_is_a_miss_and_is_overwritten(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let old: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let new: Cache<ProductV2> = cache(factory, &name, CacheOptions::new()).await;
+    old.put("sku-1", &product("sku-1", 4200))
+        .await
+        .expect("confirmed");
+    let store = factory.client().await;
+    let ttl = Duration::from_secs(60);
+    store
+        .put(&name, "sku-2", b"{\"sku\":\"sku-2\",\"pri", ttl)
+        .await
+        .expect("confirmed");
+    for key in ["sku-1", "sku-2"] {
+        assert_eq!(
+            new.get(key).await.expect("a valid key"),
+            None,
+            "{key} reads as a miss"
+        );
+        let runs = Arc::new(AtomicU64::new(0));
+        let loaded = ProductV2 {
+            sku: key.to_owned(),
+            price_cents: 4300,
+            currency: "EUR".to_owned(),
+        };
+        let load = |runs: Arc<AtomicU64>, loaded: ProductV2| async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, BoxError>(loaded)
+        };
+        let got = new
+            .get_or_load(key, || load(Arc::clone(&runs), loaded.clone()))
+            .await
+            .expect("loaded");
+        assert_eq!(got, loaded);
+        let again = new
+            .get_or_load(key, || load(Arc::clone(&runs), loaded.clone()))
+            .await
+            .expect("a hit");
+        assert_eq!(again, loaded);
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "{key}: loaded once, then read"
+        );
+    }
+}
+
+/// Concurrent misses of one key in one process run one loader, and every caller gets its
+/// value.
+pub async fn concurrent_misses_run_one_loader(factory: &dyn CacheFactory) {
+    let products: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    let runs = Runs::default();
+    let callers: Vec<_> = (0..50)
+        .map(|_| {
+            let (products, runs) = (products.clone(), runs.clone());
+            tokio::spawn(async move {
+                products
+                    .get_or_load("sku-1", || async move {
+                        let value = runs.loader(product("sku-1", 1))().await;
+                        tokio::time::sleep(SLOW_LOAD).await;
+                        value
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for caller in callers {
+        assert_eq!(
+            caller.await.expect("no panic").expect("loaded"),
+            product("sku-1", 1)
+        );
+    }
+    assert_eq!(runs.count(), 1, "one loader for 50 concurrent misses");
+}
+
+/// A loader's error reaches every caller that waited on it, and nothing is cached.
+pub async fn a_loader_error_reaches_every_waiter_and_caches_nothing(factory: &dyn CacheFactory) {
+    let products: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    let runs = Arc::new(AtomicU64::new(0));
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let (products, runs) = (products.clone(), Arc::clone(&runs));
+            tokio::spawn(async move {
+                products
+                    .get_or_load("sku-1", || async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(SLOW_LOAD).await;
+                        Err::<Product, _>(std::io::Error::other("catalog down"))
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for caller in callers {
+        let error = caller.await.expect("no panic").unwrap_err();
+        assert_eq!(error.code(), "CACHE_LOAD_FAILED", "{error}");
+        assert!(error.to_string().contains("catalog down"), "{error}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        read(&products, "sku-1").await,
+        None,
+        "a failed load caches nothing"
+    );
+    let runs = Runs::default();
+    let value = products
+        .get_or_load("sku-1", runs.loader(product("sku-1", 1)))
+        .await;
+    assert_eq!(value.expect("loaded"), product("sku-1", 1));
+    assert_eq!(runs.count(), 1, "the next call loads again");
+}
+
+/// A slow load of one key does not hold up a read or a load of another.
+pub async fn a_slow_load_never_blocks_another_key(factory: &dyn CacheFactory) {
+    let products: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    products
+        .put("b", &product("b", 2))
+        .await
+        .expect("confirmed");
+    let release = Arc::new(Notify::new());
+    let slow = tokio::spawn({
+        let (products, release) = (products.clone(), Arc::clone(&release));
+        async move {
+            products
+                .get_or_load("a", || async move {
+                    release.notified().await;
+                    Ok::<_, BoxError>(product("a", 1))
+                })
+                .await
+        }
+    });
+    let within = tokio::time::timeout(SLACK, async {
+        assert_eq!(read(&products, "b").await, Some(product("b", 2)));
+        let runs = Runs::default();
+        products
+            .get_or_load("c", runs.loader(product("c", 3)))
+            .await
+    })
+    .await;
+    assert_eq!(
+        within
+            .expect("not blocked by the load of a")
+            .expect("loaded"),
+        product("c", 3)
+    );
+    release.notify_one();
+    assert_eq!(
+        slow.await.expect("no panic").expect("loaded"),
+        product("a", 1)
+    );
+}
+
+/// A value above the cache's cap is returned and not cached.
+pub async fn a_value_above_the_cap_is_returned_not_cached(factory: &dyn CacheFactory) {
+    let options = CacheOptions::new()
+        .max_value_bytes(16)
+        .expect("a valid cap");
+    let products: Cache<Product> = cache(factory, &unique_key("cache"), options).await;
+    let big = product("a-sku-with-a-long-name", 1);
+    let runs = Runs::default();
+    for _ in 0..2 {
+        let value = products.get_or_load("big", runs.loader(big.clone())).await;
+        assert_eq!(value.expect("loaded"), big);
+    }
+    assert_eq!(runs.count(), 2, "not cached, so loaded each time");
+    products.put("big", &big).await.expect("confirmed");
+    assert_eq!(read(&products, "big").await, None);
+}
+
+/// A watch reports another client's puts, invalidations and clears of its cache, after its
+/// first [`Change::Live`].
+pub async fn a_watch_reports_every_change_of_its_cache(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let store = factory.client().await;
+    let mut watch = store.watch(&name).await.expect("a watch");
+    assert_eq!(next(&mut watch).await, Change::Live);
+    let writer: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let other: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    other
+        .put("sku-1", &product("sku-1", 1))
+        .await
+        .expect("confirmed");
+    writer
+        .put("sku-1", &product("sku-1", 1))
+        .await
+        .expect("confirmed");
+    assert_eq!(next(&mut watch).await, Change::Key("sku-1".to_owned()));
+    writer.invalidate("sku-1").await.expect("confirmed");
+    assert_eq!(next(&mut watch).await, Change::Key("sku-1".to_owned()));
+    writer.clear().await.expect("confirmed");
+    assert_eq!(next(&mut watch).await, Change::Cleared);
+}
+
+async fn next(watch: &mut Box<dyn CacheWatch>) -> Change {
+    let next = tokio::time::timeout(SLACK, watch.next()).await;
+    next.expect("a change in time").expect("the watch goes on")
+}
+
+/// Counts the reads that reach the store, to tell the in-process tier's hits apart.
+#[derive(Debug)]
+struct CountedReads {
+    store: Arc<dyn CacheStore>,
+    reads: AtomicU64,
+}
+
+#[async_trait]
+impl CacheStore for CountedReads {
+    async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.store.get(cache, key).await
+    }
+    async fn put(&self, c: &str, k: &str, v: &[u8], ttl: Duration) -> Result<(), CacheError> {
+        self.store.put(c, k, v, ttl).await
+    }
+    async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
+        self.store.invalidate(cache, key).await
+    }
+    async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
+        self.store.clear(cache).await
+    }
+    async fn watch(&self, cache: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
+        self.store.watch(cache).await
+    }
+}
+
+/// The in-process tier serves repeated reads without the store, and drops an entry another
+/// client puts, invalidates or clears.
+pub async fn the_near_tier_drops_what_another_client_changes(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let counted = Arc::new(CountedReads {
+        store: factory.client().await,
+        reads: AtomicU64::new(0),
+    });
+    let options = CacheOptions::new()
+        .near_cache(NearCache::entries(100))
+        .expect("valid");
+    let near: Cache<Product> = Cache::new(counted.clone(), &name, options).expect("valid");
+    let writer: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let served_from_memory = |expected: Product| {
+        let (near, counted) = (near.clone(), Arc::clone(&counted));
+        async move {
+            let deadline = Instant::now() + SLACK;
+            loop {
+                let before = counted.reads.load(Ordering::SeqCst);
+                let value = near.get("sku-1").await.expect("a valid key");
+                if value.as_ref() == Some(&expected)
+                    && counted.reads.load(Ordering::SeqCst) == before
+                {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "not served from memory: {value:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    writer
+        .put("sku-1", &product("sku-1", 1))
+        .await
+        .expect("confirmed");
+    served_from_memory(product("sku-1", 1)).await;
+    writer
+        .put("sku-1", &product("sku-1", 2))
+        .await
+        .expect("confirmed");
+    read_until(&near, "sku-1", Some(&product("sku-1", 2)), Duration::ZERO).await;
+    served_from_memory(product("sku-1", 2)).await;
+    writer.invalidate("sku-1").await.expect("confirmed");
+    read_until(&near, "sku-1", None, Duration::ZERO).await;
+    writer
+        .put("sku-1", &product("sku-1", 3))
+        .await
+        .expect("confirmed");
+    served_from_memory(product("sku-1", 3)).await;
+    writer.clear().await.expect("confirmed");
+    read_until(&near, "sku-1", None, Duration::ZERO).await;
+}
+
+/// Bad names, keys, TTLs and options are rejected before anything is sent.
+pub async fn invalid_arguments_are_rejected(factory: &dyn CacheFactory) {
+    let store = factory.client().await;
+    let error = Cache::<Product>::new(Arc::clone(&store), "", CacheOptions::new()).unwrap_err();
+    assert_eq!(error.details()["argument"], "cache", "{error}");
+    let products: Cache<Product> =
+        Cache::new(store, &unique_key("cache"), CacheOptions::new()).expect("a valid cache");
+    for key in ["", "bad\nkey"] {
+        let error = products.get(key).await.unwrap_err();
+        assert_eq!(error.code(), "CACHE_INVALID_ARGUMENT", "{error}");
+        assert_eq!(error.details()["argument"], "key", "{error}");
+    }
+    let error = products
+        .put_with_ttl("sku-1", &product("sku-1", 1), Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert_eq!(error.details()["argument"], "ttl", "{error}");
+    assert!(
+        error.to_string().contains("accepted: 1 ms to 720 h"),
+        "{error}"
+    );
+    assert!(CacheOptions::new().max_value_bytes(0).is_err());
+    assert!(
+        CacheOptions::new()
+            .near_cache(NearCache::entries(0))
+            .is_err()
+    );
+}
+
+/// Runs every check against `factory` and returns the names of those that failed.
+pub async fn run_all(factory: Arc<dyn CacheFactory>) -> Vec<&'static str> {
+    let mut failed = Vec::new();
+    crate::cache_conformance_checks!(run_checks; factory, failed;);
+    failed
+}
+
+/// The cache's checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! cache_conformance_checks {
+    ($callback:path; $($prefix:tt)*) => {
+        $callback! { $($prefix)*
+            a_put_is_read_by_another_client,
+            entries_expire_after_their_own_ttl,
+            invalidate_removes_one_entry,
+            clear_removes_every_entry_of_the_cache,
+            an_undecodable_entry_is_a_miss_and_is_overwritten,
+            concurrent_misses_run_one_loader,
+            a_loader_error_reaches_every_waiter_and_caches_nothing,
+            a_slow_load_never_blocks_another_key,
+            a_value_above_the_cap_is_returned_not_cached,
+            a_watch_reports_every_change_of_its_cache,
+            the_near_tier_drops_what_another_client_changes,
+            invalid_arguments_are_rejected,
+        }
+    };
+    ($callback:ident) => {
+        $crate::cache_conformance_checks! { $callback; }
+    };
+}
+#[doc(hidden)]
+pub use crate::cache_conformance_checks as checks;

@@ -1,0 +1,474 @@
+//! [`Cache`]: a named cache of typed values over a [`CacheStore`].
+
+use std::any::type_name;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::cache::error::CacheError;
+use crate::cache::flights::{Flights, Joined, follow};
+use crate::cache::near::Near;
+use crate::cache::options::{CacheOptions, check_ttl};
+use crate::cache::port::CacheStore;
+use crate::cache::telemetry::Metrics;
+use crate::error::BoxError;
+
+/// A named cache of `V` values shared by every replica, read through and loaded on a miss
+/// (cache-aside).
+///
+/// Clones share the cache, its loads in flight and its in-process tier.
+///
+/// # Contract
+/// - **Reads never fail for a backend reason.** A store that fails or times out is a miss:
+///   [`get_or_load`](Cache::get_or_load) runs the loader and returns its value uncached. The
+///   first failure of an outage is logged at `WARN`, the recovery at `INFO`.
+/// - **An entry that does not deserialize** as `V` (a changed type, truncated bytes) is a
+///   miss: loaded again and overwritten, logged at `DEBUG` and counted.
+/// - **One load per key at a time in a process.** Concurrent misses of a key wait for one
+///   loader; its value, error or panic reaches every one of them, and an error or panic caches
+///   nothing. Loads of different keys never wait on each other.
+/// - **Values above the cap** ([`CacheOptions::max_value_bytes`]) are returned, not cached.
+/// - **Writes report failures.** [`put`](Cache::put), [`invalidate`](Cache::invalidate) and
+///   [`clear`](Cache::clear) fail with [`CacheError::Unavailable`] when not confirmed.
+/// - **The in-process tier** ([`CacheOptions::near_cache`]) serves only while the store's
+///   change stream is live, and drops an entry when any replica changes it: it is never staler
+///   than the push of that change.
+/// - Switched off ([`DisabledCaches`](crate::cache::DisabledCaches)): nothing is cached and
+///   every `get_or_load` runs its loader.
+///
+/// Metric handles are registered when the cache is built: install the `metrics` recorder first.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use lock_core::cache::{Cache, CacheOptions, InMemoryCaches};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::cache::CacheError> {
+/// let products: Cache<String> =
+///     Cache::new(Arc::new(InMemoryCaches::new()), "products", CacheOptions::new())?;
+///
+/// let name = products
+///     .get_or_load("sku-42", || async { Ok::<_, std::io::Error>("Fibre 1000".to_owned()) })
+///     .await?;
+/// assert_eq!(name, "Fibre 1000");
+/// assert_eq!(products.get("sku-42").await?, Some("Fibre 1000".to_owned()));
+/// # Ok(()) }
+/// ```
+pub struct Cache<V> {
+    inner: Arc<Inner<V>>,
+}
+
+impl<V> Clone for Cache<V> {
+    fn clone(&self) -> Self {
+        Cache {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for Cache<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("name", &self.inner.name)
+            .field("options", &self.inner.options)
+            .field("store", &self.inner.store)
+            .field("near", &self.inner.near)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner<V> {
+    name: String,
+    store: Arc<dyn CacheStore>,
+    options: CacheOptions,
+    flights: Arc<Flights<V>>,
+    near: Option<Near<V>>,
+    metrics: Metrics,
+    failing: AtomicBool,
+}
+
+/// What a read of the store found.
+enum Read<V> {
+    Hit(V),
+    Miss,
+    Unavailable,
+}
+
+impl<V> Cache<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// The cache `name` on `store`. With an in-process tier, call it inside a Tokio runtime: the
+    /// tier follows the store's changes in a task of its own.
+    ///
+    /// # Errors
+    /// [`CacheError::InvalidArgument`] for a name that is not a valid key.
+    pub fn new(
+        store: Arc<dyn CacheStore>,
+        name: &str,
+        options: CacheOptions,
+    ) -> Result<Self, CacheError> {
+        crate::validate_key(name).map_err(|e| CacheError::argument("cache", e))?;
+        let near = match options.near_tier() {
+            Some(bound) if !store.disabled() => Some(Near::start(Arc::clone(&store), name, bound)),
+            _ => None,
+        };
+        Ok(Cache {
+            inner: Arc::new(Inner {
+                name: name.to_owned(),
+                store,
+                options,
+                flights: Arc::default(),
+                near,
+                metrics: Metrics::new(name),
+                failing: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The cache's options.
+    pub fn options(&self) -> CacheOptions {
+        self.inner.options
+    }
+
+    /// The live entry of `key`, `None` on a miss, including when the store fails.
+    ///
+    /// # Errors
+    /// [`CacheError::InvalidArgument`] for a bad key.
+    pub async fn get(&self, key: &str) -> Result<Option<V>, CacheError> {
+        self.check_key(key)?;
+        if let Some(value) = self.near_hit(key) {
+            return Ok(Some(value));
+        }
+        Ok(match self.read(key).await {
+            Read::Hit(value) => Some(value),
+            Read::Miss | Read::Unavailable => None,
+        })
+    }
+
+    /// The live entry of `key`, or the value `load` gives, cached for the cache's TTL.
+    ///
+    /// Concurrent calls for one key in this process run one loader; the others get its
+    /// outcome. A failing store makes this a load whose value is returned uncached.
+    ///
+    /// # Errors
+    /// [`CacheError::LoadFailed`] with the loader's error, to every caller that waited on it;
+    /// [`CacheError::LoaderPanicked`] to those that waited on a loader that panicked (the
+    /// caller that ran it gets the panic); [`CacheError::InvalidArgument`] for a bad key.
+    pub async fn get_or_load<F, Fut, E>(&self, key: &str, load: F) -> Result<V, CacheError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+        E: Into<BoxError>,
+    {
+        self.check_key(key)?;
+        if let Some(value) = self.near_hit(key) {
+            return Ok(value);
+        }
+        if self.inner.store.disabled() {
+            let (loaded, panic) = self.load(key, load).await;
+            rethrow(panic);
+            return loaded.map(|(value, _)| value);
+        }
+        let mut load = Some(load);
+        loop {
+            let leader = match self.inner.flights.join(key) {
+                Joined::Leader(leader) => leader,
+                Joined::Follower(receiver) => match follow(receiver).await {
+                    Some(landed) => return landed,
+                    // Its leader was cancelled: lead now.
+                    None => continue,
+                },
+            };
+            let (landed, panic) = match self.read(key).await {
+                Read::Hit(value) => (Ok(value), None),
+                read => {
+                    let Some(load) = load.take() else {
+                        unreachable!("a caller leads one load at most");
+                    };
+                    self.load_and_store(key, load, matches!(read, Read::Miss))
+                        .await
+                }
+            };
+            leader.land(landed.clone());
+            rethrow(panic);
+            return landed;
+        }
+    }
+
+    /// Stores `value` as the entry `key` for the cache's TTL.
+    ///
+    /// # Errors
+    /// [`CacheError::Unavailable`] when the store did not confirm it;
+    /// [`CacheError::InvalidArgument`] for a bad key or a value that does not serialize.
+    pub async fn put(&self, key: &str, value: &V) -> Result<(), CacheError> {
+        self.put_with_ttl(key, value, self.inner.options.entry_ttl())
+            .await
+    }
+
+    /// Stores `value` as the entry `key` for `ttl` ([`MIN_TTL`](crate::cache::MIN_TTL) to
+    /// [`MAX_TTL`](crate::cache::MAX_TTL)). A value above the cap is not stored, and the entry
+    /// it would have replaced is invalidated.
+    ///
+    /// # Errors
+    /// As [`put`](Cache::put), and [`CacheError::InvalidArgument`] for a TTL out of range.
+    pub async fn put_with_ttl(
+        &self,
+        key: &str,
+        value: &V,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        self.check_key(key)?;
+        check_ttl(ttl)?;
+        let bytes = serde_json::to_vec(value).map_err(|e| {
+            CacheError::invalid(
+                "value",
+                type_name::<V>(),
+                format!("it does not serialize as JSON: {e}"),
+            )
+        })?;
+        if self.inner.store.disabled() {
+            return Ok(());
+        }
+        let written = if bytes.len() > self.inner.options.value_limit() {
+            self.inner.metrics.oversize.increment(1);
+            self.inner
+                .store
+                .invalidate(&self.inner.name, key)
+                .await
+                .map(drop)
+        } else {
+            self.inner
+                .store
+                .put(&self.inner.name, key, &bytes, ttl)
+                .await
+        };
+        self.evict_near(Some(key));
+        written
+    }
+
+    /// Removes the entry `key` from the cache, in every replica's in-process tier too; `true`
+    /// if it was live.
+    ///
+    /// # Errors
+    /// [`CacheError::Unavailable`] when the store did not confirm it: the entry may still be
+    /// served until its TTL. [`CacheError::InvalidArgument`] for a bad key.
+    pub async fn invalidate(&self, key: &str) -> Result<bool, CacheError> {
+        self.check_key(key)?;
+        if self.inner.store.disabled() {
+            return Ok(false);
+        }
+        let removed = self.inner.store.invalidate(&self.inner.name, key).await;
+        self.evict_near(Some(key));
+        removed
+    }
+
+    /// Removes every entry of the cache in one step; `true` if it had a live one.
+    ///
+    /// # Errors
+    /// [`CacheError::Unavailable`] when the store did not confirm it.
+    pub async fn clear(&self) -> Result<bool, CacheError> {
+        if self.inner.store.disabled() {
+            return Ok(false);
+        }
+        let cleared = self.inner.store.clear(&self.inner.name).await;
+        self.evict_near(None);
+        cleared
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), CacheError> {
+        crate::validate_key(key).map_err(|e| CacheError::argument("key", e))
+    }
+
+    fn near_hit(&self, key: &str) -> Option<V> {
+        let value = self.inner.near.as_ref()?.get(key)?;
+        self.inner.metrics.hit_near.increment(1);
+        Some(value)
+    }
+
+    fn evict_near(&self, key: Option<&str>) {
+        if let Some(near) = &self.inner.near {
+            near.evict(key);
+        }
+    }
+
+    /// Reads `key` from the store, keeping a hit in the in-process tier.
+    async fn read(&self, key: &str) -> Read<V> {
+        let inner = &self.inner;
+        if inner.store.disabled() {
+            return Read::Miss;
+        }
+        let ticket = inner.near.as_ref().map(Near::ticket);
+        let entry = match inner.store.get(&inner.name, key).await {
+            Ok(entry) => {
+                self.note_outage(None);
+                entry
+            }
+            Err(error) => {
+                self.note_outage(Some(&error));
+                inner.metrics.miss.increment(1);
+                return Read::Unavailable;
+            }
+        };
+        let Some(entry) = entry else {
+            inner.metrics.miss.increment(1);
+            return Read::Miss;
+        };
+        match serde_json::from_slice::<V>(&entry.value) {
+            Ok(value) => {
+                inner.metrics.hit_shared.increment(1);
+                if let (Some(near), Some(ticket)) = (&inner.near, ticket) {
+                    near.keep(
+                        ticket,
+                        key,
+                        value.clone(),
+                        entry.expires_in,
+                        entry.value.len(),
+                    );
+                }
+                Read::Hit(value)
+            }
+            Err(error) => {
+                tracing::debug!(cache = %inner.name, key, %error, type_name = type_name::<V>(),
+                    "a cached entry does not deserialize: read as a miss, to be loaded again");
+                inner.metrics.undecodable.increment(1);
+                inner.metrics.miss.increment(1);
+                Read::Miss
+            }
+        }
+    }
+
+    /// Runs `load`, timing and counting it; the serialized value comes back for storing, and a
+    /// panic's payload beside its error, for the caller to resume once the waiters have it.
+    async fn load<F, Fut, E>(
+        &self,
+        key: &str,
+        load: F,
+    ) -> (Result<(V, Vec<u8>), CacheError>, Option<Panic>)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+        E: Into<BoxError>,
+    {
+        let metrics = &self.inner.metrics;
+        let started = Instant::now();
+        let outcome = AssertUnwindSafe(async { load().await })
+            .catch_unwind()
+            .await;
+        metrics.load_seconds.record(started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(Ok(value)) => {
+                metrics.loaded.increment(1);
+                let bytes = serde_json::to_vec(&value).map_err(|e| {
+                    CacheError::invalid(
+                        "value",
+                        type_name::<V>(),
+                        format!("the loaded value does not serialize as JSON: {e}"),
+                    )
+                });
+                (bytes.map(|bytes| (value, bytes)), None)
+            }
+            Ok(Err(error)) => {
+                metrics.load_failed.increment(1);
+                let error = CacheError::LoadFailed {
+                    cache: self.inner.name.clone(),
+                    key: key.to_owned(),
+                    cause: Arc::new(error.into()),
+                };
+                (Err(error), None)
+            }
+            Err(panic) => {
+                metrics.load_panicked.increment(1);
+                let error = CacheError::LoaderPanicked {
+                    cache: self.inner.name.clone(),
+                    key: key.to_owned(),
+                    message: panic_message(&*panic),
+                };
+                (Err(error), Some(panic))
+            }
+        }
+    }
+
+    /// Loads `key` and, when the store answered the read (`store`), caches the value.
+    async fn load_and_store<F, Fut, E>(
+        &self,
+        key: &str,
+        load: F,
+        store: bool,
+    ) -> (Result<V, CacheError>, Option<Panic>)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+        E: Into<BoxError>,
+    {
+        let (value, bytes) = match self.load(key, load).await {
+            (Ok(loaded), _) => loaded,
+            (Err(error), panic) => return (Err(error), panic),
+        };
+        let inner = &self.inner;
+        if !store {
+            inner.metrics.unavailable.increment(1);
+        } else if bytes.len() > inner.options.value_limit() {
+            inner.metrics.oversize.increment(1);
+        } else {
+            let ttl = inner.options.entry_ttl();
+            match inner.store.put(&inner.name, key, &bytes, ttl).await {
+                Ok(()) => self.note_outage(None),
+                Err(error) => {
+                    self.note_outage(Some(&error));
+                    inner.metrics.unavailable.increment(1);
+                }
+            }
+            self.evict_near(Some(key));
+        }
+        (Ok(value), None)
+    }
+
+    /// Notes a store failure or success, logging the first of an outage and the recovery.
+    fn note_outage(&self, failed: Option<&CacheError>) {
+        let failing = &self.inner.failing;
+        match failed {
+            Some(error) if !failing.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(cache = %self.inner.name, %error,
+                    "the cache store fails: values are loaded and returned uncached until it answers");
+            }
+            None if failing.load(Ordering::Relaxed) && failing.swap(false, Ordering::Relaxed) => {
+                tracing::info!(cache = %self.inner.name, "the cache store answers again");
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A loader's panic payload.
+type Panic = Box<dyn std::any::Any + Send>;
+
+/// Resumes a loader's panic in the caller that ran it.
+fn rethrow(panic: Option<Panic>) {
+    if let Some(panic) = panic {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The message of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic payload".to_owned())
+}

@@ -1,0 +1,4 @@
+//! The cache on the in-memory backend, switched off, and on a failing store.
+
+mod memory;
+mod outage;
