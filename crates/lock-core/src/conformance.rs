@@ -80,9 +80,9 @@ pub(crate) use run_checks;
 /// fresh factory.
 ///
 /// The first argument names the capability: `lock`, `idempotency`, `branches`, `values`,
-/// `rate_limit` or `cache`. The
-/// second is an expression evaluating to a future of that suite's factory. The calling crate
-/// needs `tokio` with `macros` and `rt-multi-thread` as a dev-dependency.
+/// `rate_limit` or `cache`. The second is an expression evaluating to a future of that suite's
+/// factory. The calling crate needs `tokio` with `macros` and `rt-multi-thread` as a
+/// dev-dependency.
 ///
 /// # Examples
 ///

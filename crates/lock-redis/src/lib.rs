@@ -96,6 +96,7 @@
 //! Requires Redis 7.0 or later (sharded pub/sub, effect replication of scripts).
 
 pub mod branches;
+pub mod cache;
 mod core;
 pub mod idempotency;
 pub mod lock;
@@ -121,6 +122,7 @@ pub mod limits {
 #[doc(hidden)]
 pub mod scripts {
     pub use crate::branches::scripts::*;
+    pub use crate::cache::scripts::*;
     pub use crate::idempotency::scripts::*;
     pub use crate::lock::scripts::*;
     pub use crate::rate_limit::scripts::*;

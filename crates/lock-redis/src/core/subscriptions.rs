@@ -18,9 +18,9 @@
 //! A *dispatcher* task turns incoming messages into wake-ups of the channel's waiters, and marks
 //! every subscription unconfirmed after a reconnect (the server forgot them).
 //!
-//! *Listeners* (shared values' watches) hear every message of the channel, and a
-//! [`Heard::Missed`] whenever messages may have gone unheard (a (re)confirmed subscription, a
-//! dispatcher that fell behind).
+//! *Listeners* (shared values' and caches' watches) hear every message of the channel, a
+//! [`Heard::Lost`] when the subscription's connection fails, and a [`Heard::Missed`] whenever
+//! messages may have gone unheard (a (re)confirmed subscription, a dispatcher that fell behind).
 //!
 //! *Fair* waiters (see `acquire/fair.rs`) share the channel's subscription but not the queue:
 //! their order is kept in Redis. Each is registered under its owner token, and a release
@@ -100,6 +100,9 @@ pub(crate) enum Heard {
     /// Messages may have gone unheard: the subscription was (re)confirmed, or this client fell
     /// behind.
     Missed,
+    /// The subscription's connection failed: messages go unheard until the next
+    /// [`Heard::Missed`].
+    Lost,
 }
 
 /// Messages a listener may fall behind by before it hears [`Heard::Missed`] instead.
@@ -119,8 +122,12 @@ impl Channel {
 
     /// Tells every listener that messages may have gone unheard.
     fn tell_missed(&self) {
+        self.tell(Heard::Missed);
+    }
+
+    fn tell(&self, heard: Heard) {
         if let Some(listeners) = &self.listeners {
-            let _ = listeners.send(Heard::Missed);
+            let _ = listeners.send(heard);
         }
     }
 
@@ -250,6 +257,15 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
+    /// Whether the channel's subscription is confirmed now: messages published from now on
+    /// are heard, or a [`Heard::Lost`] comes first.
+    pub(crate) fn is_confirmed(&self) -> bool {
+        self.shared
+            .channels()
+            .get(&self.channel)
+            .is_some_and(|entry| *entry.confirmed.borrow())
+    }
+
     /// The next message, or [`Heard::Missed`] where some may have gone unheard.
     pub(crate) async fn next(&mut self) -> Heard {
         match self.heard.recv().await {
@@ -333,6 +349,7 @@ impl Subscriptions {
             Arc::downgrade(&shared),
             shared.subscriber.message_rx(),
             shared.subscriber.reconnect_rx(),
+            shared.subscriber.error_rx(),
             [
                 shared.subscriber.cluster_change_rx(),
                 commands.cluster_change_rx(),
@@ -622,6 +639,7 @@ async fn dispatch(
     shared: Weak<Shared>,
     mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
     mut reconnects: tokio::sync::broadcast::Receiver<Server>,
+    mut errors: tokio::sync::broadcast::Receiver<(Error, Option<Server>)>,
     [mut subscriber_topology, mut command_topology]: [tokio::sync::broadcast::Receiver<Vec<fred::types::ClusterStateChange>>;
         2],
 ) {
@@ -632,6 +650,8 @@ async fn dispatch(
             Message(String, Value, Option<u64>, Option<String>),
             WakeAll,
             Reconnected,
+            /// The connection failed: subscriptions are gone until the reconnect.
+            Lost,
         }
         let event = tokio::select! {
             message = messages.recv() => match message {
@@ -646,6 +666,10 @@ async fn dispatch(
                 Ok(_) | Err(RecvError::Lagged(_)) => Event::Reconnected,
                 Err(RecvError::Closed) => return,
             },
+            error = errors.recv() => match error {
+                Ok(_) | Err(RecvError::Lagged(_)) => Event::Lost,
+                Err(RecvError::Closed) => return,
+            },
             // A closed topology stream (never on a single server) only disables its branch.
             Ok(_) = subscriber_topology.recv() => Event::Reconnected,
             Ok(_) = command_topology.recv() => Event::Reconnected,
@@ -654,7 +678,7 @@ async fn dispatch(
             return;
         };
         let mut channels = shared.channels();
-        if matches!(event, Event::Reconnected) {
+        if matches!(event, Event::Reconnected | Event::Lost) {
             shared.generation.fetch_add(1, Ordering::SeqCst);
         }
         match event {
@@ -686,6 +710,13 @@ async fn dispatch(
                 for entry in channels.values() {
                     entry.confirmed.send_replace(false);
                     entry.driver.notify_one();
+                }
+            }
+            // The reconnect that follows has the drivers subscribe again.
+            Event::Lost => {
+                for entry in channels.values() {
+                    entry.confirmed.send_replace(false);
+                    entry.tell(Heard::Lost);
                 }
             }
         }

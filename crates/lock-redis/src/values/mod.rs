@@ -471,12 +471,18 @@ struct RedisValueWatch {
 #[async_trait]
 impl ValueWatch for RedisValueWatch {
     async fn next(&mut self) -> Result<Observed, BoxError> {
-        tokio::select! {
-            heard = self.listener.next() => Ok(match heard {
-                Heard::Message(message) => parse_written(&message),
-                Heard::Missed => Observed::Unknown,
-            }),
-            failure = self.core.connection_lost("shared value wait") => Err(failure.into()),
+        loop {
+            tokio::select! {
+                heard = self.listener.next() => match heard {
+                    Heard::Message(message) => return Ok(parse_written(&message)),
+                    Heard::Missed => return Ok(Observed::Unknown),
+                    // A `Missed` follows once subscribed again.
+                    Heard::Lost => {}
+                },
+                failure = self.core.connection_lost("shared value wait") => {
+                    return Err(failure.into());
+                }
+            }
         }
     }
 }

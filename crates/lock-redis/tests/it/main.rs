@@ -10,6 +10,7 @@ mod common;
 mod sentinel_common;
 
 mod branches;
+mod cache;
 mod core;
 mod idempotency;
 mod lock;

@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
-/// by the last of its ten tests.
+/// by the last of its eleven tests.
 static CLUSTER: Shared<RedisCluster> = Shared::new(11);
 
 /// Takes the shared cluster, starting it on first use.
@@ -261,6 +261,30 @@ async fn the_values_conformance_suite_passes_on_the_cluster() {
     assert!(
         failed.is_empty(),
         "values checks failed on the Cluster: {failed:?}"
+    );
+}
+
+struct CachesOnCluster {
+    url: String,
+}
+
+#[async_trait::async_trait]
+impl lock_core::cache::conformance::CacheFactory for CachesOnCluster {
+    async fn client(&self) -> Arc<dyn lock_core::cache::CacheStore> {
+        crate::cache::store(&client(&self.url).await).await
+    }
+}
+
+/// A cache's two keys and its channel share its hash tag, so one slot: the suite on the
+/// cluster, the in-process tier's pushed changes included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_conformance_suite_passes_on_the_cluster() {
+    let cluster = cluster().await;
+    let factory = CachesOnCluster { url: cluster.url() };
+    let failed = lock_core::cache::conformance::run_all(Arc::new(factory)).await;
+    assert!(
+        failed.is_empty(),
+        "cache checks failed on the Cluster: {failed:?}"
     );
 }
 

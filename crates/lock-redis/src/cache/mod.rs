@@ -1,0 +1,332 @@
+//! The cache on Redis: [`RedisCaches`], the [`CacheStore`] of `lock_core::cache::Cache`, on the
+//! connections of a [`RedisClient`].
+//!
+//! - **Keys.** The cache `products` is one hash, `<prefix>cache:{products}`, of key →
+//!   `<deadline>:<JSON>`, and one sorted set under the same hash tag, `…:deadlines`, of key →
+//!   deadline (the server's time in ms): Redis 7.0 has no per-field expiry. Both expire with the
+//!   last entry, so an unused cache disappears.
+//! - **A read is one `HGET`.** The deadline travels in the value and is compared with an upper
+//!   bound of the server's time (its `TIME` as last read plus the local time since), so an
+//!   expired entry is never returned; one may read as expired up to a round trip early.
+//! - **Writes are scripts** (`scripts/*.lua`): a put sets the entry and its deadline and removes
+//!   up to 100 expired entries; an invalidation removes one; a clear `UNLINK`s both keys, freed
+//!   off Redis' main thread whatever their size. Each publishes the change on
+//!   `<prefix>cache:{products}:changed` (sharded pub/sub, the same hash tag) for in-process
+//!   tiers: `k<key>` or `c`.
+
+mod clock;
+pub(crate) mod scripts;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use lock_core::BoxError;
+use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change, Entry};
+use tokio::time::Instant;
+
+use crate::cache::clock::ServerClock;
+use crate::core::client::{RedisClient, RedisCore};
+use crate::core::error::RedisFailure;
+use crate::core::subscriptions::{Heard, Listener};
+
+/// The capability's name in its keys: `<prefix>cache:{<name>}`.
+const CAPABILITY: &str = "cache";
+
+/// Where named caches live in Redis: on the connections and key prefix of a [`RedisClient`].
+/// Use it through `lock_core::cache::Cache`, or get both from lock-starter.
+///
+/// Needs `HGET`, `TIME`, `EVALSHA`, `SCRIPT LOAD` and `SSUBSCRIBE`, and inside its scripts
+/// `HSET`, `HDEL`, `ZADD`, `ZREM`, `ZSCORE`, `ZCOUNT`, `ZRANGE`, `ZRANGEBYSCORE`, `PEXPIREAT`,
+/// `UNLINK` and `SPUBLISH`.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use lock_core::cache::{Cache, CacheOptions};
+/// use lock_redis::cache::RedisCaches;
+/// use lock_redis::{RedisClient, RedisConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let redis = RedisClient::connect(RedisConfig::new("redis://127.0.0.1:6379")).await?;
+/// let products: Cache<String> =
+///     Cache::new(Arc::new(RedisCaches::new(&redis).await), "products", CacheOptions::new())?;
+/// products.put("sku-42", &"Fibre 1000".to_owned()).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct RedisCaches {
+    core: Arc<RedisCore>,
+    scripts: scripts::Scripts,
+    clock: Arc<ServerClock>,
+    refreshing: Arc<AtomicBool>,
+}
+
+impl RedisCaches {
+    /// Caches on `client`'s connections, under its key prefix. Loads its scripts and reads the
+    /// server's clock while Redis answers.
+    pub async fn new(client: &RedisClient) -> Self {
+        let core = Arc::clone(&client.core);
+        let scripts = scripts::Scripts::new();
+        crate::core::scripts::preload(&core, &scripts.all(), CAPABILITY).await;
+        let caches = RedisCaches {
+            core,
+            scripts,
+            clock: Arc::default(),
+            refreshing: Arc::default(),
+        };
+        if caches.core.unreachable("TIME").is_none() {
+            let _ = read_clock(&caches.core.client, &caches.clock).await;
+        }
+        caches
+    }
+
+    /// The Redis keys of the cache `cache`: its hash, e.g. `lock:cache:{products}`, and the
+    /// sorted set of its entries' deadlines, `…:deadlines`.
+    pub fn cache_keys(&self, cache: &str) -> [String; 2] {
+        let hash = self.core.keys.capability_key(CAPABILITY, cache);
+        let deadlines = format!("{hash}:deadlines");
+        [hash, deadlines]
+    }
+
+    /// The channel the changes of `cache` are published on.
+    pub fn change_channel(&self, cache: &str) -> String {
+        let mut channel = self.core.keys.capability_key(CAPABILITY, cache);
+        channel.push_str(":changed");
+        channel
+    }
+
+    /// The command client, or at once the connection error while the client knows it is
+    /// disconnected.
+    fn client(
+        &self,
+        operation: &'static str,
+        cache: &str,
+        key: &str,
+    ) -> Result<&Client, CacheError> {
+        match self.core.unreachable(redis_operation(operation)) {
+            Some(failure) => Err(CacheError::unavailable(operation, cache, key, failure)),
+            None => Ok(&self.core.client),
+        }
+    }
+
+    fn failed(&self, operation: &'static str, cache: &str, key: &str, error: Error) -> CacheError {
+        let failure = self.core.failure(redis_operation(operation), error);
+        CacheError::unavailable(operation, cache, key, failure)
+    }
+
+    /// Runs a write script on `cache` with `args` after the channel.
+    async fn write(
+        &self,
+        operation: &'static str,
+        cache: &str,
+        key: &str,
+        script: &fred::types::scripts::Script,
+        args: &[&[u8]],
+    ) -> Result<i64, CacheError> {
+        let client = self.client(operation, cache, key)?;
+        let keys = self.cache_keys(cache);
+        let channel = self.change_channel(cache);
+        let reply: Value = crate::core::scripts::call(client, script, || {
+            let mut values = vec![Value::from(channel.as_str())];
+            values.extend(args.iter().map(|a| Value::Bytes(a.to_vec().into())));
+            (keys.iter().map(|k| k.as_str().into()).collect(), values)
+        })
+        .await
+        .map_err(|e| self.failed(operation, cache, key, e))?;
+        reply.as_i64().ok_or_else(|| {
+            let failure =
+                RedisFailure::protocol(redis_operation(operation), "unexpected reply shape");
+            CacheError::unavailable(operation, cache, key, failure)
+        })
+    }
+
+    /// The latest the server's time can be now, reading the clock first if it never was, and
+    /// refreshing it in the background when the reading is old.
+    async fn server_now(&self, client: &Client) -> Result<u64, Error> {
+        match self.clock.upper_bound_now() {
+            Some((now, stale)) => {
+                if stale && !self.refreshing.swap(true, Ordering::AcqRel) {
+                    let (client, clock) = (client.clone(), Arc::clone(&self.clock));
+                    let refreshing = Arc::clone(&self.refreshing);
+                    tokio::spawn(async move {
+                        let _ = read_clock(&client, &clock).await;
+                        refreshing.store(false, Ordering::Release);
+                    });
+                }
+                Ok(now)
+            }
+            None => {
+                read_clock(client, &self.clock).await?;
+                let upper = self.clock.upper_bound_now().map(|(now, _)| now);
+                Ok(upper.unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+/// Reads the server's clock with `TIME`.
+async fn read_clock(client: &Client, clock: &ServerClock) -> Result<(), Error> {
+    let sent = Instant::now();
+    let command = fred::types::CustomCommand::new_static("TIME", None, false);
+    let (seconds, micros): (u64, u64) = client.custom(command, Vec::<Value>::new()).await?;
+    clock.record(sent, seconds * 1000 + micros / 1000);
+    Ok(())
+}
+
+/// The Redis command or script behind an operation, as errors name it.
+fn redis_operation(operation: &'static str) -> &'static str {
+    match operation {
+        "get" => "cache HGET",
+        "put" => "cache put script",
+        "invalidate" => "cache invalidate script",
+        "clear" => "cache clear script",
+        _ => "cache watch",
+    }
+}
+
+/// Splits `<deadline>:<JSON>`.
+fn parse_entry(stored: &[u8]) -> Option<(u64, &[u8])> {
+    let colon = stored.iter().position(|b| *b == b':')?;
+    let deadline = std::str::from_utf8(&stored[..colon]).ok()?.parse().ok()?;
+    Some((deadline, &stored[colon + 1..]))
+}
+
+#[async_trait]
+impl CacheStore for RedisCaches {
+    async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
+        let client = self.client("get", cache, key)?;
+        let [hash, _] = self.cache_keys(cache);
+        let stored: Option<fred::bytes::Bytes> = client
+            .hget(hash, key)
+            .await
+            .map_err(|e| self.failed("get", cache, key, e))?;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let Some((deadline, value)) = parse_entry(&stored) else {
+            let failure = RedisFailure::protocol(
+                "cache HGET",
+                "the field holds something that is not a cache entry",
+            );
+            return Err(CacheError::unavailable("get", cache, key, failure));
+        };
+        let now = self
+            .server_now(client)
+            .await
+            .map_err(|e| self.failed("get", cache, key, e))?;
+        Ok((deadline > now).then(|| Entry {
+            value: value.to_vec(),
+            expires_in: Duration::from_millis(deadline - now),
+        }))
+    }
+
+    async fn put(
+        &self,
+        cache: &str,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        let ttl = u64::try_from(ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+            .to_string();
+        let sent = Instant::now();
+        let script = &self.scripts.put;
+        let now = self
+            .write(
+                "put",
+                cache,
+                key,
+                script,
+                &[key.as_bytes(), value, ttl.as_bytes()],
+            )
+            .await?;
+        self.clock.record(sent, u64::try_from(now).unwrap_or(0));
+        Ok(())
+    }
+
+    async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
+        let script = &self.scripts.invalidate;
+        let args = [key.as_bytes()];
+        Ok(self.write("invalidate", cache, key, script, &args).await? == 1)
+    }
+
+    async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
+        Ok(self
+            .write("clear", cache, "*", &self.scripts.clear, &[])
+            .await?
+            == 1)
+    }
+
+    async fn watch(&self, cache: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
+        Ok(Box::new(RedisCacheWatch {
+            listener: self.core.subscriptions.listen(&self.change_channel(cache)),
+            core: Arc::clone(&self.core),
+            started: false,
+        }))
+    }
+}
+
+/// The changes of one cache, heard on its channel through the core's shared subscriptions.
+#[derive(Debug)]
+struct RedisCacheWatch {
+    listener: Listener,
+    core: Arc<RedisCore>,
+    started: bool,
+}
+
+/// Reads a published change: `k<key>` or `c`; anything else as a change of anything.
+fn parse_change(message: &Value) -> Change {
+    match message.as_str().as_deref() {
+        Some("c") => Change::Cleared,
+        Some(text) if text.starts_with('k') => Change::Key(text[1..].to_owned()),
+        _ => Change::Live,
+    }
+}
+
+#[async_trait]
+impl CacheWatch for RedisCacheWatch {
+    async fn next(&mut self) -> Result<Change, BoxError> {
+        if !std::mem::replace(&mut self.started, true) && self.listener.is_confirmed() {
+            return Ok(Change::Live);
+        }
+        tokio::select! {
+            heard = self.listener.next() => Ok(match heard {
+                Heard::Message(message) => parse_change(&message),
+                Heard::Missed => Change::Live,
+                Heard::Lost => Change::Down,
+            }),
+            failure = self.core.connection_lost("cache watch") => Err(failure.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_changes_read_as_written_and_anything_else_is_no_entry() {
+        assert_eq!(
+            parse_entry(b"1764500000123:{\"a\":1}"),
+            Some((1_764_500_000_123, &b"{\"a\":1}"[..]))
+        );
+        assert_eq!(parse_entry(b"17:"), Some((17, &b""[..])));
+        for junk in [&b""[..], b"abc", b":{}", b"x1:{}", b"-1:{}"] {
+            assert_eq!(parse_entry(junk), None, "{junk:?}");
+        }
+        assert_eq!(
+            parse_change(&Value::from("ksku:42")),
+            Change::Key("sku:42".to_owned())
+        );
+        assert_eq!(parse_change(&Value::from("c")), Change::Cleared);
+        for junk in ["", "x", "cc"] {
+            assert_eq!(parse_change(&Value::from(junk)), Change::Live, "{junk}");
+        }
+    }
+}

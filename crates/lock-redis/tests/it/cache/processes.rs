@@ -1,0 +1,174 @@
+//! The cache across OS processes: 200 concurrent misses in each of four processes run the
+//! loader at most once per process, and a put in one process evicts the entry from another
+//! process' in-process tier.
+
+use crate::common;
+
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{GENEROUS, server};
+use lock_core::BoxError;
+use lock_core::cache::{Cache, CacheOptions, NearCache};
+use lock_testkit::{RedisServer, command_at, test_child};
+use std::io::{BufRead, BufReader};
+use tokio::time::Instant;
+
+const URL: &str = "CACHE_CHILD_URL";
+const RESULT_LINE: &str = "CACHE_RESULT ";
+const PROCESSES: usize = 4;
+const CALLERS: usize = 200;
+
+async fn cache_at(url: &str, options: CacheOptions) -> Cache<String> {
+    let lock = common::connect(common::default_config(url)).await;
+    Cache::new(super::store(&lock).await, "catalog", options).unwrap()
+}
+
+fn spawn_child(redis: &RedisServer, body: &str) -> Child {
+    test_child(module_path!(), body)
+        .env(URL, redis.url())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start a child")
+}
+
+/// Waits for `child` and returns the line it printed after [`RESULT_LINE`].
+async fn result_line(child: Child) -> String {
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| panic!("a child printed no result: {stdout}"))
+}
+
+/// Four processes, 200 concurrent misses of one key each: at most one loader run per process,
+/// and every caller gets the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_in_four_processes_load_once_per_process() {
+    let redis = server().await;
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn_child(&redis, "child_stampede"))
+        .collect();
+    let mut total = 0;
+    for child in children {
+        let line = result_line(child).await;
+        let (runs, served) = line.split_once(' ').unwrap();
+        let (runs, served): (u64, usize) = (runs.parse().unwrap(), served.parse().unwrap());
+        assert!(runs <= 1, "a process ran its loader {runs} times");
+        assert_eq!(served, CALLERS, "every caller got the value");
+        total += runs;
+    }
+    assert!(total >= 1, "someone loaded");
+    let stored = redis
+        .cmd(&["HGET", "lock:cache:{catalog}", "sku-1"])
+        .await
+        .unwrap();
+    assert!(stored.trim().ends_with(":\"loaded\""), "{stored}");
+}
+
+/// The body of a stampede child: 200 concurrent get-or-loads of one key, the loader taking
+/// 200 ms; prints the loader runs and the callers served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the body of a child process a test starts"]
+async fn child_stampede() {
+    let Ok(url) = std::env::var(URL) else {
+        return;
+    };
+    let catalog = cache_at(&url, CacheOptions::new()).await;
+    let runs = Arc::new(AtomicU64::new(0));
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (catalog, runs) = (catalog.clone(), Arc::clone(&runs));
+            tokio::spawn(async move {
+                catalog
+                    .get_or_load("sku-1", || async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        Ok::<_, BoxError>("loaded".to_owned())
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut served = 0;
+    for caller in callers {
+        served += usize::from(caller.await.unwrap().unwrap() == "loaded");
+    }
+    println!("{RESULT_LINE}{} {served}", runs.load(Ordering::SeqCst));
+}
+
+/// A put in this process evicts the entry from another process' in-process tier: the child
+/// serves `v1` from memory, then reads `v2` after the put.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_in_one_process_evicts_the_entry_in_another() {
+    let redis = server().await;
+    let writer = cache_at(&redis.url(), CacheOptions::new()).await;
+    writer.put("sku-1", &"v1".to_owned()).await.unwrap();
+    let mut child = spawn_child(&redis, "child_near_reader");
+    let (lines, mut results) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some((_, result)) = line.split_once(RESULT_LINE) {
+                let _ = lines.send(result.to_owned());
+            }
+        }
+    });
+    let mut next_result = async || {
+        let result = tokio::time::timeout(GENEROUS, results.recv()).await;
+        result
+            .expect("the child reports in time")
+            .expect("the child runs")
+    };
+    assert_eq!(next_result().await, "v1 from memory");
+    writer.put("sku-1", &"v2".to_owned()).await.unwrap();
+    assert_eq!(next_result().await, "v2");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The body of a near-tier reader: reports once `sku-1` is served from memory, then reads
+/// until the value changes and reports the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the body of a child process a test starts"]
+async fn child_near_reader() {
+    let Ok(url) = std::env::var(URL) else {
+        return;
+    };
+    let options = CacheOptions::new()
+        .near_cache(NearCache::entries(10))
+        .unwrap();
+    let catalog = cache_at(&url, options).await;
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let hgets = async || {
+        let stats = command_at("127.0.0.1", port, None, &["INFO", "commandstats"]).await;
+        let stats = stats.unwrap();
+        let calls = stats.split("cmdstat_hget:calls=").nth(1).unwrap_or("0");
+        calls.split(',').next().unwrap().parse::<u64>().unwrap()
+    };
+    let started = Instant::now();
+    loop {
+        let before = hgets().await;
+        let read = catalog.get("sku-1").await.unwrap();
+        if read.as_deref() == Some("v1") && hgets().await == before {
+            break;
+        }
+        assert!(started.elapsed() < GENEROUS, "never served from memory");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("{RESULT_LINE}v1 from memory");
+    loop {
+        let read = catalog.get("sku-1").await.unwrap();
+        if read.as_deref() != Some("v1") {
+            println!("{RESULT_LINE}{}", read.unwrap_or_default());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::future::pending::<()>().await;
+}

@@ -1,0 +1,268 @@
+//! The cache on one redis-server: the conformance suite, the stored form, an unused cache
+//! expiring with no client running, clearing a million entries in one call, Redis killed
+//! mid-run, and the in-process tier flushed when its subscription's connection is killed.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{GENEROUS, SLACK, command_calls, delta, eventually, server};
+use lock_core::BoxError;
+use lock_core::cache::conformance::CacheFactory;
+use lock_core::cache::{Cache, CacheOptions, CacheStore, NearCache};
+use lock_testkit::RedisServer;
+use tokio::time::Instant;
+
+use super::store;
+
+struct Redis(RedisServer);
+
+#[async_trait::async_trait]
+impl CacheFactory for Redis {
+    async fn client(&self) -> Arc<dyn CacheStore> {
+        store(&common::client(&self.0).await).await
+    }
+}
+
+mod conformance {
+    use super::{Redis, server};
+
+    lock_core::conformance_tests!(cache, async { Redis(server().await) });
+}
+
+async fn cache_on(redis: &RedisServer, options: CacheOptions) -> Cache<String> {
+    let store = store(&common::client(redis).await).await;
+    Cache::new(store, "products", options).unwrap()
+}
+
+/// One hash of `<deadline>:<JSON>` and one sorted set of deadlines, both expiring with the
+/// last entry; a read is one `HGET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_is_one_hash_and_its_deadlines_and_a_read_is_one_hget() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    assert_eq!(
+        store.cache_keys("products"),
+        ["lock:cache:{products}", "lock:cache:{products}:deadlines"]
+    );
+    assert_eq!(
+        store.change_channel("products"),
+        "lock:cache:{products}:changed"
+    );
+    let products: Cache<String> = Cache::new(store, "products", CacheOptions::new()).unwrap();
+    products
+        .put_with_ttl("sku-1", &"Fibre 1000".to_owned(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let stored = redis
+        .cmd(&["HGET", "lock:cache:{products}", "sku-1"])
+        .await
+        .unwrap();
+    let (deadline, json) = stored.trim().split_once(':').unwrap();
+    assert_eq!(json, "\"Fibre 1000\"");
+    let score = redis
+        .cmd(&["ZSCORE", "lock:cache:{products}:deadlines", "sku-1"])
+        .await
+        .unwrap();
+    assert_eq!(score.trim(), deadline);
+    for key in ["lock:cache:{products}", "lock:cache:{products}:deadlines"] {
+        let ttl = common::integer(&redis, &["PTTL", key]).await;
+        assert!(ttl > 55_000 && ttl <= 60_000, "{key}: PTTL {ttl}");
+    }
+    let before = command_calls(&redis).await;
+    for _ in 0..10 {
+        assert_eq!(
+            products.get("sku-1").await.unwrap().as_deref(),
+            Some("Fibre 1000")
+        );
+    }
+    let after = command_calls(&redis).await;
+    assert_eq!(delta(&before, &after, "hget"), 10);
+    assert_eq!(delta(&before, &after, "evalsha"), 0);
+}
+
+/// The cache's keys expire with its last entry, with no client running; a put removes expired
+/// entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_cache_disappears_with_no_client_running() {
+    let redis = server().await;
+    {
+        let products = cache_on(&redis, CacheOptions::new()).await;
+        for n in 0..3 {
+            let key = format!("sku-{n}");
+            products
+                .put_with_ttl(&key, &key, Duration::from_millis(300))
+                .await
+                .unwrap();
+        }
+        products.put("kept", &"kept".to_owned()).await.unwrap();
+        let swept = eventually(GENEROUS, || async {
+            let other = Duration::from_millis(300);
+            products
+                .put_with_ttl("trigger", &"t".to_owned(), other)
+                .await
+                .unwrap();
+            common::integer(&redis, &["HLEN", "lock:cache:{products}"]).await == 2
+        });
+        assert!(swept.await, "a put removes the expired entries");
+        products.invalidate("kept").await.unwrap();
+        products
+            .put_with_ttl("last", &"l".to_owned(), Duration::from_millis(500))
+            .await
+            .unwrap();
+    }
+    let gone = eventually(GENEROUS, || async {
+        common::integer(
+            &redis,
+            &[
+                "EXISTS",
+                "lock:cache:{products}",
+                "lock:cache:{products}:deadlines",
+            ],
+        )
+        .await
+            == 0
+    });
+    assert!(gone.await, "both keys expire with the last entry");
+}
+
+/// A million entries are cleared in one call that never shows in `SLOWLOG`: the keys are
+/// unlinked and freed off the main thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_entries_clear_in_one_call_off_the_slow_log() {
+    let redis = server().await;
+    let products = cache_on(&redis, CacheOptions::new()).await;
+    products.put("sku-0", &"live".to_owned()).await.unwrap();
+    let fill = "local deadline = redis.call('TIME')[1] * 1000 + 3600000 \
+        for i = ARGV[1], ARGV[2] do \
+          redis.call('HSET', KEYS[1], 'sku-' .. i, deadline .. ':\"v\"') \
+          redis.call('ZADD', KEYS[2], deadline, 'sku-' .. i) \
+        end return 1";
+    for start in (1..1_000_000).step_by(100_000) {
+        let (from, to) = (start.to_string(), (start + 99_999).min(999_999).to_string());
+        let keys = ["lock:cache:{products}", "lock:cache:{products}:deadlines"];
+        redis
+            .cmd(&["EVAL", fill, "2", keys[0], keys[1], &from, &to])
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        common::integer(&redis, &["HLEN", "lock:cache:{products}"]).await,
+        1_000_000
+    );
+    redis
+        .cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"])
+        .await
+        .unwrap();
+    redis.cmd(&["SLOWLOG", "RESET"]).await.unwrap();
+    let before = command_calls(&redis).await;
+    assert!(products.clear().await.unwrap());
+    let after = command_calls(&redis).await;
+    assert_eq!(delta(&before, &after, "evalsha"), 1, "one call");
+    assert_eq!(
+        delta(&before, &after, "scan") + delta(&before, &after, "keys"),
+        0
+    );
+    assert_eq!(
+        common::integer(&redis, &["SLOWLOG", "LEN"]).await,
+        0,
+        "nothing took 10 ms"
+    );
+    assert_eq!(products.get("sku-0").await.unwrap(), None);
+    assert_eq!(products.get("sku-500000").await.unwrap(), None);
+}
+
+/// Redis killed mid-run: reads are misses, `get_or_load` returns the loader's value within one
+/// command timeout, writes report the failure, and the cache works again once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_loads_uncached_and_recovers() {
+    let mut redis = server().await;
+    let products = cache_on(&redis, CacheOptions::new()).await;
+    products.put("sku-1", &"cached".to_owned()).await.unwrap();
+    redis.kill().await.unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    for _ in 0..3 {
+        let started = Instant::now();
+        let runs = Arc::clone(&runs);
+        let value = products
+            .get_or_load("sku-1", || async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, BoxError>("loaded".to_owned())
+            })
+            .await
+            .unwrap();
+        assert_eq!(value, "loaded");
+        assert!(
+            started.elapsed() < common::COMMAND_TIMEOUT + SLACK,
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "loaded each time, never cached"
+    );
+    let error = products.invalidate("sku-1").await.unwrap_err();
+    assert_eq!(error.code(), "CACHE_UNAVAILABLE", "{error}");
+    redis.restart().await.unwrap();
+    let back = eventually(GENEROUS, || async {
+        products.put("sku-1", &"again".to_owned()).await.is_ok()
+    });
+    assert!(back.await, "puts work again");
+    assert_eq!(
+        products.get("sku-1").await.unwrap().as_deref(),
+        Some("again")
+    );
+}
+
+/// Waits until a read of `key` is served from memory (no `HGET` reaches Redis).
+async fn until_served_from_memory(
+    redis: &RedisServer,
+    cache: &Cache<String>,
+    key: &str,
+    value: &str,
+) {
+    let served = eventually(GENEROUS, || async {
+        let before = command_calls(redis).await;
+        let read = cache.get(key).await.unwrap();
+        let after = command_calls(redis).await;
+        read.as_deref() == Some(value) && delta(&before, &after, "hget") == 0
+    });
+    assert!(served.await, "`{key}` is never served from memory");
+}
+
+/// The in-process tier's subscription connection killed: the tier is flushed and reads go
+/// to Redis until it is subscribed again; then it serves the newer value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_subscription_connection_flushes_the_near_tier() {
+    let redis = server().await;
+    let options = CacheOptions::new()
+        .near_cache(NearCache::entries(100))
+        .unwrap();
+    let near = cache_on(&redis, options).await;
+    let writer = cache_on(&redis, CacheOptions::new()).await;
+    writer.put("sku-1", &"v1".to_owned()).await.unwrap();
+    until_served_from_memory(&redis, &near, "sku-1", "v1").await;
+
+    redis
+        .cmd(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    let flushed = eventually(GENEROUS, || async {
+        let before = command_calls(&redis).await;
+        near.get("sku-1").await.unwrap();
+        delta(&before, &command_calls(&redis).await, "hget") == 1
+    });
+    assert!(
+        flushed.await,
+        "the tier stops serving once its connection is gone"
+    );
+    writer.put("sku-1", &"v2".to_owned()).await.unwrap();
+    until_served_from_memory(&redis, &near, "sku-1", "v2").await;
+    for _ in 0..10 {
+        assert_eq!(near.get("sku-1").await.unwrap().as_deref(), Some("v2"));
+    }
+}
