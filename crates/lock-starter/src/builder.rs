@@ -8,6 +8,7 @@ use std::time::Duration;
 use figment::Figment;
 use lock_core::LockError;
 use lock_core::branches::{Branches, MasterLocks};
+use lock_core::cache::{Cache, CacheError, CacheOptions, CacheStore, NearCache};
 use lock_core::idempotency::{Idempotency, IdempotencyStore};
 use lock_core::lock::{DEFAULT_SHUTDOWN_TIMEOUT, DisabledLock, DistributedLock, ShutdownSummary};
 use lock_core::rate_limit::{FailurePolicy, RateLimitError, RateLimitStore, RateLimiter};
@@ -16,6 +17,7 @@ use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
 use crate::branches::wiring as branch_wiring;
+use crate::cache::wiring as cache_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency::wiring::{self as idempotency, Store};
@@ -45,6 +47,7 @@ pub struct LockStarter {
     master_locks: MasterLocks,
     values: SharedValues,
     rate_limits: Arc<dyn RateLimitStore>,
+    caches: Arc<dyn CacheStore>,
     settings: LockSettings,
 }
 
@@ -428,6 +431,53 @@ impl LockStarter {
         Arc::clone(&self.rate_limits)
     }
 
+    /// The cache `name` of `V` values on the lock's Redis connections, with the TTL, value cap
+    /// and in-process tier of `telco.platform.lock.cache.*`. See `docs/cache.md`.
+    ///
+    /// Each call gives a cache of its own: build it once and clone it (clones share their
+    /// loads in flight and their in-process tier). Disabled (`enabled = false`): nothing is
+    /// cached and every `get_or_load` runs its loader.
+    ///
+    /// # Errors
+    /// [`CacheError::InvalidArgument`] for a name that is not a valid key.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lock_starter::prelude::*;
+    /// # use figment::{Figment, providers::{Format, Toml}};
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let config = Figment::from(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+    /// let starter = LockStarter::builder().figment(config).build().await?;
+    /// let products: Cache<String> = starter.cache("products")?;
+    /// let name = products
+    ///     .get_or_load("sku-42", || async { Ok::<_, std::io::Error>("Fibre 1000".to_owned()) })
+    ///     .await?;
+    /// assert_eq!(name, "Fibre 1000");
+    /// # Ok(()) }
+    /// ```
+    pub fn cache<V>(&self, name: &str) -> Result<Cache<V>, CacheError>
+    where
+        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let section = &self.settings.cache;
+        let mut options = CacheOptions::new()
+            .ttl(section.ttl)?
+            .max_value_bytes(section.max_value_bytes as usize)?;
+        if section.near_cache_entries > 0 {
+            let near = NearCache::entries(u64::from(section.near_cache_entries));
+            options = options.near_cache(near)?;
+        }
+        Cache::new(self.cache_store(), name, options)
+    }
+
+    /// The store of the caches, for a [`Cache`] whose options the code sets.
+    pub fn cache_store(&self) -> Arc<dyn CacheStore> {
+        Arc::clone(&self.caches)
+    }
+
     /// Master/sub locks on the lock's Redis connections: `with_master_lock` runs a block under
     /// the lock and, when it returns, waits for every asynchronous branch it registered (a
     /// message a consumer indexes, say) before releasing; consumers call `release_branch`
@@ -635,6 +685,7 @@ pub struct LockStarterBuilder {
     branches: Option<Arc<dyn Branches>>,
     value_store: Option<Arc<dyn ValueStore>>,
     rate_limit_store: Option<Arc<dyn RateLimitStore>>,
+    cache_store: Option<Arc<dyn CacheStore>>,
 }
 
 impl fmt::Debug for LockStarterBuilder {
@@ -647,6 +698,7 @@ impl fmt::Debug for LockStarterBuilder {
             .field("custom_branches", &self.branches.is_some())
             .field("custom_value_store", &self.value_store)
             .field("custom_rate_limit_store", &self.rate_limit_store)
+            .field("custom_cache_store", &self.cache_store)
             .finish()
     }
 }
@@ -783,6 +835,13 @@ impl LockStarterBuilder {
         self
     }
 
+    /// Keeps the caches in this store instead of on the Redis lock's connections.
+    /// `telco.platform.lock.enabled = false` still caches nothing.
+    pub fn cache_store(mut self, store: Arc<dyn CacheStore>) -> Self {
+        self.cache_store = Some(store);
+        self
+    }
+
     /// Keeps shared values in this store instead of on the Redis lock's connections.
     /// `telco.platform.lock.enabled = false` still keeps them in this process only.
     pub fn value_store(mut self, store: Arc<dyn ValueStore>) -> Self {
@@ -845,6 +904,7 @@ impl LockStarterBuilder {
             let values = value_wiring::build(value_wiring::Store::Disabled(&detail)).await;
             let rate_limits =
                 rate_limit_wiring::build(rate_limit_wiring::Store::Disabled(&detail)).await;
+            let caches = cache_wiring::build(cache_wiring::Store::Disabled(&detail)).await;
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
@@ -852,6 +912,7 @@ impl LockStarterBuilder {
                 master_locks,
                 values,
                 rate_limits,
+                caches,
                 settings,
             });
         }
@@ -891,6 +952,12 @@ impl LockStarterBuilder {
             (None, None) => rate_limit_wiring::Store::InProcess,
         };
         let rate_limits = rate_limit_wiring::build(rate_limits).await;
+        let caches = match (self.cache_store, &redis) {
+            (Some(custom), _) => cache_wiring::Store::Custom(custom),
+            (None, Some(redis)) => cache_wiring::Store::Redis(redis),
+            (None, None) => cache_wiring::Store::InProcess,
+        };
+        let caches = cache_wiring::build(caches).await;
         Ok(LockStarter {
             lock: Ok(lock),
             redis,
@@ -898,6 +965,7 @@ impl LockStarterBuilder {
             master_locks,
             values,
             rate_limits,
+            caches,
             settings,
         })
     }

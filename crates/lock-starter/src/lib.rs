@@ -7,12 +7,11 @@
 //! On the same Redis connections it gives idempotent execution, [`LockStarter::idempotency`]: a
 //! retried call gets the first call's result instead of running twice (`docs/idempotency.md`);
 //! master/sub locks, [`LockStarter::master_locks`]; shared values with wait-for-change,
-//! [`LockStarter::values`] (`docs/values.md`); and rate limiting,
-//! [`LockStarter::rate_limiter`] (`docs/rate-limiting.md`).
+//! [`LockStarter::values`] (`docs/values.md`); rate limiting, [`LockStarter::rate_limiter`]
+//! (`docs/rate-limiting.md`); and a distributed cache, [`LockStarter::cache`] (`docs/cache.md`).
 //!
-//! Each capability is a module, [`lock`], [`idempotency`], [`branches`], [`values`] and
-//! [`rate_limit`],
-//! holding its API and its wiring. The shared part serves them all: configuration
+//! Each capability is a module, [`lock`], [`idempotency`], [`branches`], [`values`],
+//! [`rate_limit`] and [`cache`], holding its API and its wiring. The shared part serves them all: configuration
 //! ([`config`]), the builder and [`LockStarter`], the health check, HTTP problem responses, and
 //! [`redis`] for wiring the Redis implementations by hand. [`prelude`] has the everyday names.
 //!
@@ -171,9 +170,20 @@ pub mod rate_limit {
     pub(crate) mod wiring;
 }
 
+/// A distributed cache: named caches of typed values, loaded on a miss, with an optional
+/// in-process tier (see [`LockStarter::cache`](crate::LockStarter::cache) and `docs/cache.md`).
+pub mod cache {
+    pub use lock_core::cache::{
+        Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, DisabledCaches, Entry,
+        InMemoryCaches, NearCache,
+    };
+    pub(crate) mod wiring;
+}
+
 /// The Redis implementations, for wiring them by hand (most services use [`LockStarter`]).
 pub mod redis {
     pub use lock_redis::branches::RedisBranches;
+    pub use lock_redis::cache::RedisCaches;
     pub use lock_redis::idempotency::RedisIdempotencyStore;
     pub use lock_redis::lock::{
         ForceReleased, LockState, LockStatus, RedisLock, RedisLockConfig, WatchdogStats,
@@ -185,6 +195,8 @@ pub mod redis {
 
 /// Everything a service needs in scope: `use lock_starter::prelude::*;`.
 pub mod prelude {
+    #[doc(no_inline)]
+    pub use crate::cache::{Cache, CacheError, CacheOptions};
     #[doc(no_inline)]
     pub use crate::idempotency::{
         Idempotency, IdempotencyError, IdempotencyOptions, Idempotent, InMemoryIdempotencyStore,

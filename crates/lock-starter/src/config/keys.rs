@@ -6,6 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use lock_core::cache::{
+    MAX_TTL as MAX_CACHE_TTL, MAX_VALUE_BYTES as MAX_CACHE_VALUE_BYTES, MIN_TTL as MIN_CACHE_TTL,
+};
 use lock_core::duration_range;
 use lock_core::idempotency::{MAX_RESULT_BYTES, MIN_RESULT_TTL};
 use lock_core::lock::{MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT};
@@ -182,7 +185,19 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.branches.wait-time", Value("30s"), duration(Duration::ZERO, lock_core::branches::MAX_BRANCH_WAIT),
         "How long a master lock with a watchdog lease waits for its registered branches after its block returned, unless the call gives its own; a fixed lease's master waits at most the rest of its lease.",
         |s| Val::Duration(s.branches.wait_time)),
+    key("telco.platform.lock.cache.ttl", Value("1h"), duration(MIN_CACHE_TTL, MAX_CACHE_TTL),
+        "TTL of the entries of every cache (LockStarter::cache); a put may pass its own.",
+        |s| Val::Duration(s.cache.ttl)),
+    key("telco.platform.lock.cache.max-value-bytes", Value("1048576"), Accepts::Count { min: 1, max: MAX_CACHE_VALUE_BYTES as u32 },
+        "Largest value (serialized as JSON, bytes) a cache stores; a larger one is returned to its caller, not cached, and counted.",
+        |s| Val::Count(s.cache.max_value_bytes)),
+    key("telco.platform.lock.cache.near-cache-entries", Value("0"), Accepts::Count { min: 0, max: MAX_NEAR_CACHE_ENTRIES },
+        "Entries each cache keeps in process memory as well, dropped when any replica changes them (as Redis pushes it) and all while that push is down; 0 keeps none.",
+        |s| Val::Count(s.cache.near_cache_entries)),
 ];
+
+/// The most entries `cache.near-cache-entries` accepts: 10 million.
+const MAX_NEAR_CACHE_ENTRIES: u32 = 10_000_000;
 
 /// What stands for the name in a key of [`NAMED_KEYS`].
 pub(crate) const NAME: &str = "<name>";

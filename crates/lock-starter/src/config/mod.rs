@@ -124,6 +124,8 @@ pub struct LockSettings {
     pub idempotency: IdempotencySection,
     /// `telco.platform.lock.branches.*`: the defaults of master/sub locks.
     pub branches: BranchesSection,
+    /// `telco.platform.lock.cache.*`: the settings of every cache.
+    pub cache: CacheSection,
     /// `telco.platform.lock.rate-limits.<name>.*`: the quota of each named rate limit.
     #[serde(skip)]
     pub rate_limits: BTreeMap<String, Quota>,
@@ -173,6 +175,21 @@ pub struct RedisSettings {
     /// the file existed, was readable and held a PEM certificate when the settings were loaded.
     #[serde(rename = "tls", default, deserialize_with = "load::ca_file")]
     pub tls_ca_file: Option<PathBuf>,
+}
+
+/// `telco.platform.lock.cache.*`: the settings of every cache ([`LockStarter::cache`](crate::LockStarter::cache)).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CacheSection {
+    /// `…cache.ttl`: the TTL of entries. Default 1 h; 1 ms to 720 h.
+    #[serde(deserialize_with = "load::duration")]
+    pub ttl: Duration,
+    /// `…cache.max-value-bytes`: the largest value stored, bytes of JSON. Default 1 MiB; 1 to
+    /// 64 MiB.
+    pub max_value_bytes: u32,
+    /// `…cache.near-cache-entries`: entries each cache keeps in process memory too. Default 0
+    /// (none); 0 to 10 million.
+    pub near_cache_entries: u32,
 }
 
 /// `telco.platform.lock.idempotency.*`: the defaults of every idempotent call (a call may pass

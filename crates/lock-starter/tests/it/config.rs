@@ -172,6 +172,18 @@ fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
             assert_ne!(branches(&[(&env, "7s")]), branches(&[]), "{}", spec.name);
             continue;
         }
+        if spec.short_name().starts_with("cache.") {
+            // Reaches the cache options: cache::wiring checks `cache(name).options()`.
+            let env = spec.env_name();
+            let value = if spec.short_name() == "cache.ttl" {
+                "7s"
+            } else {
+                "4096"
+            };
+            let cache = |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().cache);
+            assert_ne!(cache(&[(&env, value)]), cache(&[]), "{}", spec.name);
+            continue;
+        }
         if spec.short_name().starts_with("idempotency.http-") {
             // Reaches the Idempotency-Key layer: http_idempotency's
             // a_configured_wait_lets_a_concurrent_retry_get_the_first_response checks the wait.

@@ -6,6 +6,7 @@
 //! environment and working directory (`config_process_env`).
 
 mod branches;
+mod cache;
 mod common;
 mod config;
 mod http;

@@ -1,0 +1,3 @@
+//! The cache as the starter configures and wires it.
+
+mod wiring;
