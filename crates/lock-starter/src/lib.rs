@@ -249,6 +249,11 @@ struct ValuesDoctests;
 #[doc = include_str!("../../../docs/rate-limiting.md")]
 struct RateLimitingDoctests;
 
+/// docs/cache.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/cache.md")]
+struct CacheDoctests;
+
 /// docs/failure-policy.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure-policy.md")]

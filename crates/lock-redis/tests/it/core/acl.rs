@@ -315,6 +315,47 @@ async fn the_minimal_acl_runs_shared_values() {
     );
 }
 
+struct CacheAclUser(RedisServer);
+
+#[async_trait::async_trait]
+impl lock_core::cache::conformance::CacheFactory for CacheAclUser {
+    async fn client(&self) -> Arc<dyn lock_core::cache::CacheStore> {
+        crate::cache::store(&user_client(&self.0).await).await
+    }
+}
+
+/// The cache's whole conformance suite, its pushed changes included, as a user with the lock's
+/// ACL plus the additions of docs/cache.md; Redis refuses nothing else, and without the
+/// additions a read fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_runs_the_cache() {
+    use lock_core::cache::CacheStore;
+    let redis = common::server().await;
+    set_user(&redis, &documented_acl()).await;
+    let store = crate::cache::store(&user_client(&redis).await).await;
+    let error = store.get("products", "sku-1").await.unwrap_err();
+    assert!(
+        error.to_string().contains("lacks an ACL permission"),
+        "the additions are needed: {error}"
+    );
+
+    let mut rules = documented_acl();
+    rules.extend(added_acl(include_str!("../../../../../docs/cache.md")));
+    set_user(&redis, &rules).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let factory = Arc::new(CacheAclUser(redis));
+    let failed = lock_core::cache::conformance::run_all(Arc::clone(&factory) as _).await;
+    assert!(
+        failed.is_empty(),
+        "cache checks failed as the ACL user: {failed:?}"
+    );
+    let refused = refused(&factory.0).await;
+    assert!(
+        refused.is_subset(&harmless()),
+        "Redis refused more: {refused:?}"
+    );
+}
+
 /// With the optional grants of the document too, Redis refuses nothing: the document names
 /// every command the client sends (connect, acquire, wait, renew, release, reload, WAIT, PING,
 /// and QUIT when the lock is dropped).
