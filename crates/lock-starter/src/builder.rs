@@ -432,7 +432,8 @@ impl LockStarter {
     }
 
     /// The cache `name` of `V` values on the lock's Redis connections, with the TTL, value cap
-    /// and in-process tier of `telco.platform.lock.cache.*`. See `docs/cache.md`.
+    /// and in-process tier of `telco.platform.lock.caches.<name>.*`, else of
+    /// `telco.platform.lock.cache.*`. See `docs/cache.md`.
     ///
     /// Each call gives a cache of its own: build it once and clone it (clones share their
     /// loads in flight and their in-process tier). Disabled (`enabled = false`): nothing is
@@ -462,7 +463,7 @@ impl LockStarter {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let section = &self.settings.cache;
+        let section = self.settings.cache_of(name);
         let mut options = CacheOptions::new()
             .ttl(section.ttl)?
             .max_value_bytes(section.max_value_bytes as usize)?;

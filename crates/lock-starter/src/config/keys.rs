@@ -188,16 +188,25 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.cache.ttl", Value("1h"), duration(MIN_CACHE_TTL, MAX_CACHE_TTL),
         "TTL of the entries of every cache (LockStarter::cache); a put may pass its own.",
         |s| Val::Duration(s.cache.ttl)),
-    key("telco.platform.lock.cache.max-value-bytes", Value("1048576"), Accepts::Count { min: 1, max: MAX_CACHE_VALUE_BYTES as u32 },
+    key("telco.platform.lock.cache.max-value-bytes", Value("1048576"), MAX_VALUE_BYTES_ACCEPTED,
         "Largest value (serialized as JSON, bytes) a cache stores; a larger one is returned to its caller, not cached, and counted.",
         |s| Val::Count(s.cache.max_value_bytes)),
-    key("telco.platform.lock.cache.near-cache-entries", Value("0"), Accepts::Count { min: 0, max: MAX_NEAR_CACHE_ENTRIES },
+    key("telco.platform.lock.cache.near-cache-entries", Value("0"), NEAR_CACHE_ENTRIES_ACCEPTED,
         "Entries each cache keeps in process memory as well, dropped when any replica changes them (as Redis pushes it) and all while that push is down; 0 keeps none.",
         |s| Val::Count(s.cache.near_cache_entries)),
 ];
 
-/// The most entries `cache.near-cache-entries` accepts: 10 million.
-const MAX_NEAR_CACHE_ENTRIES: u32 = 10_000_000;
+/// What `cache.max-value-bytes` and its per-cache form accept.
+const MAX_VALUE_BYTES_ACCEPTED: Accepts = Accepts::Count {
+    min: 1,
+    max: MAX_CACHE_VALUE_BYTES as u32,
+};
+
+/// What `cache.near-cache-entries` and its per-cache form accept: up to 10 million.
+const NEAR_CACHE_ENTRIES_ACCEPTED: Accepts = Accepts::Count {
+    min: 0,
+    max: 10_000_000,
+};
 
 /// What stands for the name in a key of [`NAMED_KEYS`].
 pub(crate) const NAME: &str = "<name>";
@@ -212,6 +221,12 @@ pub const NAMED_KEYS: &[KeySpec] = &[
     named("telco.platform.lock.rate-limits.<name>.burst", Described("the rate's count"),
         Accepts::Count { min: 1, max: MAX_BURST },
         "Most requests of the rate limit <name> admitted at once, from rest; at most 720 h of the rate."),
+    named("telco.platform.lock.caches.<name>.ttl", Described("cache.ttl"), duration(MIN_CACHE_TTL, MAX_CACHE_TTL),
+        "TTL of the entries of the cache <name> (LockStarter::cache), instead of cache.ttl."),
+    named("telco.platform.lock.caches.<name>.max-value-bytes", Described("cache.max-value-bytes"), MAX_VALUE_BYTES_ACCEPTED,
+        "Largest value the cache <name> stores, instead of cache.max-value-bytes."),
+    named("telco.platform.lock.caches.<name>.near-cache-entries", Described("cache.near-cache-entries"), NEAR_CACHE_ENTRIES_ACCEPTED,
+        "Entries the cache <name> keeps in process memory as well, instead of cache.near-cache-entries."),
 ];
 
 const fn named(
@@ -426,6 +441,14 @@ pub(crate) fn key_of_setting(setting: &str) -> Option<&'static KeySpec> {
 
 pub(crate) fn spec(name: &str) -> &'static KeySpec {
     key_spec(name).unwrap_or_else(|| panic!("{name} is not in the key table"))
+}
+
+/// The row of the named key `name`, relative to `telco.platform.lock` (`caches.<name>.ttl`).
+pub(crate) fn named_spec(name: &str) -> &'static KeySpec {
+    NAMED_KEYS
+        .iter()
+        .find(|spec| spec.short_name() == name)
+        .unwrap_or_else(|| panic!("{name} is not in the table of named keys"))
 }
 
 /// `telco.platform.lock.{enabled, redis.address, …}`.

@@ -19,11 +19,11 @@ use super::error::ConfigError;
 use super::error::one_line_message;
 use super::keys::{
     KEYS, KeyDefault, KeySpec, NAMED_KEYS, PREFIX, SPRING_KEYS, Val, hint_part, known_keys,
-    near_miss_of_prefix, spec,
+    named_spec, near_miss_of_prefix, spec,
 };
 use super::origin::HostEnv;
 use super::origin::{DEFAULTS_PROVIDER, HOST_NAME, Origin};
-use super::{LockSettings, RedisSettings};
+use super::{CacheSection, LockSettings, RedisSettings};
 
 /// The longest value shown in a message, in characters.
 const SHOWN_CHARS: usize = 120;
@@ -209,46 +209,60 @@ fn invalid_at(
     }
 }
 
-/// The keys of a named section: `rate, burst`.
-fn named_keys() -> String {
+/// The keys of the named sections of `table`: `rate, burst` for `…rate-limits`.
+fn named_keys(table: &str) -> String {
     let keys: Vec<&str> = NAMED_KEYS
         .iter()
-        .filter_map(|spec| spec.name.rsplit('.').next())
+        .filter_map(|spec| spec.name.strip_prefix(table)?.strip_prefix(".<"))
+        .filter_map(|rest| rest.rsplit('.').next())
         .collect();
     keys.join(", ")
 }
 
-/// `rate-limits.<name>.{rate, burst}`: the quota of every named rate limit, checked.
-fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError> {
-    let [rate, burst] = [0, 1].map(|i| &NAMED_KEYS[i]);
-    let table = rate
+/// The names of the sections of the table that `first`, a key of [`NAMED_KEYS`], is in:
+/// `login` for `rate-limits.login.rate`; each section checked to be a table with a valid name.
+fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, ConfigError> {
+    let table = first
         .name
         .split_once(".<")
-        .map_or(rate.name, |(table, _)| table);
-    let Ok(Value::Dict(_, limits)) = figment.find_value(table) else {
-        return Ok(BTreeMap::new());
+        .map_or(first.name, |(table, _)| table);
+    let Ok(Value::Dict(_, sections)) = figment.find_value(table) else {
+        return Ok(Vec::new());
     };
-    let mut quotas = BTreeMap::new();
-    for (name, section) in &limits {
-        let path = rate.for_name(name);
+    let mut names = Vec::new();
+    for (name, section) in &sections {
+        let path = first.for_name(name);
+        let section_path = path.rsplit_once('.').map_or(path.as_str(), |(t, _)| t);
         if !matches!(section, Value::Dict(..)) {
-            let table = path.rsplit_once('.').map_or(path.as_str(), |(t, _)| t);
             return Err(ConfigError::InvalidValue {
-                key: table.to_owned(),
+                key: section_path.to_owned(),
                 value: show(section),
-                origin: Box::new(origin_of(figment, table)),
+                origin: Box::new(origin_of(figment, section_path)),
                 problem: "a value where a table is expected".to_owned(),
-                accepted: format!("a table with the keys {}", named_keys()),
+                accepted: format!("a table with the keys {}", named_keys(table)),
             });
         }
-        if let Err(error) = lock_core::validate_key(name) {
-            return Err(invalid_at(
-                figment,
-                rate,
-                &path,
-                format!("the name {name:?}: {error}"),
-            ));
+        if let Err(lock_core::LockError::InvalidKey { problem, .. }) = lock_core::validate_key(name)
+        {
+            return Err(ConfigError::InvalidValue {
+                key: section_path.to_owned(),
+                value: "a table".to_owned(),
+                origin: Box::new(origin_of(figment, section_path)),
+                problem: format!("the name {name:?}: {problem}"),
+                accepted: "names of 1 to 512 bytes of UTF-8 with no control characters".to_owned(),
+            });
         }
+        names.push(name.clone());
+    }
+    Ok(names)
+}
+
+/// `rate-limits.<name>.{rate, burst}`: the quota of every named rate limit, checked.
+fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError> {
+    let [rate, burst] = ["rate-limits.<name>.rate", "rate-limits.<name>.burst"].map(named_spec);
+    let mut quotas = BTreeMap::new();
+    for name in named_sections(figment, rate)? {
+        let path = rate.for_name(&name);
         let text = match figment.find_value(&path) {
             Ok(Value::String(_, text)) => text,
             Ok(_) => return Err(invalid_at(figment, rate, &path, "not text")),
@@ -273,26 +287,8 @@ fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError
                 .map_err(|e: lock_core::rate_limit::RateLimitError| {
                     invalid_at(figment, rate, &path, e.to_string())
                 })?;
-        let burst_path = burst.for_name(name);
-        if let Ok(value) = figment.find_value(&burst_path) {
-            let count: Option<i128> = match &value {
-                Value::Num(_, num) => num.to_i128(),
-                Value::String(_, text) => text.trim().parse().ok(),
-                _ => None,
-            };
-            let count = count
-                .ok_or_else(|| invalid_at(figment, burst, &burst_path, "not a whole number"))?;
-            let count = u32::try_from(count).map_err(|_| {
-                let problem = if count < 0 {
-                    "smaller than the minimum"
-                } else {
-                    "larger than the maximum"
-                };
-                invalid_at(figment, burst, &burst_path, problem)
-            })?;
-            if let Some(problem) = burst.problem(&Val::Count(count)) {
-                return Err(invalid_at(figment, burst, &burst_path, problem));
-            }
+        if let Some(count) = named_count(figment, burst, &name)? {
+            let burst_path = burst.for_name(&name);
             quota = quota.with_burst(count).map_err(|e| match e {
                 lock_core::rate_limit::RateLimitError::InvalidArgument { problem, .. } => {
                     invalid_at(figment, burst, &burst_path, problem)
@@ -300,9 +296,72 @@ fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError
                 other => invalid_at(figment, burst, &burst_path, other.to_string()),
             })?;
         }
-        quotas.insert(name.clone(), quota);
+        quotas.insert(name, quota);
     }
     Ok(quotas)
+}
+
+/// `caches.<name>.*`: the settings of every cache that overrides `cache.*`, checked.
+fn caches(
+    figment: &Figment,
+    base: &CacheSection,
+) -> Result<BTreeMap<String, CacheSection>, ConfigError> {
+    let [ttl, max_value_bytes, near_cache_entries] = [
+        "caches.<name>.ttl",
+        "caches.<name>.max-value-bytes",
+        "caches.<name>.near-cache-entries",
+    ]
+    .map(named_spec);
+    let mut sections = BTreeMap::new();
+    for name in named_sections(figment, ttl)? {
+        let mut section = base.clone();
+        let path = ttl.for_name(&name);
+        if let Ok(value) = figment.find_value(&path) {
+            let text = match &value {
+                Value::String(_, text) => text.clone(),
+                Value::Num(_, num) => num.to_f64().map(|n| n.to_string()).unwrap_or_default(),
+                _ => return Err(invalid_at(figment, ttl, &path, "not a duration")),
+            };
+            section.ttl = parse_duration(&text).map_err(|e| invalid_at(figment, ttl, &path, e))?;
+            if let Some(problem) = ttl.problem(&Val::Duration(section.ttl)) {
+                return Err(invalid_at(figment, ttl, &path, problem));
+            }
+        }
+        if let Some(count) = named_count(figment, max_value_bytes, &name)? {
+            section.max_value_bytes = count;
+        }
+        if let Some(count) = named_count(figment, near_cache_entries, &name)? {
+            section.near_cache_entries = count;
+        }
+        sections.insert(name, section);
+    }
+    Ok(sections)
+}
+
+/// The whole number that the named key `spec` of `name` is set to, if it is set, checked.
+fn named_count(figment: &Figment, spec: &KeySpec, name: &str) -> Result<Option<u32>, ConfigError> {
+    let path = spec.for_name(name);
+    let Ok(value) = figment.find_value(&path) else {
+        return Ok(None);
+    };
+    let count: Option<i128> = match &value {
+        Value::Num(_, num) => num.to_i128(),
+        Value::String(_, text) => text.trim().parse().ok(),
+        _ => None,
+    };
+    let count = count.ok_or_else(|| invalid_at(figment, spec, &path, "not a whole number"))?;
+    let count = u32::try_from(count).map_err(|_| {
+        let problem = if count < 0 {
+            "smaller than the minimum"
+        } else {
+            "larger than the maximum"
+        };
+        invalid_at(figment, spec, &path, problem)
+    })?;
+    if let Some(problem) = spec.problem(&Val::Count(count)) {
+        return Err(invalid_at(figment, spec, &path, problem));
+    }
+    Ok(Some(count))
 }
 
 /// A serde error as the error of the key (or table) it is about.
@@ -347,14 +406,10 @@ fn table_accepted(table: &str) -> String {
         .chain(SPRING_KEYS)
         .filter_map(|spec| spec.name.strip_prefix(table)?.strip_prefix('.'))
         .collect();
-    if keys.is_empty()
-        && NAMED_KEYS
-            .iter()
-            .any(|spec| spec.name.starts_with(&format!("{table}.<")))
-    {
+    if keys.is_empty() && !named_keys(table).is_empty() {
         return format!(
             "a table of named tables, each with the keys {}",
-            named_keys()
+            named_keys(table)
         );
     }
     format!("a table with the keys {}", keys.join(", "))
@@ -478,6 +533,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
     }
     check_ca_file(&full, &settings.redis)?;
     settings.rate_limits = rate_limits(&full)?;
+    settings.caches = caches(&full, &settings.cache)?;
     settings.warnings = warnings.0;
     for spec in KEYS {
         if let Some(line) = settings.describe(spec.name) {

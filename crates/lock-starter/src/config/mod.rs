@@ -126,6 +126,10 @@ pub struct LockSettings {
     pub branches: BranchesSection,
     /// `telco.platform.lock.cache.*`: the settings of every cache.
     pub cache: CacheSection,
+    /// `telco.platform.lock.caches.<name>.*`: the settings of each cache that overrides
+    /// [`cache`](Self::cache), complete (see [`LockSettings::cache_of`]).
+    #[serde(skip)]
+    pub caches: BTreeMap<String, CacheSection>,
     /// `telco.platform.lock.rate-limits.<name>.*`: the quota of each named rate limit.
     #[serde(skip)]
     pub rate_limits: BTreeMap<String, Quota>,
@@ -227,6 +231,11 @@ pub struct BranchesSection {
 }
 
 impl LockSettings {
+    /// The settings of the cache `name`: its `caches.<name>.*` keys over `cache.*`.
+    pub fn cache_of(&self, name: &str) -> &CacheSection {
+        self.caches.get(name).unwrap_or(&self.cache)
+    }
+
     /// The settings of idempotent execution: this section, and the lock's watchdog timeout for
     /// the in-progress lease.
     pub fn idempotency_settings(&self) -> lock_core::idempotency::IdempotencySettings {

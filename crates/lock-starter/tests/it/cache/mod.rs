@@ -1,3 +1,4 @@
 //! The cache as the starter configures and wires it.
 
+mod config;
 mod wiring;

@@ -1,0 +1,113 @@
+//! Per-cache settings in the configuration: `caches.<name>.*` over `cache.*`, read from files
+//! and variables and checked like every other key.
+
+use std::time::Duration;
+
+use lock_starter::config::{ConfigSources, LockSettings};
+use lock_starter::figment::Figment;
+use lock_starter::figment::providers::{Format, Toml};
+use lock_starter::prelude::*;
+
+fn load(toml: &str, env: &[(&str, &str)]) -> Result<LockSettings, String> {
+    let sources = ConfigSources::from_figment(Figment::from(Toml::string(toml)))
+        .env_from(env.iter().copied().chain([("POD_NAME", "pod-1")]));
+    LockSettings::load(&sources).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_cache_overrides_the_shared_settings_key_by_key() {
+    let settings = load(
+        "[telco.platform.lock.cache]\nttl = \"10m\"\nnear-cache-entries = 100\n\
+         [telco.platform.lock.caches.products]\nttl = \"5m\"\n\
+         [telco.platform.lock.caches.tariffs]\nmax-value-bytes = 2048\n",
+        &[(
+            "TELCO_PLATFORM_LOCK_CACHES_PRICE_LISTS_NEAR_CACHE_ENTRIES",
+            "7",
+        )],
+    )
+    .unwrap();
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+    let of = |name| {
+        let section = settings.cache_of(name);
+        (
+            section.ttl,
+            section.max_value_bytes,
+            section.near_cache_entries,
+        )
+    };
+    let ten_minutes = Duration::from_secs(600);
+    assert_eq!(of("products"), (Duration::from_secs(300), 1_048_576, 100));
+    assert_eq!(of("tariffs"), (ten_minutes, 2048, 100));
+    assert_eq!(of("price-lists"), (ten_minutes, 1_048_576, 7));
+    assert_eq!(of("unnamed"), (ten_minutes, 1_048_576, 100));
+}
+
+#[test]
+fn bad_cache_settings_name_the_key_the_value_and_what_is_accepted() {
+    for (toml, expected) in [
+        (
+            "[telco.platform.lock.caches.products]\nttl = \"0\"\n",
+            "telco.platform.lock.caches.products.ttl = \"0\" (from TOML source string): 0 is not accepted; accepted: a duration in ms, s, m or h",
+        ),
+        (
+            "[telco.platform.lock.caches.products]\nttl = \"soon\"\n",
+            "caches.products.ttl = \"soon\" (from TOML source string): not a duration",
+        ),
+        (
+            "[telco.platform.lock.caches.products]\nmax-value-bytes = 0\n",
+            "caches.products.max-value-bytes = 0 (from TOML source string): smaller than the minimum; accepted: a whole number from 1 to 67108864",
+        ),
+        (
+            "[telco.platform.lock.caches.products]\nnear-cache-entries = -1\n",
+            "caches.products.near-cache-entries = -1 (from TOML source string): smaller than the minimum",
+        ),
+        (
+            "[telco.platform.lock.caches]\nproducts = \"5m\"\n",
+            "caches.products = \"5m\" (from TOML source string): a value where a table is expected; accepted: a table with the keys ttl, max-value-bytes, near-cache-entries",
+        ),
+        (
+            "[telco.platform.lock]\ncaches = 5\n",
+            "accepted: a table of named tables, each with the keys ttl, max-value-bytes, near-cache-entries",
+        ),
+        (
+            "[telco.platform.lock.caches.\"a\\tb\"]\nttl = \"5m\"\n",
+            "telco.platform.lock.caches.a\tb = a table (from TOML source string): the name \"a\\tb\": it contains a control character; accepted: names of 1 to 512 bytes",
+        ),
+    ] {
+        let error = load(toml, &[]).unwrap_err();
+        assert!(
+            error.contains(expected),
+            "{toml}:\n{error}\nexpected: {expected}"
+        );
+    }
+}
+
+#[test]
+fn a_misspelt_key_of_a_cache_is_a_warning() {
+    let settings = load("[telco.platform.lock.caches.products]\ntll = \"5m\"\n", &[]).unwrap();
+    let warnings = settings.warnings().join("\n");
+    assert!(
+        warnings.contains("unknown key telco.platform.lock.caches.products.tll"),
+        "{warnings}"
+    );
+}
+
+/// `LockStarter::cache` takes the cache's own settings.
+#[tokio::test]
+async fn the_starter_builds_each_cache_with_its_own_settings() {
+    let config = Figment::from(Toml::string(
+        "[telco.platform.lock]\nenabled = false\n\
+         [telco.platform.lock.caches.products]\nttl = \"5m\"\nnear-cache-entries = 10\n",
+    ));
+    let starter = LockStarter::builder()
+        .figment(config)
+        .build()
+        .await
+        .unwrap();
+    let products: Cache<String> = starter.cache("products").unwrap();
+    let others: Cache<String> = starter.cache("others").unwrap();
+    assert_eq!(products.options().entry_ttl(), Duration::from_secs(300));
+    assert!(products.options().near_tier().is_some());
+    assert_eq!(others.options().entry_ttl(), Duration::from_secs(3600));
+    assert_eq!(others.options().near_tier(), None);
+}
