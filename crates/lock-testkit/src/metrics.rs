@@ -109,8 +109,14 @@ impl Recorded {
 
     /// The increments of counter `name` with the one label `label=value`.
     pub fn counter(&self, name: &str, label: &str, value: &str) -> u64 {
+        self.counter_at(name, &format!("{label}={value}"))
+    }
+
+    /// The increments of counter `name` with exactly the labels `labels`, sorted by name as
+    /// they are recorded: `cache=products,tier=near`.
+    pub fn counter_at(&self, name: &str, labels: &str) -> u64 {
         self.counters
-            .get(&format!("{name}{{{label}={value}}}"))
+            .get(&format!("{name}{{{labels}}}"))
             .copied()
             .unwrap_or(0)
     }

@@ -155,3 +155,73 @@ async fn expired_entries_are_swept_from_memory() {
     let stored = store.get("products", "old").await.unwrap();
     assert!(stored.is_none());
 }
+
+/// Every metric of the cache, labelled by the cache's name and never by a key.
+#[tokio::test]
+async fn each_outcome_is_counted_under_the_caches_name() {
+    use lock_core::cache::NearCache;
+    use lock_core::cache::telemetry::{
+        HITS_TOTAL, LOAD_SECONDS, LOADS_TOTAL, MISSES_TOTAL, UNCACHED_TOTAL, UNDECODABLE_TOTAL,
+    };
+
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let store = Arc::new(InMemoryCaches::new());
+    let options = CacheOptions::new()
+        .max_value_bytes(16)
+        .unwrap()
+        .near_cache(NearCache::entries(10))
+        .unwrap();
+    let products: Cache<String> = Cache::new(store.clone(), "products", options).unwrap();
+    let loaded = products
+        .get_or_load("sku-1", || async { Ok::<_, BoxError>("Fibre".to_owned()) })
+        .await
+        .unwrap();
+    assert_eq!(loaded, "Fibre");
+    let failed = products
+        .get_or_load("sku-2", || async { Err::<String, BoxError>("down".into()) })
+        .await;
+    assert!(failed.is_err());
+    products.put("sku-3", &"x".repeat(100)).await.unwrap();
+    let served_from_memory = lock_testkit::eventually(Duration::from_secs(30), || async {
+        products.get("sku-1").await.unwrap();
+        metrics
+            .take()
+            .counter_at(HITS_TOTAL, "cache=products,tier=near")
+            > 0
+    })
+    .await;
+    assert!(served_from_memory, "sku-1 never served from memory");
+    let counts: Cache<u32> = Cache::new(store, "products", CacheOptions::new()).unwrap();
+    assert_eq!(counts.get("sku-1").await.unwrap(), None, "undecodable");
+
+    // `take` above drained what came before the near hit: count those in a second run.
+    let recorded = metrics.take();
+    recorded.assert_counter(UNDECODABLE_TOTAL, "cache", "products", 1);
+    let fresh = Cache::<String>::new(
+        Arc::new(InMemoryCaches::new()),
+        "tariffs",
+        CacheOptions::new().max_value_bytes(16).unwrap(),
+    )
+    .unwrap();
+    fresh
+        .get_or_load("t-1", || async { Ok::<_, BoxError>("Gold".to_owned()) })
+        .await
+        .unwrap();
+    fresh.get("t-1").await.unwrap();
+    let _ = fresh
+        .get_or_load("t-2", || async { Err::<String, BoxError>("down".into()) })
+        .await;
+    fresh.put("t-3", &"x".repeat(100)).await.unwrap();
+    let recorded = metrics.take();
+    let at = |name, labels| recorded.counter_at(name, labels);
+    assert_eq!(at(HITS_TOTAL, "cache=tariffs,tier=shared"), 1);
+    assert_eq!(at(MISSES_TOTAL, "cache=tariffs"), 2);
+    assert_eq!(at(LOADS_TOTAL, "cache=tariffs,outcome=loaded"), 1);
+    assert_eq!(at(LOADS_TOTAL, "cache=tariffs,outcome=failed"), 1);
+    assert_eq!(at(UNCACHED_TOTAL, "cache=tariffs,reason=oversize"), 1);
+    assert_eq!(
+        recorded.histogram(LOAD_SECONDS, "cache", "tariffs").len(),
+        2
+    );
+}

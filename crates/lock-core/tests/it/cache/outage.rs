@@ -92,6 +92,8 @@ impl CacheStore for Flaky {
 
 #[tokio::test]
 async fn a_failing_store_is_a_miss_and_loads_are_returned_uncached() {
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
     let (flaky, _changes) = Flaky::new();
     let products: Cache<String> =
         Cache::new(flaky.clone(), "products", CacheOptions::new()).unwrap();
@@ -114,6 +116,12 @@ async fn a_failing_store_is_a_miss_and_loads_are_returned_uncached() {
         assert_eq!(value.unwrap(), "loaded");
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2, "loaded, not cached");
+    let uncached = lock_core::cache::telemetry::UNCACHED_TOTAL;
+    let recorded = metrics.take();
+    assert_eq!(
+        recorded.counter_at(uncached, "cache=products,reason=unavailable"),
+        2
+    );
     let error = products.invalidate("sku-1").await.unwrap_err();
     assert_eq!(error.code(), "CACHE_UNAVAILABLE", "{error}");
     assert_eq!(error.http_status(), 503);
