@@ -12,7 +12,8 @@
 //!   up to 100 expired entries; an invalidation removes one; a clear `UNLINK`s both keys, freed
 //!   off Redis' main thread whatever their size. Each publishes the change on
 //!   `<prefix>cache:{products}:changed` (sharded pub/sub, the same hash tag) for in-process
-//!   tiers: `k<key>` or `c`.
+//!   tiers: `k<key>` or `c`. Each watch also publishes a probe, `p<token>`, every 5 s, and
+//!   reports the stream down when it is not heard back.
 
 mod clock;
 pub(crate) mod scripts;
@@ -264,28 +265,79 @@ impl CacheStore for RedisCaches {
     }
 
     async fn watch(&self, cache: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
+        let channel = self.change_channel(cache);
         Ok(Box::new(RedisCacheWatch {
-            listener: self.core.subscriptions.listen(&self.change_channel(cache)),
+            listener: self.core.subscriptions.listen(&channel),
             core: Arc::clone(&self.core),
+            channel,
             started: false,
+            probe: None,
+            next_probe_at: Instant::now() + PROBE_EVERY,
+            silent: false,
         }))
     }
 }
+
+/// How often a watch publishes a probe on its own channel, to find a subscription that died
+/// without an error (a middlebox dropping an idle connection): the in-process tier may serve
+/// an entry changed elsewhere for at most this plus [`PROBE_TIMEOUT`] before it is flushed.
+const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a probe may take to come back before the watch reports [`Change::Down`].
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The changes of one cache, heard on its channel through the core's shared subscriptions.
 #[derive(Debug)]
 struct RedisCacheWatch {
     listener: Listener,
     core: Arc<RedisCore>,
+    channel: String,
     started: bool,
+    /// The probe in flight and when it is overdue.
+    probe: Option<(String, Instant)>,
+    next_probe_at: Instant,
+    /// A probe went unheard: `Down` was reported, and `Live` is due when one is heard.
+    silent: bool,
 }
 
-/// Reads a published change: `k<key>` or `c`; anything else as a change of anything.
-fn parse_change(message: &Value) -> Change {
+/// What a watch hears on its channel.
+#[derive(Debug, PartialEq)]
+enum Published {
+    Change(Change),
+    /// A watch's probe, `p<token>`.
+    Probe(String),
+}
+
+/// Reads a published message: `k<key>`, `c` or a probe; anything else as a change of anything.
+fn parse_change(message: &Value) -> Published {
     match message.as_str().as_deref() {
-        Some("c") => Change::Cleared,
-        Some(text) if text.starts_with('k') => Change::Key(text[1..].to_owned()),
-        _ => Change::Live,
+        Some("c") => Published::Change(Change::Cleared),
+        Some(text) if text.starts_with('k') => Published::Change(Change::Key(text[1..].to_owned())),
+        Some(text) if text.starts_with('p') => Published::Probe(text.to_owned()),
+        _ => Published::Change(Change::Live),
+    }
+}
+
+impl RedisCacheWatch {
+    /// Publishes a probe, due back by [`PROBE_TIMEOUT`]; one that cannot be published is
+    /// overdue at once, since nothing says the stream still works.
+    async fn send_probe(&mut self) {
+        self.next_probe_at = Instant::now() + PROBE_EVERY;
+        if !self.listener.is_confirmed() {
+            return;
+        }
+        let probe = format!("p{}", self.core.owners.next_token());
+        let sent: Result<i64, Error> = self
+            .core
+            .client
+            .spublish(self.channel.as_str(), probe.as_str())
+            .await;
+        let due = if sent.is_ok() {
+            Instant::now() + PROBE_TIMEOUT
+        } else {
+            Instant::now()
+        };
+        self.probe = Some((probe, due));
     }
 }
 
@@ -295,13 +347,39 @@ impl CacheWatch for RedisCacheWatch {
         if !std::mem::replace(&mut self.started, true) && self.listener.is_confirmed() {
             return Ok(Change::Live);
         }
-        tokio::select! {
-            heard = self.listener.next() => Ok(match heard {
-                Heard::Message(message) => parse_change(&message),
-                Heard::Missed => Change::Live,
-                Heard::Lost => Change::Down,
-            }),
-            failure = self.core.connection_lost("cache watch") => Err(failure.into()),
+        loop {
+            let overdue = self.probe.as_ref().map(|(_, at)| *at);
+            tokio::select! {
+                heard = self.listener.next() => match heard {
+                    Heard::Message(message) => match parse_change(&message) {
+                        Published::Change(change) => return Ok(change),
+                        Published::Probe(probe) => {
+                            if self.probe.as_ref().is_some_and(|(sent, _)| *sent == probe) {
+                                self.probe = None;
+                                if std::mem::take(&mut self.silent) {
+                                    return Ok(Change::Live);
+                                }
+                            }
+                        }
+                    },
+                    Heard::Missed => {
+                        self.silent = false;
+                        return Ok(Change::Live);
+                    }
+                    Heard::Lost => return Ok(Change::Down),
+                },
+                () = tokio::time::sleep_until(self.next_probe_at), if overdue.is_none() => {
+                    self.send_probe().await;
+                }
+                () = tokio::time::sleep_until(overdue.unwrap_or(self.next_probe_at)), if overdue.is_some() => {
+                    self.probe = None;
+                    if !std::mem::replace(&mut self.silent, true) {
+                        tracing::debug!(channel = %self.channel, "a probe of the cache's change stream went unheard; its in-process tiers serve nothing until one is heard");
+                        return Ok(Change::Down);
+                    }
+                }
+                failure = self.core.connection_lost("cache watch") => return Err(failure.into()),
+            }
         }
     }
 }
@@ -320,13 +398,15 @@ mod tests {
         for junk in [&b""[..], b"abc", b":{}", b"x1:{}", b"-1:{}"] {
             assert_eq!(parse_entry(junk), None, "{junk:?}");
         }
+        let change = |text: &str| parse_change(&Value::from(text));
         assert_eq!(
-            parse_change(&Value::from("ksku:42")),
-            Change::Key("sku:42".to_owned())
+            change("ksku:42"),
+            Published::Change(Change::Key("sku:42".to_owned()))
         );
-        assert_eq!(parse_change(&Value::from("c")), Change::Cleared);
+        assert_eq!(change("c"), Published::Change(Change::Cleared));
+        assert_eq!(change("pt-1"), Published::Probe("pt-1".to_owned()));
         for junk in ["", "x", "cc"] {
-            assert_eq!(parse_change(&Value::from(junk)), Change::Live, "{junk}");
+            assert_eq!(change(junk), Published::Change(Change::Live), "{junk}");
         }
     }
 }

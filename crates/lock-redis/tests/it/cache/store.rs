@@ -266,3 +266,34 @@ async fn a_killed_subscription_connection_flushes_the_near_tier() {
         assert_eq!(near.get("sku-1").await.unwrap().as_deref(), Some("v2"));
     }
 }
+
+/// The tier's connections silently dead (a partition, or a middlebox that forgot them: no
+/// error, no reset): the watch's probe goes unheard and the tier stops serving, so it never
+/// serves what changed elsewhere for longer than the probe's bound (about 7 s) — not until the
+/// entry's TTL (1 h). Healed, it serves the newer value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silently_dead_connections_stop_the_near_tier() {
+    let redis = server().await;
+    let proxy = common::proxy(&redis).await;
+    let config = common::default_config(proxy.url()).command_timeout(Duration::from_millis(500));
+    let behind = store(&common::connect(config).await).await;
+    let options = CacheOptions::new()
+        .near_cache(NearCache::entries(100))
+        .unwrap();
+    let near: Cache<String> = Cache::new(behind, "products", options).unwrap();
+    let writer = cache_on(&redis, CacheOptions::new()).await;
+    writer.put("sku-1", &"v1".to_owned()).await.unwrap();
+    until_served_from_memory(&redis, &near, "sku-1", "v1").await;
+
+    proxy.blackhole(true);
+    writer.put("sku-1", &"v2".to_owned()).await.unwrap();
+    let stopped = eventually(GENEROUS, || async {
+        near.get("sku-1").await.unwrap().as_deref() != Some("v1")
+    });
+    assert!(stopped.await, "the tier serves v1 until the entry's TTL");
+    proxy.blackhole(false);
+    let healed = eventually(GENEROUS, || async {
+        near.get("sku-1").await.unwrap().as_deref() == Some("v2")
+    });
+    assert!(healed.await, "v2 is read once the connections work again");
+}
