@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: three pods race for one bill run on a private redis-server; the winner is killed
-# mid-run and another pod takes over. Then four replicas share one catalog warm-up, and three
-# gateway replicas share one rate limit.
+# mid-run and another pod takes over. Then four replicas share one catalog warm-up, three
+# gateway replicas share one rate limit, and two pods share a product cache whose in-process
+# copies a price change evicts by Redis' push.
 # Set TELCO_PLATFORM_LOCK_REDIS_ADDRESS to use your Redis.
 # With --hold it then leaves a pod holding a lock for the platform-lock CLI to inspect and release.
 set -euo pipefail

@@ -1,8 +1,10 @@
 //! The demo: three pods race for one bill run, the winner crashes mid-run, another pod takes it
 //! over once the lease lapses — and nobody ever runs it twice at once. Then four replicas share
 //! a catalog warm-up through shared values (`warmup.rs`): one loads, the others wait, and when
-//! the loader is killed one waiter takes over. Last, three gateway replicas share one rate
-//! limit (`limit.rs`) and are admitted no more than it allows together.
+//! the loader is killed one waiter takes over. Then three gateway replicas share one rate
+//! limit (`limit.rs`) and are admitted no more than it allows together. Last, two pods share a
+//! product cache with the in-process tier on (`cache.rs`): the catalog is asked once, and a
+//! price change in one pod reaches the other's memory by Redis' push, not by the TTL.
 //!
 //! ```text
 //! scripts/demo.sh          # installs redis-server if missing, builds, runs this
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod cache;
 mod limit;
 mod warmup;
 
@@ -203,6 +206,7 @@ async fn run(args: &Args) -> Result<bool, String> {
     let passed = check(&timeline, &winner, ledger.path());
     let passed = warmup::run(&address).await? && passed;
     let passed = limit::run(&address).await? && passed;
+    let passed = cache::run(&address).await? && passed;
     println!();
     println!(
         "{}",
@@ -482,6 +486,11 @@ fn describe(event: &Event) -> String {
     let f = &event.fields;
     match event.event.as_str() {
         "started" if event.pod.starts_with("app-") => "started, needs the catalog".into(),
+        "started" if event.pod.starts_with("shop-") => format!(
+            "started as the {} (near-cache-entries {})",
+            f["role"].as_str().unwrap_or("?"),
+            f["near_cache_entries"]
+        ),
         "started" => format!("triggered, acquiring {}", f["key"].as_str().unwrap_or("?")),
         "acquired" => format!("ACQUIRED the lock (fencing token {})", f["fencing_token"]),
         "not_acquired" => {
@@ -540,6 +549,38 @@ fn describe(event: &Event) -> String {
         ),
         "still_loading" => format!("gave up waiting: still loading at step {}", f["step"]),
         "failed" => format!("failed: {}", f["message"].as_str().unwrap_or("?")),
+        "catalog_call" => format!(
+            "CATALOG CALL for {} (a miss: the loader runs)",
+            f["sku"].as_str().unwrap_or("?")
+        ),
+        "read" => {
+            let from = match f["served_from"].as_str().unwrap_or("?") {
+                "loaded" => "from the catalog, now cached",
+                "shared" => "from Redis",
+                "near" => "from its own memory",
+                other => other,
+            };
+            format!(
+                "read {}: {} {from}",
+                f["sku"].as_str().unwrap_or("?"),
+                price(&f["price_cents"])
+            )
+        }
+        "price_changed" => format!(
+            "price of {} changed to {}: put returned after {:.1} ms",
+            f["sku"].as_str().unwrap_or("?"),
+            price(&f["price_cents"]),
+            event
+                .t_us
+                .saturating_sub(f["put_started_us"].as_u64().unwrap_or(event.t_us))
+                as f64
+                / 1e3
+        ),
+        "done" if event.pod.starts_with("shop-") && f["reads"].is_u64() => format!(
+            "input ended after {} reads: {} from memory, {} from Redis, {} loaded",
+            f["reads"], f["near"], f["shared"], f["loaded"]
+        ),
+        "done" if event.pod.starts_with("shop-") => "input ended".into(),
         "output" => f.as_str().unwrap_or_default().to_owned(),
         "log" => format!("log: {}", f.as_str().unwrap_or_default()),
         "done" if event.pod.starts_with("gw-") => format!(
@@ -547,6 +588,14 @@ fn describe(event: &Event) -> String {
             f["admitted"], f["denied"]
         ),
         other => other.to_owned(),
+    }
+}
+
+/// A price in cents as currency units, such as 42.00.
+fn price(cents: &Value) -> String {
+    match cents.as_u64() {
+        Some(cents) => format!("{}.{:02}", cents / 100, cents % 100),
+        None => "?".into(),
     }
 }
 
