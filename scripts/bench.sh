@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark, in one go on one private redis-server: our lock-bench and the peers
 # of ../shared/peers (existing lock libraries and the raw Redis limit; the toolkit peers for
-# idempotent execution and rate limiting), same scenarios, same JSON lines. Writes
+# idempotent execution, rate limiting and the cache), same scenarios, same JSON lines. Writes
 # OUT/results.jsonl, OUT/table.md, OUT/latency.svg (the lock), OUT/toolkit.jsonl, OUT/toolkit.md
-# (idempotent execution, shared values) and OUT/ratelimit.jsonl, OUT/ratelimit.md (rate
-# limiting); see docs/performance.md.
+# (idempotent execution, shared values), OUT/ratelimit.jsonl, OUT/ratelimit.md (rate limiting)
+# and OUT/cache.jsonl, OUT/cache.md (the cache); see docs/performance.md.
 #
 # usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"] [--suite NAME]
 #   --duration  seconds per scenario and impl (default 5)
 #   --peers     the peers' folder (default ../shared/peers next to this repository)
 #   --out       output folder (default target/bench)
 #   --impl      lock peers to run (default all: raw redis-py python-redis-lock node-redlock redis-semaphore rslock)
-#   --suite     lock; toolkit (idempotent execution, shared values and rate limiting, beside
-#               toolkit/toolkit.sh); ratelimit (the toolkit suite's rate limiting alone); or all (default)
+#   --suite     lock; toolkit (idempotent execution, shared values, rate limiting and the cache,
+#               beside toolkit/toolkit.sh); ratelimit or cache (that part of the toolkit suite
+#               alone); or all (default)
 set -euo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-usage() { sed -n 9,15p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n 9,16p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Relative paths are the caller's, not this repository's.
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
 PEER_IMPLS="raw redis-py python-redis-lock node-redlock redis-semaphore rslock"
@@ -46,18 +47,19 @@ if [ "$IMPLS" != all ]; then
     [[ " $PEER_IMPLS " == *" $impl "* ]] || { echo "bench.sh: --impl '$impl': accepted: all or some of: $PEER_IMPLS" >&2; exit 2; }
   done
 fi
-LOCK=false TOOLKIT=false RATELIMIT=false
+LOCK=false TOOLKIT=false RATELIMIT=false CACHE=false
 case $SUITE in
   lock) LOCK=true ;;
-  toolkit) TOOLKIT=true RATELIMIT=true ;;
+  toolkit) TOOLKIT=true RATELIMIT=true CACHE=true ;;
   ratelimit) RATELIMIT=true ;;
-  all) LOCK=true TOOLKIT=true RATELIMIT=true ;;
-  *) echo "bench.sh: --suite '$SUITE': accepted: lock, toolkit, ratelimit or all" >&2; exit 2 ;;
+  cache) CACHE=true ;;
+  all) LOCK=true TOOLKIT=true RATELIMIT=true CACHE=true ;;
+  *) echo "bench.sh: --suite '$SUITE': accepted: lock, toolkit, ratelimit, cache or all" >&2; exit 2 ;;
 esac
 if $LOCK; then
   [ -x "$PEERS/run.sh" ] || { echo "bench.sh: no peers at $PEERS (expected run.sh there; --peers DIR)" >&2; exit 2; }
 fi
-if $TOOLKIT || $RATELIMIT; then
+if $TOOLKIT || $RATELIMIT || $CACHE; then
   [ -x "$PEERS/toolkit/toolkit.sh" ] || { echo "bench.sh: no toolkit peers at $PEERS (expected toolkit/toolkit.sh there; --peers DIR, or --suite lock)" >&2; exit 2; }
 fi
 scripts/ensure-redis.sh
@@ -181,7 +183,27 @@ if $RATELIMIT; then
   cat "$OUT/ratelimit.md"
   echo "[bench] wrote $OUT/ratelimit.jsonl, $OUT/ratelimit.md" >&2
 fi
+# The cache: ours (platform-lock, and platform-lock-near with the in-process tier) next to the
+# toolkit peers, scenario by scenario, on the same server; then our push-delay.
+if $CACHE; then
+  : > "$OUT/cache.jsonl"
+  for scenario in hit hit-parallel miss-load stampede; do
+    echo "[bench] platform-lock / cache $scenario (${DURATION}s)" >&2
+    "$BIN/lock-bench" --redis-url "$URL" --scenario "cache-$scenario" --duration "$DURATION" >> "$OUT/cache.jsonl" \
+      || { echo "[bench] platform-lock / cache $scenario failed" >&2; FAILED=1; }
+    # The cached peer builds with cargo into its own cache: not into this workspace's target dir.
+    env -u CARGO_TARGET_DIR "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --capability cache --scenario "$scenario" --duration "$DURATION" >> "$OUT/cache.jsonl" \
+      || echo "{\"impl\": \"toolkit.sh\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/cache.jsonl"
+  done
+  echo "[bench] platform-lock / cache push-delay" >&2
+  "$BIN/lock-bench" --redis-url "$URL" --scenario cache-push-delay >> "$OUT/cache.jsonl" \
+    || { echo "[bench] platform-lock / cache push-delay failed" >&2; FAILED=1; }
+  "$BIN/bench-table" "$OUT/cache.jsonl" > "$OUT/cache.md" || FAILED=1
+  if $LOCK || $TOOLKIT || $RATELIMIT; then echo; fi
+  cat "$OUT/cache.md"
+  echo "[bench] wrote $OUT/cache.jsonl, $OUT/cache.md" >&2
+fi
 if [ "$FAILED" -ne 0 ]; then
-  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl, toolkit.jsonl or ratelimit.jsonl)" >&2
+  echo "[bench] some of our steps failed (see above and the error lines in results.jsonl, toolkit.jsonl, ratelimit.jsonl or cache.jsonl)" >&2
   exit 1
 fi

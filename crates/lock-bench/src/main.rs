@@ -20,10 +20,15 @@
 //! its two `HSET`s; and the toolkit peers' rate-limiting scenarios `decide`, `parallel`,
 //! `hot-key` and `accuracy` (`--scenario ratelimit`, or one of them: `ratelimit-decide`, …;
 //! `accuracy` runs four processes of lock-bench), the first three each with a `raw-fred` line
-//! of one plain `EVALSHA` through fred beneath it. See docs/performance.md for what each field
+//! of one plain `EVALSHA` through fred beneath it; and the toolkit peers' cache scenarios `hit`,
+//! `hit-parallel`, `miss-load`, `stampede` (`--scenario cache`, or one of them: `cache-hit`, …),
+//! each as impl `platform-lock` and, with the in-process tier, `platform-lock-near`, and
+//! `push-delay`, a write in one process until another process' in-process tier drops the entry
+//! (`cache-push-delay`). See docs/performance.md for what each field
 //! means and the latest side-by-side runs.
 
 mod branches;
+mod cache;
 mod cycles;
 mod idempotency;
 mod ratelimit;
@@ -139,6 +144,21 @@ enum Which {
     /// One of the processes `ratelimit-accuracy` starts.
     #[value(hide = true)]
     RatelimitAccuracyProc,
+    /// Every cache scenario, without and with the in-process tier, and `push-delay`.
+    Cache,
+    /// One worker getting one present entry.
+    CacheHit,
+    /// 32 workers getting random ones of 1,000 present entries.
+    CacheHitParallel,
+    /// One worker getting-or-loading a new key after another.
+    CacheMissLoad,
+    /// 200 callers at once per round getting-or-loading one absent key, a 50 ms loader.
+    CacheStampede,
+    /// A write → another process' in-process tier drops the entry.
+    CachePushDelay,
+    /// The reading process `cache-push-delay` starts.
+    #[value(hide = true)]
+    CachePushDelayProc,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -206,6 +226,19 @@ fn runs_ratelimit(which: Which, scenario: ratelimit::Scenario) -> bool {
             | (Which::RatelimitParallel, S::Parallel)
             | (Which::RatelimitHotKey, S::HotKey)
             | (Which::RatelimitAccuracy, S::Accuracy)
+    )
+}
+
+/// Whether `--scenario` selects the cache scenario `scenario`.
+fn runs_cache(which: Which, scenario: cache::Scenario) -> bool {
+    use cache::Scenario as S;
+    matches!(
+        (which, scenario),
+        (Which::All | Which::Cache, _)
+            | (Which::CacheHit, S::Hit)
+            | (Which::CacheHitParallel, S::HitParallel)
+            | (Which::CacheMissLoad, S::MissLoad)
+            | (Which::CacheStampede, S::Stampede)
     )
 }
 
@@ -304,6 +337,16 @@ async fn run(args: Args) -> ExitCode {
     if args.scenario == Which::RatelimitAccuracyProc {
         // One of `accuracy`'s processes: its lines go to the lock-bench that started it.
         return match ratelimit::accuracy::process(&target).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                println!("{}", json!({ "error": error }));
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.scenario == Which::CachePushDelayProc {
+        // The reader of `push-delay`: it answers the lock-bench that started it.
+        return match cache::push::process(&target).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 println!("{}", json!({ "error": error }));
@@ -466,6 +509,33 @@ async fn run(args: Args) -> ExitCode {
         if let Some(result) = ratelimit::raw(scenario, &target, duration).await {
             emit_in(&report::RATELIMIT_FIELDS, ratelimit::RAW_IMPL, name, result);
         }
+    }
+    for scenario in cache::Scenario::ALL {
+        if !runs_cache(args.scenario, scenario) {
+            continue;
+        }
+        let name = scenario.name();
+        for (near, imp) in [(false, IMPL), (true, cache::IMPL_NEAR)] {
+            eprintln!("[lock-bench] cache/{name} {imp} ({:.1}s)", args.duration);
+            let result = cache::run(scenario, near, &target, duration).await;
+            emit_in(&report::CACHE_FIELDS, imp, name, result);
+        }
+    }
+    if matches!(
+        args.scenario,
+        Which::All | Which::Cache | Which::CachePushDelay
+    ) {
+        eprintln!(
+            "[lock-bench] cache/push-delay ({} writes)",
+            cache::push::WRITES
+        );
+        let result = cache::push::run(&target, &child_flags).await;
+        emit_in(
+            &report::CACHE_FIELDS,
+            cache::IMPL_NEAR,
+            "push-delay",
+            result,
+        );
     }
     if let Some(handle) = &prometheus {
         // Shows the recorder really saw the lock's metrics.

@@ -120,6 +120,25 @@ pub(crate) const RATELIMIT_FIELDS: [&str; 19] = [
     "max_in_any_1s_window",
 ];
 
+/// Field order of the toolkit peers' cache lines (../shared/peers/toolkit/measure.py).
+pub(crate) const CACHE_FIELDS: [&str; 15] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "calls",
+    "calls_per_s",
+    "call_us",
+    "loader_runs",
+    "rounds",
+    "loader_runs_per_round",
+    "results",
+    "errors",
+    "redis_cmds_per_call",
+    "client_cpu_s",
+    "version",
+];
+
 /// Renders `line` with `fields` first, in their order (`null` where absent), then any extra
 /// fields.
 pub(crate) fn to_json_line_in(line: &serde_json::Map<String, Value>, fields: &[&str]) -> String {

@@ -2,7 +2,8 @@
 //! part of CI): the lines parse, carry the peers' fields, and say what the protocol promises —
 //! one script call per acquire and per release, no two holders, every contended worker served,
 //! one renewal call per batch per tick, one execution per key of idempotent execution with the
-//! result for every duplicate. No timing is asserted (beyond the action's own 50 ms).
+//! result for every duplicate, one cache load per key and round. No timing is asserted (beyond
+//! the action's own 50 ms).
 
 use std::path::Path;
 use std::process::Command;
@@ -386,6 +387,69 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
         "{table}"
     );
     assert_eq!(table.lines().count(), 2 + 7, "{table}");
+}
+
+/// The toolkit peers' cache fields (../shared/peers/toolkit/measure.py), stated here as above.
+const CACHE_FIELDS: [&str; 15] = [
+    "impl",
+    "scenario",
+    "workers",
+    "duration_s",
+    "calls",
+    "calls_per_s",
+    "call_us",
+    "loader_runs",
+    "rounds",
+    "loader_runs_per_round",
+    "results",
+    "errors",
+    "redis_cmds_per_call",
+    "client_cpu_s",
+    "version",
+];
+
+#[test]
+fn the_cache_scenarios_emit_the_toolkit_schema_and_load_once_per_key() {
+    let lines = lock_bench(&["--scenario", "cache", "--duration", "0.3"]);
+    let names: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
+        .collect();
+    let mut expected = Vec::new();
+    for scenario in ["hit", "hit-parallel", "miss-load", "stampede"] {
+        expected.push(("platform-lock", scenario));
+        expected.push(("platform-lock-near", scenario));
+    }
+    expected.push(("platform-lock-near", "push-delay"));
+    assert_eq!(names, expected);
+    for line in &lines {
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys[..15], CACHE_FIELDS, "field order: {line}");
+        assert_eq!(line["errors"], 0, "{line}");
+        assert_eq!(
+            line["results"], line["calls"],
+            "every call got its value: {line}"
+        );
+        let scenario = line["scenario"].as_str().unwrap();
+        match scenario {
+            "hit" | "hit-parallel" if line["impl"] == "platform-lock" => {
+                assert_eq!(line["redis_cmds_per_call"], 1.0, "one HGET: {line}");
+            }
+            // A warm in-process tier sends Redis nothing.
+            "hit" | "hit-parallel" => assert_eq!(line["redis_cmds_per_call"], 0.0, "{line}"),
+            "miss-load" => assert_eq!(line["loader_runs"], line["calls"], "{line}"),
+            "stampede" => assert_eq!(line["loader_runs_per_round"], 1.0, "{line}"),
+            _ => {
+                assert_eq!(line["calls"], 200, "{line}");
+                assert!(line["delay_us"]["p50"].as_f64().unwrap() > 0.0, "{line}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -14,7 +14,10 @@
 //! columns and go in it. Rate-limiting lines (those with an `algorithm` field: lock-bench's and
 //! the toolkit peers' `decide`, `parallel`, `hot-key`, `accuracy`) get a table of their own,
 //! with calls/s as a ratio of the best peer's (not `raw-*`, not ours) and of `raw-gcra`, call
-//! p50 as a ratio of `raw-fred`'s, and `accuracy`'s admissions against the bound.
+//! p50 as a ratio of `raw-fred`'s, and `accuracy`'s admissions against the bound. Cache lines
+//! (`hit`, `hit-parallel`, `miss-load`, `stampede` of lock-bench and the toolkit peers) get one
+//! too, with calls/s as a ratio of the best peer's and of `raw-hget`, and lock-bench's
+//! `push-delay` line a table of its own.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -62,6 +65,16 @@ const RATELIMIT_IMPLS: [&str; 8] = [
     "limits-fixed-window",
     "limits-sliding-window-counter",
 ];
+/// The same for the cache table.
+const CACHE_SCENARIOS: [&str; 4] = ["hit", "hit-parallel", "miss-load", "stampede"];
+const CACHE_IMPLS: [&str; 6] = [
+    "platform-lock",
+    "platform-lock-near",
+    "raw-hget",
+    "raw-get",
+    "cached",
+    "cache-manager",
+];
 const IMPLS: [&str; 8] = [
     "platform-lock",
     "scripts",
@@ -88,8 +101,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (results, toolkit, ratelimit, problems) = parse(&text);
-    if results.is_empty() && toolkit.is_empty() && ratelimit.is_empty() {
+    let Parsed {
+        results,
+        toolkit,
+        ratelimit,
+        cache,
+        problems,
+    } = parse(&text);
+    if results.is_empty() && toolkit.is_empty() && ratelimit.is_empty() && cache.is_empty() {
         eprintln!("bench-table: {path}: no result lines");
         for problem in problems {
             eprintln!("  {problem}");
@@ -107,6 +126,10 @@ fn main() -> ExitCode {
     if !ratelimit.is_empty() {
         tables.push(ratelimit_table(&ratelimit));
     }
+    if !cache.is_empty() {
+        tables.push(cache_table(&cache));
+    }
+    tables.extend(push_delay_table(&text));
     print!("{}", tables.join("\n"));
     for problem in problems {
         println!("\n- not in the table: {problem}");
@@ -116,11 +139,7 @@ fn main() -> ExitCode {
 
 /// lock-bench's `watchdog` line (the last one, if several) as a table of its own.
 fn watchdog_table(text: &str) -> Option<String> {
-    let line: Value = text
-        .lines()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["scenario"] == "watchdog" && v.get("error").is_none_or(Value::is_null))?;
+    let line = last_line(text, "watchdog")?;
     let field = |name: &str| match &line[name] {
         Value::Null => "–".to_owned(),
         Value::String(text) => text.clone(),
@@ -142,16 +161,57 @@ fn watchdog_table(text: &str) -> Option<String> {
     ))
 }
 
+/// lock-bench's `push-delay` line (the last one, if several) as a table of its own.
+fn push_delay_table(text: &str) -> Option<String> {
+    let line = last_line(text, "push-delay")?;
+    let of = |field: &str, p: &str| us(&line, field, p);
+    Some(format!(
+        "| push-delay | reader | writes | delay p50 / p99 / max µs | write p50 / p99 µs | errors |\n\
+         |---|---|---:|---:|---:|---:|\n\
+         | {} | {} | {} | {} / {} / {} | {} / {} | {} |\n",
+        line["impl"].as_str().unwrap_or("?"),
+        line["reader"].as_str().unwrap_or("?"),
+        num(&line, "calls", 0),
+        of("delay_us", "p50"),
+        of("delay_us", "p99"),
+        of("delay_us", "max"),
+        of("call_us", "p50"),
+        of("call_us", "p99"),
+        num(&line, "errors", 0),
+    ))
+}
+
+/// The last line of `scenario` without an error.
+fn last_line(text: &str, scenario: &str) -> Option<Value> {
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["scenario"] == scenario && v.get("error").is_none_or(Value::is_null))
+}
+
 /// Result lines by (scenario position, impl position, impl name), in table order.
 type Results = BTreeMap<(usize, usize, String), Value>;
 
-/// Result lines by (scenario, impl) — the lock's, the idempotency ones, the rate-limiting ones;
-/// later lines replace earlier ones. Also the lines left out.
-fn parse(text: &str) -> (Results, Results, Results, Vec<String>) {
-    let mut results = BTreeMap::new();
-    let mut toolkit = BTreeMap::new();
-    let mut ratelimit = BTreeMap::new();
-    let mut problems = Vec::new();
+/// The result lines of a run by table, and the lines left out.
+#[derive(Default)]
+struct Parsed {
+    results: Results,
+    toolkit: Results,
+    ratelimit: Results,
+    cache: Results,
+    problems: Vec<String>,
+}
+
+/// Result lines by (scenario, impl) — the lock's, the idempotency ones, the rate-limiting ones,
+/// the cache ones; later lines replace earlier ones. Also the lines left out.
+fn parse(text: &str) -> Parsed {
+    let Parsed {
+        mut results,
+        mut toolkit,
+        mut ratelimit,
+        mut cache,
+        mut problems,
+    } = Parsed::default();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let Ok(value) = serde_json::from_str::<Value>(line) else {
             problems.push(format!(
@@ -185,6 +245,14 @@ fn parse(text: &str) -> (Results, Results, Results, Vec<String>) {
             ratelimit.insert((s, i, imp), value);
             continue;
         }
+        if let Some(s) = CACHE_SCENARIOS.iter().position(|s| *s == scenario) {
+            let i = CACHE_IMPLS
+                .iter()
+                .position(|i| *i == imp)
+                .unwrap_or(CACHE_IMPLS.len());
+            cache.insert((s, i, imp), value);
+            continue;
+        }
         if let Some(s) = TOOLKIT_SCENARIOS.iter().position(|s| *s == scenario) {
             let i = TOOLKIT_IMPLS
                 .iter()
@@ -194,15 +262,21 @@ fn parse(text: &str) -> (Results, Results, Results, Vec<String>) {
             continue;
         }
         let Some(s) = SCENARIOS.iter().position(|s| *s == scenario) else {
-            if scenario != "watchdog" {
+            if scenario != "watchdog" && scenario != "push-delay" {
                 problems.push(format!("{imp} / {scenario}: not a scenario of the table"));
             }
-            continue; // lock-bench's `watchdog` line has a table of its own
+            continue; // lock-bench's `watchdog` and `push-delay` lines have tables of their own
         };
         let i = IMPLS.iter().position(|i| *i == imp).unwrap_or(IMPLS.len());
         results.insert((s, i, imp), value);
     }
-    (results, toolkit, ratelimit, problems)
+    Parsed {
+        results,
+        toolkit,
+        ratelimit,
+        cache,
+        problems,
+    }
 }
 
 /// The idempotent-execution lines: calls/s (and as a ratio of `raw`), call latency, Redis
@@ -212,32 +286,15 @@ fn toolkit_table(results: &Results) -> String {
         "| scenario | impl | calls/s | × raw | call p50 / p99 µs | Redis cmds / call | calls | executions | results | errors |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    let rate = |v: &Value| v.get("calls_per_s").and_then(Value::as_f64);
     for ((s, _, imp), v) in results {
         let raw = results
             .iter()
             .find(|((os, _, oi), _)| os == s && oi == "raw")
             .and_then(|(_, o)| rate(o));
-        let ratio = match (rate(v), raw) {
-            (Some(c), Some(b)) if b > 0.0 => format!("{:.2}", c / b),
-            _ => "–".to_owned(),
-        };
-        let num = |field: &str, digits: usize| {
-            v.get(field)
-                .and_then(Value::as_f64)
-                .map_or("–".to_owned(), |x| format!("{x:.digits$}"))
-        };
-        let us = |p: &str| {
-            v.get("call_us")
-                .and_then(|d| d.get(p))
-                .and_then(Value::as_f64)
-                .map_or("–".to_owned(), |x| format!("{x:.0}"))
-        };
-        let name = if imp == "platform-lock" {
-            format!("**{imp}**")
-        } else {
-            imp.clone()
-        };
+        let ratio = ratio(rate(v), raw);
+        let num = |field: &str, digits: usize| num(v, field, digits);
+        let us = |p: &str| us(v, "call_us", p);
+        let name = shown_impl(imp);
         out.push_str(&format!(
             "| {} | {name} | {} | {ratio} | {} / {} | {} | {} | {} | {} | {} |\n",
             TOOLKIT_SCENARIOS[*s],
@@ -262,7 +319,6 @@ fn ratelimit_table(results: &Results) -> String {
         "| scenario | impl | calls/s | × best peer | × raw-gcra | call p50 / p99 µs | p50 × raw-fred | Redis cmds / call | client CPU µs / call | denied | errors | admitted / bound | max in any 1 s |\n\
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    let rate = |v: &Value| v.get("calls_per_s").and_then(Value::as_f64);
     let p50 = |v: &Value| {
         v.get("call_us")
             .and_then(|d| d.get("p50"))
@@ -272,38 +328,16 @@ fn ratelimit_table(results: &Results) -> String {
         let scenario = RATELIMIT_SCENARIOS[*s];
         let others = || results.iter().filter(|((os, _, _), _)| os == s);
         let of = |other: &str| others().find(|((_, _, oi), _)| oi == other).map(|(_, o)| o);
-        let best_peer = others()
-            .filter(|((_, _, oi), _)| oi != "platform-lock" && !oi.starts_with("raw"))
-            .filter_map(|(_, o)| rate(o))
-            .reduce(f64::max);
+        let best_peer = best_peer(results, *s);
         let ratio = |x: Option<f64>, base: Option<f64>| match (x, base) {
             // Throughput ratios say nothing in `accuracy`, where the limit sets the pace.
-            (Some(x), Some(b)) if b > 0.0 && scenario != "accuracy" => format!("{:.2}", x / b),
-            _ => "–".to_owned(),
+            (Some(_), Some(_)) if scenario == "accuracy" => "–".to_owned(),
+            _ => ratio(x, base),
         };
-        let num = |field: &str, digits: usize| {
-            v.get(field)
-                .and_then(Value::as_f64)
-                .map_or("–".to_owned(), |x| format!("{x:.digits$}"))
-        };
-        let us = |p: &str| {
-            v.get("call_us")
-                .and_then(|d| d.get(p))
-                .and_then(Value::as_f64)
-                .map_or("–".to_owned(), |x| format!("{x:.0}"))
-        };
-        let cpu = match (
-            v.get("client_cpu_s").and_then(Value::as_f64),
-            v.get("calls").and_then(Value::as_f64),
-        ) {
-            (Some(cpu), Some(calls)) if calls > 0.0 => format!("{:.1}", cpu / calls * 1e6),
-            _ => "–".to_owned(),
-        };
-        let name = if imp == "platform-lock" {
-            format!("**{imp}**")
-        } else {
-            imp.clone()
-        };
+        let num = |field: &str, digits: usize| num(v, field, digits);
+        let us = |p: &str| us(v, "call_us", p);
+        let cpu = cpu_per_call(v);
+        let name = shown_impl(imp);
         out.push_str(&format!(
             "| {scenario} | {name} | {} | {} | {} | {} / {} | {} | {} | {cpu} | {} | {} | {} | {} |\n",
             num("calls_per_s", 0),
@@ -320,6 +354,98 @@ fn ratelimit_table(results: &Results) -> String {
         ));
     }
     out
+}
+
+/// The cache lines: calls/s against the best peer and `raw-hget`, call latency, Redis commands
+/// and client CPU per call, loader runs (per round in `stampede`), results and errors.
+fn cache_table(results: &Results) -> String {
+    let mut out = String::from(
+        "| scenario | impl | calls/s | × best peer | × raw-hget | call p50 / p99 µs | Redis cmds / call | client CPU µs / call | loader runs | per round | results | errors |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for ((s, _, imp), v) in results {
+        let raw_hget = results
+            .iter()
+            .find(|((os, _, oi), _)| os == s && oi == "raw-hget")
+            .and_then(|(_, o)| rate(o));
+        let num = |field: &str, digits: usize| num(v, field, digits);
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |\n",
+            CACHE_SCENARIOS[*s],
+            shown_impl(imp),
+            num("calls_per_s", 0),
+            ratio(rate(v), best_peer(results, *s)),
+            ratio(rate(v), raw_hget),
+            us(v, "call_us", "p50"),
+            us(v, "call_us", "p99"),
+            num("redis_cmds_per_call", 2),
+            cpu_per_call(v),
+            num("loader_runs", 0),
+            num("loader_runs_per_round", 2),
+            num("results", 0),
+            num("errors", 0),
+        ));
+    }
+    out
+}
+
+/// A line's `calls_per_s`.
+fn rate(v: &Value) -> Option<f64> {
+    v.get("calls_per_s").and_then(Value::as_f64)
+}
+
+/// The best calls/s in scenario `s` of a peer: neither ours (`platform-lock*`) nor `raw*`.
+fn best_peer(results: &Results, s: usize) -> Option<f64> {
+    results
+        .iter()
+        .filter(|((os, _, oi), _)| {
+            *os == s && !oi.starts_with("platform-lock") && !oi.starts_with("raw")
+        })
+        .filter_map(|(_, o)| rate(o))
+        .reduce(f64::max)
+}
+
+/// `x / base` to two decimals; `–` without both.
+fn ratio(x: Option<f64>, base: Option<f64>) -> String {
+    match (x, base) {
+        (Some(x), Some(b)) if b > 0.0 => format!("{:.2}", x / b),
+        _ => "–".to_owned(),
+    }
+}
+
+/// A line's number `field` to `digits` decimals; `–` when absent.
+fn num(v: &Value, field: &str, digits: usize) -> String {
+    v.get(field)
+        .and_then(Value::as_f64)
+        .map_or("–".to_owned(), |x| format!("{x:.digits$}"))
+}
+
+/// Percentile `p` of a line's latency `field` in whole µs; `–` when absent.
+fn us(v: &Value, field: &str, p: &str) -> String {
+    v.get(field)
+        .and_then(|d| d.get(p))
+        .and_then(Value::as_f64)
+        .map_or("–".to_owned(), |x| format!("{x:.0}"))
+}
+
+/// A line's client CPU per call in µs; `–` without calls.
+fn cpu_per_call(v: &Value) -> String {
+    match (
+        v.get("client_cpu_s").and_then(Value::as_f64),
+        v.get("calls").and_then(Value::as_f64),
+    ) {
+        (Some(cpu), Some(calls)) if calls > 0.0 => format!("{:.1}", cpu / calls * 1e6),
+        _ => "–".to_owned(),
+    }
+}
+
+/// An impl's name, ours in bold.
+fn shown_impl(imp: &str) -> String {
+    if imp.starts_with("platform-lock") {
+        format!("**{imp}**")
+    } else {
+        imp.to_owned()
+    }
 }
 
 fn table(results: &Results) -> String {
@@ -393,7 +519,13 @@ mod tests {
 {"impl":"platform-lock","scenario":"parallel","cycles_per_s":400.0,"acquisitions":4000,"client_cpu_s":0.2,"server_cpu_s":0.1,"per_worker_min":90,"per_worker_max":100}
 {"impl":"rslock","scenario":"contended","error":"peer exited 1"}
 not json"#;
-        let (results, toolkit, ratelimit, problems) = parse(text);
+        let Parsed {
+            results,
+            toolkit,
+            ratelimit,
+            problems,
+            ..
+        } = parse(text);
         assert!(toolkit.is_empty() && ratelimit.is_empty());
         assert_eq!(results.len(), 3);
         assert_eq!(problems.len(), 2, "{problems:?}");
@@ -416,7 +548,13 @@ not json"#;
     #[test]
     fn the_watchdog_line_gets_a_table_of_its_own() {
         let text = r#"{"impl":"platform-lock","scenario":"watchdog","held":10000,"renewal_period_ms":1000,"calls_per_tick":20.0,"calls_per_tick_bound":20,"last_tick_us":39000.5,"longest_tick_us":41000.0,"client_cpu_s":0.05,"client_memory_per_lock_bytes":919}"#;
-        let (results, toolkit, ratelimit, problems) = parse(text);
+        let Parsed {
+            results,
+            toolkit,
+            ratelimit,
+            problems,
+            ..
+        } = parse(text);
         assert!(
             results.is_empty() && toolkit.is_empty() && ratelimit.is_empty() && problems.is_empty(),
             "{problems:?}"
@@ -435,7 +573,13 @@ not json"#;
 {"impl":"raw","scenario":"branches-register-release","calls_per_s":10000.0,"call_us":{"p50":90.0,"p99":150.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
 {"impl":"platform-lock","scenario":"branches-register-release","calls_per_s":5000.0,"call_us":{"p50":190.0,"p99":400.0},"redis_cmds_per_call":7.1,"calls":15000,"executions":null,"results":15000,"errors":0}
 {"impl":"platform-lock","scenario":"replay","calls_per_s":20000.0,"call_us":{"p50":40.0,"p99":120.0},"redis_cmds_per_call":2.0,"calls":60000,"executions":1,"results":60000,"errors":0}"#;
-        let (results, toolkit, ratelimit, problems) = parse(text);
+        let Parsed {
+            results,
+            toolkit,
+            ratelimit,
+            problems,
+            ..
+        } = parse(text);
         assert!(
             results.is_empty() && ratelimit.is_empty() && problems.is_empty(),
             "{problems:?}"
@@ -468,7 +612,13 @@ not json"#;
 {"impl":"platform-lock","scenario":"first","calls_per_s":3000.0,"call_us":{"p50":300.0,"p99":500.0},"redis_cmds_per_call":9.0,"calls":15000,"executions":15000,"results":15000,"errors":0}
 {"impl":"raw","scenario":"first","calls_per_s":6000.0,"call_us":{"p50":150.0,"p99":200.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
 {"impl":"platform-lock","scenario":"duplicates","calls_per_s":150.0,"call_us":{"p50":51000.0,"p99":52000.0},"redis_cmds_per_call":3.5,"calls":800,"executions":100,"results":800,"errors":0}"#;
-        let (results, toolkit, ratelimit, problems) = parse(text);
+        let Parsed {
+            results,
+            toolkit,
+            ratelimit,
+            problems,
+            ..
+        } = parse(text);
         assert!(
             results.is_empty() && ratelimit.is_empty() && problems.is_empty(),
             "{problems:?}"
@@ -501,7 +651,13 @@ not json"#;
 {"impl":"raw-fred","scenario":"decide","calls_per_s":25000.0,"call_us":{"p50":30.0,"p99":90.0},"algorithm":"evalsha"}
 {"impl":"platform-lock","scenario":"decide","calls_per_s":20000.0,"call_us":{"p50":36.0,"p99":100.0},"algorithm":"gcra"}
 {"impl":"platform-lock","scenario":"accuracy","calls_per_s":40000.0,"call_us":{"p50":600.0,"p99":2000.0},"denied":9000,"errors":0,"algorithm":"gcra","admitted_over_bound":0.995,"max_in_any_1s_window":399}"#;
-        let (results, toolkit, ratelimit, problems) = parse(text);
+        let Parsed {
+            results,
+            toolkit,
+            ratelimit,
+            problems,
+            ..
+        } = parse(text);
         assert!(toolkit.is_empty() && problems.is_empty(), "{problems:?}");
         assert_eq!((results.len(), ratelimit.len()), (1, 7));
         let table = ratelimit_table(&ratelimit);
@@ -521,5 +677,42 @@ not json"#;
             "{table}"
         );
         assert!(rows[6].ends_with("| 9000 | 0 | 0.995 | 399 |"), "{table}");
+    }
+
+    #[test]
+    fn cache_lines_get_a_table_of_their_own_and_push_delay_another() {
+        let text = r#"{"impl":"raw-hget","scenario":"hit-parallel","calls_per_s":100000.0,"call_us":{"p50":300.0,"p99":900.0},"loader_runs":null,"results":null,"errors":0}
+{"impl":"cached","scenario":"hit-parallel","calls_per_s":40000.0,"call_us":{"p50":800.0,"p99":1500.0},"results":120000,"errors":0}
+{"impl":"platform-lock-near","scenario":"hit-parallel","calls":3000000,"calls_per_s":1000000.0,"call_us":{"p50":1.0,"p99":4.0},"loader_runs":null,"results":3000000,"errors":0,"redis_cmds_per_call":0.0,"client_cpu_s":3.0}
+{"impl":"platform-lock","scenario":"stampede","calls":4000,"calls_per_s":3500.0,"call_us":{"p50":51000.0,"p99":53000.0},"loader_runs":20,"rounds":20,"loader_runs_per_round":1.0,"results":4000,"errors":0}
+{"impl":"platform-lock-near","scenario":"push-delay","reader":"another process","calls":200,"call_us":{"p50":80.0,"p99":200.0},"errors":0,"delay_us":{"p50":60.0,"p99":150.0,"max":400.0}}"#;
+        let Parsed {
+            cache, problems, ..
+        } = parse(text);
+        assert!(problems.is_empty(), "{problems:?}");
+        let table = cache_table(&cache);
+        let rows: Vec<&str> = table.lines().skip(2).collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        assert!(
+            rows[0].starts_with(
+                "| hit-parallel | **platform-lock-near** | 1000000 | 25.00 | 10.00 | 1 / 4 | 0.00 | 1.0 | – | – | 3000000 | 0 |"
+            ),
+            "{table}"
+        );
+        assert!(
+            rows[1].starts_with("| hit-parallel | raw-hget | 100000 | 2.50 | 1.00 |"),
+            "{table}"
+        );
+        assert!(
+            rows[3].ends_with("| 20 | 1.00 | 4000 | 0 |"),
+            "loader runs per round: {table}"
+        );
+        let push = push_delay_table(text).expect("a push-delay table");
+        assert!(
+            push.contains(
+                "| platform-lock-near | another process | 200 | 60 / 150 / 400 | 80 / 200 | 0 |"
+            ),
+            "{push}"
+        );
     }
 }
