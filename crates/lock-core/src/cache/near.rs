@@ -27,8 +27,27 @@ pub(crate) struct Near<V> {
     task: JoinHandle<()>,
 }
 
+/// What an entry weighs against the tier's bound: 1, or its key's and value's bytes.
+#[derive(Debug, Clone, Copy)]
+struct Weight {
+    by_bytes: bool,
+}
+
+impl<V> quick_cache::Weighter<String, Held<V>> for Weight {
+    fn weight(&self, key: &String, held: &Held<V>) -> u64 {
+        if self.by_bytes {
+            key.len() as u64 + u64::from(held.bytes)
+        } else {
+            1
+        }
+    }
+}
+
+/// Entries an in-process tier bounded by bytes is sized for, per byte of its bound: one per KiB.
+const ENTRIES_PER_BYTE: u64 = 1024;
+
 struct State<V> {
-    entries: moka::sync::Cache<String, Held<V>>,
+    entries: quick_cache::sync::Cache<String, Held<V>, Weight>,
     /// Whether every change is being heard: the tier serves only then.
     live: AtomicBool,
     /// Bumped before each eviction a change causes, so that a read racing a change does not
@@ -46,17 +65,12 @@ pub(crate) struct Ticket {
 impl<V: Clone + Send + Sync + 'static> Near<V> {
     /// A tier bounded by `bound`, following the changes of `cache` in `store`.
     pub(crate) fn start(store: Arc<dyn CacheStore>, cache: &str, bound: NearCache) -> Self {
-        let entries = match bound {
-            NearCache::Entries(n) => moka::sync::Cache::builder().max_capacity(n).build(),
-            NearCache::Bytes(n) => moka::sync::Cache::builder()
-                .max_capacity(n)
-                .weigher(|key: &String, held: &Held<V>| {
-                    u32::try_from(key.len())
-                        .unwrap_or(u32::MAX)
-                        .saturating_add(held.bytes)
-                })
-                .build(),
+        let (items, capacity, by_bytes) = match bound {
+            NearCache::Entries(n) => (n, n, false),
+            NearCache::Bytes(n) => ((n / ENTRIES_PER_BYTE).max(1), n, true),
         };
+        let items = usize::try_from(items).unwrap_or(usize::MAX);
+        let entries = quick_cache::sync::Cache::with_weighter(items, capacity, Weight { by_bytes });
         let state = Arc::new(State {
             entries,
             live: AtomicBool::new(false),
@@ -73,7 +87,7 @@ impl<V: Clone + Send + Sync + 'static> Near<V> {
         }
         let held = self.state.entries.get(key)?;
         if held.expires_at <= Instant::now() {
-            self.state.entries.invalidate(key);
+            self.state.entries.remove(key);
             return None;
         }
         Some(held.value)
@@ -109,7 +123,7 @@ impl<V: Clone + Send + Sync + 'static> Near<V> {
         self.state.entries.insert(key.to_owned(), held);
         // A change between the check above and the insert evicted nothing: evict again.
         if self.changed_since(ticket) {
-            self.state.entries.invalidate(key);
+            self.state.entries.remove(key);
         }
     }
 
@@ -127,8 +141,10 @@ impl<V: Clone + Send + Sync + 'static> State<V> {
     fn evict(&self, key: Option<&str>) {
         self.changes.fetch_add(1, Ordering::AcqRel);
         match key {
-            Some(key) => self.entries.invalidate(key),
-            None => self.entries.invalidate_all(),
+            Some(key) => {
+                self.entries.remove(key);
+            }
+            None => self.entries.clear(),
         }
     }
 
@@ -146,7 +162,6 @@ impl<V: Clone + Send + Sync + 'static> State<V> {
 impl<V> std::fmt::Debug for Near<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Near")
-            .field("entries", &self.state.entries.entry_count())
             .field("live", &self.state.live)
             .finish_non_exhaustive()
     }

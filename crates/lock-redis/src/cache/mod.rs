@@ -200,7 +200,7 @@ fn parse_entry(stored: &[u8]) -> Option<(u64, &[u8])> {
 impl CacheStore for RedisCaches {
     async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
         let client = self.client("get", cache, key)?;
-        let [hash, _] = self.cache_keys(cache);
+        let hash = self.core.keys.capability_key(CAPABILITY, cache);
         let stored: Option<fred::bytes::Bytes> = client
             .hget(hash, key)
             .await
