@@ -431,8 +431,8 @@ impl LockStarter {
         Arc::clone(&self.rate_limits)
     }
 
-    /// The cache `name` of `V` values on the lock's Redis connections, with the TTL, value cap
-    /// and in-process tier of `telco.platform.lock.caches.<name>.*`, else of
+    /// The cache `name` of `V` values on the lock's Redis connections, with the TTL, value cap,
+    /// in-process tier and cross-pod loads of `telco.platform.lock.caches.<name>.*`, else of
     /// `telco.platform.lock.cache.*`. See `docs/cache.md`.
     ///
     /// Each call gives a cache of its own: build it once and clone it (clones share their
@@ -471,7 +471,11 @@ impl LockStarter {
             let near = NearCache::entries(u64::from(section.near_cache_entries));
             options = options.near_cache(near)?;
         }
-        Cache::new(self.cache_store(), name, options)
+        let cache = Cache::new(self.cache_store(), name, options)?;
+        if section.cross_pod_load_wait.is_zero() {
+            return Ok(cache);
+        }
+        cache.load_across_pods(self.values().clone(), section.cross_pod_load_wait)
     }
 
     /// The store of the caches, for a [`Cache`] whose options the code sets.

@@ -29,8 +29,8 @@ mod typed;
 pub use error::CacheError;
 pub use memory::{DisabledCaches, InMemoryCaches};
 pub use options::{
-    CacheOptions, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL, MAX_NEAR_CAPACITY, MAX_TTL,
-    MAX_VALUE_BYTES, MIN_TTL, NearCache,
+    CacheOptions, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL, MAX_CROSS_POD_LOAD_WAIT, MAX_NEAR_CAPACITY,
+    MAX_TTL, MAX_VALUE_BYTES, MIN_TTL, NearCache,
 };
 pub use port::{CacheStore, CacheWatch, Change, Entry};
 pub use typed::Cache;

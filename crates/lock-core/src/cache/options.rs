@@ -17,6 +17,8 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 1 << 20;
 pub const MAX_VALUE_BYTES: usize = 64 << 20;
 /// The most entries or bytes an in-process tier may be bounded by: 2^40.
 pub const MAX_NEAR_CAPACITY: u64 = 1 << 40;
+/// The longest wait for another pod's load ([`Cache::load_across_pods`](crate::cache::Cache::load_across_pods)): 1 h.
+pub const MAX_CROSS_POD_LOAD_WAIT: Duration = Duration::from_secs(3600);
 
 /// How a cache behaves: its entries' TTL, its value cap and its in-process tier.
 ///

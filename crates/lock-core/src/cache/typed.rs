@@ -15,10 +15,15 @@ use tokio::time::Instant;
 use crate::cache::error::CacheError;
 use crate::cache::flights::{Flights, Joined, follow};
 use crate::cache::near::Near;
-use crate::cache::options::{CacheOptions, check_ttl};
+use crate::cache::options::{CacheOptions, MAX_CROSS_POD_LOAD_WAIT, check_ttl};
 use crate::cache::port::CacheStore;
 use crate::cache::telemetry::Metrics;
 use crate::error::BoxError;
+use crate::values::{Flight, SharedValues, WhenBusy};
+
+/// TTL of the guard of a load run for every pod ([`Cache::load_across_pods`]): renewed while
+/// the loader runs, it ends this long after a loading pod crashed.
+const ACROSS_PODS_GUARD_TTL: Duration = Duration::from_secs(5);
 
 /// A named cache of `V` values shared by every replica, read through and loaded on a miss
 /// (cache-aside).
@@ -90,6 +95,8 @@ struct Inner<V> {
     name: String,
     store: Arc<dyn CacheStore>,
     options: CacheOptions,
+    /// Loads run once for every pod: on these shared values, waiting up to this long.
+    across_pods: Option<(SharedValues, Duration)>,
     flights: Arc<Flights<V>>,
     near: Option<Near<V>>,
     metrics: Metrics,
@@ -127,12 +134,42 @@ where
                 name: name.to_owned(),
                 store,
                 options,
+                across_pods: None,
                 flights: Arc::default(),
                 near,
                 metrics: Metrics::new(name),
                 failing: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// Runs each load once for every pod rather than once per process: a miss while another
+    /// pod loads the key waits up to `wait` for that load and reads its value. Call it before
+    /// cloning the cache.
+    ///
+    /// The load is guarded by [`SharedValues::single_flight`] at `cache-load:<cache>:<key>`.
+    /// This costs a miss about four more Redis commands, and pays when a load is dearer than
+    /// that times the pods that would otherwise run it. A waiter that times out, or finds the
+    /// guard's store failing, loads itself.
+    ///
+    /// # Errors
+    /// [`CacheError::InvalidArgument`] for a `wait` above 1 h, or a cache already cloned.
+    pub fn load_across_pods(
+        mut self,
+        values: SharedValues,
+        wait: Duration,
+    ) -> Result<Self, CacheError> {
+        crate::check_duration("wait", wait, Duration::ZERO, MAX_CROSS_POD_LOAD_WAIT)
+            .map_err(|e| CacheError::argument("wait", e))?;
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return Err(CacheError::invalid(
+                "cache",
+                &self.inner.name,
+                "it has been cloned; call load_across_pods before cloning".to_owned(),
+            ));
+        };
+        inner.across_pods = Some((values, wait));
+        Ok(self)
     }
 
     /// The cache's name.
@@ -200,8 +237,15 @@ where
                     let Some(load) = load.take() else {
                         unreachable!("a caller leads one load at most");
                     };
-                    self.load_and_store(key, load, matches!(read, Read::Miss))
-                        .await
+                    match (&self.inner.across_pods, read) {
+                        (Some((values, wait)), Read::Miss) => {
+                            self.load_once_for_every_pod(values, *wait, key, load).await
+                        }
+                        (_, read) => {
+                            self.load_and_store(key, load, matches!(read, Read::Miss))
+                                .await
+                        }
+                    }
                 }
             };
             leader.land(landed.clone());
@@ -436,6 +480,74 @@ where
             self.evict_near(Some(key));
         }
         (Ok(value), None)
+    }
+
+    /// Loads `key` under a guard every pod shares: one pod runs `load` and stores the value,
+    /// the others wait for it and read it. Whatever goes wrong with the guard, this caller
+    /// loads itself.
+    async fn load_once_for_every_pod<F, Fut, E>(
+        &self,
+        values: &SharedValues,
+        wait: Duration,
+        key: &str,
+        load: F,
+    ) -> (Result<V, CacheError>, Option<Panic>)
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+        E: Into<BoxError>,
+    {
+        let mut load = Some(load);
+        let mut ran = None;
+        let guard = format!("cache-load:{}:{key}", self.inner.name);
+        let flight = values
+            .single_flight::<Result<(), String>, (), _, _>(
+                &guard,
+                ACROSS_PODS_GUARD_TTL,
+                WhenBusy::Wait(wait),
+                |_| async {
+                    // Another pod may have stored the value between this caller's miss and
+                    // its claim of the guard.
+                    if let Read::Hit(value) = self.read(key).await {
+                        ran = Some((Ok(value), None));
+                        return Ok(());
+                    }
+                    let Some(load) = load.take() else {
+                        unreachable!("single_flight runs its action once");
+                    };
+                    let outcome = self.load_and_store(key, load, true).await;
+                    let summary = outcome.0.as_ref().map(drop).map_err(ToString::to_string);
+                    ran = Some(outcome);
+                    summary
+                },
+            )
+            .await;
+        if let Some(outcome) = ran {
+            return outcome;
+        }
+        match flight {
+            Ok(Flight::Joined(Err(error))) => {
+                let error = CacheError::LoadFailed {
+                    cache: self.inner.name.clone(),
+                    key: key.to_owned(),
+                    cause: Arc::new(format!("in another pod: {error}").into()),
+                };
+                return (Err(error), None);
+            }
+            Ok(Flight::Joined(Ok(()))) => {
+                if let Read::Hit(value) = self.read(key).await {
+                    return (Ok(value), None);
+                }
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::debug!(cache = %self.inner.name, key, %error, "a load's guard for every pod failed: loading here");
+            }
+        }
+        match load.take() {
+            Some(load) => self.load_and_store(key, load, true).await,
+            None => unreachable!("the loader ran, and its outcome was returned"),
+        }
     }
 
     /// Notes a store failure or success, logging the first of an outage and the recovery.

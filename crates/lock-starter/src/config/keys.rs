@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use lock_core::cache::{
-    MAX_TTL as MAX_CACHE_TTL, MAX_VALUE_BYTES as MAX_CACHE_VALUE_BYTES, MIN_TTL as MIN_CACHE_TTL,
+    MAX_CROSS_POD_LOAD_WAIT, MAX_TTL as MAX_CACHE_TTL, MAX_VALUE_BYTES as MAX_CACHE_VALUE_BYTES,
+    MIN_TTL as MIN_CACHE_TTL,
 };
 use lock_core::duration_range;
 use lock_core::idempotency::{MAX_RESULT_BYTES, MIN_RESULT_TTL};
@@ -194,6 +195,9 @@ pub const KEYS: &[KeySpec] = &[
     key("telco.platform.lock.cache.near-cache-entries", Value("0"), NEAR_CACHE_ENTRIES_ACCEPTED,
         "Entries each cache keeps in process memory as well, dropped when any replica changes them (as Redis pushes it) and all while that push is down; 0 keeps none.",
         |s| Val::Count(s.cache.near_cache_entries)),
+    key("telco.platform.lock.cache.cross-pod-load-wait", Value("0"), CROSS_POD_LOAD_WAIT_ACCEPTED,
+        "How long a miss waits for another replica's load of the same key (and then reads its value) instead of loading itself; 0 loads in every replica that misses.",
+        |s| Val::Duration(s.cache.cross_pod_load_wait)),
 ];
 
 /// What `cache.max-value-bytes` and its per-cache form accept.
@@ -201,6 +205,9 @@ const MAX_VALUE_BYTES_ACCEPTED: Accepts = Accepts::Count {
     min: 1,
     max: MAX_CACHE_VALUE_BYTES as u32,
 };
+
+/// What `cache.cross-pod-load-wait` and its per-cache form accept.
+const CROSS_POD_LOAD_WAIT_ACCEPTED: Accepts = duration(Duration::ZERO, MAX_CROSS_POD_LOAD_WAIT);
 
 /// What `cache.near-cache-entries` and its per-cache form accept: up to 10 million.
 const NEAR_CACHE_ENTRIES_ACCEPTED: Accepts = Accepts::Count {
@@ -227,6 +234,8 @@ pub const NAMED_KEYS: &[KeySpec] = &[
         "Largest value the cache <name> stores, instead of cache.max-value-bytes."),
     named("telco.platform.lock.caches.<name>.near-cache-entries", Described("cache.near-cache-entries"), NEAR_CACHE_ENTRIES_ACCEPTED,
         "Entries the cache <name> keeps in process memory as well, instead of cache.near-cache-entries."),
+    named("telco.platform.lock.caches.<name>.cross-pod-load-wait", Described("cache.cross-pod-load-wait"), CROSS_POD_LOAD_WAIT_ACCEPTED,
+        "How long a miss of the cache <name> waits for another replica's load, instead of cache.cross-pod-load-wait."),
 ];
 
 const fn named(

@@ -306,26 +306,23 @@ fn caches(
     figment: &Figment,
     base: &CacheSection,
 ) -> Result<BTreeMap<String, CacheSection>, ConfigError> {
-    let [ttl, max_value_bytes, near_cache_entries] = [
+    let [
+        ttl,
+        max_value_bytes,
+        near_cache_entries,
+        cross_pod_load_wait,
+    ] = [
         "caches.<name>.ttl",
         "caches.<name>.max-value-bytes",
         "caches.<name>.near-cache-entries",
+        "caches.<name>.cross-pod-load-wait",
     ]
     .map(named_spec);
     let mut sections = BTreeMap::new();
     for name in named_sections(figment, ttl)? {
         let mut section = base.clone();
-        let path = ttl.for_name(&name);
-        if let Ok(value) = figment.find_value(&path) {
-            let text = match &value {
-                Value::String(_, text) => text.clone(),
-                Value::Num(_, num) => num.to_f64().map(|n| n.to_string()).unwrap_or_default(),
-                _ => return Err(invalid_at(figment, ttl, &path, "not a duration")),
-            };
-            section.ttl = parse_duration(&text).map_err(|e| invalid_at(figment, ttl, &path, e))?;
-            if let Some(problem) = ttl.problem(&Val::Duration(section.ttl)) {
-                return Err(invalid_at(figment, ttl, &path, problem));
-            }
+        if let Some(duration) = named_duration(figment, ttl, &name)? {
+            section.ttl = duration;
         }
         if let Some(count) = named_count(figment, max_value_bytes, &name)? {
             section.max_value_bytes = count;
@@ -333,9 +330,34 @@ fn caches(
         if let Some(count) = named_count(figment, near_cache_entries, &name)? {
             section.near_cache_entries = count;
         }
+        if let Some(duration) = named_duration(figment, cross_pod_load_wait, &name)? {
+            section.cross_pod_load_wait = duration;
+        }
         sections.insert(name, section);
     }
     Ok(sections)
+}
+
+/// The duration that the named key `spec` of `name` is set to, if it is set, checked.
+fn named_duration(
+    figment: &Figment,
+    spec: &KeySpec,
+    name: &str,
+) -> Result<Option<Duration>, ConfigError> {
+    let path = spec.for_name(name);
+    let Ok(value) = figment.find_value(&path) else {
+        return Ok(None);
+    };
+    let text = match &value {
+        Value::String(_, text) => text.clone(),
+        Value::Num(_, num) => num.to_f64().map(|n| n.to_string()).unwrap_or_default(),
+        _ => return Err(invalid_at(figment, spec, &path, "not a duration")),
+    };
+    let duration = parse_duration(&text).map_err(|e| invalid_at(figment, spec, &path, e))?;
+    if let Some(problem) = spec.problem(&Val::Duration(duration)) {
+        return Err(invalid_at(figment, spec, &path, problem));
+    }
+    Ok(Some(duration))
 }
 
 /// The whole number that the named key `spec` of `name` is set to, if it is set, checked.

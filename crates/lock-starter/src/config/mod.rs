@@ -194,6 +194,10 @@ pub struct CacheSection {
     /// `…cache.near-cache-entries`: entries each cache keeps in process memory too. Default 0
     /// (none); 0 to 10 million.
     pub near_cache_entries: u32,
+    /// `…cache.cross-pod-load-wait`: how long a miss waits for another replica's load of the
+    /// key. Default 0 (every replica that misses loads); at most 1 h.
+    #[serde(deserialize_with = "load::duration")]
+    pub cross_pod_load_wait: Duration,
 }
 
 /// `telco.platform.lock.idempotency.*`: the defaults of every idempotent call (a call may pass

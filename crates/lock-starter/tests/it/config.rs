@@ -175,10 +175,9 @@ fn every_key_reaches_the_redis_lock_config_or_its_capabilitys_settings() {
         if spec.short_name().starts_with("cache.") {
             // Reaches the cache options: cache::wiring checks `cache(name).options()`.
             let env = spec.env_name();
-            let value = if spec.short_name() == "cache.ttl" {
-                "7s"
-            } else {
-                "4096"
+            let value = match spec.accepts {
+                Accepts::Duration { .. } => "7s",
+                _ => "4096",
             };
             let cache = |pairs: &[(&str, &str)]| format!("{:?}", from_env(pairs).unwrap().cache);
             assert_ne!(cache(&[(&env, value)]), cache(&[]), "{}", spec.name);

@@ -1,6 +1,7 @@
 //! The cache across OS processes: 200 concurrent misses in each of four processes run the
-//! loader at most once per process, and a put in one process evicts the entry from another
-//! process' in-process tier.
+//! loader at most once per process (once in all with loads across pods, whose cost in Redis
+//! calls is measured too), and a put in one process evicts the entry from another process'
+//! in-process tier.
 
 use crate::common;
 
@@ -12,11 +13,15 @@ use std::time::Duration;
 use common::{GENEROUS, server};
 use lock_core::BoxError;
 use lock_core::cache::{Cache, CacheOptions, NearCache};
+use lock_core::values::SharedValues;
+use lock_redis::values::RedisValues;
 use lock_testkit::{RedisServer, command_at, test_child};
 use std::io::{BufRead, BufReader};
 use tokio::time::Instant;
 
 const URL: &str = "CACHE_CHILD_URL";
+/// Set for a child whose cache loads once for every pod.
+const ACROSS_PODS: &str = "CACHE_CHILD_ACROSS_PODS";
 const RESULT_LINE: &str = "CACHE_RESULT ";
 const PROCESSES: usize = 4;
 const CALLERS: usize = 200;
@@ -54,6 +59,27 @@ async fn concurrent_misses_in_four_processes_load_once_per_process() {
     let children: Vec<Child> = (0..PROCESSES)
         .map(|_| spawn_child(&redis, "child_stampede"))
         .collect();
+    let total = stampede_outcome(&redis, children).await;
+    assert!(total >= 1, "someone loaded");
+}
+
+/// The same with loads across pods: one loader run in all four processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_in_four_processes_load_once_across_pods() {
+    let redis = server().await;
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| {
+            let mut child = test_child(module_path!(), "child_stampede");
+            child.env(URL, redis.url()).env(ACROSS_PODS, "1");
+            child.stdout(Stdio::piped()).spawn().expect("start a child")
+        })
+        .collect();
+    let total = stampede_outcome(&redis, children).await;
+    assert_eq!(total, 1, "one load across the four processes");
+}
+
+/// Checks each stampede child's result and the stored entry; the loader runs in all.
+async fn stampede_outcome(redis: &RedisServer, children: Vec<Child>) -> u64 {
     let mut total = 0;
     for child in children {
         let line = result_line(child).await;
@@ -63,12 +89,12 @@ async fn concurrent_misses_in_four_processes_load_once_per_process() {
         assert_eq!(served, CALLERS, "every caller got the value");
         total += runs;
     }
-    assert!(total >= 1, "someone loaded");
     let stored = redis
         .cmd(&["HGET", "lock:cache:{catalog}", "sku-1"])
         .await
         .unwrap();
     assert!(stored.trim().ends_with(":\"loaded\""), "{stored}");
+    total
 }
 
 /// The body of a stampede child: 200 concurrent get-or-loads of one key, the loader taking
@@ -79,7 +105,13 @@ async fn child_stampede() {
     let Ok(url) = std::env::var(URL) else {
         return;
     };
-    let catalog = cache_at(&url, CacheOptions::new()).await;
+    let lock = common::connect(common::default_config(&url)).await;
+    let mut catalog =
+        Cache::new(super::store(&lock).await, "catalog", CacheOptions::new()).unwrap();
+    if std::env::var_os(ACROSS_PODS).is_some() {
+        let values = SharedValues::new(Arc::new(RedisValues::new(&lock.client()).await));
+        catalog = catalog.load_across_pods(values, GENEROUS).unwrap();
+    }
     let runs = Arc::new(AtomicU64::new(0));
     let callers: Vec<_> = (0..CALLERS)
         .map(|_| {
@@ -171,4 +203,47 @@ async fn child_near_reader() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     std::future::pending::<()>().await;
+}
+
+/// What loading across pods adds to a miss: the Redis calls of one miss and load, with and
+/// without it (scripts' inner calls counted, as `INFO commandstats` counts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_across_pods_costs_a_few_more_calls() {
+    let redis = server().await;
+    let lock = common::connect(common::default_config(redis.url())).await;
+    let store = super::store(&lock).await;
+    let values = SharedValues::new(Arc::new(RedisValues::new(&lock.client()).await));
+    let plain: Cache<String> = Cache::new(store.clone(), "plain", CacheOptions::new()).unwrap();
+    let across: Cache<String> = Cache::new(store, "across", CacheOptions::new())
+        .unwrap()
+        .load_across_pods(values, GENEROUS)
+        .unwrap();
+    let mut calls = Vec::new();
+    for cache in [&plain, &across] {
+        // One miss of another key first, so that scripts are loaded and the clock read.
+        for key in ["warm", "sku-1"] {
+            let before = common::command_calls(&redis).await;
+            let loaded = cache.get_or_load(key, || async { Ok::<_, BoxError>("v".to_owned()) });
+            assert_eq!(loaded.await.unwrap(), "v");
+            let after = common::command_calls(&redis).await;
+            let total: u64 = after
+                .iter()
+                .filter(|(name, _)| name.as_str() != "info")
+                .map(|(name, n)| n - before.get(name).copied().unwrap_or(0))
+                .sum();
+            if key == "sku-1" {
+                calls.push(total);
+            }
+        }
+    }
+    println!(
+        "calls per miss: {} plain, {} across pods",
+        calls[0], calls[1]
+    );
+    assert!(calls[1] > calls[0], "the guard costs calls: {calls:?}");
+    // Measured: 10 and 26, the guard's three scripts and a second `HGET`.
+    assert!(
+        calls[1] <= calls[0] + 20,
+        "a few more calls, not a loop: {calls:?}"
+    );
 }

@@ -19,7 +19,7 @@ fn a_cache_overrides_the_shared_settings_key_by_key() {
     let settings = load(
         "[telco.platform.lock.cache]\nttl = \"10m\"\nnear-cache-entries = 100\n\
          [telco.platform.lock.caches.products]\nttl = \"5m\"\n\
-         [telco.platform.lock.caches.tariffs]\nmax-value-bytes = 2048\n",
+         [telco.platform.lock.caches.tariffs]\nmax-value-bytes = 2048\ncross-pod-load-wait = \"10s\"\n",
         &[(
             "TELCO_PLATFORM_LOCK_CACHES_PRICE_LISTS_NEAR_CACHE_ENTRIES",
             "7",
@@ -33,13 +33,17 @@ fn a_cache_overrides_the_shared_settings_key_by_key() {
             section.ttl,
             section.max_value_bytes,
             section.near_cache_entries,
+            section.cross_pod_load_wait.as_secs(),
         )
     };
     let ten_minutes = Duration::from_secs(600);
-    assert_eq!(of("products"), (Duration::from_secs(300), 1_048_576, 100));
-    assert_eq!(of("tariffs"), (ten_minutes, 2048, 100));
-    assert_eq!(of("price-lists"), (ten_minutes, 1_048_576, 7));
-    assert_eq!(of("unnamed"), (ten_minutes, 1_048_576, 100));
+    assert_eq!(
+        of("products"),
+        (Duration::from_secs(300), 1_048_576, 100, 0)
+    );
+    assert_eq!(of("tariffs"), (ten_minutes, 2048, 100, 10));
+    assert_eq!(of("price-lists"), (ten_minutes, 1_048_576, 7, 0));
+    assert_eq!(of("unnamed"), (ten_minutes, 1_048_576, 100, 0));
 }
 
 #[test]
@@ -62,12 +66,16 @@ fn bad_cache_settings_name_the_key_the_value_and_what_is_accepted() {
             "caches.products.near-cache-entries = -1 (from TOML source string): smaller than the minimum",
         ),
         (
+            "[telco.platform.lock.caches.products]\ncross-pod-load-wait = \"2h\"\n",
+            "caches.products.cross-pod-load-wait = \"2h\" (from TOML source string): longer than the maximum",
+        ),
+        (
             "[telco.platform.lock.caches]\nproducts = \"5m\"\n",
-            "caches.products = \"5m\" (from TOML source string): a value where a table is expected; accepted: a table with the keys ttl, max-value-bytes, near-cache-entries",
+            "caches.products = \"5m\" (from TOML source string): a value where a table is expected; accepted: a table with the keys ttl, max-value-bytes, near-cache-entries, cross-pod-load-wait",
         ),
         (
             "[telco.platform.lock]\ncaches = 5\n",
-            "accepted: a table of named tables, each with the keys ttl, max-value-bytes, near-cache-entries",
+            "accepted: a table of named tables, each with the keys ttl, max-value-bytes, near-cache-entries, cross-pod-load-wait",
         ),
         (
             "[telco.platform.lock.caches.\"a\\tb\"]\nttl = \"5m\"\n",
@@ -110,4 +118,44 @@ async fn the_starter_builds_each_cache_with_its_own_settings() {
     assert!(products.options().near_tier().is_some());
     assert_eq!(others.options().entry_ttl(), Duration::from_secs(3600));
     assert_eq!(others.options().near_tier(), None);
+}
+
+/// `cross-pod-load-wait` wires loads across pods: two caches of one name (two pods, here on the
+/// in-process stores of one starter) run one loader for concurrent misses of a key.
+#[tokio::test(start_paused = true)]
+async fn a_cross_pod_load_wait_runs_one_loader_for_every_pod() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    let config = Figment::from(Toml::string(
+        "[telco.platform.lock.caches.products]\ncross-pod-load-wait = \"30s\"\n",
+    ));
+    let starter = LockStarter::builder()
+        .figment(config)
+        .lock(Arc::new(lock_starter::lock::InMemoryLock::new()))
+        .build()
+        .await
+        .unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    let (release, released) = tokio::sync::watch::channel(false);
+    let mut callers = Vec::new();
+    for _ in 0..2 {
+        let pod: Cache<String> = starter.cache("products").unwrap();
+        let (runs, mut released) = (Arc::clone(&runs), released.clone());
+        callers.push(tokio::spawn(async move {
+            pod.get_or_load("sku-1", || async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let _ = released.wait_for(|go| *go).await;
+                Ok::<_, std::io::Error>("Fibre".to_owned())
+            })
+            .await
+        }));
+    }
+    // Paused time: this sleep ends once both callers are blocked.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    release.send_replace(true);
+    for caller in callers {
+        assert_eq!(caller.await.unwrap().unwrap(), "Fibre");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
