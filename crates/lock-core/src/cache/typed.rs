@@ -352,6 +352,20 @@ where
 
     /// Reads `key` from the store, keeping a hit in the in-process tier.
     async fn read(&self, key: &str) -> Read<V> {
+        self.read_counting(key, true).await
+    }
+
+    /// [`read`](Self::read) for a caller whose miss is counted already.
+    async fn read_again(&self, key: &str) -> Read<V> {
+        self.read_counting(key, false).await
+    }
+
+    async fn read_counting(&self, key: &str, count_miss: bool) -> Read<V> {
+        let miss = |inner: &Inner<V>| {
+            if count_miss {
+                inner.metrics.miss.increment(1);
+            }
+        };
         let inner = &self.inner;
         if inner.store.disabled() {
             return Read::Miss;
@@ -364,12 +378,12 @@ where
             }
             Err(error) => {
                 self.note_outage(Some(&error));
-                inner.metrics.miss.increment(1);
+                miss(inner);
                 return Read::Unavailable;
             }
         };
         let Some(entry) = entry else {
-            inner.metrics.miss.increment(1);
+            miss(inner);
             return Read::Miss;
         };
         match serde_json::from_slice::<V>(&entry.value) {
@@ -390,7 +404,7 @@ where
                 tracing::debug!(cache = %inner.name, key, %error, type_name = type_name::<V>(),
                     "a cached entry does not deserialize: read as a miss, to be loaded again");
                 inner.metrics.undecodable.increment(1);
-                inner.metrics.miss.increment(1);
+                miss(inner);
                 Read::Miss
             }
         }
@@ -508,7 +522,7 @@ where
                 |_| async {
                     // Another pod may have stored the value between this caller's miss and
                     // its claim of the guard.
-                    if let Read::Hit(value) = self.read(key).await {
+                    if let Read::Hit(value) = self.read_again(key).await {
                         ran = Some((Ok(value), None));
                         return Ok(());
                     }
@@ -535,7 +549,7 @@ where
                 return (Err(error), None);
             }
             Ok(Flight::Joined(Ok(()))) => {
-                if let Read::Hit(value) = self.read(key).await {
+                if let Read::Hit(value) = self.read_again(key).await {
                     return (Ok(value), None);
                 }
             }

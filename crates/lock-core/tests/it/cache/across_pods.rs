@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_core::BoxError;
+use lock_core::cache::telemetry::{HITS_TOTAL, MISSES_TOTAL};
 use lock_core::cache::{Cache, CacheOptions, InMemoryCaches};
 use lock_core::values::{InMemoryValues, SharedValues};
 
@@ -30,6 +31,8 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_misses_in_two_pods_run_one_loader() {
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
     let runs = Arc::new(AtomicU64::new(0));
     let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
     let (release, released) = tokio::sync::watch::channel(false);
@@ -56,6 +59,14 @@ async fn concurrent_misses_in_two_pods_run_one_loader() {
         assert_eq!(caller.await.unwrap().unwrap(), "Fibre");
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1, "one loader for both pods");
+    let recorded = metrics.take();
+    let (misses, hits) = (MISSES_TOTAL, HITS_TOTAL);
+    assert_eq!(
+        recorded.counter(misses, "cache", "products"),
+        2,
+        "one per pod"
+    );
+    assert_eq!(recorded.counter_at(hits, "cache=products,tier=shared"), 1);
 }
 
 #[tokio::test(start_paused = true)]
