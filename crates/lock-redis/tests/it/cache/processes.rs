@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::{GENEROUS, server};
 use lock_core::BoxError;
 use lock_core::cache::{Cache, CacheOptions, NearCache};
-use lock_testkit::{RedisServer, command_at, test_child};
+use lock_testkit::{RedisServer, command_at};
 use std::io::{BufRead, BufReader};
 use tokio::time::Instant;
 
@@ -26,24 +26,9 @@ async fn cache_at(url: &str, options: CacheOptions) -> Cache<String> {
     Cache::new(super::store(&lock).await, "catalog", options).unwrap()
 }
 
+/// Starts the ignored test `body` of this module against `redis`.
 fn spawn_child(redis: &RedisServer, body: &str) -> Child {
-    test_child(module_path!(), body)
-        .env(URL, redis.url())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start a child")
-}
-
-/// Waits for `child` and returns the line it printed after [`RESULT_LINE`].
-async fn result_line(child: Child) -> String {
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r.to_owned()))
-        .unwrap_or_else(|| panic!("a child printed no result: {stdout}"))
+    common::spawn_child(module_path!(), body, URL, redis)
 }
 
 /// Four processes, 200 concurrent misses of one key each: at most one loader run per process,
@@ -56,7 +41,7 @@ async fn concurrent_misses_in_four_processes_load_once_per_process() {
         .collect();
     let mut total = 0;
     for child in children {
-        let line = result_line(child).await;
+        let line = common::result_line(child, RESULT_LINE).await;
         let (runs, served) = line.split_once(' ').unwrap();
         let (runs, served): (u64, usize) = (runs.parse().unwrap(), served.parse().unwrap());
         assert!(runs <= 1, "a process ran its loader {runs} times");

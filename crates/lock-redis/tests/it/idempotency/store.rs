@@ -60,13 +60,7 @@ const RESULT_LINE: &str = "IDEMPOTENCY_RESULT ";
 /// Starts `count` processes running the ignored test `body` against `redis`.
 fn spawn_children(redis: &RedisServer, body: &str, count: usize) -> Vec<std::process::Child> {
     (0..count)
-        .map(|_| {
-            test_child(module_path!(), body)
-                .env(URL, redis.url())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a child")
-        })
+        .map(|_| common::spawn_child(module_path!(), body, URL, redis))
         .collect()
 }
 
