@@ -6,25 +6,16 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually, server};
-use lock_core::values::conformance::ValuesFactory;
-use lock_core::values::{Expiry, SharedValues, ValueStore, Waited};
+use lock_core::values::{Expiry, ValueStore, Waited};
 use lock_testkit::RedisServer;
 
 use super::values;
 
-struct Redis(RedisServer);
-
-#[async_trait::async_trait]
-impl ValuesFactory for Redis {
-    async fn client(&self) -> SharedValues {
-        values(&common::client(&self.0).await).await.0
-    }
-}
-
 mod conformance {
-    use super::{Redis, server};
+    use super::server;
+    use crate::suites::Suite;
 
-    lock_core::conformance_tests!(values, async { Redis(server().await) });
+    lock_core::conformance_tests!(values, async { Suite(server().await) });
 }
 
 const LONG: Duration = Duration::from_secs(60);
