@@ -11,6 +11,19 @@ use lock_testkit::RedisServer;
 
 use super::values;
 
+/// Waits up to `within` for the waiting `task` and asserts that what it waited for was met.
+async fn assert_met<T: std::fmt::Debug>(
+    task: tokio::task::JoinHandle<Result<Waited<T>, lock_core::values::ValuesError>>,
+    within: Duration,
+) {
+    let waited = tokio::time::timeout(within, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(waited.is_met(), "{waited:?}");
+}
+
 mod conformance {
     use super::server;
     use crate::suites::Suite;
@@ -103,12 +116,7 @@ async fn many_waiters_share_one_subscription_and_read_nothing_per_write() {
         .await
         .unwrap();
     for task in tasks {
-        let waited = tokio::time::timeout(SLACK, task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        assert!(waited.is_met(), "{waited:?}");
+        assert_met(task, SLACK).await;
     }
     let after = command_calls(&redis).await;
     assert_eq!(delta(&before, &after, "spublish"), 1);
@@ -142,12 +150,7 @@ async fn a_write_while_the_subscription_was_down_is_seen() {
         .set("deaf", "done", Expiry::After(LONG))
         .await
         .unwrap();
-    let waited = tokio::time::timeout(SLACK * 2, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(waited.is_met(), "{waited:?}");
+    assert_met(task, SLACK * 2).await;
 }
 
 /// A value set after the waiter's first read but before its subscription was confirmed (the
@@ -189,12 +192,7 @@ async fn a_set_between_the_first_read_and_the_subscription_is_seen() {
         .await
         .unwrap();
     proxy.drop_connections();
-    let waited = tokio::time::timeout(SLACK * 3, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(waited.is_met(), "{waited:?}");
+    assert_met(task, SLACK * 3).await;
 }
 
 /// A Redis restarted mid-wait (quicker than the command timeout): the waiter reconnects,
