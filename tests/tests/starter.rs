@@ -16,6 +16,15 @@ fn config(toml: &str) -> Figment {
     Figment::from(Toml::string(toml))
 }
 
+/// A starter built from the TOML text `toml` alone.
+async fn start(toml: &str) -> LockStarter {
+    LockStarter::builder()
+        .figment(config(toml))
+        .build()
+        .await
+        .unwrap()
+}
+
 /// Connected clients as Redis counts them (the testkit's own connection included).
 async fn connected_clients(redis: &RedisServer) -> u64 {
     let info = redis.cmd(&["INFO", "clients"]).await.unwrap();
@@ -28,15 +37,12 @@ async fn connected_clients(redis: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_starter_guards_a_section_on_real_redis() {
     let redis = RedisServer::start().await.unwrap();
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock]\nwait-time = \"250ms\"\ninstance-id = \"billing-7f9c\"\n\
+    let starter = start(&format!(
+        "[telco.platform.lock]\nwait-time = \"250ms\"\ninstance-id = \"billing-7f9c\"\n\
              [telco.platform.lock.redis]\naddress = \"{}\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+        redis.url()
+    ))
+    .await;
     assert!(starter.is_enabled());
     assert_eq!(starter.settings().wait_time, Duration::from_millis(250));
     let lock = starter.lock().unwrap();
@@ -64,14 +70,11 @@ async fn a_configured_starter_guards_a_section_on_real_redis() {
 async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
     let redis = RedisServer::start().await.unwrap();
     let baseline = connected_clients(&redis).await;
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock]\nenabled = false\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+    let starter = start(&format!(
+        "[telco.platform.lock]\nenabled = false\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
+        redis.url()
+    ))
+    .await;
     assert!(!starter.is_enabled());
     let err = starter.lock().unwrap_err();
     assert_eq!(err.code(), "LOCK_DISABLED");
@@ -188,15 +191,12 @@ async fn replica_acknowledgement_keys_reach_the_redis_lock() {
     // No replica: with min-replicas = 1 every grant must be handed back, so the acquisition
     // failing with replication_unconfirmed proves both keys were passed on.
     let redis = RedisServer::start().await.unwrap();
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock]\nmin-replicas = 1\nreplica-sync-timeout = \"50ms\"\n\
+    let starter = start(&format!(
+        "[telco.platform.lock]\nmin-replicas = 1\nreplica-sync-timeout = \"50ms\"\n\
              wait-time = \"0s\"\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+        redis.url()
+    ))
+    .await;
     assert_eq!(starter.settings().min_replicas, 1);
     let lock = starter.lock().unwrap();
     let err = lock
@@ -216,15 +216,12 @@ async fn replica_acknowledgement_keys_reach_the_redis_lock() {
 async fn the_tls_ca_file_key_reaches_the_redis_lock() {
     let certs = lock_testkit::TestCertificates::generate_temp().unwrap();
     let redis = RedisServer::builder().tls(&certs).start().await.unwrap();
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock.redis]\naddress = \"{}\"\ntls.ca-file = \"{}\"\n",
-            redis.tls_url(),
-            certs.ca.display()
-        )))
-        .build()
-        .await
-        .unwrap();
+    let starter = start(&format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\ntls.ca-file = \"{}\"\n",
+        redis.tls_url(),
+        certs.ca.display()
+    ))
+    .await;
     let lock = starter.lock().unwrap();
     // Without the CA file the system roots would reject the test CA and this would fail.
     let answer = lock
@@ -240,15 +237,12 @@ async fn the_tls_ca_file_key_reaches_the_redis_lock() {
 async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults() {
     let redis = RedisServer::start().await.unwrap();
     let baseline = connected_clients(&redis).await;
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock.redis]\naddress = \"{}\"\n\
+    let starter = start(&format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n\
              [telco.platform.lock.idempotency]\nwait-time = \"300ms\"\nresult-ttl = \"20s\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+        redis.url()
+    ))
+    .await;
     let opened = connected_clients(&redis).await - baseline;
     let idempotency = starter.idempotency().clone();
     assert_eq!(idempotency.settings().wait_time, Duration::from_millis(300));
@@ -319,16 +313,8 @@ async fn master_locks_wait_for_a_branch_released_by_another_pod() {
         "[telco.platform.lock.redis]\naddress = \"{}\"\n[telco.platform.lock.branches]\nwait-time = \"20s\"\n",
         redis.url()
     );
-    let producer = LockStarter::builder()
-        .figment(config(&toml))
-        .build()
-        .await
-        .unwrap();
-    let consumer = LockStarter::builder()
-        .figment(config(&toml))
-        .build()
-        .await
-        .unwrap();
+    let producer = start(&toml).await;
+    let consumer = start(&toml).await;
     assert_eq!(
         producer.master_locks().branch_wait(),
         Duration::from_secs(20)
@@ -364,11 +350,7 @@ async fn master_locks_wait_for_a_branch_released_by_another_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switched_off_idempotent_calls_run_their_action_every_time() {
-    let starter = LockStarter::builder()
-        .figment(config("[telco.platform.lock]\nenabled = false\n"))
-        .build()
-        .await
-        .unwrap();
+    let starter = start("[telco.platform.lock]\nenabled = false\n").await;
     let runs = AtomicU32::new(0);
     for _ in 0..2 {
         let result = starter
