@@ -25,15 +25,6 @@ async fn start(toml: &str) -> LockStarter {
         .unwrap()
 }
 
-/// Connected clients as Redis counts them (the testkit's own connection included).
-async fn connected_clients(redis: &RedisServer) -> u64 {
-    let info = redis.cmd(&["INFO", "clients"]).await.unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("connected_clients in INFO clients")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_starter_guards_a_section_on_real_redis() {
     let redis = RedisServer::start().await.unwrap();
@@ -69,7 +60,7 @@ async fn a_configured_starter_guards_a_section_on_real_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
+    let baseline = redis.connected_clients().await.unwrap();
     let starter = start(&format!(
         "[telco.platform.lock]\nenabled = false\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
         redis.url()
@@ -86,7 +77,7 @@ async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
     );
     assert!(text.contains("no Redis connection"), "{text}");
     assert_eq!(
-        connected_clients(&redis).await,
+        redis.connected_clients().await.unwrap(),
         baseline,
         "a disabled starter connected to Redis"
     );
@@ -108,7 +99,7 @@ mockall::mock! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_replaces_the_redis_lock_entirely() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
+    let baseline = redis.connected_clients().await.unwrap();
     let mut mock = MockLock::new();
     mock.expect_namespace().return_const("mock".to_owned());
     mock.expect_acquire_lease()
@@ -146,7 +137,7 @@ async fn an_override_replaces_the_redis_lock_entirely() {
     // The starter's shutdown reaches the override (with the starter's default bound).
     assert!(starter.shutdown().await.is_complete());
     assert_eq!(
-        connected_clients(&redis).await,
+        redis.connected_clients().await.unwrap(),
         baseline,
         "the override still connected to Redis"
     );
@@ -236,14 +227,14 @@ async fn the_tls_ca_file_key_reaches_the_redis_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
+    let baseline = redis.connected_clients().await.unwrap();
     let starter = start(&format!(
         "[telco.platform.lock.redis]\naddress = \"{}\"\n\
              [telco.platform.lock.idempotency]\nwait-time = \"300ms\"\nresult-ttl = \"20s\"\n",
         redis.url()
     ))
     .await;
-    let opened = connected_clients(&redis).await - baseline;
+    let opened = redis.connected_clients().await.unwrap() - baseline;
     let idempotency = starter.idempotency().clone();
     assert_eq!(idempotency.settings().wait_time, Duration::from_millis(300));
 
@@ -272,7 +263,7 @@ async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults(
     assert_eq!(first.get(), duplicate.get());
     assert_ne!(first.is_replay(), duplicate.is_replay());
     assert_eq!(
-        connected_clients(&redis).await - baseline,
+        redis.connected_clients().await.unwrap() - baseline,
         opened,
         "no connection of its own"
     );
