@@ -16,27 +16,24 @@ fn config(toml: &str) -> Figment {
     Figment::from(Toml::string(toml))
 }
 
-/// Connected clients as Redis counts them (the testkit's own connection included).
-async fn connected_clients(redis: &RedisServer) -> u64 {
-    let info = redis.cmd(&["INFO", "clients"]).await.unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("connected_clients in INFO clients")
+/// A starter built from the TOML text `toml` alone.
+async fn start(toml: &str) -> LockStarter {
+    LockStarter::builder()
+        .figment(config(toml))
+        .build()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configured_starter_guards_a_section_on_real_redis() {
     let redis = RedisServer::start().await.unwrap();
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock]\nwait-time = \"250ms\"\ninstance-id = \"billing-7f9c\"\n\
+    let starter = start(&format!(
+        "[telco.platform.lock]\nwait-time = \"250ms\"\ninstance-id = \"billing-7f9c\"\n\
              [telco.platform.lock.redis]\naddress = \"{}\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+        redis.url()
+    ))
+    .await;
     assert!(starter.is_enabled());
     assert_eq!(starter.settings().wait_time, Duration::from_millis(250));
     let lock = starter.lock().unwrap();
@@ -63,15 +60,12 @@ async fn a_configured_starter_guards_a_section_on_real_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock]\nenabled = false\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+    let baseline = redis.connected_clients().await.unwrap();
+    let starter = start(&format!(
+        "[telco.platform.lock]\nenabled = false\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
+        redis.url()
+    ))
+    .await;
     assert!(!starter.is_enabled());
     let err = starter.lock().unwrap_err();
     assert_eq!(err.code(), "LOCK_DISABLED");
@@ -83,7 +77,7 @@ async fn disabled_opens_no_connection_and_says_so_when_the_lock_is_requested() {
     );
     assert!(text.contains("no Redis connection"), "{text}");
     assert_eq!(
-        connected_clients(&redis).await,
+        redis.connected_clients().await.unwrap(),
         baseline,
         "a disabled starter connected to Redis"
     );
@@ -105,7 +99,7 @@ mockall::mock! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_replaces_the_redis_lock_entirely() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
+    let baseline = redis.connected_clients().await.unwrap();
     let mut mock = MockLock::new();
     mock.expect_namespace().return_const("mock".to_owned());
     mock.expect_acquire_lease()
@@ -143,7 +137,7 @@ async fn an_override_replaces_the_redis_lock_entirely() {
     // The starter's shutdown reaches the override (with the starter's default bound).
     assert!(starter.shutdown().await.is_complete());
     assert_eq!(
-        connected_clients(&redis).await,
+        redis.connected_clients().await.unwrap(),
         baseline,
         "the override still connected to Redis"
     );
@@ -188,15 +182,12 @@ async fn replica_acknowledgement_keys_reach_the_redis_lock() {
     // No replica: with min-replicas = 1 every grant must be handed back, so the acquisition
     // failing with replication_unconfirmed proves both keys were passed on.
     let redis = RedisServer::start().await.unwrap();
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock]\nmin-replicas = 1\nreplica-sync-timeout = \"50ms\"\n\
+    let starter = start(&format!(
+        "[telco.platform.lock]\nmin-replicas = 1\nreplica-sync-timeout = \"50ms\"\n\
              wait-time = \"0s\"\n[telco.platform.lock.redis]\naddress = \"{}\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
+        redis.url()
+    ))
+    .await;
     assert_eq!(starter.settings().min_replicas, 1);
     let lock = starter.lock().unwrap();
     let err = lock
@@ -216,15 +207,12 @@ async fn replica_acknowledgement_keys_reach_the_redis_lock() {
 async fn the_tls_ca_file_key_reaches_the_redis_lock() {
     let certs = lock_testkit::TestCertificates::generate_temp().unwrap();
     let redis = RedisServer::builder().tls(&certs).start().await.unwrap();
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock.redis]\naddress = \"{}\"\ntls.ca-file = \"{}\"\n",
-            redis.tls_url(),
-            certs.ca.display()
-        )))
-        .build()
-        .await
-        .unwrap();
+    let starter = start(&format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\ntls.ca-file = \"{}\"\n",
+        redis.tls_url(),
+        certs.ca.display()
+    ))
+    .await;
     let lock = starter.lock().unwrap();
     // Without the CA file the system roots would reject the test CA and this would fail.
     let answer = lock
@@ -239,17 +227,14 @@ async fn the_tls_ca_file_key_reaches_the_redis_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
-    let starter = LockStarter::builder()
-        .figment(config(&format!(
-            "[telco.platform.lock.redis]\naddress = \"{}\"\n\
+    let baseline = redis.connected_clients().await.unwrap();
+    let starter = start(&format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n\
              [telco.platform.lock.idempotency]\nwait-time = \"300ms\"\nresult-ttl = \"20s\"\n",
-            redis.url()
-        )))
-        .build()
-        .await
-        .unwrap();
-    let opened = connected_clients(&redis).await - baseline;
+        redis.url()
+    ))
+    .await;
+    let opened = redis.connected_clients().await.unwrap() - baseline;
     let idempotency = starter.idempotency().clone();
     assert_eq!(idempotency.settings().wait_time, Duration::from_millis(300));
 
@@ -278,7 +263,7 @@ async fn idempotency_runs_on_the_locks_connections_with_the_configured_defaults(
     assert_eq!(first.get(), duplicate.get());
     assert_ne!(first.is_replay(), duplicate.is_replay());
     assert_eq!(
-        connected_clients(&redis).await - baseline,
+        redis.connected_clients().await.unwrap() - baseline,
         opened,
         "no connection of its own"
     );
@@ -319,16 +304,8 @@ async fn master_locks_wait_for_a_branch_released_by_another_pod() {
         "[telco.platform.lock.redis]\naddress = \"{}\"\n[telco.platform.lock.branches]\nwait-time = \"20s\"\n",
         redis.url()
     );
-    let producer = LockStarter::builder()
-        .figment(config(&toml))
-        .build()
-        .await
-        .unwrap();
-    let consumer = LockStarter::builder()
-        .figment(config(&toml))
-        .build()
-        .await
-        .unwrap();
+    let producer = start(&toml).await;
+    let consumer = start(&toml).await;
     assert_eq!(
         producer.master_locks().branch_wait(),
         Duration::from_secs(20)
@@ -364,11 +341,7 @@ async fn master_locks_wait_for_a_branch_released_by_another_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switched_off_idempotent_calls_run_their_action_every_time() {
-    let starter = LockStarter::builder()
-        .figment(config("[telco.platform.lock]\nenabled = false\n"))
-        .build()
-        .await
-        .unwrap();
+    let starter = start("[telco.platform.lock]\nenabled = false\n").await;
     let runs = AtomicU32::new(0);
     for _ in 0..2 {
         let result = starter

@@ -336,23 +336,11 @@ async fn run(args: Args) -> ExitCode {
     }
     if args.scenario == Which::RatelimitAccuracyProc {
         // One of `accuracy`'s processes: its lines go to the lock-bench that started it.
-        return match ratelimit::accuracy::process(&target).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                println!("{}", json!({ "error": error }));
-                ExitCode::FAILURE
-            }
-        };
+        return child_exit(ratelimit::accuracy::process(&target).await);
     }
     if args.scenario == Which::CachePushDelayProc {
         // The reader of `push-delay`: it answers the lock-bench that started it.
-        return match cache::push::process(&target).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                println!("{}", json!({ "error": error }));
-                ExitCode::FAILURE
-            }
-        };
+        return child_exit(cache::push::process(&target).await);
     }
     let duration = Duration::from_secs_f64(args.duration);
     let peer_scenarios = [
@@ -472,7 +460,8 @@ async fn run(args: Args) -> ExitCode {
             Err(error) => Err(error),
         };
         emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
-        if let Some(result) = branches::raw::run(scenario, &target, duration).await {
+        let commands = branches::raw::commands(scenario);
+        if let Some(result) = idempotency::raw::run_named(name, &target, duration, commands).await {
             emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
         }
     }
@@ -489,7 +478,8 @@ async fn run(args: Args) -> ExitCode {
             (Err(error), _) | (_, Err(error)) => Err(error),
         };
         emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
-        if let Some(result) = values::raw::run(scenario, &target, duration).await {
+        let commands = values::raw::commands(scenario);
+        if let Some(result) = idempotency::raw::run_named(name, &target, duration, commands).await {
             emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
         }
     }
@@ -549,6 +539,18 @@ async fn run(args: Args) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// The exit of a scenario's child process: its error, if any, as a line to the lock-bench
+/// that started it.
+fn child_exit(outcome: Result<(), String>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            println!("{}", json!({ "error": error }));
+            ExitCode::FAILURE
+        }
     }
 }
 

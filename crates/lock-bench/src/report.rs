@@ -157,6 +157,41 @@ pub(crate) fn to_json_line_in(line: &serde_json::Map<String, Value>, fields: &[&
     format!("{{{}}}", parts.join(","))
 }
 
+/// What the calls of a run counted: one latency sample each, the results and the errors.
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    /// One latency sample per call, µs.
+    pub(crate) call_us: Vec<f64>,
+    pub(crate) results: u64,
+    pub(crate) errors: u64,
+    pub(crate) first_error: Option<String>,
+}
+
+impl Calls {
+    /// One call that took `took`: a result, or an error.
+    pub(crate) fn record(&mut self, took: std::time::Duration, outcome: Result<(), String>) {
+        self.call_us.push(micros(took));
+        match outcome {
+            Ok(()) => self.results += 1,
+            Err(error) => self.error(error),
+        }
+    }
+
+    /// One error, kept if it is the first.
+    pub(crate) fn error(&mut self, error: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(error);
+    }
+
+    /// Adds what `other` counted.
+    pub(crate) fn merge(&mut self, other: Calls) {
+        self.call_us.extend(other.call_us);
+        self.results += other.results;
+        self.errors += other.errors;
+        self.first_error = self.first_error.take().or(other.first_error);
+    }
+}
+
 /// One line in the toolkit peers' fields and order (`../shared/peers/README.md`, "Toolkit
 /// peers"): `impl` … `version`, then `extras` (a scenario's own fields), then ours,
 /// `evalsha_per_call` and `client_cpu_s`. Prints the first error, if any, to stderr.
@@ -164,13 +199,9 @@ pub(crate) struct ToolkitLine {
     /// The scenario's name.
     pub(crate) scenario: &'static str,
     pub(crate) workers: u64,
-    /// One latency sample per call, µs.
-    pub(crate) call_us: Vec<f64>,
     /// Times the action ran (`null` where the scenario has no action).
     pub(crate) executions: Value,
-    pub(crate) results: u64,
-    pub(crate) errors: u64,
-    pub(crate) first_error: Option<String>,
+    pub(crate) calls: Calls,
     /// Wall time, server-side calls and client CPU of the scenario.
     pub(crate) spent: Spent,
 }
@@ -233,13 +264,13 @@ pub(crate) fn run_prefix(kind: &str, scenario: &str) -> String {
 
 impl ToolkitLine {
     pub(crate) fn into_json(self, extras: Map<String, Value>) -> Map<String, Value> {
-        if let Some(error) = &self.first_error {
+        if let Some(error) = &self.calls.first_error {
             eprintln!(
                 "[lock-bench] {}: {} errors, first: {error}",
-                self.scenario, self.errors
+                self.scenario, self.calls.errors
             );
         }
-        let calls = self.call_us.len() as u64;
+        let calls = self.calls.call_us.len() as u64;
         let mut line = Map::new();
         line.insert("impl".into(), json!(crate::IMPL));
         line.insert("scenario".into(), json!(self.scenario));
@@ -250,10 +281,10 @@ impl ToolkitLine {
             "calls_per_s".into(),
             json!(round1(calls as f64 / self.spent.elapsed)),
         );
-        line.insert("call_us".into(), percentiles(self.call_us));
+        line.insert("call_us".into(), percentiles(self.calls.call_us));
         line.insert("executions".into(), self.executions);
-        line.insert("results".into(), json!(self.results));
-        line.insert("errors".into(), json!(self.errors));
+        line.insert("results".into(), json!(self.calls.results));
+        line.insert("errors".into(), json!(self.calls.errors));
         line.insert(
             "redis_cmds_per_call".into(),
             per_call(self.spent.commands.total, calls),

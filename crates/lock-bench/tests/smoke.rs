@@ -27,6 +27,43 @@ fn lock_bench(args: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// The `(impl, scenario)` of each line, in order.
+fn names(lines: &[Value]) -> Vec<(&str, &str)> {
+    lines
+        .iter()
+        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
+        .collect()
+}
+
+/// Asserts that `line`'s fields start with `fields`, in that order.
+fn assert_fields_start_with(line: &Value, fields: &[&str]) {
+    let keys: Vec<&str> = line
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys[..fields.len()], *fields, "field order: {line}");
+}
+
+/// The table bench-table prints from `lines`, written to a JSON-lines file named `file`.
+fn bench_table(lines: &[Value], file: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join(file);
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&results, text.join("\n")).unwrap();
+    let table = Command::new(env!("CARGO_BIN_EXE_bench-table"))
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert!(
+        table.status.success(),
+        "{}",
+        String::from_utf8_lossy(&table.stderr)
+    );
+    String::from_utf8(table.stdout).unwrap()
+}
+
 /// The peers' field order (../shared/peers/harness.py), stated here on purpose rather than taken
 /// from lock-bench: the test checks the binary against the peers' schema, not against itself.
 const PEER_FIELDS: [&str; 15] = [
@@ -54,13 +91,7 @@ fn the_peer_scenarios_emit_the_peers_schema_and_keep_the_protocols_promises() {
         let [line] = lines.as_slice() else {
             panic!("{scenario}: expected one line, got {lines:?}");
         };
-        let keys: Vec<&str> = line
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(keys[..15], PEER_FIELDS, "{scenario}: field order");
+        assert_fields_start_with(line, &PEER_FIELDS);
         assert_eq!(line["impl"], "platform-lock");
         assert_eq!(line["workers"], workers);
         assert_eq!(line["errors"], 0, "{scenario}: {line}");
@@ -188,10 +219,7 @@ const TOOLKIT_FIELDS: [&str; 12] = [
 #[test]
 fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
     let lines = lock_bench(&["--scenario", "idempotency", "--duration", "0.5"]);
-    let names: Vec<(&str, &str)> = lines
-        .iter()
-        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
-        .collect();
+    let names = names(&lines);
     assert_eq!(
         names,
         [
@@ -203,13 +231,7 @@ fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
         ]
     );
     for line in &lines {
-        let keys: Vec<&str> = line
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(keys[..12], TOOLKIT_FIELDS, "field order: {line}");
+        assert_fields_start_with(line, &TOOLKIT_FIELDS);
         assert_eq!(line["errors"], 0, "{line}");
         assert!(line["calls_per_s"].as_f64().unwrap() > 0.0, "{line}");
     }
@@ -262,20 +284,7 @@ fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
         assert!((commands..commands + 0.01).contains(&per_call), "{line}");
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let results = dir.path().join("toolkit.jsonl");
-    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
-    std::fs::write(&results, text.join("\n")).unwrap();
-    let table = Command::new(env!("CARGO_BIN_EXE_bench-table"))
-        .arg(&results)
-        .output()
-        .unwrap();
-    assert!(
-        table.status.success(),
-        "{}",
-        String::from_utf8_lossy(&table.stderr)
-    );
-    let table = String::from_utf8(table.stdout).unwrap();
+    let table = bench_table(&lines, "toolkit.jsonl");
     assert!(
         table.starts_with("| scenario | impl | calls/s | × raw |"),
         "{table}"
@@ -318,10 +327,7 @@ const RATELIMIT_FIELDS: [&str; 19] = [
 #[test]
 fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
     let lines = lock_bench(&["--scenario", "ratelimit", "--duration", "0.5"]);
-    let names: Vec<(&str, &str)> = lines
-        .iter()
-        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
-        .collect();
+    let names = names(&lines);
     assert_eq!(
         names,
         [
@@ -335,13 +341,7 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
         ]
     );
     for line in &lines {
-        let keys: Vec<&str> = line
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(keys[..19], RATELIMIT_FIELDS, "field order: {line}");
+        assert_fields_start_with(line, &RATELIMIT_FIELDS);
         assert_eq!(line["errors"], 0, "{line}");
         assert!(line["calls"].as_u64().unwrap() > 0, "{line}");
     }
@@ -372,16 +372,7 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
         "{accuracy}"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let results = dir.path().join("ratelimit.jsonl");
-    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
-    std::fs::write(&results, text.join("\n")).unwrap();
-    let table = Command::new(env!("CARGO_BIN_EXE_bench-table"))
-        .arg(&results)
-        .output()
-        .unwrap();
-    assert!(table.status.success());
-    let table = String::from_utf8(table.stdout).unwrap();
+    let table = bench_table(&lines, "ratelimit.jsonl");
     assert!(
         table.starts_with("| scenario | impl | calls/s | × best peer | × raw-gcra |"),
         "{table}"
@@ -411,10 +402,7 @@ const CACHE_FIELDS: [&str; 15] = [
 #[test]
 fn the_cache_scenarios_emit_the_toolkit_schema_and_load_once_per_key() {
     let lines = lock_bench(&["--scenario", "cache", "--duration", "0.3"]);
-    let names: Vec<(&str, &str)> = lines
-        .iter()
-        .map(|l| (l["impl"].as_str().unwrap(), l["scenario"].as_str().unwrap()))
-        .collect();
+    let names = names(&lines);
     let mut expected = Vec::new();
     for scenario in ["hit", "hit-parallel", "miss-load", "stampede"] {
         expected.push(("platform-lock", scenario));
@@ -423,13 +411,7 @@ fn the_cache_scenarios_emit_the_toolkit_schema_and_load_once_per_key() {
     expected.push(("platform-lock-near", "push-delay"));
     assert_eq!(names, expected);
     for line in &lines {
-        let keys: Vec<&str> = line
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(keys[..15], CACHE_FIELDS, "field order: {line}");
+        assert_fields_start_with(line, &CACHE_FIELDS);
         assert_eq!(line["errors"], 0, "{line}");
         assert_eq!(
             line["results"], line["calls"],

@@ -76,6 +76,14 @@ macro_rules! impl_problem {
 }
 pub(crate) use impl_problem;
 
+/// The entries every details map starts with: the error's `code` and its `message`.
+pub(crate) fn details_of(
+    code: &'static str,
+    error: &impl std::fmt::Display,
+) -> BTreeMap<&'static str, String> {
+    BTreeMap::from([("code", code.to_owned()), ("message", error.to_string())])
+}
+
 impl_problem!(LockError);
 
 /// Why an acquisition failed: to the caller every variant means the lock is not held, to
@@ -272,6 +280,34 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// This failed check of a shared argument (a key, a duration) as another capability's
+    /// invalid argument: its name, its value as shown and the problem; `key` names a bad key,
+    /// `other` any other failure.
+    pub(crate) fn into_argument(
+        self,
+        key: &'static str,
+        other: &'static str,
+    ) -> (&'static str, String, String) {
+        match self {
+            LockError::InvalidKey {
+                key: value,
+                problem,
+                accepted,
+            } => (
+                key,
+                format!("{value:?}"),
+                format!("{problem}; {}", accepted.replacen("a lock key", "a key", 1)),
+            ),
+            LockError::InvalidArgument {
+                name,
+                value,
+                problem,
+                ..
+            } => (name, value, problem),
+            other_error => (other, String::new(), other_error.to_string()),
+        }
+    }
+
     /// The stable code: `LOCK_ACQUISITION_FAILED`, `LOCK_RELEASE_FAILED`,
     /// `LOCK_INVALID_ARGUMENT` or `LOCK_DISABLED`.
     pub fn code(&self) -> &'static str {
@@ -369,9 +405,7 @@ impl LockError {
     /// # Ok(()) }
     /// ```
     pub fn details(&self) -> BTreeMap<&'static str, String> {
-        let mut details = BTreeMap::new();
-        details.insert("code", self.code().to_owned());
-        details.insert("message", self.to_string());
+        let mut details = details_of(self.code(), self);
         if let Some(key) = self.lock_key() {
             details.insert("lockKey", key.to_owned());
         }

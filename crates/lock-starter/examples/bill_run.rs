@@ -27,7 +27,7 @@ use clap::Parser;
 use lock_starter::prelude::*;
 use serde_json::json;
 
-use events::{POD, emit, now_us};
+use events::{POD, config_error, emit, start, wait_until};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -64,31 +64,18 @@ struct Args {
 async fn main() -> ExitCode {
     common::log_to_stderr();
     let args = Args::parse();
-    let mut builder = LockStarter::builder();
-    if let Some(path) = &args.config {
-        builder = builder.toml_file(path);
-    }
-    let starter = match builder.build().await {
+    let starter = match start(args.config.as_deref()).await {
         Ok(starter) => starter,
-        Err(error) => {
-            emit("config_error", json!({ "message": error.to_string() }));
-            return ExitCode::from(78);
-        }
+        Err(code) => return code,
     };
     let lock = match starter.lock() {
         Ok(lock) => lock,
-        Err(error) => {
-            emit("config_error", json!({ "message": error.to_string() }));
-            return ExitCode::from(78);
-        }
+        Err(error) => return config_error(error),
     };
     let _ = POD.set(starter.settings().instance_id.clone());
     let ledger = Ledger::new(&args.ledger);
     let key = format!("bill-run:{}", args.period);
-    if let Some(start_at) = args.start_at_unix_ms {
-        let wait_ms = start_at.saturating_sub(now_us() / 1000);
-        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-    }
+    wait_until(args.start_at_unix_ms).await;
     emit("started", json!({ "key": key }));
 
     let handle = match lock.acquire(&key, Lease::Watchdog).await {

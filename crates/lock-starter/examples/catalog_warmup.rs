@@ -25,7 +25,7 @@ use lock_starter::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use events::{POD, emit, now_us};
+use events::{POD, emit, failed, start, wait_until};
 
 /// The warm-up's guard key; every replica uses the same one.
 const KEY: &str = "catalog:warm-up";
@@ -64,22 +64,12 @@ struct Catalog {
 async fn main() -> ExitCode {
     common::log_to_stderr();
     let args = Args::parse();
-    let mut builder = LockStarter::builder();
-    if let Some(path) = &args.config {
-        builder = builder.toml_file(path);
-    }
-    let starter = match builder.build().await {
+    let starter = match start(args.config.as_deref()).await {
         Ok(starter) => starter,
-        Err(error) => {
-            emit("config_error", json!({ "message": error.to_string() }));
-            return ExitCode::from(78);
-        }
+        Err(code) => return code,
     };
     let _ = POD.set(starter.settings().instance_id.clone());
-    if let Some(start_at) = args.start_at_unix_ms {
-        let wait_ms = start_at.saturating_sub(now_us() / 1000);
-        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-    }
+    wait_until(args.start_at_unix_ms).await;
     emit("started", json!({ "key": KEY }));
     let flight = starter
         .values()
@@ -103,13 +93,7 @@ async fn main() -> ExitCode {
             emit("still_loading", json!({ "owner": owner, "step": progress }));
             ExitCode::from(75)
         }
-        Err(error) => {
-            emit(
-                "failed",
-                json!({ "code": error.code(), "message": error.to_string() }),
-            );
-            ExitCode::FAILURE
-        }
+        Err(error) => failed(&error),
     };
     starter.shutdown().await;
     code

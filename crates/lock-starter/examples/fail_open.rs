@@ -49,12 +49,9 @@ struct Args {
 async fn main() -> ExitCode {
     common::log_to_stderr();
     let args = Args::parse();
-    let starter = match LockStarter::builder().build().await {
+    let starter = match common::start().await {
         Ok(starter) => starter,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::from(78);
-        }
+        Err(code) => return code,
     };
     // The configured lock, or one that says "disabled" on every acquisition: fail-open calls
     // then run unguarded, so this job needs no special case for a service without the lock.

@@ -23,7 +23,7 @@ use lock_starter::prelude::*;
 use lock_starter::rate_limit::Basis;
 use serde_json::json;
 
-use events::{POD, emit, now_us};
+use events::{POD, config_error, emit, now_us, start, wait_until};
 
 /// The shared limit, configured under `telco.platform.lock.rate-limits.api`.
 const LIMIT: &str = "api";
@@ -46,19 +46,16 @@ struct Args {
 async fn main() -> ExitCode {
     common::log_to_stderr();
     let args = Args::parse();
-    let starter = match LockStarter::builder().build().await {
+    let starter = match start(None).await {
         Ok(starter) => starter,
-        Err(error) => return config_error(&error.to_string()),
+        Err(code) => return code,
     };
     let _ = POD.set(starter.settings().instance_id.clone());
     let limiter = match starter.rate_limiter(LIMIT, FailurePolicy::FailClosed) {
         Ok(limiter) => limiter,
-        Err(error) => return config_error(&error.to_string()),
+        Err(error) => return config_error(error),
     };
-    if let Some(start_at) = args.start_at_unix_ms {
-        let wait_ms = start_at.saturating_sub(now_us() / 1000);
-        tokio::time::sleep(Duration::from_millis(wait_ms)).await;
-    }
+    wait_until(args.start_at_unix_ms).await;
     let (started, mut admitted, mut denied) = (now_us(), 0u32, 0u32);
     let until = tokio::time::Instant::now() + args.duration;
     while tokio::time::Instant::now() < until {
@@ -72,7 +69,7 @@ async fn main() -> ExitCode {
             }
             Ok(decision) if decision.allowed => admitted += 1,
             Ok(_) => denied += 1,
-            Err(error) => return config_error(&error.to_string()),
+            Err(error) => return config_error(error),
         }
     }
     let quota = limiter.quota();
@@ -84,9 +81,4 @@ async fn main() -> ExitCode {
         }),
     );
     ExitCode::SUCCESS
-}
-
-fn config_error(message: &str) -> ExitCode {
-    emit("config_error", json!({ "message": message }));
-    ExitCode::from(78)
 }

@@ -21,6 +21,9 @@
 //! `HTTP_SERVICE_ADDR` sets the listen address (default `127.0.0.1:8080`), `BILL_RUN_MS` how long
 //! a bill run takes (default 3000).
 
+#[path = "common/shutdown.rs"]
+mod shutdown;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -139,22 +142,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }),
     )
     // Ctrl-C on a terminal, SIGTERM from Kubernetes or systemd.
-    .with_graceful_shutdown(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        let sigterm = async {
-            match terminate.as_mut() {
-                Some(terminate) => {
-                    terminate.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = sigterm => {}
-        }
-    })
+    .with_graceful_shutdown(shutdown::signal())
     .await?;
     // Requests are done; release what is left before the process ends.
     let summary = lock_at_exit

@@ -64,12 +64,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let starter = match LockStarter::builder().build().await {
+    let starter = match common::start().await {
         Ok(starter) => starter,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::from(78);
-        }
+        Err(code) => return code,
     };
     let lock = match starter.lock() {
         Ok(lock) => lock,

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use events::{POD, emit};
+use events::{POD, config_error, emit, failed, start};
 
 /// The cache's name; every replica uses the same one.
 const CACHE: &str = "products";
@@ -133,9 +133,9 @@ fn served_from(recorded: &Recorded) -> &'static str {
 async fn main() -> ExitCode {
     common::log_to_stderr();
     let args = Args::parse();
-    let starter = match LockStarter::builder().build().await {
+    let starter = match start(None).await {
         Ok(starter) => starter,
-        Err(error) => return config_error(&error.to_string()),
+        Err(code) => return code,
     };
     let _ = POD.set(starter.settings().instance_id.clone());
     // The cache registers its metric handles as it is built: here into a capturing recorder, so
@@ -143,7 +143,7 @@ async fn main() -> ExitCode {
     let counters = CapturedMetrics::new();
     let cache = match metrics::with_local_recorder(counters.recorder(), || starter.cache(CACHE)) {
         Ok(cache) => cache,
-        Err(error) => return config_error(&error.to_string()),
+        Err(error) => return config_error(error),
     };
     let products = Products {
         cache,
@@ -171,13 +171,7 @@ async fn main() -> ExitCode {
     };
     let code = match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            emit(
-                "failed",
-                json!({ "code": error.code(), "message": error.to_string() }),
-            );
-            ExitCode::FAILURE
-        }
+        Err(error) => failed(&error),
     };
     starter.shutdown().await;
     code
@@ -283,9 +277,4 @@ fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
         }
     });
     rx
-}
-
-fn config_error(message: &str) -> ExitCode {
-    emit("config_error", json!({ "message": message }));
-    ExitCode::from(78)
 }

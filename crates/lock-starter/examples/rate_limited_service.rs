@@ -21,6 +21,8 @@
 //! until Ctrl-C or SIGTERM.
 
 mod common;
+#[path = "common/shutdown.rs"]
+mod shutdown;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -365,21 +367,6 @@ async fn serve(addr: SocketAddr, app: Router) -> std::io::Result<()> {
     println!("  curl -si -H 'X-Client-Id: carol' {addr}/tariffs");
     println!("  curl -si -X POST -H 'X-Client-Id: carol' {addr}/bill-runs/2026-11");
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let mut terminate =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let sigterm = async {
-                match terminate.as_mut() {
-                    Some(terminate) => {
-                        terminate.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = sigterm => {}
-            }
-        })
+        .with_graceful_shutdown(shutdown::signal())
         .await
 }

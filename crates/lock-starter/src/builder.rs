@@ -17,12 +17,11 @@ use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
 use crate::branches::wiring as branch_wiring;
-use crate::cache::wiring as cache_wiring;
 use crate::config::{ConfigSources, LockSettings};
 use crate::error::StartError;
-use crate::idempotency::wiring::{self as idempotency, Store};
+use crate::idempotency::wiring as idempotency;
 use crate::rate_limit::wiring as rate_limit_wiring;
-use crate::values::wiring as value_wiring;
+use crate::wiring::Store;
 
 /// The started lock module: hands the configured [`DistributedLock`] to whoever asks.
 ///
@@ -906,10 +905,10 @@ impl LockStarterBuilder {
             let idempotency = idempotency::build(&settings, Store::Disabled(&detail)).await;
             let master_locks =
                 branch_wiring::build(&settings, branch_wiring::Store::Disabled(&detail)).await;
-            let values = value_wiring::build(value_wiring::Store::Disabled(&detail)).await;
+            let values = SharedValues::new(Store::Disabled(&detail).build().await);
             let rate_limits =
                 rate_limit_wiring::build(rate_limit_wiring::Store::Disabled(&detail)).await;
-            let caches = cache_wiring::build(cache_wiring::Store::Disabled(&detail)).await;
+            let caches = Store::<dyn CacheStore>::Disabled(&detail).build().await;
             return Ok(LockStarter {
                 lock: Err(detail),
                 redis: None,
@@ -933,11 +932,7 @@ impl LockStarterBuilder {
                 (Arc::new(lock), Some(redis))
             }
         };
-        let store = match (self.idempotency_store, &redis) {
-            (Some(custom), _) => Store::Custom(custom),
-            (None, Some(redis)) => Store::Redis(redis),
-            (None, None) => Store::InProcess,
-        };
+        let store = Store::chosen(self.idempotency_store, redis.as_ref());
         let idempotency = idempotency::build(&settings, store).await;
         let branches = match (self.branches, &redis) {
             (Some(custom), _) => branch_wiring::Store::Custom(Arc::clone(&lock), custom),
@@ -945,24 +940,19 @@ impl LockStarterBuilder {
             (None, None) => branch_wiring::Store::InProcess(Arc::clone(&lock)),
         };
         let master_locks = branch_wiring::build(&settings, branches).await;
-        let values = match (self.value_store, &redis) {
-            (Some(custom), _) => value_wiring::Store::Custom(custom),
-            (None, Some(redis)) => value_wiring::Store::Redis(redis),
-            (None, None) => value_wiring::Store::InProcess,
-        };
-        let values = value_wiring::build(values).await;
+        let values = Store::chosen(self.value_store, redis.as_ref())
+            .build()
+            .await;
+        let values = SharedValues::new(values);
         let rate_limits = match (self.rate_limit_store, &redis) {
             (Some(custom), _) => rate_limit_wiring::Store::Custom(custom),
             (None, Some(redis)) => rate_limit_wiring::Store::Redis(redis),
             (None, None) => rate_limit_wiring::Store::InProcess,
         };
         let rate_limits = rate_limit_wiring::build(rate_limits).await;
-        let caches = match (self.cache_store, &redis) {
-            (Some(custom), _) => cache_wiring::Store::Custom(custom),
-            (None, Some(redis)) => cache_wiring::Store::Redis(redis),
-            (None, None) => cache_wiring::Store::InProcess,
-        };
-        let caches = cache_wiring::build(caches).await;
+        let caches = Store::chosen(self.cache_store, redis.as_ref())
+            .build()
+            .await;
         Ok(LockStarter {
             lock: Ok(lock),
             redis,

@@ -95,6 +95,7 @@ mod error;
 mod health;
 #[cfg(feature = "http")]
 pub mod http;
+mod wiring;
 
 pub use builder::{LockStarter, LockStarterBuilder};
 pub use error::StartError;

@@ -41,15 +41,6 @@ async fn starter(address: &str, instance_id: &str) -> LockStarter {
         .unwrap()
 }
 
-/// Connected clients as Redis counts them (the testkit's own connection included).
-async fn connected_clients(redis: &RedisServer) -> u64 {
-    let info = redis.cmd(&["INFO", "clients"]).await.unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("connected_clients in INFO clients")
-}
-
 /// A loopback address nothing listens on: a port the kernel handed out, then closed.
 fn nothing_listening() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -214,7 +205,7 @@ async fn a_redis_that_never_answered_runs_the_section_unguarded_with_backend_una
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disabled_lock_runs_the_section_unguarded_without_connecting() {
     let redis = RedisServer::start().await.unwrap();
-    let baseline = connected_clients(&redis).await;
+    let baseline = redis.connected_clients().await.unwrap();
     logs();
     let starter = LockStarter::builder()
         .figment(Figment::from(Toml::string(&format!(
@@ -259,7 +250,7 @@ async fn a_disabled_lock_runs_the_section_unguarded_without_connecting() {
     assert_eq!(err.code(), "LOCK_DISABLED");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert_eq!(
-        connected_clients(&redis).await,
+        redis.connected_clients().await.unwrap(),
         baseline,
         "a disabled starter connected to Redis"
     );

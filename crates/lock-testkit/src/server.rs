@@ -453,6 +453,23 @@ impl RedisServer {
         self.reply(args).await.map(|reply| reply.to_text())
     }
 
+    /// The clients connected now as `INFO clients` counts them, [`cmd`](Self::cmd)'s own
+    /// connection included.
+    ///
+    /// # Errors
+    /// Those of [`cmd`](Self::cmd).
+    ///
+    /// # Panics
+    /// If the reply has no `connected_clients` count.
+    pub async fn connected_clients(&self) -> Result<u64, TestkitError> {
+        let info = self.cmd(&["INFO", "clients"]).await?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("connected_clients in INFO clients"))
+    }
+
     /// `ACL SETUSER user reset on >password ~* &* +@all`, then `extra` rules: a user with
     /// `password` allowed every key, channel and command but those `extra` takes away.
     ///

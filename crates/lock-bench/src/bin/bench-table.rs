@@ -238,27 +238,15 @@ fn parse(text: &str) -> Parsed {
                 problems.push(format!("{imp} / {scenario}: not a scenario of the table"));
                 continue;
             };
-            let i = RATELIMIT_IMPLS
-                .iter()
-                .position(|i| *i == imp)
-                .unwrap_or(RATELIMIT_IMPLS.len());
-            ratelimit.insert((s, i, imp), value);
+            ratelimit.insert((s, impl_position(&RATELIMIT_IMPLS, &imp), imp), value);
             continue;
         }
         if let Some(s) = CACHE_SCENARIOS.iter().position(|s| *s == scenario) {
-            let i = CACHE_IMPLS
-                .iter()
-                .position(|i| *i == imp)
-                .unwrap_or(CACHE_IMPLS.len());
-            cache.insert((s, i, imp), value);
+            cache.insert((s, impl_position(&CACHE_IMPLS, &imp), imp), value);
             continue;
         }
         if let Some(s) = TOOLKIT_SCENARIOS.iter().position(|s| *s == scenario) {
-            let i = TOOLKIT_IMPLS
-                .iter()
-                .position(|i| *i == imp)
-                .unwrap_or(TOOLKIT_IMPLS.len());
-            toolkit.insert((s, i, imp), value);
+            toolkit.insert((s, impl_position(&TOOLKIT_IMPLS, &imp), imp), value);
             continue;
         }
         let Some(s) = SCENARIOS.iter().position(|s| *s == scenario) else {
@@ -267,8 +255,7 @@ fn parse(text: &str) -> Parsed {
             }
             continue; // lock-bench's `watchdog` and `push-delay` lines have tables of their own
         };
-        let i = IMPLS.iter().position(|i| *i == imp).unwrap_or(IMPLS.len());
-        results.insert((s, i, imp), value);
+        results.insert((s, impl_position(&IMPLS, &imp), imp), value);
     }
     Parsed {
         results,
@@ -279,6 +266,11 @@ fn parse(text: &str) -> Parsed {
     }
 }
 
+/// Where `imp` stands in a table's `impls`: after all of them when not listed.
+fn impl_position(impls: &[&str], imp: &str) -> usize {
+    impls.iter().position(|i| *i == imp).unwrap_or(impls.len())
+}
+
 /// The idempotent-execution lines: calls/s (and as a ratio of `raw`), call latency, Redis
 /// commands per call, and what `duplicates` is about: executions, results, errors.
 fn toolkit_table(results: &Results) -> String {
@@ -287,11 +279,7 @@ fn toolkit_table(results: &Results) -> String {
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for ((s, _, imp), v) in results {
-        let raw = results
-            .iter()
-            .find(|((os, _, oi), _)| os == s && oi == "raw")
-            .and_then(|(_, o)| rate(o));
-        let ratio = ratio(rate(v), raw);
+        let ratio = ratio(rate(v), rate_of(results, *s, "raw"));
         let num = |field: &str, digits: usize| num(v, field, digits);
         let us = |p: &str| us(v, "call_us", p);
         let name = shown_impl(imp);
@@ -364,10 +352,6 @@ fn cache_table(results: &Results) -> String {
          |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for ((s, _, imp), v) in results {
-        let raw_hget = results
-            .iter()
-            .find(|((os, _, oi), _)| os == s && oi == "raw-hget")
-            .and_then(|(_, o)| rate(o));
         let num = |field: &str, digits: usize| num(v, field, digits);
         out.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |\n",
@@ -375,7 +359,7 @@ fn cache_table(results: &Results) -> String {
             shown_impl(imp),
             num("calls_per_s", 0),
             ratio(rate(v), best_peer(results, *s)),
-            ratio(rate(v), raw_hget),
+            ratio(rate(v), rate_of(results, *s, "raw-hget")),
             us(v, "call_us", "p50"),
             us(v, "call_us", "p99"),
             num("redis_cmds_per_call", 2),
@@ -392,6 +376,14 @@ fn cache_table(results: &Results) -> String {
 /// A line's `calls_per_s`.
 fn rate(v: &Value) -> Option<f64> {
     v.get("calls_per_s").and_then(Value::as_f64)
+}
+
+/// The calls/s of `imp` in scenario `s`.
+fn rate_of(results: &Results, s: usize, imp: &str) -> Option<f64> {
+    results
+        .iter()
+        .find(|((os, _, oi), _)| *os == s && oi == imp)
+        .and_then(|(_, o)| rate(o))
 }
 
 /// The best calls/s in scenario `s` of a peer: neither ours (`platform-lock*`) nor `raw*`.
@@ -461,24 +453,16 @@ fn table(results: &Results) -> String {
                 .find(|((os, _, oi), _)| os == s && oi == other)
                 .and_then(|(_, o)| cycles(o))
         };
-        let ratio = |base: Option<f64>| match (cycles(v), base) {
-            (Some(c), Some(b)) if b > 0.0 => format!("{:.2}", c / b),
-            _ => "–".to_owned(),
-        };
-        let us = |field: &str, p: &str| {
-            v.get(field)
-                .and_then(|d| d.get(p))
-                .and_then(Value::as_f64)
-                .map_or("–".to_owned(), |x| format!("{x:.0}"))
-        };
-        let num = |field: &str| v.get(field).and_then(Value::as_f64);
-        let spread = match (num("per_worker_min"), num("per_worker_max")) {
+        let ratio = |base: Option<f64>| ratio(cycles(v), base);
+        let us = |field: &str, p: &str| us(v, field, p);
+        let number = |field: &str| v.get(field).and_then(Value::as_f64);
+        let spread = match (number("per_worker_min"), number("per_worker_max")) {
             (Some(min), Some(max)) if max > 0.0 => format!("{:.2}", min / max),
             _ => "–".to_owned(),
         };
         // Not for raw and scripts: redis-benchmark runs twice (two pipelining set-ups) and
         // reports the better run's acquisitions only.
-        let per_acquisition = |field: &str| match (num(field), num("acquisitions")) {
+        let per_acquisition = |field: &str| match (number(field), number("acquisitions")) {
             (Some(cpu), Some(n)) if n > 0.0 && imp != "raw" && imp != "scripts" => {
                 format!("{:.1}", cpu / n * 1e6)
             }
@@ -501,8 +485,8 @@ fn table(results: &Results) -> String {
             us("acquire_us", "p99"),
             us("release_us", "p50"),
             us("handoff_us", "p50"),
-            num("redis_cmds_per_acquisition").map_or("–".to_owned(), |x| format!("{x:.1}")),
-            num("errors").map_or("–".to_owned(), |x| format!("{x:.0}")),
+            num(v, "redis_cmds_per_acquisition", 1),
+            num(v, "errors", 0),
         ));
     }
     out
@@ -511,6 +495,11 @@ fn table(results: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table's rows, below its header.
+    fn rows(table: &str) -> Vec<&str> {
+        table.lines().skip(2).collect()
+    }
 
     #[test]
     fn ratios_against_raw_and_scripts() {
@@ -541,7 +530,7 @@ not json"#;
             "client and server CPU µs per acquisition: {ours}"
         );
         // Ours first within a scenario.
-        let rows: Vec<&str> = table.lines().skip(2).collect();
+        let rows = rows(&table);
         assert!(rows[0].contains("platform-lock"), "{table}");
     }
 
@@ -585,7 +574,7 @@ not json"#;
             "{problems:?}"
         );
         let table = toolkit_table(&toolkit);
-        let rows: Vec<&str> = table.lines().skip(2).collect();
+        let rows = rows(&table);
         assert_eq!(rows.len(), 4, "{table}");
         assert!(rows[0].starts_with("| replay |"), "{table}");
         assert!(
@@ -624,7 +613,7 @@ not json"#;
             "{problems:?}"
         );
         let table = toolkit_table(&toolkit);
-        let rows: Vec<&str> = table.lines().skip(2).collect();
+        let rows = rows(&table);
         assert_eq!(rows.len(), 4, "{table}");
         assert!(
             rows[0].contains("| first | **platform-lock** | 3000 | 0.50 | 300 / 500 | 9.00 |"),
@@ -661,7 +650,7 @@ not json"#;
         assert!(toolkit.is_empty() && problems.is_empty(), "{problems:?}");
         assert_eq!((results.len(), ratelimit.len()), (1, 7));
         let table = ratelimit_table(&ratelimit);
-        let rows: Vec<&str> = table.lines().skip(2).collect();
+        let rows = rows(&table);
         assert!(
             rows[0].starts_with("| decide | **platform-lock** | 20000 | – | – | 36 / 100 | 1.20 |"),
             "{table}"
@@ -691,7 +680,7 @@ not json"#;
         } = parse(text);
         assert!(problems.is_empty(), "{problems:?}");
         let table = cache_table(&cache);
-        let rows: Vec<&str> = table.lines().skip(2).collect();
+        let rows = rows(&table);
         assert_eq!(rows.len(), 4, "{table}");
         assert!(
             rows[0].starts_with(

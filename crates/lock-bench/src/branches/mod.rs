@@ -28,7 +28,7 @@ use lock_starter::redis::{RedisBranches, RedisLock};
 use serde_json::{Map, Value, json};
 
 use crate::redis::Target;
-use crate::report::{Meter, ToolkitLine, micros, percentiles, run_prefix};
+use crate::report::{Calls, Meter, ToolkitLine, micros, percentiles, run_prefix};
 
 /// Branches one `branches-register-release` master registers and releases: 100.
 pub(crate) const BRANCHES_PER_MASTER: usize = 100;
@@ -54,44 +54,28 @@ impl Scenario {
 /// What the calls of a run counted.
 #[derive(Debug, Default)]
 struct Counts {
-    call_us: Vec<f64>,
+    /// The calls; a result is one that did what it should (registered and released; a
+    /// complete master).
+    calls: Calls,
     register_us: Vec<f64>,
     release_us: Vec<f64>,
-    /// Calls that did what they should (registered and released; a complete master).
-    results: u64,
-    errors: u64,
-    first_error: Option<String>,
     /// Master invocations run.
     masters: u64,
 }
 
 impl Counts {
-    fn error(&mut self, what: impl FnOnce() -> String) {
-        self.errors += 1;
-        if self.first_error.is_none() {
-            self.first_error = Some(what());
-        }
-    }
-
     /// One register + release pair: whether both did what they should.
     fn pair(&mut self, ok: Result<(), String>, register: Duration, release: Duration) {
         self.register_us.push(micros(register));
         self.release_us.push(micros(release));
-        self.call_us.push(micros(register + release));
-        match ok {
-            Ok(()) => self.results += 1,
-            Err(error) => self.error(|| error),
-        }
+        self.calls.record(register + release, ok);
     }
 
     fn merge(&mut self, other: Counts) {
-        self.call_us.extend(other.call_us);
+        self.calls.merge(other.calls);
         self.register_us.extend(other.register_us);
         self.release_us.extend(other.release_us);
-        self.results += other.results;
-        self.errors += other.errors;
         self.masters += other.masters;
-        self.first_error = self.first_error.take().or(other.first_error);
     }
 }
 
@@ -195,23 +179,19 @@ pub(crate) async fn run(
                     let (one, complete) = invocation(&masters, &key, BRANCHES_PER_MASTER).await;
                     counts.merge(one);
                     if let Err(error) = complete {
-                        counts.error(|| error);
+                        counts.calls.error(error);
                     }
                 }
                 Scenario::Master => {
                     let t = Instant::now();
                     let (one, complete) = invocation(&masters, &key, 1).await;
                     let took = t.elapsed();
-                    let pair = match (one.errors, one.first_error.clone()) {
+                    let pair = match (one.calls.errors, one.calls.first_error.clone()) {
                         (0, _) => complete,
                         (_, error) => Err(error.unwrap_or_default()),
                     };
                     counts.masters += one.masters;
-                    counts.call_us.push(micros(took));
-                    match pair {
-                        Ok(()) => counts.results += 1,
-                        Err(error) => counts.error(|| error),
-                    }
+                    counts.calls.record(took, pair);
                 }
             }
         }
@@ -230,11 +210,8 @@ pub(crate) async fn run(
     let line = ToolkitLine {
         scenario: scenario.name(),
         workers: 1,
-        call_us: counts.call_us,
         executions: Value::Null,
-        results: counts.results,
-        errors: counts.errors,
-        first_error: counts.first_error,
+        calls: counts.calls,
         spent,
     };
     Ok(line.into_json(extras))
@@ -261,12 +238,13 @@ mod tests {
             masters: 1,
             ..Counts::default()
         };
-        other.error(|| "master: down".into());
+        other.calls.error("master: down".into());
         counts.merge(other);
-        assert_eq!((counts.results, counts.errors, counts.masters), (1, 2, 1));
-        assert_eq!(counts.call_us, [150.0, 30.0]);
+        let calls = &counts.calls;
+        assert_eq!((calls.results, calls.errors, counts.masters), (1, 2, 1));
+        assert_eq!(calls.call_us, [150.0, 30.0]);
         assert_eq!(counts.release_us, [50.0, 0.0]);
-        assert!(counts.first_error.is_some_and(|e| e.contains("b1")));
+        assert!(calls.first_error.as_ref().is_some_and(|e| e.contains("b1")));
     }
 
     #[test]

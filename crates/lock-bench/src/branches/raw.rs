@@ -7,18 +7,12 @@
 //!
 //! No `branches-master` line: plain commands have no master to acquire, seal or wait for.
 
-use std::time::Duration;
-
-use serde_json::{Map, Value};
-
 use crate::branches::Scenario;
-use crate::idempotency::raw::measure_commands;
-use crate::redis::Target;
+use crate::idempotency::raw::owned;
 
 /// The commands of one register + release pair, in redis-benchmark's `__rand_int__` form;
 /// `None` for `branches-master`.
-fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
-    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+pub(crate) fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
     let record = "bench:b:raw:{__rand_int__}:1";
     match scenario {
         Scenario::RegisterRelease => Some(vec![
@@ -27,20 +21,6 @@ fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
         ]),
         Scenario::Master => None,
     }
-}
-
-/// The `raw` line of `scenario`, run for about `duration`; `None` for `branches-master`.
-///
-/// # Errors
-/// When redis-benchmark is missing or fails.
-pub(crate) async fn run(
-    scenario: Scenario,
-    target: &Target,
-    duration: Duration,
-) -> Option<Result<Map<String, Value>, String>> {
-    let commands = commands(scenario)?;
-    let name = scenario.name();
-    Some(measure_commands(name, name, target, duration, commands).await)
 }
 
 #[cfg(test)]

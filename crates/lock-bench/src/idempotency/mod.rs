@@ -30,7 +30,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
 
 use crate::redis::Target;
-use crate::report::{Meter, ToolkitLine, micros, percentiles, run_prefix};
+use crate::report::{Calls, Meter, ToolkitLine, micros, percentiles, run_prefix};
 
 /// Concurrent callers of one key per `duplicates` round: 8, the peer's threads.
 pub(crate) const DUPLICATES: usize = 8;
@@ -67,38 +67,27 @@ impl Scenario {
 /// What the calls of a run counted.
 #[derive(Debug, Default)]
 struct Counts {
-    call_us: Vec<f64>,
-    /// Calls that got the action's result (executed or replayed).
-    results: u64,
-    /// Of those, replays.
+    /// The calls; a result is one that got the action's result (executed or replayed).
+    calls: Calls,
+    /// Of the results, replays.
     replays: u64,
-    errors: u64,
-    first_error: Option<String>,
 }
 
 impl Counts {
     fn record(&mut self, outcome: Result<bool, IdempotencyError>, took: Duration) {
-        self.call_us.push(micros(took));
-        match outcome {
+        let outcome = match outcome {
             Ok(replayed) => {
-                self.results += 1;
                 self.replays += u64::from(replayed);
+                Ok(())
             }
-            Err(error) => {
-                self.errors += 1;
-                if self.first_error.is_none() {
-                    self.first_error = Some(error.to_string());
-                }
-            }
-        }
+            Err(error) => Err(error.to_string()),
+        };
+        self.calls.record(took, outcome);
     }
 
     fn merge(&mut self, other: Counts) {
-        self.call_us.extend(other.call_us);
-        self.results += other.results;
+        self.calls.merge(other.calls);
         self.replays += other.replays;
-        self.errors += other.errors;
-        self.first_error = self.first_error.take().or(other.first_error);
     }
 }
 
@@ -227,11 +216,8 @@ pub(crate) async fn run(
     let line = ToolkitLine {
         scenario: scenario.name(),
         workers: scenario.workers() as u64,
-        call_us: counts.call_us,
         executions: json!(subject.executions.load(Relaxed)),
-        results: counts.results,
-        errors: counts.errors,
-        first_error: counts.first_error,
+        calls: counts.calls,
         spent,
     };
     Ok(line.into_json(extras))
@@ -258,12 +244,12 @@ mod tests {
         other.record(Ok(true), Duration::from_micros(50));
         counts.merge(other);
         assert_eq!(
-            (counts.results, counts.replays, counts.errors),
+            (counts.calls.results, counts.replays, counts.calls.errors),
             (3, 2, 1),
             "{counts:?}"
         );
-        assert_eq!(counts.call_us.len(), 4);
-        assert!(counts.first_error.is_some_and(|e| e.contains("key")));
+        assert_eq!(counts.calls.call_us.len(), 4);
+        assert!(counts.calls.first_error.is_some_and(|e| e.contains("key")));
     }
 
     #[test]

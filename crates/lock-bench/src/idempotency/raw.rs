@@ -26,10 +26,14 @@ const KEYSPACE: usize = 100_000_000;
 /// The stored result, the size of ours (`{"ticket": <key>, "ok": true}`).
 const RESULT: &str = r#"{"ok":true,"ticket":"bench:i:first:18a3f0c2b4d5e6f7:12345"}"#;
 
+/// `args` as owned strings, one command of a `raw` line.
+pub(crate) fn owned(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| (*a).to_owned()).collect()
+}
+
 /// The commands of one call of `scenario`, in redis-benchmark's `__rand_int__` form; `None`
 /// for `duplicates`.
 fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
-    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
     let key = "bench:i:raw:__rand_int__";
     match scenario {
         Scenario::First => Some(vec![
@@ -79,6 +83,20 @@ pub(crate) async fn run(
         }
         .await,
     )
+}
+
+/// The `raw` line of the scenario `name`, of one call made of `commands` in sequence, run for
+/// about `duration`; `None` for a scenario without a `raw` line (no `commands`).
+///
+/// # Errors
+/// As [`measure_commands`].
+pub(crate) async fn run_named(
+    name: &str,
+    target: &Target,
+    duration: Duration,
+    commands: Option<Vec<Vec<String>>>,
+) -> Option<Result<Map<String, Value>, String>> {
+    Some(measure_commands(name, name, target, duration, commands?).await)
 }
 
 /// The `raw` line named `scenario` of one call made of `commands` in sequence (redis-benchmark's

@@ -22,7 +22,7 @@ use lock_starter::values::{Expiry, SharedValues, Versioned, Written};
 use serde_json::{Map, Value, json};
 
 use crate::redis::Target;
-use crate::report::{Meter, ToolkitLine, micros, run_prefix};
+use crate::report::{Calls, Meter, ToolkitLine, run_prefix};
 
 /// The waiters of one `values-fanout` round: 500.
 pub(crate) const FANOUT_WAITERS: usize = 500;
@@ -63,27 +63,6 @@ impl Scenario {
     }
 }
 
-#[derive(Debug, Default)]
-struct Counts {
-    call_us: Vec<f64>,
-    results: u64,
-    errors: u64,
-    first_error: Option<String>,
-}
-
-impl Counts {
-    fn record(&mut self, took: Duration, outcome: Result<(), String>) {
-        self.call_us.push(micros(took));
-        match outcome {
-            Ok(()) => self.results += 1,
-            Err(error) => {
-                self.errors += 1;
-                self.first_error.get_or_insert(error);
-            }
-        }
-    }
-}
-
 /// Shared values on `lock`'s connections.
 async fn values(lock: &RedisLock) -> SharedValues {
     SharedValues::new(Arc::new(RedisValues::new(&lock.client()).await))
@@ -110,7 +89,7 @@ pub(crate) async fn run(
     let meter = Meter::start(target).await?;
     let deadline = meter.started() + duration;
     let worker = tokio::spawn(async move {
-        let mut counts = Counts::default();
+        let mut counts = Calls::default();
         let mut version = first;
         let queue = writer.queue::<u64>(&key);
         let mut n = 0_u64;
@@ -159,11 +138,8 @@ pub(crate) async fn run(
     let line = ToolkitLine {
         scenario: scenario.name(),
         workers: 1,
-        call_us: counts.call_us,
         executions: Value::Null,
-        results: counts.results,
-        errors: counts.errors,
-        first_error: counts.first_error,
+        calls: counts,
         spent,
     };
     Ok(line.into_json(extras))

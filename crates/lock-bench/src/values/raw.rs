@@ -10,18 +10,14 @@
 //!
 //! No line for the waits: plain commands do not wait.
 
-use std::time::Duration;
-
-use serde_json::{Map, Value};
-
-use crate::idempotency::raw::measure_commands;
-use crate::redis::Target;
+use crate::idempotency::raw::owned;
 use crate::values::Scenario;
 
 const VALUE: &str = "1764500000123456:42";
 
-fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
-    let owned = |args: &[&str]| args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+/// The commands of one call of `scenario`, in redis-benchmark's `__rand_int__` form; `None`
+/// for the waits.
+pub(crate) fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
     let key = "bench:v:raw:{__rand_int__}";
     let channel = "bench:v:raw:{__rand_int__}:written";
     let get = owned(&["GET", key]);
@@ -43,18 +39,4 @@ fn commands(scenario: Scenario) -> Option<Vec<Vec<String>>> {
         ])]),
         Scenario::Wake | Scenario::Fanout => None,
     }
-}
-
-/// The `raw` line of `scenario`, run for about `duration`; `None` for the waits.
-///
-/// # Errors
-/// When redis-benchmark is missing or fails.
-pub(crate) async fn run(
-    scenario: Scenario,
-    target: &Target,
-    duration: Duration,
-) -> Option<Result<Map<String, Value>, String>> {
-    let commands = commands(scenario)?;
-    let name = scenario.name();
-    Some(measure_commands(name, name, target, duration, commands).await)
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::branches::sub_key::SubKey;
-use crate::error::{BoxError, LockError, impl_problem};
+use crate::error::{BoxError, LockError, details_of, impl_problem};
 
 /// Branch token text that does not parse. The grammar is in `docs/branches.md`.
 ///
@@ -189,8 +189,7 @@ impl BranchError {
             }
             _ => BTreeMap::new(),
         };
-        details.insert("code", self.code().to_owned());
-        details.insert("message", self.to_string());
+        details.extend(details_of(self.code(), self));
         if let Some(sub_key) = self.sub_key() {
             details.insert("masterKey", sub_key.master_key().to_owned());
             details.insert("invocation", sub_key.invocation().to_string());

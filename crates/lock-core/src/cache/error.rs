@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::error::{BoxError, LockError, impl_problem};
+use crate::error::{BoxError, LockError, details_of, impl_problem};
 
 /// The error of a cache call. Reads never fail for a backend reason: a failed read is a miss.
 ///
@@ -113,10 +113,7 @@ impl CacheError {
     /// (`backend_unavailable`, `load_failed`, `loader_panicked` or `invalid_argument`), and
     /// where known `cache`, `key`, `operation` and `argument`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
-        let mut details = BTreeMap::from([
-            ("code", self.code().to_owned()),
-            ("message", self.to_string()),
-        ]);
+        let mut details = details_of(self.code(), self);
         let (reason, cache, key) = match self {
             CacheError::Unavailable {
                 operation,
@@ -157,24 +154,8 @@ impl CacheError {
 
     /// A failed check of the shared part (a key, a duration) as this capability's error.
     pub(crate) fn argument(name: &'static str, error: LockError) -> Self {
-        match error {
-            LockError::InvalidKey {
-                key,
-                problem,
-                accepted,
-            } => CacheError::invalid(
-                name,
-                format!("{key:?}"),
-                format!("{problem}; {}", accepted.replacen("a lock key", "a key", 1)),
-            ),
-            LockError::InvalidArgument {
-                name,
-                value,
-                problem,
-                ..
-            } => CacheError::invalid(name, value, problem),
-            other => CacheError::invalid(name, String::new(), other.to_string()),
-        }
+        let (name, value, problem) = error.into_argument(name, name);
+        CacheError::invalid(name, value, problem)
     }
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::error::{BoxError, LockError, impl_problem};
+use crate::error::{BoxError, LockError, details_of, impl_problem};
 
 /// Why an idempotent call did not produce a result.
 ///
@@ -221,10 +221,8 @@ impl IdempotencyError {
     /// lower case without its prefix, such as `in_progress`), and where known `idempotencyKey`,
     /// `holder`, `waitedMs` and `argument`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
-        let mut details = BTreeMap::new();
         let code = self.code();
-        details.insert("code", code.to_owned());
-        details.insert("message", self.to_string());
+        let mut details = details_of(code, self);
         let reason = code.trim_start_matches("IDEMPOTENCY_").to_ascii_lowercase();
         details.insert("reason", reason);
         if let Some(key) = self.key() {

@@ -551,6 +551,14 @@ mod tests {
         assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
     }
 
+    /// `k` held on `lock` with a watchdog lease and a minimum hold of `hold`.
+    async fn held_at_least(lock: &InMemoryLock, hold: Duration) -> LockHandle {
+        let options = AcquireOptions::new(Lease::Watchdog)
+            .hold_at_least(hold)
+            .unwrap();
+        lock.acquire_with("k", options).await.unwrap()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_release_within_the_minimum_hold_keeps_the_key_for_plain_and_fair_waiters() {
         let lock = InMemoryLock::new();
@@ -565,15 +573,7 @@ mod tests {
                 .fair(),
         ] {
             let granted = Instant::now();
-            let held = lock
-                .acquire_with(
-                    "k",
-                    AcquireOptions::new(Lease::Watchdog)
-                        .hold_at_least(hold)
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
+            let held = held_at_least(&lock, hold).await;
             let owner = held.owner().to_owned();
             let waiter = {
                 let lock = lock.clone();
@@ -593,15 +593,7 @@ mod tests {
             assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
         }
         // A release after the hold frees the key at once.
-        let held = lock
-            .acquire_with(
-                "k",
-                AcquireOptions::new(Lease::Watchdog)
-                    .hold_at_least(hold)
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let held = held_at_least(&lock, hold).await;
         tokio::time::sleep(hold).await;
         drop(held);
         assert!(lock.try_acquire("k", Lease::Watchdog).await.is_ok());
@@ -612,10 +604,7 @@ mod tests {
         let lock = InMemoryLock::new();
         let other = lock.clone(); // another client on the same keys
         let hold = Duration::from_secs(10);
-        let options = AcquireOptions::new(Lease::Watchdog)
-            .hold_at_least(hold)
-            .unwrap();
-        let held = lock.acquire_with("k", options).await.unwrap();
+        let held = held_at_least(&lock, hold).await;
         let summary = lock.shutdown(Duration::from_secs(1)).await;
         assert_eq!(summary.released, 1, "{summary:?}");
         // The handle's own release comes second: the key stays held for the rest of the hold.

@@ -13,12 +13,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+mod hooked;
+
+pub use hooked::{Hooked, Hooks};
+
 use crate::BoxError;
 use crate::conformance::{SLACK, run_checks, unique_key};
 use crate::values::{
-    Condition, Delivery, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL,
-    Observed, Progress, Pushed, Queue, SharedValues, Taken, TtlMap, ValueStore, ValueWatch,
-    ValuesError, Versioned, Waited, WhenBusy, Written,
+    Delivery, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL, Observed,
+    Progress, Queue, SharedValues, Taken, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned,
+    Waited, WhenBusy, Written,
 };
 
 /// A wait long enough that only a broken implementation runs out of it.
@@ -440,12 +444,23 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn ValuesFactory) {
     assert_eq!(read(&values, &key).await, None);
 }
 
-/// A store that says when one of its watches has observed anything: from then on, that watch
-/// hears every write.
+/// Watches that say when they have observed anything: from then on, such a watch hears every
+/// write.
 #[derive(Debug)]
-struct Heard {
-    store: Arc<dyn ValueStore>,
-    heard: mpsc::UnboundedSender<()>,
+struct Heard(mpsc::UnboundedSender<()>);
+
+#[async_trait]
+impl Hooks for Heard {
+    async fn watch(
+        &self,
+        store: &dyn ValueStore,
+        key: &str,
+    ) -> Result<Box<dyn ValueWatch>, ValuesError> {
+        Ok(Box::new(HeardWatch {
+            watch: store.watch(key).await?,
+            heard: self.0.clone(),
+        }))
+    }
 }
 
 #[derive(Debug)]
@@ -463,89 +478,12 @@ impl ValueWatch for HeardWatch {
     }
 }
 
-#[async_trait]
-impl ValueStore for Heard {
-    fn namespace(&self) -> &str {
-        self.store.namespace()
-    }
-    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError> {
-        self.store.get(key).await
-    }
-    async fn set(
-        &self,
-        key: &str,
-        value: &[u8],
-        expiry: Expiry,
-        condition: Condition,
-    ) -> Result<Written, ValuesError> {
-        self.store.set(key, value, expiry, condition).await
-    }
-    async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
-        self.store.delete(key, condition).await
-    }
-    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
-        Ok(Box::new(HeardWatch {
-            watch: self.store.watch(key).await?,
-            heard: self.heard.clone(),
-        }))
-    }
-    fn new_owner(&self) -> String {
-        self.store.new_owner()
-    }
-    async fn map_put(
-        &self,
-        map: &str,
-        field: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), ValuesError> {
-        self.store.map_put(map, field, value, ttl).await
-    }
-    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
-        self.store.map_get(map, field).await
-    }
-    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
-        self.store.map_remove(map, field).await
-    }
-    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
-        self.store.map_entries(map).await
-    }
-    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
-        self.store.map_clear(map).await
-    }
-    async fn queue_push(
-        &self,
-        queue: &str,
-        items: &[Vec<u8>],
-        max_len: u64,
-        ttl: Duration,
-    ) -> Result<Pushed, ValuesError> {
-        self.store.queue_push(queue, items, max_len, ttl).await
-    }
-    async fn queue_take(
-        &self,
-        queue: &str,
-        consumer: &str,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
-        self.store
-            .queue_take(queue, consumer, max, visibility)
-            .await
-    }
-    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
-        self.store.queue_ack(queue, ids).await
-    }
-    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
-        self.store.queue_len(queue).await
-    }
-}
-
 /// A client whose watches say when they have heard anything, and that signal.
 async fn hearing(factory: &dyn ValuesFactory) -> (SharedValues, mpsc::UnboundedReceiver<()>) {
     let (heard, signal) = mpsc::unbounded_channel();
     let store = factory.client().await.store().clone();
-    (SharedValues::new(Arc::new(Heard { store, heard })), signal)
+    let hooks = Heard(heard);
+    (SharedValues::new(Arc::new(Hooked { store, hooks })), signal)
 }
 
 /// A runner of one flight, driven by the check: it reports the progress it is sent, and

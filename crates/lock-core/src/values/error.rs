@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::{BoxError, LockError, impl_problem};
+use crate::error::{BoxError, LockError, details_of, impl_problem};
 
 /// The error of every fallible shared-values operation.
 ///
@@ -113,10 +113,7 @@ impl ValuesError {
     /// (`backend_unavailable`, `queue_full`, `invalid_argument` or `undecodable`), and where
     /// known `key`, `operation`, `argument`, `version` and `len`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
-        let mut details = BTreeMap::from([
-            ("code", self.code().to_owned()),
-            ("message", self.to_string()),
-        ]);
+        let mut details = details_of(self.code(), self);
         let reason = match self {
             ValuesError::Unavailable { operation, key, .. } => {
                 details.insert("operation", (*operation).to_owned());
@@ -156,24 +153,8 @@ impl ValuesError {
     /// A failed argument check of the shared part (a key, a duration) as this capability's
     /// error.
     pub(crate) fn argument(error: LockError) -> Self {
-        match error {
-            LockError::InvalidKey {
-                key,
-                problem,
-                accepted,
-            } => ValuesError::invalid(
-                "key",
-                format!("{key:?}"),
-                format!("{problem}; {}", accepted.replacen("a lock key", "a key", 1)),
-            ),
-            LockError::InvalidArgument {
-                name,
-                value,
-                problem,
-                ..
-            } => ValuesError::invalid(name, value, problem),
-            other => ValuesError::invalid("argument", String::new(), other.to_string()),
-        }
+        let (name, value, problem) = error.into_argument("key", "argument");
+        ValuesError::invalid(name, value, problem)
     }
 }
 

@@ -94,7 +94,7 @@ impl RedisBranches {
     pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
         let scripts = Arc::new(scripts::Scripts::new());
-        crate::core::scripts::preload(&core, &scripts.all(), CAPABILITY).await;
+        crate::core::scripts::preload(&core, &scripts.preloaded(), CAPABILITY).await;
         RedisBranches { core, scripts }
     }
 

@@ -5,58 +5,23 @@
 //! branches; it is put in front of the two scripts that use it, after the `#!lua` flags line,
 //! which must come first.
 
-use fred::types::scripts::Script;
+use crate::core::scripts::{lua, scripts};
 
 /// The Lua source of the script a master opens its invocation's record with.
-pub const BRANCH_OPEN_SCRIPT: &str = include_str!("scripts/open.lua");
+pub const BRANCH_OPEN_SCRIPT: &str = lua!("open");
 /// The Lua source of the script a producer registers a branch with.
-pub const BRANCH_REGISTER_SCRIPT: &str = include_str!("scripts/register.lua");
+pub const BRANCH_REGISTER_SCRIPT: &str = lua!("register");
 /// The Lua source of the script a consumer releases a branch with.
-pub const BRANCH_RELEASE_SCRIPT: &str = concat!(
-    "#!lua flags=allow-oom\n",
-    include_str!("scripts/release.lua")
-);
+pub const BRANCH_RELEASE_SCRIPT: &str = lua!(flags = "allow-oom"; "release");
 /// The Lua source of the script a master seals its invocation with when its block returns.
-pub const BRANCH_SEAL_SCRIPT: &str = concat!(
-    "#!lua flags=allow-oom\n",
-    include_str!("scripts/pending_ids.lua"),
-    include_str!("scripts/seal.lua")
-);
+pub const BRANCH_SEAL_SCRIPT: &str = lua!(flags = "allow-oom"; "pending_ids", "seal");
 /// The Lua source of the read-only script a waiting master re-reads its pending branches with.
-pub const BRANCH_PENDING_SCRIPT: &str = concat!(
-    "#!lua flags=no-writes\n",
-    include_str!("scripts/pending_ids.lua"),
-    include_str!("scripts/pending.lua")
-);
+pub const BRANCH_PENDING_SCRIPT: &str = lua!(flags = "no-writes"; "pending_ids", "pending");
 
-#[derive(Debug)]
-pub(crate) struct Scripts {
-    pub(crate) open: Script,
-    pub(crate) register: Script,
-    pub(crate) release: Script,
-    pub(crate) seal: Script,
-    pub(crate) pending: Script,
-}
-
-impl Scripts {
-    pub(crate) fn new() -> Self {
-        Scripts {
-            open: Script::from_lua(BRANCH_OPEN_SCRIPT),
-            register: Script::from_lua(BRANCH_REGISTER_SCRIPT),
-            release: Script::from_lua(BRANCH_RELEASE_SCRIPT),
-            seal: Script::from_lua(BRANCH_SEAL_SCRIPT),
-            pending: Script::from_lua(BRANCH_PENDING_SCRIPT),
-        }
-    }
-
-    /// Every script, to preload.
-    pub(crate) fn all(&self) -> [&Script; 5] {
-        [
-            &self.open,
-            &self.register,
-            &self.release,
-            &self.seal,
-            &self.pending,
-        ]
-    }
+scripts! {
+    open: BRANCH_OPEN_SCRIPT,
+    register: BRANCH_REGISTER_SCRIPT,
+    release: BRANCH_RELEASE_SCRIPT,
+    seal: BRANCH_SEAL_SCRIPT,
+    pending: BRANCH_PENDING_SCRIPT,
 }

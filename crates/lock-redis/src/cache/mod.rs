@@ -72,7 +72,7 @@ impl RedisCaches {
     pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
         let scripts = scripts::Scripts::new();
-        crate::core::scripts::preload(&core, &scripts.all(), CAPABILITY).await;
+        crate::core::scripts::preload(&core, &scripts.preloaded(), CAPABILITY).await;
         let caches = RedisCaches {
             core,
             scripts,

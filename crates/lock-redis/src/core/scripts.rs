@@ -43,3 +43,47 @@ pub(crate) async fn preload(core: &RedisCore, scripts: &[&Script], capability: &
         }
     }
 }
+
+/// The Lua source of a script: an optional `#!lua flags=…` line (which must come first), then
+/// the named files of the calling module's `scripts/` folder, without `.lua`, in order.
+macro_rules! lua {
+    (flags = $flags:literal; $($file:literal),+ $(,)?) => {
+        concat!("#!lua flags=", $flags, "\n", $crate::core::scripts::lua!($($file),+))
+    };
+    ($($file:literal),+ $(,)?) => {
+        concat!($(include_str!(concat!("scripts/", $file, ".lua"))),+)
+    };
+}
+pub(crate) use lua;
+
+/// Declares a capability's `Scripts`, one field a script, each hashed once from its Lua source;
+/// the fields after `;` are operators' scripts, loaded on first use rather than preloaded.
+macro_rules! scripts {
+    (
+        $($(#[$doc:meta])* $field:ident: $source:expr),+ $(,)?
+        $(; $($(#[$lazy_doc:meta])* $lazy:ident: $lazy_source:expr),+ $(,)?)?
+    ) => {
+        /// The scripts, hashed once. `EVALSHA` with a reload on `NOSCRIPT` (after a
+        /// `SCRIPT FLUSH` or a failover to a server that never saw them).
+        #[derive(Debug)]
+        pub(crate) struct Scripts {
+            $($(#[$doc])* pub(crate) $field: fred::types::scripts::Script,)+
+            $($($(#[$lazy_doc])* pub(crate) $lazy: fred::types::scripts::Script,)+)?
+        }
+
+        impl Scripts {
+            pub(crate) fn new() -> Self {
+                Scripts {
+                    $($field: fred::types::scripts::Script::from_lua($source),)+
+                    $($($lazy: fred::types::scripts::Script::from_lua($lazy_source),)+)?
+                }
+            }
+
+            /// The scripts loaded when the capability is built: all but the operators'.
+            pub(crate) fn preloaded(&self) -> Vec<&fred::types::scripts::Script> {
+                vec![$(&self.$field),+]
+            }
+        }
+    };
+}
+pub(crate) use scripts;

@@ -69,7 +69,7 @@ impl RedisIdempotencyStore {
     pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
         let scripts = Scripts::new();
-        crate::core::scripts::preload(&core, &scripts.all(), "idempotency").await;
+        crate::core::scripts::preload(&core, &scripts.preloaded(), "idempotency").await;
         RedisIdempotencyStore { core, scripts }
     }
 

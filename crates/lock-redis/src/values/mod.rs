@@ -67,7 +67,7 @@ impl RedisValues {
     pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
         let scripts = scripts::Scripts::new();
-        crate::core::scripts::preload(&core, &scripts.all(), CAPABILITY).await;
+        crate::core::scripts::preload(&core, &scripts.preloaded(), CAPABILITY).await;
         RedisValues { core, scripts }
     }
 

@@ -388,3 +388,30 @@ pub async fn run_fair_child_waiter(var: &str, key: &str, place: Duration) {
     let handle = lock_core::lock::DistributedLock::acquire_with(&lock, key, options).await;
     panic!("the child waiter was meant to be killed while waiting: {handle:?}");
 }
+
+/// Starts the ignored test `body` of `module` (the caller's `module_path!()`) as a child
+/// process, with the URL of `redis` in the environment variable `var` and its stdout piped.
+pub fn spawn_child(
+    module: &str,
+    body: &str,
+    var: &str,
+    redis: &RedisServer,
+) -> std::process::Child {
+    lock_testkit::test_child(module, body)
+        .env(var, redis.url())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start a child")
+}
+
+/// Waits for `child` and returns the line it printed after `marker`.
+pub async fn result_line(child: std::process::Child, marker: &str) -> String {
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.split_once(marker).map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| panic!("a child printed no result: {stdout}"))
+}

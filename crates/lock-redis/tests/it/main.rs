@@ -15,4 +15,5 @@ mod core;
 mod idempotency;
 mod lock;
 mod rate_limit;
+mod suites;
 mod values;

@@ -13,3 +13,16 @@ pub(crate) fn log_to_stderr() {
         )
         .init();
 }
+
+/// The starter from the environment; a bad configuration is printed to stderr, with exit code
+/// 78.
+#[allow(dead_code, reason = "not every command-line example starts this way")]
+pub(crate) async fn start() -> Result<lock_starter::LockStarter, std::process::ExitCode> {
+    lock_starter::LockStarter::builder()
+        .build()
+        .await
+        .map_err(|error| {
+            eprintln!("{error}");
+            std::process::ExitCode::from(78)
+        })
+}

@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-use super::{Event, Timeline, next_event, now_us, pod_command, sibling_binary, spawn};
+use super::{Checks, Event, Timeline, next_event, now_us, pod_command, sibling_binary, spawn};
 
 const CACHE: &str = "products";
 const SKU: &str = "sku-42";
@@ -115,8 +115,7 @@ pub(super) async fn run(address: &str) -> Result<bool, String> {
         .map_err(|_| "a pod hangs: no event for 90 s".to_owned())?
     {
         if event.event != "exited" {
-            timeline.show(&event);
-            timeline.events.push(event);
+            timeline.record(event);
         }
     }
     let mut exits = Vec::new();
@@ -199,27 +198,21 @@ fn keep(timeline: &mut Timeline, event: Event) -> Result<(), String> {
     if event.event == "exited" {
         return Err(format!("{} exited", event.pod));
     }
-    timeline.show(&event);
-    timeline.events.push(event);
+    timeline.record(event);
     Ok(())
 }
 
 /// Checks the scene's timeline; prints one line per check.
 fn check(timeline: &Timeline, exits: &[String]) -> bool {
     let events = &timeline.events;
-    let mut ok = true;
-    let mut report = |passed: bool, text: String| {
-        println!("  [{}] {text}", if passed { "ok" } else { "FAILED" });
-        ok &= passed;
-    };
     println!();
-    println!("Checks:");
+    let mut checks = Checks::new();
     let calls: Vec<&str> = events
         .iter()
         .filter(|e| e.event == "catalog_call")
         .map(|e| e.pod.as_str())
         .collect();
-    report(
+    checks.report(
         calls == [WRITER],
         format!(
             "the catalog was asked once across both pods, by {WRITER} (asked by: {})",
@@ -228,7 +221,7 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
     );
     let done = events.iter().find(|e| e.pod == READER && e.event == "done");
     let count = |name: &str| done.and_then(|e| e.fields[name].as_u64()).unwrap_or(0);
-    report(
+    checks.report(
         done.is_some() && count("loaded") == 0 && !calls.contains(&READER),
         format!(
             "{READER} never loaded: its {} reads were {} from Redis and {} from memory",
@@ -237,7 +230,7 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
             count("near")
         ),
     );
-    report(
+    checks.report(
         count("near") > 0,
         format!(
             "{READER} served from its own memory ({} reads without a round trip)",
@@ -269,7 +262,7 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
                 )
             };
             let in_time = seen.t_us <= put.t_us + SEEN_BOUND.as_micros() as u64;
-            report(
+            checks.report(
                 in_time,
                 format!(
                     "{READER} saw the new price {when} (bound {} s; it reads every {READ_EVERY})",
@@ -279,7 +272,7 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
             let evicted = at > 0
                 && reads[at - 1].fields["served_from"] == "near"
                 && seen.fields["served_from"] == "shared";
-            report(
+            checks.report(
                 evicted,
                 format!(
                     "the push evicted {READER}'s copy, not its TTL ({CACHE_TTL}): its last old read came from memory, its first new one from Redis"
@@ -290,7 +283,7 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
                 .filter(|e| e.fields["price_cents"] == OLD_PRICE)
                 .count();
             let watched = done.is_some_and(|e| e.t_us >= watch_until);
-            report(
+            checks.report(
                 old_after == 0 && watched,
                 format!(
                     "{READER} never read the old price again, reading until {} s after the put ({old_after} old reads)",
@@ -298,8 +291,8 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
                 ),
             );
         }
-        (None, _) => report(false, format!("{WRITER} changed the price")),
-        (Some(_), None) => report(
+        (None, _) => checks.report(false, format!("{WRITER} changed the price")),
+        (Some(_), None) => checks.report(
             false,
             format!(
                 "{READER} saw the new price (not in the {} s it kept reading)",
@@ -313,7 +306,7 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
         .map(|e| format!("{} {}", e.pod, e.event))
         .chain(exits.iter().cloned())
         .collect();
-    report(
+    checks.report(
         failed.is_empty(),
         if failed.is_empty() {
             "both pods ran and exited cleanly".to_owned()
@@ -321,5 +314,5 @@ fn check(timeline: &Timeline, exits: &[String]) -> bool {
             format!("both pods ran and exited cleanly: {}", failed.join("; "))
         },
     );
-    ok
+    checks.passed()
 }

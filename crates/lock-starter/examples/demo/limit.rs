@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{Event, Timeline, next_event, now_us, pod_command, sibling_binary, spawn};
+use super::{Checks, Event, Timeline, next_event, now_us, pod_command, sibling_binary, spawn};
 
 const REPLICAS: u32 = 3;
 const RATE: &str = "20/1s";
@@ -66,14 +66,9 @@ pub(super) async fn run(address: &str) -> Result<bool, String> {
 
 /// Checks the replicas' counts against the bound; prints one line per check.
 fn check(done: &[Event], failed: usize) -> bool {
-    let mut ok = true;
-    let mut report = |passed: bool, text: String| {
-        println!("  [{}] {text}", if passed { "ok" } else { "FAILED" });
-        ok &= passed;
-    };
     println!();
-    println!("Checks:");
-    report(
+    let mut checks = Checks::new();
+    checks.report(
         failed == 0 && done.len() == REPLICAS as usize,
         format!("every replica ran ({} done, {failed} failed)", done.len()),
     );
@@ -94,7 +89,7 @@ fn check(done: &[Event], failed: usize) -> bool {
         .iter()
         .map(|e| format!("{} {}", e.pod, field(e, "admitted")))
         .collect();
-    report(
+    checks.report(
         admitted <= bound,
         format!(
             "{admitted} admitted of {} offered in {seconds:.2}s ({}): within the bound of burst + rate × time = {bound:.0}",
@@ -102,12 +97,12 @@ fn check(done: &[Event], failed: usize) -> bool {
             spread.join(", ")
         ),
     );
-    report(
+    checks.report(
         admitted >= per_second * seconds * 0.5,
         format!(
             "the limit admitted at its rate, not less (at least half of {:.0})",
             per_second * seconds
         ),
     );
-    ok
+    checks.passed()
 }

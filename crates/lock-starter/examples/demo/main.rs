@@ -115,19 +115,14 @@ async fn run(args: &Args) -> Result<bool, String> {
     println!();
     println!("Round 1: three pods are triggered at once (wait-time {FIRST_WAIT})");
     let mut pods: BTreeMap<String, Child> = BTreeMap::new();
-    let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
-    for n in 1..=3 {
-        let name = format!("pod-{n}");
-        let run = PodRun {
-            name: &name,
-            period: PERIOD,
-            batch_time: BATCH_TIME,
-            wait_time: FIRST_WAIT,
-            start_at_unix_ms: start_at,
-        };
-        let child = spawn_pod(&pod_binary, &run, &address, ledger.path(), &tx)?;
-        pods.insert(name, child);
-    }
+    pods.extend(spawn_round(
+        1..=3,
+        FIRST_WAIT,
+        &pod_binary,
+        &address,
+        ledger.path(),
+        &tx,
+    )?);
 
     // Let the winner write a few batches, then crash it.
     let mut exited = 0;
@@ -153,37 +148,21 @@ async fn run(args: &Args) -> Result<bool, String> {
         }
     };
     let mut victim = pods.remove(&winner).expect("the winner is one of the pods");
-    victim
-        .start_kill()
-        .map_err(|e| format!("SIGKILL {winner}: {e}"))?;
-    let _ = victim.wait().await;
-    let killed = Event {
-        t_us: now_us(),
-        pod: winner.clone(),
-        event: "killed".into(),
-        fields: Value::Null,
-    };
-    timeline.show(&killed);
-    timeline.events.push(killed);
+    timeline.kill(&winner, &mut victim).await?;
 
     println!();
     println!("Round 2: two pods are triggered again (a scheduler retry; wait-time {SECOND_WAIT})");
     println!(
         "  {winner}'s lease is still in Redis but no longer renewed: it lapses within {WATCHDOG_TIMEOUT}"
     );
-    let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
-    for n in 4..=5 {
-        let name = format!("pod-{n}");
-        let run = PodRun {
-            name: &name,
-            period: PERIOD,
-            batch_time: BATCH_TIME,
-            wait_time: SECOND_WAIT,
-            start_at_unix_ms: start_at,
-        };
-        let child = spawn_pod(&pod_binary, &run, &address, ledger.path(), &tx)?;
-        pods.insert(name, child);
-    }
+    pods.extend(spawn_round(
+        4..=5,
+        SECOND_WAIT,
+        &pod_binary,
+        &address,
+        ledger.path(),
+        &tx,
+    )?);
     drop(tx);
     while let Some(event) = tokio::time::timeout(DEADLINE, rx.recv())
         .await
@@ -192,8 +171,7 @@ async fn run(args: &Args) -> Result<bool, String> {
         if event.event == "exited" {
             continue;
         }
-        timeline.show(&event);
-        timeline.events.push(event);
+        timeline.record(event);
     }
     for (name, mut child) in pods {
         let status = child.wait().await.map_err(|e| format!("{name}: {e}"))?;
@@ -368,6 +346,33 @@ fn sibling_binary(name: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// Pods `numbers` of the bill run, waiting `wait_time` for the lock, all triggered at once when
+/// [`START_DELAY`] has passed.
+fn spawn_round(
+    numbers: std::ops::RangeInclusive<u32>,
+    wait_time: &str,
+    binary: &Path,
+    address: &str,
+    ledger: &Path,
+    events: &mpsc::UnboundedSender<Event>,
+) -> Result<Vec<(String, Child)>, String> {
+    let start_at = now_us() / 1000 + START_DELAY.as_millis() as u64;
+    numbers
+        .map(|n| {
+            let name = format!("pod-{n}");
+            let run = PodRun {
+                name: &name,
+                period: PERIOD,
+                batch_time: BATCH_TIME,
+                wait_time,
+                start_at_unix_ms: start_at,
+            };
+            let child = spawn_pod(binary, &run, address, ledger, events)?;
+            Ok((name, child))
+        })
+        .collect()
+}
+
 fn spawn_pod(
     binary: &Path,
     run: &PodRun<'_>,
@@ -479,6 +484,51 @@ impl Timeline {
     fn show(&self, event: &Event) {
         let at = event.t_us.saturating_sub(self.start_us) as f64 / 1e6;
         println!("  {at:>7.3}s  {:<6}  {}", event.pod, describe(event));
+    }
+
+    /// Shows `event` and keeps it.
+    fn record(&mut self, event: Event) {
+        self.show(&event);
+        self.events.push(event);
+    }
+
+    /// Kills the pod `name` with SIGKILL, waits for it to exit, and records its death.
+    async fn kill(&mut self, name: &str, child: &mut Child) -> Result<(), String> {
+        child
+            .start_kill()
+            .map_err(|e| format!("SIGKILL {name}: {e}"))?;
+        let _ = child.wait().await;
+        self.record(Event {
+            t_us: now_us(),
+            pod: name.to_owned(),
+            event: "killed".into(),
+            fields: Value::Null,
+        });
+        Ok(())
+    }
+}
+
+/// A scene's checks, one printed line each.
+struct Checks {
+    ok: bool,
+}
+
+impl Checks {
+    /// Starts the list under its heading.
+    fn new() -> Self {
+        println!("Checks:");
+        Checks { ok: true }
+    }
+
+    /// Prints one check.
+    fn report(&mut self, passed: bool, text: String) {
+        println!("  [{}] {text}", if passed { "ok" } else { "FAILED" });
+        self.ok &= passed;
+    }
+
+    /// Whether every check passed.
+    fn passed(self) -> bool {
+        self.ok
     }
 }
 
@@ -602,19 +652,14 @@ fn price(cents: &Value) -> String {
 /// Checks the timeline; prints one line per check and returns whether all passed.
 fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
     let events = &timeline.events;
-    let mut ok = true;
-    let mut report = |passed: bool, text: String| {
-        println!("  [{}] {text}", if passed { "ok" } else { "FAILED" });
-        ok &= passed;
-    };
-    println!("Checks:");
+    let mut checks = Checks::new();
 
     let round_one = ["pod-1", "pod-2", "pod-3"];
     let acquired_first: Vec<&Event> = events
         .iter()
         .filter(|e| e.event == "acquired" && round_one.contains(&e.pod.as_str()))
         .collect();
-    report(
+    checks.report(
         acquired_first.len() == 1,
         format!(
             "exactly one of the three racing pods ran the bill run ({})",
@@ -635,7 +680,7 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
         .iter()
         .filter(|e| e.event == "not_acquired" && round_one.contains(&e.pod.as_str()))
         .count();
-    report(
+    checks.report(
         losers == 2 && losers_named_holder,
         format!("the other two failed closed naming {winner} as the holder ({losers} did)"),
     );
@@ -661,7 +706,7 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
         .filter(|w| w[1].0 < w[0].1)
         .map(|w| format!("{} and {}", w[0].2, w[1].2))
         .collect();
-    report(
+    checks.report(
         overlaps.is_empty(),
         if overlaps.is_empty() {
             format!(
@@ -680,7 +725,7 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
     match (killed_at, takeover) {
         (Some(killed), Some(next)) => {
             let lapse = Duration::from_micros(next.t_us - killed);
-            report(
+            checks.report(
                 lapse <= TAKEOVER_BOUND,
                 format!(
                     "{} took over {:.2}s after {winner} crashed (bound: watchdog-timeout {WATCHDOG_TIMEOUT} + 2 s slack)",
@@ -689,7 +734,7 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
                 ),
             )
         }
-        _ => report(false, "no pod took the run over after the crash".into()),
+        _ => checks.report(false, "no pod took the run over after the crash".into()),
     }
 
     let tokens: Vec<u64> = events
@@ -697,7 +742,7 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
         .filter(|e| e.event == "acquired")
         .filter_map(|e| e.fields["fencing_token"].as_u64())
         .collect();
-    report(
+    checks.report(
         tokens.windows(2).all(|w| w[0] < w[1]),
         format!(
             "fencing tokens increased with every grant ({} grants; they count up from the Redis clock in µs)",
@@ -709,13 +754,13 @@ fn check(timeline: &Timeline, winner: &str, ledger: &Path) -> bool {
         .filter(|b| !ledger.join(format!("batch-{b:03}")).exists())
         .collect();
     let completed = ledger.join("completed").exists();
-    report(
+    checks.report(
         missing.is_empty() && completed,
         format!(
             "the ledger has all {BATCHES} batches and the completed marker (missing: {missing:?})"
         ),
     );
-    ok
+    checks.passed()
 }
 
 fn now_us() -> u64 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{Event, Timeline, next_event, now_us, pod_command, sibling_binary, spawn};
+use super::{Checks, Event, Timeline, next_event, now_us, pod_command, sibling_binary, spawn};
 
 const REPLICAS: u32 = 4;
 const STEPS: u32 = 5;
@@ -57,25 +57,13 @@ pub(super) async fn run(address: &str) -> Result<bool, String> {
         .iter_mut()
         .find(|(name, _)| *name == loader)
         .expect("the loader is a replica");
-    child
-        .start_kill()
-        .map_err(|e| format!("SIGKILL {loader}: {e}"))?;
-    let _ = child.wait().await;
-    let killed = Event {
-        t_us: now_us(),
-        pod: loader.clone(),
-        event: "killed".into(),
-        fields: serde_json::Value::Null,
-    };
-    timeline.show(&killed);
-    timeline.events.push(killed);
+    timeline.kill(&loader, child).await?;
     while let Some(event) = tokio::time::timeout(super::DEADLINE, rx.recv())
         .await
         .map_err(|_| "a replica hangs: no event for 90 s".to_owned())?
     {
         if event.event != "exited" {
-            timeline.show(&event);
-            timeline.events.push(event);
+            timeline.record(event);
         }
     }
     for (_, mut child) in replicas {
@@ -87,20 +75,15 @@ pub(super) async fn run(address: &str) -> Result<bool, String> {
 /// Checks the scene's timeline; prints one line per check.
 fn check(timeline: &Timeline, loader: &str) -> bool {
     let events = &timeline.events;
-    let mut ok = true;
-    let mut report = |passed: bool, text: String| {
-        println!("  [{}] {text}", if passed { "ok" } else { "FAILED" });
-        ok &= passed;
-    };
     println!();
-    println!("Checks:");
+    let mut checks = Checks::new();
     let killed_at = events
         .iter()
         .find(|e| e.event == "killed")
         .map_or(0, |e| e.t_us);
     let loading: Vec<&Event> = events.iter().filter(|e| e.event == "loading").collect();
     let before = loading.iter().filter(|e| e.t_us < killed_at).count();
-    report(
+    checks.report(
         before == 1,
         format!("one replica loaded the catalog, the others waited ({before} loading)"),
     );
@@ -108,7 +91,7 @@ fn check(timeline: &Timeline, loader: &str) -> bool {
     match takeover[..] {
         [next] => {
             let lapse = Duration::from_micros(next.t_us - killed_at);
-            report(
+            checks.report(
                 lapse <= TAKEOVER_BOUND,
                 format!(
                     "{} took the load over {:.2}s after {loader} was killed (bound: twice the guard TTL + 2 s)",
@@ -122,7 +105,7 @@ fn check(timeline: &Timeline, loader: &str) -> bool {
                 .iter()
                 .all(|e| e.fields["loaded_by"].as_str() == Some(new_loader));
             let loaded = events.iter().filter(|e| e.event == "loaded").count();
-            report(
+            checks.report(
                 loaded == 1 && joined.len() == REPLICAS as usize - 2 && all_joined,
                 format!(
                     "the other {} replicas got {new_loader}'s catalog without loading it ({} joined, {loaded} loaded)",
@@ -131,7 +114,7 @@ fn check(timeline: &Timeline, loader: &str) -> bool {
                 ),
             );
         }
-        _ => report(
+        _ => checks.report(
             false,
             format!(
                 "exactly one replica took the load over ({})",
@@ -148,9 +131,9 @@ fn check(timeline: &Timeline, loader: &str) -> bool {
             )
         })
         .collect();
-    report(
+    checks.report(
         failed.is_empty(),
         format!("no replica failed or gave up ({})", failed.len()),
     );
-    ok
+    checks.passed()
 }

@@ -1,4 +1,4 @@
-//! Wiring of the cache: the store by the defaults-then-overrides rule.
+//! Wiring of the cache: how its store is built when the builder was given none.
 
 use std::sync::Arc;
 
@@ -6,31 +6,22 @@ use lock_core::cache::{CacheStore, DisabledCaches, InMemoryCaches};
 use lock_redis::RedisClient;
 use lock_redis::cache::RedisCaches;
 
-/// Where the caches of a started service live.
-pub(crate) enum Store<'a> {
-    /// `enabled = false`: nothing cached; the detail says where it was switched off.
-    Disabled(&'a str),
-    /// The builder's override.
-    Custom(Arc<dyn CacheStore>),
-    /// On the Redis client's connections.
-    Redis(&'a RedisClient),
-    /// A custom lock and no store: in this process only.
-    InProcess,
-}
+use crate::wiring::{Building, Wired};
 
-pub(crate) async fn build(store: Store<'_>) -> Arc<dyn CacheStore> {
-    match store {
-        Store::Disabled(detail) => {
-            tracing::warn!(%detail, "caching is switched off: every get_or_load runs its loader");
-            Arc::new(DisabledCaches)
-        }
-        Store::Custom(store) => store,
-        Store::Redis(client) => Arc::new(RedisCaches::new(client).await),
-        Store::InProcess => {
-            tracing::info!(
-                "a custom lock and no cache store were given: caches are kept in this process only (LockStarterBuilder::cache_store sets one)"
-            );
-            Arc::new(InMemoryCaches::new())
-        }
+impl Wired for dyn CacheStore {
+    const NAME: &'static str = "cache";
+    const KEPT: &'static str = "caches";
+
+    fn disabled(detail: &str) -> Arc<Self> {
+        tracing::warn!(%detail, "caching is switched off: every get_or_load runs its loader");
+        Arc::new(DisabledCaches)
+    }
+
+    fn on_redis(client: &RedisClient) -> Building<'_, Self> {
+        Box::pin(async move { Arc::new(RedisCaches::new(client).await) as Arc<Self> })
+    }
+
+    fn in_process() -> Arc<Self> {
+        Arc::new(InMemoryCaches::new())
     }
 }

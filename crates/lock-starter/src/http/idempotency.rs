@@ -179,23 +179,7 @@ impl IdempotencyLayer {
     }
 }
 
-impl<S> tower::Layer<S> for IdempotencyLayer {
-    type Service = IdempotencyService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-/// The service [`IdempotencyLayer`] wraps a handler in.
-#[derive(Debug, Clone)]
-pub struct IdempotencyService<S> {
-    inner: S,
-    layer: IdempotencyLayer,
-}
+super::layer_service!(IdempotencyLayer, IdempotencyService);
 
 impl<S> tower::Service<Request<Body>> for IdempotencyService<S>
 where
@@ -215,8 +199,7 @@ where
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         // The clone that was polled ready serves this request.
-        let ready = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, ready);
+        let inner = self.take_ready();
         let layer = self.layer.clone();
         Box::pin(async move { Ok(layer.handle(request, inner).await) })
     }

@@ -116,23 +116,7 @@ impl LockLayer {
     }
 }
 
-impl<S> tower::Layer<S> for LockLayer {
-    type Service = LockService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        LockService {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-/// The service [`LockLayer`] wraps a handler in.
-#[derive(Debug, Clone)]
-pub struct LockService<S> {
-    inner: S,
-    layer: LockLayer,
-}
+super::layer_service!(LockLayer, LockService);
 
 impl<S> tower::Service<Request<Body>> for LockService<S>
 where
@@ -155,8 +139,7 @@ where
             return Box::pin(async move { response.await.map(IntoResponse::into_response) });
         };
         // The clone that was polled ready serves this request, once the lock is granted.
-        let ready = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, ready);
+        let mut inner = self.take_ready();
         let (lock, options) = (Arc::clone(&self.layer.lock), self.layer.options);
         Box::pin(async move {
             let handled = lock

@@ -51,6 +51,40 @@
 //!
 //! The body fields and the `Retry-After` rule are listed in `docs/observability.md`.
 
+/// Declares the service `$service` the layer `$layer` wraps a handler in, with the layer's
+/// `tower::Layer` impl.
+macro_rules! layer_service {
+    ($layer:ident, $service:ident) => {
+        impl<S> tower::Layer<S> for $layer {
+            type Service = $service<S>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service {
+                    inner,
+                    layer: self.clone(),
+                }
+            }
+        }
+
+        #[doc = concat!("The service [`", stringify!($layer), "`] wraps a handler in.")]
+        #[derive(Debug, Clone)]
+        pub struct $service<S> {
+            inner: S,
+            layer: $layer,
+        }
+
+        impl<S: Clone> $service<S> {
+            /// The inner service that was polled ready, to serve this request; a clone of it
+            /// takes its place.
+            fn take_ready(&mut self) -> S {
+                let ready = self.inner.clone();
+                std::mem::replace(&mut self.inner, ready)
+            }
+        }
+    };
+}
+use layer_service;
+
 mod idempotency;
 mod idempotency_key;
 mod lock;

@@ -1,5 +1,5 @@
-//! Wiring of idempotent execution: the store by the defaults-then-overrides rule, with the
-//! `telco.platform.lock.idempotency.*` settings.
+//! Wiring of idempotent execution: how its store is built when the builder was given none,
+//! and the `telco.platform.lock.idempotency.*` settings.
 
 use std::sync::Arc;
 
@@ -10,32 +10,31 @@ use lock_redis::RedisClient;
 use lock_redis::idempotency::RedisIdempotencyStore;
 
 use crate::config::LockSettings;
+use crate::wiring::{Building, Store, Wired};
 
-/// Where the records of a started service live.
-pub(crate) enum Store<'a> {
-    /// `enabled = false`: the action runs every time; the detail says where it was switched off.
-    Disabled(&'a str),
-    /// The builder's override.
-    Custom(Arc<dyn IdempotencyStore>),
-    /// On the Redis client's connections.
-    Redis(&'a RedisClient),
-    /// A custom lock and no store: in this process only.
-    InProcess,
+impl Wired for dyn IdempotencyStore {
+    const NAME: &'static str = "idempotency";
+    const KEPT: &'static str = "idempotency records";
+
+    /// The action runs every time.
+    fn disabled(detail: &str) -> Arc<Self> {
+        Arc::new(DisabledIdempotencyStore::new(detail))
+    }
+
+    fn on_redis(client: &RedisClient) -> Building<'_, Self> {
+        Box::pin(async move { Arc::new(RedisIdempotencyStore::new(client).await) as Arc<Self> })
+    }
+
+    fn in_process() -> Arc<Self> {
+        Arc::new(InMemoryIdempotencyStore::new())
+    }
 }
 
-pub(crate) async fn build(settings: &LockSettings, store: Store<'_>) -> Idempotency {
-    let store: Arc<dyn IdempotencyStore> = match store {
-        Store::Disabled(detail) => Arc::new(DisabledIdempotencyStore::new(detail)),
-        Store::Custom(store) => store,
-        Store::Redis(client) => Arc::new(RedisIdempotencyStore::new(client).await),
-        Store::InProcess => {
-            tracing::info!(
-                "a custom lock and no idempotency store were given: idempotency records are kept in this process only (LockStarterBuilder::idempotency_store sets one)"
-            );
-            Arc::new(InMemoryIdempotencyStore::new())
-        }
-    };
+pub(crate) async fn build(
+    settings: &LockSettings,
+    store: Store<'_, dyn IdempotencyStore>,
+) -> Idempotency {
     // The key table checks the same ranges, from the same lock-core constants.
-    Idempotency::new(store, settings.idempotency_settings())
+    Idempotency::new(store.build().await, settings.idempotency_settings())
         .expect("the idempotency settings were checked at load")
 }

@@ -1,4 +1,5 @@
-//! What the test modules share: a request sent to a router, and its answer read.
+//! What the test modules share: a request sent to a router, its answer read, and a starter
+//! built from TOML text.
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -26,6 +27,14 @@ pub(crate) async fn text(response: Response) -> String {
 /// The body of `response` as JSON.
 pub(crate) async fn json(response: Response) -> serde_json::Value {
     serde_json::from_slice(&bytes(response).await).unwrap()
+}
+
+/// The TOML text of a starter on `redis`, with every other setting at its default.
+pub(crate) fn on_redis(redis: &lock_testkit::RedisServer) -> String {
+    format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n",
+        redis.url()
+    )
 }
 
 /// A starter built from the TOML text `config` alone.

@@ -441,15 +441,7 @@ async fn health_is_up_with_a_running_redis_down_with_a_stopped_one_and_disabled_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
     let redis = RedisServer::start().await.unwrap();
-    let config = format!(
-        "[telco.platform.lock.redis]\naddress = \"{}\"\n",
-        redis.url()
-    );
-    let starter = LockStarter::builder()
-        .figment(Figment::from(Toml::string(&config)))
-        .build()
-        .await
-        .unwrap();
+    let starter = common::starter(&common::on_redis(&redis)).await;
     let lock = starter.lock().unwrap();
     let app = http_service::router(http_service::App {
         starter,

@@ -87,15 +87,8 @@ async fn ping(conn: &mut TcpStream) {
 
 /// Clients connected to `redis`, not counting the `INFO` call's own connection.
 async fn redis_clients(redis: &RedisServer) -> usize {
-    let info = redis.cmd(&["INFO", "clients"]).await.unwrap();
-    let connected: usize = info
-        .lines()
-        .find_map(|line| line.strip_prefix("connected_clients:"))
-        .expect("INFO clients has connected_clients")
-        .trim()
-        .parse()
-        .unwrap();
-    connected - 1
+    let connected = redis.connected_clients().await.unwrap();
+    usize::try_from(connected).unwrap() - 1
 }
 
 /// Waits until `check` holds; panics naming `what` after [`GENEROUS`].

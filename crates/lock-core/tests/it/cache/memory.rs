@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use lock_core::BoxError;
 use lock_core::cache::conformance::CacheFactory;
-use lock_core::cache::{Cache, CacheOptions, CacheStore, DisabledCaches, InMemoryCaches};
+use lock_core::cache::{
+    Cache, CacheError, CacheOptions, CacheStore, DisabledCaches, InMemoryCaches,
+};
+use tokio::task::JoinHandle;
 
 /// Clients of one in-process store.
 #[derive(Default)]
@@ -29,9 +32,11 @@ fn cache(store: Arc<dyn CacheStore>) -> Cache<String> {
     Cache::new(store, "products", CacheOptions::new()).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_loader_panics_its_caller_and_fails_the_waiters() {
-    let products = cache(Arc::new(InMemoryCaches::new()));
+/// A get-or-load of `sku-1` whose loader runs `load`, once that loader has started.
+async fn leader(
+    products: &Cache<String>,
+    load: impl Future<Output = Result<String, BoxError>> + Send + 'static,
+) -> JoinHandle<Result<String, CacheError>> {
     let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
     let leader = tokio::spawn({
         let products = products.clone();
@@ -39,15 +44,25 @@ async fn a_panicking_loader_panics_its_caller_and_fails_the_waiters() {
             products
                 .get_or_load("sku-1", || async move {
                     started.send(()).unwrap();
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    panic!("catalog parser bug");
-                    #[allow(unreachable_code)]
-                    Ok::<String, BoxError>(String::new())
+                    load.await
                 })
                 .await
         }
     });
     started_rx.recv().await.unwrap();
+    leader
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_loader_panics_its_caller_and_fails_the_waiters() {
+    let products = cache(Arc::new(InMemoryCaches::new()));
+    let leader = leader(&products, async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        panic!("catalog parser bug");
+        #[allow(unreachable_code)]
+        Ok(String::new())
+    })
+    .await;
     let runs = Arc::new(AtomicU64::new(0));
     let waiters: Vec<_> = (0..10)
         .map(|_| {
@@ -87,19 +102,7 @@ async fn a_panicking_loader_panics_its_caller_and_fails_the_waiters() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_loader_hands_the_load_to_a_waiter() {
     let products = cache(Arc::new(InMemoryCaches::new()));
-    let (started, mut started_rx) = tokio::sync::mpsc::unbounded_channel();
-    let leader = tokio::spawn({
-        let products = products.clone();
-        async move {
-            products
-                .get_or_load("sku-1", || async move {
-                    started.send(()).unwrap();
-                    std::future::pending::<Result<String, BoxError>>().await
-                })
-                .await
-        }
-    });
-    started_rx.recv().await.unwrap();
+    let leader = leader(&products, std::future::pending()).await;
     let waiter = tokio::spawn({
         let products = products.clone();
         async move {
@@ -118,18 +121,7 @@ async fn a_cancelled_loader_hands_the_load_to_a_waiter() {
 #[tokio::test]
 async fn switched_off_caching_runs_every_loader_and_keeps_nothing() {
     let products = cache(Arc::new(DisabledCaches));
-    let runs = Arc::new(AtomicU64::new(0));
-    for _ in 0..3 {
-        let runs = Arc::clone(&runs);
-        let value = products
-            .get_or_load("sku-1", || async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, BoxError>("loaded".to_owned())
-            })
-            .await;
-        assert_eq!(value.unwrap(), "loaded");
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 3);
+    assert_eq!(super::load_in_turn(&products, 3).await, 3);
     products.put("sku-1", &"put".to_owned()).await.unwrap();
     assert_eq!(products.get("sku-1").await.unwrap(), None);
     assert!(!products.invalidate("sku-1").await.unwrap());

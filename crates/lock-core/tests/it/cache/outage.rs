@@ -104,18 +104,11 @@ async fn a_failing_store_is_a_miss_and_loads_are_returned_uncached() {
         None,
         "a failed read is a miss"
     );
-    let runs = Arc::new(AtomicU64::new(0));
-    for _ in 0..2 {
-        let runs = Arc::clone(&runs);
-        let value = products
-            .get_or_load("sku-1", || async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, BoxError>("loaded".to_owned())
-            })
-            .await;
-        assert_eq!(value.unwrap(), "loaded");
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "loaded, not cached");
+    assert_eq!(
+        super::load_in_turn(&products, 2).await,
+        2,
+        "loaded, not cached"
+    );
     let uncached = lock_core::cache::telemetry::UNCACHED_TOTAL;
     let recorded = metrics.take();
     assert_eq!(

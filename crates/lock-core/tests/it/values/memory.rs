@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::BoxError;
-use lock_core::values::conformance::{ValuesFactory, run_all};
+use lock_core::values::conformance::{Hooked, Hooks, ValuesFactory, run_all};
 use lock_core::values::{
-    Condition, Delivery, Expiry, InMemoryValues, Observed, Pushed, SharedValues, ValueStore,
-    ValueWatch, ValuesError, Versioned, Waited, Written,
+    Condition, Expiry, InMemoryValues, Observed, SharedValues, ValueStore, ValueWatch, ValuesError,
+    Waited, Written,
 };
 
 /// Clients of one in-process store.
@@ -30,16 +30,23 @@ mod conformance_suite {
     lock_core::conformance_tests!(values, async { Memory::default() });
 }
 
-/// An in-memory store with faults: `deaf`, its watches never hear a write (waiters see only
+/// The faults of an in-memory store: `deaf`, its watches never hear a write (waiters see only
 /// their first read); `held_claims`, the third and later set-if-absent wait for `release`
 /// before they are sent.
 #[derive(Debug, Default)]
-struct Faulty {
-    inner: InMemoryValues,
+struct Faults {
     deaf: bool,
     held_claims: bool,
     claims: std::sync::atomic::AtomicUsize,
     release: tokio::sync::Notify,
+}
+
+/// An in-memory store with `faults`.
+fn faulty(faults: Faults) -> Arc<Hooked<Faults>> {
+    Arc::new(Hooked {
+        store: Arc::new(InMemoryValues::new()),
+        hooks: faults,
+    })
 }
 
 #[derive(Debug)]
@@ -53,88 +60,27 @@ impl ValueWatch for Silent {
 }
 
 #[async_trait]
-impl ValueStore for Faulty {
-    fn namespace(&self) -> &str {
-        "faulty"
-    }
-    async fn get(&self, key: &str) -> Result<Option<Versioned<Vec<u8>>>, ValuesError> {
-        self.inner.get(key).await
-    }
-    async fn set(
-        &self,
-        key: &str,
-        value: &[u8],
-        expiry: Expiry,
-        condition: Condition,
-    ) -> Result<Written, ValuesError> {
+impl Hooks for Faults {
+    async fn before_set(&self, condition: Condition) {
         let claim = condition == Condition::Absent;
         if claim && self.held_claims && self.claims.fetch_add(1, Ordering::SeqCst) > 1 {
             self.release.notified().await;
         }
-        self.inner.set(key, value, expiry, condition).await
     }
-    async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
-        self.inner.delete(key, condition).await
-    }
-    async fn watch(&self, key: &str) -> Result<Box<dyn ValueWatch>, ValuesError> {
+
+    async fn watch(
+        &self,
+        store: &dyn ValueStore,
+        key: &str,
+    ) -> Result<Box<dyn ValueWatch>, ValuesError> {
         if self.deaf {
             return Ok(Box::new(Silent));
         }
-        self.inner.watch(key).await
-    }
-    fn new_owner(&self) -> String {
-        self.inner.new_owner()
-    }
-    async fn map_put(
-        &self,
-        map: &str,
-        field: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), ValuesError> {
-        self.inner.map_put(map, field, value, ttl).await
-    }
-    async fn map_get(&self, map: &str, field: &str) -> Result<Option<Vec<u8>>, ValuesError> {
-        self.inner.map_get(map, field).await
-    }
-    async fn map_remove(&self, map: &str, field: &str) -> Result<bool, ValuesError> {
-        self.inner.map_remove(map, field).await
-    }
-    async fn map_entries(&self, map: &str) -> Result<Vec<(String, Vec<u8>)>, ValuesError> {
-        self.inner.map_entries(map).await
-    }
-    async fn map_clear(&self, map: &str) -> Result<bool, ValuesError> {
-        self.inner.map_clear(map).await
-    }
-    async fn queue_push(
-        &self,
-        queue: &str,
-        items: &[Vec<u8>],
-        max_len: u64,
-        ttl: Duration,
-    ) -> Result<Pushed, ValuesError> {
-        self.inner.queue_push(queue, items, max_len, ttl).await
-    }
-    async fn queue_take(
-        &self,
-        queue: &str,
-        consumer: &str,
-        max: usize,
-        visibility: Duration,
-    ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
-        self.inner
-            .queue_take(queue, consumer, max, visibility)
-            .await
-    }
-    async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
-        self.inner.queue_ack(queue, ids).await
-    }
-    async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {
-        self.inner.queue_len(queue).await
+        store.watch(key).await
     }
 }
 
-struct DeafFactory(Arc<Faulty>);
+struct DeafFactory(Arc<Hooked<Faults>>);
 
 #[async_trait]
 impl ValuesFactory for DeafFactory {
@@ -145,11 +91,11 @@ impl ValuesFactory for DeafFactory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_suite_fails_a_store_whose_watches_hear_nothing() {
-    let deaf = Faulty {
+    let deaf = faulty(Faults {
         deaf: true,
-        ..Faulty::default()
-    };
-    let failed = run_all(Arc::new(DeafFactory(Arc::new(deaf)))).await;
+        ..Faults::default()
+    });
+    let failed = run_all(Arc::new(DeafFactory(deaf))).await;
     for check in [
         "a_value_overwritten_at_once_is_still_seen",
         "a_cancelled_waiter_leaves_the_others_waiting",
@@ -201,9 +147,9 @@ async fn keep_on_a_value_without_a_ttl_keeps_none_and_an_expired_value_is_gone()
 #[tokio::test(start_paused = true)]
 async fn a_waiter_that_claims_just_after_the_runner_finished_joins_it() {
     use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
-    let store = Arc::new(Faulty {
+    let store = faulty(Faults {
         held_claims: true,
-        ..Faulty::default()
+        ..Faults::default()
     });
     let values = SharedValues::new(store.clone());
     let (finish, finished) = tokio::sync::oneshot::channel::<()>();
@@ -239,6 +185,6 @@ async fn a_waiter_that_claims_just_after_the_runner_finished_joins_it() {
     tokio::time::sleep(MIN_FLIGHT_TTL * 2).await;
     finish.send(()).unwrap();
     assert_eq!(runner.await.unwrap().unwrap(), Flight::Ran(42));
-    store.release.notify_one();
+    store.hooks.release.notify_one();
     assert_eq!(waiter.await.unwrap().unwrap(), Flight::Joined(42));
 }

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -15,13 +15,11 @@ use lock_core::BoxError;
 use lock_core::cache::{Cache, CacheOptions, NearCache};
 use lock_core::values::SharedValues;
 use lock_redis::values::RedisValues;
-use lock_testkit::{RedisServer, command_at, test_child};
+use lock_testkit::{RedisServer, command_at};
 use std::io::{BufRead, BufReader};
 use tokio::time::Instant;
 
 const URL: &str = "CACHE_CHILD_URL";
-/// Set for a child whose cache loads once for every pod.
-const ACROSS_PODS: &str = "CACHE_CHILD_ACROSS_PODS";
 const RESULT_LINE: &str = "CACHE_RESULT ";
 const PROCESSES: usize = 4;
 const CALLERS: usize = 200;
@@ -31,24 +29,9 @@ async fn cache_at(url: &str, options: CacheOptions) -> Cache<String> {
     Cache::new(super::store(&lock).await, "catalog", options).unwrap()
 }
 
+/// Starts the ignored test `body` of this module against `redis`.
 fn spawn_child(redis: &RedisServer, body: &str) -> Child {
-    test_child(module_path!(), body)
-        .env(URL, redis.url())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start a child")
-}
-
-/// Waits for `child` and returns the line it printed after [`RESULT_LINE`].
-async fn result_line(child: Child) -> String {
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r.to_owned()))
-        .unwrap_or_else(|| panic!("a child printed no result: {stdout}"))
+    common::spawn_child(module_path!(), body, URL, redis)
 }
 
 /// Four processes, 200 concurrent misses of one key each: at most one loader run per process,
@@ -68,11 +51,7 @@ async fn concurrent_misses_in_four_processes_load_once_per_process() {
 async fn concurrent_misses_in_four_processes_load_once_across_pods() {
     let redis = server().await;
     let children: Vec<Child> = (0..PROCESSES)
-        .map(|_| {
-            let mut child = test_child(module_path!(), "child_stampede");
-            child.env(URL, redis.url()).env(ACROSS_PODS, "1");
-            child.stdout(Stdio::piped()).spawn().expect("start a child")
-        })
+        .map(|_| spawn_child(&redis, "child_stampede_across_pods"))
         .collect();
     let total = stampede_outcome(&redis, children).await;
     assert_eq!(total, 1, "one load across the four processes");
@@ -82,7 +61,7 @@ async fn concurrent_misses_in_four_processes_load_once_across_pods() {
 async fn stampede_outcome(redis: &RedisServer, children: Vec<Child>) -> u64 {
     let mut total = 0;
     for child in children {
-        let line = result_line(child).await;
+        let line = common::result_line(child, RESULT_LINE).await;
         let (runs, served) = line.split_once(' ').unwrap();
         let (runs, served): (u64, usize) = (runs.parse().unwrap(), served.parse().unwrap());
         assert!(runs <= 1, "a process ran its loader {runs} times");
@@ -102,13 +81,24 @@ async fn stampede_outcome(redis: &RedisServer, children: Vec<Child>) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the body of a child process a test starts"]
 async fn child_stampede() {
+    stampede(false).await;
+}
+
+/// [`child_stampede`] with loads across pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the body of a child process a test starts"]
+async fn child_stampede_across_pods() {
+    stampede(true).await;
+}
+
+async fn stampede(across_pods: bool) {
     let Ok(url) = std::env::var(URL) else {
         return;
     };
     let lock = common::connect(common::default_config(&url)).await;
     let mut catalog =
         Cache::new(super::store(&lock).await, "catalog", CacheOptions::new()).unwrap();
-    if std::env::var_os(ACROSS_PODS).is_some() {
+    if across_pods {
         let values = SharedValues::new(Arc::new(RedisValues::new(&lock.client()).await));
         catalog = catalog.load_across_pods(values, GENEROUS).unwrap();
     }

@@ -10,26 +10,17 @@ use std::time::Duration;
 
 use common::{GENEROUS, SLACK, command_calls, delta, eventually, server};
 use lock_core::BoxError;
-use lock_core::cache::conformance::CacheFactory;
-use lock_core::cache::{Cache, CacheOptions, CacheStore, NearCache};
+use lock_core::cache::{Cache, CacheOptions, NearCache};
 use lock_testkit::RedisServer;
 use tokio::time::Instant;
 
 use super::store;
 
-struct Redis(RedisServer);
-
-#[async_trait::async_trait]
-impl CacheFactory for Redis {
-    async fn client(&self) -> Arc<dyn CacheStore> {
-        store(&common::client(&self.0).await).await
-    }
-}
-
 mod conformance {
-    use super::{Redis, server};
+    use super::server;
+    use crate::suites::Suite;
 
-    lock_core::conformance_tests!(cache, async { Redis(server().await) });
+    lock_core::conformance_tests!(cache, async { Suite(server().await) });
 }
 
 async fn cache_on(redis: &RedisServer, options: CacheOptions) -> Cache<String> {

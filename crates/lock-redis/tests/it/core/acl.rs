@@ -15,13 +15,15 @@
 use crate::common;
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::Setup;
+use crate::suites::{Connect, Suite};
 use common::{COMMAND_TIMEOUT, SLACK, WATCHDOG, command_calls, delta, eventually, one_subscriber};
 use lock_core::LockError;
-use lock_core::lock::conformance::{self, LockFactory};
+use lock_core::lock::conformance;
 use lock_core::lock::{DistributedLock, Lease, LeaseStatus, ReleaseOutcome};
 use lock_redis::Refusal;
 use lock_redis::lock::RedisLock;
@@ -131,21 +133,51 @@ fn harmless() -> BTreeSet<String> {
         .collect()
 }
 
+/// Clients of a server as `USER`.
 struct AclUser(RedisServer);
 
 #[async_trait::async_trait]
-impl LockFactory for AclUser {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(user_client(&self.0).await)
+impl Connect for AclUser {
+    async fn lock(&self) -> RedisLock {
+        user_client(&self.0).await
     }
+}
 
-    fn watchdog_timeout(&self) -> Duration {
-        WATCHDOG
-    }
+/// Asserts that `error` is a refused permission: a capability's ACL additions are needed.
+fn assert_lacks_permission(error: impl std::fmt::Display) {
+    assert!(
+        error.to_string().contains("lacks an ACL permission"),
+        "the additions are needed: {error}"
+    );
+}
 
-    fn command_timeout(&self) -> Duration {
-        COMMAND_TIMEOUT
-    }
+/// Runs a suite, `run_all`, as `USER` with the lock's ACL plus `added`, and asserts that every
+/// check passed and that Redis refused nothing but the harmless connect-time commands.
+async fn assert_suite_passes_as_user<Fut>(
+    redis: RedisServer,
+    added: Vec<String>,
+    capability: &str,
+    run_all: impl FnOnce(Arc<Suite<AclUser>>) -> Fut,
+) -> BTreeSet<String>
+where
+    Fut: Future<Output = Vec<&'static str>>,
+{
+    let mut rules = documented_acl();
+    rules.extend(added);
+    set_user(&redis, &rules).await;
+    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
+    let factory = Arc::new(Suite(AclUser(redis)));
+    let failed = run_all(Arc::clone(&factory)).await;
+    assert!(
+        failed.is_empty(),
+        "{capability} checks failed as the ACL user: {failed:?}"
+    );
+    let refused = refused(&factory.0.0).await;
+    assert!(
+        refused.is_subset(&harmless()),
+        "Redis refused more than the harmless connect-time commands: {refused:?}"
+    );
+    refused
 }
 
 #[test]
@@ -195,21 +227,11 @@ fn the_documented_acl_is_restricted_to_the_key_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_as_the_minimal_acl_user() {
     let redis = common::server().await;
-    set_user(&redis, &documented_acl()).await;
-    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let factory = Arc::new(AclUser(redis));
-    let failed = conformance::run_all(Arc::clone(&factory) as Arc<dyn LockFactory>).await;
-    assert!(
-        failed.is_empty(),
-        "conformance checks failed as the ACL user: {failed:?}"
-    );
-
-    let refused = refused(&factory.0).await;
+    let refused = assert_suite_passes_as_user(redis, Vec::new(), "conformance", |factory| {
+        conformance::run_all(factory)
+    })
+    .await;
     eprintln!("refused to the minimal ACL user: {refused:?}");
-    assert!(
-        refused.is_subset(&harmless()),
-        "Redis refused the lock more than the harmless connect-time commands: {refused:?}"
-    );
 }
 
 /// The grants a capability's document adds to the lock's ACL: its backquoted
@@ -228,15 +250,6 @@ fn idempotency_acl() -> Vec<String> {
     added_acl(include_str!("../../../../../docs/idempotency.md"))
 }
 
-struct IdempotencyAclUser(RedisServer);
-
-#[async_trait::async_trait]
-impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyAclUser {
-    async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
-        Arc::new(common::idempotency_store(&user_client(&self.0).await).await)
-    }
-}
-
 /// Idempotent execution's whole conformance suite as a user with the lock's ACL plus the
 /// documented additions; Redis refuses nothing else, and without the additions it fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,35 +263,12 @@ async fn the_minimal_acl_runs_idempotent_execution() {
         .claim("k", &store.new_owner(), "", Duration::from_secs(5), None)
         .await
         .unwrap_err();
-    assert!(
-        error.to_string().contains("lacks an ACL permission"),
-        "the additions are needed: {error}"
-    );
+    assert_lacks_permission(error);
 
-    let mut rules = documented_acl();
-    rules.extend(idempotency_acl());
-    set_user(&redis, &rules).await;
-    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let factory = Arc::new(IdempotencyAclUser(redis));
-    let failed = lock_core::idempotency::conformance::run_all(Arc::clone(&factory) as _).await;
-    assert!(
-        failed.is_empty(),
-        "idempotency checks failed as the ACL user: {failed:?}"
-    );
-    let refused = refused(&factory.0).await;
-    assert!(
-        refused.is_subset(&harmless()),
-        "Redis refused more: {refused:?}"
-    );
-}
-
-struct ValuesAclUser(RedisServer);
-
-#[async_trait::async_trait]
-impl lock_core::values::conformance::ValuesFactory for ValuesAclUser {
-    async fn client(&self) -> lock_core::values::SharedValues {
-        crate::values::values(&user_client(&self.0).await).await.0
-    }
+    assert_suite_passes_as_user(redis, idempotency_acl(), "idempotency", |factory| {
+        lock_core::idempotency::conformance::run_all(factory)
+    })
+    .await;
 }
 
 /// Shared values' whole conformance suite as a user with the lock's ACL plus the additions of
@@ -293,35 +283,15 @@ async fn the_minimal_acl_runs_shared_values() {
         .put("f", &1, Duration::from_secs(5))
         .await
         .unwrap_err();
-    assert!(
-        error.to_string().contains("lacks an ACL permission"),
-        "the additions are needed: {error}"
-    );
+    assert_lacks_permission(error);
 
-    let mut rules = documented_acl();
-    rules.extend(added_acl(include_str!("../../../../../docs/values.md")));
-    set_user(&redis, &rules).await;
-    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let factory = Arc::new(ValuesAclUser(redis));
-    let failed = lock_core::values::conformance::run_all(Arc::clone(&factory) as _).await;
-    assert!(
-        failed.is_empty(),
-        "values checks failed as the ACL user: {failed:?}"
-    );
-    let refused = refused(&factory.0).await;
-    assert!(
-        refused.is_subset(&harmless()),
-        "Redis refused more: {refused:?}"
-    );
-}
-
-struct CacheAclUser(RedisServer);
-
-#[async_trait::async_trait]
-impl lock_core::cache::conformance::CacheFactory for CacheAclUser {
-    async fn client(&self) -> Arc<dyn lock_core::cache::CacheStore> {
-        crate::cache::store(&user_client(&self.0).await).await
-    }
+    assert_suite_passes_as_user(
+        redis,
+        added_acl(include_str!("../../../../../docs/values.md")),
+        "values",
+        |factory| lock_core::values::conformance::run_all(factory),
+    )
+    .await;
 }
 
 /// The cache's whole conformance suite, its pushed changes included, as a user with the lock's
@@ -334,26 +304,15 @@ async fn the_minimal_acl_runs_the_cache() {
     set_user(&redis, &documented_acl()).await;
     let store = crate::cache::store(&user_client(&redis).await).await;
     let error = store.get("products", "sku-1").await.unwrap_err();
-    assert!(
-        error.to_string().contains("lacks an ACL permission"),
-        "the additions are needed: {error}"
-    );
+    assert_lacks_permission(error);
 
-    let mut rules = documented_acl();
-    rules.extend(added_acl(include_str!("../../../../../docs/cache.md")));
-    set_user(&redis, &rules).await;
-    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let factory = Arc::new(CacheAclUser(redis));
-    let failed = lock_core::cache::conformance::run_all(Arc::clone(&factory) as _).await;
-    assert!(
-        failed.is_empty(),
-        "cache checks failed as the ACL user: {failed:?}"
-    );
-    let refused = refused(&factory.0).await;
-    assert!(
-        refused.is_subset(&harmless()),
-        "Redis refused more: {refused:?}"
-    );
+    assert_suite_passes_as_user(
+        redis,
+        added_acl(include_str!("../../../../../docs/cache.md")),
+        "cache",
+        |factory| lock_core::cache::conformance::run_all(factory),
+    )
+    .await;
 }
 
 /// With the optional grants of the document too, Redis refuses nothing: the document names
@@ -993,31 +952,13 @@ async fn master_sub_locks_need_only_the_documented_hash_commands() {
     assert_eq!(redis.cmd(&["KEYS", "lock:branches:*"]).await.unwrap(), "");
 }
 
-struct RateLimitAclUser(RedisServer);
-
-#[async_trait::async_trait]
-impl lock_core::rate_limit::conformance::RateLimitFactory for RateLimitAclUser {
-    async fn client(&self) -> Arc<dyn lock_core::rate_limit::RateLimitStore> {
-        crate::rate_limit::store(&user_client(&self.0).await).await
-    }
-}
-
 /// Rate limiting's whole conformance suite as a user with the lock's ACL alone, as
 /// docs/rate-limiting.md says; Redis refuses nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_locks_acl_runs_rate_limiting() {
     let redis = common::server().await;
-    set_user(&redis, &documented_acl()).await;
-    redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
-    let factory = Arc::new(RateLimitAclUser(redis));
-    let failed = lock_core::rate_limit::conformance::run_all(Arc::clone(&factory) as _).await;
-    assert!(
-        failed.is_empty(),
-        "rate-limit checks failed as the ACL user: {failed:?}"
-    );
-    let refused = refused(&factory.0).await;
-    assert!(
-        refused.is_subset(&harmless()),
-        "Redis refused more: {refused:?}"
-    );
+    assert_suite_passes_as_user(redis, Vec::new(), "rate-limit", |factory| {
+        lock_core::rate_limit::conformance::run_all(factory)
+    })
+    .await;
 }

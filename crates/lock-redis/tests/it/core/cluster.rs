@@ -10,12 +10,14 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::Setup;
-use common::{COMMAND_TIMEOUT, GENEROUS, SLACK, WATCHDOG, eventually};
-use lock_core::lock::conformance::{self, LockFactory};
+use crate::suites::Suite;
+use common::{GENEROUS, SLACK, WATCHDOG, eventually};
+use lock_core::lock::conformance;
 use lock_core::lock::{AcquireOptions, DistributedLock, Lease, LockHandle, ReleaseOutcome};
 use lock_core::{LockError, MAX_KEY_BYTES};
 use lock_redis::lock::RedisLock;
@@ -185,118 +187,59 @@ async fn shard_subscribers(cluster: &RedisCluster, port: u16, channel: &str) -> 
 // 1. Conformance
 // ---------------------------------------------------------------------------------------------
 
-struct ClusterFactory {
-    url: String,
-}
-
-#[async_trait::async_trait]
-impl LockFactory for ClusterFactory {
-    async fn client(&self) -> Arc<dyn DistributedLock> {
-        Arc::new(client(&self.url).await)
-    }
-
-    fn watchdog_timeout(&self) -> Duration {
-        WATCHDOG
-    }
-
-    fn command_timeout(&self) -> Duration {
-        COMMAND_TIMEOUT
-    }
+/// Runs a suite, `run_all`, on the shared cluster and asserts that every check passed;
+/// returns the cluster, still taken, for more checks.
+async fn assert_suite_passes<Fut>(
+    capability: &str,
+    run_all: impl FnOnce(Arc<Suite<Setup>>) -> Fut,
+) -> Taken<RedisCluster>
+where
+    Fut: Future<Output = Vec<&'static str>>,
+{
+    let cluster = cluster().await;
+    let failed = run_all(Arc::new(Suite(config(&cluster.url())))).await;
+    assert!(
+        failed.is_empty(),
+        "{capability} checks failed on the Cluster: {failed:?}"
+    );
+    cluster
 }
 
 /// Every conformance check, in turn, against the one cluster (each uses keys of its own). A
 /// failing check does not stop the others; all failures are reported together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_suite_passes_on_the_cluster() {
-    let cluster = cluster().await;
-    let failed = conformance::run_all(Arc::new(ClusterFactory { url: cluster.url() })).await;
-    assert!(
-        failed.is_empty(),
-        "conformance checks failed on the Cluster: {failed:?}"
-    );
-}
-
-struct IdempotencyOnCluster {
-    url: String,
-}
-
-#[async_trait::async_trait]
-impl lock_core::idempotency::conformance::IdempotencyFactory for IdempotencyOnCluster {
-    async fn client(&self) -> Arc<dyn lock_core::idempotency::IdempotencyStore> {
-        Arc::new(common::idempotency_store(&client(&self.url).await).await)
-    }
+    assert_suite_passes("conformance", |factory| conformance::run_all(factory)).await;
 }
 
 /// Idempotent execution's scripts are single-key and publish on a channel of the record's slot:
 /// its whole conformance suite on the cluster (keys of many slots, clients of every node).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_idempotency_conformance_suite_passes_on_the_cluster() {
-    let cluster = cluster().await;
-    let factory = IdempotencyOnCluster { url: cluster.url() };
-    let failed = lock_core::idempotency::conformance::run_all(Arc::new(factory)).await;
-    assert!(
-        failed.is_empty(),
-        "idempotency checks failed on the Cluster: {failed:?}"
-    );
-}
-
-struct ValuesOnCluster {
-    url: String,
-}
-
-#[async_trait::async_trait]
-impl lock_core::values::conformance::ValuesFactory for ValuesOnCluster {
-    async fn client(&self) -> lock_core::values::SharedValues {
-        crate::values::values(&client(&self.url).await).await.0
-    }
+    assert_suite_passes("idempotency", |factory| {
+        lock_core::idempotency::conformance::run_all(factory)
+    })
+    .await;
 }
 
 /// Shared values' scripts are single-key and publish on a channel of the value's slot: the
 /// values suite on the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_values_conformance_suite_passes_on_the_cluster() {
-    let cluster = cluster().await;
-    let factory = ValuesOnCluster { url: cluster.url() };
-    let failed = lock_core::values::conformance::run_all(Arc::new(factory)).await;
-    assert!(
-        failed.is_empty(),
-        "values checks failed on the Cluster: {failed:?}"
-    );
-}
-
-struct CachesOnCluster {
-    url: String,
-}
-
-#[async_trait::async_trait]
-impl lock_core::cache::conformance::CacheFactory for CachesOnCluster {
-    async fn client(&self) -> Arc<dyn lock_core::cache::CacheStore> {
-        crate::cache::store(&client(&self.url).await).await
-    }
+    assert_suite_passes("values", |factory| {
+        lock_core::values::conformance::run_all(factory)
+    })
+    .await;
 }
 
 /// A cache's two keys and its channel share its hash tag, so one slot: the suite on the
 /// cluster, the in-process tier's pushed changes included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cache_conformance_suite_passes_on_the_cluster() {
-    let cluster = cluster().await;
-    let factory = CachesOnCluster { url: cluster.url() };
-    let failed = lock_core::cache::conformance::run_all(Arc::new(factory)).await;
-    assert!(
-        failed.is_empty(),
-        "cache checks failed on the Cluster: {failed:?}"
-    );
-}
-
-struct RateLimitsOnCluster {
-    url: String,
-}
-
-#[async_trait::async_trait]
-impl lock_core::rate_limit::conformance::RateLimitFactory for RateLimitsOnCluster {
-    async fn client(&self) -> Arc<dyn lock_core::rate_limit::RateLimitStore> {
-        crate::rate_limit::store(&client(&self.url).await).await
-    }
+    assert_suite_passes("cache", |factory| {
+        lock_core::cache::conformance::run_all(factory)
+    })
+    .await;
 }
 
 /// The rate-limit script's keys are of one key, so one slot: the suite on the cluster, and
@@ -305,13 +248,10 @@ impl lock_core::rate_limit::conformance::RateLimitFactory for RateLimitsOnCluste
 async fn the_rate_limit_conformance_suite_passes_on_the_cluster() {
     use lock_core::rate_limit::{FailurePolicy, Part, check_all};
 
-    let cluster = cluster().await;
-    let factory = RateLimitsOnCluster { url: cluster.url() };
-    let failed = lock_core::rate_limit::conformance::run_all(Arc::new(factory)).await;
-    assert!(
-        failed.is_empty(),
-        "rate-limit checks failed on the Cluster: {failed:?}"
-    );
+    let cluster = assert_suite_passes("rate-limit", |factory| {
+        lock_core::rate_limit::conformance::run_all(factory)
+    })
+    .await;
 
     let store = crate::rate_limit::store(&client(&cluster.url()).await).await;
     let per_client =

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, eventually, server};
-use lock_core::idempotency::conformance::IdempotencyFactory;
 use lock_core::idempotency::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings,
     IdempotencyStore, Idempotent,
@@ -16,19 +15,11 @@ use lock_core::idempotency::{
 use lock_redis::lock::RedisLock;
 use lock_testkit::{ClosedPort, RedisServer, command_at, test_child};
 
-struct Redis(RedisServer);
-
-#[async_trait::async_trait]
-impl IdempotencyFactory for Redis {
-    async fn client(&self) -> Arc<dyn IdempotencyStore> {
-        Arc::new(common::idempotency_store(&common::client(&self.0).await).await)
-    }
-}
-
 mod conformance {
-    use super::{Redis, server};
+    use super::server;
+    use crate::suites::Suite;
 
-    lock_core::conformance_tests!(idempotency, async { Redis(server().await) });
+    lock_core::conformance_tests!(idempotency, async { Suite(server().await) });
 }
 
 fn settings() -> IdempotencySettings {
@@ -60,13 +51,7 @@ const RESULT_LINE: &str = "IDEMPOTENCY_RESULT ";
 /// Starts `count` processes running the ignored test `body` against `redis`.
 fn spawn_children(redis: &RedisServer, body: &str, count: usize) -> Vec<std::process::Child> {
     (0..count)
-        .map(|_| {
-            test_child(module_path!(), body)
-                .env(URL, redis.url())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start a child")
-        })
+        .map(|_| common::spawn_child(module_path!(), body, URL, redis))
         .collect()
 }
 

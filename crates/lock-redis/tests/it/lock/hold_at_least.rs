@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{SLACK, client, config, eventually, server};
 use lock_core::lock::{AcquireOptions, DistributedLock, DistributedLockExt, Lease, ReleaseOutcome};
 use lock_redis::limits::TOMBSTONE_TTL;
-use lock_redis::lock::{ForceReleased, LockState};
+use lock_redis::lock::{ForceReleased, LockState, RedisLock};
 use lock_testkit::{RedisServer, test_child};
 use tokio::time::Instant;
 
@@ -26,6 +26,23 @@ async fn resend(redis: &RedisServer, script: &str, keys: &[&str], args: &[&str])
     command.extend(keys);
     command.extend(args);
     redis.cmd(&command).await.unwrap()
+}
+
+/// Re-sends `owner`'s release of `name` exactly as `lock` sends it.
+async fn resend_release(redis: &RedisServer, lock: &RedisLock, name: &str, owner: &str) -> String {
+    let release_args = [
+        owner,
+        &lock.release_channel(name),
+        &TOMBSTONE_TTL.as_millis().to_string(),
+    ];
+    let key = lock.redis_key(name);
+    resend(
+        redis,
+        lock_redis::scripts::RELEASE_SCRIPT,
+        &[&key],
+        &release_args,
+    )
+    .await
 }
 
 /// A watchdog holder with a 30 s minimum hold releases at once: the release reports
@@ -68,18 +85,7 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
         "{status:?}"
     );
 
-    let release_args = [
-        owner.as_str(),
-        &lock.release_channel(NAME),
-        &TOMBSTONE_TTL.as_millis().to_string(),
-    ];
-    let again = resend(
-        &redis,
-        lock_redis::scripts::RELEASE_SCRIPT,
-        &[&key],
-        &release_args,
-    )
-    .await;
+    let again = resend_release(&redis, &lock, NAME, &owner).await;
     assert_eq!(again, "1", "a re-sent release reports its first outcome");
     let acquire_args = [owner.as_str(), "1000", "30000"];
     let again = resend(
@@ -112,7 +118,6 @@ async fn a_release_within_the_minimum_hold_keeps_the_key_for_its_owner_until_for
 async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
     const NAME: &str = "hold:ended";
     let (redis, [lock, other]) = common::server_with().await;
-    let key = lock.redis_key(NAME);
     let options = AcquireOptions::new(Lease::Watchdog)
         .hold_at_least(Duration::from_millis(300))
         .unwrap();
@@ -139,18 +144,7 @@ async fn when_the_minimum_hold_ends_the_key_is_its_owners_tombstone() {
         }
         state => panic!("not a tombstone: {state:?}"),
     }
-    let release_args = [
-        owner.as_str(),
-        &lock.release_channel(NAME),
-        &TOMBSTONE_TTL.as_millis().to_string(),
-    ];
-    let again = resend(
-        &redis,
-        lock_redis::scripts::RELEASE_SCRIPT,
-        &[&key],
-        &release_args,
-    )
-    .await;
+    let again = resend_release(&redis, &lock, NAME, &owner).await;
     assert_eq!(
         again, "1",
         "a release re-sent after the hold reports its first outcome"

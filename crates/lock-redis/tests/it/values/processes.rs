@@ -5,14 +5,14 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{GENEROUS, SLACK, command_calls, delta, eventually, server};
 use lock_core::values::{Expiry, Flight, MIN_FLIGHT_TTL, Progress, SharedValues, WhenBusy};
-use lock_testkit::{RedisServer, command_at, test_child};
+use lock_testkit::{RedisServer, command_at};
 use tokio::time::Instant;
 
 const URL: &str = "VALUES_CHILD_URL";
@@ -31,24 +31,9 @@ async fn values_at(url: &str) -> SharedValues {
     super::values(&common::connect(config).await).await.0
 }
 
+/// Starts the ignored test `body` of this module against `redis`.
 fn spawn_child(redis: &RedisServer, body: &str) -> Child {
-    test_child(module_path!(), body)
-        .env(URL, redis.url())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start a child")
-}
-
-/// Waits for `child` and returns the line it printed after [`RESULT_LINE`].
-async fn result_line(child: Child) -> String {
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .find_map(|l| l.split_once(RESULT_LINE).map(|(_, r)| r.to_owned()))
-        .unwrap_or_else(|| panic!("a child printed no result: {stdout}"))
+    common::spawn_child(module_path!(), body, URL, redis)
 }
 
 /// 500 waiters in four processes, one set: one publish, no read by any waiter for it, and
@@ -72,7 +57,7 @@ async fn five_hundred_waiters_in_four_processes_wake_on_one_set() {
         .unwrap();
     for child in children {
         assert_eq!(
-            result_line(child).await,
+            common::result_line(child, RESULT_LINE).await,
             format!("met {WAITERS_PER_PROCESS}")
         );
     }

@@ -6,25 +6,29 @@ use crate::common;
 use std::time::Duration;
 
 use common::{SLACK, command_calls, delta, eventually, server};
-use lock_core::values::conformance::ValuesFactory;
-use lock_core::values::{Expiry, SharedValues, ValueStore, Waited};
+use lock_core::values::{Expiry, ValueStore, Waited};
 use lock_testkit::RedisServer;
 
 use super::values;
 
-struct Redis(RedisServer);
-
-#[async_trait::async_trait]
-impl ValuesFactory for Redis {
-    async fn client(&self) -> SharedValues {
-        values(&common::client(&self.0).await).await.0
-    }
+/// Waits up to `within` for the waiting `task` and asserts that what it waited for was met.
+async fn assert_met<T: std::fmt::Debug>(
+    task: tokio::task::JoinHandle<Result<Waited<T>, lock_core::values::ValuesError>>,
+    within: Duration,
+) {
+    let waited = tokio::time::timeout(within, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(waited.is_met(), "{waited:?}");
 }
 
 mod conformance {
-    use super::{Redis, server};
+    use super::server;
+    use crate::suites::Suite;
 
-    lock_core::conformance_tests!(values, async { Redis(server().await) });
+    lock_core::conformance_tests!(values, async { Suite(server().await) });
 }
 
 const LONG: Duration = Duration::from_secs(60);
@@ -112,12 +116,7 @@ async fn many_waiters_share_one_subscription_and_read_nothing_per_write() {
         .await
         .unwrap();
     for task in tasks {
-        let waited = tokio::time::timeout(SLACK, task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        assert!(waited.is_met(), "{waited:?}");
+        assert_met(task, SLACK).await;
     }
     let after = command_calls(&redis).await;
     assert_eq!(delta(&before, &after, "spublish"), 1);
@@ -151,12 +150,7 @@ async fn a_write_while_the_subscription_was_down_is_seen() {
         .set("deaf", "done", Expiry::After(LONG))
         .await
         .unwrap();
-    let waited = tokio::time::timeout(SLACK * 2, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(waited.is_met(), "{waited:?}");
+    assert_met(task, SLACK * 2).await;
 }
 
 /// A value set after the waiter's first read but before its subscription was confirmed (the
@@ -198,12 +192,7 @@ async fn a_set_between_the_first_read_and_the_subscription_is_seen() {
         .await
         .unwrap();
     proxy.drop_connections();
-    let waited = tokio::time::timeout(SLACK * 3, task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(waited.is_met(), "{waited:?}");
+    assert_met(task, SLACK * 3).await;
 }
 
 /// A Redis restarted mid-wait (quicker than the command timeout): the waiter reconnects,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lock_starter::prelude::*;
 
-use crate::common::starter;
+use crate::common::{on_redis, starter};
 use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tracing::instrument::WithSubscriber;
@@ -15,10 +15,7 @@ const LONG: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_starters_on_one_redis_share_values_and_wake_each_other() {
     let redis = RedisServer::start().await.unwrap();
-    let config = format!(
-        "[telco.platform.lock.redis]\naddress = \"{}\"\n",
-        redis.url()
-    );
+    let config = on_redis(&redis);
     let (waiting, writing) = (starter(&config).await, starter(&config).await);
     let waiter = tokio::spawn(async move {
         waiting
