@@ -1,4 +1,4 @@
-//! Shared values' conformance suite: the behaviour every [`ValueStore`](crate::values::ValueStore)
+//! Shared values' conformance suite: the behaviour every [`ValueStore`]
 //! backend shows (feature `conformance`).
 //!
 //! Implement [`ValuesFactory`] for a backend, then expand
