@@ -247,6 +247,9 @@ impl RateLimiter {
     async fn batched(&self, key: &str, cost: u32) -> Result<Decision, RateLimitError> {
         let charge = self.charge(key, cost)?;
         let quota = charge.quota;
+        // A decision from the batch awaits nothing else: it spends the task's budget, so that a
+        // loop of them still lets the runtime run the refill's reply and other tasks.
+        tokio::task::coop::consume_budget().await;
         let (refill, failures) = match self.batches.take(key, quota, cost, Instant::now()) {
             Ok(local) => return Ok(self.local_decision(key, quota, local)),
             Err(refill) => refill,
