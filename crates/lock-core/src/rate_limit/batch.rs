@@ -7,9 +7,10 @@
 //! are dropped: they were charged, so dropping them under-admits.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::rate_limit::port::Verdict;
@@ -53,14 +54,43 @@ struct Slot {
     held: Held,
     /// Until when `held` stands.
     until: Instant,
-    /// Held by the one caller refilling the key: the others wait for it.
-    refill: Arc<tokio::sync::Mutex<()>>,
+    /// Whether a caller is refilling the key: the others wait for it.
+    refilling: bool,
+    /// Told at the end of each refill, made, failed or given up: every caller waiting wakes at
+    /// once and looks again.
+    done: watch::Sender<()>,
     /// Refills that failed: a caller that waited for one decides by the policy without asking.
     failures: u64,
 }
 
-/// What a caller refills under: the key's refill lock, and its failures so far.
-pub(crate) type Refill = (Arc<tokio::sync::Mutex<()>>, u64);
+impl Slot {
+    fn new(quota: Quota, held: Held, until: Instant, refilling: bool) -> Self {
+        Slot {
+            quota,
+            held,
+            until,
+            refilling,
+            done: watch::Sender::new(()),
+            failures: 0,
+        }
+    }
+
+    /// Ends the refill in flight, waking the callers waiting for it.
+    fn refilled(&mut self) {
+        self.refilling = false;
+        self.done.send_replace(());
+    }
+}
+
+/// What a caller does when nothing held answers it.
+#[derive(Debug)]
+pub(crate) enum Refill {
+    /// It refills the key; the others wait for it.
+    Mine,
+    /// Another caller is refilling: wait for the end of that refill, then look again. With the
+    /// failures the key had, to tell whether that refill failed.
+    Wait(watch::Receiver<()>, u64),
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Held {
@@ -90,7 +120,7 @@ pub(crate) struct Local {
 
 impl Batches {
     /// Spends `cost` permits of `key` held for `quota` at `now`, or answers a denial held; else
-    /// the key's refill lock, for the caller to refill under.
+    /// says whether the caller refills or waits for the refill in flight.
     pub(crate) fn take(
         &self,
         key: &str,
@@ -100,18 +130,9 @@ impl Batches {
     ) -> Result<Local, Refill> {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(slot) = inner.by_key.get_mut(key) else {
-            let refill = Arc::default();
-            inner.by_key.insert(
-                key.to_owned(),
-                Slot {
-                    quota,
-                    held: Held::Nothing,
-                    until: now,
-                    refill: Arc::clone(&refill),
-                    failures: 0,
-                },
-            );
-            return Err((refill, 0));
+            let slot = Slot::new(quota, Held::Nothing, now, true);
+            inner.by_key.insert(key.to_owned(), slot);
+            return Err(Refill::Mine);
         };
         if slot.quota != quota || slot.until <= now {
             slot.held = Held::Nothing;
@@ -139,7 +160,11 @@ impl Batches {
                 retry_after: slot.until - now + quota.emission_interval().saturating_mul(cost - 1),
                 reset_after: reset_at.saturating_duration_since(now),
             }),
-            _ => Err((Arc::clone(&slot.refill), slot.failures)),
+            _ if slot.refilling => Err(Refill::Wait(slot.done.subscribe(), slot.failures)),
+            _ => {
+                slot.refilling = true;
+                Err(Refill::Mine)
+            }
         }
     }
 
@@ -195,35 +220,29 @@ impl Batches {
             inner.since_sweep = 0;
             inner
                 .by_key
-                .retain(|_, slot| slot.until > now || Arc::strong_count(&slot.refill) > 1);
+                .retain(|_, slot| slot.until > now || slot.refilling || !slot.done.is_closed());
         }
         match inner.by_key.get_mut(key) {
             Some(slot) => {
                 slot.quota = quota;
                 slot.held = held;
                 slot.until = until;
+                slot.refilled();
             }
             None => {
-                inner.by_key.insert(
-                    key.to_owned(),
-                    Slot {
-                        quota,
-                        held,
-                        until,
-                        refill: Arc::default(),
-                        failures: 0,
-                    },
-                );
+                let slot = Slot::new(quota, held, until, false);
+                inner.by_key.insert(key.to_owned(), slot);
             }
         }
         local
     }
 
-    /// Notes that a refill of `key` failed.
-    pub(crate) fn failed(&self, key: &str) {
+    /// Ends a refill of `key` that failed (`failed`) or was given up.
+    pub(crate) fn abandon(&self, key: &str, failed: bool) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = inner.by_key.get_mut(key) {
-            slot.failures += 1;
+            slot.failures += u64::from(failed);
+            slot.refilled();
         }
     }
 

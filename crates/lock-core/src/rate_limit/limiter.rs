@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::rate_limit::batch::{Batches, Local, MAX_LOCAL_BATCH};
+use crate::rate_limit::batch::{Batches, Local, MAX_LOCAL_BATCH, Refill};
 use crate::rate_limit::decision::{Basis, Decision, FailurePolicy};
 use crate::rate_limit::error::RateLimitError;
 use crate::rate_limit::port::{Charge, RateLimitStore, Verdict};
@@ -247,32 +247,39 @@ impl RateLimiter {
     async fn batched(&self, key: &str, cost: u32) -> Result<Decision, RateLimitError> {
         let charge = self.charge(key, cost)?;
         let quota = charge.quota;
-        // A decision from the batch awaits nothing else: it spends the task's budget, so that a
-        // loop of them still lets the runtime run the refill's reply and other tasks.
-        tokio::task::coop::consume_budget().await;
-        let (refill, failures) = match self.batches.take(key, quota, cost, Instant::now()) {
-            Ok(local) => return Ok(self.local_decision(key, quota, local)),
-            Err(refill) => refill,
-        };
-        let _refilling = refill.lock().await;
-        // Another caller may have refilled while this one waited, or failed to.
-        if let Ok(local) = self.batches.take(key, quota, cost, Instant::now()) {
-            return Ok(self.local_decision(key, quota, local));
-        }
         let part = Part {
             limiter: self,
             key,
             cost,
         };
-        if self.batches.failed_since(key, failures) {
-            let error = RateLimitError::unavailable(
-                self.name.to_string(),
-                "the refill of the local batch this call waited for failed",
-            );
-            let decision = failed(&[part], &[charge], &error);
-            telemetry::decided(&self.name, &decision);
-            return Ok(decision);
+        loop {
+            // A decision from the batch awaits nothing else: it spends the task's budget, so
+            // that a loop of them still lets the runtime run the refill's reply and other tasks.
+            tokio::task::coop::consume_budget().await;
+            match self.batches.take(key, quota, cost, Instant::now()) {
+                Ok(local) => return Ok(self.local_decision(key, quota, local)),
+                Err(Refill::Mine) => break,
+                Err(Refill::Wait(mut done, failures)) => {
+                    // An error: the key's slot was swept meanwhile; look again all the same.
+                    let _ = done.changed().await;
+                    if self.batches.failed_since(key, failures) {
+                        let error = RateLimitError::unavailable(
+                            self.name.to_string(),
+                            "the refill of the local batch this call waited for failed",
+                        );
+                        let decision = failed(&[part], &[charge], &error);
+                        telemetry::decided(&self.name, &decision);
+                        return Ok(decision);
+                    }
+                }
+            }
         }
+        // Given up if this call is dropped mid-refill, so that the waiting callers look again.
+        let mut refilling = Refilling {
+            batches: &self.batches,
+            key,
+            failed: None,
+        };
         let mut charged = self.batch.min(quota.burst()).max(cost);
         let mut answered = self
             .charge_one(Charge {
@@ -295,13 +302,14 @@ impl RateLimiter {
         let decision = match answered {
             Ok(verdict) => {
                 self.note_outage(None);
+                refilling.failed = Some(false);
                 let local = self
                     .batches
                     .fill(key, quota, charged, &verdict, cost, Instant::now());
                 self.local_decision(key, quota, local)
             }
             Err(error @ RateLimitError::Unavailable { .. }) => {
-                self.batches.failed(key);
+                refilling.failed = Some(true);
                 let decision = failed(&[part], &[charge], &error);
                 telemetry::decided(&self.name, &decision);
                 decision
@@ -504,4 +512,24 @@ fn failed(parts: &[Part<'_>], charges: &[Charge<'_>], error: &RateLimitError) ->
         charges[0].quota,
         first.key,
     )
+}
+
+/// The refill of a key in flight: ended when dropped, so that the callers waiting for it wake
+/// even if the refilling call is dropped.
+struct Refilling<'a> {
+    batches: &'a Batches,
+    key: &'a str,
+    /// `Some(false)` once filled, `Some(true)` once failed; `None` while in flight.
+    failed: Option<bool>,
+}
+
+impl Drop for Refilling<'_> {
+    fn drop(&mut self) {
+        match self.failed {
+            // Filled: `fill` ended it.
+            Some(false) => {}
+            Some(true) => self.batches.abandon(self.key, true),
+            None => self.batches.abandon(self.key, false),
+        }
+    }
 }

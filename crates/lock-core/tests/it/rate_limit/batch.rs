@@ -205,3 +205,18 @@ async fn a_failed_refill_decides_by_the_policy_once() {
     store.down.store(false, Ordering::SeqCst);
     assert!(limiter.try_acquire("hot", 1).await.unwrap().allowed);
 }
+
+/// A refilling call dropped mid-refill (its caller's timeout) lets the callers waiting for it
+/// refill themselves.
+#[tokio::test(start_paused = true)]
+async fn a_refill_dropped_midway_wakes_the_callers_waiting_for_it() {
+    let store = Arc::new(Counting::default());
+    store.delay_ms.store(5, Ordering::SeqCst);
+    let limiter = limiter(&store, "1000000/1s", 1_000_000, 100);
+    let first = tokio::time::timeout(Duration::from_millis(1), limiter.try_acquire("hot", 1));
+    let second = limiter.try_acquire("hot", 1);
+    let (first, second) = tokio::join!(first, second);
+    assert!(first.is_err(), "the first call timed out");
+    assert!(second.unwrap().allowed);
+    assert_eq!(store.calls(), 2);
+}
