@@ -19,8 +19,9 @@
 //! and `branches-master` (`--scenario branches`, or one of them), the first with a `raw` line of
 //! its two `HSET`s; and the toolkit peers' rate-limiting scenarios `decide`, `parallel`,
 //! `hot-key` and `accuracy` (`--scenario ratelimit`, or one of them: `ratelimit-decide`, …;
-//! `accuracy` runs four processes of lock-bench), the first three each with a `raw-fred` line
-//! of one plain `EVALSHA` through fred beneath it; and the toolkit peers' cache scenarios `hit`,
+//! `accuracy` runs four processes of lock-bench), each also as `platform-lock-batched` (a local
+//! batch of 50 permits per key), the first three each with a `raw-fred` line of one plain
+//! `EVALSHA` through fred beneath it; and the toolkit peers' cache scenarios `hit`,
 //! `hit-parallel`, `miss-load`, `stampede` (`--scenario cache`, or one of them: `cache-hit`, …),
 //! each as impl `platform-lock` and, with the in-process tier, `platform-lock-near`, and
 //! `push-delay`, a write in one process until another process' in-process tier drops the entry
@@ -93,6 +94,9 @@ struct Args {
     /// no recorder and every metric call is a no-op.
     #[arg(long)]
     prometheus: bool,
+    /// The local batch of the limiter of an `accuracy` process (set by `accuracy`).
+    #[arg(long, default_value_t = 0, hide = true)]
+    local_batch: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -336,7 +340,7 @@ async fn run(args: Args) -> ExitCode {
     }
     if args.scenario == Which::RatelimitAccuracyProc {
         // One of `accuracy`'s processes: its lines go to the lock-bench that started it.
-        return child_exit(ratelimit::accuracy::process(&target).await);
+        return child_exit(ratelimit::accuracy::process(&target, args.local_batch).await);
     }
     if args.scenario == Which::CachePushDelayProc {
         // The reader of `push-delay`: it answers the lock-bench that started it.
@@ -494,8 +498,16 @@ async fn run(args: Args) -> ExitCode {
         }
         let name = scenario.name();
         eprintln!("[lock-bench] ratelimit/{name} ({:.1}s)", args.duration);
-        let result = ratelimit::run(scenario, &target, duration, &child_flags).await;
+        let result = ratelimit::run(scenario, &target, duration, &child_flags, 0).await;
         emit_in(&report::RATELIMIT_FIELDS, IMPL, name, result);
+        let batched = ratelimit::IMPL_BATCHED;
+        eprintln!(
+            "[lock-bench] ratelimit/{name} {batched} ({:.1}s)",
+            args.duration
+        );
+        let batch = ratelimit::BENCH_BATCH;
+        let result = ratelimit::run(scenario, &target, duration, &child_flags, batch).await;
+        emit_in(&report::RATELIMIT_FIELDS, batched, name, result);
         if let Some(result) = ratelimit::raw(scenario, &target, duration).await {
             emit_in(&report::RATELIMIT_FIELDS, ratelimit::RAW_IMPL, name, result);
         }

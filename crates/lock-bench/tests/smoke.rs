@@ -332,12 +332,16 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
         names,
         [
             ("platform-lock", "decide"),
+            ("platform-lock-batched", "decide"),
             ("raw-fred", "decide"),
             ("platform-lock", "parallel"),
+            ("platform-lock-batched", "parallel"),
             ("raw-fred", "parallel"),
             ("platform-lock", "hot-key"),
+            ("platform-lock-batched", "hot-key"),
             ("raw-fred", "hot-key"),
             ("platform-lock", "accuracy"),
+            ("platform-lock-batched", "accuracy"),
         ]
     );
     for line in &lines {
@@ -357,27 +361,43 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
             assert!(line["evalsha_per_call"].as_f64().unwrap() >= 1.0, "{line}");
         }
     }
-    let accuracy = lines.last().unwrap();
-    assert_eq!(accuracy["workers"], 32, "{accuracy}");
-    assert_eq!(
-        (&accuracy["limit_per_s"], &accuracy["burst"]),
-        (&Value::from(200), &Value::from(200)),
-        "{accuracy}"
-    );
-    // GCRA admits at most the burst plus the rate over the time its decisions took.
-    let admitted = accuracy["admitted"].as_f64().unwrap();
-    assert!(admitted > 0.0, "{accuracy}");
-    assert!(
-        admitted <= accuracy["bound"].as_f64().unwrap(),
-        "{accuracy}"
-    );
+    for line in lines
+        .iter()
+        .filter(|l| l["impl"] == "platform-lock-batched")
+    {
+        assert_eq!(line["local_batch"], 50, "{line}");
+        let decided = line["admitted"].as_u64().unwrap() + line["denied"].as_u64().unwrap();
+        assert_eq!(decided, calls(line), "{line}");
+        if line["scenario"] != "accuracy" {
+            // A refill of 50 per key: at most one script call per 50 decisions, plus set-up.
+            assert_eq!(line["denied"], 0, "{line}");
+            let evalsha = line["evalsha_per_call"].as_f64().unwrap();
+            assert!(evalsha < 0.5, "{line}");
+        }
+    }
+    for accuracy in lines.iter().filter(|l| l["scenario"] == "accuracy") {
+        assert_eq!(accuracy["workers"], 32, "{accuracy}");
+        assert_eq!(
+            (&accuracy["limit_per_s"], &accuracy["burst"]),
+            (&Value::from(200), &Value::from(200)),
+            "{accuracy}"
+        );
+        // GCRA admits at most the burst plus the rate over the time its decisions took, local
+        // batches or not: each permit spent was charged first.
+        let admitted = accuracy["admitted"].as_f64().unwrap();
+        assert!(admitted > 0.0, "{accuracy}");
+        assert!(
+            admitted <= accuracy["bound"].as_f64().unwrap(),
+            "{accuracy}"
+        );
+    }
 
     let table = bench_table(&lines, "ratelimit.jsonl");
     assert!(
         table.starts_with("| scenario | impl | calls/s | × best peer | × raw-gcra |"),
         "{table}"
     );
-    assert_eq!(table.lines().count(), 2 + 7, "{table}");
+    assert_eq!(table.lines().count(), 2 + 11, "{table}");
 }
 
 /// The toolkit peers' cache fields (../shared/peers/toolkit/measure.py), stated here as above.

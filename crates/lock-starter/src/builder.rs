@@ -328,7 +328,9 @@ impl LockStarter {
     /// `policy` when Redis fails. See `docs/rate-limiting.md`.
     ///
     /// Each call gives a limiter of its own: [`RateLimiter::set_quota`] changes that one (and its
-    /// clones). Disabled (`enabled = false`): every request is admitted.
+    /// clones), and a local batch (`…rate-limits.<name>.local-batch`,
+    /// [`RateLimiter::local_batch`]) is held by that one and its clones. Disabled
+    /// (`enabled = false`): every request is admitted.
     ///
     /// # Errors
     /// [`RateLimitError::InvalidArgument`] when no quota is configured for `name`; it names the
@@ -378,7 +380,9 @@ impl LockStarter {
                 ),
             ));
         };
-        RateLimiter::new(self.rate_limit_store(), name, *quota, policy)
+        let batch = self.settings.rate_limit_batches.get(name).copied();
+        RateLimiter::new(self.rate_limit_store(), name, *quota, policy)?
+            .local_batch(batch.unwrap_or(0))
     }
 
     /// The layer limiting each request below it by the configured rate limit `name`, under

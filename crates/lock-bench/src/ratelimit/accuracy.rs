@@ -18,7 +18,10 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::{Decider, NEVER_PER_S, Scenario, Tally, hammer, limiter, store, wall_clock, warm_up};
+use super::{
+    Decider, NEVER_PER_S, Scenario, Tally, batched, hammer, impl_name, limiter, store, wall_clock,
+    warm_up,
+};
 use crate::redis::Target;
 use crate::report::{Meter, Spent, cpu_seconds, round1, round3, run_prefix};
 
@@ -33,7 +36,8 @@ const START_AHEAD: Duration = Duration::from_millis(300);
 /// Beyond the duration, how long the processes may take before they count as hung.
 const HANG: Duration = Duration::from_secs(60);
 
-/// Runs the processes for `duration`, `child_flags` added to theirs, and returns the merged line.
+/// Runs the processes for `duration`, `child_flags` added to theirs, their limiters with a local
+/// batch of `batch` (0: none), and returns the merged line.
 ///
 /// # Errors
 /// When a process cannot start, fails, hangs or prints no result, or `INFO commandstats` cannot
@@ -42,7 +46,9 @@ pub(crate) async fn run(
     target: &Target,
     duration: Duration,
     child_flags: &[&str],
+    batch: u32,
 ) -> Result<Map<String, Value>, String> {
+    let batch_flag = batch.to_string();
     // Around the processes, their connecting and warm-up included, as the peers count it.
     let meter = Meter::start(target).await?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find lock-bench: {e}"))?;
@@ -52,6 +58,7 @@ pub(crate) async fn run(
                 .args(["--redis-url", target.address.expose()])
                 .args(["--scenario", "ratelimit-accuracy-proc"])
                 .args(child_flags)
+                .args(["--local-batch", &batch_flag])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .kill_on_drop(true)
@@ -109,7 +116,7 @@ pub(crate) async fn run(
         cpu,
     };
     let mut line = super::line(
-        crate::IMPL,
+        impl_name(batch),
         Scenario::Accuracy,
         PROCESSES * WORKERS,
         tally,
@@ -123,6 +130,15 @@ pub(crate) async fn run(
         json!(round3(admitted as f64 / bound)),
     );
     line.insert("max_in_any_1s_window".into(), json!(most));
+    if batch > 0 {
+        line.insert("local_batch".into(), json!(batch));
+        // The whole run counts from rest; a window starting later may also see the permits
+        // each process held at its start.
+        line.insert(
+            "window_bound".into(),
+            json!(2 * LIMIT_PER_S + PROCESSES as u32 * batch),
+        );
+    }
     Ok(line)
 }
 
@@ -179,15 +195,16 @@ async fn drive(children: &mut [Child], duration: Duration) -> Result<(f64, Vec<V
     Ok((start, results))
 }
 
-/// One of the processes: connects, warms up, says it is ready, then hammers as told on stdin
-/// and prints its admissions' wall-clock times, latencies and counts as one JSON line.
+/// One of the processes, its limiter with a local batch of `batch` (0: none): connects, warms
+/// up, says it is ready, then hammers as told on stdin and prints its admissions' wall-clock
+/// times, latencies and counts as one JSON line.
 ///
 /// # Errors
 /// When the limiter cannot be set up, the warm-up fails or the go message cannot be read.
-pub(crate) async fn process(target: &Target) -> Result<(), String> {
+pub(crate) async fn process(target: &Target, batch: u32) -> Result<(), String> {
     let store = store(target).await?;
     let never = Decider::Limiter(limiter(&store, NEVER_PER_S)?);
-    let limited = Decider::Limiter(limiter(&store, LIMIT_PER_S)?);
+    let limited = Decider::Limiter(batched(limiter(&store, LIMIT_PER_S)?, batch)?);
     let tag = run_prefix("rl", "accuracy-proc");
     warm_up(&never, &format!("{tag}:warm"), WORKERS).await?;
     println!("{}", json!({"ready": true}));

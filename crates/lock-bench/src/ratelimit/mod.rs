@@ -15,6 +15,10 @@
 //! from before the client connected (connection set-up and warm-up included, as the peers
 //! count theirs) over the decisions; `client_cpu_s` is this process' CPU over the timed part.
 //!
+//! `platform-lock-batched` lines (every scenario): the same limiter with
+//! [`RateLimiter::local_batch`] of [`BENCH_BATCH`], so a key's permits are charged on Redis
+//! [`BENCH_BATCH`] at a time and spent in the process; the line adds `local_batch`.
+//!
 //! `raw-fred` lines (`decide`, `parallel`, `hot-key`): the same workers and keys, each call one
 //! `EVALSHA` of [`RAW_SCRIPT`] (the commands a decision stands on: `TIME`, `GET`, `SET … PX`,
 //! no decision) on a plain fred client (one connection, `TCP_NODELAY`, fred's defaults
@@ -34,6 +38,10 @@ use serde_json::{Map, Value, json};
 use crate::redis::Target;
 use crate::report::{Meter, Spent, cpu_seconds, micros, per_call, percentiles, round1, round3};
 
+/// The impl name of the lines with a local batch.
+pub(crate) const IMPL_BATCHED: &str = "platform-lock-batched";
+/// The local batch of those lines: permits charged on Redis per refill of a key.
+pub(crate) const BENCH_BATCH: u32 = 50;
 /// The impl name of the raw fred lines.
 pub(crate) const RAW_IMPL: &str = "raw-fred";
 /// The rate of `decide`, `parallel` and `hot-key`: high enough never to deny here.
@@ -228,8 +236,14 @@ fn limiter(store: &Arc<dyn RateLimitStore>, count: u32) -> Result<RateLimiter, S
         .map_err(|e| e.to_string())
 }
 
-/// Runs our line of `scenario` for `duration`; `accuracy` starts `accuracy::PROCESSES` child
-/// processes of this binary with `child_flags` added to theirs.
+/// The impl name of our lines with a local batch of `batch` (0: none).
+pub(crate) fn impl_name(batch: u32) -> &'static str {
+    if batch > 0 { IMPL_BATCHED } else { crate::IMPL }
+}
+
+/// Runs our line of `scenario` for `duration`, with a local batch of `batch` (0: none);
+/// `accuracy` starts `accuracy::PROCESSES` child processes of this binary with `child_flags`
+/// added to theirs.
 ///
 /// # Errors
 /// When `INFO commandstats` cannot be read, the limiter cannot be set up or the warm-up fails;
@@ -239,15 +253,16 @@ pub(crate) async fn run(
     target: &Target,
     duration: Duration,
     child_flags: &[&str],
+    batch: u32,
 ) -> Result<Map<String, Value>, String> {
     if scenario == Scenario::Accuracy {
-        return accuracy::run(target, duration, child_flags).await;
+        return accuracy::run(target, duration, child_flags, batch).await;
     }
     // Before connecting: the set-up counts, as the peers count theirs.
     let meter = Meter::start(target).await?;
-    let limiter = limiter(&store(target).await?, NEVER_PER_S)?;
+    let limiter = batched(limiter(&store(target).await?, NEVER_PER_S)?, batch)?;
     timed(
-        crate::IMPL,
+        impl_name(batch),
         scenario,
         Decider::Limiter(limiter),
         target,
@@ -255,6 +270,11 @@ pub(crate) async fn run(
         duration,
     )
     .await
+}
+
+/// `limiter` with a local batch of `batch` (0: none).
+fn batched(limiter: RateLimiter, batch: u32) -> Result<RateLimiter, String> {
+    limiter.local_batch(batch).map_err(|e| e.to_string())
 }
 
 /// The `raw-fred` line of `scenario`; `None` for `accuracy`.
@@ -330,6 +350,9 @@ async fn timed(
         line.insert("admitted".into(), Value::Null);
         line.insert("denied".into(), Value::Null);
         line.insert("algorithm".into(), json!("evalsha"));
+    }
+    if imp == IMPL_BATCHED {
+        line.insert("local_batch".into(), json!(BENCH_BATCH));
     }
     Ok(line)
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::rate_limit::batch::{Batches, Local, MAX_LOCAL_BATCH, Refill};
 use crate::rate_limit::decision::{Basis, Decision, FailurePolicy};
 use crate::rate_limit::error::RateLimitError;
 use crate::rate_limit::port::{Charge, RateLimitStore, Verdict};
@@ -18,7 +19,7 @@ pub const MAX_ACQUIRE_WAIT: Duration = Duration::from_secs(3600);
 /// A named limit, such as `login` at `5/1m`, checked per key (a client id, an API key, an IP)
 /// on a shared [`RateLimitStore`].
 ///
-/// Clones share the quota and the failure state.
+/// Clones share the quota, the failure state and the permits held by a local batch.
 ///
 /// # Contract
 /// - Decisions are made by the store, on its clock: every replica sharing the store and the
@@ -57,6 +58,9 @@ pub struct RateLimiter {
     policy: FailurePolicy,
     store: Arc<dyn RateLimitStore>,
     failing: Arc<AtomicBool>,
+    /// Permits charged per refill of a local batch; 0 when off.
+    batch: u32,
+    batches: Arc<Batches>,
 }
 
 /// One limit of a [`check_all`]: `cost` requests of `key` against `limiter`.
@@ -88,7 +92,69 @@ impl RateLimiter {
             policy,
             store,
             failing: Arc::default(),
+            batch: 0,
+            batches: Arc::default(),
         })
+    }
+
+    /// Takes a hot key's permits from the store `permits` at a time and spends them in this
+    /// process: one store call per `permits` decisions of a key, for a service deciding far more
+    /// often than the store should be asked. 0 (the default) asks the store every time.
+    ///
+    /// - A refill charges `permits` (at most the burst, at least the request's cost) like one
+    ///   request; when fewer are left it takes what is left, in a second call. Callers of one
+    ///   key wait for the one refill in flight rather than each asking.
+    /// - Permits are kept for as long as the rate takes to earn them, from 10 ms to 1 s, then
+    ///   dropped: they were charged, so an idle key under-admits. A changed quota drops them too.
+    /// - A denial is kept until one request would be admitted, and answered without the store.
+    /// - Each local permit was charged on the store first, so counted from rest a key is
+    ///   admitted at most `burst + rate × t` across every replica; a window starting later may
+    ///   also see the permits held at its start, at most `permits` per replica.
+    /// - `remaining` and `reset_after` of a decision from local permits are as of the refill,
+    ///   plus the permits still held; `retry_after` of a denial is the store's.
+    /// - Only [`try_acquire`](Self::try_acquire) and [`acquire`](Self::acquire) with a cost of 1
+    ///   or more use the batch; [`check_all`] always asks the store.
+    ///
+    /// The batch belongs to this limiter and its clones; a clone made before this call has none.
+    ///
+    /// # Errors
+    /// [`RateLimitError::InvalidArgument`] for more than 10,000 permits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lock_core::rate_limit::{FailurePolicy, InMemoryRateLimits, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), lock_core::rate_limit::RateLimitError> {
+    /// let store = Arc::new(InMemoryRateLimits::new());
+    /// let api = RateLimiter::new(store, "api", "1000/1s".parse()?, FailurePolicy::FailOpen)?
+    ///     .local_batch(20)?;
+    /// // The first call charges 20 on the store; the next 19 are spent here.
+    /// for _ in 0..20 {
+    ///     api.try_acquire("client-42", 1).await?.admitted()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn local_batch(mut self, permits: u32) -> Result<Self, RateLimitError> {
+        if permits > MAX_LOCAL_BATCH {
+            return Err(RateLimitError::invalid(
+                "local_batch",
+                permits.to_string(),
+                format!(
+                    "more than a batch of {MAX_LOCAL_BATCH}; accepted: 0 (off) to {MAX_LOCAL_BATCH}"
+                ),
+            ));
+        }
+        self.batch = permits;
+        self.batches = Arc::default();
+        Ok(self)
+    }
+
+    /// The permits of a local batch; 0 when off.
+    pub fn local_batch_size(&self) -> u32 {
+        self.batch
     }
 
     /// The limit's name.
@@ -118,6 +184,9 @@ impl RateLimiter {
     /// [`RateLimitError::InvalidArgument`] for a bad key. A store failure is a decision by the
     /// policy, not an error.
     pub async fn try_acquire(&self, key: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        if self.batch > 0 && cost > 0 && !self.store.disabled() {
+            return self.batched(key, cost).await;
+        }
         check_all(&[Part {
             limiter: self,
             key,
@@ -172,6 +241,110 @@ impl RateLimiter {
             quota,
             cost,
         })
+    }
+
+    /// [`try_acquire`](Self::try_acquire) from the local batch, refilling it when it is spent.
+    async fn batched(&self, key: &str, cost: u32) -> Result<Decision, RateLimitError> {
+        let charge = self.charge(key, cost)?;
+        let quota = charge.quota;
+        let part = Part {
+            limiter: self,
+            key,
+            cost,
+        };
+        loop {
+            // A decision from the batch awaits nothing else: it spends the task's budget, so
+            // that a loop of them still lets the runtime run the refill's reply and other tasks.
+            tokio::task::coop::consume_budget().await;
+            match self.batches.take(key, quota, cost, Instant::now()) {
+                Ok(local) => return Ok(self.local_decision(key, quota, local)),
+                Err(Refill::Mine) => break,
+                Err(Refill::Wait(mut done, failures)) => {
+                    // An error: the key's slot was swept meanwhile; look again all the same.
+                    let _ = done.changed().await;
+                    if self.batches.failed_since(key, failures) {
+                        let error = RateLimitError::unavailable(
+                            self.name.to_string(),
+                            "the refill of the local batch this call waited for failed",
+                        );
+                        let decision = failed(&[part], &[charge], &error);
+                        telemetry::decided(&self.name, &decision);
+                        return Ok(decision);
+                    }
+                }
+            }
+        }
+        // Given up if this call is dropped mid-refill, so that the waiting callers look again.
+        let mut refilling = Refilling {
+            batches: &self.batches,
+            key,
+            failed: None,
+        };
+        let mut charged = self.batch.min(quota.burst()).max(cost);
+        let mut answered = self
+            .charge_one(Charge {
+                cost: charged,
+                ..charge
+            })
+            .await;
+        if let Ok(verdict) = answered {
+            if !verdict.allowed && verdict.remaining >= cost && verdict.remaining < charged {
+                // Fewer than a batch are left: take those.
+                charged = verdict.remaining;
+                answered = self
+                    .charge_one(Charge {
+                        cost: charged,
+                        ..charge
+                    })
+                    .await;
+            }
+        }
+        let decision = match answered {
+            Ok(verdict) => {
+                self.note_outage(None);
+                refilling.failed = Some(false);
+                let local = self
+                    .batches
+                    .fill(key, quota, charged, &verdict, cost, Instant::now());
+                self.local_decision(key, quota, local)
+            }
+            Err(error @ RateLimitError::Unavailable { .. }) => {
+                refilling.failed = Some(true);
+                let decision = failed(&[part], &[charge], &error);
+                telemetry::decided(&self.name, &decision);
+                decision
+            }
+            Err(other) => return Err(other),
+        };
+        Ok(decision)
+    }
+
+    /// The store's verdict on one charge.
+    async fn charge_one(&self, charge: Charge<'_>) -> Result<Verdict, RateLimitError> {
+        let verdicts = self.store.charge(&[charge]).await?;
+        match verdicts[..] {
+            [verdict] => Ok(verdict),
+            _ => Err(RateLimitError::unavailable(
+                self.name.to_string(),
+                format!("{} verdicts for 1 charge", verdicts.len()),
+            )),
+        }
+    }
+
+    /// A decision made from the local batch, counted.
+    fn local_decision(&self, key: &str, quota: Quota, local: Local) -> Decision {
+        let decision = Decision {
+            allowed: local.allowed,
+            basis: Basis::Counted,
+            limit: Arc::clone(&self.name),
+            quota,
+            key: key.to_owned(),
+            remaining: local.remaining,
+            retry_after: local.retry_after,
+            reset_after: local.reset_after,
+        };
+        telemetry::decided(&self.name, &decision);
+        decision
     }
 
     /// Notes a store failure or success, logging the first of an outage and the recovery.
@@ -339,4 +512,24 @@ fn failed(parts: &[Part<'_>], charges: &[Charge<'_>], error: &RateLimitError) ->
         charges[0].quota,
         first.key,
     )
+}
+
+/// The refill of a key in flight: ended when dropped, so that the callers waiting for it wake
+/// even if the refilling call is dropped.
+struct Refilling<'a> {
+    batches: &'a Batches,
+    key: &'a str,
+    /// `Some(false)` once filled, `Some(true)` once failed; `None` while in flight.
+    failed: Option<bool>,
+}
+
+impl Drop for Refilling<'_> {
+    fn drop(&mut self) {
+        match self.failed {
+            // Filled: `fill` ended it.
+            Some(false) => {}
+            Some(true) => self.batches.abandon(self.key, true),
+            None => self.batches.abandon(self.key, false),
+        }
+    }
 }

@@ -11,11 +11,14 @@
 //!   retry-after instead of polling.
 //! - **Several limits at once.** [`check_all`] charges every limit or none.
 //! - **Live quotas.** [`RateLimiter::set_quota`] changes a limit without resetting its keys.
+//! - **Local batches, opt-in.** [`RateLimiter::local_batch`] takes a hot key's permits several
+//!   at a time and spends them in this process, for a bounded over-admission across replicas.
 //! - **An explicit failure policy.** Each limiter fails open or closed, by its
 //!   [`FailurePolicy`], and each decision's [`Basis`] says which happened.
 //!
 //! docs/rate-limiting.md has the algorithm, the guarantees, the keys on Redis and the ACL.
 
+mod batch;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod decision;
@@ -27,6 +30,7 @@ mod port;
 mod quota;
 pub mod telemetry;
 
+pub use batch::{MAX_BATCH_LIFETIME, MAX_LOCAL_BATCH, MIN_BATCH_LIFETIME};
 pub use decision::{Basis, Decision, FailurePolicy};
 pub use error::RateLimitError;
 pub use limiter::{MAX_ACQUIRE_WAIT, Part, RateLimiter, check_all};

@@ -13,7 +13,7 @@ use lock_core::cache::{
 use lock_core::duration_range;
 use lock_core::idempotency::{MAX_RESULT_BYTES, MIN_RESULT_TTL};
 use lock_core::lock::{MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT};
-use lock_core::rate_limit::{MAX_BURST, Quota};
+use lock_core::rate_limit::{MAX_BURST, MAX_LOCAL_BATCH, Quota};
 use lock_core::validate_instance_id;
 use lock_redis::limits::{
     ACCEPTED_ADDRESSES, MAX_COMMAND_TIMEOUT, MAX_FAIR_WAITER_TIMEOUT, MAX_MIN_REPLICAS,
@@ -228,6 +228,8 @@ pub const NAMED_KEYS: &[KeySpec] = &[
     named("telco.platform.lock.rate-limits.<name>.burst", Described("the rate's count"),
         Accepts::Count { min: 1, max: MAX_BURST },
         "Most requests of the rate limit <name> admitted at once, from rest; at most 720 h of the rate."),
+    named("telco.platform.lock.rate-limits.<name>.local-batch", Value("0"), Accepts::Count { min: 0, max: MAX_LOCAL_BATCH },
+        "Permits of a key of the rate limit <name> taken from Redis at once and spent in this process (RateLimiter::local_batch), for a key decided far more often than Redis should be asked; 0 asks Redis every time. A window may admit up to a batch per replica beyond the limit, and permits unspent within 10 ms to 1 s are lost (docs/rate-limiting.md)."),
     named("telco.platform.lock.caches.<name>.ttl", Described("cache.ttl"), duration(MIN_CACHE_TTL, MAX_CACHE_TTL),
         "TTL of the entries of the cache <name> (LockStarter::cache), instead of cache.ttl."),
     named("telco.platform.lock.caches.<name>.max-value-bytes", Described("cache.max-value-bytes"), MAX_VALUE_BYTES_ACCEPTED,

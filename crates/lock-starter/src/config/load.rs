@@ -257,10 +257,19 @@ fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, Con
     Ok(names)
 }
 
-/// `rate-limits.<name>.{rate, burst}`: the quota of every named rate limit, checked.
-fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError> {
-    let [rate, burst] = ["rate-limits.<name>.rate", "rate-limits.<name>.burst"].map(named_spec);
+/// The quota of every named rate limit, and the local batches above 0.
+type RateLimits = (BTreeMap<String, Quota>, BTreeMap<String, u32>);
+
+/// `rate-limits.<name>.{rate, burst, local-batch}`: every named rate limit, checked.
+fn rate_limits(figment: &Figment) -> Result<RateLimits, ConfigError> {
+    let [rate, burst, local_batch] = [
+        "rate-limits.<name>.rate",
+        "rate-limits.<name>.burst",
+        "rate-limits.<name>.local-batch",
+    ]
+    .map(named_spec);
     let mut quotas = BTreeMap::new();
+    let mut batches = BTreeMap::new();
     for name in named_sections(figment, rate)? {
         let path = rate.for_name(&name);
         let text = match figment.find_value(&path) {
@@ -296,9 +305,12 @@ fn rate_limits(figment: &Figment) -> Result<BTreeMap<String, Quota>, ConfigError
                 other => invalid_at(figment, burst, &burst_path, other.to_string()),
             })?;
         }
+        if let Some(batch) = named_count(figment, local_batch, &name)?.filter(|n| *n > 0) {
+            batches.insert(name.clone(), batch);
+        }
         quotas.insert(name, quota);
     }
-    Ok(quotas)
+    Ok((quotas, batches))
 }
 
 /// `caches.<name>.*`: the settings of every cache that overrides `cache.*`, checked.
@@ -554,7 +566,7 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         }
     }
     check_ca_file(&full, &settings.redis)?;
-    settings.rate_limits = rate_limits(&full)?;
+    (settings.rate_limits, settings.rate_limit_batches) = rate_limits(&full)?;
     settings.caches = caches(&full, &settings.cache)?;
     settings.warnings = warnings.0;
     for spec in KEYS {

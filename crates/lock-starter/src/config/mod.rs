@@ -133,6 +133,10 @@ pub struct LockSettings {
     /// `telco.platform.lock.rate-limits.<name>.*`: the quota of each named rate limit.
     #[serde(skip)]
     pub rate_limits: BTreeMap<String, Quota>,
+    /// `telco.platform.lock.rate-limits.<name>.local-batch`: the local batch of each named rate
+    /// limit that sets one above 0 (see `RateLimiter::local_batch`).
+    #[serde(skip)]
+    pub rate_limit_batches: BTreeMap<String, u32>,
     /// Where each value came from (see [`LockSettings::source_of`]).
     #[serde(skip)]
     pub(crate) origins: Origins,

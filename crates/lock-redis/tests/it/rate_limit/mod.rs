@@ -1,5 +1,6 @@
 //! Rate limiting on real redis-server processes.
 
+mod batch;
 mod processes;
 mod sentinel;
 mod store;

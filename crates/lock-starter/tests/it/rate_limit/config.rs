@@ -63,11 +63,11 @@ fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
         ),
         (
             "[telco.platform.lock.rate-limits]\nlogin = \"5/1m\"\n",
-            "rate-limits.login = \"5/1m\" (from TOML source string): a value where a table is expected; accepted: a table with the keys rate, burst",
+            "rate-limits.login = \"5/1m\" (from TOML source string): a value where a table is expected; accepted: a table with the keys rate, burst, local-batch",
         ),
         (
             "[telco.platform.lock]\nrate-limits = 5\n",
-            "telco.platform.lock.rate-limits = 5 (from TOML source string): a value where a table is expected; accepted: a table of named tables, each with the keys rate, burst",
+            "telco.platform.lock.rate-limits = 5 (from TOML source string): a value where a table is expected; accepted: a table of named tables, each with the keys rate, burst, local-batch",
         ),
         (
             "[telco.platform.lock.rate-limits.login]\nrate = \"1/1h\"\nburst = 99999999999\n",
@@ -98,4 +98,49 @@ fn a_misspelt_key_of_a_limit_is_a_warning() {
         warnings.contains("unknown key telco.platform.lock.rate-limits.login.brust"),
         "{warnings}"
     );
+}
+
+#[test]
+fn a_local_batch_is_read_and_off_by_default() {
+    let settings = load(
+        "[telco.platform.lock.rate-limits.api]\nrate = \"1000/1s\"\nlocal-batch = 50\n\
+         [telco.platform.lock.rate-limits.login]\nrate = \"5/1m\"\n\
+         [telco.platform.lock.rate-limits.off]\nrate = \"5/1m\"\nlocal-batch = 0\n",
+        &[
+            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_SIGN_UP_LOCAL_BATCH", "7"),
+            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_SIGN_UP_RATE", "3/1s"),
+        ],
+    )
+    .unwrap();
+    assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
+    let batches: Vec<String> = settings
+        .rate_limit_batches
+        .iter()
+        .map(|(name, batch)| format!("{name} {batch}"))
+        .collect();
+    assert_eq!(batches, ["api 50", "sign-up 7"]);
+}
+
+#[test]
+fn a_bad_local_batch_names_the_key_the_value_and_what_is_accepted() {
+    for (toml, expected) in [
+        (
+            "[telco.platform.lock.rate-limits.api]\nrate = \"1/1s\"\nlocal-batch = 10001\n",
+            "telco.platform.lock.rate-limits.api.local-batch = 10001 (from TOML source string): larger than the maximum; accepted: a whole number from 0 to 10000",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.api]\nrate = \"1/1s\"\nlocal-batch = -1\n",
+            "rate-limits.api.local-batch = -1 (from TOML source string): smaller than the minimum; accepted: a whole number from 0 to 10000",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.api]\nrate = \"1/1s\"\nlocal-batch = \"many\"\n",
+            "rate-limits.api.local-batch = \"many\" (from TOML source string): not a whole number",
+        ),
+    ] {
+        let error = load(toml, &[]).unwrap_err();
+        assert!(
+            error.contains(expected),
+            "{toml}:\n{error}\nexpected: {expected}"
+        );
+    }
 }

@@ -36,6 +36,46 @@ async fn two_starters_on_one_redis_share_a_configured_limit() {
     assert_eq!(stored.trim(), "1");
 }
 
+/// A configured local batch: one `EVALSHA` per batch of a key; another limit asks every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_local_batch_asks_redis_once_per_batch() {
+    let redis = RedisServer::start().await.unwrap();
+    let config = format!(
+        "[telco.platform.lock.redis]\naddress = \"{}\"\n\
+         [telco.platform.lock.rate-limits.api]\nrate = \"100000/1s\"\nlocal-batch = 20\n\
+         [telco.platform.lock.rate-limits.login]\nrate = \"100000/1s\"\n",
+        redis.url()
+    );
+    let starter = starter(&config).await;
+    let api = starter
+        .rate_limiter("api", FailurePolicy::FailClosed)
+        .unwrap();
+    let login = starter
+        .rate_limiter("login", FailurePolicy::FailClosed)
+        .unwrap();
+    assert_eq!((api.local_batch_size(), login.local_batch_size()), (20, 0));
+    login.try_acquire("warm", 1).await.unwrap();
+    let evalsha = || async {
+        redis
+            .command_calls()
+            .await
+            .unwrap()
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = evalsha().await;
+    for _ in 0..100 {
+        assert!(api.try_acquire("client-42", 1).await.unwrap().allowed);
+    }
+    let batched = evalsha().await;
+    assert_eq!(batched - before, 100 / 20);
+    for _ in 0..100 {
+        assert!(login.try_acquire("client-42", 1).await.unwrap().allowed);
+    }
+    assert_eq!(evalsha().await - batched, 100);
+}
+
 /// `enabled = false`: every request is admitted, and one `WARN` at start-up says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disabled_limits_admit_everything_and_warn_once_at_start_up() {
