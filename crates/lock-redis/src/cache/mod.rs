@@ -344,7 +344,7 @@ impl RedisCacheWatch {
 #[async_trait]
 impl CacheWatch for RedisCacheWatch {
     async fn next(&mut self) -> Result<Change, BoxError> {
-        if !std::mem::replace(&mut self.started, true) && self.listener.is_confirmed() {
+        if !std::mem::replace(&mut self.started, true) && self.listener.joined_confirmed() {
             return Ok(Change::Live);
         }
         loop {

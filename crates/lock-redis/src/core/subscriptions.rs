@@ -254,6 +254,9 @@ pub(crate) struct Listener {
     shared: Arc<Shared>,
     channel: String,
     heard: broadcast::Receiver<Heard>,
+    /// The subscription was confirmed when this listener joined: no [`Heard::Missed`] comes
+    /// for that confirmation.
+    joined_confirmed: bool,
 }
 
 impl Listener {
@@ -264,6 +267,12 @@ impl Listener {
             .channels()
             .get(&self.channel)
             .is_some_and(|entry| *entry.confirmed.borrow())
+    }
+
+    /// Whether the subscription was confirmed when this listener joined, so that no
+    /// [`Heard::Missed`] comes first.
+    pub(crate) fn joined_confirmed(&self) -> bool {
+        self.joined_confirmed
     }
 
     /// The next message, or [`Heard::Missed`] where some may have gone unheard.
@@ -406,10 +415,13 @@ impl Subscriptions {
             .listeners
             .get_or_insert_with(|| broadcast::channel(LISTENER_BACKLOG).0)
             .subscribe();
+        // Read under the lock the confirmation and its `Missed` are sent under.
+        let joined_confirmed = *entry.confirmed.borrow();
         Listener {
             shared: Arc::clone(&self.shared),
             channel: channel.to_owned(),
             heard,
+            joined_confirmed,
         }
     }
 
