@@ -161,7 +161,7 @@ async fn main() -> ExitCode {
         "started",
         json!({
             "role": role, "sku": args.sku,
-            "near_cache_entries": starter.settings().cache.near_cache_entries,
+            "near_cache_entries": starter.settings().cache_of(CACHE).near_cache_entries,
         }),
     );
     let input = stdin_lines();

@@ -497,14 +497,47 @@ pub(crate) fn unknown_key_hint(unknown: &str, as_env: bool) -> Option<String> {
                 .min(strsim::damerau_levenshtein(&norm, &last));
             (d <= (whole.len() / 4).max(1)).then_some((d, spec))
         })
-        .min_by_key(|(d, _)| *d)?
-        .1;
-    let name = if as_env {
-        spec.env_name()
-    } else {
-        spec.name.to_owned()
+        .min_by_key(|(d, _)| *d);
+    let name = match spec {
+        Some((_, spec)) if as_env => spec.env_name(),
+        Some((_, spec)) => spec.name.to_owned(),
+        None => named_key_hint(unknown, as_env)?,
     };
     (!norm.is_empty()).then(|| format!("did you mean {name}?"))
+}
+
+/// The key of [`NAMED_KEYS`] closest to `unknown`, for the name `unknown` gives: every run of
+/// its segments is tried as the name, so only the table and the key's own part are compared
+/// (`caches.products.tll` gives `caches.products.ttl`; `CACHE_PRODUCTS_TTL`,
+/// `TELCO_PLATFORM_LOCK_CACHES_PRODUCTS_TTL`).
+fn named_key_hint(unknown: &str, as_env: bool) -> Option<String> {
+    let separator = if as_env { '_' } else { '.' };
+    let segments: Vec<&str> = unknown.split(separator).collect();
+    let norm = normalize(unknown);
+    let mut best: Option<(usize, String)> = None;
+    for first in 1..segments.len() {
+        for end in first + 1..segments.len() {
+            let name = segments[first..end].join(&separator.to_string());
+            for spec in NAMED_KEYS {
+                let candidate = if as_env {
+                    spec.env_name().replace(&NAME.to_ascii_uppercase(), &name)
+                } else {
+                    spec.for_name(&name)
+                };
+                let short = if as_env {
+                    normalize(&candidate[ENV_PREFIX.len()..])
+                } else {
+                    normalize(&candidate[PREFIX.len() + 1..])
+                };
+                let d = strsim::damerau_levenshtein(&norm, &short);
+                let allowed = (short.len() - normalize(&name).len()) / 4;
+                if d <= allowed.max(1) && best.as_ref().is_none_or(|(b, _)| d < *b) {
+                    best = Some((d, candidate));
+                }
+            }
+        }
+    }
+    best.map(|(_, candidate)| candidate)
 }
 
 /// The hint for an unknown key as a message continues it, up to the accepted list: `; did you

@@ -159,3 +159,39 @@ async fn a_cross_pod_load_wait_runs_one_loader_for_every_pod() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// A misspelt key of a named section gets the same "did you mean" as any other key, in files
+/// and variables, for the name it was written with.
+#[test]
+fn a_misspelt_named_key_gets_a_suggestion() {
+    for (toml, env, expected) in [
+        (
+            "[telco.platform.lock.caches.products]\ntll = \"5m\"\n",
+            None,
+            "did you mean telco.platform.lock.caches.products.ttl?",
+        ),
+        (
+            "",
+            Some(("TELCO_PLATFORM_LOCK_CACHE_PRODUCTS_TTL", "5m")),
+            "did you mean TELCO_PLATFORM_LOCK_CACHES_PRODUCTS_TTL?",
+        ),
+        (
+            "",
+            Some((
+                "TELCO_PLATFORM_LOCK_CACHES_PRICE_LISTS_CROSS_POD_LOAD_WIAT",
+                "5s",
+            )),
+            "did you mean TELCO_PLATFORM_LOCK_CACHES_PRICE_LISTS_CROSS_POD_LOAD_WAIT?",
+        ),
+        (
+            "[telco.platform.lock.rate-limits.api]\nrate = \"1/1s\"\nbrust = 2\n",
+            None,
+            "did you mean telco.platform.lock.rate-limits.api.burst?",
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = env.into_iter().collect();
+        let settings = load(toml, &env).unwrap();
+        let warnings = settings.warnings().join("\n");
+        assert!(warnings.contains(expected), "{toml}{env:?}:\n{warnings}");
+    }
+}
