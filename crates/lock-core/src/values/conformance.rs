@@ -601,6 +601,8 @@ pub async fn a_living_runners_guard_is_renewed(factory: &dyn ValuesFactory) {
 pub async fn waiters_join_the_runners_outcome(factory: &dyn ValuesFactory) {
     let key = unique_key("join");
     let mut runner = Runner::start(factory.client().await, &key, MIN_FLIGHT_TTL * 3, 42);
+    // Acknowledged from inside the action: the runner holds the guard before any waiter comes.
+    runner.report(0).await;
     let mut waiters = Vec::new();
     for _ in 0..3 {
         let (waiter, mut heard) = hearing(factory).await;
@@ -609,7 +611,7 @@ pub async fn waiters_join_the_runners_outcome(factory: &dyn ValuesFactory) {
             must_not_run(&waiter, &key, WhenBusy::Wait(LONG)).await
         }));
         // Progress reports are writes: report until the waiter's watch has heard one.
-        let deadline = Instant::now() + LONG;
+        let deadline = Instant::now() + SLACK;
         while tokio::time::timeout(Duration::from_millis(100), heard.recv())
             .await
             .is_err()
