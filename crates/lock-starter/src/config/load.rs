@@ -360,12 +360,9 @@ fn named_duration(
     let Ok(value) = figment.find_value(&path) else {
         return Ok(None);
     };
-    let text = match &value {
-        Value::String(_, text) => text.clone(),
-        Value::Num(_, num) => num.to_f64().map(|n| n.to_string()).unwrap_or_default(),
-        _ => return Err(invalid_at(figment, spec, &path, "not a duration")),
-    };
-    let duration = parse_duration(&text).map_err(|e| invalid_at(figment, spec, &path, e))?;
+    // The deserializer of the table's durations, so both read a value alike.
+    let duration =
+        duration(&value).map_err(|e| invalid_at(figment, spec, &path, one_line_message(&e)))?;
     if let Some(problem) = spec.problem(&Val::Duration(duration)) {
         return Err(invalid_at(figment, spec, &path, problem));
     }
