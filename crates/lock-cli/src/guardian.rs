@@ -4,13 +4,16 @@
 //! renewed.
 //!
 //! It holds the read end of a pipe whose write end only the wrapper holds (close-on-exec, so the
-//! command never inherits it). When the kernel closes that end — the wrapper ended, whatever
-//! ended it — the guardian reads EOF. If the wrapper told it `done` first, the command had
-//! ended and the guardian just exits; otherwise it kills the target it was given. A
+//! command never inherits it). The command's process names itself as the target on that pipe
+//! between fork and exec, so no instant of the command runs unguarded. When the kernel closes
+//! the write end — the wrapper ended, whatever ended it — the guardian reads EOF. If the wrapper
+//! told it `done` first, the command had ended and the guardian just exits; otherwise it kills
+//! the target it was given. A
 //! parent-death signal (`PR_SET_PDEATHSIG`) is not used: it follows the spawning *thread*, not
 //! the process, and EOF already arrives on every kind of death.
 
-use std::io::{IsTerminal, Read};
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
@@ -48,12 +51,20 @@ impl Target {
         }
     }
 
-    /// The order line the guardian reads.
-    fn order(self) -> String {
+    /// Writes the order line the guardian reads; allocates nothing, so a forked child may call it.
+    fn write_order(self, out: &mut impl Write) -> std::io::Result<()> {
         match self {
-            Target::Group(pid) => format!("group {pid}\n"),
-            Target::Process(pid) => format!("process {pid}\n"),
+            Target::Group(pid) => writeln!(out, "group {pid}"),
+            Target::Process(pid) => writeln!(out, "process {pid}"),
         }
+    }
+
+    /// The order line the guardian reads.
+    #[cfg(test)]
+    fn order(self) -> String {
+        let mut line = Vec::new();
+        self.write_order(&mut line).expect("writing to a Vec");
+        String::from_utf8(line).expect("an order is ASCII")
     }
 
     /// The target named in `orders` (the last one given), unless the wrapper said `done`.
@@ -112,12 +123,51 @@ impl Guardian {
         Ok(Guardian { process, orders })
     }
 
-    /// Tells the guardian what to kill should the wrapper die from now on.
+    /// Makes the process `command` spawns arm the guardian with itself (its own process group
+    /// when `own_group`) before it executes the command, so a wrapper killed right after the
+    /// spawn still takes the command along. A guardian already gone fails the spawn.
+    // `pre_exec` and a borrowed raw descriptor are the only ways to act between fork and exec.
+    #[allow(unsafe_code)]
+    pub(crate) fn arm_before_exec(&self, command: &mut tokio::process::Command, own_group: bool) {
+        let orders = self.orders.as_raw_fd();
+        let arm = move || {
+            let pid = nix::unistd::getpid();
+            let target = if own_group {
+                Target::Group(pid)
+            } else {
+                Target::Process(pid)
+            };
+            let mut line = [0_u8; 32];
+            let mut rest = &mut line[..];
+            target.write_order(&mut rest)?;
+            let length = 32 - rest.len();
+            // SAFETY: `orders` is the wrapper's open write end, inherited by the forked child
+            // and closed only at exec.
+            let orders = unsafe { BorrowedFd::borrow_raw(orders) };
+            match nix::unistd::write(orders, &line[..length]) {
+                Ok(written) if written == length => Ok(()),
+                Ok(_) => Err(std::io::Error::other("the guardian took part of its order")),
+                Err(errno) => Err(errno.into()),
+            }
+        };
+        // SAFETY: the hook runs in the forked child of a multi-threaded process, where only
+        // async-signal-safe operations are sound. It calls getpid(2) and write(2) and formats
+        // into a stack buffer; nothing allocates or takes a lock.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(arm);
+        }
+    }
+
+    /// Tells the guardian again, from the wrapper, what to kill should the wrapper die: finds
+    /// out whether the guardian is still there.
     ///
     /// # Errors
     /// The guardian is gone (someone killed it): the command is not guarded.
     pub(crate) async fn arm(&mut self, target: Target) -> std::io::Result<()> {
-        self.orders.write_all(target.order().as_bytes()).await?;
+        let mut line = Vec::new();
+        target.write_order(&mut line)?;
+        self.orders.write_all(&line).await?;
         self.orders.flush().await
     }
 

@@ -171,6 +171,7 @@ pub(crate) async fn run(
     if own_group {
         spawn.process_group(0);
     }
+    guardian.arm_before_exec(&mut spawn, own_group);
     let mut child = match spawn.spawn() {
         Ok(child) => child,
         Err(error) => {
