@@ -22,7 +22,7 @@ use tokio::time::Instant;
 /// Also the set-up commands of a connection of the client that finishes connecting in the
 /// background (the pub/sub connection, or a reconnect): seen on a loaded CI machine during the
 /// measured window, and no round trip of the acquire or release.
-const INSIDE_SCRIPTS: [&str; 20] = [
+const INSIDE_SCRIPTS: [&str; 21] = [
     "client|id",
     "client|setname",
     "hello",
@@ -33,6 +33,7 @@ const INSIDE_SCRIPTS: [&str; 20] = [
     "pttl",
     "time",
     "spublish",
+    "pubsub|shardnumsub",
     "info",
     // The fair queue's commands; a release looks at the queue (`zcard`).
     "zcard",
@@ -75,6 +76,39 @@ async fn uncontended_acquire_and_release_are_one_round_trip_each() {
         round_trips(&acquired, &released),
         [("evalsha".to_owned(), 1)]
     );
+}
+
+/// Every Redis call of an uncontended cycle over a key's tombstone, the scripts' own included:
+/// with nobody subscribed, the release neither reads the queue nor publishes, and no script
+/// reads a TTL (the calls `a_waiter_sends_nothing_between_releases_and_wakes_on_the_release`
+/// needs are still made when someone waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_makes_eight_redis_calls() {
+    let (redis, [lock]) = common::server_with().await;
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let first = lock.acquire("calls", lease).await.unwrap();
+    assert_eq!(first.release().await.unwrap(), ReleaseOutcome::Released);
+    let before = command_calls(&redis).await;
+    let handle = lock.acquire("calls", lease).await.unwrap();
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
+    let after = command_calls(&redis).await;
+    let set_up = ["info", "client|id", "client|setname", "hello", "ping"];
+    let mut calls: Vec<(String, u64)> = after
+        .keys()
+        .filter(|cmd| !set_up.contains(&cmd.as_str()))
+        .map(|cmd| (cmd.clone(), delta(&before, &after, cmd)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    calls.sort();
+    let expected = [
+        ("evalsha", 2),
+        ("get", 2),
+        ("pubsub|shardnumsub", 1),
+        ("set", 2),
+        ("time", 1),
+    ]
+    .map(|(cmd, n)| (cmd.to_owned(), n));
+    assert_eq!(calls, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -328,12 +328,12 @@ impl Refusal {
     }
 
     /// What on-call can do about a refused `operation`, for the `Display` of
-    /// [`RedisFailure::Refused`]. Only the operators' calls (`SCAN`, `PUBSUB SHARDNUMSUB`) need
-    /// grants beyond the lock's own ACL, so a missing permission there names those.
+    /// [`RedisFailure::Refused`]. Only the operators' `SCAN` needs a grant beyond the lock's own
+    /// ACL, so a missing permission there names it.
     fn remedy_for(self, operation: &str) -> &'static str {
         match (self, operation) {
-            (Refusal::NoPermission, "SCAN" | "PUBSUB SHARDNUMSUB") => {
-                "grant the Redis user the operators' commands as well: ACL SETUSER <user> +scan +pubsub|shardnumsub (see the lock's ACL in docs/design.md)"
+            (Refusal::NoPermission, "SCAN") => {
+                "grant the Redis user the operators' command as well: ACL SETUSER <user> +scan (see the lock's ACL in docs/design.md)"
             }
             // fred's set-up of a connection: `SELECT` for an address with a database number.
             (Refusal::NoPermission, "connection") => {
@@ -604,7 +604,7 @@ mod tests {
         let scan = RedisFailure::command("SCAN", noperm()).to_string();
         assert!(scan.contains("Redis refused the SCAN"), "{scan}");
         assert!(scan.contains("NOPERM"), "{scan}");
-        assert!(scan.contains("+scan +pubsub|shardnumsub"), "{scan}");
+        assert!(scan.contains("ACL SETUSER <user> +scan ("), "{scan}");
         let acquire = RedisFailure::command("acquire script", noperm()).to_string();
         assert!(!acquire.contains("+scan"), "{acquire}");
         assert!(acquire.contains("EVALSHA"), "{acquire}");

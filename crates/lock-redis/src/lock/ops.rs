@@ -278,8 +278,8 @@ impl RedisLock {
     /// percent-encoded (inside a `[…]` class these three do not match). The order is Redis'
     /// scan order.
     ///
-    /// As a Redis user with an ACL, this needs `+scan` (and `+pubsub|shardnumsub` for the
-    /// waiting clients) on top of the lock's own ACL: see docs/design.md.
+    /// As a Redis user with an ACL, this needs `+scan` on top of the lock's own ACL: see
+    /// docs/design.md.
     ///
     /// # Errors
     /// As [`status`](Self::status); a `SCAN` that Redis refuses (e.g. `NOPERM` for a user

@@ -11,8 +11,8 @@
 --   {0, holder, pttl}   held by another owner (H, or M: released within its minimum hold);
 --                       pttl is its remaining TTL in ms (for M, the rest of the hold)
 --   {2}                 this owner's acquisition was already released (a late duplicate)
---   error "LOCKVALUE …" the key holds something that is not a lock (including a lock-like
---                       value without a TTL: never made by this library)
+--   error "LOCKVALUE …" the key holds something that is not a lock (including a held value
+--                       without a TTL: never made by this library)
 --
 -- Idempotent per owner token: a re-sent copy (the client re-sends in-flight commands after a
 -- reconnect) finds its own grant and returns it, or finds its own tombstone (R) or kept release
@@ -32,7 +32,11 @@ if lock then
     return {1, tonumber(lock.token)}
   end
   if lock.state ~= 'R' then
-    return {0, lock.owner, lock.ttl}
+    local ttl = lock_ttl(KEYS[1], lock)
+    if not ttl then
+      return not_a_lock(KEYS[1])
+    end
+    return {0, lock.owner, ttl}
   end
   last = tonumber(lock.token)
   -- Remembered so that a re-sent release of the previous owner still reports "released".

@@ -20,7 +20,7 @@
 --   {3, ahead}                the lock is free, but `ahead` earlier waiters come first
 --   {2}                       this owner's acquisition was already released (a late duplicate)
 --   error "LOCKVALUE …"       the key holds something that is not a lock (including a
---                             lock-like value without a TTL)
+--                             held value without a TTL)
 --
 -- Every call first evicts the other waiters whose time ran out: a waiter that died stops
 -- calling, and loses its place ARGV[3] after its last call. The caller itself is alive, so it
@@ -89,8 +89,12 @@ if lock then
     return {1, tonumber(lock.token)}
   end
   if lock.state ~= 'R' then
+    local ttl = lock_ttl(KEYS[1], lock)
+    if not ttl then
+      return not_a_lock(KEYS[1])
+    end
     queue_as(ARGV[4])
-    return {0, lock.owner, lock.ttl, ahead()}
+    return {0, lock.owner, ttl, ahead()}
   end
   last = tonumber(lock.token)
   previous = lock.owner

@@ -26,7 +26,7 @@
 -- frees it at once — an operator's release ignores the minimum hold.
 --
 -- allow-oom: as release.lua, it must work when Redis is at maxmemory (noeviction).
-local lock = read_lock(KEYS[1])
+local lock = read_lock_and_ttl(KEYS[1])
 if not lock or lock.state == 'R' then
   return {0}
 end

@@ -16,8 +16,10 @@
 --   hold until      H and M: the server time (ms) until which a release keeps the key held
 --                   (the minimum hold); absent or empty: none
 --
--- The library gives every lock value a TTL. A value that does not parse, or has no TTL, was
--- not made by this library: it is "not a lock", and no script reads it as held or free.
+-- The library gives every lock value a TTL. A value that does not parse was not made by this
+-- library: it is "not a lock", and no script reads it as held or free. Nor is a held value (H or
+-- M) without a TTL: it would be held for ever. A script that finds its own owner token, or a
+-- tombstone, does not read the TTL: its next write sets one.
 
 -- The server's time as {seconds, microseconds}, in microseconds, and in milliseconds.
 local function server_clock()
@@ -26,10 +28,10 @@ local function server_clock()
   return us, math.floor(us / 1000)
 end
 
--- The lock `value` found at `key`, as {state, token, owner, previous, hold_until, value, ttl},
--- or false when it is not a lock (see above). `ttl`: how long it stays in its state, in ms (the
--- key's PTTL; for M, the rest of the hold). An M whose hold has ended is returned as R.
-local function parse_lock(key, value)
+-- The lock `value`, as {state, token, owner, previous, hold_until, value}, or false when it is
+-- not a lock (see above). An M whose hold has ended is returned as R; one still held also has
+-- `hold_rest`, the rest of the hold in ms.
+local function parse_lock(value)
   local fields = {}
   for field in string.gmatch(value .. '|', '([^|]*)|') do
     fields[#fields + 1] = field
@@ -53,10 +55,6 @@ local function parse_lock(key, value)
       or lock.owner == '' or not string.match(lock.hold_until, '^%d*$') then
     return false
   end
-  lock.ttl = redis.call('PTTL', key)
-  if lock.ttl < 0 then
-    return false
-  end
   if lock.state == 'M' then
     local hold_until = tonumber(lock.hold_until)
     if not hold_until then
@@ -64,7 +62,7 @@ local function parse_lock(key, value)
     end
     local _, now_ms = server_clock()
     if hold_until > now_ms then
-      lock.ttl = hold_until - now_ms
+      lock.hold_rest = hold_until - now_ms
     else
       lock.state = 'R'
     end
@@ -73,13 +71,35 @@ local function parse_lock(key, value)
 end
 
 -- The lock at `key`: nil when there is no key, false when it holds something that is not a lock
--- (GET itself fails with WRONGTYPE on a key that is not a string).
+-- (GET itself fails with WRONGTYPE on a key that is not a string). The TTL is not read.
 local function read_lock(key)
   local value = redis.call('GET', key)
   if not value then
     return nil
   end
-  return parse_lock(key, value)
+  return parse_lock(value)
+end
+
+-- How long `lock`, read at `key`, stays in its state, in ms (the key's PTTL; for M, the rest of
+-- the hold), or false when the key has no TTL: then it is not a lock (see above).
+local function lock_ttl(key, lock)
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    return false
+  end
+  return lock.hold_rest or ttl
+end
+
+-- The lock at `key` with its `ttl` (see lock_ttl), as read_lock returns it otherwise.
+local function read_lock_and_ttl(key)
+  local lock = read_lock(key)
+  if lock then
+    lock.ttl = lock_ttl(key, lock)
+    if not lock.ttl then
+      return false
+    end
+  end
+  return lock
 end
 
 -- The error reply for a key that holds something that is not a lock.

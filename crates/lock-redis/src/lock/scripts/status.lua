@@ -14,10 +14,10 @@ local value = redis.call('GET', KEYS[1])
 local ttl = redis.call('PTTL', KEYS[1])
 local lock = false
 if value then
-  lock = parse_lock(KEYS[1], value)
+  lock = parse_lock(value)
   if lock then
-    ttl = lock.ttl
-    lock = {lock.state, lock.token, lock.owner}
+    ttl = lock_ttl(KEYS[1], lock)
+    lock = ttl and {lock.state, lock.token, lock.owner}
   end
 end
 return {value, ttl, redis.call('ZCARD', KEYS[2]), lock}

@@ -564,14 +564,21 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
     }
 }
 
-/// A release the user may not publish fails as `LOCK_RELEASE_FAILED` with `no_permission`,
-/// naming the ACL problem, instead of reporting success.
+/// A release the user may not publish, with a waiter to publish to, fails as
+/// `LOCK_RELEASE_FAILED` with `no_permission`, naming the ACL problem, instead of reporting
+/// success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_without_spublish_fails_naming_noperm() {
     let redis = common::server().await;
     set_user(&redis, &acl_without("+spublish")).await;
-    let lock = user_client(&redis).await;
+    let (lock, waiter) = (user_client(&redis).await, user_client(&redis).await);
     let handle = common::hold(&lock, "no-spublish", Duration::from_secs(30)).await;
+    let waiting = tokio::spawn(async move {
+        let options = common::watchdog_waiting(Duration::from_secs(30));
+        waiter.acquire_with("no-spublish", options).await
+    });
+    assert!(one_subscriber(&redis, &lock.release_channel("no-spublish")).await);
+    waiting.abort();
     let err = handle
         .release()
         .await
@@ -579,12 +586,12 @@ async fn a_release_without_spublish_fails_naming_noperm() {
     assert_no_permission(&err, "LOCK_RELEASE_FAILED");
 }
 
-/// A user denied the release channel (`&lock:*` missing): the release script may not publish,
-/// so a release fails as `no_permission` naming the ACL problem; a waiter cannot subscribe
-/// (refused, logged at `DEBUG`), so it is not woken by a release, but it still gets the lock by
-/// the holder's TTL — it never hangs past its wait time.
+/// A user denied the release channel (`&lock:*` missing): a waiter cannot subscribe (refused,
+/// logged at `DEBUG`), so the release has nobody to publish to and succeeds, and the waiter is
+/// not woken by it, but it still gets the lock by the holder's TTL — it never hangs past its
+/// wait time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_to_the_ttl() {
+async fn without_the_channel_waiters_fall_back_to_the_ttl() {
     let redis = common::server().await;
     set_user(&redis, &acl_without("&lock:*")).await;
     let holder = user_client(&redis).await;
@@ -604,22 +611,7 @@ async fn without_the_channel_releases_fail_naming_noperm_and_waiters_fall_back_t
     })
     .await;
     assert!(refused_channel, "{:?}", refused(&redis).await);
-    let key = holder.redis_key("no-channel");
-    let owner = held.owner().to_owned();
-    let err = held
-        .release()
-        .await
-        .expect_err("release without the channel");
-    assert_no_permission(&err, "LOCK_RELEASE_FAILED");
-    // Redis does not roll a script back: the tombstone `R|<token>|<owner>` was written before
-    // SPUBLISH was refused (if the waiter took the key since, the holder is its previous owner,
-    // `H|<token>|<waiter>|<owner>`, which only a tombstone leaves).
-    let value = redis.cmd(&["GET", &key]).await.unwrap();
-    assert!(
-        value.starts_with("R|") && value.ends_with(&format!("|{owner}"))
-            || value.starts_with("H|") && value.ends_with(&format!("|{owner}")),
-        "{value}"
-    );
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     let handle = waiting.await.unwrap().unwrap();
     let waited = started.elapsed();
     assert!(
@@ -779,8 +771,39 @@ async fn on_a_cluster_as_the_acl_user() {
     assert!(refused.is_subset(&harmless()), "{refused:?}");
 }
 
+/// An ACL written before the release counted its channel's subscribers (no
+/// `+pubsub|shardnumsub`) keeps working: the count is refused, so the release publishes, and a
+/// waiter wakes on it rather than at the end of its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_without_the_subscriber_count_still_wakes_waiters() {
+    let redis = common::server().await;
+    let rules: Vec<String> = documented_acl()
+        .into_iter()
+        .filter(|rule| rule != "+pubsub|shardnumsub")
+        .collect();
+    set_user(&redis, &rules).await;
+    let (holder, waiter) = (user_client(&redis).await, user_client(&redis).await);
+    let held = common::hold(&holder, "earlier-acl", Duration::from_secs(60)).await;
+    let waiting = tokio::spawn(async move {
+        let options = common::watchdog_waiting(Duration::from_secs(30));
+        waiter.acquire_with("earlier-acl", options).await
+    });
+    assert!(one_subscriber(&redis, &holder.release_channel("earlier-acl")).await);
+    let before = command_calls(&redis).await;
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let after = command_calls(&redis).await;
+    assert_eq!(
+        delta(&before, &after, "spublish"),
+        1,
+        "the release did not publish"
+    );
+    let granted = waiting.await.unwrap();
+    assert!(granted.is_ok(), "the waiter was not woken: {granted:?}");
+    assert!(refused(&redis).await.contains("command:pubsub|shardnumsub"));
+}
+
 /// The operators' calls (`status`, `list`, `force_release`, as the `platform-lock` CLI makes
-/// them) as the documented user with the documented CLI grants (`+scan +pubsub|shardnumsub`):
+/// them) as the documented user with the documented CLI grant (`+scan`):
 /// nothing is refused beyond the harmless connect-time commands; without the CLI grants, `list`
 /// fails as the typed `no_permission` refusal of `SCAN`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -794,7 +817,7 @@ async fn the_operators_calls_work_with_the_documented_cli_grants() {
     assert!(refused_list.to_string().contains("SCAN"), "{refused_list}");
     assert!(refused(&redis).await.contains("command:scan"));
 
-    rules.extend(acl_containing("+pubsub|shardnumsub"));
+    rules.extend(acl_containing("+scan"));
     set_user(&redis, &rules).await;
     redis.cmd(&["ACL", "LOG", "RESET"]).await.unwrap();
     let ops = user_client(&redis).await;
@@ -818,11 +841,6 @@ async fn the_operators_calls_work_with_the_documented_cli_grants() {
 async fn list_without_scan_fails_as_no_permission_naming_the_grant() {
     let redis = common::server().await;
     let mut rules = documented_acl();
-    rules.extend(
-        acl_containing("+pubsub|shardnumsub")
-            .into_iter()
-            .filter(|rule| rule != "+scan"),
-    );
     set_user(&redis, &rules).await;
     let ops = user_client(&redis).await;
     // A held lock, so an unrefused SCAN would have found something to list.

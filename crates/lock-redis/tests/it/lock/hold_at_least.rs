@@ -228,10 +228,10 @@ async fn a_grant_that_never_reached_its_caller_is_freed_despite_its_minimum_hold
     );
 }
 
-/// A lock-like value without a TTL was not made by this library. Every
+/// A held value without a TTL, or one outside the grammar, was not made by this library. Every
 /// script takes it for what it is — not a lock — and leaves it alone: the acquisition is
-/// refused as `not_a_lock`, not "held forever by x", the owner's release reports `NotHeld`
-/// and leaves it, a forced release finds nothing held, and status says the key holds no lock.
+/// refused as `not_a_lock`, not "held forever by x", a forced release finds nothing held, and
+/// status says the key holds no lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
     let (redis, [lock]) = common::server_with().await;
@@ -270,15 +270,29 @@ async fn a_lock_value_without_a_ttl_is_not_a_lock_for_any_script() {
         );
         assert_eq!(redis.cmd(&["GET", &key]).await.unwrap(), value, "{name}");
     }
+}
 
-    // The owner's own grant with its TTL taken away: the release leaves it.
+/// Only what carries its own owner token, or a tombstone, is read without its TTL, and the
+/// write that follows sets one: the owner's release frees its grant whose TTL was taken away
+/// (left alone, it would be held for ever), and a tombstone without a TTL is granted over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_or_tombstone_without_a_ttl_is_freed_or_granted_with_one() {
+    let (redis, [lock]) = common::server_with().await;
     let held = lock.acquire("persisted", Lease::Watchdog).await.unwrap();
     let key = lock.redis_key("persisted");
     redis.cmd(&["PERSIST", &key]).await.unwrap();
-    let value = redis.cmd(&["GET", &key]).await.unwrap();
-    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::NotHeld);
-    assert_eq!(redis.cmd(&["GET", &key]).await.unwrap(), value);
-    assert_eq!(pttl(&redis, &key).await, -1);
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    assert!(redis.cmd(&["GET", &key]).await.unwrap().starts_with("R|"));
+    assert!(pttl(&redis, &key).await > 0, "the tombstone has no TTL");
+
+    let key = lock.redis_key("bare-tombstone");
+    redis.cmd(&["SET", &key, "R|12|x"]).await.unwrap();
+    let granted = lock
+        .try_acquire("bare-tombstone", Lease::Watchdog)
+        .await
+        .unwrap();
+    assert!(granted.fencing_token() > 12);
+    assert!(pttl(&redis, &key).await > 0, "the grant has no TTL");
 }
 
 /// The renewal agrees with the other scripts too: the holder's own grant followed by fields the

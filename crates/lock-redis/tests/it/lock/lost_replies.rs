@@ -61,10 +61,26 @@ async fn an_acquire_whose_reply_was_lost_is_granted_once_with_the_stored_token()
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
+/// A connection that only listens on `channel`: with it, a release has someone to publish to.
+async fn listen(redis: &RedisServer, channel: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", redis.port()))
+        .await
+        .unwrap();
+    let command = format!(
+        "*2\r\n$10\r\nSSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    stream.write_all(command.as_bytes()).await.unwrap();
+    assert!(common::one_subscriber(redis, channel).await);
+    stream
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_reports_released() {
     let (redis, proxy, lock) = setup().await;
     let handle = common::hold(&lock, "retry-release", Duration::from_secs(60)).await;
+    let _listener = listen(&redis, &lock.release_channel("retry-release")).await;
     let before = command_calls(&redis).await;
     arm(&proxy, &lock.release_channel("retry-release"));
     let outcome = handle.release().await.unwrap();
