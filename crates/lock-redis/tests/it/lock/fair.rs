@@ -156,6 +156,31 @@ async fn a_dead_waiters_place_expires_on_its_own() {
     assert!(eventually(SLACK, || no_queue_state(&redis, &holder)).await);
 }
 
+/// A release with a fair waiter queued publishes the message naming it: the waiter is granted
+/// long before its next refresh or the holder's TTL would have had it look again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_queued_fair_waiter_it_names() {
+    let redis = server().await;
+    // A place kept for the longest allowed, 5 minutes: the waiter's refreshes come every 100 s.
+    let place = Duration::from_secs(300);
+    let holder = fair_client(&redis).await;
+    let waiter = common::connect(config(&redis).fair_waiter_timeout(place)).await;
+    let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
+    let waiting =
+        tokio::spawn(async move { waiter.acquire_with(KEY, fair(Duration::from_secs(60))).await });
+    until_queued(&redis, &holder, 1).await;
+    assert!(common::one_subscriber(&redis, &holder.release_channel(KEY)).await);
+    let released_at = Instant::now();
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
+    let granted = waiting.await.unwrap();
+    // Without the message it is granted only by its last look, when its 60 s wait ends.
+    let took = released_at.elapsed();
+    assert!(
+        granted.is_ok() && took < Duration::from_secs(30),
+        "the queued waiter was not woken: {granted:?} after {took:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_dropped_waiter_leaves_the_queue_at_once_and_hands_its_turn_on() {
     let redis = server().await;
