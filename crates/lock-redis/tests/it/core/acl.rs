@@ -578,12 +578,13 @@ async fn a_release_without_spublish_fails_naming_noperm() {
         waiter.acquire_with("no-spublish", options).await
     });
     assert!(one_subscriber(&redis, &lock.release_channel("no-spublish")).await);
-    waiting.abort();
     let err = handle
         .release()
         .await
         .expect_err("release without SPUBLISH");
     assert_no_permission(&err, "LOCK_RELEASE_FAILED");
+    // Only now: a waiter gone takes its subscription along, and the release had nobody to wake.
+    waiting.abort();
 }
 
 /// A user denied the release channel (`&lock:*` missing): a waiter cannot subscribe (refused,

@@ -166,8 +166,11 @@ async fn a_release_wakes_the_queued_fair_waiter_it_names() {
     let holder = fair_client(&redis).await;
     let waiter = common::connect(config(&redis).fair_waiter_timeout(place)).await;
     let held = holder.acquire(KEY, Lease::Fixed(LONG)).await.unwrap();
-    let waiting =
-        tokio::spawn(async move { waiter.acquire_with(KEY, fair(Duration::from_secs(60))).await });
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_with(KEY, fair(Duration::from_secs(60)))
+            .await
+    });
     until_queued(&redis, &holder, 1).await;
     assert!(common::one_subscriber(&redis, &holder.release_channel(KEY)).await);
     let released_at = Instant::now();
