@@ -1,8 +1,9 @@
-//! The fault suite, short form: for every fault, 8 worker processes on one key for a few seconds
-//! while the fault is injected over and over; the recorded history must show no duplicate token,
-//! no accepted stale write, no lost acknowledged write, only explained overlaps, only typed
-//! fail-closed errors, no key left without a TTL, and a killed holder's lock free within its
-//! lease + 1 s. `lock-stress` runs the same scenarios for longer.
+//! The fault suite, short form: for every fault (the `-synced` failovers run in the soak only),
+//! 8 worker processes on one key for a few seconds while the fault is injected over and over; the
+//! recorded history must show no duplicate token, no accepted stale write, no lost acknowledged
+//! write, only explained overlaps, only typed fail-closed errors, no key left without a TTL, and
+//! a killed holder's lock free within its lease + 1 s. `lock-stress` runs the same scenarios for
+//! longer.
 
 use platform_lock_tests::stress::{Fault, Scenario, run};
 
@@ -43,4 +44,6 @@ faults! {
     keys_evicted => Fault::Evict,
     latency_added => Fault::Latency,
     connections_dropped => Fault::DropConnections,
+    sentinel_failover => Fault::SentinelFailover,
+    lagging_replica_promoted => Fault::SentinelLaggingFailover,
 }

@@ -30,6 +30,9 @@ struct Args {
     /// The workers' watchdog timeout.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     watchdog_timeout: Duration,
+    /// The longest a worker holds the lock around its write (a random part of it each time).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20ms")]
+    hold: Duration,
 }
 
 #[tokio::main]
@@ -61,6 +64,7 @@ async fn main() -> ExitCode {
         scenario.workers = args.workers;
         scenario.duration = args.duration;
         scenario.watchdog_timeout = args.watchdog_timeout;
+        scenario.hold = args.hold;
         match run(&scenario).await {
             Ok(result) => {
                 println!("{}", result.table_row());

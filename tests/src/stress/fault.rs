@@ -25,11 +25,22 @@ pub enum Fault {
     Latency,
     /// Reset every connection through a TCP proxy.
     DropConnections,
+    /// `SENTINEL FAILOVER` of a primary with one replica, the old primary demoted at once; the
+    /// workers grant without waiting for the replica (`min-replicas = 0`).
+    SentinelFailover,
+    /// As [`Fault::SentinelFailover`], with every grant confirmed by the replica
+    /// (`min-replicas = 1`).
+    SentinelFailoverSynced,
+    /// A lagging replica promoted: the replica stops receiving writes for a second while the
+    /// workers go on, then `SENTINEL FAILOVER` promotes it (`min-replicas = 0`).
+    SentinelLaggingFailover,
+    /// As [`Fault::SentinelLaggingFailover`], with `min-replicas = 1`.
+    SentinelLaggingFailoverSynced,
 }
 
 impl Fault {
     /// Every fault, baseline first.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 14] = [
         Fault::None,
         Fault::KillHolder,
         Fault::PauseHolder,
@@ -40,6 +51,10 @@ impl Fault {
         Fault::Evict,
         Fault::Latency,
         Fault::DropConnections,
+        Fault::SentinelFailover,
+        Fault::SentinelFailoverSynced,
+        Fault::SentinelLaggingFailover,
+        Fault::SentinelLaggingFailoverSynced,
     ];
 
     /// The kebab-case name, as on the command line.
@@ -55,7 +70,38 @@ impl Fault {
             Fault::Evict => "evict",
             Fault::Latency => "latency",
             Fault::DropConnections => "drop-connections",
+            Fault::SentinelFailover => "sentinel-failover",
+            Fault::SentinelFailoverSynced => "sentinel-failover-synced",
+            Fault::SentinelLaggingFailover => "sentinel-lagging-failover",
+            Fault::SentinelLaggingFailoverSynced => "sentinel-lagging-failover-synced",
         }
+    }
+
+    /// Whether the workers reach Redis through Sentinels, a primary and one replica.
+    pub(crate) fn needs_sentinel(self) -> bool {
+        matches!(
+            self,
+            Fault::SentinelFailover
+                | Fault::SentinelFailoverSynced
+                | Fault::SentinelLaggingFailover
+                | Fault::SentinelLaggingFailoverSynced
+        )
+    }
+
+    /// Whether the replica lags behind when it is promoted.
+    pub(crate) fn lags(self) -> bool {
+        matches!(
+            self,
+            Fault::SentinelLaggingFailover | Fault::SentinelLaggingFailoverSynced
+        )
+    }
+
+    /// The workers' `telco.platform.lock.min-replicas`.
+    pub(crate) fn min_replicas(self) -> u32 {
+        u32::from(matches!(
+            self,
+            Fault::SentinelFailoverSynced | Fault::SentinelLaggingFailoverSynced
+        ))
     }
 
     /// Whether the workers talk to Redis through the fault proxy.
@@ -65,8 +111,16 @@ impl Fault {
 
     /// Whether the fault makes Redis lose lock keys (so overlapping holders are expected and
     /// explained by the loss, not by a lock bug).
+    /// A failover loses what the replica had not received when it was promoted: with
+    /// `min-replicas = 1` no grant, but still renewals and releases.
     pub(crate) fn loses_keys(self) -> bool {
-        matches!(self, Fault::RestartRedis | Fault::Evict)
+        matches!(
+            self,
+            Fault::RestartRedis
+                | Fault::Evict
+                | Fault::SentinelFailover
+                | Fault::SentinelLaggingFailover
+        )
     }
 }
 
