@@ -203,7 +203,7 @@ struct Worker {
 /// The Redis the workers use: one server, or a primary and one replica behind three Sentinels.
 enum Topology {
     Single(RedisServer),
-    Sentinel(RedisSentinel),
+    Sentinel(Box<RedisSentinel>),
 }
 
 impl Topology {
@@ -243,7 +243,9 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         builder = builder.args(["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]);
     }
     let mut topology = if scenario.fault.needs_sentinel() {
-        Topology::Sentinel(RedisSentinel::start().await.map_err(|e| e.to_string())?)
+        Topology::Sentinel(Box::new(
+            RedisSentinel::start().await.map_err(|e| e.to_string())?,
+        ))
     } else {
         Topology::Single(builder.start().await.map_err(|e| e.to_string())?)
     };
@@ -345,7 +347,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                     let filler = format!("{FILLER}{}", faults_injected * 8 + i);
                     let _ = redis.cmd(&["SETRANGE", &filler, "262143", "x"]).await;
                 }
-                let evicted = evicted_keys(&redis).await;
+                let evicted = evicted_keys(redis).await;
                 if evicted > evicted_before {
                     // Evictions since the last look may have hit the lock key: a data loss,
                     // somewhere in that window.
