@@ -201,9 +201,11 @@ struct Worker {
 }
 
 /// The Redis the workers use: one server, or a primary and one replica behind three Sentinels.
+/// One per run, so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Topology {
     Single(RedisServer),
-    Sentinel(Box<RedisSentinel>),
+    Sentinel(RedisSentinel),
 }
 
 impl Topology {
@@ -243,9 +245,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         builder = builder.args(["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]);
     }
     let mut topology = if scenario.fault.needs_sentinel() {
-        Topology::Sentinel(Box::new(
-            RedisSentinel::start().await.map_err(|e| e.to_string())?,
-        ))
+        Topology::Sentinel(RedisSentinel::start().await.map_err(|e| e.to_string())?)
     } else {
         Topology::Single(builder.start().await.map_err(|e| e.to_string())?)
     };
