@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long fault-injection run (the soak): every fault for 10 minutes by default, 8 worker
-# processes each, on private Redis servers (Sentinel for the failovers). Prints the table of docs/reliability.md and exits
-# non-zero if any run found a problem. Arguments go to lock-stress, e.g.
+# processes each, on private Redis servers (Sentinel for the failovers). Prints the table of
+# docs/reliability.md and exits non-zero if any run found a problem. Arguments go to
+# lock-stress, e.g.
 #   scripts/soak.sh --duration 30s
 #   scripts/soak.sh --fault pause-holder --workers 16 --duration 1h
 set -euo pipefail
