@@ -523,6 +523,24 @@ impl RedisSentinel {
         Ok(self.nodes[new].port())
     }
 
+    /// Brings the node [`kill_master`](Self::kill_master) killed back as a replica of the new
+    /// master: started again on its port, empty (nothing is persisted), told `REPLICAOF` the
+    /// master, and waited for as [`wait_settled`](Self::wait_settled) does. A later
+    /// `kill_master` can then fail over to it.
+    ///
+    /// # Errors
+    /// The errors of [`RedisServer::restart`] and [`RedisServer::cmd`];
+    /// [`TestkitError::CommandTimeout`] if the deployment has not settled within the settle
+    /// timeout.
+    pub async fn restart_replica(&mut self) -> Result<(), TestkitError> {
+        let master = self.master.load(Ordering::SeqCst);
+        let port = self.nodes[master].port().to_string();
+        let replica = &mut self.nodes[1 - master];
+        replica.restart().await?;
+        replica.cmd(&["REPLICAOF", "127.0.0.1", &port]).await?;
+        self.wait_settled().await
+    }
+
     /// Freezes the replica (SIGSTOP; see [`RedisServer::pause`]). The Sentinels flag it down
     /// after the down-after period. Note that this does **not** cut it off from the master's
     /// writes: the kernel keeps receiving the replication stream into its socket buffer, and

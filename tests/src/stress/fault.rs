@@ -36,11 +36,16 @@ pub enum Fault {
     SentinelLaggingFailover,
     /// As [`Fault::SentinelLaggingFailover`], with `min-replicas = 1`.
     SentinelLaggingFailoverSynced,
+    /// SIGKILL of the Sentinel primary: the Sentinels fail over on their own, then the killed
+    /// node comes back, empty, as the replica (`min-replicas = 0`).
+    SentinelKillPrimary,
+    /// As [`Fault::SentinelKillPrimary`], with `min-replicas = 1`.
+    SentinelKillPrimarySynced,
 }
 
 impl Fault {
     /// Every fault, baseline first.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 16] = [
         Fault::None,
         Fault::KillHolder,
         Fault::PauseHolder,
@@ -55,6 +60,8 @@ impl Fault {
         Fault::SentinelFailoverSynced,
         Fault::SentinelLaggingFailover,
         Fault::SentinelLaggingFailoverSynced,
+        Fault::SentinelKillPrimary,
+        Fault::SentinelKillPrimarySynced,
     ];
 
     /// The kebab-case name, as on the command line.
@@ -74,6 +81,8 @@ impl Fault {
             Fault::SentinelFailoverSynced => "sentinel-failover-synced",
             Fault::SentinelLaggingFailover => "sentinel-lagging-failover",
             Fault::SentinelLaggingFailoverSynced => "sentinel-lagging-failover-synced",
+            Fault::SentinelKillPrimary => "sentinel-kill-primary",
+            Fault::SentinelKillPrimarySynced => "sentinel-kill-primary-synced",
         }
     }
 
@@ -85,6 +94,8 @@ impl Fault {
                 | Fault::SentinelFailoverSynced
                 | Fault::SentinelLaggingFailover
                 | Fault::SentinelLaggingFailoverSynced
+                | Fault::SentinelKillPrimary
+                | Fault::SentinelKillPrimarySynced
         )
     }
 
@@ -100,7 +111,9 @@ impl Fault {
     pub(crate) fn min_replicas(self) -> u32 {
         u32::from(matches!(
             self,
-            Fault::SentinelFailoverSynced | Fault::SentinelLaggingFailoverSynced
+            Fault::SentinelFailoverSynced
+                | Fault::SentinelLaggingFailoverSynced
+                | Fault::SentinelKillPrimarySynced
         ))
     }
 
@@ -120,6 +133,7 @@ impl Fault {
                 | Fault::Evict
                 | Fault::SentinelFailover
                 | Fault::SentinelLaggingFailover
+                | Fault::SentinelKillPrimary
         )
     }
 }

@@ -78,7 +78,9 @@ impl Scenario {
                 Fault::SentinelFailover
                 | Fault::SentinelFailoverSynced
                 | Fault::SentinelLaggingFailover
-                | Fault::SentinelLaggingFailoverSynced => Duration::from_secs(2),
+                | Fault::SentinelLaggingFailoverSynced
+                | Fault::SentinelKillPrimary
+                | Fault::SentinelKillPrimarySynced => Duration::from_secs(2),
                 _ => Duration::from_millis(600),
             },
             worker_binary: worker_binary.into(),
@@ -381,6 +383,21 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                 if scenario.fault.loses_keys() {
                     record_key_loss(&controller, &scenario.key, from);
                 }
+                true
+            }
+            Fault::SentinelKillPrimary | Fault::SentinelKillPrimarySynced => {
+                let Topology::Sentinel(sentinel) = &mut topology else {
+                    unreachable!("failovers run on Sentinel")
+                };
+                let from = monotonic_ns();
+                sentinel.kill_master().await.map_err(|e| e.to_string())?;
+                if scenario.fault.loses_keys() {
+                    record_key_loss(&controller, &scenario.key, from);
+                }
+                sentinel
+                    .restart_replica()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 true
             }
             Fault::Latency => {

@@ -173,6 +173,20 @@ async fn a_sentinel_deployment_fails_over_loses_cut_off_writes_and_stops_on_drop
     let refused = sentinel.kill_master().await.unwrap_err();
     assert!(refused.to_string().contains("killed"), "{refused}");
 
+    // --- the killed node comes back as a replica, and can be failed over to again --------------
+    sentinel.restart_replica().await.expect("restart_replica");
+    assert_eq!(sentinel.replica().port(), second);
+    assert_eq!(
+        sentinel.replica().cmd(&["GET", "after"]).await.unwrap(),
+        "1"
+    );
+    let promoted = sentinel
+        .kill_master()
+        .await
+        .expect("kill_master after the restart");
+    assert_eq!(promoted, second);
+    sentinel.restart_replica().await.expect("restart_replica");
+
     // --- drop stops every process ----------------------------------------------------------------
     let pids: Vec<u32> = sentinel
         .nodes()
@@ -180,7 +194,7 @@ async fn a_sentinel_deployment_fails_over_loses_cut_off_writes_and_stops_on_drop
         .chain(sentinel.sentinels())
         .filter_map(|n| n.pid())
         .collect();
-    assert_eq!(pids.len(), 4, "three Sentinels and the surviving node");
+    assert_eq!(pids.len(), 5, "three Sentinels and both nodes");
     let dir = sentinel.dir().to_owned();
     drop(sentinel);
     wait_until_all_gone(&pids);
