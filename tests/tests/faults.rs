@@ -1,4 +1,5 @@
-//! The fault suite, short form: for every fault (the `-synced` failovers run in the soak only),
+//! The fault suite, short form: for every fault (the `-synced` failovers and the kills of a
+//! primary run in the soak only),
 //! 8 worker processes on one key for a few seconds while the fault is injected over and over; the
 //! recorded history must show no duplicate token, no accepted stale write, no lost acknowledged
 //! write, only explained overlaps, only typed fail-closed errors, no key left without a TTL, and
@@ -46,4 +47,6 @@ faults! {
     connections_dropped => Fault::DropConnections,
     sentinel_failover => Fault::SentinelFailover,
     lagging_replica_promoted => Fault::SentinelLaggingFailover,
+    cluster_failover => Fault::ClusterFailover,
+    cluster_slot_migrated => Fault::ClusterMigrateSlot,
 }

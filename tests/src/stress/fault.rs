@@ -41,11 +41,21 @@ pub enum Fault {
     SentinelKillPrimary,
     /// As [`Fault::SentinelKillPrimary`], with `min-replicas = 1`.
     SentinelKillPrimarySynced,
+    /// `CLUSTER FAILOVER` of the key's master to its replica, on three masters with a replica
+    /// each (`min-replicas = 0`).
+    ClusterFailover,
+    /// The key's hash slot migrated to another master, with its keys (`min-replicas = 0`).
+    ClusterMigrateSlot,
+    /// SIGKILL of the key's master: the cluster fails over on its own. Once per run, since the
+    /// promoted master has no replica left (`min-replicas = 0`).
+    ClusterKillMaster,
+    /// As [`Fault::ClusterKillMaster`], with `min-replicas = 1`.
+    ClusterKillMasterSynced,
 }
 
 impl Fault {
     /// Every fault, baseline first.
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 20] = [
         Fault::None,
         Fault::KillHolder,
         Fault::PauseHolder,
@@ -62,6 +72,10 @@ impl Fault {
         Fault::SentinelLaggingFailoverSynced,
         Fault::SentinelKillPrimary,
         Fault::SentinelKillPrimarySynced,
+        Fault::ClusterFailover,
+        Fault::ClusterMigrateSlot,
+        Fault::ClusterKillMaster,
+        Fault::ClusterKillMasterSynced,
     ];
 
     /// The kebab-case name, as on the command line.
@@ -83,6 +97,10 @@ impl Fault {
             Fault::SentinelLaggingFailoverSynced => "sentinel-lagging-failover-synced",
             Fault::SentinelKillPrimary => "sentinel-kill-primary",
             Fault::SentinelKillPrimarySynced => "sentinel-kill-primary-synced",
+            Fault::ClusterFailover => "cluster-failover",
+            Fault::ClusterMigrateSlot => "cluster-migrate-slot",
+            Fault::ClusterKillMaster => "cluster-kill-master",
+            Fault::ClusterKillMasterSynced => "cluster-kill-master-synced",
         }
     }
 
@@ -96,6 +114,17 @@ impl Fault {
                 | Fault::SentinelLaggingFailoverSynced
                 | Fault::SentinelKillPrimary
                 | Fault::SentinelKillPrimarySynced
+        )
+    }
+
+    /// Whether the workers reach Redis as a Cluster of three masters with a replica each.
+    pub(crate) fn needs_cluster(self) -> bool {
+        matches!(
+            self,
+            Fault::ClusterFailover
+                | Fault::ClusterMigrateSlot
+                | Fault::ClusterKillMaster
+                | Fault::ClusterKillMasterSynced
         )
     }
 
@@ -114,6 +143,7 @@ impl Fault {
             Fault::SentinelFailoverSynced
                 | Fault::SentinelLaggingFailoverSynced
                 | Fault::SentinelKillPrimarySynced
+                | Fault::ClusterKillMasterSynced
         ))
     }
 
@@ -134,6 +164,7 @@ impl Fault {
                 | Fault::SentinelFailover
                 | Fault::SentinelLaggingFailover
                 | Fault::SentinelKillPrimary
+                | Fault::ClusterKillMaster
         )
     }
 }

@@ -10,7 +10,7 @@ use lock_testkit::checker::{self, Report};
 use lock_testkit::fenced::FencedResource;
 use lock_testkit::history::{self, Event, Op, Phase, Recorder, monotonic_ns};
 use lock_testkit::proxy::FaultProxy;
-use lock_testkit::{RedisSentinel, RedisServer};
+use lock_testkit::{RedisCluster, RedisSentinel, RedisServer};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -80,7 +80,11 @@ impl Scenario {
                 | Fault::SentinelLaggingFailover
                 | Fault::SentinelLaggingFailoverSynced
                 | Fault::SentinelKillPrimary
-                | Fault::SentinelKillPrimarySynced => Duration::from_secs(2),
+                | Fault::SentinelKillPrimarySynced
+                | Fault::ClusterFailover
+                | Fault::ClusterMigrateSlot
+                | Fault::ClusterKillMaster
+                | Fault::ClusterKillMasterSynced => Duration::from_secs(2),
                 _ => Duration::from_millis(600),
             },
             worker_binary: worker_binary.into(),
@@ -202,28 +206,45 @@ struct Worker {
     killed: bool,
 }
 
-/// The Redis the workers use: one server, or a primary and one replica behind three Sentinels.
+/// The Redis the workers use: one server, a primary and one replica behind three Sentinels, or
+/// a Cluster of three masters with a replica each.
 /// One per run, so the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 enum Topology {
     Single(RedisServer),
     Sentinel(RedisSentinel),
+    Cluster(RedisCluster),
 }
 
 impl Topology {
-    /// The server that takes writes now.
+    /// The server that takes writes now (for a Cluster: the first node).
     fn primary(&self) -> &RedisServer {
         match self {
             Topology::Single(redis) => redis,
             Topology::Sentinel(sentinel) => sentinel.master(),
+            Topology::Cluster(cluster) => &cluster.nodes()[0],
         }
+    }
+
+    /// Every running data node.
+    fn data_nodes(&self) -> Vec<&RedisServer> {
+        match self {
+            Topology::Single(redis) => vec![redis],
+            Topology::Sentinel(sentinel) => sentinel.nodes().iter().collect(),
+            Topology::Cluster(cluster) => cluster.nodes().iter().collect(),
+        }
+        .into_iter()
+        .filter(|node| node.pid().is_some())
+        .collect()
     }
 
     /// The one server of a fault that is not a failover.
     fn single(&mut self) -> &mut RedisServer {
         match self {
             Topology::Single(redis) => redis,
-            Topology::Sentinel(_) => unreachable!("only failovers run on Sentinel"),
+            Topology::Sentinel(_) | Topology::Cluster(_) => {
+                unreachable!("only failovers run on Sentinel or a Cluster")
+            }
         }
     }
 
@@ -231,6 +252,7 @@ impl Topology {
         match self {
             Topology::Single(redis) => redis.url(),
             Topology::Sentinel(sentinel) => sentinel.url(),
+            Topology::Cluster(cluster) => cluster.url(),
         }
     }
 }
@@ -246,7 +268,9 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     if scenario.fault == Fault::Evict {
         builder = builder.args(["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"]);
     }
-    let mut topology = if scenario.fault.needs_sentinel() {
+    let mut topology = if scenario.fault.needs_cluster() {
+        Topology::Cluster(RedisCluster::start().await.map_err(|e| e.to_string())?)
+    } else if scenario.fault.needs_sentinel() {
         Topology::Sentinel(RedisSentinel::start().await.map_err(|e| e.to_string())?)
     } else {
         Topology::Single(builder.start().await.map_err(|e| e.to_string())?)
@@ -400,6 +424,53 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                     .map_err(|e| e.to_string())?;
                 true
             }
+            Fault::ClusterFailover | Fault::ClusterMigrateSlot => {
+                let Topology::Cluster(cluster) = &topology else {
+                    unreachable!("Cluster faults run on a Cluster")
+                };
+                let master = cluster
+                    .node_for_key(&redis_key)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if scenario.fault == Fault::ClusterFailover {
+                    cluster.failover(master).await.map_err(|e| e.to_string())?;
+                } else {
+                    let slot = cluster
+                        .slot_for_key(&redis_key)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let masters = cluster.masters().await.map_err(|e| e.to_string())?;
+                    let to = masters.iter().copied().find(|port| *port != master);
+                    let to = to.ok_or("a Cluster with one master")?;
+                    cluster
+                        .migrate_slot(slot, to)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                true
+            }
+            Fault::ClusterKillMaster | Fault::ClusterKillMasterSynced => {
+                let Topology::Cluster(cluster) = &mut topology else {
+                    unreachable!("Cluster faults run on a Cluster")
+                };
+                // The promoted master has no replica: a second kill would take the slot down.
+                if faults_injected > 0 {
+                    continue;
+                }
+                let master = cluster
+                    .node_for_key(&redis_key)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let from = monotonic_ns();
+                cluster
+                    .kill_master(master)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if scenario.fault.loses_keys() {
+                    record_key_loss(&controller, &scenario.key, from);
+                }
+                true
+            }
             Fault::Latency => {
                 if let Some(proxy) = &proxy {
                     let ms = 5 + (monotonic_ns() / 1000) % 76;
@@ -427,7 +498,12 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     let mut report = checker::check(&events, &accepted, &ALLOWED_CODES);
     explain_key_losses(&mut report, &events, scenario.fault);
     let recovery_bound = scenario.watchdog_timeout + Duration::from_secs(1);
-    let keys_without_ttl = keys_without_ttl(topology.primary()).await;
+    let mut keys_without_ttl = Vec::new();
+    for node in topology.data_nodes() {
+        keys_without_ttl.extend(self::keys_without_ttl(node).await);
+    }
+    keys_without_ttl.sort();
+    keys_without_ttl.dedup();
     Ok(RunResult {
         fault: scenario.fault,
         iterations: events
@@ -544,7 +620,8 @@ async fn finish(workers: &mut [Worker], scenario: &Scenario) -> Vec<String> {
     failures
 }
 
-/// The longest time between two consecutive grants of the key to anyone.
+/// The longest time between two consecutive grants of the key to anyone, or from the last grant
+/// to the last acquisition started.
 fn longest_without_grant(events: &[Event]) -> Duration {
     let mut granted: Vec<u64> = events
         .iter()
@@ -552,6 +629,14 @@ fn longest_without_grant(events: &[Event]) -> Duration {
         .map(|e| e.t_ns)
         .collect();
     granted.sort_unstable();
+    let last_asked = events
+        .iter()
+        .filter(|e| e.op == Op::Acquire && e.phase == Phase::Invoke)
+        .map(|e| e.t_ns)
+        .max();
+    if let (Some(&last), Some(asked)) = (granted.last(), last_asked) {
+        granted.push(asked.max(last));
+    }
     let longest = granted.windows(2).map(|w| w[1] - w[0]).max();
     Duration::from_nanos(longest.unwrap_or(0))
 }
