@@ -75,16 +75,7 @@ impl Scenario {
                 Fault::PauseHolder | Fault::PauseRedis | Fault::RestartRedis => {
                     Duration::from_millis(1500)
                 }
-                Fault::SentinelFailover
-                | Fault::SentinelFailoverSynced
-                | Fault::SentinelLaggingFailover
-                | Fault::SentinelLaggingFailoverSynced
-                | Fault::SentinelKillPrimary
-                | Fault::SentinelKillPrimarySynced
-                | Fault::ClusterFailover
-                | Fault::ClusterMigrateSlot
-                | Fault::ClusterKillMaster
-                | Fault::ClusterKillMasterSynced => Duration::from_secs(2),
+                _ if fault.needs_sentinel() || fault.needs_cluster() => Duration::from_secs(2),
                 _ => Duration::from_millis(600),
             },
             worker_binary: worker_binary.into(),
