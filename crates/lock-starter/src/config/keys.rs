@@ -316,14 +316,19 @@ impl KeySpec {
     /// use lock_starter::config::key_spec;
     /// assert_eq!(
     ///     key_spec("redis.command-timeout").unwrap().accepted(),
-    ///     "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from 10 ms to 60 s"
+    ///     "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s), from 10 ms to 60 s"
     /// );
     /// ```
     pub fn accepted(&self) -> String {
         match self.accepts {
             Accepts::Bool => "true or false".to_owned(),
             Accepts::Duration { min, max } => format!(
-                "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from {}",
+                "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s{}), from {}",
+                if min.is_zero() {
+                    "; 0 needs no unit"
+                } else {
+                    ""
+                },
                 duration_range(min, max)
             ),
             Accepts::Count { min, max } => format!("a whole number from {min} to {max}"),
