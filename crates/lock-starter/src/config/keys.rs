@@ -321,7 +321,7 @@ impl KeySpec {
     /// ```
     pub fn accepted(&self) -> String {
         match self.accepts {
-            Accepts::Bool => "true or false".to_owned(),
+            Accepts::Bool => "true or false (also yes/no, on/off, 1/0, in any case)".to_owned(),
             Accepts::Duration { min, max } => format!(
                 "a duration in ms, s, m or h (such as 250ms, 5s or 1m30s{}), from {}",
                 if min.is_zero() {

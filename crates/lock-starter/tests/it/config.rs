@@ -339,6 +339,22 @@ fn bad_values_of_every_key_name_the_key_value_origin_and_what_is_accepted() {
          TELCO_PLATFORM_LOCK_WAIT_TIME): unknown unit \"parsecs\"; the units are ms, s, m (minutes) and h; \
          accepted: a duration in ms, s, m or h (such as 250ms, 5s or 1m30s; 0 needs no unit), from 0 to 1 h"
     );
+    // A switch takes the spellings its accepted text names, and no others.
+    for (value, enabled) in [
+        ("off", false),
+        ("No", false),
+        ("0", false),
+        ("YES", true),
+        ("1", true),
+    ] {
+        let settings = from_env(&[("TELCO_PLATFORM_LOCK_ENABLED", value)]).unwrap();
+        assert_eq!(settings.enabled, enabled, "{value}");
+    }
+    let (_, message, _, _) = invalid(from_env(&[("TELCO_PLATFORM_LOCK_ENABLED", "maybe")]));
+    assert!(
+        message.ends_with("accepted: true or false (also yes/no, on/off, 1/0, in any case)"),
+        "{message}"
+    );
     // A TOML value of the wrong type.
     let (result, _) = from_toml("[telco.platform.lock]\nenabled = 3\nkey-prefix = 5\n", &[]);
     assert_eq!(invalid(result).0, "telco.platform.lock.enabled");
