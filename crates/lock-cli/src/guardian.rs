@@ -8,9 +8,8 @@
 //! between fork and exec, so no instant of the command runs unguarded. When the kernel closes
 //! the write end — the wrapper ended, whatever ended it — the guardian reads EOF. If the wrapper
 //! told it `done` first, the command had ended and the guardian just exits; otherwise it kills
-//! the target it was given. A
-//! parent-death signal (`PR_SET_PDEATHSIG`) is not used: it follows the spawning *thread*, not
-//! the process, and EOF already arrives on every kind of death.
+//! the target it was given. A parent-death signal (`PR_SET_PDEATHSIG`) is not used: it follows
+//! the spawning *thread*, not the process, and EOF already arrives on every kind of death.
 
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};

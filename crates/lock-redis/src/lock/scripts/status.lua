@@ -15,9 +15,12 @@ local ttl = redis.call('PTTL', KEYS[1])
 local lock = false
 if value then
   lock = parse_lock(value)
-  if lock then
-    ttl = lock_ttl(KEYS[1], lock)
-    lock = ttl and {lock.state, lock.token, lock.owner}
+  local held_for = lock and lock_ttl(KEYS[1], lock)
+  if held_for then
+    ttl = held_for
+    lock = {lock.state, lock.token, lock.owner}
+  else
+    lock = false
   end
 end
 return {value, ttl, redis.call('ZCARD', KEYS[2]), lock}
