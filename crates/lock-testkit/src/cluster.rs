@@ -469,6 +469,30 @@ impl RedisCluster {
         Ok(replica)
     }
 
+    /// Brings back the node on `port` that [`kill_master`](Self::kill_master) killed: started
+    /// again with its cluster config (its identity), it rejoins as the replica of the master
+    /// that took its slots over, and is waited for until it has synced and every running node
+    /// agrees. A later `kill_master` can then fail over to it.
+    ///
+    /// # Errors
+    /// A usage error if `port` is not a node of this cluster; the errors of
+    /// [`RedisServer::restart`]; [`TestkitError::CommandTimeout`] if it has not rejoined within
+    /// the settle timeout.
+    pub async fn restart_node(&mut self, port: u16, master: u16) -> Result<(), TestkitError> {
+        self.node_or_err(port, "restart")?;
+        let index = self.nodes.iter().position(|n| n.port() == port);
+        self.nodes[index.expect("node_or_err found it")]
+            .restart()
+            .await?;
+        self.wait_settled(
+            &format!("killed node {port} to rejoin as the replica of {master}"),
+            |topology| topology.require_master_with_replica(master, port),
+        )
+        .await
+        .map_err(|(waited, status)| self.timeout_error(port, "restart", waited, &status))?;
+        Ok(())
+    }
+
     /// Moves hash slot `slot` — with its keys — to the master on `to_master`, as
     /// `redis-cli --cluster reshard` does: `CLUSTER SETSLOT <slot> IMPORTING` on the target,
     /// `MIGRATING` on the source, `MIGRATE` of the keys in batches (`CLUSTER GETKEYSINSLOT`)

@@ -46,8 +46,8 @@ pub enum Fault {
     ClusterFailover,
     /// The key's hash slot migrated to another master, with its keys (`min-replicas = 0`).
     ClusterMigrateSlot,
-    /// SIGKILL of the key's master: the cluster fails over on its own. Once per run, since the
-    /// promoted master has no replica left (`min-replicas = 0`).
+    /// SIGKILL of the key's master: the cluster fails over on its own, then the killed node
+    /// rejoins as the replica (`min-replicas = 0`).
     ClusterKillMaster,
     /// As [`Fault::ClusterKillMaster`], with `min-replicas = 1`.
     ClusterKillMasterSynced,

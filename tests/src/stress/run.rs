@@ -444,22 +444,22 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                 let Topology::Cluster(cluster) = &mut topology else {
                     unreachable!("Cluster faults run on a Cluster")
                 };
-                // The promoted master has no replica: a second kill would take the slot down.
-                if faults_injected > 0 {
-                    continue;
-                }
                 let master = cluster
                     .node_for_key(&redis_key)
                     .await
                     .map_err(|e| e.to_string())?;
                 let from = monotonic_ns();
-                cluster
+                let heir = cluster
                     .kill_master(master)
                     .await
                     .map_err(|e| e.to_string())?;
                 if scenario.fault.loses_keys() {
                     record_key_loss(&controller, &scenario.key, from);
                 }
+                cluster
+                    .restart_node(master, heir)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 true
             }
             Fault::Latency => {

@@ -203,9 +203,24 @@ async fn a_cluster_serves_every_master_fails_over_migrates_and_stops_on_drop() {
     );
     cluster.wait_until_ok().await.unwrap();
 
+    // --- the killed master comes back as its heir's replica, and can take over again ------------
+    cluster
+        .restart_node(victim, heir)
+        .await
+        .expect("restart_node");
+    assert_eq!(cluster.replica_of(heir).await.unwrap(), Some(victim));
+    assert_eq!(
+        cluster.kill_master(heir).await.expect("kill_master again"),
+        victim
+    );
+    cluster
+        .restart_node(heir, victim)
+        .await
+        .expect("restart_node");
+
     // --- drop stops every process ----------------------------------------------------------------
     let pids: Vec<u32> = cluster.nodes().iter().filter_map(|n| n.pid()).collect();
-    assert_eq!(pids.len(), 5);
+    assert_eq!(pids.len(), 6);
     let dir = cluster.dir().to_owned();
     drop(cluster);
     wait_until_all_gone(&pids);
