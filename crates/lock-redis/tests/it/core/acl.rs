@@ -564,6 +564,22 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
     }
 }
 
+/// A waiter of another client of `USER` on `name`, for up to 30 s, returned once it is
+/// subscribed to the key's release channel (so a release has someone to publish to).
+async fn subscribed_waiter(
+    redis: &RedisServer,
+    holder: &RedisLock,
+    name: &'static str,
+) -> tokio::task::JoinHandle<Result<lock_core::lock::LockHandle, LockError>> {
+    let waiter = user_client(redis).await;
+    let waiting = tokio::spawn(async move {
+        let options = common::watchdog_waiting(Duration::from_secs(30));
+        waiter.acquire_with(name, options).await
+    });
+    assert!(one_subscriber(redis, &holder.release_channel(name)).await);
+    waiting
+}
+
 /// A release the user may not publish, with a waiter to publish to, fails as
 /// `LOCK_RELEASE_FAILED` with `no_permission`, naming the ACL problem, instead of reporting
 /// success.
@@ -571,13 +587,9 @@ async fn a_missing_permission_fails_closed_naming_noperm() {
 async fn a_release_without_spublish_fails_naming_noperm() {
     let redis = common::server().await;
     set_user(&redis, &acl_without("+spublish")).await;
-    let (lock, waiter) = (user_client(&redis).await, user_client(&redis).await);
+    let lock = user_client(&redis).await;
     let handle = common::hold(&lock, "no-spublish", Duration::from_secs(30)).await;
-    let waiting = tokio::spawn(async move {
-        let options = common::watchdog_waiting(Duration::from_secs(30));
-        waiter.acquire_with("no-spublish", options).await
-    });
-    assert!(one_subscriber(&redis, &lock.release_channel("no-spublish")).await);
+    let waiting = subscribed_waiter(&redis, &lock, "no-spublish").await;
     let err = handle
         .release()
         .await
@@ -778,18 +790,10 @@ async fn on_a_cluster_as_the_acl_user() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_without_the_subscriber_count_still_wakes_waiters() {
     let redis = common::server().await;
-    let rules: Vec<String> = documented_acl()
-        .into_iter()
-        .filter(|rule| rule != "+pubsub|shardnumsub")
-        .collect();
-    set_user(&redis, &rules).await;
-    let (holder, waiter) = (user_client(&redis).await, user_client(&redis).await);
+    set_user(&redis, &acl_without("+pubsub|shardnumsub")).await;
+    let holder = user_client(&redis).await;
     let held = common::hold(&holder, "earlier-acl", Duration::from_secs(60)).await;
-    let waiting = tokio::spawn(async move {
-        let options = common::watchdog_waiting(Duration::from_secs(30));
-        waiter.acquire_with("earlier-acl", options).await
-    });
-    assert!(one_subscriber(&redis, &holder.release_channel("earlier-acl")).await);
+    let waiting = subscribed_waiter(&redis, &holder, "earlier-acl").await;
     let before = command_calls(&redis).await;
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::Released);
     let after = command_calls(&redis).await;
