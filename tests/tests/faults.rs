@@ -6,14 +6,14 @@
 //! a killed holder's lock free within its lease + 1 s. `lock-stress` runs the same scenarios for
 //! longer.
 
-use platform_lock_tests::stress::{Fault, Scenario, run};
+use platform_lock_tests::stress::{Fault, Scenario, Workload, run};
 
 /// One scenario at a time: each runs 8 processes, and the machine may have 2 cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn check(fault: Fault) {
     let _one_at_a_time = SERIAL.lock().await;
-    let scenario = Scenario::short(fault, env!("CARGO_BIN_EXE_lock-worker"));
+    let scenario = Scenario::short(Workload::Lock, fault, env!("CARGO_BIN_EXE_lock-worker"));
     let result = run(&scenario)
         .await
         .unwrap_or_else(|e| panic!("{fault}: {e}"));

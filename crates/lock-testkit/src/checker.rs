@@ -744,5 +744,13 @@ fn op_name(op: Op) -> &'static str {
         Op::Write => "write",
         Op::Lost => "lost",
         Op::Crash => "crash",
+        Op::Push => "push",
+        Op::Deliver => "deliver",
+        Op::Ack => "ack",
+        Op::Admit => "admit",
+        Op::Set => "set",
+        Op::Wait => "wait",
+        Op::Run => "run",
+        Op::Execute => "execute",
     }
 }

@@ -20,6 +20,9 @@
 //! | [`Op::Lost`] | — | `token` of the lost grant, `reason` optional | — |
 //! | [`Op::Crash`] | — | `process` = the victim, `key` = `""` for every key | — |
 //!
+//! The toolkit's workloads record their own operations ([`Op::Push`] to [`Op::Execute`]), each
+//! judged by its workload's checker in the stress runner.
+//!
 //! A process name identifies one sequential actor: at most one operation of a kind on a key is
 //! in flight per process at a time (the checker pairs a completion with the oldest open invoke of
 //! the same process, op and key). Record only the outermost grant of a re-entrant acquisition:
@@ -66,6 +69,26 @@ pub enum Op {
     /// interval of the victim that is open at that time, for `key` (or for every key when
     /// `key` is empty).
     Crash,
+    /// A queue push of item `value`; ok when the queue confirmed it.
+    Push,
+    /// A queue take handed item `value` to this process: a single event, timed when the take
+    /// was invoked, `token` = the item's delivery count.
+    Deliver,
+    /// An acknowledgement of item `value`; ok when the queue removed it.
+    Ack,
+    /// A rate-limit decision: ok = admitted, failed with `code` `DENIED` or the basis that
+    /// refused it.
+    Admit,
+    /// A compare-and-set of the value `value`; ok with the write's version as `token`, failed
+    /// with `reason` `refused` when another write came first.
+    Set,
+    /// A wait for a value to change from version `token`; ok with the `value` it saw change to.
+    Wait,
+    /// An action body ran, from invoke to completion: `value` is the run's number.
+    Run,
+    /// An idempotent call: ok with the run number of the result it returned, `reason` saying
+    /// `executed`, `replayed` or `unstored`.
+    Execute,
 }
 
 /// Whether an [`Event`] marks the start of an operation or its outcome.

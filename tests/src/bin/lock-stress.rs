@@ -1,22 +1,26 @@
 //! The stress runner: many real worker processes on one key, one fault injected over and over,
-//! the history checked afterwards. Prints one Markdown table row per fault (the table of
-//! docs/reliability.md) and the problems found; exits 1 if any.
+//! the history checked afterwards. Prints one Markdown table row per workload and fault (the
+//! tables of docs/reliability.md) and the problems found; exits 1 if any.
 //!
 //! ```text
-//! scripts/soak.sh                      # every fault, 10 minutes each
+//! scripts/soak.sh                      # every workload under every fault, 10 minutes each
 //! scripts/soak.sh --duration 30s
 //! scripts/soak.sh --fault pause-holder --workers 16 --duration 1h
+//! scripts/soak.sh --workload queue --workload rate-limit --duration 20s
 //! ```
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use platform_lock_tests::stress::{Fault, Scenario, TABLE_HEADER, run};
+use platform_lock_tests::stress::{Fault, Scenario, TABLE_HEADER, TOOLKIT_HEADER, Workload, run};
 
 #[derive(Debug, Parser)]
 #[command(about = "Stress the lock with real worker processes under injected faults")]
 struct Args {
+    /// Workloads to run (default: all), each under every fault given.
+    #[arg(long, value_enum)]
+    workload: Vec<Workload>,
     /// Faults to run, one run each (default: all).
     #[arg(long, value_enum)]
     fault: Vec<Fault>,
@@ -57,25 +61,36 @@ async fn main() -> ExitCode {
     } else {
         args.fault.clone()
     };
-    println!("{TABLE_HEADER}");
+    let workloads = if args.workload.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        args.workload.clone()
+    };
     let mut failed = false;
-    for fault in faults {
-        let mut scenario = Scenario::short(fault, &worker);
-        scenario.workers = args.workers;
-        scenario.duration = args.duration;
-        scenario.watchdog_timeout = args.watchdog_timeout;
-        scenario.hold = args.hold;
-        match run(&scenario).await {
-            Ok(result) => {
-                println!("{}", result.table_row());
-                for problem in result.problems() {
-                    failed = true;
-                    eprintln!("  {fault}: {problem}");
+    for workload in workloads {
+        let header = match workload {
+            Workload::Lock => TABLE_HEADER,
+            _ => TOOLKIT_HEADER,
+        };
+        println!("\n{workload}: {}\n\n{header}", workload.checked());
+        for &fault in faults.iter().filter(|f| f.applies_to(workload)) {
+            let mut scenario = Scenario::short(workload, fault, &worker);
+            scenario.workers = args.workers;
+            scenario.duration = args.duration;
+            scenario.watchdog_timeout = args.watchdog_timeout;
+            scenario.hold = args.hold;
+            match run(&scenario).await {
+                Ok(result) => {
+                    println!("{}", result.toolkit_row());
+                    for problem in result.problems() {
+                        failed = true;
+                        eprintln!("  {workload} under {fault}: {problem}");
+                    }
                 }
-            }
-            Err(e) => {
-                failed = true;
-                eprintln!("  {fault}: could not run: {e}");
+                Err(e) => {
+                    failed = true;
+                    eprintln!("  {workload} under {fault}: could not run: {e}");
+                }
             }
         }
     }

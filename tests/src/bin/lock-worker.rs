@@ -1,7 +1,8 @@
 //! One stress worker: a consumer process that loops acquire → guarded read-modify-write on the
-//! fenced resource → release, recording every step in its history file.
+//! fenced resource → release, or one of the toolkit's workloads, recording every step in its
+//! history file.
 //!
-//! Started by the stress controller (`platform_lock_tests::stress`), never by hand. The lock
+//! Started by the stress controller (`platform_lock_tests::stress`), never by hand. The toolkit
 //! comes from lock-starter and the environment (`TELCO_PLATFORM_LOCK_*`); the instance id names
 //! the worker in the history.
 
@@ -14,10 +15,20 @@ use lock_starter::prelude::*;
 use lock_testkit::fenced::{FencedResource, WriteOutcome};
 use lock_testkit::history::{Event, Op, Phase, Recorder, monotonic_ns};
 use platform_lock_tests::consumer::{lock_from_environment, parse_lease};
+use platform_lock_tests::stress::{Context, Workload, workload};
 use tokio::time::Instant;
 
 #[derive(Debug, Parser)]
 struct Args {
+    /// What to do.
+    #[arg(long, value_enum, default_value = "lock")]
+    workload: Workload,
+    /// A number no other worker of the run has.
+    #[arg(long, default_value_t = 0)]
+    ordinal: u64,
+    /// Take what the workload left (after the run) instead of working.
+    #[arg(long)]
+    drain: bool,
     /// The run directory: history/ and resource/ live below it.
     #[arg(long)]
     run_dir: PathBuf,
@@ -53,6 +64,9 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.workload != Workload::Lock {
+        return toolkit(args, name).await;
+    }
     let (recorder, resource) = match (
         Recorder::create(&args.run_dir.join("history"), &name),
         FencedResource::open(&args.run_dir.join("resource")),
@@ -93,6 +107,44 @@ async fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Runs a toolkit workload.
+async fn toolkit(args: Args, name: String) -> ExitCode {
+    let recorder = match Recorder::create(&args.run_dir.join("history"), &name) {
+        Ok(recorder) => recorder,
+        Err(e) => {
+            eprintln!("{name}: cannot open the run directory: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let starter = match LockStarter::builder().build().await {
+        Ok(starter) => starter,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(78);
+        }
+    };
+    let ctx = Context {
+        name,
+        ordinal: args.ordinal,
+        recorder,
+        starter,
+        stop_at: Instant::now() + args.duration,
+        hold: args.hold,
+    };
+    let done = if args.drain {
+        workload::finish(args.workload, &ctx).await
+    } else {
+        workload::work(args.workload, &ctx).await
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}: history I/O failed: {e}", ctx.name);
+            ExitCode::from(3)
+        }
+    }
 }
 
 struct Worker {

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use super::Workload;
+
 /// One kind of fault, injected repeatedly through a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Fault {
@@ -102,6 +104,12 @@ impl Fault {
             Fault::ClusterKillMaster => "cluster-kill-master",
             Fault::ClusterKillMasterSynced => "cluster-kill-master-synced",
         }
+    }
+
+    /// Whether a run of `workload` under this fault checks something another run does not:
+    /// `min-replicas` is the lock's alone, so the toolkit skips the `-synced` failovers.
+    pub fn applies_to(self, workload: Workload) -> bool {
+        workload == Workload::Lock || self.min_replicas() == 0
     }
 
     /// Whether the workers reach Redis through Sentinels, a primary and one replica.

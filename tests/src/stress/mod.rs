@@ -6,6 +6,8 @@
 
 mod fault;
 mod run;
+pub mod workload;
 
 pub use fault::Fault;
-pub use run::{RunResult, Scenario, TABLE_HEADER, run};
+pub use run::{RunResult, Scenario, TABLE_HEADER, TOOLKIT_HEADER, run};
+pub use workload::{Context, Verdict, Workload};

@@ -17,6 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
 
 use super::Fault;
+use super::workload::{self, KEY, RATE_LIMIT, Verdict, Workload};
 
 /// Error codes a worker may record: fail-closed lock errors, a stale write the fenced resource
 /// rejected, a release that found its lease gone.
@@ -28,12 +29,16 @@ const ALLOWED_CODES: [&str; 4] = [
 ];
 /// Why an overlap that nothing told its earlier holder about is still explained.
 const KEY_LOSS: &str = "Redis lost the key between the two grants";
+/// The worker that takes what a queue run left, after the faults.
+const DRAINER: &str = "drainer";
 /// The key prefix of the memory filler in the eviction fault: the only keys allowed without TTL.
 const FILLER: &str = "filler:";
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// What the workers do.
+    pub workload: Workload,
     /// The fault to inject.
     pub fault: Fault,
     /// Worker processes (default 8).
@@ -54,14 +59,15 @@ pub struct Scenario {
     pub fault_every: Duration,
     /// The `lock-worker` executable.
     pub worker_binary: PathBuf,
-    /// The lock key.
+    /// The key (for the toolkit: the name and hash tag) the workers share.
     pub key: String,
 }
 
 impl Scenario {
     /// The short form `cargo test` runs: 8 workers for 5 s, watchdog 1 s.
-    pub fn short(fault: Fault, worker_binary: impl Into<PathBuf>) -> Scenario {
+    pub fn short(workload: Workload, fault: Fault, worker_binary: impl Into<PathBuf>) -> Scenario {
         Scenario {
+            workload,
             fault,
             workers: 8,
             duration: Duration::from_secs(5),
@@ -79,7 +85,7 @@ impl Scenario {
                 _ => Duration::from_millis(600),
             },
             worker_binary: worker_binary.into(),
-            key: "stress".into(),
+            key: KEY.into(),
         }
     }
 }
@@ -87,14 +93,18 @@ impl Scenario {
 /// What a run did and found.
 #[derive(Debug)]
 pub struct RunResult {
+    /// What the workers did.
+    pub workload: Workload,
     /// The fault injected.
     pub fault: Fault,
     /// Iterations started by all workers (acquire invocations).
     pub iterations: u64,
     /// Times the fault was injected.
     pub faults_injected: u64,
-    /// The checker's verdict on the history.
+    /// The lock checker's verdict on the history (empty for a toolkit workload).
     pub report: Report,
+    /// The toolkit checker's verdict on the history (`None` for the lock).
+    pub verdict: Option<Verdict>,
     /// Keys left without a TTL at the end (filler keys excepted).
     pub keys_without_ttl: Vec<String>,
     /// For each killed holder: how long until someone else was granted the key.
@@ -112,7 +122,10 @@ pub struct RunResult {
 impl RunResult {
     /// Everything that makes the run a failure.
     pub fn problems(&self) -> Vec<String> {
-        let mut problems = self.report.violations();
+        let mut problems = match &self.verdict {
+            Some(verdict) => verdict.violations.clone(),
+            None => self.report.violations(),
+        };
         problems.extend(
             self.keys_without_ttl
                 .iter()
@@ -134,10 +147,36 @@ impl RunResult {
         if self.fault != Fault::None && self.faults_injected == 0 {
             problems.push("the fault was never injected".into());
         }
-        if self.report.grants == 0 {
-            problems.push("no lock was ever granted".into());
+        match &self.verdict {
+            None if self.report.grants == 0 => problems.push("no lock was ever granted".into()),
+            Some(verdict) if verdict.operations == 0 => {
+                problems.push("no operation ever completed".into())
+            }
+            _ => {}
         }
         problems
+    }
+
+    /// One Markdown table row of a toolkit run, the columns of [`TOOLKIT_HEADER`].
+    pub fn toolkit_row(&self) -> String {
+        let Some(verdict) = &self.verdict else {
+            return self.table_row();
+        };
+        let problems = self.problems();
+        format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            self.workload,
+            self.fault,
+            self.faults_injected,
+            verdict.counted,
+            verdict.explained.len(),
+            self.keys_without_ttl.len(),
+            if problems.is_empty() {
+                "ok".to_owned()
+            } else {
+                format!("**{} problems**", problems.len())
+            }
+        )
     }
 
     /// One Markdown table row, the columns of [`TABLE_HEADER`].
@@ -187,6 +226,9 @@ impl RunResult {
         )
     }
 }
+
+/// The header matching [`RunResult::toolkit_row`].
+pub const TOOLKIT_HEADER: &str = "| workload | fault | faults injected | counted | departures explained by the fault | keys leaked | verdict |\n|---|---|---|---|---|---|---|";
 
 /// The header matching [`RunResult::table_row`].
 pub const TABLE_HEADER: &str = "| fault | iterations | faults injected | grants | duplicate or out-of-order tokens | acked writes | overlapping beliefs | stale writes rejected | stale accepted / acked lost or doubled | keys leaked | lock free after kill (max) | longest without a grant | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|";
@@ -288,7 +330,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
             scenario,
             dir.path(),
             &address,
-            &format!("worker-{i}"),
+            (&format!("worker-{i}"), i),
             scenario.duration,
         )?);
     }
@@ -304,7 +346,9 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         let injected = match scenario.fault {
             Fault::None => false,
             Fault::KillHolder => {
-                let Some(victim) = holder(topology.primary(), &redis_key, &workers).await else {
+                let Some(victim) =
+                    victim(scenario, &topology, &redis_key, &workers, faults_injected).await
+                else {
                     continue;
                 };
                 let worker = &mut workers[victim];
@@ -315,22 +359,30 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                 replacements += 1;
                 let name = format!("{}.r{replacements}", worker.name);
                 let remaining = stop_at.saturating_duration_since(Instant::now());
+                let ordinal = workers.len();
                 workers.push(spawn_worker(
                     scenario,
                     dir.path(),
                     &address,
-                    &name,
+                    (&name, ordinal),
                     remaining,
                 )?);
                 true
             }
             Fault::PauseHolder => {
-                let Some(victim) = holder(topology.primary(), &redis_key, &workers).await else {
+                let Some(victim) =
+                    victim(scenario, &topology, &redis_key, &workers, faults_injected).await
+                else {
                     continue;
                 };
                 let pid = workers[victim].child.id().map(|p| Pid::from_raw(p as i32));
                 if let Some(pid) = pid {
                     let _ = kill(pid, Signal::SIGSTOP);
+                    if scenario.workload != Workload::Lock {
+                        // The toolkit checkers count a stop as the end of what the victim
+                        // believed; the lock's checker must find it out by the lock's signals.
+                        record_crash(&controller, &workers[victim].name, "");
+                    }
                     sleep(scenario.watchdog_timeout * 3 / 2).await;
                     let _ = kill(pid, Signal::SIGCONT);
                 }
@@ -481,13 +533,32 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         faults_injected += u64::from(injected);
     }
 
-    let worker_failures = finish(&mut workers, scenario).await;
+    let mut worker_failures = finish(&mut workers, scenario).await;
+    if scenario.workload == Workload::Queue {
+        // What the workers left in the queue, taken once the faults are over.
+        let mut drainer = vec![spawn_worker(
+            scenario,
+            dir.path(),
+            &address,
+            (DRAINER, workers.len()),
+            Duration::ZERO,
+        )?];
+        worker_failures.extend(finish(&mut drainer, scenario).await);
+    }
     let events = history::load(&dir.path().join("history")).map_err(|e| format!("history: {e}"))?;
-    let resource =
-        FencedResource::open(&dir.path().join("resource")).map_err(|e| format!("resource: {e}"))?;
-    let accepted = resource.accepted().map_err(|e| format!("resource: {e}"))?;
-    let mut report = checker::check(&events, &accepted, &ALLOWED_CODES);
-    explain_key_losses(&mut report, &events, scenario.fault);
+    let (report, verdict) = if scenario.workload == Workload::Lock {
+        let resource = FencedResource::open(&dir.path().join("resource"))
+            .map_err(|e| format!("resource: {e}"))?;
+        let accepted = resource.accepted().map_err(|e| format!("resource: {e}"))?;
+        let mut report = checker::check(&events, &accepted, &ALLOWED_CODES);
+        explain_key_losses(&mut report, &events, scenario.fault);
+        (report, None)
+    } else {
+        (
+            Report::default(),
+            Some(workload::check(scenario.workload, &events)),
+        )
+    };
     let recovery_bound = scenario.watchdog_timeout + Duration::from_secs(1);
     let mut keys_without_ttl = Vec::new();
     for node in topology.data_nodes() {
@@ -496,6 +567,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     keys_without_ttl.sort();
     keys_without_ttl.dedup();
     Ok(RunResult {
+        workload: scenario.workload,
         fault: scenario.fault,
         iterations: events
             .iter()
@@ -503,6 +575,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
             .count() as u64,
         faults_injected,
         report,
+        verdict,
         keys_without_ttl,
         recoveries: recoveries(&events),
         recovery_bound,
@@ -512,18 +585,25 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     })
 }
 
+/// Starts worker `name`; `ordinal` is a number no other worker of the run has.
 fn spawn_worker(
     scenario: &Scenario,
     dir: &Path,
     address: &str,
-    name: &str,
+    (name, ordinal): (&str, usize),
     duration: Duration,
 ) -> Result<Worker, String> {
     let log = std::fs::File::create(dir.join(format!("{name}.log")))
         .map_err(|e| format!("{name} log: {e}"))?;
-    let child = Command::new(&scenario.worker_binary)
+    let mut command = Command::new(&scenario.worker_binary);
+    if name == DRAINER {
+        command.arg("--drain");
+    }
+    let child = command
         .arg("--run-dir")
         .arg(dir)
+        .arg(format!("--workload={}", scenario.workload))
+        .arg(format!("--ordinal={ordinal}"))
         .args(["--key", &scenario.key])
         .arg(format!("--duration={}ms", duration.as_millis()))
         .arg(format!("--iterations={}", scenario.iterations))
@@ -543,6 +623,20 @@ fn spawn_worker(
             "TELCO_PLATFORM_LOCK_MIN_REPLICAS",
             scenario.fault.min_replicas().to_string(),
         )
+        .env(
+            format!(
+                "TELCO_PLATFORM_LOCK_RATE_LIMITS_{}_RATE",
+                RATE_LIMIT.0.to_uppercase()
+            ),
+            RATE_LIMIT.1,
+        )
+        .env(
+            format!(
+                "TELCO_PLATFORM_LOCK_RATE_LIMITS_{}_BURST",
+                RATE_LIMIT.0.to_uppercase()
+            ),
+            RATE_LIMIT.2.to_string(),
+        )
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())
         .stderr(log)
@@ -554,6 +648,22 @@ fn spawn_worker(
         child,
         killed: false,
     })
+}
+
+/// The worker a kill or a stop hits: the lock's holder, or for the toolkit the next live
+/// worker in turn.
+async fn victim(
+    scenario: &Scenario,
+    topology: &Topology,
+    redis_key: &str,
+    workers: &[Worker],
+    turn: u64,
+) -> Option<usize> {
+    if scenario.workload == Workload::Lock {
+        return holder(topology.primary(), redis_key, workers).await;
+    }
+    let live: Vec<usize> = (0..workers.len()).filter(|&i| !workers[i].killed).collect();
+    live.get(turn as usize % live.len().max(1)).copied()
 }
 
 /// The worker holding the key now, read from Redis (`H|<token>|<owner>…`, owner
