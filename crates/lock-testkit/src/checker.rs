@@ -748,6 +748,7 @@ fn op_name(op: Op) -> &'static str {
         Op::Deliver => "deliver",
         Op::Ack => "ack",
         Op::Admit => "admit",
+        Op::Get => "get",
         Op::Set => "set",
         Op::Wait => "wait",
         Op::Run => "run",

@@ -82,6 +82,8 @@ pub enum Op {
     /// A compare-and-set of the value `value`; ok with the write's version as `token`, failed
     /// with `reason` `refused` when another write came first.
     Set,
+    /// A read of `key`; ok with the `value` read (none: a miss).
+    Get,
     /// A wait for a value to change from version `token`; ok with the `value` it saw change to.
     Wait,
     /// An action body ran, from invoke to completion: `value` is the run's number.

@@ -38,7 +38,8 @@ pub(super) async fn work(ctx: &Context) -> io::Result<()> {
         seq += 1;
         let key = format!("stress-{slot}");
         let run = ctx.unique(seq);
-        let hold = ctx.hold(seq);
+        // Long enough that a kill often lands while a run is on.
+        let hold = ctx.hold(seq) * 5;
         ctx.invoke(Op::Execute, &key, None, None)?;
         let result = idempotency
             .execute(&key, &options, || async {

@@ -5,6 +5,7 @@
 //! same recorder as the lock's, and its checker returns a [`Verdict`]: what it counted, and the
 //! violations of the capability's contract that no fault of the run explains.
 
+mod cache;
 mod faults;
 mod idempotency;
 mod queue;
@@ -42,17 +43,20 @@ pub enum Workload {
     Queue,
     /// Decisions of one rate limit shared by every worker.
     RateLimit,
+    /// Reads, puts and invalidations of one cache with an in-process tier.
+    Cache,
 }
 
 impl Workload {
     /// Every workload, the lock first.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::Lock,
         Workload::Idempotency,
         Workload::Values,
         Workload::SingleFlight,
         Workload::Queue,
         Workload::RateLimit,
+        Workload::Cache,
     ];
 
     /// The kebab-case name, as on the command line.
@@ -64,6 +68,7 @@ impl Workload {
             Workload::SingleFlight => "single-flight",
             Workload::Queue => "queue",
             Workload::RateLimit => "rate-limit",
+            Workload::Cache => "cache",
         }
     }
 
@@ -76,6 +81,7 @@ impl Workload {
             Workload::SingleFlight => single_flight::CHECKED,
             Workload::Queue => queue::CHECKED,
             Workload::RateLimit => rate_limit::CHECKED,
+            Workload::Cache => cache::CHECKED,
         }
     }
 }
@@ -175,6 +181,7 @@ pub async fn work(workload: Workload, ctx: &Context) -> io::Result<()> {
         Workload::SingleFlight => single_flight::work(ctx).await,
         Workload::Queue => queue::work(ctx).await,
         Workload::RateLimit => rate_limit::work(ctx).await,
+        Workload::Cache => cache::work(ctx).await,
     }
 }
 
@@ -200,6 +207,7 @@ pub fn check(workload: Workload, events: &[Event]) -> Verdict {
         Workload::SingleFlight => single_flight::check(events, &faults),
         Workload::Queue => queue::check(events, &faults),
         Workload::RateLimit => rate_limit::check(events, &faults),
+        Workload::Cache => cache::check(events, &faults),
     }
 }
 

@@ -299,3 +299,58 @@ fn the_idempotency_checker_explains_a_run_after_an_unstored_one() {
     history.sort_by_key(|e| e.t_ns);
     assert_explained(Workload::Idempotency, &history);
 }
+
+fn keyed(mut event: Event, key: &str) -> Event {
+    event.key = key.into();
+    event
+}
+
+fn put(from: u64, to: u64, process: &str, key: &str, version: Option<i64>) -> [Event; 2] {
+    [
+        keyed(invoke(from, process, Op::Set, version), key),
+        keyed(ok(to, process, Op::Set, version, None), key),
+    ]
+}
+
+fn read(from: u64, to: u64, process: &str, key: &str, version: i64) -> [Event; 2] {
+    [
+        keyed(invoke(from, process, Op::Get, None), key),
+        keyed(ok(to, process, Op::Get, Some(version), None), key),
+    ]
+}
+
+#[test]
+fn the_cache_checker_catches_a_value_of_another_key() {
+    let history: Vec<Event> = [put(0, 1, "a", "c2", Some(12)), read(2, 3, "b", "c1", 12)].concat();
+    assert_caught(Workload::Cache, &history, "another key");
+}
+
+#[test]
+fn the_cache_checker_catches_an_entry_past_its_ttl() {
+    let history: Vec<Event> = [
+        put(0, 1, "a", "c1", Some(11)),
+        read(500, 501, "b", "c1", 11),
+    ]
+    .concat();
+    assert_caught(Workload::Cache, &history, "past its TTL");
+}
+
+#[test]
+fn the_cache_checker_catches_a_value_served_after_its_invalidation_arrived() {
+    let history: Vec<Event> = [
+        put(0, 1, "a", "c1", Some(11)),
+        put(2, 3, "a", "c1", None),
+        read(300, 301, "b", "c1", 11),
+    ]
+    .concat();
+    assert_caught(Workload::Cache, &history, "a's invalidation returned");
+    assert_explained(Workload::Cache, &with(history.clone(), crash(100, "b")));
+    // Within the push bound, the old value may still be served.
+    let soon: Vec<Event> = [
+        put(0, 1, "a", "c1", Some(11)),
+        put(2, 3, "a", "c1", Some(21)),
+        read(100, 101, "b", "c1", 11),
+    ]
+    .concat();
+    assert!(check(Workload::Cache, &soon).violations.is_empty());
+}
