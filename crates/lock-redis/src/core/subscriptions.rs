@@ -8,15 +8,21 @@
 //! waiter that leaves — granted, timed out, failed or dropped — wakes the next one.
 //!
 //! Each channel with waiters has a *driver* task that owns its subscription: it subscribes
-//! (retrying with backoff until it succeeds), re-subscribes after a reconnect — and on a Cluster
-//! re-sends it every second, since a slot migration drops it silently — and unsubscribes once
-//! the last waiter has left. One driver per channel keeps a channel's `SSUBSCRIBE` and
+//! (retrying with backoff until it succeeds), re-subscribes after a reconnect or when its slot
+//! has moved to another master, and unsubscribes once the last waiter has left. One driver per channel keeps a channel's `SSUBSCRIBE` and
 //! `SUNSUBSCRIBE` in order; separate drivers keep a slow channel from delaying the others.
 //! Waiters never block on the subscription longer than they choose: they wait for its
 //! confirmation with their own deadline, and the driver wakes them when it confirms later.
 //!
 //! A *dispatcher* task turns incoming messages into wake-ups of the channel's waiters, and marks
-//! every subscription unconfirmed after a reconnect (the server forgot them).
+//! a subscription unconfirmed after a reconnect (the server forgot it) or when its slot's
+//! master is no longer the node that confirmed it.
+//!
+//! On a Cluster, a node that stops serving a slot (a slot migration, a failover) drops its
+//! subscriptions with a push message that fred swallows, and a replica accepts an `SSUBSCRIBE`
+//! but does not deliver what its master publishes. So a *cluster watch* task re-reads the
+//! topology every second while anything is subscribed, and the dispatcher re-subscribes every
+//! channel whose slot changed hands.
 //!
 //! *Listeners* (shared values' and caches' watches) hear every message of the channel, a
 //! [`Heard::Lost`] when the subscription's connection fails, and a [`Heard::Missed`] whenever
@@ -42,9 +48,9 @@ use crate::core::backoff::Backoff;
 /// First retry delay of a failed `SSUBSCRIBE`; doubles up to [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
-/// On a Cluster, how often a confirmed subscription with waiters is sent again (see [`drive`]):
-/// the longest a waiter stays deaf after its slot moved to another master.
-const CLUSTER_RESUBSCRIBE: Duration = Duration::from_secs(1);
+/// On a Cluster, how often the topology is re-read while anything is subscribed (see
+/// [`watch_cluster`]): the longest a waiter stays deaf after its slot moved to another master.
+const CLUSTER_SYNC: Duration = Duration::from_secs(1);
 
 /// The subscription manager of one client.
 #[derive(Debug)]
@@ -84,6 +90,8 @@ struct Channel {
     early_head: Option<u64>,
     /// Whether the server has confirmed the subscription in the current generation.
     confirmed: watch::Sender<bool>,
+    /// On a Cluster, the master that confirmed it, as the subscriber's routing table had it.
+    served_by: Option<Server>,
     /// Pokes the driver: the last waiter left, or the connection was re-established.
     driver: Arc<Notify>,
     /// This client's fair waiters on the channel, by owner token.
@@ -354,6 +362,9 @@ impl Subscriptions {
             next_waiter: AtomicU64::new(0),
             runtime: tokio::runtime::Handle::current(),
         });
+        if shared.subscriber.is_clustered() {
+            tokio::spawn(watch_cluster(Arc::downgrade(&shared)));
+        }
         tokio::spawn(dispatch(
             Arc::downgrade(&shared),
             shared.subscriber.message_rx(),
@@ -536,6 +547,7 @@ impl Shared {
                 others_waiting: false,
                 early_head: None,
                 confirmed: watch::Sender::new(false),
+                served_by: None,
                 driver: Arc::default(),
                 fair: HashMap::new(),
                 listeners: None,
@@ -547,6 +559,13 @@ impl Shared {
             ));
             entry
         })
+    }
+
+    /// On a Cluster, the master the subscriber's routing table gives `channel`'s slot.
+    fn master_of(&self, channel: &str) -> Option<Server> {
+        let state = self.subscriber.cached_cluster_state()?;
+        let slot = fred::util::redis_keyslot(channel.as_bytes());
+        state.get_server(slot).cloned()
     }
 
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
@@ -582,40 +601,25 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
             continue;
         }
         if confirmed {
-            // Subscribed and wanted: sleep until the last waiter leaves or a reconnect.
-            if !shared.subscriber.is_clustered() {
-                poke.notified().await;
-                continue;
-            }
-            // On a Cluster, a master that loses the channel's slot (a slot migration) drops the
-            // subscription with a push message that fred swallows, and nothing else tells us:
-            // the waiters would sleep until the holder's TTL. So the subscription is sent again
-            // every CLUSTER_RESUBSCRIBE: a no-op on the master that still serves the slot; one
-            // that does not answers MOVED, after which fred re-reads the topology and reports a
-            // Cluster change, and the dispatcher re-subscribes every channel and wakes its
-            // waiters to re-check.
-            tokio::select! {
-                () = poke.notified() => continue,
-                () = tokio::time::sleep(CLUSTER_RESUBSCRIBE) => {}
-            }
-            if let Err(error) = shared.subscriber.ssubscribe(channel.as_str()).await {
-                tracing::debug!(%channel, %error, "re-sent SSUBSCRIBE failed; subscribing again");
-                if let Some(entry) = shared.channels().get(&channel) {
-                    entry.confirmed.send_replace(false);
-                }
-            }
+            // Subscribed and wanted: sleep until the last waiter leaves, a reconnect, or (on a
+            // Cluster) the slot's move.
+            poke.notified().await;
             continue;
         }
         let generation = shared.generation.load(Ordering::SeqCst);
+        let route = shared.master_of(&channel);
         match shared.subscriber.ssubscribe(channel.as_str()).await {
             Ok(()) => {
                 retry.reset();
                 // Compared under the lock the dispatcher bumps it under, so a reconnect cannot
                 // slip between the check and the confirmation.
                 let mut channels = shared.channels();
-                if shared.generation.load(Ordering::SeqCst) == generation {
+                // A MOVED reply re-routed it meanwhile: send it again, to be sure where it is.
+                let moved = shared.master_of(&channel) != route;
+                if shared.generation.load(Ordering::SeqCst) == generation && !moved {
                     if let Some(entry) = channels.get_mut(&channel) {
                         entry.confirmed.send_replace(true);
+                        entry.served_by = route;
                         // Releases published before the confirmation were missed: have the
                         // head and the fair waiters look.
                         entry.wake_head_to_try();
@@ -644,9 +648,27 @@ async fn drive(shared: Arc<Shared>, channel: String, poke: Arc<Notify>) {
     }
 }
 
-/// Wakes waiters on messages; after a (re)connect or a Cluster topology change (a shard
-/// channel's subscription lives on the node serving its slot, and Redis drops it when the slot
-/// moves) marks every subscription unconfirmed so its driver subscribes again.
+/// Re-reads the Cluster's topology every [`CLUSTER_SYNC`] while anything is subscribed; the
+/// dispatcher hears the change.
+async fn watch_cluster(shared: Weak<Shared>) {
+    loop {
+        tokio::time::sleep(CLUSTER_SYNC).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.channels().is_empty() {
+            continue;
+        }
+        if let Err(error) = shared.subscriber.sync_cluster().await {
+            tracing::debug!(%error, "re-reading the Cluster topology failed");
+        }
+    }
+}
+
+/// Wakes waiters on messages; after a (re)connect marks every subscription unconfirmed so its
+/// driver subscribes again, and after a Cluster topology change those whose slot moved (a shard
+/// channel's subscription lives on the master serving its slot, and Redis drops it when the
+/// slot moves).
 async fn dispatch(
     shared: Weak<Shared>,
     mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
@@ -662,6 +684,8 @@ async fn dispatch(
             Message(String, Value, Option<u64>, Option<String>),
             WakeAll,
             Reconnected,
+            /// The Cluster's topology was read again: a slot may have moved.
+            Topology,
             /// The connection failed: subscriptions are gone until the reconnect.
             Lost,
         }
@@ -683,8 +707,8 @@ async fn dispatch(
                 Err(RecvError::Closed) => return,
             },
             // A closed topology stream (never on a single server) only disables its branch.
-            Ok(_) = subscriber_topology.recv() => Event::Reconnected,
-            Ok(_) = command_topology.recv() => Event::Reconnected,
+            Ok(_) = subscriber_topology.recv() => Event::Topology,
+            Ok(_) = command_topology.recv() => Event::Topology,
         };
         let Some(shared) = shared.upgrade() else {
             return;
@@ -722,6 +746,16 @@ async fn dispatch(
                 for entry in channels.values() {
                     entry.confirmed.send_replace(false);
                     entry.driver.notify_one();
+                }
+            }
+            // Only the channels whose slot another master serves now: the others' subscriptions
+            // stand, and re-subscribing them would tell their listeners of missed messages.
+            Event::Topology => {
+                for (name, entry) in channels.iter() {
+                    if *entry.confirmed.borrow() && entry.served_by != shared.master_of(name) {
+                        entry.confirmed.send_replace(false);
+                        entry.driver.notify_one();
+                    }
                 }
             }
             // The reconnect that follows has the drivers subscribe again.

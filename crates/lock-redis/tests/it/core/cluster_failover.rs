@@ -2,7 +2,7 @@
 //! `CLUSTER FAILOVER` with a lock held and a waiter waiting, and a killed master whose last grant
 //! never reached its replica. Measured times are printed (`--nocapture`) for the deployment docs.
 //!
-//! The two tests share one cluster and take it in turn. Nothing sleeps for a fixed time: every
+//! The tests share one cluster and take it in turn. Nothing sleeps for a fixed time: every
 //! wait is on an event, with a generous deadline for a loaded 2-core machine.
 
 use crate::common;
@@ -21,8 +21,8 @@ use lock_testkit::{FAILOVER, RedisCluster, unique_suffix};
 use tokio::time::Instant;
 
 /// The cluster every test of this file uses, one test at a time; started by the first, stopped
-/// by the last of its two tests.
-static CLUSTER: Shared<RedisCluster> = Shared::new(2);
+/// by the last of its tests.
+static CLUSTER: Shared<RedisCluster> = Shared::new(3);
 
 /// `cluster-node-timeout` of this file's cluster.
 const NODE_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -502,4 +502,50 @@ async fn a_killed_master_loses_an_unreplicated_grant_the_holder_is_told_and_min_
         .await
         .expect_err("no replica can acknowledge");
     assert_eq!(err.details()["reason"], "replication_unconfirmed", "{err}");
+}
+
+/// A waiter for a shared value's change, subscribed on the key's master, sees a write made right
+/// after a manual failover moved the key to the replica: the old master dropped the
+/// subscription, and a replica would accept it again but deliver nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_waiter_sees_a_write_made_after_a_manual_failover() {
+    let cluster = cluster().await;
+    let (writer, reader) = (client(&cluster).await, client(&cluster).await);
+    let (values, store) = crate::values::values(&writer).await;
+    let (watched, _) = crate::values::values(&reader).await;
+    let (master, _) = master_with_replica(&cluster).await;
+    let mut key = String::new();
+    for i in 0.. {
+        key = format!("failover-value-{:x}-{i}", unique_suffix());
+        if cluster.node_for_key(&store.value_key(&key)).await.unwrap() == master {
+            break;
+        }
+    }
+    let channel = store.write_channel(&key);
+    let ttl = lock_core::values::Expiry::After(Duration::from_secs(600));
+    let since = values.set(&key, &0u64, ttl).await.unwrap();
+    let waiting = tokio::spawn({
+        let key = key.clone();
+        async move {
+            watched
+                .wait_for_change::<u64>(&key, Some(since), Duration::from_secs(60))
+                .await
+        }
+    });
+    let subscribed = eventually(GENEROUS, || async {
+        shard_subscribers(&cluster, master, &channel).await == 1
+    })
+    .await;
+    assert!(subscribed, "the waiter never subscribed on {master}");
+
+    cluster.failover(master).await.unwrap();
+    let written = Instant::now();
+    values.set(&key, &1u64, ttl).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter missed the write made after the failover")
+        .unwrap()
+        .unwrap();
+    eprintln!("the waiter saw the write {:?} after it", written.elapsed());
+    assert!(waited.is_met(), "{waited:?}");
 }
