@@ -92,6 +92,10 @@ impl fmt::Display for Workload {
     }
 }
 
+/// How an operation ended: ok with its `value` and `token`, or failed with a `code` and a
+/// `reason`.
+type Outcome<'a> = Result<(Option<i64>, Option<u64>), (&'a str, &'a str)>;
+
 /// One toolkit worker process.
 #[derive(Debug)]
 pub struct Context {
@@ -135,7 +139,7 @@ impl Context {
         &self,
         op: Op,
         key: &str,
-        outcome: Result<(Option<i64>, Option<u64>), (&str, &str)>,
+        outcome: Outcome<'_>,
         reason: Option<&str>,
     ) -> io::Result<()> {
         let mut event = Event::new(&self.name, op, Phase::Complete, key);
