@@ -125,3 +125,14 @@ mod cache {
         latency_added => Fault::Latency,
     }
 }
+
+mod branches {
+    use super::*;
+    faults! {
+        Workload::Branches =>
+        master_killed => Fault::KillHolder,
+        redis_paused => Fault::PauseRedis,
+        connections_killed => Fault::ClientKill,
+        sentinel_failover => Fault::SentinelFailover,
+    }
+}

@@ -69,12 +69,14 @@ pub enum Op {
     /// interval of the victim that is open at that time, for `key` (or for every key when
     /// `key` is empty).
     Crash,
-    /// A queue push of item `value`; ok when the queue confirmed it.
+    /// An item handed on: a queue push of item `value`, or a branch's registration; ok when
+    /// confirmed.
     Push,
     /// A queue take handed item `value` to this process: a single event, timed when the take
     /// was invoked, `token` = the item's delivery count.
     Deliver,
-    /// An acknowledgement of item `value`; ok when the queue removed it.
+    /// An acknowledgement: of queue item `value`, ok when the queue removed it; or a branch's
+    /// release, `reason` saying how it counted.
     Ack,
     /// A rate-limit decision: ok = admitted, failed with `code` `DENIED` or the basis that
     /// refused it.

@@ -128,7 +128,7 @@ async fn toolkit(args: Args, name: String) -> ExitCode {
     let ctx = Context {
         name,
         ordinal: args.ordinal,
-        recorder,
+        recorder: std::sync::Arc::new(recorder),
         starter,
         stop_at: Instant::now() + args.duration,
         hold: args.hold,

@@ -5,6 +5,7 @@
 //! same recorder as the lock's, and its checker returns a [`Verdict`]: what it counted, and the
 //! violations of the capability's contract that no fault of the run explains.
 
+mod branches;
 mod cache;
 mod faults;
 mod idempotency;
@@ -15,6 +16,7 @@ mod values;
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_starter::LockStarter;
@@ -45,11 +47,13 @@ pub enum Workload {
     RateLimit,
     /// Reads, puts and invalidations of one cache with an in-process tier.
     Cache,
+    /// Master invocations of one key, each waiting for three branches.
+    Branches,
 }
 
 impl Workload {
     /// Every workload, the lock first.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::Lock,
         Workload::Idempotency,
         Workload::Values,
@@ -57,6 +61,7 @@ impl Workload {
         Workload::Queue,
         Workload::RateLimit,
         Workload::Cache,
+        Workload::Branches,
     ];
 
     /// The kebab-case name, as on the command line.
@@ -69,6 +74,7 @@ impl Workload {
             Workload::Queue => "queue",
             Workload::RateLimit => "rate-limit",
             Workload::Cache => "cache",
+            Workload::Branches => "branches",
         }
     }
 
@@ -82,6 +88,7 @@ impl Workload {
             Workload::Queue => queue::CHECKED,
             Workload::RateLimit => rate_limit::CHECKED,
             Workload::Cache => cache::CHECKED,
+            Workload::Branches => branches::CHECKED,
         }
     }
 }
@@ -104,7 +111,7 @@ pub struct Context {
     /// A number no other worker of the run has, for numbering items and runs.
     pub ordinal: u64,
     /// The worker's history.
-    pub recorder: Recorder,
+    pub recorder: Arc<Recorder>,
     /// The toolkit, configured from the environment as a service's is.
     pub starter: LockStarter,
     /// When to stop starting new operations.
@@ -119,10 +126,14 @@ impl Context {
         (self.ordinal * 1_000_000_000 + seq) as i64
     }
 
-    /// A pseudo-random part of the hold, from `seq`: no RNG state to keep.
+    /// A pseudo-random fraction from 0 to 1, from `seq`: no RNG state to keep.
+    fn fraction(&self, seq: u64) -> f64 {
+        ((seq * 7919 + self.ordinal * 104_729) % 1000) as f64 / 1000.0
+    }
+
+    /// A pseudo-random part of the hold, from `seq`.
     fn hold(&self, seq: u64) -> Duration {
-        self.hold
-            .mul_f64(((seq * 7919 + self.ordinal * 104_729) % 1000) as f64 / 1000.0)
+        self.hold.mul_f64(self.fraction(seq))
     }
 
     /// Records that `op` on `key` starts now, about `value` (and `token`).
@@ -186,6 +197,7 @@ pub async fn work(workload: Workload, ctx: &Context) -> io::Result<()> {
         Workload::Queue => queue::work(ctx).await,
         Workload::RateLimit => rate_limit::work(ctx).await,
         Workload::Cache => cache::work(ctx).await,
+        Workload::Branches => branches::work(ctx).await,
     }
 }
 
@@ -212,6 +224,7 @@ pub fn check(workload: Workload, events: &[Event]) -> Verdict {
         Workload::Queue => queue::check(events, &faults),
         Workload::RateLimit => rate_limit::check(events, &faults),
         Workload::Cache => cache::check(events, &faults),
+        Workload::Branches => branches::check(events, &faults),
     }
 }
 

@@ -354,3 +354,57 @@ fn the_cache_checker_catches_a_value_served_after_its_invalidation_arrived() {
     .concat();
     assert!(check(Workload::Cache, &soon).violations.is_empty());
 }
+
+/// A master invocation 7 of three branches, its block ending at 10 ms, returning `how` at
+/// `returned` ms; branch `b<i>` released from `releases[i]` ms (1 ms each), if given.
+fn master(returned: u64, how: &str, releases: [Option<u64>; 3]) -> Vec<Event> {
+    let mut history = vec![
+        invoke(0, "m", Op::Execute, None),
+        Event {
+            token: Some(7),
+            ..ok(10, "m", Op::Run, None, None)
+        },
+        Event {
+            token: Some(7),
+            ..ok(returned, "m", Op::Execute, None, Some(how))
+        },
+    ];
+    for (i, release) in releases.iter().enumerate() {
+        let branch = format!("7/b{i}");
+        history.push(keyed(ok(5, "m", Op::Push, None, None), &branch));
+        if let Some(at) = release {
+            history.push(keyed(invoke(*at, "m", Op::Ack, None), &branch));
+            history.push(keyed(
+                ok(at + 1, "m", Op::Ack, None, Some("released")),
+                &branch,
+            ));
+        }
+    }
+    history.sort_by_key(|e| e.t_ns);
+    history
+}
+
+#[test]
+fn the_branches_checker_passes_a_master_that_waited_and_named_the_missing() {
+    let history = master(320, "timed_out:b2", [Some(2), Some(100), Some(400)]);
+    let verdict = check(Workload::Branches, &history);
+    assert!(verdict.violations.is_empty(), "{verdict:#?}");
+}
+
+#[test]
+fn the_branches_checker_catches_a_master_that_answered_all_released_early() {
+    let history = master(50, "all_released:", [Some(2), Some(20), Some(400)]);
+    assert_caught(Workload::Branches, &history, "did not name 7/b2 missing");
+}
+
+#[test]
+fn the_branches_checker_catches_a_master_that_timed_out_before_its_wait() {
+    let history = master(100, "timed_out:b2", [Some(2), Some(20), None]);
+    assert_caught(Workload::Branches, &history, "before its branch wait");
+}
+
+#[test]
+fn the_branches_checker_catches_a_branch_named_missing_though_released() {
+    let history = master(320, "timed_out:b0,b2", [Some(2), Some(20), None]);
+    assert_caught(Workload::Branches, &history, "named 7/b0 missing");
+}
