@@ -346,8 +346,15 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         let injected = match scenario.fault {
             Fault::None => false,
             Fault::KillHolder => {
-                let Some(victim) =
-                    victim(scenario, &topology, &redis_key, &workers, faults_injected).await
+                let Some(victim) = victim(
+                    scenario,
+                    &topology,
+                    &redis_key,
+                    &workers,
+                    faults_injected,
+                    dir.path(),
+                )
+                .await
                 else {
                     continue;
                 };
@@ -370,8 +377,15 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                 true
             }
             Fault::PauseHolder => {
-                let Some(victim) =
-                    victim(scenario, &topology, &redis_key, &workers, faults_injected).await
+                let Some(victim) = victim(
+                    scenario,
+                    &topology,
+                    &redis_key,
+                    &workers,
+                    faults_injected,
+                    dir.path(),
+                )
+                .await
                 else {
                     continue;
                 };
@@ -650,19 +664,35 @@ fn spawn_worker(
     })
 }
 
-/// The worker a kill or a stop hits: the lock's holder, or for the toolkit the next live
-/// worker in turn.
+/// The worker a kill or a stop hits: the lock's holder; for the toolkit a worker in the middle
+/// of a run (an idempotent action, a single-flight action, a master's block) if one is, else the
+/// next live worker in turn.
 async fn victim(
     scenario: &Scenario,
     topology: &Topology,
     redis_key: &str,
     workers: &[Worker],
     turn: u64,
+    dir: &Path,
 ) -> Option<usize> {
     if scenario.workload == Workload::Lock {
         return holder(topology.primary(), redis_key, workers).await;
     }
     let live: Vec<usize> = (0..workers.len()).filter(|&i| !workers[i].killed).collect();
+    if scenario.workload.runs_actions() {
+        let events = history::load(&dir.join("history")).unwrap_or_default();
+        let mut running: BTreeMap<&str, bool> = BTreeMap::new();
+        for event in events.iter().filter(|e| e.op == Op::Run) {
+            running.insert(&event.process, event.phase == Phase::Invoke);
+        }
+        let runner = live
+            .iter()
+            .copied()
+            .find(|&i| running.get(workers[i].name.as_str()) == Some(&true));
+        if runner.is_some() {
+            return runner;
+        }
+    }
     live.get(turn as usize % live.len().max(1)).copied()
 }
 

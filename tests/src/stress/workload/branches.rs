@@ -80,7 +80,11 @@ pub(super) async fn work(ctx: &Context) -> io::Result<()> {
                 )?;
                 outcome.value?;
             }
-            Err(e) => ctx.complete(Op::Execute, KEY, Err((e.code(), &e.to_string())), None)?,
+            Err(e) => {
+                ctx.complete(Op::Execute, KEY, Err((e.code(), &e.to_string())), None)?;
+                // Redis is down or refusing: do not spin.
+                sleep(Duration::from_millis(50)).await;
+            }
         }
     }
     Ok(())

@@ -78,6 +78,15 @@ impl Workload {
         }
     }
 
+    /// Whether its workers record runs of an action ([`Op::Run`]): a kill then aims at a
+    /// worker in the middle of one.
+    pub fn runs_actions(self) -> bool {
+        matches!(
+            self,
+            Workload::Idempotency | Workload::SingleFlight | Workload::Branches
+        )
+    }
+
     /// What its checker holds the history to, one line for the table's legend.
     pub fn checked(self) -> &'static str {
         match self {
