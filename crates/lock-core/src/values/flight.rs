@@ -101,7 +101,25 @@ impl Guard {
     /// Rewrites the running record over the version this runner holds, with `progress` when
     /// given, and a fresh TTL; `false` when it is no longer this runner's.
     async fn write(&self, progress: Option<serde_json::Value>) -> Result<bool, ValuesError> {
-        let mut state = self.state.lock().await;
+        let state = self.state.lock().await;
+        self.rewrite(state, progress).await
+    }
+
+    /// Renews the guard's TTL, unless the action is rewriting it right now, which renews it
+    /// too. Waiting for that rewrite here would never end: the runner does not poll the action
+    /// while it renews.
+    async fn renew(&self) -> Result<bool, ValuesError> {
+        match self.state.try_lock() {
+            Ok(state) => self.rewrite(state, None).await,
+            Err(_) => Ok(true),
+        }
+    }
+
+    async fn rewrite(
+        &self,
+        mut state: tokio::sync::MutexGuard<'_, GuardState>,
+        progress: Option<serde_json::Value>,
+    ) -> Result<bool, ValuesError> {
         let Some(version) = state.version else {
             return Ok(false);
         };
@@ -323,7 +341,7 @@ where
         tokio::select! {
             outcome = &mut action => break outcome,
             () = tokio::time::sleep(guard.ttl / 3) => {
-                if let Err(error) = guard.write(None).await {
+                if let Err(error) = guard.renew().await {
                     tracing::warn!(key = %guard.key, %error, "single-flight guard not renewed; retrying");
                 }
             }

@@ -32,11 +32,12 @@ mod conformance_suite {
 
 /// The faults of an in-memory store: `deaf`, its watches never hear a write (waiters see only
 /// their first read); `held_claims`, the third and later set-if-absent wait for `release`
-/// before they are sent.
+/// before they are sent; `slow_rewrites`, a set over a version takes that long.
 #[derive(Debug, Default)]
 struct Faults {
     deaf: bool,
     held_claims: bool,
+    slow_rewrites: Option<Duration>,
     claims: std::sync::atomic::AtomicUsize,
     release: tokio::sync::Notify,
 }
@@ -65,6 +66,9 @@ impl Hooks for Faults {
         let claim = condition == Condition::Absent;
         if claim && self.held_claims && self.claims.fetch_add(1, Ordering::SeqCst) > 1 {
             self.release.notified().await;
+        }
+        if let (Condition::Version(_), Some(delay)) = (condition, self.slow_rewrites) {
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -187,4 +191,30 @@ async fn a_waiter_that_claims_just_after_the_runner_finished_joins_it() {
     assert_eq!(runner.await.unwrap().unwrap(), Flight::Ran(42));
     store.hooks.release.notify_one();
     assert_eq!(waiter.await.unwrap().unwrap(), Flight::Joined(42));
+}
+
+/// A runner whose progress report is still being written when its guard's renewal falls due:
+/// both rewrite the guard, and neither waits on the other for ever.
+#[tokio::test(start_paused = true)]
+async fn a_progress_report_in_flight_when_the_renewal_falls_due_finishes() {
+    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+    let store = faulty(Faults {
+        slow_rewrites: Some(Duration::from_millis(500)),
+        ..Faults::default()
+    });
+    let values = SharedValues::new(store);
+    // Renewed every MIN_FLIGHT_TTL; the report starts 100 ms before and takes 500 ms.
+    let flight = values.single_flight(
+        "report",
+        MIN_FLIGHT_TTL * 3,
+        WhenBusy::Report,
+        |progress: Progress<u32>| async move {
+            tokio::time::sleep(MIN_FLIGHT_TTL - Duration::from_millis(100)).await;
+            progress.report(&1).await.unwrap()
+        },
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(60), flight)
+        .await
+        .expect("the runner's report and its renewal waited on each other");
+    assert_eq!(outcome.unwrap(), Flight::Ran(true));
 }
