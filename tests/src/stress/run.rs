@@ -117,6 +117,8 @@ pub struct RunResult {
     pub worker_failures: Vec<String>,
     /// Wall time of the run.
     pub elapsed: Duration,
+    /// Where the run's histories and worker logs are kept, when it found a problem.
+    pub kept: Option<PathBuf>,
 }
 
 impl RunResult {
@@ -144,6 +146,12 @@ impl RunResult {
                 }),
         );
         problems.extend(self.worker_failures.iter().cloned());
+        if let Some(kept) = &self.kept {
+            problems.push(format!(
+                "histories and worker logs kept in {}",
+                kept.display()
+            ));
+        }
         if self.fault != Fault::None && self.faults_injected == 0 {
             problems.push("the fault was never injected".into());
         }
@@ -580,7 +588,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     }
     keys_without_ttl.sort();
     keys_without_ttl.dedup();
-    Ok(RunResult {
+    let mut result = RunResult {
         workload: scenario.workload,
         fault: scenario.fault,
         iterations: events
@@ -596,7 +604,12 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         longest_without_grant: longest_without_grant(&events),
         worker_failures,
         elapsed: started.elapsed(),
-    })
+        kept: None,
+    };
+    if !result.problems().is_empty() {
+        result.kept = Some(dir.keep());
+    }
+    Ok(result)
 }
 
 /// Starts worker `name`; `ordinal` is a number no other worker of the run has.
