@@ -351,21 +351,17 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     let mut replacements = 0;
     while Instant::now() + scenario.fault_every < stop_at {
         sleep(scenario.fault_every).await;
+        let target = match scenario.fault {
+            Fault::KillHolder | Fault::PauseHolder => {
+                let turn = faults_injected;
+                victim(scenario, &topology, &redis_key, &workers, turn, dir.path()).await
+            }
+            _ => None,
+        };
         let injected = match scenario.fault {
             Fault::None => false,
             Fault::KillHolder => {
-                let Some(victim) = victim(
-                    scenario,
-                    &topology,
-                    &redis_key,
-                    &workers,
-                    faults_injected,
-                    dir.path(),
-                )
-                .await
-                else {
-                    continue;
-                };
+                let Some(victim) = target else { continue };
                 let worker = &mut workers[victim];
                 let _ = worker.child.start_kill();
                 let _ = worker.child.wait().await;
@@ -385,18 +381,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                 true
             }
             Fault::PauseHolder => {
-                let Some(victim) = victim(
-                    scenario,
-                    &topology,
-                    &redis_key,
-                    &workers,
-                    faults_injected,
-                    dir.path(),
-                )
-                .await
-                else {
-                    continue;
-                };
+                let Some(victim) = target else { continue };
                 let pid = workers[victim].child.id().map(|p| Pid::from_raw(p as i32));
                 if let Some(pid) = pid {
                     let _ = kill(pid, Signal::SIGSTOP);

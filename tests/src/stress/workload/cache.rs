@@ -134,15 +134,13 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
                     .value
                     .map_or("invalidation".to_owned(), |v| format!("put of {v}"))
             );
-            if faults.crashed_between(&read.done.process, newer.invoked, read.done.t_ns) {
-                verdict
-                    .explained
-                    .push(format!("{what}: the reader was stopped meanwhile"));
-            } else if faults.lost_between(put_invoked, read.done.t_ns) {
-                verdict.explained.push(format!("{what}: Redis lost data"));
-            } else {
-                verdict.violations.push(what);
-            }
+            let why = faults.explain(&read.done.process, newer.invoked, read.done.t_ns);
+            let why = why.or_else(|| {
+                faults
+                    .lost_between(put_invoked, read.done.t_ns)
+                    .then_some("Redis lost data")
+            });
+            verdict.judge(what, why);
         }
     }
     verdict.operations = reads.len() as u64 + writes.len() as u64;

@@ -62,6 +62,18 @@ impl Faults {
         self.crashed_between(process, from, u64::MAX)
     }
 
+    /// Why something `process` began at `from` could be overtaken at `to`: it was killed or
+    /// stopped in between, or Redis lost data; `None` when neither happened.
+    pub fn explain(&self, process: &str, from: u64, to: u64) -> Option<&'static str> {
+        if self.crashed_between(process, from, to) {
+            Some("its process was killed or stopped")
+        } else if self.lost_between(from, to) {
+            Some("Redis lost data")
+        } else {
+            None
+        }
+    }
+
     /// How many loss windows there were.
     pub fn losses(&self) -> usize {
         self.losses.len()

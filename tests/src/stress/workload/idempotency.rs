@@ -122,19 +122,12 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
             reruns += 1;
             for earlier in &list[..i] {
                 let what = format!("{key} ran in {} and again in {}", earlier.1, later.1);
-                let why = if !stored(key, earlier.1) {
-                    Some("its earlier caller was not told its result was stored")
-                } else if faults.crashed_between(earlier.1, earlier.0, later.0) {
-                    Some("the earlier runner was killed or stopped")
-                } else if faults.lost_between(earlier.0, later.0) {
-                    Some("Redis lost data")
+                let why = if stored(key, earlier.1) {
+                    faults.explain(earlier.1, earlier.0, later.0)
                 } else {
-                    None
+                    Some("its earlier caller was not told its result was stored")
                 };
-                match why {
-                    Some(why) => verdict.explained.push(format!("{what}: {why}")),
-                    None => verdict.violations.push(what),
-                }
+                verdict.judge(what, why);
             }
         }
     }
@@ -173,11 +166,10 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
         if by_value.len() > 1 {
             let first = runs.get(key).and_then(|l| l.first()).map_or(0, |r| r.0);
             let what = format!("{key}: callers got {} different results", by_value.len());
-            if faults.lost_between(first, u64::MAX) {
-                verdict.explained.push(format!("{what}: Redis lost data"));
-            } else {
-                verdict.violations.push(what);
-            }
+            let why = faults
+                .lost_between(first, u64::MAX)
+                .then_some("Redis lost data");
+            verdict.judge(what, why);
         }
     }
     let count = |how: &str| {

@@ -193,6 +193,16 @@ pub struct Verdict {
     pub violations: Vec<String>,
 }
 
+impl Verdict {
+    /// Files the departure `what` as explained by `why`, or as a violation without one.
+    fn judge(&mut self, what: String, why: Option<&str>) {
+        match why {
+            Some(why) => self.explained.push(format!("{what}: {why}")),
+            None => self.violations.push(what),
+        }
+    }
+}
+
 /// Runs `workload`'s loop until `ctx.stop_at`.
 ///
 /// # Errors

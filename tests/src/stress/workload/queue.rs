@@ -141,11 +141,10 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
         }
         lost += 1;
         let what = format!("item {item}: its push was confirmed, and it was never delivered");
-        if faults.lost_between(push.invoked, u64::MAX) {
-            verdict.explained.push(format!("{what}: Redis lost data"));
-        } else {
-            verdict.violations.push(what);
-        }
+        let why = faults
+            .lost_between(push.invoked, u64::MAX)
+            .then_some("Redis lost data");
+        verdict.judge(what, why);
     }
     let mut redelivered = 0;
     for (item, list) in &deliveries {
@@ -167,20 +166,16 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
                 a.iter()
                     .find(|(p, invoked, _)| *p == first.process && *invoked >= first.t_ns)
             });
-            let why = if faults.crashed_between(&first.process, first.t_ns, again.t_ns) {
-                Some("its first consumer was killed or stopped")
-            } else if faults.lost_between(first.t_ns, again.t_ns) {
-                Some("Redis lost data")
-            } else {
-                match ack {
+            let why = faults
+                .explain(&first.process, first.t_ns, again.t_ns)
+                .or(match ack {
                     None => Some("its first consumer's acknowledgement did not remove it"),
                     Some((_, _, done)) if *done > again.t_ns => {
                         Some("its first consumer acknowledged it after the redelivery")
                     }
                     // Acknowledged before the take that delivered it again began.
                     Some(_) => None,
-                }
-            };
+                });
             match why {
                 Some(why) => verdict.explained.push(format!("{what}: {why}")),
                 None => verdict

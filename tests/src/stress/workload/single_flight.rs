@@ -87,17 +87,10 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
             );
             let why = if earlier.4 {
                 Some("the earlier runner was told it lost its guard")
-            } else if faults.crashed_between(earlier.2, earlier.0, later.0) {
-                Some("the earlier runner was killed or stopped")
-            } else if faults.lost_between(earlier.0, later.0) {
-                Some("Redis lost data")
             } else {
-                None
+                faults.explain(earlier.2, earlier.0, later.0)
             };
-            match why {
-                Some(why) => verdict.explained.push(format!("{what}: {why}")),
-                None => verdict.violations.push(what),
-            }
+            verdict.judge(what, why);
         }
     }
     let ran: HashSet<i64> = runs.iter().map(|r| r.3).collect();
