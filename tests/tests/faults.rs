@@ -18,7 +18,7 @@ async fn check(workload: Workload, fault: Fault) {
     let result = run(&scenario)
         .await
         .unwrap_or_else(|e| panic!("{workload} under {fault}: {e}"));
-    println!("{}", result.toolkit_row());
+    println!("{}", result.row());
     match &result.verdict {
         Some(verdict) => println!("{verdict:#?}"),
         None => println!("{}", result.report),

@@ -81,7 +81,7 @@ async fn main() -> ExitCode {
             scenario.hold = args.hold;
             match run(&scenario).await {
                 Ok(result) => {
-                    println!("{}", result.toolkit_row());
+                    println!("{}", result.row());
                     for problem in result.problems() {
                         failed = true;
                         eprintln!("  {workload} under {fault}: {problem}");

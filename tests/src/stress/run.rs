@@ -165,8 +165,9 @@ impl RunResult {
         problems
     }
 
-    /// One Markdown table row of a toolkit run, the columns of [`TOOLKIT_HEADER`].
-    pub fn toolkit_row(&self) -> String {
+    /// One Markdown table row: a toolkit run's, the columns of [`TOOLKIT_HEADER`], or the
+    /// lock's ([`table_row`](Self::table_row)).
+    pub fn row(&self) -> String {
         let Some(verdict) = &self.verdict else {
             return self.table_row();
         };
@@ -235,7 +236,7 @@ impl RunResult {
     }
 }
 
-/// The header matching [`RunResult::toolkit_row`].
+/// The header matching a toolkit run's [`RunResult::row`].
 pub const TOOLKIT_HEADER: &str = "| workload | fault | faults injected | counted | departures explained by the fault | keys leaked | verdict |\n|---|---|---|---|---|---|---|";
 
 /// The header matching [`RunResult::table_row`].
