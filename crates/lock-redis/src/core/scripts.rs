@@ -2,6 +2,7 @@
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand};
 
 use crate::core::client::RedisCore;
 
@@ -24,6 +25,50 @@ pub(crate) async fn call<R: FromValue>(
             script.load(client).await?;
             let (keys, args) = call();
             client.evalsha(script.sha1().clone(), keys, args).await
+        }
+        reply => reply,
+    };
+    reply?.convert()
+}
+
+/// As [`call`], for a script whose effect a second run would repeat (a queue push, a
+/// compare-and-set): sent once. fred re-sends a command whose connection failed before its
+/// reply, after the reconnect, so the script could run twice and answer for the second run
+/// only; here the caller gets the failure instead, and the script may or may not have run.
+///
+/// # Errors
+/// As [`call`].
+pub(crate) async fn call_once<R: FromValue>(
+    client: &Client,
+    script: &Script,
+    call: impl Fn() -> (Vec<Key>, Vec<Value>),
+) -> Result<R, Error> {
+    let once = client.with_options(&Options {
+        max_attempts: Some(1),
+        ..Options::default()
+    });
+    let evalsha = || {
+        let (keys, args) = call();
+        // The slot of the first key: the scripts' keys share one hash tag.
+        let slot = keys
+            .first()
+            .map(|key| fred::util::redis_keyslot(key.as_bytes()));
+        let command = CustomCommand::new(
+            "EVALSHA",
+            slot.map_or(ClusterHash::Random, ClusterHash::Custom),
+            false,
+        );
+        let mut all: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+        all.push(script.sha1().clone().into());
+        all.push(Value::Integer(keys.len() as i64));
+        all.extend(keys.into_iter().map(|key| Value::Bytes(key.into_bytes())));
+        all.extend(args);
+        once.custom::<Value, Value>(command, all)
+    };
+    let reply = match evalsha().await {
+        Err(error) if error.details().starts_with("NOSCRIPT") => {
+            script.load(client).await?;
+            evalsha().await
         }
         reply => reply,
     };

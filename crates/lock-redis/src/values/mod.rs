@@ -108,16 +108,22 @@ impl RedisValues {
         args: &[&[u8]],
     ) -> Result<Value, ValuesError> {
         let client = self.client(operation, name)?;
-        crate::core::scripts::call(client, script, || {
+        let call = || {
             (
                 keys.iter().map(|k| k.as_str().into()).collect(),
                 args.iter()
                     .map(|a| Value::Bytes(a.to_vec().into()))
                     .collect(),
             )
-        })
-        .await
-        .map_err(|e| self.failed(operation, name, e))
+        };
+        // A push or an acknowledgement run twice would count twice.
+        let reply = match operation {
+            "queue push" | "queue ack" => {
+                crate::core::scripts::call_once(client, script, call).await
+            }
+            _ => crate::core::scripts::call(client, script, call).await,
+        };
+        reply.map_err(|e| self.failed(operation, name, e))
     }
 
     async fn map_call(
@@ -161,7 +167,8 @@ impl RedisValues {
         };
         let client = self.client(operation, key)?;
         let value_key = self.value_key(key);
-        let reply: Vec<Value> = crate::core::scripts::call(client, script, || {
+        // A compare-and-set run twice would answer for its second run: refused.
+        let reply: Vec<Value> = crate::core::scripts::call_once(client, script, || {
             (vec![value_key.as_str().into()], args())
         })
         .await
