@@ -178,8 +178,9 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
         }
     }
     verdict.operations = masters.len() as u64;
-    let mut kinds: Vec<String> = outcomes.iter().map(|(k, n)| format!("{n} {k}")).collect();
-    kinds.sort();
+    let mut kinds: Vec<(&str, u64)> = outcomes.into_iter().collect();
+    kinds.sort_unstable();
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
     verdict.counted = format!(
         "{} masters ({}), {} branches registered, {} released in time or late",
         masters.len(),
