@@ -9,8 +9,9 @@
 //!
 //! Each channel with waiters has a *driver* task that owns its subscription: it subscribes
 //! (retrying with backoff until it succeeds), re-subscribes after a reconnect or when its slot
-//! has moved to another master, and unsubscribes once the last waiter has left. One driver per channel keeps a channel's `SSUBSCRIBE` and
-//! `SUNSUBSCRIBE` in order; separate drivers keep a slow channel from delaying the others.
+//! has moved to another master, and unsubscribes once the last waiter has left. One driver per
+//! channel keeps a channel's `SSUBSCRIBE` and `SUNSUBSCRIBE` in order; separate drivers keep a
+//! slow channel from delaying the others.
 //! Waiters never block on the subscription longer than they choose: they wait for its
 //! confirmation with their own deadline, and the driver wakes them when it confirms later.
 //!
