@@ -45,8 +45,8 @@ impl<T> Taken<T> {
 /// - **At least once.** An item taken and not acknowledged within the visibility timeout of its
 ///   take (the consumer crashed, or its reply was lost) is taken again, with its delivery
 ///   count raised. An acknowledged item is never taken again.
-/// - **Pushed once.** A push reported done appended its items once; one that failed may or may
-///   not have.
+/// - **Pushed once**, unless its store says otherwise: a push reported done appended its items
+///   once, and one that failed may or may not have.
 /// - **Bounded.** A take returns at most its `max` items (up to [`MAX_TAKE`]). A push that
 ///   would make the queue hold more than its bound ([`MAX_QUEUE_LEN`] unless set lower) is
 ///   refused whole with [`ValuesError::QueueFull`]. The queue ends with its items a TTL after

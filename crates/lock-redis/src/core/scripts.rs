@@ -36,6 +36,10 @@ pub(crate) async fn call<R: FromValue>(
 /// reply, after the reconnect, so the script could run twice and answer for the second run
 /// only; here the caller gets the failure instead, and the script may or may not have run.
 ///
+/// Not on a Cluster: fred follows a `MOVED` reply by sending the command again through the
+/// same count of attempts, so one attempt would fail every write after a slot moved. There a
+/// lost reply may still run the script twice.
+///
 /// # Errors
 /// As [`call`].
 pub(crate) async fn call_once<R: FromValue>(
@@ -43,6 +47,9 @@ pub(crate) async fn call_once<R: FromValue>(
     script: &Script,
     call: impl Fn() -> (Vec<Key>, Vec<Value>),
 ) -> Result<R, Error> {
+    if client.is_clustered() {
+        return self::call(client, script, call).await;
+    }
     let once = client.with_options(&Options {
         max_attempts: Some(1),
         ..Options::default()
