@@ -17,7 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
 
 use super::Fault;
-use super::workload::{self, KEY, RATE_LIMIT, Verdict, Workload};
+use super::workload::{self, Faults, KEY, RATE_LIMIT, REDIS, Verdict, Workload};
 
 /// Error codes a worker may record: fail-closed lock errors, a stale write the fenced resource
 /// rejected, a release that found its lease gone.
@@ -710,7 +710,7 @@ fn record_key_loss(controller: &Recorder, key: &str, from: u64) {
     let _ = controller.record(Event {
         reason: Some("key loss".to_owned()),
         value: i64::try_from(from).ok(),
-        ..Event::new("redis", Op::Crash, Phase::Complete, key)
+        ..Event::new(REDIS, Op::Crash, Phase::Complete, key)
     });
 }
 
@@ -776,7 +776,7 @@ fn recoveries(events: &[Event]) -> Vec<Duration> {
     let mut recoveries = Vec::new();
     for crash in events
         .iter()
-        .filter(|e| e.op == Op::Crash && e.process != "redis")
+        .filter(|e| e.op == Op::Crash && e.process != REDIS)
     {
         // Only a holder at the time of the kill counts: its last acquire was granted and it had
         // not started a release.
@@ -810,12 +810,7 @@ fn explain_key_losses(report: &mut Report, events: &[Event], fault: Fault) {
     if !fault.loses_keys() {
         return;
     }
-    // (window start, window end) in ns.
-    let losses: Vec<(u64, u64)> = events
-        .iter()
-        .filter(|e| e.op == Op::Crash && e.process == "redis")
-        .map(|e| (e.value.map_or(e.t_ns, |v| v as u64), e.t_ns))
-        .collect();
+    let faults = Faults::new(events);
     let granted_at: BTreeMap<(String, u64), u64> = events
         .iter()
         .filter(|e| e.op == Op::Acquire && e.phase == Phase::Complete && e.ok == Some(true))
@@ -825,7 +820,7 @@ fn explain_key_losses(report: &mut Report, events: &[Event], fault: Fault) {
         let first = granted_at.get(&(overlap.first.clone(), overlap.first_token));
         let second = granted_at.get(&(overlap.second.clone(), overlap.second_token));
         if let (Some(first), Some(second)) = (first, second) {
-            if losses.iter().any(|(from, to)| from < second && to > first) {
+            if faults.lost_between(*first, *second) {
                 overlap.explained = true;
                 overlap.explanation = KEY_LOSS.into();
             }

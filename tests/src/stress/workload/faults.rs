@@ -14,7 +14,7 @@ pub struct Faults {
 }
 
 /// The process name of a data loss's `Crash` event.
-pub(super) const REDIS: &str = "redis";
+pub const REDIS: &str = "redis";
 
 impl Faults {
     /// The faults `events` record: `Crash` events of `redis` (their `value` the window's start)
@@ -57,11 +57,6 @@ impl Faults {
             .is_some_and(|ts| ts.iter().any(|&t| t >= from && t <= to))
     }
 
-    /// Whether `process` was killed or stopped after `from`.
-    pub fn crashed_after(&self, process: &str, from: u64) -> bool {
-        self.crashed_between(process, from, u64::MAX)
-    }
-
     /// Why something `process` began at `from` could be overtaken at `to`: it was killed or
     /// stopped in between, or Redis lost data; `None` when neither happened.
     pub fn explain(&self, process: &str, from: u64, to: u64) -> Option<&'static str> {
@@ -72,10 +67,5 @@ impl Faults {
         } else {
             None
         }
-    }
-
-    /// How many loss windows there were.
-    pub fn losses(&self) -> usize {
-        self.losses.len()
     }
 }

@@ -23,7 +23,7 @@ use lock_starter::LockStarter;
 use lock_testkit::history::{Event, Op, Phase, Recorder};
 use tokio::time::Instant;
 
-pub use faults::Faults;
+pub use faults::{Faults, REDIS};
 
 /// The key (and hash tag) every workload uses, so that a Cluster fault hits all of it.
 pub const KEY: &str = "stress";

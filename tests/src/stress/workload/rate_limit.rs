@@ -66,7 +66,12 @@ pub(super) fn check(events: &[Event], faults: &Faults) -> Verdict {
 
 /// Every window from an admission's invoke to another's completion holds every admission
 /// invoked and completed inside it; their count may not pass `burst + rate × length`.
-fn check_bound(events: &[Event], faults: &Faults, per_second: f64, burst: f64) -> Verdict {
+pub(super) fn check_bound(
+    events: &[Event],
+    faults: &Faults,
+    per_second: f64,
+    burst: f64,
+) -> Verdict {
     let mut verdict = Verdict::default();
     let (calls, _) = completions(events, Op::Admit);
     let mut admitted: Vec<(u64, u64)> = Vec::new();
@@ -139,14 +144,4 @@ fn check_bound(events: &[Event], faults: &Faults, per_second: f64, burst: f64) -
         }
     );
     verdict
-}
-
-#[cfg(test)]
-pub(super) fn check_with(
-    events: &[Event],
-    faults: &Faults,
-    per_second: f64,
-    burst: f64,
-) -> Verdict {
-    check_bound(events, faults, per_second, burst)
 }

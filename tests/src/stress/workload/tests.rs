@@ -142,13 +142,13 @@ fn the_rate_limit_checker_catches_a_window_above_its_bound() {
     let history: Vec<Event> = (0..12)
         .flat_map(|i| admitted(i, if i % 2 == 0 { "a" } else { "b" }))
         .collect();
-    let verdict = rate_limit::check_with(&history, &Faults::new(&history), 100.0, 10.0);
+    let verdict = rate_limit::check_bound(&history, &Faults::new(&history), 100.0, 10.0);
     assert!(
         verdict.violations.iter().any(|v| v.contains("12 admitted")),
         "{verdict:#?}"
     );
     let history = with(history, loss(5, 6));
-    let verdict = rate_limit::check_with(&history, &Faults::new(&history), 100.0, 10.0);
+    let verdict = rate_limit::check_bound(&history, &Faults::new(&history), 100.0, 10.0);
     assert!(
         verdict.violations.is_empty() && !verdict.explained.is_empty(),
         "{verdict:#?}"
@@ -161,7 +161,7 @@ fn the_rate_limit_checker_passes_the_burst_then_the_rate() {
     let mut history: Vec<Event> = (0..10).flat_map(|_| admitted(0, "a")).collect();
     history.extend((1..50).flat_map(|i| admitted(i * 10, "b")));
     history.sort_by_key(|e| e.t_ns);
-    let verdict = rate_limit::check_with(&history, &Faults::new(&history), 100.0, 10.0);
+    let verdict = rate_limit::check_bound(&history, &Faults::new(&history), 100.0, 10.0);
     assert!(verdict.violations.is_empty(), "{verdict:#?}");
 }
 
