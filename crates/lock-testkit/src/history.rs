@@ -81,8 +81,9 @@ pub enum Op {
     /// A rate-limit decision: ok = admitted, failed with `code` `DENIED` or the basis that
     /// refused it.
     Admit,
-    /// A compare-and-set of the value `value`; ok with the write's version as `token`, failed
-    /// with `reason` `refused` when another write came first.
+    /// A write of `value` at `key`: a compare-and-set, ok with the write's version as `token`
+    /// and failed with `reason` `refused` when another write came first; or a cache put (an
+    /// invalidation when `value` is none).
     Set,
     /// A read of `key`; ok with the `value` read (none: a miss).
     Get,
@@ -90,8 +91,10 @@ pub enum Op {
     Wait,
     /// An action body ran, from invoke to completion: `value` is the run's number.
     Run,
-    /// An idempotent call: ok with the run number of the result it returned, `reason` saying
-    /// `executed`, `replayed` or `unstored`.
+    /// A call that may run an action or get another's outcome: an idempotent call, ok with
+    /// the run number of the result it returned and `reason` saying how (`executed`,
+    /// `replayed`, …); a single-flight caller that joined a run (`reason` `joined`); a master
+    /// invocation, ok with its id as `token` and `reason` `<outcome>:<missing branches>`.
     Execute,
 }
 
