@@ -402,7 +402,7 @@ async fn run(args: Args) -> ExitCode {
             line
         });
         emit_in(
-            &report::FIELDS,
+            &report::FIELDS.lock,
             if args.fair { IMPL_FAIR } else { IMPL },
             scenario.name(),
             result,
@@ -419,7 +419,7 @@ async fn run(args: Args) -> ExitCode {
                 Ok(lock) => scripts::run(scenario, &target, &lock, duration).await,
                 Err(error) => Err(error),
             };
-            emit_in(&report::FIELDS, "scripts", scenario.name(), result);
+            emit_in(&report::FIELDS.lock, "scripts", scenario.name(), result);
         }
     }
     if matches!(args.scenario, Which::All | Which::Watchdog) {
@@ -436,7 +436,7 @@ async fn run(args: Args) -> ExitCode {
             }
             Err(error) => Err(error),
         };
-        emit_in(&report::FIELDS, IMPL, "watchdog", result);
+        emit_in(&report::FIELDS.lock, IMPL, "watchdog", result);
     }
     for scenario in idempotency::Scenario::ALL {
         if !runs_idempotency(args.scenario, scenario) {
@@ -448,9 +448,9 @@ async fn run(args: Args) -> ExitCode {
             Ok(lock) => idempotency::run(scenario, &target, &lock, duration).await,
             Err(error) => Err(error),
         };
-        emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
+        emit_in(&report::FIELDS.idempotency, IMPL, name, result);
         if let Some(result) = idempotency::raw::run(scenario, &target, duration).await {
-            emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
+            emit_in(&report::FIELDS.idempotency, "raw", name, result);
         }
     }
     for scenario in branches::Scenario::ALL {
@@ -463,10 +463,10 @@ async fn run(args: Args) -> ExitCode {
             Ok(lock) => branches::run(scenario, &target, &lock, duration).await,
             Err(error) => Err(error),
         };
-        emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
+        emit_in(&report::FIELDS.idempotency, IMPL, name, result);
         let commands = branches::raw::commands(scenario);
         if let Some(result) = idempotency::raw::run_named(name, &target, duration, commands).await {
-            emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
+            emit_in(&report::FIELDS.idempotency, "raw", name, result);
         }
     }
     for scenario in values::Scenario::ALL {
@@ -481,10 +481,10 @@ async fn run(args: Args) -> ExitCode {
             }
             (Err(error), _) | (_, Err(error)) => Err(error),
         };
-        emit_in(&report::TOOLKIT_FIELDS, IMPL, name, result);
+        emit_in(&report::FIELDS.idempotency, IMPL, name, result);
         let commands = values::raw::commands(scenario);
         if let Some(result) = idempotency::raw::run_named(name, &target, duration, commands).await {
-            emit_in(&report::TOOLKIT_FIELDS, "raw", name, result);
+            emit_in(&report::FIELDS.idempotency, "raw", name, result);
         }
     }
     // `accuracy`'s processes run as this one does.
@@ -499,7 +499,7 @@ async fn run(args: Args) -> ExitCode {
         let name = scenario.name();
         eprintln!("[lock-bench] ratelimit/{name} ({:.1}s)", args.duration);
         let result = ratelimit::run(scenario, &target, duration, &child_flags, 0).await;
-        emit_in(&report::RATELIMIT_FIELDS, IMPL, name, result);
+        emit_in(&report::FIELDS.ratelimit, IMPL, name, result);
         let batched = ratelimit::IMPL_BATCHED;
         eprintln!(
             "[lock-bench] ratelimit/{name} {batched} ({:.1}s)",
@@ -507,9 +507,9 @@ async fn run(args: Args) -> ExitCode {
         );
         let batch = ratelimit::BENCH_BATCH;
         let result = ratelimit::run(scenario, &target, duration, &child_flags, batch).await;
-        emit_in(&report::RATELIMIT_FIELDS, batched, name, result);
+        emit_in(&report::FIELDS.ratelimit, batched, name, result);
         if let Some(result) = ratelimit::raw(scenario, &target, duration).await {
-            emit_in(&report::RATELIMIT_FIELDS, ratelimit::RAW_IMPL, name, result);
+            emit_in(&report::FIELDS.ratelimit, ratelimit::RAW_IMPL, name, result);
         }
     }
     for scenario in cache::Scenario::ALL {
@@ -520,7 +520,7 @@ async fn run(args: Args) -> ExitCode {
         for (near, imp) in [(false, IMPL), (true, cache::IMPL_NEAR)] {
             eprintln!("[lock-bench] cache/{name} {imp} ({:.1}s)", args.duration);
             let result = cache::run(scenario, near, &target, duration).await;
-            emit_in(&report::CACHE_FIELDS, imp, name, result);
+            emit_in(&report::FIELDS.cache, imp, name, result);
         }
     }
     if matches!(
@@ -533,7 +533,7 @@ async fn run(args: Args) -> ExitCode {
         );
         let result = cache::push::run(&target, &child_flags).await;
         emit_in(
-            &report::CACHE_FIELDS,
+            &report::FIELDS.cache,
             cache::IMPL_NEAR,
             "push-delay",
             result,

@@ -60,84 +60,26 @@ pub(crate) fn resident_bytes() -> Option<u64> {
 /// The version reported in the `version` field.
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Field order of the lock peers' JSON lines (../shared/peers/harness.py); scenarios of our
-/// own append their extra fields after these.
-pub(crate) const FIELDS: [&str; 15] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "acquisitions",
-    "cycles_per_s",
-    "acquire_us",
-    "release_us",
-    "handoff_us",
-    "per_worker_min",
-    "per_worker_max",
-    "redis_cmds_per_acquisition",
-    "errors",
-    "client_cpu_s",
-    "version",
-];
+/// The peers' field orders, declared in `peer_fields.json` (which the smoke tests read too):
+/// `lock` as ../shared/peers/harness.py prints them, `idempotency` as
+/// ../shared/peers/toolkit/idempotency.py, `ratelimit` and `cache` as
+/// ../shared/peers/toolkit/measure.py. Scenarios of our own append their extra fields.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct PeerFields<'a> {
+    #[serde(borrow)]
+    pub(crate) lock: Vec<&'a str>,
+    #[serde(borrow)]
+    pub(crate) idempotency: Vec<&'a str>,
+    #[serde(borrow)]
+    pub(crate) ratelimit: Vec<&'a str>,
+    #[serde(borrow)]
+    pub(crate) cache: Vec<&'a str>,
+}
 
-/// Field order of the toolkit peers' JSON lines (../shared/peers/toolkit/idempotency.py), for
-/// the idempotent-execution scenarios.
-pub(crate) const TOOLKIT_FIELDS: [&str; 12] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "calls",
-    "calls_per_s",
-    "call_us",
-    "executions",
-    "results",
-    "errors",
-    "redis_cmds_per_call",
-    "version",
-];
-
-/// Field order of the toolkit peers' rate-limiting lines (../shared/peers/toolkit/measure.py).
-pub(crate) const RATELIMIT_FIELDS: [&str; 19] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "calls",
-    "calls_per_s",
-    "call_us",
-    "admitted",
-    "denied",
-    "errors",
-    "redis_cmds_per_call",
-    "client_cpu_s",
-    "version",
-    "algorithm",
-    "limit_per_s",
-    "burst",
-    "bound",
-    "admitted_over_bound",
-    "max_in_any_1s_window",
-];
-
-/// Field order of the toolkit peers' cache lines (../shared/peers/toolkit/measure.py).
-pub(crate) const CACHE_FIELDS: [&str; 15] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "calls",
-    "calls_per_s",
-    "call_us",
-    "loader_runs",
-    "rounds",
-    "loader_runs_per_round",
-    "results",
-    "errors",
-    "redis_cmds_per_call",
-    "client_cpu_s",
-    "version",
-];
+pub(crate) static FIELDS: std::sync::LazyLock<PeerFields<'static>> =
+    std::sync::LazyLock::new(|| {
+        serde_json::from_str(include_str!("peer_fields.json")).expect("peer_fields.json parses")
+    });
 
 /// Renders `line` with `fields` first, in their order (`null` where absent), then any extra
 /// fields.
@@ -330,7 +272,7 @@ mod tests {
         line.insert("extra".into(), json!(1));
         line.insert("version".into(), json!("x"));
         line.insert("impl".into(), json!("platform-lock"));
-        let text = to_json_line_in(&line, &FIELDS);
+        let text = to_json_line_in(&line, &FIELDS.lock);
         assert!(
             text.starts_with(r#"{"impl":"platform-lock","scenario":null"#),
             "{text}"
@@ -346,7 +288,7 @@ mod tests {
         line.insert("replays".into(), json!(7));
         line.insert("calls".into(), json!(8));
         line.insert("impl".into(), json!("platform-lock"));
-        let text = to_json_line_in(&line, &TOOLKIT_FIELDS);
+        let text = to_json_line_in(&line, &FIELDS.idempotency);
         assert!(
             text.starts_with(r#"{"impl":"platform-lock","scenario":null,"workers":null,"duration_s":null,"calls":8,"#),
             "{text}"

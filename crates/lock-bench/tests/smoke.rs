@@ -35,8 +35,20 @@ fn names(lines: &[Value]) -> Vec<(&str, &str)> {
         .collect()
 }
 
-/// Asserts that `line`'s fields start with `fields`, in that order.
-fn assert_fields_start_with(line: &Value, fields: &[&str]) {
+/// The peers' field orders by kind of line, as lock-bench declares them.
+fn peer_fields() -> serde_json::Map<String, Value> {
+    serde_json::from_str(include_str!("../src/peer_fields.json")).unwrap()
+}
+
+/// Asserts that `line`'s fields start with the peers' fields of `kind`, in that order.
+fn assert_fields_start_with(line: &Value, kind: &str) {
+    let fields = peer_fields()[kind].clone();
+    let fields: Vec<&str> = fields
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
     let keys: Vec<&str> = line
         .as_object()
         .unwrap()
@@ -44,6 +56,43 @@ fn assert_fields_start_with(line: &Value, fields: &[&str]) {
         .map(String::as_str)
         .collect();
     assert_eq!(keys[..fields.len()], *fields, "field order: {line}");
+}
+
+/// The declared field orders are the peers' own, where the peers' folder is next to this
+/// repository (../shared/peers, as scripts/bench.sh expects it); skipped elsewhere.
+#[test]
+fn the_declared_fields_are_the_peers() {
+    let peers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/peers");
+    if !peers.join("harness.py").exists() {
+        eprintln!("skipped: no peers at {}", peers.display());
+        return;
+    }
+    let python = |dir: &Path, expression: &str| -> Value {
+        let output = Command::new("python3")
+            .current_dir(dir)
+            .args([
+                "-c",
+                &format!("import json, sys; sys.path.insert(0, '.'); {expression}"),
+            ])
+            .output()
+            .expect("python3 runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let declared = peer_fields();
+    let harness = python(&peers, "import harness; print(json.dumps(harness.FIELDS))");
+    assert_eq!(declared["lock"], harness);
+    let measure = python(
+        &peers.join("toolkit"),
+        "import measure; print(json.dumps(measure.FIELDS))",
+    );
+    for kind in ["ratelimit", "cache"] {
+        assert_eq!(declared[kind], measure[kind], "{kind}");
+    }
 }
 
 /// The table bench-table prints from `lines`, written to a JSON-lines file named `file`.
@@ -64,26 +113,6 @@ fn bench_table(lines: &[Value], file: &str) -> String {
     String::from_utf8(table.stdout).unwrap()
 }
 
-/// The peers' field order (../shared/peers/harness.py), stated here on purpose rather than taken
-/// from lock-bench: the test checks the binary against the peers' schema, not against itself.
-const PEER_FIELDS: [&str; 15] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "acquisitions",
-    "cycles_per_s",
-    "acquire_us",
-    "release_us",
-    "handoff_us",
-    "per_worker_min",
-    "per_worker_max",
-    "redis_cmds_per_acquisition",
-    "errors",
-    "client_cpu_s",
-    "version",
-];
-
 #[test]
 fn the_peer_scenarios_emit_the_peers_schema_and_keep_the_protocols_promises() {
     for (scenario, workers) in [("uncontended", 1), ("parallel", 32), ("contended", 8)] {
@@ -91,7 +120,7 @@ fn the_peer_scenarios_emit_the_peers_schema_and_keep_the_protocols_promises() {
         let [line] = lines.as_slice() else {
             panic!("{scenario}: expected one line, got {lines:?}");
         };
-        assert_fields_start_with(line, &PEER_FIELDS);
+        assert_fields_start_with(line, "lock");
         assert_eq!(line["impl"], "platform-lock");
         assert_eq!(line["workers"], workers);
         assert_eq!(line["errors"], 0, "{scenario}: {line}");
@@ -199,23 +228,6 @@ fn the_scripts_limit_runs_redis_benchmark_and_the_table_and_chart_read_the_lines
     assert!(std::fs::read_to_string(&svg).unwrap().contains("scripts"));
 }
 
-/// The toolkit peer's field order (../shared/peers/toolkit/idempotency.py), stated here for the
-/// same reason as [`PEER_FIELDS`].
-const TOOLKIT_FIELDS: [&str; 12] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "calls",
-    "calls_per_s",
-    "call_us",
-    "executions",
-    "results",
-    "errors",
-    "redis_cmds_per_call",
-    "version",
-];
-
 #[test]
 fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
     let lines = lock_bench(&["--scenario", "idempotency", "--duration", "0.5"]);
@@ -231,7 +243,7 @@ fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
         ]
     );
     for line in &lines {
-        assert_fields_start_with(line, &TOOLKIT_FIELDS);
+        assert_fields_start_with(line, "idempotency");
         assert_eq!(line["errors"], 0, "{line}");
         assert!(line["calls_per_s"].as_f64().unwrap() > 0.0, "{line}");
     }
@@ -300,30 +312,6 @@ fn the_idempotency_scenarios_emit_the_toolkit_schema_and_keep_the_contract() {
     assert!(!table.contains("not in the table"), "{table}");
 }
 
-/// The toolkit peers' rate-limiting field order (../shared/peers/toolkit/measure.py), stated
-/// here for the same reason as [`PEER_FIELDS`].
-const RATELIMIT_FIELDS: [&str; 19] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "calls",
-    "calls_per_s",
-    "call_us",
-    "admitted",
-    "denied",
-    "errors",
-    "redis_cmds_per_call",
-    "client_cpu_s",
-    "version",
-    "algorithm",
-    "limit_per_s",
-    "burst",
-    "bound",
-    "admitted_over_bound",
-    "max_in_any_1s_window",
-];
-
 #[test]
 fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
     let lines = lock_bench(&["--scenario", "ratelimit", "--duration", "0.5"]);
@@ -345,7 +333,7 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
         ]
     );
     for line in &lines {
-        assert_fields_start_with(line, &RATELIMIT_FIELDS);
+        assert_fields_start_with(line, "ratelimit");
         assert_eq!(line["errors"], 0, "{line}");
         assert!(line["calls"].as_u64().unwrap() > 0, "{line}");
     }
@@ -400,25 +388,6 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
     assert_eq!(table.lines().count(), 2 + 11, "{table}");
 }
 
-/// The toolkit peers' cache fields (../shared/peers/toolkit/measure.py), stated here as above.
-const CACHE_FIELDS: [&str; 15] = [
-    "impl",
-    "scenario",
-    "workers",
-    "duration_s",
-    "calls",
-    "calls_per_s",
-    "call_us",
-    "loader_runs",
-    "rounds",
-    "loader_runs_per_round",
-    "results",
-    "errors",
-    "redis_cmds_per_call",
-    "client_cpu_s",
-    "version",
-];
-
 #[test]
 fn the_cache_scenarios_emit_the_toolkit_schema_and_load_once_per_key() {
     let lines = lock_bench(&["--scenario", "cache", "--duration", "0.3"]);
@@ -431,7 +400,7 @@ fn the_cache_scenarios_emit_the_toolkit_schema_and_load_once_per_key() {
     expected.push(("platform-lock-near", "push-delay"));
     assert_eq!(names, expected);
     for line in &lines {
-        assert_fields_start_with(line, &CACHE_FIELDS);
+        assert_fields_start_with(line, "cache");
         assert_eq!(line["errors"], 0, "{line}");
         assert_eq!(
             line["results"], line["calls"],
