@@ -96,11 +96,18 @@ pub(crate) async fn preload(core: &RedisCore, scripts: &[&Script], capability: &
     }
 }
 
-/// The Lua source of a script: an optional `#!lua flags=…` line (which must come first), then
-/// the named files of the calling module's `scripts/` folder, without `.lua`, in order.
+/// The Lua source of a script: an optional `#!lua flags=…` line (which must come first), an
+/// optional library of `core/scripts/` (`core "name";`), then the named files of the calling
+/// module's `scripts/` folder, without `.lua`, in order.
 macro_rules! lua {
-    (flags = $flags:literal; $($file:literal),+ $(,)?) => {
-        concat!("#!lua flags=", $flags, "\n", $crate::core::scripts::lua!($($file),+))
+    (flags = $flags:literal; $($rest:tt)+) => {
+        concat!("#!lua flags=", $flags, "\n", $crate::core::scripts::lua!($($rest)+))
+    };
+    (core $library:literal; $($file:literal),+ $(,)?) => {
+        concat!(
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/src/core/scripts/", $library, ".lua")),
+            $crate::core::scripts::lua!($($file),+)
+        )
     };
     ($($file:literal),+ $(,)?) => {
         concat!($(include_str!(concat!("scripts/", $file, ".lua"))),+)

@@ -1,6 +1,6 @@
 //! The Lua scripts of shared values (see the `.lua` files for KEYS, ARGV and replies).
 //! `version.lua` holds the value grammar and versioning the value scripts put first,
-//! `map_lib.lua` the TTL map's layout and expiry the map scripts put first.
+//! The map scripts put `core/scripts/expiring_hash.lua` first.
 
 use crate::core::scripts::{lua, scripts};
 
@@ -10,15 +10,15 @@ pub const VALUE_SET_SCRIPT: &str = lua!("version", "set");
 pub const VALUE_DELETE_SCRIPT: &str = lua!(flags = "allow-oom"; "version", "delete");
 
 /// The Lua source of the script a map's put runs.
-pub const MAP_PUT_SCRIPT: &str = lua!("map_lib", "map_put");
+pub const MAP_PUT_SCRIPT: &str = lua!(core "expiring_hash"; "map_put");
 /// The Lua source of the read-only script a map's get runs.
-pub const MAP_GET_SCRIPT: &str = lua!(flags = "no-writes"; "map_lib", "map_get");
+pub const MAP_GET_SCRIPT: &str = lua!(flags = "no-writes"; core "expiring_hash"; "map_get");
 /// The Lua source of the script a map's remove runs.
-pub const MAP_REMOVE_SCRIPT: &str = lua!(flags = "allow-oom"; "map_lib", "map_remove");
+pub const MAP_REMOVE_SCRIPT: &str = lua!(flags = "allow-oom"; core "expiring_hash"; "map_remove");
 /// The Lua source of the read-only script a map's entries runs.
-pub const MAP_ENTRIES_SCRIPT: &str = lua!(flags = "no-writes"; "map_lib", "map_entries");
+pub const MAP_ENTRIES_SCRIPT: &str = lua!(flags = "no-writes"; core "expiring_hash"; "map_entries");
 /// The Lua source of the script a map's clear runs.
-pub const MAP_CLEAR_SCRIPT: &str = lua!(flags = "allow-oom"; "map_lib", "map_clear");
+pub const MAP_CLEAR_SCRIPT: &str = lua!(flags = "allow-oom"; core "expiring_hash"; "map_clear");
 
 /// The Lua source of the script a queue's push runs.
 pub const QUEUE_PUSH_SCRIPT: &str = lua!("queue_push");

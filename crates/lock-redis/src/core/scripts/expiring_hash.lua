@@ -1,0 +1,54 @@
+-- Shared by the scripts of a hash whose entries expire one by one (a TTL map, a cache): the
+-- hash KEYS[1], and the sorted set KEYS[2] of entry → deadline, the server time in ms at which
+-- the entry expires. Redis 7.0 has no per-field expiry; on 7.4 and Valkey 9, HPEXPIRE on the
+-- hash's fields would take the sorted set's place. An entry past its deadline is never
+-- returned; writes remove up to 100 of them, and both keys expire with the last entry.
+
+-- The server's time in ms.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Whether `entry` has a deadline after `now`.
+local function is_live(entry, now)
+  local deadline = redis.call('ZSCORE', KEYS[2], entry)
+  return deadline and tonumber(deadline) > now
+end
+
+-- Removes up to 100 entries whose deadline is at or before `now`: bounded work per write.
+local function remove_expired(now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 100)
+  if #expired > 0 then
+    redis.call('HDEL', KEYS[1], unpack(expired))
+    redis.call('ZREM', KEYS[2], unpack(expired))
+  end
+end
+
+-- Stores `value` at `entry` until `deadline`; both keys then expire with the last entry.
+local function put_entry(entry, value, deadline)
+  redis.call('HSET', KEYS[1], entry, value)
+  redis.call('ZADD', KEYS[2], deadline, entry)
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', KEYS[1], last[2])
+  redis.call('PEXPIREAT', KEYS[2], last[2])
+end
+
+-- Removes `entry`; returns 1 if it was live, else 0.
+local function remove_entry(entry)
+  local was_live = is_live(entry, now_ms())
+  redis.call('HDEL', KEYS[1], entry)
+  redis.call('ZREM', KEYS[2], entry)
+  if was_live then
+    return 1
+  end
+  return 0
+end
+
+-- 1 if the hash has a live entry, else 0.
+local function any_live()
+  if redis.call('ZCOUNT', KEYS[2], '(' .. now_ms(), '+inf') > 0 then
+    return 1
+  end
+  return 0
+end
