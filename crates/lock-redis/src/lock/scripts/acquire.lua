@@ -17,29 +17,9 @@
 -- Idempotent per owner token: a re-sent copy (the client re-sends in-flight commands after a
 -- reconnect) finds its own grant and returns it, or finds its own tombstone (R) or kept release
 -- (M) and grants nothing.
-local lock = read_lock(KEYS[1])
-if lock == false then
-  return not_a_lock(KEYS[1])
+local found, result, previous = find_for_acquire(KEYS[1], ARGV[1], ARGV[2])
+if found ~= 'free' then
+  return result
 end
-local last = 0
-local previous = ''
-if lock then
-  if lock.owner == ARGV[1] then
-    if lock.state ~= 'H' then
-      return {2}
-    end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(lock.token)}
-  end
-  if lock.state ~= 'R' then
-    local ttl = lock_ttl(KEYS[1], lock)
-    if not ttl then
-      return not_a_lock(KEYS[1])
-    end
-    return {0, lock.owner, ttl}
-  end
-  last = tonumber(lock.token)
-  -- Remembered so that a re-sent release of the previous owner still reports "released".
-  previous = lock.owner
-end
-return {1, grant(KEYS[1], ARGV[1], ARGV[2], last, previous, tonumber(ARGV[3] or '0'))}
+-- Free: `result` is the last fencing token.
+return {1, grant(KEYS[1], ARGV[1], ARGV[2], result, previous, tonumber(ARGV[3] or '0'))}

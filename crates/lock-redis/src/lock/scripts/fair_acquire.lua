@@ -73,33 +73,18 @@ local function ahead()
   return redis.call('ZCARD', KEYS[2])
 end
 
-local lock = read_lock(KEYS[1])
-if lock == false then
-  return not_a_lock(KEYS[1])
+local found, result, previous = find_for_acquire(KEYS[1], owner_token, ARGV[2])
+if found == 'error' then
+  return result
+elseif found == 'own' then
+  queue_as('last')
+  return result
+elseif found == 'held' then
+  queue_as(ARGV[4])
+  result[4] = ahead()
+  return result
 end
-local last = 0
-local previous = ''
-if lock then
-  if lock.owner == owner_token then
-    queue_as('last')
-    if lock.state ~= 'H' then
-      return {2}
-    end
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return {1, tonumber(lock.token)}
-  end
-  if lock.state ~= 'R' then
-    local ttl = lock_ttl(KEYS[1], lock)
-    if not ttl then
-      return not_a_lock(KEYS[1])
-    end
-    queue_as(ARGV[4])
-    return {0, lock.owner, ttl, ahead()}
-  end
-  last = tonumber(lock.token)
-  previous = lock.owner
-end
-
+-- Free: `result` is the last fencing token.
 local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if first and first ~= owner_token then
   queue_as(ARGV[4])
@@ -107,4 +92,4 @@ if first and first ~= owner_token then
 end
 
 queue_as('last')
-return {1, grant(KEYS[1], owner_token, ARGV[2], last, previous, tonumber(ARGV[5] or '0'))}
+return {1, grant(KEYS[1], owner_token, ARGV[2], result, previous, tonumber(ARGV[5] or '0'))}

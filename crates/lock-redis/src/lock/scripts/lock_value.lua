@@ -107,6 +107,39 @@ local function not_a_lock(key)
   return redis.error_reply('LOCKVALUE the key ' .. key .. ' holds a value that is not a lock')
 end
 
+-- What an acquisition by `owner` with a lease of `lease_ms` finds at `key`, before any rule of
+-- a fair queue:
+--   'own', {1, token} or {2}     this owner's grant (its lease renewed now), or its release
+--   'held', {0, holder, ttl}     another owner holds the key (H, or M within its hold)
+--   'free', last, previous       a grant comes next, with these arguments of grant()
+--   'error', reply               the key holds something that is not a lock
+-- Idempotent per owner token: a re-sent acquisition finds its own grant or release.
+local function find_for_acquire(key, owner, lease_ms)
+  local lock = read_lock(key)
+  if lock == false then
+    return 'error', not_a_lock(key)
+  end
+  if not lock then
+    return 'free', 0, ''
+  end
+  if lock.owner == owner then
+    if lock.state ~= 'H' then
+      return 'own', {2}
+    end
+    redis.call('PEXPIRE', key, lease_ms)
+    return 'own', {1, tonumber(lock.token)}
+  end
+  if lock.state ~= 'R' then
+    local ttl = lock_ttl(key, lock)
+    if not ttl then
+      return 'error', not_a_lock(key)
+    end
+    return 'held', {0, lock.owner, ttl}
+  end
+  -- The tombstone's owner is remembered so that its re-sent release still reports "released".
+  return 'free', tonumber(lock.token), lock.owner
+end
+
 -- Grants `key` to `owner` for `ttl_ms` and returns the fencing token: max(`last` + 1, server
 -- time in microseconds). While a key or its tombstone exists the tokens count up from it; after
 -- both expired (a lease that lapsed, a minimum hold that ended), the server clock has moved past
