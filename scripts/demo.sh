@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ -z "${TELCO_PLATFORM_LOCK_REDIS_ADDRESS:-}" ]; then
-  scripts/ensure-redis.sh
+  scripts/ensure-redis.sh redis-server redis-cli
 fi
 echo "Building the demo (the first build takes a few minutes)..." >&2
 packages=(-p lock-starter --examples)
