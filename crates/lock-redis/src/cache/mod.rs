@@ -209,11 +209,9 @@ impl CacheStore for RedisCaches {
             return Ok(None);
         };
         let Some((deadline, value)) = parse_entry(&stored) else {
-            let failure = RedisFailure::protocol(
-                "cache HGET",
-                "the field holds something that is not a cache entry",
-            );
-            return Err(CacheError::unavailable("get", cache, key, failure));
+            // Written by something else, or cut short: a miss, which the load overwrites.
+            tracing::debug!(cache, key, "the field holds no `<deadline>:` prefix; a miss");
+            return Ok(None);
         };
         let now = self
             .server_now(client)

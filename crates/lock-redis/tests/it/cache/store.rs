@@ -74,6 +74,32 @@ async fn a_cache_is_one_hash_and_its_deadlines_and_a_read_is_one_hget() {
     assert_eq!(delta(&before, &after, "evalsha"), 0);
 }
 
+/// A field without the `<deadline>:` prefix (written by something else, or cut short) is a
+/// miss, not a failure: the loader runs once, its value overwrites the field, the next read hits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_without_a_deadline_is_a_miss_and_is_overwritten() {
+    let redis = server().await;
+    let products = cache_on(&redis, CacheOptions::new()).await;
+    for stored in ["\"Fibre 1000\"", "17:", "x:\"Fibre 1000\"", ""] {
+        redis
+            .cmd(&["HSET", "lock:cache:{products}", "sku-1", stored])
+            .await
+            .unwrap();
+        let runs = AtomicU64::new(0);
+        for _ in 0..2 {
+            let value = products
+                .get_or_load("sku-1", || async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, BoxError>("loaded".to_owned())
+                })
+                .await
+                .unwrap();
+            assert_eq!(value, "loaded", "{stored:?}");
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "{stored:?}");
+    }
+}
+
 /// The cache's keys expire with its last entry, with no client running; a put removes expired
 /// entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
