@@ -209,9 +209,8 @@ impl RateLimiter {
         cost: u32,
         timeout: Duration,
     ) -> Result<Decision, RateLimitError> {
-        crate::check_duration("timeout", timeout, Duration::ZERO, MAX_ACQUIRE_WAIT).map_err(
-            |e| RateLimitError::invalid("timeout", crate::format_duration(timeout), e.to_string()),
-        )?;
+        crate::check_duration("timeout", timeout, Duration::ZERO, MAX_ACQUIRE_WAIT)
+            .map_err(|e| RateLimitError::argument("timeout", e))?;
         let deadline = Instant::now() + timeout;
         loop {
             let decision = self.try_acquire(key, cost).await?;

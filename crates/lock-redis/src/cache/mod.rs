@@ -210,7 +210,11 @@ impl CacheStore for RedisCaches {
         };
         let Some((deadline, value)) = parse_entry(&stored) else {
             // Written by something else, or cut short: a miss, which the load overwrites.
-            tracing::debug!(cache, key, "the field holds no `<deadline>:` prefix; a miss");
+            tracing::debug!(
+                cache,
+                key,
+                "the field holds no `<deadline>:` prefix; a miss"
+            );
             return Ok(None);
         };
         let now = self

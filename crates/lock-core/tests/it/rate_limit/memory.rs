@@ -164,3 +164,15 @@ async fn a_disabled_store_admits_everything() {
         "a cost above the burst is still an error"
     );
 }
+
+#[tokio::test]
+async fn a_timeout_above_an_hour_is_refused_naming_the_range_once() {
+    let limiter = limiter("10/1s", 10);
+    let timeout = Duration::from_secs(3600) + Duration::from_millis(1);
+    let error = limiter.acquire("k", 1, timeout).await.unwrap_err();
+    assert_eq!(error.code(), "RATE_LIMIT_INVALID_ARGUMENT");
+    assert_eq!(
+        error.to_string(),
+        "invalid timeout 3600001 ms: accepted: 0 to 1 h"
+    );
+}
