@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::{SLACK, eventually, server};
 use lock_core::lock::{DistributedLock, Lease, LostReason};
-use lock_testkit::RedisCluster;
 use lock_testkit::logs::CapturedLogs;
+use lock_testkit::{RedisCluster, RedisServer};
 
 /// The slow-round warning's message, as the watchdog logs it.
 const SLOW_ROUND: &str = "a watchdog renewal round took more than a third of the renewal period";
@@ -26,11 +26,13 @@ fn logs() -> &'static CapturedLogs {
     CapturedLogs::global(tracing::Level::WARN)
 }
 
-fn slow_round_warnings() -> Vec<String> {
+/// The slow-round warnings of the clients of `redis` (tests run at once and share the logs).
+fn slow_round_warnings(redis: &RedisServer) -> Vec<String> {
+    let address = format!("127.0.0.1:{}/", redis.port());
     logs()
         .text()
         .lines()
-        .filter(|line| line.contains(SLOW_ROUND))
+        .filter(|line| line.contains(SLOW_ROUND) && line.contains(&address))
         .map(str::to_owned)
         .collect()
 }
@@ -66,7 +68,7 @@ async fn a_slow_renewal_round_is_logged_once_with_its_leases_and_duration() {
     // A round on a Redis that answers at once is not slow.
     let renewed = eventually(SLACK, || async { lock.watchdog_stats().ticks >= 1 }).await;
     assert!(renewed, "the watchdog did not renew within {SLACK:?}");
-    assert_eq!(slow_round_warnings(), Vec::<String>::new());
+    assert_eq!(slow_round_warnings(&redis), Vec::<String>::new());
 
     // Longer than a renewal period: a round starts during the pause and waits at least
     // 1.5 s − 1 s for it to end (or the 1 s command timeout), more than 333 ms either way.
@@ -80,7 +82,7 @@ async fn a_slow_renewal_round_is_logged_once_with_its_leases_and_duration() {
         assert!(rounds, "the watchdog stopped renewing after the pause");
     };
     pause_and_wait_for_a_round_after().await;
-    let warnings = slow_round_warnings();
+    let warnings = slow_round_warnings(&redis);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let warning = &warnings[0];
     assert!(
@@ -98,11 +100,29 @@ async fn a_slow_renewal_round_is_logged_once_with_its_leases_and_duration() {
     // Slow again within the minute: not logged again.
     pause_and_wait_for_a_round_after().await;
     assert_eq!(
-        slow_round_warnings().len(),
+        slow_round_warnings(&redis).len(),
         1,
         "{:?}",
-        slow_round_warnings()
+        slow_round_warnings(&redis)
     );
+}
+
+/// Redis gone mid-hold: the renewals fail and the outage is warned of, but no round is called
+/// slow, although each now waits out the command timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_while_redis_is_down_is_not_called_slow() {
+    let mut redis = server().await;
+    logs();
+    let lock = common::connect(common::config(&redis).watchdog_timeout(WATCHDOG)).await;
+    let _held = lock.acquire("down-1", Lease::Watchdog).await.unwrap();
+    redis.kill().await.unwrap();
+    let after = lock.watchdog_stats().ticks + 2;
+    let rounds = eventually(SLACK * 3, || async { lock.watchdog_stats().ticks >= after }).await;
+    assert!(
+        rounds,
+        "the watchdog stopped its rounds while Redis was down"
+    );
+    assert_eq!(slow_round_warnings(&redis), Vec::<String>::new());
 }
 
 /// A round renews every shard's leases at once; when one shard stops answering, the leases of

@@ -62,7 +62,8 @@ struct Renewed {
 
 /// One round: renews `leases`, [`RENEW_BATCH`] keys per call, in a `lock.renew` span
 /// (`leases`, `renewed`, `lost`, `failed`), counting each lease in
-/// `platform_lock_renewals_total{outcome}`; warns when it took more than a third of `period`.
+/// `platform_lock_renewals_total{outcome}`; warns when it took more than a third of `period`
+/// while Redis was connected.
 async fn renew_round(inner: &Inner, leases: Vec<Due>, period: Duration) {
     let started = Instant::now();
     let count = leases.len();
@@ -99,8 +100,13 @@ async fn renew_round(inner: &Inner, leases: Vec<Due>, period: Duration) {
     }
     let took = started.elapsed();
     inner.watchdog.record_round(totals.calls, took);
-    if took > period / SLOW_ROUND_DIVISOR && inner.watchdog.may_warn_slow(Instant::now()) {
+    // Not while the connection is down: that outage is warned of already, and is not slowness.
+    if inner.core.health.last_error().is_none()
+        && took > period / SLOW_ROUND_DIVISOR
+        && inner.watchdog.may_warn_slow(Instant::now())
+    {
         tracing::warn!(
+            redis = %inner.core.namespace,
             leases = count,
             calls = totals.calls,
             elapsed_ms = took.as_millis() as u64,
