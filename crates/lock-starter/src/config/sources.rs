@@ -290,6 +290,20 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
     )))
 }
 
+/// The one section of `spec`'s table in `figment` whose name a variable spells as it spells
+/// `name` (`my_api` or `My-Api` for `my-api`): a variable sets that section rather than a new
+/// one beside it. `None` when no section, or more than one, matches.
+fn section_spelt(figment: &Figment, spec: &KeySpec, name: &str) -> Option<String> {
+    let table = spec.name.split_once(".<").map(|(table, _)| table)?;
+    let Ok(figment::value::Value::Dict(_, sections)) = figment.find_value(table) else {
+        return None;
+    };
+    let spelt = |section: &str| section.to_ascii_uppercase().replace('-', "_");
+    let mut matching = sections.keys().filter(|section| spelt(section) == spelt(name));
+    let section = matching.next()?;
+    matching.next().is_none().then(|| section.clone())
+}
+
 /// Maps the variables named after the keys onto them; a key set by both its forms with
 /// different values is an error. A `TELCO_PLATFORM_LOCK_*` variable that names no key, or one
 /// with a misspelt prefix, is a warning, like an unknown key in a file.
@@ -310,6 +324,7 @@ fn merge_env(
         if let Some(spec) = spec {
             by_key.entry(spec.name).or_default().push((name, value));
         } else if let Some((spec, key_name)) = named {
+            let key_name = section_spelt(&figment, spec, &key_name).unwrap_or(key_name);
             let metadata = Metadata::named(ENV_PROVIDER).source(name.clone());
             figment = figment.merge(fixed(metadata, &spec.for_name(&key_name), value));
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {

@@ -144,3 +144,24 @@ fn a_bad_local_batch_names_the_key_the_value_and_what_is_accepted() {
         );
     }
 }
+
+/// A variable sets the file's section whose name it spells, even when the file writes the name
+/// with `_` or capitals, which a variable cannot: it does not start a second limit beside it.
+#[test]
+fn a_variable_sets_the_section_whose_name_it_spells() {
+    let settings = load(
+        "[telco.platform.lock.rate-limits.my_api]\nrate = \"4/1s\"\n\
+         [telco.platform.lock.rate-limits.Partner-Feed]\nrate = \"2/1s\"\n",
+        &[
+            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_MY_API_RATE", "9/1s"),
+            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_PARTNER_FEED_BURST", "5"),
+        ],
+    )
+    .unwrap();
+    let quotas: Vec<String> = settings
+        .rate_limits
+        .iter()
+        .map(|(name, quota)| format!("{name} {quota}"))
+        .collect();
+    assert_eq!(quotas, ["Partner-Feed 2/1s, burst 5", "my_api 9/1s"]);
+}
