@@ -469,7 +469,11 @@ pub(crate) fn named_spec(name: &str) -> &'static KeySpec {
 
 /// `telco.platform.lock.{enabled, redis.address, …}`.
 pub(crate) fn known_keys() -> String {
-    let short: Vec<&str> = KEYS.iter().map(KeySpec::short_name).collect();
+    let short: Vec<&str> = KEYS
+        .iter()
+        .chain(NAMED_KEYS)
+        .map(KeySpec::short_name)
+        .collect();
     format!("{PREFIX}.{{{}}}", short.join(", "))
 }
 

@@ -509,8 +509,10 @@ fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
     for (path, value) in &all {
         let origin = Origin::from_metadata(figment.get_metadata(value.tag()), path);
         if let Some(rest) = path.strip_prefix(PREFIX).and_then(|r| r.strip_prefix('.')) {
+            // A named section that is not a table fails the load, naming it: not warned twice.
             if KEYS.iter().any(|spec| spec.name == path)
                 || NAMED_KEYS.iter().any(|spec| spec.name_in(path).is_some())
+                || NAMED_KEYS.iter().any(|spec| is_section(spec, path))
             {
                 continue;
             }
@@ -528,6 +530,15 @@ fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
             }
         }
     }
+}
+
+/// Whether `path` is a section of the table of `spec`, a key of [`NAMED_KEYS`]
+/// (`…rate-limits.api`).
+fn is_section(spec: &KeySpec, path: &str) -> bool {
+    spec.name
+        .split_once(".<")
+        .and_then(|(table, _)| path.strip_prefix(table)?.strip_prefix('.'))
+        .is_some_and(|name| !name.is_empty() && !name.contains('.'))
 }
 
 /// Reads, checks and completes the lock settings from a merged figment.

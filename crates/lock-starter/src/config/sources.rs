@@ -299,7 +299,9 @@ fn section_spelt(figment: &Figment, spec: &KeySpec, name: &str) -> Option<String
         return None;
     };
     let spelt = |section: &str| section.to_ascii_uppercase().replace('-', "_");
-    let mut matching = sections.keys().filter(|section| spelt(section) == spelt(name));
+    let mut matching = sections
+        .keys()
+        .filter(|section| spelt(section) == spelt(name));
     let section = matching.next()?;
     matching.next().is_none().then(|| section.clone())
 }

@@ -165,3 +165,22 @@ fn a_variable_sets_the_section_whose_name_it_spells() {
         .collect();
     assert_eq!(quotas, ["Partner-Feed 2/1s, burst 5", "my_api 9/1s"]);
 }
+
+/// A limit written as a value, not a table, fails the load naming it, and is not also warned
+/// about as an unknown key; the accepted keys that warnings list include the named ones.
+#[test]
+fn a_limit_that_is_not_a_table_is_one_error_not_also_a_warning() {
+    let (logs, subscriber) = lock_testkit::logs::CapturedLogs::scoped(tracing::Level::WARN);
+    let error = tracing::subscriber::with_default(subscriber, || {
+        load("[telco.platform.lock.rate-limits]\napi = \"10/1s\"\n", &[]).unwrap_err()
+    });
+    assert!(
+        error.contains("telco.platform.lock.rate-limits.api")
+            && error.contains("a value where a table is expected"),
+        "{error}"
+    );
+    assert!(!logs.text().contains("unknown key"), "{}", logs.text());
+    let settings = load("[telco.platform.lock]\nwait-tme = \"1s\"\n", &[]).unwrap();
+    let warnings = settings.warnings().join("\n");
+    assert!(warnings.contains("rate-limits.<name>.rate"), "{warnings}");
+}
