@@ -360,6 +360,14 @@ impl LockStarter {
         name: &str,
         policy: FailurePolicy,
     ) -> Result<RateLimiter, RateLimitError> {
+        if let Err(problem) = crate::config::name_problem(name) {
+            let problem = format!("{problem}; accepted: {}", crate::config::NAME_RULES);
+            return Err(RateLimitError::invalid(
+                "limit",
+                format!("{name:?}"),
+                problem,
+            ));
+        }
         let Some(quota) = self.settings.rate_limits.get(name) else {
             let configured: Vec<&str> = self
                 .settings

@@ -219,6 +219,19 @@ fn named_keys(table: &str) -> String {
     keys.join(", ")
 }
 
+/// What names of rate limits and caches are, as messages say it.
+pub(crate) const NAME_RULES: &str = "names of 1 to 512 bytes of UTF-8 with no control characters";
+const _: () = assert!(lock_core::MAX_KEY_BYTES == 512, "NAME_RULES says 512 bytes");
+
+/// What is wrong with `name` as the name of a rate limit or cache, if anything (the rules of
+/// keys, [`lock_core::validate_key`]).
+pub(crate) fn name_problem(name: &str) -> Result<(), &'static str> {
+    match lock_core::validate_key(name) {
+        Err(lock_core::LockError::InvalidKey { problem, .. }) => Err(problem),
+        _ => Ok(()),
+    }
+}
+
 /// The names of the sections of the table that `first`, a key of [`NAMED_KEYS`], is in:
 /// `login` for `rate-limits.login.rate`; each section checked to be a table with a valid name.
 fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, ConfigError> {
@@ -242,14 +255,13 @@ fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, Con
                 accepted: format!("a table with the keys {}", named_keys(table)),
             });
         }
-        if let Err(lock_core::LockError::InvalidKey { problem, .. }) = lock_core::validate_key(name)
-        {
+        if let Err(problem) = name_problem(name) {
             return Err(ConfigError::InvalidValue {
                 key: section_path.to_owned(),
                 value: "a table".to_owned(),
                 origin: Box::new(origin_of(figment, section_path)),
                 problem: format!("the name {name:?}: {problem}"),
-                accepted: "names of 1 to 512 bytes of UTF-8 with no control characters".to_owned(),
+                accepted: NAME_RULES.to_owned(),
             });
         }
         names.push(name.clone());

@@ -119,4 +119,12 @@ async fn an_unconfigured_limit_names_the_key_to_set() {
         error.to_string(),
         "invalid limit \"login\": no quota is configured for it; set telco.platform.lock.rate-limits.login.rate (configured: none)"
     );
+    // A name no key could hold says so, rather than naming a key.
+    let error = starter
+        .rate_limiter("", FailurePolicy::FailOpen)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters"
+    );
 }
