@@ -177,6 +177,12 @@ async fn a_wrong_password_fails_connect_naming_wrongpass_and_the_address() {
     let encoded_wrong = url_with(&redis, &format!("nobody:{AT_PASSWORD_IN_URL}"));
     connect_fails_naming(common::config(&redis).address(encoded_wrong), "WRONGPASS").await;
     assert_logs_have_no_secret();
+    // The refused clients' connection tasks ended: nothing asks fred to quit them again.
+    let logged = logs().text();
+    assert!(
+        !logged.contains("Attempted to quit client that was already stopped"),
+        "{logged}"
+    );
 }
 
 /// A user who may not run a command the connection set-up sends (`SELECT` of the address's

@@ -184,9 +184,15 @@ impl RedisCore {
             Ok(Err(error)) => {
                 if let Some(refused) = connection::refused_at_connect(config, &error) {
                     drop(stop_connecting);
+                    // Only a client whose connection task still runs (fred warns of a quit
+                    // of one that ended, as a refused first attempt ends it).
                     tokio::spawn(async move {
-                        let _ = client.quit().await;
-                        let _ = subscriber.quit().await;
+                        if client.state() != fred::types::ClientState::Disconnected {
+                            let _ = client.quit().await;
+                        }
+                        if subscriber.state() != fred::types::ClientState::Disconnected {
+                            let _ = subscriber.quit().await;
+                        }
                     });
                     return Err(refused);
                 }
