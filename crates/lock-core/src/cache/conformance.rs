@@ -128,6 +128,28 @@ pub async fn a_put_is_read_by_another_client(factory: &dyn CacheFactory) {
     );
 }
 
+/// Reads made at the same time, of present and absent entries, each get their own entry.
+pub async fn concurrent_reads_each_get_their_own_entry(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let writer: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let reader: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    for i in (0..40).step_by(2) {
+        let sku = format!("sku-{i}");
+        writer
+            .put(&sku, &product(&sku, i))
+            .await
+            .expect("confirmed");
+    }
+    let reads = (0..40).map(|i| {
+        let reader = reader.clone();
+        async move { (i, read(&reader, &format!("sku-{i}")).await) }
+    });
+    for (i, entry) in futures::future::join_all(reads).await {
+        let sku = format!("sku-{i}");
+        assert_eq!(entry, (i % 2 == 0).then(|| product(&sku, i)), "{sku}");
+    }
+}
+
 /// An entry is gone after its TTL and is not returned again; a re-put replaces the value and
 /// its TTL together.
 pub async fn entries_expire_after_their_own_ttl(factory: &dyn CacheFactory) {
@@ -533,6 +555,7 @@ macro_rules! cache_conformance_checks {
     ($callback:path; $($prefix:tt)*) => {
         $callback! { $($prefix)*
             a_put_is_read_by_another_client,
+            concurrent_reads_each_get_their_own_entry,
             entries_expire_after_their_own_ttl,
             invalidate_removes_one_entry,
             clear_removes_every_entry_of_the_cache,

@@ -5,7 +5,8 @@
 //!   `<deadline>:<JSON>`, and one sorted set under the same hash tag, `…:deadlines`, of key →
 //!   deadline (the server's time in ms): Redis 7.0 has no per-field expiry. Both expire with the
 //!   last entry, so an unused cache disappears.
-//! - **A read is one `HGET`.** The deadline travels in the value and is compared with an upper
+//! - **A read is one `HGET`**; reads of one cache made at the same time share one `HMGET`
+//!   (`reads.rs`). The deadline travels in the value and is compared with an upper
 //!   bound of the server's time (its `TIME` as last read plus the local time since), so an
 //!   expired entry is never returned; one may read as expired up to a round trip early.
 //! - **Writes are scripts** (`scripts/*.lua`): a put sets the entry and its deadline and removes
@@ -16,6 +17,7 @@
 //!   reports the stream down when it is not heard back.
 
 mod clock;
+mod reads;
 pub(crate) mod scripts;
 
 use std::sync::Arc;
@@ -39,9 +41,9 @@ const CAPABILITY: &str = "cache";
 /// Where named caches live in Redis: on the connections and key prefix of a [`RedisClient`].
 /// Use it through `lock_core::cache::Cache`, or get both from lock-starter.
 ///
-/// Needs `HGET`, `TIME`, `EVALSHA`, `SCRIPT LOAD` and `SSUBSCRIBE`, and inside its scripts
-/// `HSET`, `HDEL`, `ZADD`, `ZREM`, `ZSCORE`, `ZCOUNT`, `ZRANGE`, `ZRANGEBYSCORE`, `PEXPIREAT`,
-/// `UNLINK` and `SPUBLISH`.
+/// Needs `HGET`, `HMGET`, `TIME`, `EVALSHA`, `SCRIPT LOAD` and `SSUBSCRIBE`, and inside its
+/// scripts `HSET`, `HDEL`, `ZADD`, `ZREM`, `ZSCORE`, `ZCOUNT`, `ZRANGE`, `ZRANGEBYSCORE`,
+/// `PEXPIREAT`, `UNLINK` and `SPUBLISH`.
 ///
 /// # Examples
 ///
@@ -64,6 +66,7 @@ pub struct RedisCaches {
     scripts: scripts::Scripts,
     clock: Arc<ServerClock>,
     refreshing: Arc<AtomicBool>,
+    reads: reads::Reads,
 }
 
 impl RedisCaches {
@@ -78,6 +81,7 @@ impl RedisCaches {
             scripts,
             clock: Arc::default(),
             refreshing: Arc::default(),
+            reads: reads::Reads::default(),
         };
         if caches.core.unreachable("TIME").is_none() {
             let _ = read_clock(&caches.core.client, &caches.clock).await;
@@ -201,9 +205,7 @@ impl CacheStore for RedisCaches {
     async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
         let client = self.client("get", cache, key)?;
         let hash = self.core.keys.capability_key(CAPABILITY, cache);
-        let stored: Option<fred::bytes::Bytes> = client
-            .hget(hash, key)
-            .await
+        let stored = (self.reads.hget(client, &hash, key).await)
             .map_err(|e| self.failed("get", cache, key, e))?;
         let Some(stored) = stored else {
             return Ok(None);

@@ -74,6 +74,76 @@ async fn a_cache_is_one_hash_and_its_deadlines_and_a_read_is_one_hget() {
     assert_eq!(delta(&before, &after, "evalsha"), 0);
 }
 
+/// Reads of one cache made together go as one `HMGET`, and each gets its own field's value,
+/// a missing one included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reads_of_a_cache_share_an_hmget_and_each_gets_its_own_value() {
+    let redis = server().await;
+    let products = cache_on(&redis, CacheOptions::new()).await;
+    for i in 0..32 {
+        products
+            .put(&format!("sku-{i}"), &format!("value-{i}"))
+            .await
+            .unwrap();
+    }
+    let before = command_calls(&redis).await;
+    let reads = (0..64).map(|i| {
+        let products = products.clone();
+        async move { (i, products.get(&format!("sku-{i}")).await.unwrap()) }
+    });
+    for (i, value) in futures::future::join_all(reads).await {
+        assert_eq!(value, (i < 32).then(|| format!("value-{i}")), "sku-{i}");
+    }
+    let after = command_calls(&redis).await;
+    let (hget, hmget) = (
+        delta(&before, &after, "hget"),
+        delta(&before, &after, "hmget"),
+    );
+    assert!(
+        hmget >= 1 && hget + hmget < 64,
+        "{hget} HGET and {hmget} HMGET for 64 reads"
+    );
+}
+
+/// A read that joined another's `HMGET` still gets its value when the other's caller gives up
+/// first. (A read made while none is in flight goes alone; the next one leads.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_leader_was_dropped_reads_alone() {
+    use lock_core::cache::CacheStore;
+    let redis = server().await;
+    let (proxy, lock) = common::behind_proxy(&redis, |setup| setup).await;
+    let store = store(&lock).await;
+    let products: Cache<String> =
+        Cache::new(store.clone(), "products", CacheOptions::new()).unwrap();
+    products.put("sku-2", &"two".to_owned()).await.unwrap();
+    // Every read stays in flight past the polls below.
+    proxy.set_latency(Duration::from_millis(200));
+    let mut alone = Box::pin(store.get("products", "sku-3"));
+    let polled = futures::poll!(&mut alone);
+    assert!(polled.is_pending(), "{polled:?}");
+    let mut leader = Box::pin(store.get("products", "sku-1"));
+    assert!(futures::poll!(&mut leader).is_pending());
+    let mut joined = Box::pin(store.get("products", "sku-2"));
+    assert!(futures::poll!(&mut joined).is_pending());
+    let before = command_calls(&redis).await;
+    drop(leader);
+    let entry = tokio::time::timeout(SLACK, joined)
+        .await
+        .expect("the joined read was left waiting")
+        .unwrap()
+        .expect("present");
+    assert_eq!(entry.value, b"\"two\"");
+    let after = command_calls(&redis).await;
+    assert_eq!(
+        delta(&before, &after, "hmget"),
+        0,
+        "the dropped leader sent nothing"
+    );
+    assert_eq!(alone.await.unwrap(), None);
+    // And the next reads of the cache are not left waiting for a collection that ended.
+    assert_eq!(products.get("sku-2").await.unwrap().as_deref(), Some("two"));
+}
+
 /// A field without the `<deadline>:` prefix (written by something else, or cut short) is a
 /// miss, not a failure: the loader runs once, its value overwrites the field, the next read hits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -807,6 +807,27 @@ async fn an_acl_without_the_subscriber_count_still_wakes_waiters() {
     assert!(refused(&redis).await.contains("command:pubsub|shardnumsub"));
 }
 
+/// An ACL written before reads of a cache shared an `HMGET` (no `+hmget`) keeps working: the
+/// refused `HMGET` turns the reads to one `HGET` each, and every check of the cache passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_without_hmget_still_reads_the_cache() {
+    let redis = common::server().await;
+    let mut rules = documented_acl();
+    rules.extend(
+        added_acl(include_str!("../../../../../docs/cache.md"))
+            .into_iter()
+            .filter(|rule| rule != "+hmget"),
+    );
+    set_user(&redis, &rules).await;
+    let factory = Arc::new(Suite(AclUser(redis)));
+    let failed = lock_core::cache::conformance::run_all(factory.clone()).await;
+    assert!(
+        failed.is_empty(),
+        "cache checks failed without +hmget: {failed:?}"
+    );
+    assert!(refused(&factory.0.0).await.contains("command:hmget"));
+}
+
 /// The operators' calls (`status`, `list`, `force_release`, as the `platform-lock` CLI makes
 /// them) as the documented user with the documented CLI grant (`+scan`):
 /// nothing is refused beyond the harmless connect-time commands; without the CLI grants, `list`
