@@ -11,6 +11,15 @@ fn load(toml: &str, env: &[(&str, &str)]) -> Result<LockSettings, String> {
     LockSettings::load(&sources).map_err(|e| e.to_string())
 }
 
+/// Each limit as `<name> <quota>`, in name order.
+fn quotas(settings: &LockSettings) -> Vec<String> {
+    settings
+        .rate_limits
+        .iter()
+        .map(|(name, quota)| format!("{name} {quota}"))
+        .collect()
+}
+
 #[test]
 fn limits_are_read_from_files_and_variables() {
     let settings = load(
@@ -23,11 +32,7 @@ fn limits_are_read_from_files_and_variables() {
     )
     .unwrap();
     assert!(settings.warnings().is_empty(), "{:?}", settings.warnings());
-    let quotas: Vec<String> = settings
-        .rate_limits
-        .iter()
-        .map(|(name, quota)| format!("{name} {quota}"))
-        .collect();
+    let quotas = quotas(&settings);
     assert_eq!(
         quotas,
         [
@@ -158,11 +163,7 @@ fn a_variable_sets_the_section_whose_name_it_spells() {
         ],
     )
     .unwrap();
-    let quotas: Vec<String> = settings
-        .rate_limits
-        .iter()
-        .map(|(name, quota)| format!("{name} {quota}"))
-        .collect();
+    let quotas = quotas(&settings);
     assert_eq!(quotas, ["Partner-Feed 2/1s, burst 5", "my_api 9/1s"]);
 }
 

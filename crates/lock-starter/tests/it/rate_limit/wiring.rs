@@ -112,19 +112,20 @@ async fn disabled_limits_admit_everything_and_warn_once_at_start_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfigured_limit_names_the_key_to_set() {
     let starter = starter("[telco.platform.lock]\nenabled = false\n").await;
-    let error = starter
-        .rate_limiter("login", FailurePolicy::FailOpen)
-        .unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "invalid limit \"login\": no quota is configured for it; set telco.platform.lock.rate-limits.login.rate (configured: none)"
-    );
-    // A name no key could hold says so, rather than naming a key.
-    let error = starter
-        .rate_limiter("", FailurePolicy::FailOpen)
-        .unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters"
-    );
+    for (name, expected) in [
+        (
+            "login",
+            "invalid limit \"login\": no quota is configured for it; set telco.platform.lock.rate-limits.login.rate (configured: none)",
+        ),
+        // A name no key could hold says so, rather than naming a key.
+        (
+            "",
+            "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters",
+        ),
+    ] {
+        let error = starter
+            .rate_limiter(name, FailurePolicy::FailOpen)
+            .unwrap_err();
+        assert_eq!(error.to_string(), expected);
+    }
 }
