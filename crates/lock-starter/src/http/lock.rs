@@ -1,22 +1,18 @@
 //! [`LockLayer`], which runs a handler holding the distributed lock of a key taken from the
 //! request.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::http::Request;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 
 use super::problem::problem_response;
+use super::{Answer, KeyFn};
 use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError};
 
 /// What a request is guarded by, such as `bill-run:<period>`; `None` for a request that runs
 /// unguarded.
-type KeyFn = Arc<dyn Fn(&Request<Body>) -> Option<String> + Send + Sync>;
-
 /// A tower layer running the handlers below it under the distributed lock of a key taken from
 /// the request: one request per key at a time, across every replica sharing the lock.
 ///
@@ -116,31 +112,19 @@ impl LockLayer {
     }
 }
 
-super::layer_service!(LockLayer, LockService);
+super::layer_service!(LockLayer, LockService, keyed);
 
-impl<S> tower::Service<Request<Body>> for LockService<S>
-where
-    S: tower::Service<Request<Body>> + Clone + Send + 'static,
-    S::Response: IntoResponse + Send,
-    S::Error: Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let Some(key) = (self.layer.key)(&request) else {
-            let response = self.inner.call(request);
-            return Box::pin(async move { response.await.map(IntoResponse::into_response) });
-        };
-        // The clone that was polled ready serves this request, once the lock is granted.
-        let mut inner = self.take_ready();
-        let (lock, options) = (Arc::clone(&self.layer.lock), self.layer.options);
+impl LockLayer {
+    /// Runs `inner` for `request` under the lock of `key`; 503 with the lock's problem body
+    /// when it is not granted.
+    fn serve<S>(&self, mut inner: S, request: Request<Body>, key: String) -> Answer<S::Error>
+    where
+        S: tower::Service<Request<Body>> + Send + 'static,
+        S::Response: IntoResponse + Send,
+        S::Error: Send + 'static,
+        S::Future: Send + 'static,
+    {
+        let (lock, options) = (Arc::clone(&self.lock), self.options);
         Box::pin(async move {
             let handled = lock
                 .with_lock(&key, options, move || inner.call(request))

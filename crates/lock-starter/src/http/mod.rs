@@ -52,7 +52,10 @@
 //! The body fields and the `Retry-After` rule are listed in `docs/observability.md`.
 
 /// Declares the service `$service` the layer `$layer` wraps a handler in, with the layer's
-/// `tower::Layer` impl.
+/// `tower::Layer` impl. With `keyed`, also the service's `tower::Service` impl for a layer with
+/// a `key` closure (a [`KeyFn`]): a request it gives no key goes straight to the handler; one it
+/// gives a key goes to the layer's `serve(inner, request, key)`, `inner` being the handler's
+/// clone that was polled ready.
 macro_rules! layer_service {
     ($layer:ident, $service:ident) => {
         impl<S> tower::Layer<S> for $layer {
@@ -82,8 +85,51 @@ macro_rules! layer_service {
             }
         }
     };
+    ($layer:ident, $service:ident, keyed) => {
+        super::layer_service!($layer, $service);
+
+        impl<S> tower::Service<axum::http::Request<axum::body::Body>> for $service<S>
+        where
+            S: tower::Service<axum::http::Request<axum::body::Body>> + Clone + Send + 'static,
+            S::Response: axum::response::IntoResponse + Send,
+            S::Error: Send + 'static,
+            S::Future: Send + 'static,
+        {
+            type Response = axum::response::Response;
+            type Error = S::Error;
+            type Future = super::Answer<S::Error>;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), S::Error>> {
+                self.inner.poll_ready(cx)
+            }
+
+            fn call(&mut self, request: axum::http::Request<axum::body::Body>) -> Self::Future {
+                use axum::response::IntoResponse;
+                let Some(key) = (self.layer.key)(&request) else {
+                    let response = self.inner.call(request);
+                    return Box::pin(
+                        async move { response.await.map(IntoResponse::into_response) },
+                    );
+                };
+                let inner = self.take_ready();
+                self.layer.serve(inner, request, key)
+            }
+        }
+    };
 }
 use layer_service;
+
+/// The closure a keyed layer takes its key from: `None` leaves the request alone.
+type KeyFn =
+    std::sync::Arc<dyn Fn(&axum::http::Request<axum::body::Body>) -> Option<String> + Send + Sync>;
+
+/// What a layer's service answers with.
+type Answer<E> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<axum::response::Response, E>> + Send>,
+>;
 
 mod idempotency;
 mod idempotency_key;

@@ -1,16 +1,14 @@
 //! [`RateLimitLayer`], which limits requests per key taken from the request.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 
 use super::problem::problem_response;
+use super::{Answer, KeyFn};
 use crate::rate_limit::{Basis, Decision, RateLimiter};
 
 /// The response field with the limit's state for this client: `RateLimit`.
@@ -20,8 +18,6 @@ pub const RATELIMIT_POLICY_HEADER: &str = "ratelimit-policy";
 
 /// What a request is limited by: a client id, an API key, an address; `None` for a request
 /// that is not limited.
-type KeyFn = Arc<dyn Fn(&Request<Body>) -> Option<String> + Send + Sync>;
-
 /// A tower layer limiting the requests below it per key, such as a client id, an API key or an
 /// address, on a shared [`RateLimiter`].
 ///
@@ -117,48 +113,19 @@ impl RateLimitLayer {
     }
 }
 
-impl<S> tower::Layer<S> for RateLimitLayer {
-    type Service = RateLimitService<S>;
+super::layer_service!(RateLimitLayer, RateLimitService, keyed);
 
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimitService {
-            inner,
-            layer: self.clone(),
-        }
-    }
-}
-
-/// The service [`RateLimitLayer`] wraps a handler in.
-#[derive(Debug, Clone)]
-pub struct RateLimitService<S> {
-    inner: S,
-    layer: RateLimitLayer,
-}
-
-impl<S> tower::Service<Request<Body>> for RateLimitService<S>
-where
-    S: tower::Service<Request<Body>> + Clone + Send + 'static,
-    S::Response: IntoResponse,
-    S::Error: Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let Some(key) = (self.layer.key)(&request) else {
-            let response = self.inner.call(request);
-            return Box::pin(async move { response.await.map(IntoResponse::into_response) });
-        };
-        // The clone that was polled ready serves this request, once it is admitted.
-        let ready = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, ready);
-        let limiter = self.layer.limiter.clone();
+impl RateLimitLayer {
+    /// Runs `inner` for `request` if the limit admits `key`; 429 with the rate limit's problem
+    /// body when it does not. Every counted decision adds the `RateLimit` fields.
+    fn serve<S>(&self, mut inner: S, request: Request<Body>, key: String) -> Answer<S::Error>
+    where
+        S: tower::Service<Request<Body>> + Send + 'static,
+        S::Response: IntoResponse + Send,
+        S::Error: Send + 'static,
+        S::Future: Send + 'static,
+    {
+        let limiter = self.limiter.clone();
         Box::pin(async move {
             let decision = match limiter.try_acquire(&key, 1).await {
                 Ok(decision) => decision,
