@@ -8,7 +8,7 @@ use axum::http::Request;
 use axum::response::IntoResponse;
 
 use super::problem::problem_response;
-use super::{Answer, KeyFn};
+use super::{Answer, Handler, KeyFn};
 use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError};
 
 /// What a request is guarded by, such as `bill-run:<period>`; `None` for a request that runs
@@ -117,13 +117,12 @@ super::layer_service!(LockLayer, LockService, keyed);
 impl LockLayer {
     /// Runs `inner` for `request` under the lock of `key`; 503 with the lock's problem body
     /// when it is not granted.
-    fn serve<S>(&self, mut inner: S, request: Request<Body>, key: String) -> Answer<S::Error>
-    where
-        S: tower::Service<Request<Body>> + Send + 'static,
-        S::Response: IntoResponse + Send,
-        S::Error: Send + 'static,
-        S::Future: Send + 'static,
-    {
+    fn serve<S: Handler>(
+        &self,
+        mut inner: S,
+        request: Request<Body>,
+        key: String,
+    ) -> Answer<S::Error> {
         let (lock, options) = (Arc::clone(&self.lock), self.options);
         Box::pin(async move {
             let handled = lock

@@ -88,12 +88,8 @@ macro_rules! layer_service {
     ($layer:ident, $service:ident, keyed) => {
         super::layer_service!($layer, $service);
 
-        impl<S> tower::Service<axum::http::Request<axum::body::Body>> for $service<S>
-        where
-            S: tower::Service<axum::http::Request<axum::body::Body>> + Clone + Send + 'static,
-            S::Response: axum::response::IntoResponse + Send,
-            S::Error: Send + 'static,
-            S::Future: Send + 'static,
+        impl<S: super::Handler + Clone> tower::Service<axum::http::Request<axum::body::Body>>
+            for $service<S>
         {
             type Response = axum::response::Response;
             type Error = S::Error;
@@ -125,6 +121,27 @@ use layer_service;
 /// The closure a keyed layer takes its key from: `None` leaves the request alone.
 type KeyFn =
     std::sync::Arc<dyn Fn(&axum::http::Request<axum::body::Body>) -> Option<String> + Send + Sync>;
+
+/// A handler a layer wraps: a service of requests whose answers become responses.
+trait Handler:
+    tower::Service<
+        axum::http::Request<axum::body::Body>,
+        Response: axum::response::IntoResponse + Send,
+        Error: Send + 'static,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> Handler for S
+where
+    S: tower::Service<axum::http::Request<axum::body::Body>> + Send + 'static,
+    S::Response: axum::response::IntoResponse + Send,
+    S::Error: Send + 'static,
+    S::Future: Send + 'static,
+{
+}
 
 /// What a layer's service answers with.
 type Answer<E> = std::pin::Pin<
