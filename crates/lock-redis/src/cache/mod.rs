@@ -205,7 +205,10 @@ impl CacheStore for RedisCaches {
     async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
         let client = self.client("get", cache, key)?;
         let hash = self.core.keys.capability_key(CAPABILITY, cache);
-        let stored = (self.reads.hget(client, &hash, key).await)
+        let stored = (self
+            .reads
+            .hget(client, &self.core.runtime, &hash, key)
+            .await)
             .map_err(|e| self.failed("get", cache, key, e))?;
         let Some(stored) = stored else {
             return Ok(None);

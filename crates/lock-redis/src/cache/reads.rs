@@ -13,27 +13,33 @@ use crate::core::error::Refusal;
 type Reply = Result<Option<Bytes>, Error>;
 type Waiters = Vec<(String, oneshot::Sender<Reply>)>;
 
-/// The most reads one `HMGET` carries: a full collection is sent by its leader while the next
-/// reads start another, so that several are in flight at once. 8 to 32 measured alike with 32
-/// readers (docs/performance.md, "Cache").
+/// The most reads one `HMGET` carries: a full collection is sent while the next reads start
+/// another, so that several are in flight at once. 8 to 32 measured alike with 32 readers
+/// (docs/performance.md, "Cache").
 const MAX_BATCH: usize = 16;
 
-/// The reads of each cache waiting to go with a leader's. A read made while another is in
-/// flight leads a collection: it yields once to the runtime, then sends its field and those of
-/// the reads of the same cache made meanwhile as one `HMGET`. A read made alone is one `HGET`,
-/// with no yield; so is every read once Redis refused `HMGET` to this user (an ACL written for
-/// an earlier version).
+/// Collects the reads of each cache. A read made while another is in flight joins the
+/// collection of its cache, or starts one: a task that yields once to the runtime, then sends
+/// the fields of every read that joined as one `HMGET` and answers each. A read made alone is
+/// one `HGET` of its own; so is every read once Redis refused `HMGET` to this user (an ACL
+/// written for an earlier version). No read waits on another's future: a caller that gives up
+/// drops only its own answer.
 #[derive(Debug, Default)]
 pub(crate) struct Reads {
-    /// Per hash, the collection a leader is gathering.
-    collecting: Mutex<HashMap<String, Arc<Collection>>>,
-    /// Set when Redis refused `HMGET` (`NOPERM`): reads go one by one from then on.
-    one_by_one: AtomicBool,
+    shared: Arc<Shared>,
     /// Reads started and not yet answered, of every cache.
     in_flight: AtomicUsize,
 }
 
-/// The reads that joined one leader.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Per hash, the collection waiting for its task to send it.
+    collecting: Mutex<HashMap<String, Arc<Collection>>>,
+    /// Set when Redis refused `HMGET` to this user: reads go one by one from then on.
+    one_by_one: AtomicBool,
+}
+
+/// The reads that joined one collection.
 #[derive(Debug, Default)]
 struct Collection(Mutex<Waiters>);
 
@@ -45,131 +51,123 @@ impl Collection {
 
 impl Reads {
     /// The field `key` of the hash `hash`, read with whatever reads of `hash` are made at the
-    /// same time.
+    /// same time; a collection's task runs on `runtime`.
     ///
     /// # Errors
     /// The command's error, as fred reports it.
-    pub(crate) async fn hget(&self, client: &Client, hash: &str, key: &str) -> Reply {
+    pub(crate) async fn hget(
+        &self,
+        client: &Client,
+        runtime: &tokio::runtime::Handle,
+        hash: &str,
+        key: &str,
+    ) -> Reply {
         let flight = InFlight::enter(&self.in_flight);
-        if flight.alone || self.one_by_one.load(Ordering::Relaxed) {
+        if flight.alone || self.shared.one_by_one.load(Ordering::Relaxed) {
             return client.hget(hash, key).await;
         }
-        let joined = {
-            let mut collecting = self.lock();
+        let (sender, receiver) = oneshot::channel();
+        let started = {
+            let mut collecting = self.shared.lock();
             match collecting.get(hash) {
-                Some(collection) if collection.waiters().len() + 1 < MAX_BATCH => {
-                    let (sender, receiver) = oneshot::channel();
+                Some(collection) if collection.waiters().len() < MAX_BATCH => {
                     collection.waiters().push((key.to_owned(), sender));
-                    Ok(receiver)
+                    None
                 }
                 _ => {
-                    let collection = Arc::<Collection>::default();
+                    let collection =
+                        Arc::new(Collection(Mutex::new(vec![(key.to_owned(), sender)])));
                     collecting.insert(hash.to_owned(), Arc::clone(&collection));
-                    Err(collection)
+                    Some(collection)
                 }
             }
         };
-        let collection = match joined {
-            Ok(receiver) => {
-                // A leader dropped before it answered (its caller gave up): read alone.
-                return match receiver.await {
-                    Ok(reply) => reply,
-                    Err(_) => client.hget(hash, key).await,
-                };
-            }
-            Err(collection) => collection,
-        };
-        let leading = Leading {
-            reads: self,
-            hash,
-            collection,
-        };
-        tokio::task::yield_now().await;
-        let waiters = leading.finish();
-        if waiters.is_empty() {
-            return client.hget(hash, key).await;
+        if let Some(collection) = started {
+            let (shared, client, hash) =
+                (Arc::clone(&self.shared), client.clone(), hash.to_owned());
+            runtime.spawn(async move {
+                // Reads made meanwhile join before the collection is sent.
+                tokio::task::yield_now().await;
+                let waiters = shared.finish(&hash, &collection);
+                shared.send(&client, &hash, waiters).await;
+            });
         }
-        let mut fields = Vec::with_capacity(waiters.len() + 1);
-        fields.push(key);
-        fields.extend(waiters.iter().map(|(field, _)| field.as_str()));
+        match receiver.await {
+            Ok(reply) => reply,
+            // The task did not answer (the runtime is shutting down): read alone.
+            Err(_) => client.hget(hash, key).await,
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Collection>>> {
+        self.collecting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stops reads from joining `collection` and returns those that did.
+    fn finish(&self, hash: &str, collection: &Arc<Collection>) -> Waiters {
+        let mut collecting = self.lock();
+        if collecting
+            .get(hash)
+            .is_some_and(|current| Arc::ptr_eq(current, collection))
+        {
+            collecting.remove(hash);
+        }
+        drop(collecting);
+        std::mem::take(&mut *collection.waiters())
+    }
+
+    /// Reads the fields of `waiters` from `hash` and answers each.
+    async fn send(&self, client: &Client, hash: &str, waiters: Waiters) {
+        if let [(key, _)] = waiters.as_slice() {
+            let reply = client.hget(hash, key.as_str()).await;
+            if let Some((_, sender)) = waiters.into_iter().next() {
+                let _ = sender.send(reply);
+            }
+            return;
+        }
+        let fields: Vec<&str> = waiters.iter().map(|(key, _)| key.as_str()).collect();
         let reply: Result<Vec<Option<Bytes>>, Error> = client.hmget(hash, fields).await;
         match reply {
-            Ok(values) if values.len() == waiters.len() + 1 => {
-                let mut values = values.into_iter();
-                let own = values.next().flatten();
+            Ok(values) if values.len() == waiters.len() => {
                 for ((_, sender), value) in waiters.into_iter().zip(values) {
                     let _ = sender.send(Ok(value));
                 }
-                Ok(own)
             }
             Ok(values) => {
                 let error = Error::new(
                     ErrorKind::Protocol,
                     format!(
                         "HMGET of {} fields answered {}",
-                        waiters.len() + 1,
+                        waiters.len(),
                         values.len()
                     ),
                 );
                 answer_all(waiters, &error);
-                Err(error)
             }
-            Err(error) if Refusal::of_reply(&error) == Some(Refusal::NoPermission) => {
+            Err(error) if refuses_hmget(&error) => {
                 if !self.one_by_one.swap(true, Ordering::Relaxed) {
                     tracing::warn!(%error, "Redis refused HMGET to this user: cache reads go one by one (grant +hmget, docs/cache.md)");
                 }
-                drop(waiters); // each reads alone
-                client.hget(hash, key).await
+                for (key, sender) in waiters {
+                    let _ = sender.send(client.hget(hash, key).await);
+                }
             }
-            Err(error) => {
-                answer_all(waiters, &error);
-                Err(error)
-            }
+            Err(error) => answer_all(waiters, &error),
         }
     }
+}
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Collection>>> {
-        self.collecting.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// Whether `error` refuses the `HMGET` command itself to this user, not a key.
+fn refuses_hmget(error: &Error) -> bool {
+    Refusal::of_reply(error) == Some(Refusal::NoPermission)
+        && error.details().to_ascii_lowercase().contains("'hmget'")
 }
 
 fn answer_all(waiters: Waiters, error: &Error) {
     for (_, sender) in waiters {
         let _ = sender.send(Err(error.clone()));
-    }
-}
-
-/// A leader gathering `collection` for `hash`. Dropped before [`Leading::finish`] (its caller
-/// gave up while it yielded), it ends the collection: the reads that joined read alone.
-struct Leading<'a> {
-    reads: &'a Reads,
-    hash: &'a str,
-    collection: Arc<Collection>,
-}
-
-impl Leading<'_> {
-    /// Ends the collection and returns the reads that joined it.
-    fn finish(self) -> Waiters {
-        self.end();
-        std::mem::take(&mut *self.collection.waiters())
-    }
-
-    /// Stops reads from joining: the next read of the hash leads a collection of its own.
-    fn end(&self) {
-        let mut collecting = self.reads.lock();
-        if collecting
-            .get(self.hash)
-            .is_some_and(|current| Arc::ptr_eq(current, &self.collection))
-        {
-            collecting.remove(self.hash);
-        }
-    }
-}
-
-impl Drop for Leading<'_> {
-    fn drop(&mut self) {
-        self.end();
-        self.collection.waiters().clear();
     }
 }
 

@@ -184,8 +184,10 @@ impl RedisCore {
             Ok(Err(error)) => {
                 if let Some(refused) = connection::refused_at_connect(config, &error) {
                     drop(stop_connecting);
-                    // Only a client whose connection task still runs (fred warns of a quit
-                    // of one that ended, as a refused first attempt ends it).
+                    // A refused first attempt (fail fast) ended the command client's
+                    // connection task, and fred warns of a quit then: quit only a client that
+                    // is not disconnected. One still mid-attempt is refused the same way, and
+                    // its retries end with `stop_connecting`.
                     tokio::spawn(async move {
                         if client.state() != fred::types::ClientState::Disconnected {
                             let _ = client.quit().await;

@@ -408,6 +408,8 @@ fn invalid_address(config: &Endpoint<'_>, error: &Error) -> LockError {
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     state: std::sync::Mutex<HealthState>,
+    /// Connection errors so far, to tell whether an outage overlapped a span of work.
+    errors: std::sync::atomic::AtomicU64,
     /// Woken on every event, for [`Health::first_outcome`].
     changed: tokio::sync::Notify,
 }
@@ -487,6 +489,8 @@ impl Health {
         let outage_starts = {
             let mut state = self.lock();
             state.last_error = Some((error, described.clone()));
+            self.errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             state.connected = false;
             let starts = state.down_since.is_none();
             state.down_since.get_or_insert_with(Instant::now);
@@ -539,6 +543,12 @@ impl Health {
                 down.as_secs_f64()
             );
         }
+    }
+
+    /// How many connection errors the client has had: unchanged across a span of work when no
+    /// outage overlapped it.
+    pub(crate) fn errors(&self) -> u64 {
+        self.errors.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The last connection error, if the client has not connected since.

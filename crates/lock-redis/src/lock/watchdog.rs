@@ -63,9 +63,10 @@ struct Renewed {
 /// One round: renews `leases`, [`RENEW_BATCH`] keys per call, in a `lock.renew` span
 /// (`leases`, `renewed`, `lost`, `failed`), counting each lease in
 /// `platform_lock_renewals_total{outcome}`; warns when it took more than a third of `period`
-/// while Redis was connected.
+/// with no outage overlapping it.
 async fn renew_round(inner: &Inner, leases: Vec<Due>, period: Duration) {
     let started = Instant::now();
+    let errors_before = inner.core.health.errors();
     let count = leases.len();
     let span = tracing::debug_span!(
         "lock.renew",
@@ -100,8 +101,10 @@ async fn renew_round(inner: &Inner, leases: Vec<Due>, period: Duration) {
     }
     let took = started.elapsed();
     inner.watchdog.record_round(totals.calls, took);
-    // Not while the connection is down: that outage is warned of already, and is not slowness.
-    if inner.core.health.last_error().is_none()
+    // Not when an outage overlapped the round: it is warned of already, and is not slowness.
+    let health = &inner.core.health;
+    if health.errors() == errors_before
+        && health.last_error().is_none()
         && took > period / SLOW_ROUND_DIVISOR
         && inner.watchdog.may_warn_slow(Instant::now())
     {

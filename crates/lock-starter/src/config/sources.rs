@@ -292,16 +292,21 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
 
 /// The one section of `spec`'s table in `figment` whose name a variable spells as it spells
 /// `name` (`my_api` or `My-Api` for `my-api`): a variable sets that section rather than a new
-/// one beside it. `None` when no section, or more than one, matches.
+/// one beside it. `None` when no section, or more than one, matches: the variable then sets
+/// the section spelt as it is read (`my-api`).
 fn section_spelt(figment: &Figment, spec: &KeySpec, name: &str) -> Option<String> {
     let table = spec.name.split_once(".<").map(|(table, _)| table)?;
     let Ok(figment::value::Value::Dict(_, sections)) = figment.find_value(table) else {
         return None;
     };
     let spelt = |section: &str| section.to_ascii_uppercase().replace('-', "_");
+    // Tables only: a section written as a value fails the load, which the variable must not hide.
     let mut matching = sections
-        .keys()
-        .filter(|section| spelt(section) == spelt(name));
+        .iter()
+        .filter(|(section, value)| {
+            spelt(section) == spelt(name) && matches!(value, figment::value::Value::Dict(..))
+        })
+        .map(|(section, _)| section);
     let section = matching.next()?;
     matching.next().is_none().then(|| section.clone())
 }

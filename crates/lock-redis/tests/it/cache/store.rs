@@ -105,10 +105,10 @@ async fn concurrent_reads_of_a_cache_share_an_hmget_and_each_gets_its_own_value(
     );
 }
 
-/// A read that joined another's `HMGET` still gets its value when the other's caller gives up
-/// first. (A read made while none is in flight goes alone; the next one leads.)
+/// No read waits on another read's future: one that started a collection and is then neither
+/// polled nor dropped, or dropped, holds up no other read of its cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_whose_leader_was_dropped_reads_alone() {
+async fn a_read_never_waits_on_another_reads_future() {
     use lock_core::cache::CacheStore;
     let redis = server().await;
     let (proxy, lock) = common::behind_proxy(&redis, |setup| setup).await;
@@ -119,29 +119,56 @@ async fn a_read_whose_leader_was_dropped_reads_alone() {
     // Every read stays in flight past the polls below.
     proxy.set_latency(Duration::from_millis(200));
     let mut alone = Box::pin(store.get("products", "sku-3"));
-    let polled = futures::poll!(&mut alone);
-    assert!(polled.is_pending(), "{polled:?}");
-    let mut leader = Box::pin(store.get("products", "sku-1"));
-    assert!(futures::poll!(&mut leader).is_pending());
-    let mut joined = Box::pin(store.get("products", "sku-2"));
-    assert!(futures::poll!(&mut joined).is_pending());
-    let before = command_calls(&redis).await;
-    drop(leader);
-    let entry = tokio::time::timeout(SLACK, joined)
+    assert!(futures::poll!(&mut alone).is_pending());
+    let mut started = Box::pin(store.get("products", "sku-1"));
+    assert!(futures::poll!(&mut started).is_pending());
+    // `started` is kept and not polled: a read made now still gets its answer.
+    let entry = tokio::time::timeout(SLACK, store.get("products", "sku-2"))
         .await
-        .expect("the joined read was left waiting")
+        .expect("a read waited on an unpolled one")
         .unwrap()
         .expect("present");
     assert_eq!(entry.value, b"\"two\"");
-    let after = command_calls(&redis).await;
-    assert_eq!(
-        delta(&before, &after, "hmget"),
-        0,
-        "the dropped leader sent nothing"
-    );
+    // From another task too, and after the starter is dropped.
+    let spawned = {
+        let store = store.clone();
+        tokio::spawn(async move { store.get("products", "sku-2").await })
+    };
+    drop(started);
+    let entry = tokio::time::timeout(SLACK, spawned)
+        .await
+        .expect("a read waited on a dropped one")
+        .unwrap()
+        .unwrap();
+    assert!(entry.is_some());
     assert_eq!(alone.await.unwrap(), None);
-    // And the next reads of the cache are not left waiting for a collection that ended.
-    assert_eq!(products.get("sku-2").await.unwrap().as_deref(), Some("two"));
+}
+
+/// Reads in a `buffer_unordered` stream, with a read of the same cache in the loop body: the
+/// body's read is answered while the stream's reads wait to be polled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_a_buffered_stream_hold_up_no_other_read() {
+    use futures::StreamExt;
+    use lock_core::cache::CacheStore;
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let mut reads = futures::stream::iter(0..64)
+        .map(|i| {
+            let store = store.clone();
+            async move { store.get("products", &format!("sku-{i}")).await }
+        })
+        .buffer_unordered(8);
+    let mut done = 0;
+    while let Some(read) = reads.next().await {
+        read.unwrap();
+        let related = tokio::time::timeout(SLACK, store.get("products", "related")).await;
+        assert!(
+            related.is_ok(),
+            "the loop body's read hung after {done} items"
+        );
+        done += 1;
+    }
+    assert_eq!(done, 64);
 }
 
 /// A field without the `<deadline>:` prefix (written by something else, or cut short) is a

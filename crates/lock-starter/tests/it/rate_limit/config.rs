@@ -185,3 +185,17 @@ fn a_limit_that_is_not_a_table_is_one_error_not_also_a_warning() {
     let warnings = settings.warnings().join("\n");
     assert!(warnings.contains("rate-limits.<name>.rate"), "{warnings}");
 }
+
+/// A variable does not hide a file's limit written as a value rather than a table.
+#[test]
+fn a_variable_does_not_hide_a_limit_that_is_not_a_table() {
+    let error = load(
+        "[telco.platform.lock.rate-limits]\nmy_api = \"10/1s\"\n",
+        &[("TELCO_PLATFORM_LOCK_RATE_LIMITS_MY_API_RATE", "5/1s")],
+    )
+    .unwrap_err();
+    assert!(
+        error.contains("rate-limits.my_api") && error.contains("a value where a table is expected"),
+        "{error}"
+    );
+}
