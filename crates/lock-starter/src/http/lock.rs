@@ -8,7 +8,7 @@ use axum::http::Request;
 use axum::response::IntoResponse;
 
 use super::problem::problem_response;
-use super::{Answer, Handler, KeyFn};
+use super::{Answer, Handler, KeyFn, Req};
 use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError};
 
 /// What a request is guarded by, such as `bill-run:<period>`; `None` for a request that runs
@@ -117,12 +117,7 @@ super::layer_service!(LockLayer, LockService, keyed);
 impl LockLayer {
     /// Runs `inner` for `request` under the lock of `key`; 503 with the lock's problem body
     /// when it is not granted.
-    fn serve<S: Handler>(
-        &self,
-        mut inner: S,
-        request: Request<Body>,
-        key: String,
-    ) -> Answer<S::Error> {
+    fn serve<S: Handler>(&self, mut inner: S, request: Req, key: String) -> Answer<S::Error> {
         let (lock, options) = (Arc::clone(&self.lock), self.options);
         Box::pin(async move {
             let handled = lock

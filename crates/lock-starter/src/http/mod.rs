@@ -143,6 +143,9 @@ where
 {
 }
 
+/// A request, as the layers take it.
+type Req = axum::http::Request<axum::body::Body>;
+
 /// What a layer's service answers with.
 type Answer<E> = std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<axum::response::Response, E>> + Send>,

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Request};
 use axum::response::IntoResponse;
 
 use super::problem::problem_response;
-use super::{Answer, Handler, KeyFn};
+use super::{Answer, Handler, KeyFn, Req};
 use crate::rate_limit::{Basis, Decision, RateLimiter};
 
 /// The response field with the limit's state for this client: `RateLimit`.
@@ -118,12 +118,7 @@ super::layer_service!(RateLimitLayer, RateLimitService, keyed);
 impl RateLimitLayer {
     /// Runs `inner` for `request` if the limit admits `key`; 429 with the rate limit's problem
     /// body when it does not. Every counted decision adds the `RateLimit` fields.
-    fn serve<S: Handler>(
-        &self,
-        mut inner: S,
-        request: Request<Body>,
-        key: String,
-    ) -> Answer<S::Error> {
+    fn serve<S: Handler>(&self, mut inner: S, request: Req, key: String) -> Answer<S::Error> {
         let limiter = self.limiter.clone();
         Box::pin(async move {
             let decision = match limiter.try_acquire(&key, 1).await {
