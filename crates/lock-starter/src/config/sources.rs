@@ -10,7 +10,7 @@ use figment::{Figment, Metadata, Provider};
 
 use super::error::{ConfigError, one_line_message};
 use super::keys::{
-    ENV_PREFIX, KEYS, KeySpec, NAMED_KEYS, SPRING_KEYS, hint_part, near_miss_of_prefix,
+    ENV_PREFIX, KEYS, KeySpec, NAMED_KEYS, SPRING_KEYS, hint_part, near_miss_of_prefix, normalize,
 };
 use super::load::{Parsed, check_tables, fixed, quote};
 use super::origin::{ENV_PROVIDER, HostEnv};
@@ -291,20 +291,20 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
 }
 
 /// The one section of `spec`'s table in `figment` whose name a variable spells as it spells
-/// `name` (`my_api` or `My-Api` for `my-api`): a variable sets that section rather than a new
-/// one beside it. `None` when no section, or more than one, matches: the variable then sets
-/// the section spelt as it is read (`my-api`).
+/// `name`, letters and digits compared alike (`my_api`, `My-Api` or `myapi` for `my-api`): a
+/// variable sets that section rather than a new one beside it. `None` when no section, or more
+/// than one, matches: the variable then sets the section spelt as it is read (`my-api`).
 fn section_spelt(figment: &Figment, spec: &KeySpec, name: &str) -> Option<String> {
     let table = spec.name.split_once(".<").map(|(table, _)| table)?;
     let Ok(figment::value::Value::Dict(_, sections)) = figment.find_value(table) else {
         return None;
     };
-    let spelt = |section: &str| section.to_ascii_uppercase().replace('-', "_");
     // Tables only: a section written as a value fails the load, which the variable must not hide.
     let mut matching = sections
         .iter()
         .filter(|(section, value)| {
-            spelt(section) == spelt(name) && matches!(value, figment::value::Value::Dict(..))
+            normalize(section) == normalize(name)
+                && matches!(value, figment::value::Value::Dict(..))
         })
         .map(|(section, _)| section);
     let section = matching.next()?;

@@ -88,9 +88,7 @@ macro_rules! layer_service {
     ($layer:ident, $service:ident, keyed) => {
         super::layer_service!($layer, $service);
 
-        impl<S: super::Handler + Clone> tower::Service<axum::http::Request<axum::body::Body>>
-            for $service<S>
-        {
+        impl<S: super::Handler + Clone> tower::Service<super::Req> for $service<S> {
             type Response = axum::response::Response;
             type Error = S::Error;
             type Future = super::Answer<S::Error>;
@@ -102,7 +100,7 @@ macro_rules! layer_service {
                 self.inner.poll_ready(cx)
             }
 
-            fn call(&mut self, request: axum::http::Request<axum::body::Body>) -> Self::Future {
+            fn call(&mut self, request: super::Req) -> Self::Future {
                 use axum::response::IntoResponse;
                 let Some(key) = (self.layer.key)(&request) else {
                     let response = self.inner.call(request);
@@ -118,14 +116,16 @@ macro_rules! layer_service {
 }
 use layer_service;
 
+/// A request, as the layers take it.
+type Req = axum::http::Request<axum::body::Body>;
+
 /// The closure a keyed layer takes its key from: `None` leaves the request alone.
-type KeyFn =
-    std::sync::Arc<dyn Fn(&axum::http::Request<axum::body::Body>) -> Option<String> + Send + Sync>;
+type KeyFn = std::sync::Arc<dyn Fn(&Req) -> Option<String> + Send + Sync>;
 
 /// A handler a layer wraps: a service of requests whose answers become responses.
 trait Handler:
     tower::Service<
-        axum::http::Request<axum::body::Body>,
+        Req,
         Response: axum::response::IntoResponse + Send,
         Error: Send + 'static,
         Future: Send + 'static,
@@ -136,15 +136,12 @@ trait Handler:
 
 impl<S> Handler for S
 where
-    S: tower::Service<axum::http::Request<axum::body::Body>> + Send + 'static,
+    S: tower::Service<Req> + Send + 'static,
     S::Response: axum::response::IntoResponse + Send,
     S::Error: Send + 'static,
     S::Future: Send + 'static,
 {
 }
-
-/// A request, as the layers take it.
-type Req = axum::http::Request<axum::body::Body>;
 
 /// What a layer's service answers with.
 type Answer<E> = std::pin::Pin<

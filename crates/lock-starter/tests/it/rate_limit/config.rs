@@ -159,7 +159,7 @@ fn a_variable_sets_the_section_whose_name_it_spells() {
          [telco.platform.lock.rate-limits.Partner-Feed]\nrate = \"2/1s\"\n",
         &[
             ("TELCO_PLATFORM_LOCK_RATE_LIMITS_MY_API_RATE", "9/1s"),
-            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_PARTNER_FEED_BURST", "5"),
+            ("TELCO_PLATFORM_LOCK_RATELIMITS_PARTNERFEED_BURST", "5"),
         ],
     )
     .unwrap();
