@@ -343,10 +343,15 @@ fn the_rate_limit_scenarios_emit_the_toolkit_schema_and_keep_the_limit() {
         let decided = line["admitted"].as_u64().unwrap() + line["denied"].as_u64().unwrap();
         assert_eq!(decided, calls(line), "{line}");
         if line["scenario"] != "accuracy" {
-            // A limit of 1,000,000/s never denies here; one script call per decision (and one
-            // per worker's warm-up).
+            // A limit of 1,000,000/s never denies here. One worker's decisions are a script call
+            // each (and one for its warm-up); 32 workers' share script calls.
             assert_eq!(line["denied"], 0, "{line}");
-            assert!(line["evalsha_per_call"].as_f64().unwrap() >= 1.0, "{line}");
+            let evalsha = line["evalsha_per_call"].as_f64().unwrap();
+            if line["scenario"] == "decide" {
+                assert!(evalsha >= 1.0, "{line}");
+            } else {
+                assert!(evalsha < 1.0, "{line}");
+            }
         }
     }
     for line in lines

@@ -188,6 +188,50 @@ pub async fn several_limits_are_charged_all_or_none(factory: &dyn RateLimitFacto
     assert_eq!(take(&narrow, &key, 0).await.remaining, 1);
 }
 
+/// Calls made at the same time are decided one after another, each all or none: of 30 single
+/// charges of a burst of 10, exactly 10 are admitted, counting down from 9 to 0; of 12 checks of
+/// two limits, exactly as many as the narrower admits, and only they charge the wider.
+pub async fn concurrent_calls_are_each_all_or_none(factory: &dyn RateLimitFactory) {
+    let store = factory.client().await;
+    let new = |burst| {
+        RateLimiter::new(
+            Arc::clone(&store),
+            &unique_key("limit"),
+            hourly(burst),
+            FailurePolicy::FailClosed,
+        )
+        .expect("a valid limiter")
+    };
+    let (single, wide, narrow) = (new(10), new(10), new(4));
+    let (key, both_key) = (unique_key("client"), unique_key("client"));
+    let singles = futures::future::join_all((0..30).map(|_| take(&single, &key, 1)));
+    let both = [&wide, &narrow].map(|limiter| Part {
+        limiter,
+        key: &both_key,
+        cost: 1,
+    });
+    let checks = futures::future::join_all((0..12).map(|_| check_all(&both)));
+    let (singles, checks) = futures::join!(singles, checks);
+    let mut remaining: Vec<u32> = singles
+        .iter()
+        .filter(|d| d.allowed)
+        .map(|d| d.remaining)
+        .collect();
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..10).collect::<Vec<_>>(), "{singles:?}");
+    let admitted = checks
+        .into_iter()
+        .map(|c| c.expect("a decision"))
+        .filter(|d| d.allowed)
+        .count();
+    assert_eq!(admitted, 4);
+    assert_eq!(
+        take(&wide, &both_key, 0).await.remaining,
+        6,
+        "denied checks charged nothing"
+    );
+}
+
 /// A quota changed at run time keeps the keys' state: a lower burst denies at once, a higher
 /// one admits what the old one did and more, the same quota again changes nothing.
 pub async fn a_changed_quota_keeps_the_state(factory: &dyn RateLimitFactory) {
@@ -309,6 +353,7 @@ macro_rules! rate_limit_conformance_checks {
             a_cost_counts_as_that_many_requests,
             clients_share_a_limit_and_keys_are_apart,
             several_limits_are_charged_all_or_none,
+            concurrent_calls_are_each_all_or_none,
             a_changed_quota_keeps_the_state,
             requests_return_at_the_rate,
             invalid_arguments_are_rejected,

@@ -31,6 +31,7 @@ use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change, Entry};
 use tokio::time::Instant;
 
 use crate::cache::clock::ServerClock;
+use crate::core::batch::Batcher;
 use crate::core::client::{RedisClient, RedisCore};
 use crate::core::error::RedisFailure;
 use crate::core::subscriptions::{Heard, Listener};
@@ -66,7 +67,7 @@ pub struct RedisCaches {
     scripts: scripts::Scripts,
     clock: Arc<ServerClock>,
     refreshing: Arc<AtomicBool>,
-    reads: reads::Reads,
+    reads: Batcher<reads::Reads>,
 }
 
 impl RedisCaches {
@@ -77,11 +78,11 @@ impl RedisCaches {
         let scripts = scripts::Scripts::new();
         crate::core::scripts::preload(&core, &scripts.preloaded(), CAPABILITY).await;
         let caches = RedisCaches {
+            reads: reads::reads(&core.client),
             core,
             scripts,
             clock: Arc::default(),
             refreshing: Arc::default(),
-            reads: reads::Reads::default(),
         };
         if caches.core.unreachable("TIME").is_none() {
             let _ = read_clock(&caches.core.client, &caches.clock).await;
@@ -205,10 +206,11 @@ impl CacheStore for RedisCaches {
     async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
         let client = self.client("get", cache, key)?;
         let hash = self.core.keys.capability_key(CAPABILITY, cache);
-        let stored = (self
+        let stored = self
             .reads
-            .hget(client, &self.core.runtime, &hash, key)
-            .await)
+            .call(&self.core.runtime, hash, key.to_owned())
+            .await
+            .unwrap_or_else(|| Err(crate::core::batch::runtime_gone()))
             .map_err(|e| self.failed("get", cache, key, e))?;
         let Some(stored) = stored else {
             return Ok(None);

@@ -7,6 +7,8 @@
 //! - `subscriptions`: sharded pub/sub channels shared by every waiter of a client, re-established
 //!   after reconnects;
 //! - `watch`: a change watch on one of those channels, failing when the connection is lost;
+//! - `batch`: calls made together sent as one command (the cache's reads, rate-limit
+//!   decisions);
 //! - `keys`: the key layout, every key of one name sharing one hash tag;
 //! - `address`: the one Redis address type, [`RedisAddress`](crate::RedisAddress), parsed once;
 //! - `redact`: the one redactor of secrets in addresses and free text;
@@ -18,6 +20,7 @@
 
 pub(crate) mod address;
 pub(crate) mod backoff;
+pub(crate) mod batch;
 pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod connection;

@@ -5,8 +5,11 @@
 //!   holding `<tat>:<interval>` (µs of the server's `TIME`) with the TTL of its reset-after:
 //!   a key at rest is gone.
 //! - **One script** (`scripts/gcra.lua`, `EVALSHA` with a reload on `NOSCRIPT`) reads the
-//!   clock and every charge's state, decides them all, and writes them only if all are
-//!   allowed: `TIME`, then a `GET` per charge, then a `SET` per charged one.
+//!   clock and every charge's state, decides them all, and writes a call's charges only if all
+//!   are allowed: `TIME`, then a `GET` per key, then a `SET` per key changed.
+//! - **Calls made together share a script call**: a call made while another is in flight is
+//!   decided with the calls of its slot (all of them on one server) in one `EVALSHA`, in order,
+//!   each call all or none as if alone; a call made alone is one `EVALSHA` of its own.
 //! - **Cluster.** Charges of one call must share a slot: with the key as the hash tag, limits
 //!   of the same key always do; charges of different keys are refused on a Cluster with an
 //!   error saying so.
@@ -18,9 +21,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::*;
+use fred::types::scripts::Script;
 use lock_core::rate_limit::{Charge, RateLimitError, RateLimitStore, Verdict};
 
 use crate::core::address::Topology;
+use crate::core::batch::{Batched, Batcher};
 use crate::core::client::{RedisClient, RedisCore};
 use crate::core::error::RedisFailure;
 
@@ -53,7 +58,7 @@ const OPERATION: &str = "rate limit script";
 #[derive(Debug)]
 pub struct RedisRateLimits {
     core: Arc<RedisCore>,
-    script: fred::types::scripts::Script,
+    decisions: Batcher<Decisions>,
     cluster: bool,
 }
 
@@ -62,15 +67,22 @@ impl RedisRateLimits {
     /// Redis answers.
     pub async fn new(client: &RedisClient) -> Self {
         let core = Arc::clone(&client.core);
-        let script = fred::types::scripts::Script::from_lua(scripts::GCRA_SCRIPT);
+        let script = Script::from_lua(scripts::GCRA_SCRIPT);
         crate::core::scripts::preload(&core, &[&script], CAPABILITY).await;
         let cluster = matches!(
             core.config.address.as_ref().map(|a| a.topology()),
             Ok(Topology::Cluster)
         );
+        let decisions = Batcher::new(
+            Decisions {
+                client: core.client.clone(),
+                script,
+            },
+            MAX_BATCH,
+        );
         RedisRateLimits {
             core,
-            script,
+            decisions,
             cluster,
         }
     }
@@ -104,31 +116,27 @@ impl RateLimitStore for RedisRateLimits {
         if let Some(failure) = self.core.unreachable(OPERATION) {
             return Err(failed(failure));
         }
-        let keys: Vec<String> = charges
+        let call: Vec<Args> = charges
             .iter()
-            .map(|c| self.state_key(c.limit, c.key))
+            .map(|c| Args {
+                key: self.state_key(c.limit, c.key),
+                interval: c.quota.emission_interval_micros(),
+                burst: i64::from(c.quota.burst()),
+                cost: i64::from(c.cost),
+            })
             .collect();
-        let reply: Vec<i64> = crate::core::scripts::call(&self.core.client, &self.script, || {
-            let args = charges
-                .iter()
-                .flat_map(|c| {
-                    [
-                        Value::from(c.quota.emission_interval_micros()),
-                        Value::from(i64::from(c.quota.burst())),
-                        Value::from(i64::from(c.cost)),
-                    ]
-                })
-                .collect();
-            (keys.iter().map(|k| k.as_str().into()).collect(), args)
-        })
-        .await
-        .map_err(|e| failed(self.core.failure(OPERATION, e)))?;
-        if reply.len() != 4 * charges.len() {
-            return Err(failed(RedisFailure::protocol(
-                OPERATION,
-                "unexpected reply shape",
-            )));
-        }
+        // Calls whose keys share a slot may share a script call: all of them on one server.
+        let slot = if self.cluster {
+            fred::util::redis_keyslot(call[0].key.as_bytes())
+        } else {
+            0
+        };
+        let reply = self
+            .decisions
+            .call(&self.core.runtime, slot, call)
+            .await
+            .unwrap_or_else(|| Err(crate::core::batch::runtime_gone()))
+            .map_err(|e| failed(self.core.failure(OPERATION, e)))?;
         let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
         Ok(reply
             .chunks_exact(4)
@@ -139,5 +147,67 @@ impl RateLimitStore for RedisRateLimits {
                 reset_after: micros(v[3]),
             })
             .collect())
+    }
+}
+
+/// The most calls one script call decides: a full collection is sent while the next calls
+/// start another, so that several are in flight at once.
+const MAX_BATCH: usize = 16;
+
+/// One charge of a call, as the script takes it.
+struct Args {
+    key: String,
+    /// µs
+    interval: f64,
+    burst: i64,
+    cost: i64,
+}
+
+/// Calls of one slot (the group), decided by one `EVALSHA` of the script.
+#[derive(Debug)]
+struct Decisions {
+    client: Client,
+    script: Script,
+}
+
+impl Batched for Decisions {
+    type Group = u16;
+    type Call = Vec<Args>;
+    type Reply = Result<Vec<i64>, Error>;
+
+    async fn send(&self, _slot: &u16, calls: Vec<Vec<Args>>) -> Vec<Self::Reply> {
+        let reply: Result<Vec<i64>, Error> =
+            crate::core::scripts::call(&self.client, &self.script, || {
+                let charges = calls.iter().flat_map(|call| {
+                    let last = call.len() - 1;
+                    call.iter().enumerate().map(move |(i, c)| (c, i == last))
+                });
+                let (mut keys, mut args) = (Vec::new(), Vec::new());
+                for (charge, last) in charges {
+                    keys.push(charge.key.as_str().into());
+                    args.extend([
+                        Value::from(charge.interval),
+                        Value::from(charge.burst),
+                        Value::from(charge.cost),
+                        Value::from(i64::from(last)),
+                    ]);
+                }
+                (keys, args)
+            })
+            .await;
+        let charges: usize = calls.iter().map(Vec::len).sum();
+        let reply = match reply {
+            Ok(reply) if reply.len() != 4 * charges => {
+                Err(Error::new(ErrorKind::Protocol, "unexpected reply shape"))
+            }
+            reply => reply,
+        };
+        match reply {
+            Ok(mut reply) => calls
+                .iter()
+                .map(|call| Ok(reply.drain(..4 * call.len()).collect()))
+                .collect(),
+            Err(error) => vec![Err(error); calls.len()],
+        }
     }
 }
