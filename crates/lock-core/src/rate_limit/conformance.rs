@@ -35,14 +35,14 @@ fn hourly(burst: u32) -> Quota {
 }
 
 async fn limiter(factory: &dyn RateLimitFactory, quota: Quota) -> RateLimiter {
+    limiter_on(&factory.client().await, quota)
+}
+
+/// A limiter of a new name on `store`.
+fn limiter_on(store: &Arc<dyn RateLimitStore>, quota: Quota) -> RateLimiter {
     let name = unique_key("limit");
-    RateLimiter::new(
-        factory.client().await,
-        &name,
-        quota,
-        FailurePolicy::FailClosed,
-    )
-    .expect("a valid limiter")
+    RateLimiter::new(Arc::clone(store), &name, quota, FailurePolicy::FailClosed)
+        .expect("a valid limiter")
 }
 
 async fn take(limiter: &RateLimiter, key: &str, cost: u32) -> Decision {
@@ -144,16 +144,10 @@ pub async fn clients_share_a_limit_and_keys_are_apart(factory: &dyn RateLimitFac
 /// A check of several limits charges all of them or none.
 pub async fn several_limits_are_charged_all_or_none(factory: &dyn RateLimitFactory) {
     let store = factory.client().await;
-    let new = |quota| {
-        RateLimiter::new(
-            Arc::clone(&store),
-            &unique_key("limit"),
-            quota,
-            FailurePolicy::FailClosed,
-        )
-        .expect("a valid limiter")
-    };
-    let (wide, narrow) = (new(hourly(10)), new(hourly(2)));
+    let (wide, narrow) = (
+        limiter_on(&store, hourly(10)),
+        limiter_on(&store, hourly(2)),
+    );
     let key = unique_key("client");
     let both = |cost| {
         [
@@ -193,16 +187,7 @@ pub async fn several_limits_are_charged_all_or_none(factory: &dyn RateLimitFacto
 /// two limits, exactly as many as the narrower admits, and only they charge the wider.
 pub async fn concurrent_calls_are_each_all_or_none(factory: &dyn RateLimitFactory) {
     let store = factory.client().await;
-    let new = |burst| {
-        RateLimiter::new(
-            Arc::clone(&store),
-            &unique_key("limit"),
-            hourly(burst),
-            FailurePolicy::FailClosed,
-        )
-        .expect("a valid limiter")
-    };
-    let (single, wide, narrow) = (new(10), new(10), new(4));
+    let [single, wide, narrow] = [10, 10, 4].map(|burst| limiter_on(&store, hourly(burst)));
     let (key, both_key) = (unique_key("client"), unique_key("client"));
     let singles = futures::future::join_all((0..30).map(|_| take(&single, &key, 1)));
     let both = [&wide, &narrow].map(|limiter| Part {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{GENEROUS, command_calls, delta, eventually, server};
 use lock_core::rate_limit::conformance::RateLimitFactory;
-use lock_core::rate_limit::{Basis, FailurePolicy, Part, RateLimitStore, check_all};
+use lock_core::rate_limit::{Basis, FailurePolicy, Part, RateLimitStore, RateLimiter, check_all};
 use lock_testkit::RedisServer;
 
 use super::{limiter, store};
@@ -179,6 +179,26 @@ async fn a_state_no_limiter_wrote_is_at_rest() {
     }
 }
 
+/// A check of one client's limit and the global one, each charged 1.
+fn client_and_global<'a>(
+    per_client: &'a RateLimiter,
+    global: &'a RateLimiter,
+    client: &'a str,
+) -> [Part<'a>; 2] {
+    [
+        Part {
+            limiter: per_client,
+            key: client,
+            cost: 1,
+        },
+        Part {
+            limiter: global,
+            key: "all",
+            cost: 1,
+        },
+    ]
+}
+
 /// On one server, limits of different keys (per client and global) are checked together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_of_different_keys_are_charged_together_on_one_server() {
@@ -187,18 +207,7 @@ async fn limits_of_different_keys_are_charged_together_on_one_server() {
     let per_client = limiter(&store, "per-client", "2/1h", FailurePolicy::FailClosed);
     let global = limiter(&store, "global", "3/1h", FailurePolicy::FailClosed);
     let check = |client| {
-        let parts = [
-            Part {
-                limiter: &per_client,
-                key: client,
-                cost: 1,
-            },
-            Part {
-                limiter: &global,
-                key: "all",
-                cost: 1,
-            },
-        ];
+        let parts = client_and_global(&per_client, &global, client);
         async move { check_all(&parts).await.unwrap() }
     };
     assert!(check("a").await.allowed);
@@ -228,18 +237,7 @@ async fn calls_made_together_share_a_script_call() {
     let singles = futures::future::join_all((0..64).map(|_| api.try_acquire("hot", 1)));
     let clients: Vec<String> = (0..32).map(|i| format!("client-{i}")).collect();
     let checks = futures::future::join_all(clients.iter().map(|client| {
-        let parts = [
-            Part {
-                limiter: &per_client,
-                key: client,
-                cost: 1,
-            },
-            Part {
-                limiter: &global,
-                key: "all",
-                cost: 1,
-            },
-        ];
+        let parts = client_and_global(&per_client, &global, client);
         async move { (client, check_all(&parts).await.unwrap()) }
     }));
     let (singles, checks) = futures::join!(singles, checks);
