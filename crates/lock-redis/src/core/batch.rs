@@ -102,13 +102,18 @@ impl<B: Batched> Batcher<B> {
             }
         };
         if let Some(collection) = started {
-            let shared = Arc::clone(shared);
+            // Built outside the task: a task dropped unpolled (a runtime shutting down) still
+            // closes its collection.
+            let unsent = Unsent {
+                shared: Arc::clone(shared),
+                group,
+                collection,
+            };
             runtime.spawn(async move {
                 // Calls made meanwhile join before the collection is sent.
                 tokio::task::yield_now().await;
-                let (calls, senders): (Vec<_>, Vec<_>) =
-                    shared.finish(&group, &collection).into_iter().unzip();
-                let replies = shared.batched.send(&group, calls).await;
+                let (calls, senders): (Vec<_>, Vec<_>) = unsent.finish().into_iter().unzip();
+                let replies = unsent.shared.batched.send(&unsent.group, calls).await;
                 for (sender, reply) in senders.into_iter().zip(replies) {
                     let _ = sender.send(reply);
                 }
@@ -134,6 +139,27 @@ impl<B: Batched> Shared<B> {
         }
         drop(collecting);
         std::mem::take(&mut *collection.waiters())
+    }
+}
+
+/// A collection its task has not sent yet. Dropped unsent (the task dropped with its runtime),
+/// it stops calls from joining and drops their answers, so that each caller gets `None`.
+struct Unsent<B: Batched> {
+    shared: Arc<Shared<B>>,
+    group: B::Group,
+    collection: Arc<Collection<B>>,
+}
+
+impl<B: Batched> Unsent<B> {
+    fn finish(&self) -> Waiters<B> {
+        self.shared.finish(&self.group, &self.collection)
+    }
+}
+
+impl<B: Batched> Drop for Unsent<B> {
+    fn drop(&mut self) {
+        // Once sent, the collection is no longer in the map and holds no waiter.
+        drop(self.finish());
     }
 }
 

@@ -27,7 +27,7 @@ use lock_core::rate_limit::{Charge, RateLimitError, RateLimitStore, Verdict};
 use crate::core::address::Topology;
 use crate::core::batch::{Batched, Batcher};
 use crate::core::client::{RedisClient, RedisCore};
-use crate::core::error::RedisFailure;
+use crate::core::error::{RedisFailure, Refusal};
 
 /// The capability's name in its keys: `<prefix>rate:{<key>}:<limit>`.
 const CAPABILITY: &str = "rate";
@@ -170,44 +170,64 @@ struct Decisions {
     script: Script,
 }
 
+impl Decisions {
+    /// Decides `calls` in one `EVALSHA`: 4 integers per charge.
+    async fn decide(&self, calls: &[Vec<Args>]) -> Result<Vec<i64>, Error> {
+        let reply: Vec<i64> = crate::core::scripts::call(&self.client, &self.script, || {
+            let charges = calls.iter().flat_map(|call| {
+                let last = call.len() - 1;
+                call.iter().enumerate().map(move |(i, c)| (c, i == last))
+            });
+            let (mut keys, mut args) = (Vec::new(), Vec::new());
+            for (charge, last) in charges {
+                keys.push(charge.key.as_str().into());
+                args.extend([
+                    Value::from(charge.interval),
+                    Value::from(charge.burst),
+                    Value::from(charge.cost),
+                    Value::from(i64::from(last)),
+                ]);
+            }
+            (keys, args)
+        })
+        .await?;
+        let charges: usize = calls.iter().map(Vec::len).sum();
+        if reply.len() != 4 * charges {
+            return Err(Error::new(ErrorKind::Protocol, "unexpected reply shape"));
+        }
+        Ok(reply)
+    }
+}
+
 impl Batched for Decisions {
     type Group = u16;
     type Call = Vec<Args>;
     type Reply = Result<Vec<i64>, Error>;
 
     async fn send(&self, _slot: &u16, calls: Vec<Vec<Args>>) -> Vec<Self::Reply> {
-        let reply: Result<Vec<i64>, Error> =
-            crate::core::scripts::call(&self.client, &self.script, || {
-                let charges = calls.iter().flat_map(|call| {
-                    let last = call.len() - 1;
-                    call.iter().enumerate().map(move |(i, c)| (c, i == last))
-                });
-                let (mut keys, mut args) = (Vec::new(), Vec::new());
-                for (charge, last) in charges {
-                    keys.push(charge.key.as_str().into());
-                    args.extend([
-                        Value::from(charge.interval),
-                        Value::from(charge.burst),
-                        Value::from(charge.cost),
-                        Value::from(i64::from(last)),
-                    ]);
-                }
-                (keys, args)
-            })
-            .await;
-        let charges: usize = calls.iter().map(Vec::len).sum();
-        let reply = match reply {
-            Ok(reply) if reply.len() != 4 * charges => {
-                Err(Error::new(ErrorKind::Protocol, "unexpected reply shape"))
-            }
-            reply => reply,
-        };
-        match reply {
+        match self.decide(&calls).await {
             Ok(mut reply) => calls
                 .iter()
                 .map(|call| Ok(reply.drain(..4 * call.len()).collect()))
                 .collect(),
+            // A refusal that may be of one call's keys alone (a key of another type, outside
+            // the user's key patterns, in a slot being migrated): each call is decided on its
+            // own, so that it reaches only that call.
+            Err(error) if calls.len() > 1 && refuses_keys(&error) => {
+                let alone = calls
+                    .iter()
+                    .map(|call| self.decide(std::slice::from_ref(call)));
+                futures::future::join_all(alone).await
+            }
             Err(error) => vec![Err(error); calls.len()],
         }
     }
+}
+
+/// Whether `error` is a refusal that may concern some keys of a script call and not others.
+fn refuses_keys(error: &Error) -> bool {
+    matches!(
+        Refusal::of_reply(error),
+        Some(Refusal::WrongType | Refusal::NoPermission | Refusal::Other)
+    )
 }

@@ -4,10 +4,11 @@ mod batch;
 mod processes;
 mod sentinel;
 mod store;
+mod together;
 
 use std::sync::Arc;
 
-use lock_core::rate_limit::{FailurePolicy, Quota, RateLimiter};
+use lock_core::rate_limit::{FailurePolicy, Part, Quota, RateLimiter};
 use lock_redis::lock::RedisLock;
 use lock_redis::rate_limit::RedisRateLimits;
 
@@ -25,4 +26,24 @@ pub(crate) fn limiter(
 ) -> RateLimiter {
     let quota: Quota = quota.parse().unwrap();
     RateLimiter::new(store.clone(), name, quota, policy).unwrap()
+}
+
+/// A check of one client's limit and the global one, each charged 1.
+pub(crate) fn client_and_global<'a>(
+    per_client: &'a RateLimiter,
+    global: &'a RateLimiter,
+    client: &'a str,
+) -> [Part<'a>; 2] {
+    [
+        Part {
+            limiter: per_client,
+            key: client,
+            cost: 1,
+        },
+        Part {
+            limiter: global,
+            key: "all",
+            cost: 1,
+        },
+    ]
 }

@@ -7,12 +7,12 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{GENEROUS, command_calls, delta, eventually, server};
+use common::{GENEROUS, eventually, server};
 use lock_core::rate_limit::conformance::RateLimitFactory;
-use lock_core::rate_limit::{Basis, FailurePolicy, Part, RateLimitStore, RateLimiter, check_all};
+use lock_core::rate_limit::{Basis, FailurePolicy, RateLimitStore, check_all};
 use lock_testkit::RedisServer;
 
-use super::{limiter, store};
+use super::{client_and_global, limiter, store};
 
 struct Redis(RedisServer);
 
@@ -179,26 +179,6 @@ async fn a_state_no_limiter_wrote_is_at_rest() {
     }
 }
 
-/// A check of one client's limit and the global one, each charged 1.
-fn client_and_global<'a>(
-    per_client: &'a RateLimiter,
-    global: &'a RateLimiter,
-    client: &'a str,
-) -> [Part<'a>; 2] {
-    [
-        Part {
-            limiter: per_client,
-            key: client,
-            cost: 1,
-        },
-        Part {
-            limiter: global,
-            key: "all",
-            cost: 1,
-        },
-    ]
-}
-
 /// On one server, limits of different keys (per client and global) are checked together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_of_different_keys_are_charged_together_on_one_server() {
@@ -221,48 +201,6 @@ async fn limits_of_different_keys_are_charged_together_on_one_server() {
     let fourth = check("c").await;
     assert!(!fourth.allowed && &*fourth.limit == "global", "{fourth:?}");
     assert_eq!(per_client.try_acquire("c", 0).await.unwrap().remaining, 2);
-}
-
-/// Calls made together share `EVALSHA`s, and each is decided as if alone: of 64 charges of one
-/// key with a burst of 20, the admitted count down from 19 to 0, and the state holds 20
-/// charges; each call of 32 clients' checks with a global limit of 8 is all or none.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn calls_made_together_share_a_script_call() {
-    let redis = server().await;
-    let store = store(&common::client(&redis).await).await;
-    let api = limiter(&store, "api", "20/1h", FailurePolicy::FailClosed);
-    let per_client = limiter(&store, "per-client", "1/1h", FailurePolicy::FailClosed);
-    let global = limiter(&store, "global", "8/1h", FailurePolicy::FailClosed);
-    let before = command_calls(&redis).await;
-    let singles = futures::future::join_all((0..64).map(|_| api.try_acquire("hot", 1)));
-    let clients: Vec<String> = (0..32).map(|i| format!("client-{i}")).collect();
-    let checks = futures::future::join_all(clients.iter().map(|client| {
-        let parts = client_and_global(&per_client, &global, client);
-        async move { (client, check_all(&parts).await.unwrap()) }
-    }));
-    let (singles, checks) = futures::join!(singles, checks);
-    let after = command_calls(&redis).await;
-    let mut remaining: Vec<u32> = singles
-        .into_iter()
-        .map(Result::unwrap)
-        .filter(|d| d.allowed)
-        .map(|d| d.remaining)
-        .collect();
-    remaining.sort_unstable();
-    assert_eq!(remaining, (0..20).collect::<Vec<_>>());
-    assert_eq!(api.try_acquire("hot", 0).await.unwrap().remaining, 0);
-    let admitted: Vec<&String> = checks
-        .iter()
-        .filter(|(_, d)| d.allowed)
-        .map(|(client, _)| *client)
-        .collect();
-    assert_eq!(admitted.len(), 8, "{checks:?}");
-    for client in &clients {
-        let charged = per_client.try_acquire(client, 0).await.unwrap().remaining == 0;
-        assert_eq!(charged, admitted.contains(&client), "{client}");
-    }
-    let evalsha = delta(&before, &after, "evalsha");
-    assert!((1..96).contains(&evalsha), "{evalsha} EVALSHA for 96 calls");
 }
 
 /// Redis killed mid-run: the fail-open limiter admits, the fail-closed one denies, each says
