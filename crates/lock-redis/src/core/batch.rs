@@ -32,9 +32,9 @@ pub(crate) trait Batched: Send + Sync + 'static {
 
 /// Collects concurrent calls per group. A call made while another is in flight joins the
 /// collection of its group, or starts one: a task that yields once to the runtime, then sends
-/// every call that joined (at most `max`) and answers each. A call made alone is sent alone,
-/// with no task. No call waits on another's future: a caller that gives up drops only its own
-/// answer.
+/// every call that joined (at most `max`) and whose caller still waits, and answers each. A
+/// call made alone is sent alone, with no task. No call waits on another's future: a caller
+/// that gives up drops only its own answer.
 pub(crate) struct Batcher<B: Batched> {
     shared: Arc<Shared<B>>,
     /// Calls started and not yet answered, of every group.
@@ -112,7 +112,13 @@ impl<B: Batched> Batcher<B> {
             runtime.spawn(async move {
                 // Calls made meanwhile join before the collection is sent.
                 tokio::task::yield_now().await;
-                let (calls, senders): (Vec<_>, Vec<_>) = unsent.finish().into_iter().unzip();
+                // A call whose caller is gone is not sent.
+                let mut waiters = unsent.finish();
+                waiters.retain(|(_, sender)| !sender.is_closed());
+                let (calls, senders): (Vec<_>, Vec<_>) = waiters.into_iter().unzip();
+                if calls.is_empty() {
+                    return;
+                }
                 let replies = unsent.shared.batched.send(&unsent.group, calls).await;
                 for (sender, reply) in senders.into_iter().zip(replies) {
                     let _ = sender.send(reply);

@@ -200,6 +200,32 @@ async fn calls_made_together_decide_as_one_after_another() {
     }
 }
 
+/// Calls dropped while their collection waits to be sent are left out of it and charge
+/// nothing; at most the call made alone, sent when first polled, is charged.
+#[tokio::test(flavor = "current_thread")]
+async fn calls_cancelled_before_their_collection_goes_charge_nothing() {
+    let redis = server().await;
+    let store = store(&common::client(&redis).await).await;
+    let api = limiter(&store, "api", "40/1h", FailurePolicy::FailClosed);
+    api.try_acquire("warm", 1).await.unwrap();
+    {
+        let mut calls: Vec<_> = (0..20).map(|_| Box::pin(api.try_acquire("k", 1))).collect();
+        for call in &mut calls {
+            assert!(futures::poll!(call.as_mut()).is_pending());
+        }
+    }
+    // The collection's task runs (and would send) while this task yields.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let remaining = api.try_acquire("k", 0).await.unwrap().remaining;
+    assert!(
+        remaining >= 39,
+        "{} of 20 cancelled calls charged",
+        40 - remaining
+    );
+}
+
 /// After a `SCRIPT FLUSH`, calls made together reload the script once and each is counted once.
 #[tokio::test(flavor = "current_thread")]
 async fn calls_made_together_reload_a_flushed_script() {
