@@ -210,7 +210,6 @@ impl CacheStore for RedisCaches {
             .reads
             .call(&self.core.runtime, hash, key.to_owned())
             .await
-            .unwrap_or_else(|| Err(crate::core::batch::runtime_gone()))
             .map_err(|e| self.failed("get", cache, key, e))?;
         let Some(stored) = stored else {
             return Ok(None);

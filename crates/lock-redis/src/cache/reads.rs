@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use fred::bytes::Bytes;
 use fred::prelude::*;
 
-use crate::core::batch::{Batched, Batcher};
+use crate::core::batch::{Batched, Batcher, Reply};
 use crate::core::error::Refusal;
-
-pub(crate) type Reply = Result<Option<Bytes>, Error>;
 
 /// The most reads one `HMGET` carries: a full collection is sent while the next reads start
 /// another, so that several are in flight at once. 8 to 32 measured alike with 32 readers
@@ -38,9 +36,9 @@ pub(crate) struct Reads {
 impl Batched for Reads {
     type Group = String;
     type Call = String;
-    type Reply = Reply;
+    type Output = Option<Bytes>;
 
-    async fn send(&self, hash: &String, fields: Vec<String>) -> Vec<Reply> {
+    async fn send(&self, hash: &String, fields: Vec<String>) -> Vec<Reply<Self>> {
         if let [field] = fields.as_slice() {
             return vec![self.client.hget(hash, field.as_str()).await];
         }

@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use fred::error::{Error, ErrorKind};
 use tokio::sync::oneshot;
 
 /// How calls of one kind are sent together.
@@ -15,14 +16,15 @@ pub(crate) trait Batched: Send + Sync + 'static {
     /// Calls of one group may share a command: one hash, one Cluster slot.
     type Group: Hash + Eq + Clone + Send + Sync + 'static;
     type Call: Send + 'static;
-    type Reply: Send + 'static;
+    /// What a call answers with when it succeeds.
+    type Output: Send + 'static;
 
     /// Sends `calls` of `group` as one command: one reply per call, in their order.
     fn send(
         &self,
         group: &Self::Group,
         calls: Vec<Self::Call>,
-    ) -> impl Future<Output = Vec<Self::Reply>> + Send;
+    ) -> impl Future<Output = Vec<Reply<Self>>> + Send;
 
     /// Whether calls are collected at all; when not, each is sent alone.
     fn batching(&self) -> bool {
@@ -48,7 +50,10 @@ struct Shared<B: Batched> {
     collecting: Mutex<HashMap<B::Group, Arc<Collection<B>>>>,
 }
 
-type Waiters<B> = Vec<(<B as Batched>::Call, oneshot::Sender<<B as Batched>::Reply>)>;
+/// A call's reply: its output, or the command's error as fred reports it.
+pub(crate) type Reply<B> = Result<<B as Batched>::Output, Error>;
+
+type Waiters<B> = Vec<(<B as Batched>::Call, oneshot::Sender<Reply<B>>)>;
 
 /// The calls that joined one collection.
 struct Collection<B: Batched>(Mutex<Waiters<B>>);
@@ -73,18 +78,22 @@ impl<B: Batched> Batcher<B> {
     }
 
     /// The reply to `call`, sent with whatever calls of `group` are made at the same time; a
-    /// collection's task runs on `runtime`. `None` when that task was dropped before it answered
-    /// (the runtime shut down).
+    /// collection's task runs on `runtime`.
+    ///
+    /// # Errors
+    /// The command's error, as fred reports it; `Canceled` when the collection's task was
+    /// dropped before it answered (the runtime shut down).
     pub(crate) async fn call(
         &self,
         runtime: &tokio::runtime::Handle,
         group: B::Group,
         call: B::Call,
-    ) -> Option<B::Reply> {
+    ) -> Reply<B> {
         let flight = InFlight::enter(&self.in_flight);
         let shared = &self.shared;
         if flight.alone || !shared.batched.batching() {
-            return shared.batched.send(&group, vec![call]).await.pop();
+            let reply = shared.batched.send(&group, vec![call]).await.pop();
+            return reply.unwrap_or_else(|| Err(unanswered()));
         }
         let (sender, receiver) = oneshot::channel();
         let started = {
@@ -125,7 +134,7 @@ impl<B: Batched> Batcher<B> {
                 }
             });
         }
-        receiver.await.ok()
+        receiver.await.unwrap_or_else(|_| Err(unanswered()))
     }
 }
 
@@ -178,10 +187,10 @@ impl<B: Batched> fmt::Debug for Batcher<B> {
     }
 }
 
-/// The error of a call whose batch's task was dropped before it answered.
-pub(crate) fn runtime_gone() -> fred::error::Error {
-    fred::error::Error::new(
-        fred::error::ErrorKind::Canceled,
+/// The error of a call whose collection's task was dropped before it answered.
+fn unanswered() -> Error {
+    Error::new(
+        ErrorKind::Canceled,
         "the Redis client's Tokio runtime shut down before the call was answered",
     )
 }

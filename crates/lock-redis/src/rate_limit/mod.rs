@@ -25,7 +25,7 @@ use fred::types::scripts::Script;
 use lock_core::rate_limit::{Charge, RateLimitError, RateLimitStore, Verdict};
 
 use crate::core::address::Topology;
-use crate::core::batch::{Batched, Batcher};
+use crate::core::batch::{Batched, Batcher, Reply};
 use crate::core::client::{RedisClient, RedisCore};
 use crate::core::error::{RedisFailure, Refusal};
 
@@ -135,7 +135,6 @@ impl RateLimitStore for RedisRateLimits {
             .decisions
             .call(&self.core.runtime, slot, call)
             .await
-            .unwrap_or_else(|| Err(crate::core::batch::runtime_gone()))
             .map_err(|e| failed(self.core.failure(OPERATION, e)))?;
         let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
         Ok(reply
@@ -202,9 +201,9 @@ impl Decisions {
 impl Batched for Decisions {
     type Group = u16;
     type Call = Vec<Args>;
-    type Reply = Result<Vec<i64>, Error>;
+    type Output = Vec<i64>;
 
-    async fn send(&self, _slot: &u16, calls: Vec<Vec<Args>>) -> Vec<Self::Reply> {
+    async fn send(&self, _slot: &u16, calls: Vec<Vec<Args>>) -> Vec<Reply<Self>> {
         match self.decide(&calls).await {
             Ok(mut reply) => calls
                 .iter()

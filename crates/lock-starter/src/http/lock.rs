@@ -11,8 +11,6 @@ use super::problem::problem_response;
 use super::{Answer, Handler, KeyFn, Req};
 use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError};
 
-/// What a request is guarded by, such as `bill-run:<period>`; `None` for a request that runs
-/// unguarded.
 /// A tower layer running the handlers below it under the distributed lock of a key taken from
 /// the request: one request per key at a time, across every replica sharing the lock.
 ///

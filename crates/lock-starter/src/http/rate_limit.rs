@@ -16,8 +16,6 @@ pub const RATELIMIT_HEADER: &str = "ratelimit";
 /// The response field with the limit's quota: `RateLimit-Policy`.
 pub const RATELIMIT_POLICY_HEADER: &str = "ratelimit-policy";
 
-/// What a request is limited by: a client id, an API key, an address; `None` for a request
-/// that is not limited.
 /// A tower layer limiting the requests below it per key, such as a client id, an API key or an
 /// address, on a shared [`RateLimiter`].
 ///
