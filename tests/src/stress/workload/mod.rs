@@ -162,7 +162,20 @@ impl Context {
         outcome: Outcome<'_>,
         reason: Option<&str>,
     ) -> io::Result<()> {
-        let mut event = Event::new(&self.name, op, Phase::Complete, key);
+        self.complete_at(
+            Event::new(&self.name, op, Phase::Complete, key),
+            outcome,
+            reason,
+        )
+    }
+
+    /// As [`Context::complete`], for a completion `event` made earlier (its time kept).
+    fn complete_at(
+        &self,
+        mut event: Event,
+        outcome: Outcome<'_>,
+        reason: Option<&str>,
+    ) -> io::Result<()> {
         match outcome {
             Ok((value, token)) => {
                 event.ok = Some(true);

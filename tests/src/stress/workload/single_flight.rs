@@ -31,12 +31,16 @@ pub(super) async fn work(ctx: &Context) -> io::Result<()> {
                 // A history that cannot be written fails the run at its end (the worker exits).
                 let _ = ctx.invoke(Op::Run, KEY, Some(run), None);
                 sleep(hold).await;
+                // The run ends when its work does, before the report releases the guard: a
+                // completion stamped after the report would overlap the next run by as long as
+                // this process is held up in between.
+                let ended = Event::new(&ctx.name, Op::Run, Phase::Complete, KEY);
                 let outcome = match progress.report(&()).await {
                     Ok(true) => Ok((Some(run), None)),
                     Ok(false) => Err(("GUARD_LOST", "guard_lost")),
                     Err(ref e) => Err((e.code(), "unconfirmed")),
                 };
-                let _ = ctx.complete(Op::Run, KEY, outcome, None);
+                let _ = ctx.complete_at(ended, outcome, None);
                 run
             })
             .await;
