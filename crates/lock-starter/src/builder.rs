@@ -810,7 +810,7 @@ impl LockStarterBuilder {
         self
     }
 
-    /// Keeps idempotency records in this store instead of on the Redis lock's connections (a
+    /// Keeps idempotency records in this store instead of on the starter's Redis client (a
     /// fake in tests, your own backend). `telco.platform.lock.enabled = false` still switches
     /// deduplication off.
     ///
@@ -837,28 +837,28 @@ impl LockStarterBuilder {
         self
     }
 
-    /// Keeps master/sub locks' branches in this backend instead of on the Redis lock's
-    /// connections (with the service's lock: the Redis one, or [`lock`](Self::lock)'s).
+    /// Keeps master/sub locks' branches in this backend instead of on the starter's Redis
+    /// client (with the service's lock: the Redis one, or [`lock`](Self::lock)'s).
     pub fn branches(mut self, branches: Arc<dyn Branches>) -> Self {
         self.branches = Some(branches);
         self
     }
 
-    /// Keeps rate limits in this store instead of on the Redis lock's connections.
+    /// Keeps rate limits in this store instead of on the starter's Redis client.
     /// `telco.platform.lock.enabled = false` still admits every request.
     pub fn rate_limit_store(mut self, store: Arc<dyn RateLimitStore>) -> Self {
         self.rate_limit_store = Some(store);
         self
     }
 
-    /// Keeps the caches in this store instead of on the Redis lock's connections.
+    /// Keeps the caches in this store instead of on the starter's Redis client.
     /// `telco.platform.lock.enabled = false` still caches nothing.
     pub fn cache_store(mut self, store: Arc<dyn CacheStore>) -> Self {
         self.cache_store = Some(store);
         self
     }
 
-    /// Keeps shared values in this store instead of on the Redis lock's connections.
+    /// Keeps shared values in this store instead of on the starter's Redis client.
     /// `telco.platform.lock.enabled = false` still keeps them in this process only.
     pub fn value_store(mut self, store: Arc<dyn ValueStore>) -> Self {
         self.value_store = Some(store);
