@@ -912,7 +912,7 @@ pub async fn a_full_queue_refuses_a_push_whole(factory: &dyn ValuesFactory) {
 }
 
 /// An item that does not deserialize is taken and reported with its JSON, not dropped; bad
-/// arguments are refused.
+/// arguments, an id no take gave among them, are refused.
 pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFactory) {
     let name = unique_key("shape");
     let values = factory.client().await;
@@ -928,6 +928,19 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
     assert_eq!(taken.undecodable.len(), 1);
     assert_eq!(taken.undecodable[0].item, br#"{"v":2}"#);
     assert_eq!(queue.ack(&taken.ids()).await.unwrap(), 2);
+    queue.push(&6).await.unwrap();
+    let pending = queue.take(1, LONG).await.unwrap().ids();
+    let error = queue
+        .ack(&[pending[0].clone(), "not-an-id".to_owned()])
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
+    assert_eq!(error.details()["argument"], "id", "{error}");
+    assert_eq!(
+        queue.ack(&pending).await.unwrap(),
+        1,
+        "the refused call acknowledged nothing"
+    );
     for (argument, error) in [
         ("max", queue.take(0, LONG).await.unwrap_err()),
         (

@@ -63,7 +63,7 @@ pub enum ValuesError {
     },
     /// The stored value does not deserialize as the type asked for: another type, or an older
     /// shape of it. Code `VALUES_UNDECODABLE`.
-    #[error("shared value `{key}`{} is not a {type_name}: {cause}", version_text(*.version))]
+    #[error("shared value `{key}`{} does not decode as `{type_name}`: {cause}", version_text(*.version))]
     Undecodable {
         /// The value's key (`<map>[<field>]` for a map's field).
         key: String,
@@ -139,6 +139,16 @@ impl ValuesError {
         };
         details.insert("reason", reason.to_owned());
         details
+    }
+
+    /// The error of a [`ValueStore::queue_ack`](crate::values::ValueStore::queue_ack) given `id`, which
+    /// no take of the queue could have given.
+    pub fn not_a_queue_id(id: &str) -> Self {
+        ValuesError::invalid(
+            "id",
+            format!("{id:?}"),
+            "not an id a take of this queue gave; nothing was acknowledged".to_owned(),
+        )
     }
 
     /// An invalid argument `name` with the value shown as `value`.

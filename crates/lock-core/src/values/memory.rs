@@ -330,9 +330,17 @@ impl ValueStore for InMemoryValues {
     }
 
     async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
+        let ids = ids
+            .iter()
+            .map(|id| {
+                id.parse::<u64>()
+                    .map_err(|_| ValuesError::not_a_queue_id(id))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(self.with_queue(queue, |q, _| {
-            let ids = ids.iter().filter_map(|id| id.parse::<u64>().ok());
-            ids.filter(|id| q.pending.remove(id).is_some()).count() as u64
+            ids.iter()
+                .filter(|id| q.pending.remove(id).is_some())
+                .count() as u64
         }))
     }
 

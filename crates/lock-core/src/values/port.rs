@@ -188,6 +188,8 @@ pub trait ValueStore: Send + Sync + Debug {
     ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError>;
 
     /// Acknowledges the taken items `ids` of `queue`, removing them; how many were pending.
+    /// An id no take could have given is [`ValuesError::not_a_queue_id`], and nothing is
+    /// acknowledged.
     async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError>;
 
     /// How many items `queue` holds, taken and not yet acknowledged ones included.

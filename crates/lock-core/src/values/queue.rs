@@ -163,8 +163,11 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         }
     }
 
-    /// Takes up to `max` items (1 to [`MAX_TAKE`]) for this replica, each hidden from other
-    /// takes for `visibility` (1 ms to 30 days) unless acknowledged.
+    /// Takes up to `max` items (1 to [`MAX_TAKE`]) for this replica: first items taken before
+    /// and left unacknowledged for `visibility` (1 ms to 30 days), then new ones.
+    ///
+    /// The visibility is this take's, not the one that took an item before: give every
+    /// consumer of a queue the same.
     ///
     /// # Errors
     /// [`ValuesError::Unavailable`] (items may have been taken: they come back after the
@@ -209,6 +212,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     ///
     /// # Errors
     /// [`ValuesError::Unavailable`]: acknowledge again (it is idempotent).
+    /// [`ValuesError::InvalidArgument`] for an id no take gave; nothing is acknowledged then.
     pub async fn ack(&self, ids: &[String]) -> Result<u64, ValuesError> {
         check_key(&self.name)?;
         if ids.is_empty() {

@@ -445,6 +445,9 @@ impl ValueStore for RedisValues {
     }
 
     async fn queue_ack(&self, queue: &str, ids: &[String]) -> Result<u64, ValuesError> {
+        if let Some(id) = ids.iter().find(|id| !is_stream_id(id)) {
+            return Err(ValuesError::not_a_queue_id(id));
+        }
         let args: Vec<&[u8]> = ids.iter().map(String::as_bytes).collect();
         let keys = [self.queue_key(queue)];
         let script = &self.scripts.queue_ack;
@@ -460,6 +463,15 @@ impl ValueStore for RedisValues {
             .await
             .map_err(|e| self.failed("queue len", queue, e))
     }
+}
+
+/// Whether `id` is a stream entry's id as `XREADGROUP` gives it: `<ms>-<seq>`.
+fn is_stream_id(id: &str) -> bool {
+    id.split_once('-').is_some_and(|(ms, seq)| {
+        [ms, seq]
+            .iter()
+            .all(|n| n.bytes().all(|b| b.is_ascii_digit()) && n.parse::<u64>().is_ok())
+    })
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -520,5 +532,25 @@ mod tests {
             );
         }
         assert_eq!(parse_written(&Value::Integer(5)), Observed::Unknown);
+    }
+
+    #[test]
+    fn queue_ids_are_stream_ids() {
+        for id in ["1764500000123-0", "0-0", "18446744073709551615-7"] {
+            assert!(is_stream_id(id), "{id}");
+        }
+        for id in [
+            "",
+            "bogus",
+            "17",
+            "1-",
+            "-1",
+            "1-2-3",
+            "+1-0",
+            "1- 0",
+            "18446744073709551616-0",
+        ] {
+            assert!(!is_stream_id(id), "{id}");
+        }
     }
 }
