@@ -147,7 +147,8 @@ where
     /// pod loads the key waits up to `wait` for that load and reads its value. Call it before
     /// cloning the cache.
     ///
-    /// The load is guarded by [`SharedValues::single_flight`] at `cache-load:<cache>:<key>`.
+    /// The load is guarded by [`SharedValues::single_flight`] at `cache-load:<cache>:<key>`,
+    /// with `%` and `:` of the cache's name written `%25` and `%3A`.
     /// This costs a miss about four more Redis commands, and pays when a load is dearer than
     /// that times the pods that would otherwise run it. A waiter that times out, or finds the
     /// guard's store failing, loads itself.
@@ -254,7 +255,8 @@ where
         }
     }
 
-    /// Stores `value` as the entry `key` for the cache's TTL.
+    /// Stores `value` as the entry `key` for the cache's TTL. A value above the cap is not
+    /// stored, and the entry it would have replaced is invalidated.
     ///
     /// # Errors
     /// [`CacheError::Unavailable`] when the store did not confirm it;
@@ -288,8 +290,7 @@ where
         if self.inner.store.disabled() {
             return Ok(());
         }
-        let written = if bytes.len() > self.inner.options.value_limit() {
-            self.inner.metrics.oversize.increment(1);
+        let written = if self.oversize(key, bytes.len()) {
             self.inner
                 .store
                 .invalidate(&self.inner.name, key)
@@ -480,9 +481,7 @@ where
         let inner = &self.inner;
         if !store {
             inner.metrics.unavailable.increment(1);
-        } else if bytes.len() > inner.options.value_limit() {
-            inner.metrics.oversize.increment(1);
-        } else {
+        } else if !self.oversize(key, bytes.len()) {
             let ttl = inner.options.entry_ttl();
             match inner.store.put(&inner.name, key, &bytes, ttl).await {
                 Ok(()) => self.note_outage(None),
@@ -513,7 +512,7 @@ where
     {
         let mut load = Some(load);
         let mut ran = None;
-        let guard = format!("cache-load:{}:{key}", self.inner.name);
+        let guard = load_guard(&self.inner.name, key);
         let flight = values
             .single_flight::<Result<(), String>, (), _, _>(
                 &guard,
@@ -584,6 +583,32 @@ where
 type Panic = Box<dyn std::any::Any + Send>;
 
 /// Resumes a loader's panic in the caller that ran it.
+impl<V> Cache<V> {
+    /// Whether a value of `len` bytes is above the cap, which is counted and logged.
+    fn oversize(&self, key: &str, len: usize) -> bool {
+        let limit = self.inner.options.value_limit();
+        if len <= limit {
+            return false;
+        }
+        self.inner.metrics.oversize.increment(1);
+        tracing::debug!(
+            cache = %self.inner.name,
+            key,
+            bytes = len,
+            limit,
+            "a value above the cache's size cap is not cached"
+        );
+        true
+    }
+}
+
+/// The single-flight guard of `key`'s load across pods: one per cache and key, as the cache's
+/// name has its `:` escaped.
+fn load_guard(cache: &str, key: &str) -> String {
+    let cache = cache.replace('%', "%25").replace(':', "%3A");
+    format!("cache-load:{cache}:{key}")
+}
+
 fn rethrow(panic: Option<Panic>) {
     if let Some(panic) = panic {
         std::panic::resume_unwind(panic);
@@ -597,4 +622,16 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-text panic payload".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::load_guard;
+
+    #[test]
+    fn each_cache_and_key_has_a_load_guard_of_its_own() {
+        assert_eq!(load_guard("catalog", "sku-1"), "cache-load:catalog:sku-1");
+        assert_ne!(load_guard("t:eu", "de"), load_guard("t", "eu:de"));
+        assert_ne!(load_guard("t%3Aeu", "de"), load_guard("t:eu", "de"));
+    }
 }
