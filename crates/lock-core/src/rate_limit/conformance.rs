@@ -180,6 +180,33 @@ pub async fn several_limits_are_charged_all_or_none(factory: &dyn RateLimitFacto
         "the denied check charged nothing"
     );
     assert_eq!(take(&narrow, &key, 0).await.remaining, 1);
+
+    // Every field is the binding part's, its reset-after too.
+    let daily = Quota::new(1, Duration::from_secs(86_400))
+        .and_then(|q| q.with_burst(10))
+        .expect("a valid quota");
+    let daily = limiter_on(&store, daily);
+    let key = unique_key("client");
+    let decision = check_all(&[
+        Part {
+            limiter: &daily,
+            key: &key,
+            cost: 1,
+        },
+        Part {
+            limiter: &narrow,
+            key: &key,
+            cost: 1,
+        },
+    ])
+    .await
+    .expect("a decision");
+    assert_eq!(&*decision.limit, narrow.name());
+    about(
+        decision.reset_after,
+        Duration::from_secs(3600),
+        "the binding part's reset-after",
+    );
 }
 
 /// Calls made at the same time are decided one after another, each all or none: of 30 single

@@ -365,7 +365,8 @@ impl RateLimiter {
 
 /// Checks several limits in one call: charges every part if all admit, none otherwise.
 ///
-/// The decision describes the binding part. Every part must use the same store; on a backend
+/// The decision describes the binding part: the one that denies with the longest wait, or when
+/// all admit, the one with the fewest remaining. Every part must use the same store; on a backend
 /// that places keys on shards (a Redis Cluster), parts with different keys may be refused:
 /// give them the same key. When the store fails the request is admitted only if every part's
 /// policy is [`FailurePolicy::FailOpen`].
@@ -482,11 +483,7 @@ fn binding(parts: &[Part<'_>], charges: &[Charge<'_>], verdicts: &[Verdict]) -> 
         key: parts[index].key.to_owned(),
         remaining: v.remaining,
         retry_after: v.retry_after,
-        reset_after: verdicts
-            .iter()
-            .map(|v| v.reset_after)
-            .max()
-            .unwrap_or_default(),
+        reset_after: v.reset_after,
     }
 }
 

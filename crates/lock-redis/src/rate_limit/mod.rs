@@ -2,8 +2,8 @@
 //! `lock_core::rate_limit::RateLimiter`, on the connections of a [`RedisClient`].
 //!
 //! - **Keys.** Limit `login` of key `client-42` is one string, `<prefix>rate:{client-42}:login`,
-//!   holding `<tat>:<interval>` (µs of the server's `TIME`) with the TTL of its reset-after:
-//!   a key at rest is gone.
+//!   holding `<tat>:<interval>` (µs; the TAT by the server's `TIME`, from Unix time
+//!   1,700,000,000) with the TTL of its reset-after: a key at rest is gone.
 //! - **One script** (`scripts/gcra.lua`, `EVALSHA` with a reload on `NOSCRIPT`) reads the
 //!   clock and every charge's state, decides them all, and writes a call's charges only if all
 //!   are allowed: `TIME`, then a `GET` per key, then a `SET` per key changed.
