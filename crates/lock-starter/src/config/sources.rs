@@ -394,7 +394,7 @@ fn known_env_names() -> String {
         .map(KeySpec::env_name)
         .collect();
     format!(
-        "{} (each also without the underscores that stand for dashes, e.g. \
+        "{} (each also in Spring's form, with every dash of the key left out, e.g. \
          TELCO_PLATFORM_LOCK_WAITTIME)",
         names.join(", ")
     )
