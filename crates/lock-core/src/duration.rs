@@ -112,20 +112,23 @@ fn format_millis(ms: u128) -> String {
 }
 
 /// `value`, which lies outside `min..=max`, rounded away from the range so that it never reads
-/// as inside it (`3600001 ms` for 1 h and 1 ns against `0 to 1 h`).
+/// as inside it (`3600001 ms` for 1 h and 1 ns against `0 to 1 h`); under a millisecond, exact
+/// (`500 µs`, `1 ns`).
 fn format_outside(value: Duration, min: Duration, max: Duration) -> String {
-    if value.is_zero() {
-        return "0".to_owned();
-    }
     let nanos = value.as_nanos();
-    let ms = if value > max {
-        nanos.div_ceil(NANOS_PER_MILLI)
-    } else if nanos < NANOS_PER_MILLI && Duration::from_millis(1) < min {
-        1 // below the range all the same, and not zero
+    if value.is_zero() {
+        "0".to_owned()
+    } else if value > max {
+        format_millis(nanos.div_ceil(NANOS_PER_MILLI))
+    } else if nanos < NANOS_PER_MILLI {
+        match nanos {
+            n if n % 1000 == 0 => format!("{} µs", n / 1000),
+            n => format!("{n} ns"),
+        }
     } else {
-        nanos / NANOS_PER_MILLI
-    };
-    format_millis(ms)
+        debug_assert!(value < min);
+        format_millis(nanos / NANOS_PER_MILLI)
+    }
 }
 
 /// A range of durations as every message writes it: `10 ms to 60 s`, `0 to 1 h`.
@@ -201,13 +204,12 @@ mod tests {
             "60001 ms"
         );
         assert_eq!(outside(ms(10) - Duration::from_nanos(1)).unwrap(), "9 ms");
-        assert_eq!(outside(Duration::from_nanos(1)).unwrap(), "1 ms");
+        assert_eq!(outside(Duration::from_nanos(1)).unwrap(), "1 ns");
         assert_eq!(outside(Duration::ZERO).unwrap(), "0");
         assert_eq!(outside(ms(10)), None);
         // A range starting at 1 ms: a sub-millisecond value is below it, and says so.
-        let text = out_of_range(Duration::from_micros(500), ms(1), ms(10))
-            .unwrap()
-            .0;
-        assert_eq!(text, "0 ms");
+        let below = |value| out_of_range(value, ms(1), ms(10)).unwrap().0;
+        assert_eq!(below(Duration::from_micros(500)), "500 µs");
+        assert_eq!(below(Duration::from_nanos(999_999)), "999999 ns");
     }
 }
