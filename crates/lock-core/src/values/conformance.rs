@@ -777,7 +777,7 @@ pub async fn map_arguments_and_shapes_are_checked(factory: &dyn ValuesFactory) {
     let errors = [
         ("field", map.put("", &1, LONG).await.unwrap_err()),
         ("field", map.get("a\nb").await.unwrap_err()),
-        ("key", values.map::<u32>("").entries().await.unwrap_err()),
+        ("map", values.map::<u32>("").entries().await.unwrap_err()),
         ("ttl", map.put("a", &1, Duration::ZERO).await.unwrap_err()),
     ];
     for (argument, error) in errors {
@@ -951,7 +951,7 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
             "max_len",
             values.queue::<u32>(&name).max_len(0).unwrap_err(),
         ),
-        ("key", values.queue::<u32>("").push(&1).await.unwrap_err()),
+        ("queue", values.queue::<u32>("").push(&1).await.unwrap_err()),
     ] {
         assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
         assert_eq!(error.details()["argument"], argument, "{error}");

@@ -163,7 +163,12 @@ impl ValuesError {
     /// A failed argument check of the shared part (a key, a duration) as this capability's
     /// error.
     pub(crate) fn argument(error: LockError) -> Self {
-        let (name, value, problem) = error.into_argument("key", "argument");
+        Self::argument_named("key", error)
+    }
+
+    /// As [`argument`](Self::argument), a bad key named `key` (a map's `field`, `map`, …).
+    pub(crate) fn argument_named(key: &'static str, error: LockError) -> Self {
+        let (name, value, problem) = error.into_argument(key, "argument");
         ValuesError::invalid(name, value, problem)
     }
 }

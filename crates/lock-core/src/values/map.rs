@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::check_duration;
 use crate::values::error::ValuesError;
-use crate::values::shared::{MAX_TTL, SharedValues, check_key, decode_bytes, encode};
-use crate::{check_duration, validate_key};
+use crate::values::shared::{MAX_TTL, SharedValues, check_named, decode_bytes, encode};
 
 /// A map of typed values with a TTL per field, shared by every replica; from
 /// [`SharedValues::map`].
@@ -103,7 +103,7 @@ impl<V: Serialize + DeserializeOwned> TtlMap<V> {
     /// [`ValuesError::Unavailable`], or [`ValuesError::Undecodable`] naming the first field
     /// whose value does not decode.
     pub async fn entries(&self) -> Result<Vec<(String, V)>, ValuesError> {
-        check_key(&self.name)?;
+        check_named("map", &self.name)?;
         let entries = self.values.store().map_entries(&self.name).await?;
         entries
             .into_iter()
@@ -119,18 +119,13 @@ impl<V: Serialize + DeserializeOwned> TtlMap<V> {
     /// # Errors
     /// [`ValuesError::Unavailable`], or an invalid map name.
     pub async fn clear(&self) -> Result<bool, ValuesError> {
-        check_key(&self.name)?;
+        check_named("map", &self.name)?;
         self.values.store().map_clear(&self.name).await
     }
 
     fn check(&self, field: &str) -> Result<(), ValuesError> {
-        check_key(&self.name)?;
-        validate_key(field).map_err(|error| match ValuesError::argument(error) {
-            ValuesError::InvalidArgument { value, problem, .. } => {
-                ValuesError::invalid("field", value, problem)
-            }
-            other => other,
-        })
+        check_named("map", &self.name)?;
+        check_named("field", field)
     }
 
     /// How errors name a field: `<map>[<field>]`.

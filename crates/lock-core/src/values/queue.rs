@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use crate::check_duration;
 use crate::values::error::ValuesError;
 use crate::values::port::{Delivery, Pushed};
-use crate::values::shared::{MAX_TTL, SharedValues, check_key, encode};
+use crate::values::shared::{MAX_TTL, SharedValues, check_named, encode};
 
 /// The default and largest bound of a queue: 1,000,000 items.
 pub const MAX_QUEUE_LEN: u64 = 1_000_000;
@@ -145,7 +145,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     /// # Errors
     /// As [`push`](Self::push).
     pub async fn push_all(&self, items: &[T]) -> Result<Vec<String>, ValuesError> {
-        check_key(&self.name)?;
+        check_named("queue", &self.name)?;
         let items = items.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
         let pushed = self
             .values
@@ -173,7 +173,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     /// [`ValuesError::Unavailable`] (items may have been taken: they come back after the
     /// visibility timeout), or an invalid argument.
     pub async fn take(&self, max: usize, visibility: Duration) -> Result<Taken<T>, ValuesError> {
-        check_key(&self.name)?;
+        check_named("queue", &self.name)?;
         if !(1..=MAX_TAKE).contains(&max) {
             return Err(ValuesError::invalid(
                 "max",
@@ -214,7 +214,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     /// [`ValuesError::Unavailable`]: acknowledge again (it is idempotent).
     /// [`ValuesError::InvalidArgument`] for an id no take gave; nothing is acknowledged then.
     pub async fn ack(&self, ids: &[String]) -> Result<u64, ValuesError> {
-        check_key(&self.name)?;
+        check_named("queue", &self.name)?;
         if ids.is_empty() {
             return Ok(0);
         }
@@ -226,7 +226,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     /// # Errors
     /// [`ValuesError::Unavailable`], or an invalid name.
     pub async fn len(&self) -> Result<u64, ValuesError> {
-        check_key(&self.name)?;
+        check_named("queue", &self.name)?;
         self.values.store().queue_len(&self.name).await
     }
 

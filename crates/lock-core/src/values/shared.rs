@@ -362,7 +362,13 @@ impl SharedValues {
 type Seen<T> = (Option<Versioned<T>>, u64);
 
 pub(crate) fn check_key(key: &str) -> Result<(), ValuesError> {
-    validate_key(key).map_err(ValuesError::argument)
+    check_named("key", key)
+}
+
+/// `text` checked as a key, an error naming it `what`: `key`, or a map's `field`, `map` or
+/// `queue` name.
+pub(crate) fn check_named(what: &'static str, text: &str) -> Result<(), ValuesError> {
+    validate_key(text).map_err(|error| ValuesError::argument_named(what, error))
 }
 
 pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, ValuesError> {
