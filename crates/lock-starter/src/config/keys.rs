@@ -526,6 +526,9 @@ fn named_key_hint(unknown: &str, as_env: bool) -> Option<String> {
     let mut best: Option<(usize, String)> = None;
     for first in 1..segments.len() {
         for end in first + 1..segments.len() {
+            if segments[first..end].iter().any(|s| s.is_empty()) {
+                continue; // no name, so no key of one to suggest
+            }
             let name = segments[first..end].join(&separator.to_string());
             for spec in NAMED_KEYS {
                 let candidate = if as_env {
@@ -596,5 +599,15 @@ mod tests {
         // The starter's own spelling is not a lock-redis setting.
         assert_eq!(key_of_setting("wait-time"), None);
         assert_eq!(key_of_setting("redis.address"), None);
+    }
+
+    #[test]
+    fn a_named_key_is_suggested_with_a_name_and_never_as_itself() {
+        assert_eq!(
+            unknown_key_hint("caches.products.tll", false).as_deref(),
+            Some("did you mean telco.platform.lock.caches.products.ttl?")
+        );
+        assert_eq!(unknown_key_hint("rate-limits..rate", false), None);
+        assert_eq!(unknown_key_hint("RATE_LIMITS__RATE", true), None);
     }
 }
