@@ -541,6 +541,55 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn CacheFactory) {
     );
 }
 
+/// A put or an invalidate made while a load of its key is in flight wins over that load: a
+/// later caller does not wait for it, and its value is not stored over the write.
+pub async fn a_write_during_a_load_wins_over_it(factory: &dyn CacheFactory) {
+    let cache: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
+    for invalidate in [false, true] {
+        let key = unique_key("sku");
+        let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let slow = tokio::spawn({
+            let (cache, key) = (cache.clone(), key.clone());
+            let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+            async move {
+                let load = || async move {
+                    started.notify_one();
+                    release.notified().await;
+                    Ok::<_, BoxError>(product("read-before-the-write", 1))
+                };
+                cache.get_or_load(&key, load).await
+            }
+        });
+        started.notified().await;
+        let after = if invalidate {
+            cache.invalidate(&key).await.expect("invalidated");
+            product("loaded-after-the-write", 3)
+        } else {
+            cache
+                .put(&key, &product("written", 2))
+                .await
+                .expect("stored");
+            product("written", 2)
+        };
+        let load = || async { Ok::<_, BoxError>(product("loaded-after-the-write", 3)) };
+        let read_after = tokio::time::timeout(SLACK, cache.get_or_load(&key, load))
+            .await
+            .expect("a caller after the write waited for the load begun before it");
+        assert_eq!(read_after.expect("a value"), after);
+        release.notify_one();
+        let slow = slow.await.expect("no panic").expect("loaded");
+        assert_eq!(
+            slow.sku, "read-before-the-write",
+            "its caller gets what it loaded"
+        );
+        assert_eq!(
+            read(&cache, &key).await,
+            Some(after),
+            "the load's value was stored over the write"
+        );
+    }
+}
+
 /// Runs every check against `factory` and returns the names of those that failed.
 pub async fn run_all(factory: Arc<dyn CacheFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
@@ -563,6 +612,7 @@ macro_rules! cache_conformance_checks {
             concurrent_misses_run_one_loader,
             a_loader_error_reaches_every_waiter_and_caches_nothing,
             a_slow_load_never_blocks_another_key,
+            a_write_during_a_load_wins_over_it,
             a_value_above_the_cap_is_returned_not_cached,
             a_watch_reports_every_change_of_its_cache,
             the_near_tier_drops_what_another_client_changes,

@@ -1,6 +1,7 @@
 //! Per-key load coalescing in one process: one caller loads, the others wait for its outcome.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -13,7 +14,14 @@ pub(crate) type Landed<V> = Result<V, CacheError>;
 /// The loads in flight, by key.
 #[derive(Debug)]
 pub(crate) struct Flights<V> {
-    by_key: Mutex<HashMap<String, watch::Receiver<Option<Landed<V>>>>>,
+    by_key: Mutex<HashMap<String, Flight<V>>>,
+}
+
+/// A load in flight: where its outcome lands, and whether a write of its key came after it.
+#[derive(Debug)]
+struct Flight<V> {
+    landed: watch::Receiver<Option<Landed<V>>>,
+    superseded: Arc<AtomicBool>,
 }
 
 /// A caller's part in a key's load.
@@ -30,6 +38,7 @@ pub(crate) struct Leader<V> {
     flights: Arc<Flights<V>>,
     key: String,
     sender: watch::Sender<Option<Landed<V>>>,
+    superseded: Arc<AtomicBool>,
 }
 
 impl<V> Default for Flights<V> {
@@ -43,23 +52,53 @@ impl<V> Default for Flights<V> {
 impl<V: Clone> Flights<V> {
     /// Joins the load of `key`, leading it when none is in flight.
     pub(crate) fn join(self: &Arc<Self>, key: &str) -> Joined<V> {
-        let mut by_key = self.by_key.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(receiver) = by_key.get(key) {
-            if receiver.has_changed().is_ok() {
-                return Joined::Follower(receiver.clone());
+        let mut by_key = self.lock();
+        if let Some(flight) = by_key.get(key) {
+            if flight.landed.has_changed().is_ok() {
+                return Joined::Follower(flight.landed.clone());
             }
         }
-        let (sender, receiver) = watch::channel(None);
-        by_key.insert(key.to_owned(), receiver);
+        let (sender, landed) = watch::channel(None);
+        let superseded = Arc::new(AtomicBool::new(false));
+        let flight = Flight {
+            landed,
+            superseded: Arc::clone(&superseded),
+        };
+        by_key.insert(key.to_owned(), flight);
         Joined::Leader(Leader {
             flights: Arc::clone(self),
             key: key.to_owned(),
             sender,
+            superseded,
         })
     }
 }
 
+impl<V> Flights<V> {
+    /// A write of `key` (of every key: `None`) is being made: the loads in flight read before
+    /// it, so later callers start loads of their own, and those loads' values are not stored.
+    pub(crate) fn supersede(&self, key: Option<&str>) {
+        let mut by_key = self.lock();
+        let ended: Vec<Flight<V>> = match key {
+            Some(key) => by_key.remove(key).into_iter().collect(),
+            None => by_key.drain().map(|(_, flight)| flight).collect(),
+        };
+        for flight in ended {
+            flight.superseded.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Flight<V>>> {
+        self.by_key.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl<V> Leader<V> {
+    /// Whether a write of the key was made since this load began: its value must not be stored.
+    pub(crate) fn superseded(&self) -> bool {
+        self.superseded.load(Ordering::SeqCst)
+    }
+
     /// Hands `landed` to every caller that waited.
     pub(crate) fn land(self, landed: Landed<V>) {
         self.sender.send_replace(Some(landed));
@@ -68,14 +107,10 @@ impl<V> Leader<V> {
 
 impl<V> Drop for Leader<V> {
     fn drop(&mut self) {
-        let mut by_key = self
-            .flights
-            .by_key
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut by_key = self.flights.lock();
         if by_key
             .get(&self.key)
-            .is_some_and(|r| r.same_channel(&self.sender.subscribe()))
+            .is_some_and(|f| f.landed.same_channel(&self.sender.subscribe()))
         {
             by_key.remove(&self.key);
         }

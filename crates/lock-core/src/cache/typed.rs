@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::cache::error::CacheError;
-use crate::cache::flights::{Flights, Joined, follow};
+use crate::cache::flights::{Flights, Joined, Leader, follow};
 use crate::cache::near::Near;
 use crate::cache::options::{CacheOptions, MAX_CROSS_POD_LOAD_WAIT, check_ttl};
 use crate::cache::port::CacheStore;
@@ -240,11 +240,12 @@ where
                     };
                     match (&self.inner.across_pods, read) {
                         (Some((values, wait)), Read::Miss) => {
-                            self.load_once_for_every_pod(values, *wait, key, load).await
+                            self.load_once_for_every_pod(&leader, values, *wait, key, load)
+                                .await
                         }
                         (_, read) => {
-                            self.load_and_store(key, load, matches!(read, Read::Miss))
-                                .await
+                            let store = matches!(read, Read::Miss);
+                            self.load_and_store(&leader, key, load, store).await
                         }
                     }
                 }
@@ -290,6 +291,7 @@ where
         if self.inner.store.disabled() {
             return Ok(());
         }
+        self.inner.flights.supersede(Some(key));
         let written = if self.oversize(key, bytes.len()) {
             self.inner
                 .store
@@ -317,6 +319,7 @@ where
         if self.inner.store.disabled() {
             return Ok(false);
         }
+        self.inner.flights.supersede(Some(key));
         let removed = self.inner.store.invalidate(&self.inner.name, key).await;
         self.evict_near(Some(key));
         removed
@@ -330,6 +333,7 @@ where
         if self.inner.store.disabled() {
             return Ok(false);
         }
+        self.inner.flights.supersede(None);
         let cleared = self.inner.store.clear(&self.inner.name).await;
         self.evict_near(None);
         cleared
@@ -462,9 +466,11 @@ where
         }
     }
 
-    /// Loads `key` and, when the store answered the read (`store`), caches the value.
+    /// Loads `key` and, when the store answered the read (`store`), caches the value unless a
+    /// write of `key` was made meanwhile.
     async fn load_and_store<F, Fut, E>(
         &self,
+        leader: &Leader<V>,
         key: &str,
         load: F,
         store: bool,
@@ -481,6 +487,12 @@ where
         let inner = &self.inner;
         if !store {
             inner.metrics.unavailable.increment(1);
+        } else if leader.superseded() {
+            tracing::debug!(
+                cache = %inner.name,
+                key,
+                "the key was written during its load: the loaded value is not stored"
+            );
         } else if !self.oversize(key, bytes.len()) {
             let ttl = inner.options.entry_ttl();
             match inner.store.put(&inner.name, key, &bytes, ttl).await {
@@ -500,6 +512,7 @@ where
     /// loads itself.
     async fn load_once_for_every_pod<F, Fut, E>(
         &self,
+        leader: &Leader<V>,
         values: &SharedValues,
         wait: Duration,
         key: &str,
@@ -528,7 +541,7 @@ where
                     let Some(load) = load.take() else {
                         unreachable!("single_flight runs its action once");
                     };
-                    let outcome = self.load_and_store(key, load, true).await;
+                    let outcome = self.load_and_store(leader, key, load, true).await;
                     let summary = outcome.0.as_ref().map(drop).map_err(ToString::to_string);
                     ran = Some(outcome);
                     summary
@@ -558,7 +571,7 @@ where
             }
         }
         match load.take() {
-            Some(load) => self.load_and_store(key, load, true).await,
+            Some(load) => self.load_and_store(leader, key, load, true).await,
             None => unreachable!("the loader ran, and its outcome was returned"),
         }
     }

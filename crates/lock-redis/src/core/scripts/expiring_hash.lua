@@ -45,9 +45,11 @@ local function remove_entry(entry)
   return 0
 end
 
--- 1 if the hash has a live entry, else 0.
+-- 1 if the hash has a live entry, else 0: 0 when the deadlines are a key of another type,
+-- which a clear then deletes.
 local function any_live()
-  if redis.call('ZCOUNT', KEYS[2], '(' .. now_ms(), '+inf') > 0 then
+  local live = redis.pcall('ZCOUNT', KEYS[2], '(' .. now_ms(), '+inf')
+  if type(live) == 'number' and live > 0 then
     return 1
   end
   return 0

@@ -197,6 +197,36 @@ async fn a_field_without_a_deadline_is_a_miss_and_is_overwritten() {
     }
 }
 
+/// A cache's keys overwritten with another type fail its writes and make its reads miss; a
+/// clear deletes them and the cache works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clear_repairs_keys_overwritten_with_another_type() {
+    let redis = server().await;
+    let products = cache_on(&redis, CacheOptions::new()).await;
+    for key in ["lock:cache:{products}:deadlines", "lock:cache:{products}"] {
+        redis.cmd(&["SET", key, "foreign"]).await.unwrap();
+        let error = products
+            .put("sku-1", &"Fibre".to_owned())
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), "CACHE_UNAVAILABLE", "{key}: {error}");
+        let loaded = products
+            .get_or_load("sku-1", || async { Ok::<_, BoxError>("loaded".to_owned()) })
+            .await;
+        assert_eq!(loaded.unwrap(), "loaded", "{key}: a read misses and loads");
+        products
+            .clear()
+            .await
+            .expect("a clear deletes the foreign key");
+        products.put("sku-1", &"Fibre".to_owned()).await.unwrap();
+        assert_eq!(
+            products.get("sku-1").await.unwrap().as_deref(),
+            Some("Fibre")
+        );
+        products.clear().await.unwrap();
+    }
+}
+
 /// The cache's keys expire with its last entry, with no client running; a put removes expired
 /// entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
