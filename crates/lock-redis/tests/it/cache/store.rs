@@ -1,6 +1,7 @@
 //! The cache on one redis-server: the conformance suite, the stored form, an unused cache
-//! expiring with no client running, clearing a million entries in one call, Redis killed
-//! mid-run, and the in-process tier flushed when its subscription's connection is killed.
+//! expiring with no client running, clearing a million entries in one call, keys of another
+//! type repaired by a clear, Redis killed or stopped mid-run, and the in-process tier flushed
+//! when its subscription's connection is killed.
 
 use crate::common;
 
@@ -360,6 +361,54 @@ async fn redis_killed_mid_run_loads_uncached_and_recovers() {
         products.get("sku-1").await.unwrap().as_deref(),
         Some("again")
     );
+}
+
+/// A stopped server (`SIGSTOP`): 200 concurrent reads, which share `HMGET`s, and 200
+/// concurrent loads through the in-process tier each end within the command timeout, the reads
+/// missing and the loads returning their values; nothing loaded meanwhile is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_holds_up_no_read_or_load() {
+    let redis = server().await;
+    let plain = cache_on(&redis, CacheOptions::new()).await;
+    let near = cache_on(
+        &redis,
+        CacheOptions::new()
+            .near_cache(NearCache::entries(100))
+            .unwrap(),
+    )
+    .await;
+    for i in 0..50 {
+        plain.put(&format!("k{i}"), &format!("v{i}")).await.unwrap();
+    }
+    redis.pause().unwrap();
+    let gets = (0..200).map(|i| {
+        let plain = plain.clone();
+        async move { plain.get(&format!("k{}", i % 60)).await }
+    });
+    let loads = (0..200).map(|i| {
+        let near = near.clone();
+        let load = move || async move { Ok::<_, BoxError>(format!("loaded{i}")) };
+        async move { near.get_or_load(&format!("k{}", i % 60), load).await }
+    });
+    let both = futures::future::join(
+        futures::future::join_all(gets),
+        futures::future::join_all(loads),
+    );
+    let (gets, loads) = tokio::time::timeout(GENEROUS, both)
+        .await
+        .expect("a read or load waited on the stopped server beyond its command timeout");
+    assert!(gets.into_iter().all(|g| g.unwrap().is_none()));
+    assert!(loads.into_iter().all(|l| l.unwrap().starts_with("loaded")));
+    redis.resume().unwrap();
+    let back = eventually(GENEROUS, || async {
+        plain.put("k1", &"again".to_owned()).await.is_ok()
+    });
+    assert!(back.await);
+    assert_eq!(near.get("k1").await.unwrap().as_deref(), Some("again"));
+    for i in 50..60 {
+        let key = format!("k{i}");
+        assert_eq!(plain.get(&key).await.unwrap(), None, "{key} was stored");
+    }
 }
 
 /// Waits until a read of `key` is served from memory (no `HGET` reaches Redis).
