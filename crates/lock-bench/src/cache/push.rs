@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::BoxError;
-use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change, Entry};
+use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change, Entry, WriteMark};
 use lock_redis::cache::RedisCaches;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines, Stdin};
@@ -246,6 +246,28 @@ impl CacheStore for Observed {
         ttl: Duration,
     ) -> Result<(), CacheError> {
         self.inner.put(cache, key, value, ttl).await
+    }
+
+    async fn get_for_load(
+        &self,
+        cache: &str,
+        key: &str,
+    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
+        self.gets.fetch_add(1, Ordering::AcqRel);
+        self.inner.get_for_load(cache, key).await
+    }
+
+    async fn put_if_unwritten(
+        &self,
+        cache: &str,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        mark: WriteMark,
+    ) -> Result<bool, CacheError> {
+        self.inner
+            .put_if_unwritten(cache, key, value, ttl, mark)
+            .await
     }
 
     async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::BoxError;
 use crate::cache::{
-    Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, NearCache,
+    Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, NearCache, WriteMark,
 };
 use crate::conformance::{SLACK, run_checks, unique_key};
 
@@ -446,6 +446,24 @@ impl CacheStore for CountedReads {
     async fn put(&self, c: &str, k: &str, v: &[u8], ttl: Duration) -> Result<(), CacheError> {
         self.store.put(c, k, v, ttl).await
     }
+    async fn get_for_load(
+        &self,
+        cache: &str,
+        key: &str,
+    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.store.get_for_load(cache, key).await
+    }
+    async fn put_if_unwritten(
+        &self,
+        c: &str,
+        k: &str,
+        v: &[u8],
+        ttl: Duration,
+        mark: WriteMark,
+    ) -> Result<bool, CacheError> {
+        self.store.put_if_unwritten(c, k, v, ttl, mark).await
+    }
     async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
         self.store.invalidate(cache, key).await
     }
@@ -590,6 +608,59 @@ pub async fn a_write_during_a_load_wins_over_it(factory: &dyn CacheFactory) {
     }
 }
 
+/// A put, invalidate or clear by another client while a load of its key is in flight wins over
+/// that load: the value read before the write is returned to its callers, not stored.
+pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let loading: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let writing: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    for write in ["put", "invalidate", "clear"] {
+        let key = unique_key("sku");
+        let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let slow = tokio::spawn({
+            let (loading, key) = (loading.clone(), key.clone());
+            let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+            async move {
+                let load = || async move {
+                    started.notify_one();
+                    release.notified().await;
+                    Ok::<_, BoxError>(product("read-before-the-write", 1))
+                };
+                loading.get_or_load(&key, load).await
+            }
+        });
+        started.notified().await;
+        let after = match write {
+            "put" => {
+                let written = product("written", 2);
+                writing.put(&key, &written).await.expect("stored");
+                Some(written)
+            }
+            "invalidate" => {
+                writing.invalidate(&key).await.expect("invalidated");
+                None
+            }
+            _ => {
+                writing.clear().await.expect("cleared");
+                None
+            }
+        };
+        release.notify_one();
+        let slow = slow.await.expect("no panic").expect("loaded");
+        assert_eq!(
+            slow.sku, "read-before-the-write",
+            "its caller gets what it loaded"
+        );
+        for cache in [&loading, &writing] {
+            assert_eq!(
+                read(cache, &key).await,
+                after,
+                "a load begun before the {write} stored its value over it"
+            );
+        }
+    }
+}
+
 /// Runs every check against `factory` and returns the names of those that failed.
 pub async fn run_all(factory: Arc<dyn CacheFactory>) -> Vec<&'static str> {
     let mut failed = Vec::new();
@@ -613,6 +684,7 @@ macro_rules! cache_conformance_checks {
             a_loader_error_reaches_every_waiter_and_caches_nothing,
             a_slow_load_never_blocks_another_key,
             a_write_during_a_load_wins_over_it,
+            another_clients_write_during_a_load_wins_over_it,
             a_value_above_the_cap_is_returned_not_cached,
             a_watch_reports_every_change_of_its_cache,
             the_near_tier_drops_what_another_client_changes,

@@ -9,7 +9,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::cache::error::CacheError;
-use crate::cache::port::{CacheStore, CacheWatch, Change, Entry};
+use crate::cache::port::{CacheStore, CacheWatch, Change, Entry, LOAD_STORE_WINDOW, WriteMark};
 use crate::error::BoxError;
 
 /// Caches in this process, on its monotonic clock: for tests, and for a single replica. Clones
@@ -31,9 +31,31 @@ struct State {
     entries: HashMap<String, HashMap<String, (Vec<u8>, Instant)>>,
     watches: HashMap<String, broadcast::Sender<Change>>,
     since_sweep: u32,
+    /// Writes so far: the [`WriteMark`] of now.
+    writes: u64,
+    /// Per cache, the last write of each key and of the whole cache (key `""`, which no entry
+    /// has), for [`LOAD_STORE_WINDOW`].
+    written: HashMap<String, HashMap<String, (u64, Instant)>>,
 }
 
 impl State {
+    /// Notes a write of `key` of `cache` (`""`: a clear).
+    fn stamp(&mut self, cache: &str, key: &str, now: Instant) {
+        self.writes += 1;
+        let written = self.written.entry(cache.to_owned()).or_default();
+        written.insert(key.to_owned(), (self.writes, now));
+    }
+
+    /// Whether `key` of `cache`, or the whole cache, was written after `mark`.
+    fn written_since(&self, cache: &str, key: &str, mark: WriteMark) -> bool {
+        let Some(written) = self.written.get(cache) else {
+            return false;
+        };
+        [key, ""]
+            .iter()
+            .any(|k| written.get(*k).is_some_and(|(n, _)| *n > mark.0))
+    }
+
     fn publish(&self, cache: &str, change: Change) {
         if let Some(watches) = self.watches.get(cache) {
             let _ = watches.send(change);
@@ -88,16 +110,55 @@ impl CacheStore for InMemoryCaches {
                 entries.retain(|_, (_, deadline)| *deadline > now);
                 !entries.is_empty()
             });
+            state.written.retain(|_, written| {
+                written.retain(|_, (_, at)| now - *at <= LOAD_STORE_WINDOW);
+                !written.is_empty()
+            });
         }
+        state.stamp(cache, key, now);
         let entries = state.entries.entry(cache.to_owned()).or_default();
         entries.insert(key.to_owned(), (value.to_vec(), now + ttl));
         state.publish(cache, Change::Key(key.to_owned()));
         Ok(())
     }
 
+    async fn get_for_load(
+        &self,
+        cache: &str,
+        key: &str,
+    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
+        let now = Instant::now();
+        let state = self.state();
+        let entry = state.live(cache, key, now).map(|(value, deadline)| Entry {
+            value: value.clone(),
+            expires_in: *deadline - now,
+        });
+        Ok((entry, WriteMark(state.writes)))
+    }
+
+    async fn put_if_unwritten(
+        &self,
+        cache: &str,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        mark: WriteMark,
+    ) -> Result<bool, CacheError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        if state.written_since(cache, key, mark) {
+            return Ok(false);
+        }
+        let entries = state.entries.entry(cache.to_owned()).or_default();
+        entries.insert(key.to_owned(), (value.to_vec(), now + ttl));
+        state.publish(cache, Change::Key(key.to_owned()));
+        Ok(true)
+    }
+
     async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
         let now = Instant::now();
         let mut state = self.state();
+        state.stamp(cache, key, now);
         let removed = state
             .entries
             .get_mut(cache)
@@ -110,6 +171,7 @@ impl CacheStore for InMemoryCaches {
     async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
         let now = Instant::now();
         let mut state = self.state();
+        state.stamp(cache, "", now);
         let had_live = state
             .entries
             .remove(cache)

@@ -32,5 +32,5 @@ pub use options::{
     CacheOptions, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TTL, MAX_CROSS_POD_LOAD_WAIT, MAX_NEAR_CAPACITY,
     MAX_TTL, MAX_VALUE_BYTES, MIN_TTL, NearCache,
 };
-pub use port::{CacheStore, CacheWatch, Change, Entry};
+pub use port::{CacheStore, CacheWatch, Change, Entry, LOAD_STORE_WINDOW, WriteMark};
 pub use typed::Cache;

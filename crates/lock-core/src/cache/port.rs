@@ -18,6 +18,16 @@ pub struct Entry {
     pub expires_in: Duration,
 }
 
+/// A read's place in a store's order of writes, so that a value loaded after that read is
+/// stored only if no write of its entry came after it ([`CacheStore::put_if_unwritten`]). Its
+/// meaning is the store's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WriteMark(pub u64);
+
+/// How long after its [`WriteMark`] a load's value may still be stored: a store remembers its
+/// writes this long, and a load that takes longer returns its value uncached.
+pub const LOAD_STORE_WINDOW: Duration = Duration::from_secs(30);
+
 /// A change a [`CacheWatch`] reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -43,6 +53,9 @@ pub enum Change {
 ///   when no client has run since it expired, and an unused cache disappears after its last
 ///   entry's TTL. A re-put replaces the value and its TTL together.
 /// - **Clear** removes every entry of a cache in one step, whatever its size.
+/// - **Loads never undo writes.** [`put_if_unwritten`](CacheStore::put_if_unwritten) stores
+///   nothing when the entry was put, invalidated or cleared by any client after the read its
+///   mark came from, within [`LOAD_STORE_WINDOW`].
 /// - **Watches** report every put, invalidation and clear of their cache that follows
 ///   [`watch`](CacheStore::watch)'s first [`Change::Live`], or a [`Change::Down`] first.
 /// - **Failures.** Every method fails with [`CacheError::Unavailable`] when the backend fails;
@@ -60,6 +73,32 @@ pub trait CacheStore: Send + Sync + Debug + 'static {
         value: &[u8],
         ttl: Duration,
     ) -> Result<(), CacheError>;
+
+    /// As [`get`](CacheStore::get), with the [`WriteMark`] of the read, for a load on a miss.
+    /// The default, for a store that does not track writes, marks `WriteMark(0)`.
+    async fn get_for_load(
+        &self,
+        cache: &str,
+        key: &str,
+    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
+        Ok((self.get(cache, key).await?, WriteMark(0)))
+    }
+
+    /// Stores a loaded `value` as [`put`](CacheStore::put) does, unless the entry was written
+    /// (put, invalidated, or its cache cleared) after the read `mark` came from; whether it
+    /// stored.
+    /// The default stores unconditionally.
+    async fn put_if_unwritten(
+        &self,
+        cache: &str,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        mark: WriteMark,
+    ) -> Result<bool, CacheError> {
+        let _ = mark;
+        self.put(cache, key, value, ttl).await.map(|()| true)
+    }
 
     /// Removes the entry `key` of `cache`; `true` if it was live.
     async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError>;

@@ -16,7 +16,7 @@ use crate::cache::error::CacheError;
 use crate::cache::flights::{Flights, Joined, Leader, follow};
 use crate::cache::near::Near;
 use crate::cache::options::{CacheOptions, MAX_CROSS_POD_LOAD_WAIT, check_ttl};
-use crate::cache::port::CacheStore;
+use crate::cache::port::{CacheStore, LOAD_STORE_WINDOW, WriteMark};
 use crate::cache::telemetry::Metrics;
 use crate::error::BoxError;
 use crate::values::{Flight, SharedValues, WhenBusy};
@@ -103,10 +103,10 @@ struct Inner<V> {
     failing: AtomicBool,
 }
 
-/// What a read of the store found.
+/// What a read of the store found; a miss read for a load has its mark.
 enum Read<V> {
     Hit(V),
-    Miss,
+    Miss(Option<Mark>),
     Unavailable,
 }
 
@@ -194,7 +194,7 @@ where
         }
         Ok(match self.read(key).await {
             Read::Hit(value) => Some(value),
-            Read::Miss | Read::Unavailable => None,
+            Read::Miss(_) | Read::Unavailable => None,
         })
     }
 
@@ -232,21 +232,21 @@ where
                     None => continue,
                 },
             };
-            let (landed, panic) = match self.read(key).await {
+            let (landed, panic) = match self.read_counting(key, true, true).await {
                 Read::Hit(value) => (Ok(value), None),
                 read => {
                     let Some(load) = load.take() else {
                         unreachable!("a caller leads one load at most");
                     };
                     match (&self.inner.across_pods, read) {
-                        (Some((values, wait)), Read::Miss) => {
-                            self.load_once_for_every_pod(&leader, values, *wait, key, load)
+                        (Some((values, wait)), Read::Miss(Some(mark))) => {
+                            self.load_once_for_every_pod(&leader, values, *wait, key, load, mark)
                                 .await
                         }
-                        (_, read) => {
-                            let store = matches!(read, Read::Miss);
-                            self.load_and_store(&leader, key, load, store).await
+                        (_, Read::Miss(mark)) => {
+                            self.load_and_store(&leader, key, load, mark).await
                         }
+                        _ => self.load_and_store(&leader, key, load, None).await,
                     }
                 }
             };
@@ -357,15 +357,16 @@ where
 
     /// Reads `key` from the store, keeping a hit in the in-process tier.
     async fn read(&self, key: &str) -> Read<V> {
-        self.read_counting(key, true).await
+        self.read_counting(key, true, false).await
     }
 
     /// [`read`](Self::read) for a caller whose miss is counted already.
     async fn read_again(&self, key: &str) -> Read<V> {
-        self.read_counting(key, false).await
+        self.read_counting(key, false, false).await
     }
 
-    async fn read_counting(&self, key: &str, count_miss: bool) -> Read<V> {
+    /// A read, its miss counted if `count_miss`, and marked for a load if `for_load`.
+    async fn read_counting(&self, key: &str, count_miss: bool, for_load: bool) -> Read<V> {
         let miss = |inner: &Inner<V>| {
             if count_miss {
                 inner.metrics.miss.increment(1);
@@ -373,13 +374,21 @@ where
         };
         let inner = &self.inner;
         if inner.store.disabled() {
-            return Read::Miss;
+            return Read::Miss(None);
         }
         let ticket = inner.near.as_ref().map(Near::ticket);
-        let entry = match inner.store.get(&inner.name, key).await {
-            Ok(entry) => {
+        let read = if for_load {
+            let taken = Instant::now();
+            let read = inner.store.get_for_load(&inner.name, key).await;
+            read.map(|(entry, at)| (entry, Some(Mark { at, taken })))
+        } else {
+            let read = inner.store.get(&inner.name, key).await;
+            read.map(|entry| (entry, None))
+        };
+        let (entry, mark) = match read {
+            Ok(read) => {
                 self.note_outage(None);
-                entry
+                read
             }
             Err(error) => {
                 self.note_outage(Some(&error));
@@ -389,7 +398,7 @@ where
         };
         let Some(entry) = entry else {
             miss(inner);
-            return Read::Miss;
+            return Read::Miss(mark);
         };
         match serde_json::from_slice::<V>(&entry.value) {
             Ok(value) => {
@@ -410,7 +419,7 @@ where
                     "a cached entry does not deserialize: read as a miss, to be loaded again");
                 inner.metrics.undecodable.increment(1);
                 miss(inner);
-                Read::Miss
+                Read::Miss(mark)
             }
         }
     }
@@ -466,14 +475,14 @@ where
         }
     }
 
-    /// Loads `key` and, when the store answered the read (`store`), caches the value unless a
-    /// write of `key` was made meanwhile.
+    /// Loads `key` and, when the store answered the read (a `mark`), caches the value unless a
+    /// write of `key` came after the mark, or the load took longer than [`LOAD_STORE_WINDOW`].
     async fn load_and_store<F, Fut, E>(
         &self,
         leader: &Leader<V>,
         key: &str,
         load: F,
-        store: bool,
+        mark: Option<Mark>,
     ) -> (Result<V, CacheError>, Option<Panic>)
     where
         F: FnOnce() -> Fut,
@@ -485,18 +494,34 @@ where
             (Err(error), panic) => return (Err(error), panic),
         };
         let inner = &self.inner;
-        if !store {
+        let Some(mark) = mark else {
             inner.metrics.unavailable.increment(1);
-        } else if leader.superseded() {
+            return (Ok(value), None);
+        };
+        if leader.superseded() || mark.taken.elapsed() > LOAD_STORE_WINDOW {
             tracing::debug!(
                 cache = %inner.name,
                 key,
-                "the key was written during its load: the loaded value is not stored"
+                "the key was written during its load, or the load outlasted the store's memory \
+                 of writes: the loaded value is not stored"
             );
         } else if !self.oversize(key, bytes.len()) {
             let ttl = inner.options.entry_ttl();
-            match inner.store.put(&inner.name, key, &bytes, ttl).await {
-                Ok(()) => self.note_outage(None),
+            let stored = inner
+                .store
+                .put_if_unwritten(&inner.name, key, &bytes, ttl, mark.at)
+                .await;
+            match stored {
+                Ok(stored) => {
+                    self.note_outage(None);
+                    if !stored {
+                        tracing::debug!(
+                            cache = %inner.name,
+                            key,
+                            "the key was written during its load: the loaded value is not stored"
+                        );
+                    }
+                }
                 Err(error) => {
                     self.note_outage(Some(&error));
                     inner.metrics.unavailable.increment(1);
@@ -517,6 +542,7 @@ where
         wait: Duration,
         key: &str,
         load: F,
+        mark: Mark,
     ) -> (Result<V, CacheError>, Option<Panic>)
     where
         F: FnOnce() -> Fut,
@@ -541,7 +567,7 @@ where
                     let Some(load) = load.take() else {
                         unreachable!("single_flight runs its action once");
                     };
-                    let outcome = self.load_and_store(leader, key, load, true).await;
+                    let outcome = self.load_and_store(leader, key, load, Some(mark)).await;
                     let summary = outcome.0.as_ref().map(drop).map_err(ToString::to_string);
                     ran = Some(outcome);
                     summary
@@ -571,7 +597,7 @@ where
             }
         }
         match load.take() {
-            Some(load) => self.load_and_store(leader, key, load, true).await,
+            Some(load) => self.load_and_store(leader, key, load, Some(mark)).await,
             None => unreachable!("the loader ran, and its outcome was returned"),
         }
     }
@@ -613,6 +639,13 @@ impl<V> Cache<V> {
         );
         true
     }
+}
+
+/// A load's [`WriteMark`], and when it was taken.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    at: WriteMark,
+    taken: Instant,
 }
 
 /// The single-flight guard of `key`'s load across pods: one per cache and key, as the cache's

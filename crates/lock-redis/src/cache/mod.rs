@@ -3,15 +3,17 @@
 //!
 //! - **Keys.** The cache `products` is one hash, `<prefix>cache:{products}`, of key →
 //!   `<deadline>:<JSON>`, and one sorted set under the same hash tag, `…:deadlines`, of key →
-//!   deadline (the server's time in ms): Redis 7.0 has no per-field expiry. Both expire with the
-//!   last entry, so an unused cache disappears.
+//!   deadline (the server's time in ms): Redis 7.0 has no per-field expiry. The set also holds
+//!   the write stamps of `scripts/stamps.lua`. Both expire with the last entry or 30 s after the
+//!   last write, so an unused cache disappears.
 //! - **A read is one `HGET`**; reads of one cache made at the same time share one `HMGET`
 //!   (`reads.rs`). The deadline travels in the value and is compared with an upper
 //!   bound of the server's time (its `TIME` as last read plus the local time since), so an
 //!   expired entry is never returned; one may read as expired up to a round trip early.
 //! - **Writes are scripts** (`scripts/*.lua`): a put sets the entry and its deadline and removes
 //!   up to 100 expired entries; an invalidation removes one; a clear `UNLINK`s both keys, freed
-//!   off Redis' main thread whatever their size. Each publishes the change on
+//!   off Redis' main thread whatever their size. Each stamps its write; a load reads with the
+//!   server's time (`get_marked.lua`) and stores only if no stamp is as late (`put_loaded.lua`). Each publishes the change on
 //!   `<prefix>cache:{products}:changed` (sharded pub/sub, the same hash tag) for in-process
 //!   tiers: `k<key>` or `c`. Each watch also publishes a probe, `p<token>`, every 5 s, and
 //!   reports the stream down when it is not heard back.
@@ -27,7 +29,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::prelude::*;
 use lock_core::BoxError;
-use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change, Entry};
+use lock_core::cache::{
+    CacheError, CacheStore, CacheWatch, Change, Entry, LOAD_STORE_WINDOW, WriteMark,
+};
 use tokio::time::Instant;
 
 use crate::cache::clock::ServerClock;
@@ -124,7 +128,8 @@ impl RedisCaches {
         CacheError::unavailable(operation, cache, key, failure)
     }
 
-    /// Runs a write script on `cache` with `args` after the channel.
+    /// Runs a write script on `cache` with `args` after the channel and the window of stamps;
+    /// its result (1 or 0). Notes the server's time the script replies with.
     async fn write(
         &self,
         operation: &'static str,
@@ -132,22 +137,34 @@ impl RedisCaches {
         key: &str,
         script: &fred::types::scripts::Script,
         args: &[&[u8]],
-    ) -> Result<i64, CacheError> {
+    ) -> Result<bool, CacheError> {
         let client = self.client(operation, cache, key)?;
+        let sent = Instant::now();
         let keys = self.cache_keys(cache);
         let channel = self.change_channel(cache);
+        let window = LOAD_STORE_WINDOW.as_millis().to_string();
         let reply: Value = crate::core::scripts::call(client, script, || {
-            let mut values = vec![Value::from(channel.as_str())];
+            let mut values = vec![Value::from(channel.as_str()), Value::from(window.as_str())];
             values.extend(args.iter().map(|a| Value::Bytes(a.to_vec().into())));
             (keys.iter().map(|k| k.as_str().into()).collect(), values)
         })
         .await
         .map_err(|e| self.failed(operation, cache, key, e))?;
-        reply.as_i64().ok_or_else(|| {
-            let failure =
-                RedisFailure::protocol(redis_operation(operation), "unexpected reply shape");
-            CacheError::unavailable(operation, cache, key, failure)
-        })
+        let Value::Array(reply) = reply else {
+            return Err(self.unexpected(operation, cache, key));
+        };
+        match reply.iter().map(Value::as_u64).collect::<Vec<_>>()[..] {
+            [Some(result), Some(server_us)] => {
+                self.clock.record(sent, server_us / 1000);
+                Ok(result == 1)
+            }
+            _ => Err(self.unexpected(operation, cache, key)),
+        }
+    }
+
+    fn unexpected(&self, operation: &'static str, cache: &str, key: &str) -> CacheError {
+        let failure = RedisFailure::protocol(redis_operation(operation), "unexpected reply shape");
+        CacheError::unavailable(operation, cache, key, failure)
     }
 
     /// The latest the server's time can be now, reading the clock first if it never was, and
@@ -188,17 +205,42 @@ fn redis_operation(operation: &'static str) -> &'static str {
     match operation {
         "get" => "cache HGET",
         "put" => "cache put script",
+        "put loaded" => "cache put-loaded script",
         "invalidate" => "cache invalidate script",
         "clear" => "cache clear script",
         _ => "cache watch",
     }
 }
 
-/// Splits `<deadline>:<JSON>`.
-fn parse_entry(stored: &[u8]) -> Option<(u64, &[u8])> {
-    let colon = stored.iter().position(|b| *b == b':')?;
-    let deadline = std::str::from_utf8(&stored[..colon]).ok()?.parse().ok()?;
-    Some((deadline, &stored[colon + 1..]))
+/// A TTL in ms, at least 1.
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Splits `<deadline>:<JSON>`; `None`, logged, for a field written by something else or cut
+/// short: a miss, which the load overwrites.
+fn parse_entry<'a>(cache: &str, key: &str, stored: &'a [u8]) -> Option<(u64, &'a [u8])> {
+    let parsed = stored.iter().position(|b| *b == b':').and_then(|colon| {
+        let deadline = std::str::from_utf8(&stored[..colon]).ok()?.parse().ok()?;
+        Some((deadline, &stored[colon + 1..]))
+    });
+    if parsed.is_none() {
+        tracing::debug!(
+            cache,
+            key,
+            "the field holds no `<deadline>:` prefix; a miss"
+        );
+    }
+    parsed
+}
+
+/// The entry `stored` holds if it is live at `now` (ms of the server's clock).
+fn live_entry(cache: &str, key: &str, stored: &[u8], now: u64) -> Option<Entry> {
+    let (deadline, value) = parse_entry(cache, key, stored)?;
+    (deadline > now).then(|| Entry {
+        value: value.to_vec(),
+        expires_in: Duration::from_millis(deadline - now),
+    })
 }
 
 #[async_trait]
@@ -214,23 +256,42 @@ impl CacheStore for RedisCaches {
         let Some(stored) = stored else {
             return Ok(None);
         };
-        let Some((deadline, value)) = parse_entry(&stored) else {
-            // Written by something else, or cut short: a miss, which the load overwrites.
-            tracing::debug!(
-                cache,
-                key,
-                "the field holds no `<deadline>:` prefix; a miss"
-            );
+        if parse_entry(cache, key, &stored).is_none() {
             return Ok(None);
-        };
+        }
         let now = self
             .server_now(client)
             .await
             .map_err(|e| self.failed("get", cache, key, e))?;
-        Ok((deadline > now).then(|| Entry {
-            value: value.to_vec(),
-            expires_in: Duration::from_millis(deadline - now),
-        }))
+        Ok(live_entry(cache, key, &stored, now))
+    }
+
+    async fn get_for_load(
+        &self,
+        cache: &str,
+        key: &str,
+    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
+        let client = self.client("get", cache, key)?;
+        let hash = self.core.keys.capability_key(CAPABILITY, cache);
+        let sent = Instant::now();
+        let reply: Value = crate::core::scripts::call(client, &self.scripts.get_marked, || {
+            (vec![hash.as_str().into()], vec![Value::from(key)])
+        })
+        .await
+        .map_err(|e| self.failed("get", cache, key, e))?;
+        let (server_us, stored) = match reply {
+            Value::Array(reply) => match &reply[..] {
+                [us, stored] => (us.as_u64(), stored.as_bytes().map(<[u8]>::to_vec)),
+                _ => (None, None),
+            },
+            _ => (None, None),
+        };
+        let Some(server_us) = server_us else {
+            return Err(self.unexpected("get", cache, key));
+        };
+        self.clock.record(sent, server_us / 1000);
+        let entry = stored.and_then(|stored| live_entry(cache, key, &stored, server_us / 1000));
+        Ok((entry, WriteMark(server_us)))
     }
 
     async fn put(
@@ -240,36 +301,37 @@ impl CacheStore for RedisCaches {
         value: &[u8],
         ttl: Duration,
     ) -> Result<(), CacheError> {
-        let ttl = u64::try_from(ttl.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1)
-            .to_string();
-        let sent = Instant::now();
-        let script = &self.scripts.put;
-        let now = self
-            .write(
-                "put",
-                cache,
-                key,
-                script,
-                &[key.as_bytes(), value, ttl.as_bytes()],
-            )
-            .await?;
-        self.clock.record(sent, u64::try_from(now).unwrap_or(0));
-        Ok(())
+        let ttl = millis(ttl).to_string();
+        let args = [key.as_bytes(), value, ttl.as_bytes()];
+        self.write("put", cache, key, &self.scripts.put, &args)
+            .await
+            .map(drop)
+    }
+
+    async fn put_if_unwritten(
+        &self,
+        cache: &str,
+        key: &str,
+        value: &[u8],
+        ttl: Duration,
+        mark: WriteMark,
+    ) -> Result<bool, CacheError> {
+        let ttl = millis(ttl).to_string();
+        let mark = mark.0.to_string();
+        let args = [key.as_bytes(), value, ttl.as_bytes(), mark.as_bytes()];
+        let script = &self.scripts.put_loaded;
+        self.write("put loaded", cache, key, script, &args).await
     }
 
     async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
         let script = &self.scripts.invalidate;
         let args = [key.as_bytes()];
-        Ok(self.write("invalidate", cache, key, script, &args).await? == 1)
+        self.write("invalidate", cache, key, script, &args).await
     }
 
     async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
-        Ok(self
-            .write("clear", cache, "*", &self.scripts.clear, &[])
-            .await?
-            == 1)
+        self.write("clear", cache, "*", &self.scripts.clear, &[])
+            .await
     }
 
     async fn watch(&self, cache: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
@@ -398,14 +460,21 @@ mod tests {
 
     #[test]
     fn entries_and_changes_read_as_written_and_anything_else_is_no_entry() {
+        let parse = |stored| parse_entry("products", "sku-1", stored);
         assert_eq!(
-            parse_entry(b"1764500000123:{\"a\":1}"),
+            parse(b"1764500000123:{\"a\":1}"),
             Some((1_764_500_000_123, &b"{\"a\":1}"[..]))
         );
-        assert_eq!(parse_entry(b"17:"), Some((17, &b""[..])));
+        assert_eq!(parse(b"17:"), Some((17, &b""[..])));
         for junk in [&b""[..], b"abc", b":{}", b"x1:{}", b"-1:{}"] {
-            assert_eq!(parse_entry(junk), None, "{junk:?}");
+            assert_eq!(parse(junk), None, "{junk:?}");
         }
+        let live = |now| live_entry("products", "sku-1", b"1000:{}", now);
+        assert_eq!(
+            live(999).map(|e| e.expires_in),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(live(1000), None, "expired at its deadline");
         let change = |text: &str| parse_change(&Value::from(text));
         assert_eq!(
             change("ksku:42"),

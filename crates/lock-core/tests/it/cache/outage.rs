@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use lock_core::BoxError;
 use lock_core::cache::{
     Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, InMemoryCaches,
-    NearCache,
+    NearCache, WriteMark,
 };
 use tokio::sync::mpsc;
 
@@ -67,6 +67,26 @@ impl CacheStore for Flaky {
     async fn put(&self, c: &str, k: &str, v: &[u8], ttl: Duration) -> Result<(), CacheError> {
         self.check("put", k)?;
         self.store.put(c, k, v, ttl).await
+    }
+    async fn get_for_load(
+        &self,
+        cache: &str,
+        key: &str,
+    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.check("get", key)?;
+        self.store.get_for_load(cache, key).await
+    }
+    async fn put_if_unwritten(
+        &self,
+        c: &str,
+        k: &str,
+        v: &[u8],
+        ttl: Duration,
+        mark: WriteMark,
+    ) -> Result<bool, CacheError> {
+        self.check("put", k)?;
+        self.store.put_if_unwritten(c, k, v, ttl, mark).await
     }
     async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
         self.check("invalidate", key)?;
