@@ -232,7 +232,12 @@ where
                     None => continue,
                 },
             };
-            let (landed, panic) = match self.read_counting(key, true, true).await {
+            // A hit is a plain read; a miss is read again with its mark for the load.
+            let read = match self.read(key).await {
+                Read::Miss(_) => self.read_counting(key, false, true).await,
+                read => read,
+            };
+            let (landed, panic) = match read {
                 Read::Hit(value) => (Ok(value), None),
                 read => {
                     let Some(load) = load.take() else {
