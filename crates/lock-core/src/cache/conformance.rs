@@ -559,26 +559,39 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn CacheFactory) {
     );
 }
 
+/// Starts a `get_or_load` of `key` whose loader, once running, waits for the returned
+/// `Notify` and then gives `read-before-the-write`.
+async fn load_held_open(
+    cache: &Cache<Product>,
+    key: &str,
+) -> (
+    tokio::task::JoinHandle<Result<Product, CacheError>>,
+    Arc<Notify>,
+) {
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let slow = tokio::spawn({
+        let (cache, key) = (cache.clone(), key.to_owned());
+        let (started, release) = (Arc::clone(&started), Arc::clone(&release));
+        async move {
+            let load = || async move {
+                started.notify_one();
+                release.notified().await;
+                Ok::<_, BoxError>(product("read-before-the-write", 1))
+            };
+            cache.get_or_load(&key, load).await
+        }
+    });
+    started.notified().await;
+    (slow, release)
+}
+
 /// A put or an invalidate made while a load of its key is in flight wins over that load: a
 /// later caller does not wait for it, and its value is not stored over the write.
 pub async fn a_write_during_a_load_wins_over_it(factory: &dyn CacheFactory) {
     let cache: Cache<Product> = cache(factory, &unique_key("cache"), CacheOptions::new()).await;
     for invalidate in [false, true] {
         let key = unique_key("sku");
-        let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let slow = tokio::spawn({
-            let (cache, key) = (cache.clone(), key.clone());
-            let (started, release) = (Arc::clone(&started), Arc::clone(&release));
-            async move {
-                let load = || async move {
-                    started.notify_one();
-                    release.notified().await;
-                    Ok::<_, BoxError>(product("read-before-the-write", 1))
-                };
-                cache.get_or_load(&key, load).await
-            }
-        });
-        started.notified().await;
+        let (slow, release) = load_held_open(&cache, &key).await;
         let after = if invalidate {
             cache.invalidate(&key).await.expect("invalidated");
             product("loaded-after-the-write", 3)
@@ -616,20 +629,7 @@ pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn Cach
     let writing: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
     for write in ["put", "invalidate", "clear"] {
         let key = unique_key("sku");
-        let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let slow = tokio::spawn({
-            let (loading, key) = (loading.clone(), key.clone());
-            let (started, release) = (Arc::clone(&started), Arc::clone(&release));
-            async move {
-                let load = || async move {
-                    started.notify_one();
-                    release.notified().await;
-                    Ok::<_, BoxError>(product("read-before-the-write", 1))
-                };
-                loading.get_or_load(&key, load).await
-            }
-        });
-        started.notified().await;
+        let (slow, release) = load_held_open(&loading, &key).await;
         let after = match write {
             "put" => {
                 let written = product("written", 2);
