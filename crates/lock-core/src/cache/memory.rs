@@ -15,13 +15,13 @@ use crate::error::BoxError;
 /// Caches in this process, on its monotonic clock: for tests, and for a single replica. Clones
 /// share the entries.
 ///
-/// Expired entries are swept every 1,024 puts, so memory follows the live entries.
+/// Expired entries are swept every 1,024 writes, so memory follows the live entries.
 #[derive(Debug, Clone, Default)]
 pub struct InMemoryCaches {
     state: Arc<Mutex<State>>,
 }
 
-/// Puts between two sweeps of the expired entries.
+/// Writes between two sweeps of the expired entries.
 const SWEEP_EVERY: u32 = 1024;
 /// Changes a watch may fall behind by before it reports [`Change::Live`] again.
 const WATCH_BACKLOG: usize = 1024;
@@ -41,9 +41,27 @@ struct State {
 impl State {
     /// Notes a write of `key` of `cache` (`""`: a clear).
     fn stamp(&mut self, cache: &str, key: &str, now: Instant) {
+        self.sweep_if_due(now);
         self.writes += 1;
         let written = self.written.entry(cache.to_owned()).or_default();
         written.insert(key.to_owned(), (self.writes, now));
+    }
+
+    /// Every [`SWEEP_EVERY`] stores, removes the expired entries and the writes older than
+    /// [`LOAD_STORE_WINDOW`].
+    fn sweep_if_due(&mut self, now: Instant) {
+        self.since_sweep += 1;
+        if self.since_sweep >= SWEEP_EVERY {
+            self.since_sweep = 0;
+            self.entries.retain(|_, entries| {
+                entries.retain(|_, (_, deadline)| *deadline > now);
+                !entries.is_empty()
+            });
+            self.written.retain(|_, written| {
+                written.retain(|_, (_, at)| now - *at <= LOAD_STORE_WINDOW);
+                !written.is_empty()
+            });
+        }
     }
 
     /// Whether `key` of `cache`, or the whole cache, was written after `mark`.
@@ -76,6 +94,11 @@ impl InMemoryCaches {
         Self::default()
     }
 
+    /// How many entries the caches hold, expired ones not swept yet included.
+    pub fn held(&self) -> usize {
+        self.state().entries.values().map(HashMap::len).sum()
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -103,18 +126,6 @@ impl CacheStore for InMemoryCaches {
     ) -> Result<(), CacheError> {
         let now = Instant::now();
         let mut state = self.state();
-        state.since_sweep += 1;
-        if state.since_sweep >= SWEEP_EVERY {
-            state.since_sweep = 0;
-            state.entries.retain(|_, entries| {
-                entries.retain(|_, (_, deadline)| *deadline > now);
-                !entries.is_empty()
-            });
-            state.written.retain(|_, written| {
-                written.retain(|_, (_, at)| now - *at <= LOAD_STORE_WINDOW);
-                !written.is_empty()
-            });
-        }
         state.stamp(cache, key, now);
         let entries = state.entries.entry(cache.to_owned()).or_default();
         entries.insert(key.to_owned(), (value.to_vec(), now + ttl));
@@ -149,6 +160,7 @@ impl CacheStore for InMemoryCaches {
         if state.written_since(cache, key, mark) {
             return Ok(false);
         }
+        state.sweep_if_due(now);
         let entries = state.entries.entry(cache.to_owned()).or_default();
         entries.insert(key.to_owned(), (value.to_vec(), now + ttl));
         state.publish(cache, Change::Key(key.to_owned()));
