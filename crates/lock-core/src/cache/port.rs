@@ -86,8 +86,7 @@ pub trait CacheStore: Send + Sync + Debug + 'static {
 
     /// Stores a loaded `value` as [`put`](CacheStore::put) does, unless the entry was written
     /// (put, invalidated, or its cache cleared) after the read `mark` came from; whether it
-    /// stored.
-    /// The default stores unconditionally.
+    /// stored. The default stores unconditionally.
     async fn put_if_unwritten(
         &self,
         cache: &str,

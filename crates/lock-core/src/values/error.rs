@@ -141,8 +141,8 @@ impl ValuesError {
         details
     }
 
-    /// The error of a [`ValueStore::queue_ack`](crate::values::ValueStore::queue_ack) given `id`, which
-    /// no take of the queue could have given.
+    /// The error of a [`ValueStore::queue_ack`](crate::values::ValueStore::queue_ack) given
+    /// `id`, which no take of the queue could have given.
     pub fn not_a_queue_id(id: &str) -> Self {
         ValuesError::invalid(
             "id",

@@ -13,10 +13,11 @@
 //! - **Writes are scripts** (`scripts/*.lua`): a put sets the entry and its deadline and removes
 //!   up to 100 expired entries; an invalidation removes one; a clear `UNLINK`s both keys, freed
 //!   off Redis' main thread whatever their size. Each stamps its write; a load reads with the
-//!   server's time (`get_marked.lua`) and stores only if no stamp is as late (`put_loaded.lua`). Each publishes the change on
-//!   `<prefix>cache:{products}:changed` (sharded pub/sub, the same hash tag) for in-process
-//!   tiers: `k<key>` or `c`. Each watch also publishes a probe, `p<token>`, every 5 s, and
-//!   reports the stream down when it is not heard back.
+//!   server's time (`get_marked.lua`) and stores only if no stamp is as late
+//!   (`put_loaded.lua`). Each publishes the change on `<prefix>cache:{products}:changed`
+//!   (sharded pub/sub, the same hash tag) for in-process tiers: `k<key>` or `c`. Each watch
+//!   also publishes a probe, `p<token>`, every 5 s, and reports the stream down when it is not
+//!   heard back.
 
 mod clock;
 mod reads;
