@@ -80,11 +80,13 @@ impl State {
         }
     }
 
-    fn live(&self, cache: &str, key: &str, now: Instant) -> Option<&(Vec<u8>, Instant)> {
-        self.entries
-            .get(cache)?
-            .get(key)
-            .filter(|(_, deadline)| *deadline > now)
+    /// The live entry `key` of `cache` at `now`.
+    fn live(&self, cache: &str, key: &str, now: Instant) -> Option<Entry> {
+        let (value, deadline) = self.entries.get(cache)?.get(key)?;
+        (*deadline > now).then(|| Entry {
+            value: value.clone(),
+            expires_in: *deadline - now,
+        })
     }
 }
 
@@ -107,14 +109,7 @@ impl InMemoryCaches {
 #[async_trait]
 impl CacheStore for InMemoryCaches {
     async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
-        let now = Instant::now();
-        Ok(self
-            .state()
-            .live(cache, key, now)
-            .map(|(value, deadline)| Entry {
-                value: value.clone(),
-                expires_in: *deadline - now,
-            }))
+        Ok(self.state().live(cache, key, Instant::now()))
     }
 
     async fn put(
@@ -138,12 +133,8 @@ impl CacheStore for InMemoryCaches {
         cache: &str,
         key: &str,
     ) -> Result<(Option<Entry>, WriteMark), CacheError> {
-        let now = Instant::now();
         let state = self.state();
-        let entry = state.live(cache, key, now).map(|(value, deadline)| Entry {
-            value: value.clone(),
-            expires_in: *deadline - now,
-        });
+        let entry = state.live(cache, key, Instant::now());
         Ok((entry, WriteMark(state.writes)))
     }
 

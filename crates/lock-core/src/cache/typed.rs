@@ -503,36 +503,36 @@ where
             inner.metrics.unavailable.increment(1);
             return (Ok(value), None);
         };
-        if leader.superseded() || mark.taken.elapsed() > LOAD_STORE_WINDOW {
-            tracing::debug!(
-                cache = %inner.name,
-                key,
-                "the key was written during its load, or the load outlasted the store's memory \
-                 of writes: the loaded value is not stored"
-            );
-        } else if !self.oversize(key, bytes.len()) {
+        let stored = if leader.superseded() || mark.taken.elapsed() > LOAD_STORE_WINDOW {
+            false
+        } else if self.oversize(key, bytes.len()) {
+            return (Ok(value), None);
+        } else {
             let ttl = inner.options.entry_ttl();
             let stored = inner
                 .store
                 .put_if_unwritten(&inner.name, key, &bytes, ttl, mark.at)
                 .await;
+            self.evict_near(Some(key));
             match stored {
                 Ok(stored) => {
                     self.note_outage(None);
-                    if !stored {
-                        tracing::debug!(
-                            cache = %inner.name,
-                            key,
-                            "the key was written during its load: the loaded value is not stored"
-                        );
-                    }
+                    stored
                 }
                 Err(error) => {
                     self.note_outage(Some(&error));
                     inner.metrics.unavailable.increment(1);
+                    return (Ok(value), None);
                 }
             }
-            self.evict_near(Some(key));
+        };
+        if !stored {
+            tracing::debug!(
+                cache = %inner.name,
+                key,
+                "the key was written during its load, or the load took longer than \
+                 LOAD_STORE_WINDOW: the loaded value is not stored"
+            );
         }
         (Ok(value), None)
     }

@@ -205,6 +205,7 @@ async fn read_clock(client: &Client, clock: &ServerClock) -> Result<(), Error> {
 fn redis_operation(operation: &'static str) -> &'static str {
     match operation {
         "get" => "cache HGET",
+        "get for load" => "cache get-marked script",
         "put" => "cache put script",
         "put loaded" => "cache put-loaded script",
         "invalidate" => "cache invalidate script",
@@ -272,14 +273,14 @@ impl CacheStore for RedisCaches {
         cache: &str,
         key: &str,
     ) -> Result<(Option<Entry>, WriteMark), CacheError> {
-        let client = self.client("get", cache, key)?;
+        let client = self.client("get for load", cache, key)?;
         let hash = self.core.keys.capability_key(CAPABILITY, cache);
         let sent = Instant::now();
         let reply: Value = crate::core::scripts::call(client, &self.scripts.get_marked, || {
             (vec![hash.as_str().into()], vec![Value::from(key)])
         })
         .await
-        .map_err(|e| self.failed("get", cache, key, e))?;
+        .map_err(|e| self.failed("get for load", cache, key, e))?;
         let (server_us, stored) = match reply {
             Value::Array(reply) => match &reply[..] {
                 [us, stored] => (us.as_u64(), stored.as_bytes().map(<[u8]>::to_vec)),
@@ -288,7 +289,7 @@ impl CacheStore for RedisCaches {
             _ => (None, None),
         };
         let Some(server_us) = server_us else {
-            return Err(self.unexpected("get", cache, key));
+            return Err(self.unexpected("get for load", cache, key));
         };
         self.clock.record(sent, server_us / 1000);
         let entry = stored.and_then(|stored| live_entry(cache, key, &stored, server_us / 1000));

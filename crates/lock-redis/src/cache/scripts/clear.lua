@@ -5,7 +5,7 @@
 -- Returns 1 if it had a live entry, else 0; and the server's time in µs.
 local us = now_us()
 local now = math.floor(us / 1000)
-local live = redis.pcall('ZCOUNT', KEYS[2], '(' .. now, '(' .. STAMPS)
+local live = redis.pcall('ZCOUNT', KEYS[2], '(' .. now, BELOW_STAMPS)
 redis.call('UNLINK', KEYS[1], KEYS[2])
 stamp('', us)
 redis.call('PEXPIREAT', KEYS[2], now + window)

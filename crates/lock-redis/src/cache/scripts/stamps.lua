@@ -8,6 +8,8 @@
 -- ARGV[2]  the window, in ms
 
 local STAMPS = 1125899906842624 -- 2^50, beyond any deadline; with a time in µs, exact in a double
+-- The scores of entries alone, as a bound of ZRANGE and ZCOUNT.
+local BELOW_STAMPS = string.format('(%d', STAMPS)
 local window = tonumber(ARGV[2])
 
 -- The server's time in µs.
@@ -36,20 +38,12 @@ local function remove_old_stamps(us)
   end
 end
 
--- Stores `value` at `key` until `deadline`.
+-- Stores `value` (JSON) at `key` until `deadline`, as "<deadline>:<JSON>".
 local function store(key, value, deadline)
-  redis.call('HSET', KEYS[1], key, deadline .. ':' .. value)
-  redis.call('ZADD', KEYS[2], deadline, key)
+  set_entry(key, deadline .. ':' .. value, deadline)
 end
 
 -- Both keys expire with the last entry, or when the window after `now` ends if later.
 local function expire_cache(now)
-  local last = redis.call('ZRANGE', KEYS[2], '(' .. STAMPS, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1,
-    'WITHSCORES')
-  local at = now + window
-  if last[2] and tonumber(last[2]) > at then
-    at = tonumber(last[2])
-  end
-  redis.call('PEXPIREAT', KEYS[1], at)
-  redis.call('PEXPIREAT', KEYS[2], at)
+  expire_keys(BELOW_STAMPS, now + window)
 end

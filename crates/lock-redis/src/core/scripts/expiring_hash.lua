@@ -25,13 +25,29 @@ local function remove_expired(now)
   end
 end
 
--- Stores `value` at `entry` until `deadline`; both keys then expire with the last entry.
-local function put_entry(entry, value, deadline)
+-- Both keys expire with the last entry, the highest score below `below` (a score bound, such
+-- as '+inf'), or at `at_least` if that is later.
+local function expire_keys(below, at_least)
+  local last = redis.call('ZRANGE', KEYS[2], below, '-inf', 'BYSCORE', 'REV', 'LIMIT', 0, 1,
+    'WITHSCORES')
+  local at = at_least
+  if last[2] and tonumber(last[2]) > at then
+    at = tonumber(last[2])
+  end
+  redis.call('PEXPIREAT', KEYS[1], at)
+  redis.call('PEXPIREAT', KEYS[2], at)
+end
+
+-- Stores `value` at `entry` until `deadline`, without setting the keys' expiry.
+local function set_entry(entry, value, deadline)
   redis.call('HSET', KEYS[1], entry, value)
   redis.call('ZADD', KEYS[2], deadline, entry)
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  redis.call('PEXPIREAT', KEYS[1], last[2])
-  redis.call('PEXPIREAT', KEYS[2], last[2])
+end
+
+-- Stores `value` at `entry` until `deadline`; both keys then expire with the last entry.
+local function put_entry(entry, value, deadline)
+  set_entry(entry, value, deadline)
+  expire_keys('+inf', 0)
 end
 
 -- Removes `entry`; returns 1 if it was live, else 0.
