@@ -51,7 +51,8 @@ pub enum Change {
 /// Every implementation passes the conformance suite (feature `conformance`). In short:
 /// - **TTLs** are per entry, on the backend's clock. An expired entry is never returned, even
 ///   when no client has run since it expired, and an unused cache disappears after its last
-///   entry's TTL. A re-put replaces the value and its TTL together.
+///   entry's TTL, or [`LOAD_STORE_WINDOW`] after its last write if later. A re-put replaces
+///   the value and its TTL together.
 /// - **Clear** removes every entry of a cache in one step, whatever its size.
 /// - **Loads never undo writes.** [`put_if_unwritten`](CacheStore::put_if_unwritten) stores
 ///   nothing when the entry was put, invalidated or cleared by any client after the read its
