@@ -290,25 +290,26 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
     )))
 }
 
-/// The one section of `spec`'s table in `figment` whose name a variable spells as it spells
+/// The sections of `spec`'s table in `figment` whose name a variable spells as it spells
 /// `name`, letters and digits compared alike (`my_api`, `My-Api` or `myapi` for `my-api`): a
-/// variable sets that section rather than a new one beside it. `None` when no section, or more
-/// than one, matches: the variable then sets the section spelt as it is read (`my-api`).
-fn section_spelt(figment: &Figment, spec: &KeySpec, name: &str) -> Option<String> {
-    let table = spec.name.split_once(".<").map(|(table, _)| table)?;
+/// variable sets the one that matches rather than a new one beside it. With none, or more than
+/// one, the variable sets the section spelt as it is read (`my-api`).
+fn sections_spelt(figment: &Figment, spec: &KeySpec, name: &str) -> Vec<String> {
+    let Some((table, _)) = spec.name.split_once(".<") else {
+        return Vec::new();
+    };
     let Ok(figment::value::Value::Dict(_, sections)) = figment.find_value(table) else {
-        return None;
+        return Vec::new();
     };
     // Tables only: a section written as a value fails the load, which the variable must not hide.
-    let mut matching = sections
+    sections
         .iter()
         .filter(|(section, value)| {
             normalize(section) == normalize(name)
                 && matches!(value, figment::value::Value::Dict(..))
         })
-        .map(|(section, _)| section);
-    let section = matching.next()?;
-    matching.next().is_none().then(|| section.clone())
+        .map(|(section, _)| section.clone())
+        .collect()
 }
 
 /// Maps the variables named after the keys onto them; a key set by both its forms with
@@ -331,7 +332,20 @@ fn merge_env(
         if let Some(spec) = spec {
             by_key.entry(spec.name).or_default().push((name, value));
         } else if let Some((spec, key_name)) = named {
-            let key_name = section_spelt(&figment, spec, &key_name).unwrap_or(key_name);
+            let key_name = match sections_spelt(&figment, spec, &key_name).as_slice() {
+                [section] => section.clone(),
+                [] => key_name,
+                several => {
+                    host_env.warnings.push(format!(
+                        "environment variable {name} matches sections {} of {}; it sets {}. \
+                         Rename the sections so that one matches",
+                        several.join(" and "),
+                        spec.name.split_once(".<").map_or("", |(table, _)| table),
+                        spec.for_name(&key_name),
+                    ));
+                    key_name
+                }
+            };
             let metadata = Metadata::named(ENV_PROVIDER).source(name.clone());
             figment = figment.merge(fixed(metadata, &spec.for_name(&key_name), value));
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
