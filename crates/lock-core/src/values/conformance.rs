@@ -330,6 +330,67 @@ pub async fn a_change_back_to_an_equal_value_is_a_change(factory: &dyn ValuesFac
     assert!(changed.version > since, "{changed:?} since {since}");
 }
 
+/// A write older than the version a `wait_for_change` names, heard late (a watch and the
+/// reads keep no order between them), is not a change.
+pub async fn a_write_heard_late_is_not_a_change(factory: &dyn ValuesFactory) {
+    let key = unique_key("late");
+    let writer = factory.client().await;
+    set(&writer, &key, "A", Expiry::After(LONG)).await;
+    let older = writer.store().get(&key).await.unwrap().expect("A is stored");
+    let since = set(&writer, &key, "B", Expiry::After(LONG)).await;
+    let store = factory.client().await.store().clone();
+    let waiter = SharedValues::new(Arc::new(Hooked {
+        store,
+        hooks: Late(older),
+    }));
+    let timeout = Duration::from_millis(300);
+    let waited = waiter
+        .wait_for_change::<String>(&key, Some(since), timeout)
+        .await
+        .unwrap();
+    assert_eq!(
+        waited,
+        Waited::TimedOut(Some(Versioned {
+            value: "B".to_owned(),
+            version: since
+        }))
+    );
+}
+
+/// Watches that first hear a write made before them, then what the store's watch hears.
+#[derive(Debug)]
+struct Late(Versioned<Vec<u8>>);
+
+#[async_trait]
+impl Hooks for Late {
+    async fn watch(
+        &self,
+        store: &dyn ValueStore,
+        key: &str,
+    ) -> Result<Box<dyn ValueWatch>, ValuesError> {
+        Ok(Box::new(LateWatch {
+            late: Some(Observed::Set(self.0.clone())),
+            watch: store.watch(key).await?,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct LateWatch {
+    late: Option<Observed>,
+    watch: Box<dyn ValueWatch>,
+}
+
+#[async_trait]
+impl ValueWatch for LateWatch {
+    async fn next(&mut self) -> Result<Observed, BoxError> {
+        match self.late.take() {
+            Some(late) => Ok(late),
+            None => self.watch.next().await,
+        }
+    }
+}
+
 /// A wait for absence returns on a delete; one that is never satisfied times out with the last
 /// value after its timeout.
 pub async fn a_wait_sees_a_delete_and_times_out_with_the_last_value(factory: &dyn ValuesFactory) {
@@ -979,6 +1040,7 @@ macro_rules! values_conformance_checks {
             a_wait_returns_on_another_clients_write,
             a_value_overwritten_at_once_is_still_seen,
             a_change_back_to_an_equal_value_is_a_change,
+            a_write_heard_late_is_not_a_change,
             a_wait_sees_a_delete_and_times_out_with_the_last_value,
             a_cancelled_waiter_leaves_the_others_waiting,
             a_value_of_another_shape_is_undecodable,

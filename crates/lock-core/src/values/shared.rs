@@ -221,7 +221,8 @@ impl SharedValues {
     }
 
     /// Waits until `key` is written after version `since` (`None`: after being absent), at
-    /// most `timeout`. A value overwritten with an equal one is a change: its version differs.
+    /// most `timeout`. A value overwritten with an equal one is a change: its version is
+    /// greater. A write older than `since` that is heard late is not a change.
     ///
     /// # Errors
     /// As [`wait_for`](Self::wait_for).
@@ -234,8 +235,9 @@ impl SharedValues {
     where
         T: DeserializeOwned + Send,
     {
-        self.wait_for(key, timeout, |v: Option<&Versioned<T>>| {
-            v.map(|v| v.version) != since
+        self.wait_for(key, timeout, |v: Option<&Versioned<T>>| match (v, since) {
+            (Some(v), Some(since)) => v.version > since,
+            (v, since) => v.is_some() != since.is_some(),
         })
         .await
     }
