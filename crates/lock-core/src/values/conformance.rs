@@ -997,10 +997,23 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
         .unwrap_err();
     assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
     assert_eq!(error.details()["argument"], "id", "{error}");
+    let untaken = queue.push(&7).await.unwrap();
+    let error = queue
+        .ack(&[pending[0].clone(), untaken.clone()])
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
+    assert!(error.to_string().contains(&untaken), "{error}");
     assert_eq!(
         queue.ack(&pending).await.unwrap(),
         1,
-        "the refused call acknowledged nothing"
+        "the refused calls acknowledged nothing"
+    );
+    let taken = queue.take(10, LONG).await.unwrap();
+    assert_eq!(
+        (taken.ids(), taken.items.iter().map(|d| d.item).collect::<Vec<_>>()),
+        (vec![untaken], vec![7]),
+        "an item acknowledged before any take gave it is still delivered"
     );
     for (argument, error) in [
         ("max", queue.take(0, LONG).await.unwrap_err()),

@@ -337,11 +337,16 @@ impl ValueStore for InMemoryValues {
                     .map_err(|_| ValuesError::not_a_queue_id(id))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(self.with_queue(queue, |q, _| {
-            ids.iter()
+        self.with_queue(queue, |q, _| {
+            let untaken = |id: &&u64| q.ready.binary_search_by_key(*id, |(ready, _)| *ready).is_ok();
+            if let Some(id) = ids.iter().find(untaken) {
+                return Err(ValuesError::not_a_queue_id(&id.to_string()));
+            }
+            Ok(ids
+                .iter()
                 .filter(|id| q.pending.remove(id).is_some())
-                .count() as u64
-        }))
+                .count() as u64)
+        })
     }
 
     async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {

@@ -454,7 +454,13 @@ impl ValueStore for RedisValues {
         let reply = self
             .script_call("queue ack", queue, &keys, script, &args)
             .await?;
-        reply.as_u64().ok_or_else(|| protocol("queue ack", queue))
+        match reply {
+            Value::Array(untaken) => match untaken.first().and_then(Value::as_string) {
+                Some(id) => Err(ValuesError::not_a_queue_id(&id)),
+                None => Err(protocol("queue ack", queue)),
+            },
+            reply => reply.as_u64().ok_or_else(|| protocol("queue ack", queue)),
+        }
     }
 
     async fn queue_len(&self, queue: &str) -> Result<u64, ValuesError> {

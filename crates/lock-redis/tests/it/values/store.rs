@@ -282,3 +282,29 @@ async fn a_maps_two_keys_expire_with_its_last_field_and_clear_deletes_both() {
         0
     );
 }
+
+/// A map of more live fields, and an acknowledgement of more ids, than a Lua `unpack` takes at
+/// once (about 8,000) are read and acknowledged whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_fields_are_listed_and_many_ids_acknowledged_at_once() {
+    const MANY: u32 = 9_000;
+    let redis = server().await;
+    let (values, _) = values(&common::client(&redis).await).await;
+    let map = values.map::<u32>("many");
+    for i in 0..MANY {
+        map.put(&format!("f{i}"), &i, LONG).await.unwrap();
+    }
+    assert_eq!(map.entries().await.unwrap().len(), MANY as usize);
+
+    let queue = values.queue::<u32>("many");
+    let items: Vec<u32> = (0..MANY).collect();
+    queue.push_all(&items).await.unwrap();
+    let mut ids = Vec::new();
+    while ids.len() < items.len() {
+        let taken = queue.take(1_000, LONG).await.unwrap();
+        assert!(!taken.items.is_empty(), "{} of {MANY} taken", ids.len());
+        ids.extend(taken.ids());
+    }
+    assert_eq!(queue.ack(&ids).await.unwrap(), u64::from(MANY));
+    assert_eq!(queue.len().await.unwrap(), 0);
+}
