@@ -949,6 +949,30 @@ pub async fn an_unacknowledged_item_comes_back(factory: &dyn ValuesFactory) {
     assert_eq!(a.len().await.unwrap(), 0);
 }
 
+/// An expired item behind more taken ones than a take looks at in one step is still taken
+/// again: a take of one item does not come back empty.
+pub async fn an_expired_item_behind_taken_ones_comes_back(factory: &dyn ValuesFactory) {
+    let name = unique_key("behind");
+    let queue = factory.client().await.queue::<u32>(&name);
+    queue.push_all(&(0..12).collect::<Vec<u32>>()).await.unwrap();
+    assert_eq!(queue.take(12, SHORT_TTL).await.unwrap().items.len(), 12);
+    // The first ten, taken again once expired, stand before the last two.
+    let deadline = Instant::now() + SHORT_TTL + SLACK;
+    let first_ten = loop {
+        let taken = queue.take(10, SHORT_TTL).await.unwrap();
+        if !taken.items.is_empty() {
+            break taken;
+        }
+        assert!(Instant::now() < deadline, "nothing came back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let items = |taken: &Taken<u32>| taken.items.iter().map(|d| d.item).collect::<Vec<_>>();
+    assert_eq!(items(&first_ten), (0..10).collect::<Vec<_>>());
+    let next = queue.take(1, SHORT_TTL).await.unwrap();
+    assert_eq!(items(&next), [10], "the oldest expired item behind them");
+    assert_eq!(next.items[0].deliveries, 2);
+}
+
 /// A push past the bound is refused whole, and the queue keeps what it had.
 pub async fn a_full_queue_refuses_a_push_whole(factory: &dyn ValuesFactory) {
     let name = unique_key("full");
@@ -1070,6 +1094,7 @@ macro_rules! values_conformance_checks {
             map_arguments_and_shapes_are_checked,
             queue_items_are_taken_in_order_once,
             an_unacknowledged_item_comes_back,
+            an_expired_item_behind_taken_ones_comes_back,
             a_full_queue_refuses_a_push_whole,
             queue_items_of_another_shape_are_reported,
         }

@@ -10,7 +10,19 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {}
 end
 local max = tonumber(ARGV[2])
-local entries = redis.call('XAUTOCLAIM', KEYS[1], 'consumers', ARGV[1], ARGV[3], '0-0', 'COUNT', max)[2]
+-- Reclaimed first, in id order: XAUTOCLAIM looks at up to 10 taken items per item it may
+-- claim, so it is called again from where it stopped, over at most 10,000 taken items.
+local entries, cursor, looked = {}, '0-0', 0
+repeat
+  local count = max - #entries
+  local claimed = redis.call('XAUTOCLAIM', KEYS[1], 'consumers', ARGV[1], ARGV[3], cursor,
+    'COUNT', count)
+  cursor = claimed[1]
+  for _, entry in ipairs(claimed[2]) do
+    entries[#entries + 1] = entry
+  end
+  looked = looked + 10 * count
+until #entries >= max or cursor == '0-0' or looked >= 10000
 if #entries < max then
   local read = redis.call('XREADGROUP', 'GROUP', 'consumers', ARGV[1], 'COUNT', max - #entries,
     'STREAMS', KEYS[1], '>')
