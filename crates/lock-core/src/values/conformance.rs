@@ -336,7 +336,12 @@ pub async fn a_write_heard_late_is_not_a_change(factory: &dyn ValuesFactory) {
     let key = unique_key("late");
     let writer = factory.client().await;
     set(&writer, &key, "A", Expiry::After(LONG)).await;
-    let older = writer.store().get(&key).await.unwrap().expect("A is stored");
+    let older = writer
+        .store()
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("A is stored");
     let since = set(&writer, &key, "B", Expiry::After(LONG)).await;
     let store = factory.client().await.store().clone();
     let waiter = SharedValues::new(Arc::new(Hooked {
@@ -716,7 +721,7 @@ pub async fn a_crashed_runners_guard_expires_and_a_waiter_runs(factory: &dyn Val
     );
     let elapsed = started.elapsed();
     assert!(
-        elapsed < MIN_FLIGHT_TTL * 2 + SLACK,
+        elapsed < MIN_FLIGHT_TTL * 4 / 3 + SLACK,
         "ran after {elapsed:?}"
     );
 }
@@ -954,7 +959,10 @@ pub async fn an_unacknowledged_item_comes_back(factory: &dyn ValuesFactory) {
 pub async fn an_expired_item_behind_taken_ones_comes_back(factory: &dyn ValuesFactory) {
     let name = unique_key("behind");
     let queue = factory.client().await.queue::<u32>(&name);
-    queue.push_all(&(0..12).collect::<Vec<u32>>()).await.unwrap();
+    queue
+        .push_all(&(0..12).collect::<Vec<u32>>())
+        .await
+        .unwrap();
     assert_eq!(queue.take(12, SHORT_TTL).await.unwrap().items.len(), 12);
     // The first ten, taken again once expired, stand before the last two.
     let deadline = Instant::now() + SHORT_TTL + SLACK;
@@ -1035,7 +1043,10 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
     );
     let taken = queue.take(10, LONG).await.unwrap();
     assert_eq!(
-        (taken.ids(), taken.items.iter().map(|d| d.item).collect::<Vec<_>>()),
+        (
+            taken.ids(),
+            taken.items.iter().map(|d| d.item).collect::<Vec<_>>()
+        ),
         (vec![untaken], vec![7]),
         "an item acknowledged before any take gave it is still delivered"
     );

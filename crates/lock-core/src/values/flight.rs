@@ -194,8 +194,8 @@ impl SharedValues {
     /// - The runner holds a guard at `key` with a TTL of `ttl` (1 s to 30 days), renewed every
     ///   third of it while the action runs, and deleted when it ends or is cancelled. After a
     ///   crash the guard and its progress expire within `ttl`, and the next caller runs; a
-    ///   waiting caller looks again at least once per its own `ttl` (give every caller of a key
-    ///   the same one).
+    ///   waiting caller looks again every third of its own `ttl`, so it runs within 4/3 ×
+    ///   `ttl` of the crashed runner's last renewal (give every caller of a key the same one).
     /// - Only the runner writes its guard: every write compares the version it last wrote.
     /// - The outcome is published to the callers waiting at that moment, then the guard is
     ///   deleted: a caller arriving later runs the action again. A waiter that misses the
@@ -272,9 +272,9 @@ impl SharedValues {
                 let running = |v: Option<&Versioned<Record<T, P>>>| {
                     matches!(v.map(|v| &v.value), Some(Record::Running { .. }))
                 };
-                // A runner renews its guard every third of the TTL; a guard unrenewed for a
-                // whole TTL has expired, which is not published: look again after one TTL.
-                let until = Instant::now() + remaining.min(ttl);
+                // A guard's expiry is not published: look again every third of the TTL, as
+                // often as a runner renews it.
+                let until = Instant::now() + remaining.min(ttl / 3);
                 self.wait_on(&mut **watch, key, until, |v| !running(v))
                     .await?
             };

@@ -218,3 +218,41 @@ async fn a_progress_report_in_flight_when_the_renewal_falls_due_finishes() {
         .expect("the runner's report and its renewal waited on each other");
     assert_eq!(outcome.unwrap(), Flight::Ran(true));
 }
+
+/// A waiter runs within 4/3 × `ttl` of a crashed runner's last renewal, not two TTLs.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_takes_over_within_a_third_of_a_ttl_of_the_guards_expiry() {
+    use lock_core::values::{Flight, Progress, WhenBusy};
+    let values = SharedValues::in_memory();
+    let ttl = Duration::from_secs(30);
+    let guard = serde_json::json!({"state": "running", "owner": "crashed-pod/1/1"});
+    values
+        .set("warm-up", &guard, Expiry::After(ttl))
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let waiter = tokio::spawn({
+        let values = values.clone();
+        async move {
+            let flight = values.single_flight(
+                "warm-up",
+                ttl,
+                WhenBusy::Wait(Duration::from_secs(600)),
+                |_: Progress<u32>| async { 7_u32 },
+            );
+            flight.await
+        }
+    });
+    // The runner's last renewal, after the waiter first looked; then it crashes.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    values
+        .set("warm-up", &guard, Expiry::After(ttl))
+        .await
+        .unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), Flight::Ran(7));
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed > Duration::from_secs(35) && elapsed <= Duration::from_secs(45),
+        "ran after {elapsed:?}"
+    );
+}
