@@ -338,7 +338,11 @@ impl ValueStore for InMemoryValues {
             })
             .collect::<Result<Vec<_>, _>>()?;
         self.with_queue(queue, |q, _| {
-            let untaken = |id: &&u64| q.ready.binary_search_by_key(*id, |(ready, _)| *ready).is_ok();
+            let untaken = |id: &&u64| {
+                q.ready
+                    .binary_search_by_key(*id, |(ready, _)| *ready)
+                    .is_ok()
+            };
             if let Some(id) = ids.iter().find(untaken) {
                 return Err(ValuesError::not_a_queue_id(&id.to_string()));
             }

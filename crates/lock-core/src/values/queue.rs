@@ -146,6 +146,9 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     /// As [`push`](Self::push).
     pub async fn push_all(&self, items: &[T]) -> Result<Vec<String>, ValuesError> {
         check_named("queue", &self.name)?;
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
         let items = items.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
         let pushed = self
             .values

@@ -232,6 +232,10 @@ fn condition_arg(condition: Condition) -> Value {
 fn parse_stored(stored: &[u8]) -> Option<Versioned<Vec<u8>>> {
     let colon = stored.iter().position(|b| *b == b':')?;
     let version = std::str::from_utf8(&stored[..colon]).ok()?.parse().ok()?;
+    // As the scripts: above 2^53 a version no longer counts exactly.
+    if version >= 1 << 53 {
+        return None;
+    }
     Some(Versioned {
         value: stored[colon + 1..].to_vec(),
         version,

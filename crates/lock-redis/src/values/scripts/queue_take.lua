@@ -9,6 +9,8 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {}
 end
+-- The group again, if something removed it: its items are taken anew (BUSYGROUP otherwise).
+redis.pcall('XGROUP', 'CREATE', KEYS[1], 'consumers', '0')
 local max = tonumber(ARGV[2])
 -- Reclaimed first, in id order: XAUTOCLAIM looks at up to 10 taken items per item it may
 -- claim, so it is called again from where it stopped, over at most 10,000 taken items.

@@ -7,7 +7,8 @@ local function stored_version(key)
     return nil
   end
   local version = tonumber(string.match(stored, '^(%d+):'))
-  if not version then
+  -- Above 2^53 a version no longer counts exactly (nor formats as one, past 2^63).
+  if not version or version >= 9007199254740992 then
     return redis.error_reply('VALUE ' .. key .. ' holds something that is not a shared value')
   end
   return version

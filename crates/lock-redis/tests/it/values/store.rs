@@ -308,3 +308,60 @@ async fn many_fields_are_listed_and_many_ids_acknowledged_at_once() {
     assert_eq!(queue.ack(&ids).await.unwrap(), u64::from(MANY));
     assert_eq!(queue.len().await.unwrap(), 0);
 }
+
+/// A stored version too large to count exactly is not a shared value: reads and writes are
+/// refused, and the write changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_too_large_to_count_is_refused_and_left_alone() {
+    let redis = server().await;
+    let (values, store) = values(&common::client(&redis).await).await;
+    let key = store.value_key("huge");
+    for planted in ["9007199254740992:1", "99999999999999999999:1"] {
+        redis.cmd(&["SET", &key, planted]).await.unwrap();
+        let read = values.get::<u32>("huge").await.unwrap_err();
+        let write = values.set("huge", &2, Expiry::Never).await.unwrap_err();
+        for error in [read, write] {
+            assert!(
+                error.to_string().contains("not a shared value"),
+                "{planted}: {error}"
+            );
+        }
+        assert_eq!(common::value(&redis, &key).await, planted);
+    }
+}
+
+/// A queue whose consumer group something removed is repaired by the next take, and its
+/// items are taken anew; an empty push creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_whose_group_was_removed_is_repaired() {
+    let redis = server().await;
+    let (values, store) = values(&common::client(&redis).await).await;
+    let queue = values.queue::<u32>("orphan");
+    let key = store.queue_key("orphan");
+    assert_eq!(queue.push_all(&[]).await.unwrap(), Vec::<String>::new());
+    assert_eq!(common::integer(&redis, &["EXISTS", &key]).await, 0);
+    queue.push_all(&[1, 2]).await.unwrap();
+    assert_eq!(queue.take(1, LONG).await.unwrap().items.len(), 1);
+    redis
+        .cmd(&["XGROUP", "DESTROY", &key, "consumers"])
+        .await
+        .unwrap();
+    let taken = queue.take(10, LONG).await.unwrap();
+    let items: Vec<(u32, u64)> = taken.items.iter().map(|d| (d.item, d.deliveries)).collect();
+    assert_eq!(items, [(1, 1), (2, 1)]);
+    assert_eq!(queue.ack(&taken.ids()).await.unwrap(), 2);
+    redis
+        .cmd(&["XGROUP", "DESTROY", &key, "consumers"])
+        .await
+        .unwrap();
+    queue.push(&3).await.unwrap();
+    let items: Vec<u32> = queue
+        .take(10, LONG)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| d.item)
+        .collect();
+    assert_eq!(items, [3]);
+}
