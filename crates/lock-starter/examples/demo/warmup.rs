@@ -15,8 +15,8 @@ const GUARD_TTL: &str = "2s";
 /// The loader is killed after this many steps.
 const KILL_AFTER_STEPS: u64 = 2;
 /// How late after the kill the takeover may come: the guard expires at most one TTL after its
-/// last renewal, and a waiter looks again at least once per TTL; plus slack.
-const TAKEOVER_BOUND: Duration = Duration::from_secs(2 * 2 + 2);
+/// last renewal, and a waiter looks again every third of the TTL; plus slack.
+const TAKEOVER_BOUND: Duration = Duration::from_millis(2_000 * 4 / 3 + 2_000);
 
 /// Runs the scene on the Redis at `address`; returns whether its checks passed.
 pub(super) async fn run(address: &str) -> Result<bool, String> {
