@@ -94,7 +94,7 @@ fn check(timeline: &Timeline, loader: &str) -> bool {
             checks.report(
                 lapse <= TAKEOVER_BOUND,
                 format!(
-                    "{} took the load over {:.2}s after {loader} was killed (bound: twice the guard TTL + 2 s)",
+                    "{} took the load over {:.2}s after {loader} was killed (bound: 4/3 of the guard TTL + 2 s)",
                     next.pod,
                     lapse.as_secs_f64()
                 ),
