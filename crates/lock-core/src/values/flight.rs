@@ -129,11 +129,21 @@ impl Guard {
         let record = serde_json::json!({
             "state": "running", "owner": self.owner, "progress": state.progress,
         });
-        let written = self
+        let mut written = self
             .values
             .compare_and_set(&self.key, Some(version), &record, Expiry::After(self.ttl))
-            .await?;
-        state.version = match written {
+            .await;
+        if let Err(ValuesError::Unavailable { .. }) = written {
+            // The write may have happened and its reply been lost: then the guard holds this
+            // runner's record at a version it has not seen.
+            if let Some(own) = self.own_version().await {
+                written = self
+                    .values
+                    .compare_and_set(&self.key, Some(own), &record, Expiry::After(self.ttl))
+                    .await;
+            }
+        }
+        state.version = match written? {
             Written::Stored { version } => Some(version),
             Written::Refused { .. } => {
                 tracing::warn!(key = %self.key, owner = %self.owner, "single-flight guard lost while its action ran: another caller may run it too");
@@ -141,6 +151,20 @@ impl Guard {
             }
         };
         Ok(state.version.is_some())
+    }
+
+    /// The version of the guard if it holds this runner's running record.
+    async fn own_version(&self) -> Option<u64> {
+        let read = self
+            .values
+            .get::<Record<serde_json::Value, serde_json::Value>>(&self.key);
+        match read.await {
+            Ok(Some(Versioned {
+                version,
+                value: Record::Running { owner, .. },
+            })) if owner == self.owner => Some(version),
+            _ => None,
+        }
     }
 
     /// Publishes the outcome over the guard and then deletes it, so waiters get the outcome

@@ -1,5 +1,5 @@
 //! A store for the checks and tests that observe or disturb a backend: every call passes to
-//! the store it wraps, but sets and watches go through hooks first.
+//! the store it wraps, but sets and watches go through hooks.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -11,23 +11,33 @@ use crate::values::{
     Condition, Delivery, Expiry, Pushed, ValueStore, ValueWatch, ValuesError, Versioned, Written,
 };
 
-/// A store that passes every call to `store`, but lets `hooks` act before each set and give
+/// A store that passes every call to `store`, but lets `hooks` act around each set and give
 /// each watch.
 #[derive(Debug)]
 pub struct Hooked<H> {
     /// The store every call goes to.
     pub store: Arc<dyn ValueStore>,
-    /// What is done before a set and for a watch.
+    /// What is done around a set and for a watch.
     pub hooks: H,
 }
 
-/// What a [`Hooked`] store does before a set and for a watch; by default, nothing more than
+/// What a [`Hooked`] store does around a set and for a watch; by default, nothing more than
 /// the store does.
 #[async_trait]
 pub trait Hooks: Debug + Send + Sync + 'static {
     /// Runs before a set with `condition` is sent to the store.
     async fn before_set(&self, condition: Condition) {
         let _ = condition;
+    }
+
+    /// What the caller of a set with `condition` gets; by default what the store answered.
+    fn after_set(
+        &self,
+        condition: Condition,
+        written: Result<Written, ValuesError>,
+    ) -> Result<Written, ValuesError> {
+        let _ = condition;
+        written
     }
 
     /// The watch of `key` the caller gets; by default `store`'s own.
@@ -56,7 +66,8 @@ impl<H: Hooks> ValueStore for Hooked<H> {
         condition: Condition,
     ) -> Result<Written, ValuesError> {
         self.hooks.before_set(condition).await;
-        self.store.set(key, value, expiry, condition).await
+        let written = self.store.set(key, value, expiry, condition).await;
+        self.hooks.after_set(condition, written)
     }
     async fn delete(&self, key: &str, condition: Condition) -> Result<Written, ValuesError> {
         self.store.delete(key, condition).await

@@ -40,6 +40,8 @@ struct Faults {
     slow_rewrites: Option<Duration>,
     claims: std::sync::atomic::AtomicUsize,
     release: tokio::sync::Notify,
+    /// Rewrites (sets over a version) whose reply is lost: stored, but reported unavailable.
+    lost_rewrite_replies: std::sync::atomic::AtomicUsize,
 }
 
 /// An in-memory store with `faults`.
@@ -70,6 +72,23 @@ impl Hooks for Faults {
         if let (Condition::Version(_), Some(delay)) = (condition, self.slow_rewrites) {
             tokio::time::sleep(delay).await;
         }
+    }
+
+    fn after_set(
+        &self,
+        condition: Condition,
+        written: Result<Written, ValuesError>,
+    ) -> Result<Written, ValuesError> {
+        let rewrite = matches!(condition, Condition::Version(_)) && written.is_ok();
+        let lose = || {
+            self.lost_rewrite_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if rewrite && lose() {
+            return Err(ValuesError::unavailable("set", "warm-up", "reply lost"));
+        }
+        written
     }
 
     async fn watch(
@@ -255,4 +274,28 @@ async fn a_waiter_takes_over_within_a_third_of_a_ttl_of_the_guards_expiry() {
         elapsed > Duration::from_secs(35) && elapsed <= Duration::from_secs(45),
         "ran after {elapsed:?}"
     );
+}
+
+/// A runner whose guard rewrite was stored but whose reply was lost keeps its guard: it finds
+/// its own record and goes on, rather than reporting the guard lost.
+#[tokio::test(start_paused = true)]
+async fn a_rewrite_whose_reply_was_lost_keeps_the_guard() {
+    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+    let store = faulty(Faults::default());
+    let values = SharedValues::new(store.clone());
+    let flight = values.single_flight(
+        "warm-up",
+        MIN_FLIGHT_TTL * 3,
+        WhenBusy::Report,
+        |p: Progress<u32>| {
+            let store = store.clone();
+            async move {
+                store.hooks.lost_rewrite_replies.store(1, Ordering::SeqCst);
+                let first = p.report(&1).await;
+                let second = p.report(&2).await;
+                (first.ok(), second.ok())
+            }
+        },
+    );
+    assert_eq!(flight.await.unwrap(), Flight::Ran((Some(true), Some(true))));
 }
