@@ -307,7 +307,7 @@ impl Refusal {
     /// What Redis refused, for the `Display` of [`RedisFailure::Refused`].
     const fn meaning(self) -> &'static str {
         match self {
-            Refusal::WrongType => "the lock key holds a value of another type",
+            Refusal::WrongType => "the key holds a value of another type",
             Refusal::NotALock => "the lock key holds a string that is not a lock value",
             Refusal::ReadOnly => "the server is a read-only replica",
             Refusal::OutOfMemory => {
@@ -315,7 +315,7 @@ impl Refusal {
             }
             Refusal::Busy => "Redis is busy running a long script or function",
             Refusal::NoAuth => "Redis did not accept this client's credentials",
-            Refusal::NoPermission => "the Redis user lacks an ACL permission the lock needs",
+            Refusal::NoPermission => "the Redis user lacks an ACL permission the operation needs",
             Refusal::Loading => "Redis is still loading its dataset",
             Refusal::MasterDown => "the replica has lost its link to the primary",
             Refusal::NoReplicas => "fewer replicas than min-replicas-to-write are connected",
@@ -622,7 +622,7 @@ mod tests {
         assert_eq!(failure.refusal(), Some(Refusal::WrongType));
         assert_eq!(
             failure.to_string(),
-            "Redis refused the acquire script: the lock key holds a value of another type \
+            "Redis refused the acquire script: the key holds a value of another type \
              (WRONGTYPE Operation against a key holding the wrong kind of value script: 78d7, \
              on @user_script:25.); another program uses this key: change the \
              key prefix (key_prefix), or remove the key if nothing needs it"
