@@ -50,6 +50,8 @@ pub struct LeaseState {
 struct SharedStatus {
     status: std::sync::Mutex<LeaseStatus>,
     changed: Notify,
+    /// The key and owner token, for the log line of a loss; set by the handle.
+    holder: std::sync::OnceLock<(String, String)>,
 }
 
 impl fmt::Debug for LeaseState {
@@ -65,6 +67,7 @@ impl LeaseState {
             shared: Arc::new(SharedStatus {
                 status: std::sync::Mutex::new(LeaseStatus::Held { valid_until }),
                 changed: Notify::new(),
+                holder: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -123,7 +126,7 @@ impl LeaseState {
         self.send_if_modified(|status| match status {
             LeaseStatus::Held { .. } => {
                 *status = LeaseStatus::Lost(reason);
-                crate::lock::telemetry::lost(reason);
+                crate::lock::telemetry::lost(reason, self.shared.holder.get());
                 true
             }
             _ => false,
@@ -149,7 +152,7 @@ impl LeaseState {
                 valid_until: Some(deadline),
             } if *deadline <= now => {
                 *status = LeaseStatus::Lost(LostReason::Expired);
-                crate::lock::telemetry::lost(LostReason::Expired);
+                crate::lock::telemetry::lost(LostReason::Expired, self.shared.holder.get());
                 true
             }
             _ => false,
@@ -356,10 +359,12 @@ impl LockHandle {
         state: LeaseState,
         release: Box<dyn LeaseRelease>,
     ) -> Self {
+        let (key, owner) = (key.into(), owner.into());
+        let _ = state.shared.holder.set((key.clone(), owner.clone()));
         LockHandle {
-            key: key.into(),
+            key,
             lease,
-            owner: owner.into(),
+            owner,
             fencing_token,
             state,
             release: Some(release),

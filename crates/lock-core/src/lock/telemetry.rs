@@ -236,15 +236,33 @@ pub(crate) fn dropped(key: &str, held_for: std::time::Duration) {
     metrics::histogram!(HOLD_SECONDS).record(held_for.as_secs_f64());
 }
 
-/// Records a lease that turned from held to lost.
-pub(crate) fn lost(reason: LostReason) {
-    let reason = match reason {
+/// Records a lease of `holder` (key, owner token) that turned from held to lost: a `WARN`
+/// when the holder did not end it itself.
+pub(crate) fn lost(reason: LostReason, holder: Option<&(String, String)>) {
+    let label = match reason {
         LostReason::Expired => "expired",
         LostReason::NotOwner => "not_owner",
         LostReason::ScopeEnded => "scope_ended",
         LostReason::ShutDown => "shut_down",
     };
-    metrics::counter!(LOST_LEASES_TOTAL, "reason" => reason).increment(1);
+    metrics::counter!(LOST_LEASES_TOTAL, "reason" => label).increment(1);
+    let (key, owner) = holder.map_or(("", ""), |(k, o)| (k.as_str(), o.as_str()));
+    match reason {
+        LostReason::Expired | LostReason::NotOwner => tracing::warn!(
+            lock_key = key,
+            owner,
+            reason = label,
+            "lease lost: {reason}; another holder may now be granted the key, and the holder is told via lost()"
+        ),
+        LostReason::ScopeEnded | LostReason::ShutDown => {
+            tracing::debug!(
+                lock_key = key,
+                owner,
+                reason = label,
+                "lease ended: {reason}"
+            );
+        }
+    }
 }
 
 fn millis(d: std::time::Duration) -> u64 {

@@ -249,10 +249,9 @@ async fn renew_batch_call(
         } else if lost {
             result.lost += 1;
             lease.state.mark_lost(LostReason::NotOwner);
-            tracing::warn!(
+            tracing::debug!(
                 redis_key = %String::from_utf8_lossy(lease.key.as_bytes()),
-                owner = lease.grant.splitn(3, '|').nth(2).unwrap_or_default(),
-                "watchdog found the lease gone, taken over or without a TTL; the holder is told via lost()"
+                "watchdog found the lease gone, taken over or without a TTL"
             );
             inner.watchdog.unregister(lease.id);
         } else if !replicated {

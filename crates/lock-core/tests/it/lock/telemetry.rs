@@ -90,6 +90,8 @@ async fn a_dropped_handle_and_a_lost_lease_are_counted() {
     let m = metrics.take();
     m.assert_counter(RELEASES_TOTAL, "outcome", "dropped", 1);
 
+    let (logs, subscriber) = lock_testkit::logs::CapturedLogs::scoped(tracing::Level::WARN);
+    let _logs = tracing::subscriber::set_default(subscriber);
     let short = lock
         .acquire("k2", Lease::Fixed(Duration::from_millis(100)))
         .await
@@ -100,6 +102,13 @@ async fn a_dropped_handle_and_a_lost_lease_are_counted() {
     assert_eq!(reason, LostReason::Expired);
     let m = metrics.take();
     m.assert_counter(LOST_LEASES_TOTAL, "reason", "expired", 1);
+    let text = logs.text();
+    assert!(
+        text.contains("lease lost: the lease ran out without a confirmed renewal")
+            && text.contains("lock_key=\"k2\"")
+            && text.contains(short.owner()),
+        "one WARN names the key, the owner and the reason: {text}"
+    );
     // Noticing the loss again does not count it again.
     assert!(!short.is_held());
     assert_eq!(short.release().await.unwrap(), ReleaseOutcome::NotHeld);
