@@ -612,7 +612,7 @@ fn warn_outage(address: &RedisAddress, described: &str) {
     tracing::warn!(
         address = %address,
         error = %described,
-        "Redis connection failed; acquisitions fail closed, at once, until it answers"
+        "Redis connection failed; until it answers, each capability fails as its policy says"
     );
 }
 

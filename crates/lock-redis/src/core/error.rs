@@ -337,7 +337,7 @@ impl Refusal {
             }
             // fred's set-up of a connection: `SELECT` for an address with a database number.
             (Refusal::NoPermission, "connection") => {
-                "grant the Redis user the command Redis names (an address with a database number needs +select), with the lock's minimal ACL of docs/design.md"
+                "grant the Redis user the command Redis names (an address with a database number needs +select), with the minimal ACL of docs/design.md"
             }
             _ => self.remedy(),
         }
@@ -362,7 +362,7 @@ impl Refusal {
                 "put the right user and password in the address (redis://user:password@host:port)"
             }
             Refusal::NoPermission => {
-                "grant the lock's Redis user the minimal ACL of docs/design.md: EVALSHA, SCRIPT LOAD, SSUBSCRIBE, SUNSUBSCRIBE, the commands the scripts call (GET, SET, PEXPIRE, PTTL, TIME, SPUBLISH), WAIT with min-replicas, and the keys and channels under the key prefix (ACL SETUSER)"
+                "grant the Redis user what Redis names (ACL SETUSER): the lock's minimal ACL is in docs/design.md, and each capability's doc lists what it adds (cache.md, idempotency.md, branches.md)"
             }
             Refusal::Loading => "wait: Redis answers once the dataset is loaded",
             Refusal::MasterDown => "point the address at the primary, or repair replication",
@@ -607,7 +607,10 @@ mod tests {
         assert!(scan.contains("ACL SETUSER <user> +scan ("), "{scan}");
         let acquire = RedisFailure::command("acquire script", noperm()).to_string();
         assert!(!acquire.contains("+scan"), "{acquire}");
-        assert!(acquire.contains("EVALSHA"), "{acquire}");
+        assert!(
+            acquire.contains("docs/design.md") && acquire.contains("cache.md"),
+            "{acquire}"
+        );
     }
 
     #[test]
