@@ -433,6 +433,35 @@ async fn while_redis_is_down_a_first_attempt_fails_at_once_and_its_return_is_log
     );
 }
 
+/// A frozen Redis (SIGSTOP: connections stay open, nothing answers): the first command that
+/// times out is one warning, however many follow, and one `INFO` line says when Redis answers
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_is_one_warning_and_its_answer_one_line() {
+    logs();
+    let redis = server().await;
+    let config = common::config(&redis).command_timeout(Duration::from_millis(300));
+    let lock = common::connect(config).await;
+    drop(lock.try_acquire("frozen", Lease::Watchdog).await.unwrap());
+    redis.pause().unwrap();
+    for _ in 0..3 {
+        let err = lock
+            .try_acquire("frozen", Lease::Watchdog)
+            .await
+            .unwrap_err();
+        assert_eq!(err.details()["reason"], "backend_unavailable", "{err}");
+    }
+    let stalled = "did not answer within 300ms (command_timeout)";
+    assert_eq!(lines_about(&redis, stalled).len(), 1, "{}", logs().text());
+    redis.resume().unwrap();
+    let again = "Redis answering again after ";
+    let logged = eventually(PATIENT, || async { !lines_about(&redis, again).is_empty() }).await;
+    assert!(logged, "no \"{again}\" line:\n{}", logs().text());
+    assert!(lock.try_acquire("frozen", Lease::Watchdog).await.is_ok());
+    assert_eq!(lines_about(&redis, again).len(), 1);
+    assert_eq!(lines_about(&redis, stalled).len(), 1);
+}
+
 /// A Redis that is down when the service starts: connect returns without waiting a command
 /// timeout, the first attempt fails at once, and the lock works once Redis is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

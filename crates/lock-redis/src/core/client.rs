@@ -270,15 +270,47 @@ impl RedisCore {
             {
                 unreachable
             }
-            _ if *error.kind() == ErrorKind::Timeout => RedisFailure::CommandTimeout {
-                operation,
-                address: self.redacted_address.clone(),
-                timeout,
-                setting,
-            },
+            _ if *error.kind() == ErrorKind::Timeout => {
+                self.watch_stall(timeout);
+                RedisFailure::CommandTimeout {
+                    operation,
+                    address: self.redacted_address.clone(),
+                    timeout,
+                    setting,
+                }
+            }
             // `command` tells Redis' error replies (→ `Refused`) from the client's own errors.
             _ => RedisFailure::command(operation, error),
         }
+    }
+
+    /// After a command got no answer within `timeout` on a connection with no error: warns once
+    /// of the stall, and pings every second until Redis answers, to say when it did.
+    fn watch_stall(&self, timeout: Duration) {
+        let Ok(address) = &self.config.address else {
+            return;
+        };
+        if !self.health.unanswered(address, timeout) {
+            return;
+        }
+        let (client, health, address) = (
+            self.client.clone(),
+            Arc::downgrade(&self.health),
+            address.clone(),
+        );
+        self.runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let answered = client.ping::<Value>(None).await.is_ok();
+                let Some(health) = health.upgrade() else {
+                    return;
+                };
+                if answered {
+                    health.answered(&address);
+                    return;
+                }
+            }
+        });
     }
 
     /// Through Sentinel, a `READONLY` reply means the node this client is connected to was

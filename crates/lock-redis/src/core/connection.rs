@@ -428,6 +428,9 @@ struct HealthState {
     started: bool,
     /// An outage began before [`Health::started`]; its warning is logged then, if it lasts.
     warning_deferred: bool,
+    /// When a command first got no answer within its timeout on a connection with no error
+    /// (a frozen or overloaded server), until Redis answers again.
+    stalled_since: Option<Instant>,
 }
 
 impl Health {
@@ -524,12 +527,50 @@ impl Health {
         deferred.is_some()
     }
 
+    /// Records that a command got no answer within `timeout` while the connection had no
+    /// error: the first of a stall is warned of like an outage. Returns whether it began one,
+    /// so that the caller watches for Redis to answer ([`Health::answered`]).
+    pub(crate) fn unanswered(&self, address: &RedisAddress, timeout: Duration) -> bool {
+        let starts = {
+            let mut state = self.lock();
+            let starts =
+                state.started && state.down_since.is_none() && state.stalled_since.is_none();
+            if starts {
+                state.stalled_since = Some(Instant::now());
+            }
+            starts
+        };
+        if starts {
+            warn_outage(
+                address,
+                &format!("Redis at {address} did not answer within {timeout:?} (command_timeout)"),
+            );
+        }
+        starts
+    }
+
+    /// Records that Redis answered: logs once how long it did not, after a stall.
+    pub(crate) fn answered(&self, address: &RedisAddress) {
+        let Some(since) = self.lock().stalled_since.take() else {
+            return;
+        };
+        let stalled = since.elapsed();
+        tracing::info!(
+            address = %address,
+            unanswered_ms = stalled.as_millis() as u64,
+            "Redis answering again after {:.1} s",
+            stalled.as_secs_f64()
+        );
+    }
+
     /// Records a (re)connection, logging once how long Redis was unreachable when it was.
     fn connected(&self, address: &RedisAddress) {
         let down_since = {
             let mut state = self.lock();
             state.last_error = None;
             state.connected = true;
+            // A stall that ended in a lost connection ends with that outage's line.
+            state.stalled_since = None;
             // An outage never warned of (over before `connect` decided) is not announced over.
             let warned = !std::mem::take(&mut state.warning_deferred);
             state.down_since.take().filter(|_| warned)

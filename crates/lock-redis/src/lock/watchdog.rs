@@ -229,8 +229,12 @@ async fn renew_batch_call(
         // Leases keep their old local deadline; if no renewal gets through before it, the
         // holders' lost() fires.
         Err(error) => {
-            inner.core.follow_if_demoted(&error);
-            tracing::warn!(%error, leases = batch.len(), "watchdog renewal failed");
+            let error = inner.core.failure("watchdog renewal", error);
+            tracing::warn!(
+                %error,
+                leases = batch.len(),
+                "watchdog renewal failed; the leases keep their deadlines, and a holder whose deadline passes is told via lost()"
+            );
             return failed;
         }
     }
