@@ -722,6 +722,11 @@ fn describe(error: &Error) -> String {
             format!("connection failed: {message}")
         }
         ErrorKind::Auth => format!("authentication failed: {details}"),
+        // A reply that is no RESP frame: something other than Redis answers at the address.
+        ErrorKind::Protocol => format!(
+            "the server does not answer in Redis' protocol ({details}): a wrong port, or a TLS \
+             server that needs a rediss:// address"
+        ),
         // SELECT of the address's database, refused at connect: fred calls it "Unknown Error".
         _ if details.contains(NO_SUCH_DATABASE) => format!(
             "the server has no database of the address's number ({details}); use one below its \

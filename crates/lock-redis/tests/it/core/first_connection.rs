@@ -1,5 +1,5 @@
 //! The first connection: made at once, whatever the command timeout, and a connection attempt
-//! that times out names the address and the timeout.
+//! that times out names the address and the timeout, and a server that is not Redis says so.
 
 use crate::common;
 
@@ -59,6 +59,38 @@ async fn a_connection_attempt_that_times_out_names_the_address_and_the_timeout()
     );
     assert!(!text.contains("secret"), "{text}");
     eprintln!("{text}");
+}
+
+/// A listener that answers, but not in Redis' protocol (an HTTP server on the port): the
+/// acquisitions' error says so and names the likely causes, rather than "unreachable" alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_redis_is_named_so() {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let _ = socket
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let address = format!("redis://127.0.0.1:{port}");
+    let lock = common::connect(
+        common::default_config(&address)
+            .command_timeout(Duration::from_millis(500))
+            .wait_time(Duration::ZERO),
+    )
+    .await;
+    let error = lock
+        .try_acquire("not-redis", Lease::Fixed(Duration::from_secs(10)))
+        .await
+        .expect_err("granted by a server that is not Redis");
+    let text = error.to_string();
+    assert!(
+        text.contains("does not answer in Redis' protocol") && text.contains("rediss://"),
+        "{text}"
+    );
 }
 
 /// An address naming a database the server does not have (`/99` on a default server of 16) is
