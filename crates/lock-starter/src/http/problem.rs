@@ -361,6 +361,12 @@ fn title(code: &str) -> String {
         "RATE_LIMITED" => "Too many requests",
         "RATE_LIMIT_UNAVAILABLE" => "Rate limit not checked",
         "RATE_LIMIT_COST_ABOVE_BURST" | "RATE_LIMIT_INVALID_ARGUMENT" => "Rate limit error",
+        "VALUES_UNAVAILABLE" => "Shared values unavailable",
+        "VALUES_QUEUE_FULL" => "Queue full",
+        "VALUES_UNDECODABLE" | "VALUES_INVALID_ARGUMENT" => "Shared values error",
+        "CACHE_UNAVAILABLE" => "Cache unavailable",
+        "CACHE_LOAD_FAILED" | "CACHE_LOADER_PANICKED" => "Value not loaded",
+        "CACHE_INVALID_ARGUMENT" => "Cache error",
         _ => {
             let words = code.to_ascii_lowercase().replace('_', " ");
             let mut chars = words.chars();
@@ -562,5 +568,35 @@ impl<E: Problem> From<E> for DetailedRejection {
 impl IntoResponse for DetailedRejection {
     fn into_response(self) -> Response {
         ProblemDetails::detailed(&*self.0).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::title;
+
+    /// Every code of the table in docs/observability.md gets the title the table gives it.
+    #[test]
+    fn the_documented_titles_are_the_titles() {
+        let doc = include_str!("../../../../docs/observability.md");
+        let rows: Vec<(Vec<&str>, &str)> = doc
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split(" | ").collect();
+                let [codes, status, documented] = cells[..] else {
+                    return None;
+                };
+                let codes = codes.strip_prefix("| `")?;
+                status.parse::<u16>().ok()?;
+                let codes = codes.split(", ").map(|c| c.trim_matches('`')).collect();
+                Some((codes, documented.trim_end_matches(" |")))
+            })
+            .collect();
+        assert!(rows.len() >= 25, "the code table was not found: {rows:?}");
+        for (codes, documented) in rows {
+            for code in codes {
+                assert_eq!(title(code), documented, "{code}");
+            }
+        }
     }
 }
