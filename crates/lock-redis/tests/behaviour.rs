@@ -462,6 +462,50 @@ async fn a_frozen_redis_is_one_warning_and_its_answer_one_line() {
     assert_eq!(lines_about(&redis, stalled).len(), 1);
 }
 
+/// An outage whose cause changes (the connection closed, then Redis refuses the password) is
+/// warned of again with the new cause, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_whose_cause_changes_is_warned_of_again() {
+    logs();
+    let redis = server().await;
+    redis.add_user("svc", "old-secret", &[]).await.unwrap();
+    let address = format!("redis://svc:old-secret@127.0.0.1:{}", redis.port());
+    let lock = common::connect(common::default_config(&address)).await;
+    drop(lock.try_acquire("rotated", Lease::Watchdog).await.unwrap());
+    redis.add_user("svc", "new-secret", &[]).await.unwrap();
+    redis.cmd(&["CLIENT", "KILL", "USER", "svc"]).await.unwrap();
+    let port = format!(":{} ", redis.port());
+    let warned = || {
+        logs()
+            .text()
+            .lines()
+            .filter(|line| line.contains("Redis connection failed") && line.contains(&port))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let refused = eventually(PATIENT, || async {
+        warned().iter().any(|line| line.contains("WRONGPASS"))
+    })
+    .await;
+    assert!(
+        refused,
+        "the refused password was not warned of:\n{}",
+        logs().text()
+    );
+    // Reconnect attempts go on refusing: no more lines of the same kind.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lines = warned();
+    let refusals = lines
+        .iter()
+        .filter(|line| line.contains("WRONGPASS"))
+        .count();
+    assert!(refusals == 1 && lines.len() <= 2, "{lines:#?}");
+    assert!(
+        !lines.iter().any(|line| line.contains("old-secret")),
+        "{lines:#?}"
+    );
+}
+
 /// A Redis that is down when the service starts: connect returns without waiting a command
 /// timeout, the first attempt fails at once, and the lock works once Redis is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

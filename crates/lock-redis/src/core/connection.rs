@@ -431,6 +431,8 @@ struct HealthState {
     /// When a command first got no answer within its timeout on a connection with no error
     /// (a frozen or overloaded server), until Redis answers again.
     stalled_since: Option<Instant>,
+    /// The kinds of connection error warned of in this outage.
+    warned_kinds: Vec<ErrorKind>,
 }
 
 impl Health {
@@ -491,6 +493,13 @@ impl Health {
         };
         let outage_starts = {
             let mut state = self.lock();
+            // A new kind of cause within an outage (Redis back, but refusing the password) is
+            // warned of again, once per kind.
+            let new_kind = !state.warned_kinds.contains(error.kind());
+            let cause_changed = state.started && state.down_since.is_some() && new_kind;
+            if state.started && new_kind {
+                state.warned_kinds.push(error.kind().clone());
+            }
             state.last_error = Some((error, described.clone()));
             self.errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -500,7 +509,7 @@ impl Health {
             if starts && !state.started {
                 state.warning_deferred = true;
             }
-            starts && state.started
+            (starts && state.started) || cause_changed
         };
         if outage_starts {
             warn_outage(address, &described);
@@ -515,11 +524,15 @@ impl Health {
             let mut state = self.lock();
             state.started = true;
             let deferred = std::mem::take(&mut state.warning_deferred);
-            state
+            let warned = state
                 .last_error
                 .as_ref()
                 .filter(|_| deferred)
-                .map(|(_, described)| described.clone())
+                .map(|(error, described)| (error.kind().clone(), described.clone()));
+            warned.map(|(kind, described)| {
+                state.warned_kinds.push(kind);
+                described
+            })
         };
         if let Some(described) = &deferred {
             warn_outage(address, described);
@@ -571,6 +584,7 @@ impl Health {
             state.connected = true;
             // A stall that ended in a lost connection ends with that outage's line.
             state.stalled_since = None;
+            state.warned_kinds.clear();
             // An outage never warned of (over before `connect` decided) is not announced over.
             let warned = !std::mem::take(&mut state.warning_deferred);
             state.down_since.take().filter(|_| warned)
