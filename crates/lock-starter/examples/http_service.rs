@@ -121,7 +121,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| "info,fred=error".into()),
         )
         .init();
-    let starter = LockStarter::builder().build().await?;
+    let starter = match LockStarter::builder().build().await {
+        Ok(starter) => starter,
+        Err(error) => {
+            // Bad configuration or refused credentials: the error names the key and its source.
+            tracing::error!("cannot start: {error}");
+            std::process::exit(78);
+        }
+    };
     let lock = starter.lock()?;
     let lock_at_exit = Arc::clone(&lock);
     let bill_run = Duration::from_millis(
