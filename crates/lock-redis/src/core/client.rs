@@ -271,7 +271,7 @@ impl RedisCore {
                 unreachable
             }
             _ if *error.kind() == ErrorKind::Timeout => {
-                self.watch_stall(timeout);
+                self.watch_stall(timeout, setting);
                 RedisFailure::CommandTimeout {
                     operation,
                     address: self.redacted_address.clone(),
@@ -284,13 +284,14 @@ impl RedisCore {
         }
     }
 
-    /// After a command got no answer within `timeout` on a connection with no error: warns once
-    /// of the stall, and pings every second until Redis answers, to say when it did.
-    fn watch_stall(&self, timeout: Duration) {
+    /// After a command got no answer within `timeout` (set by `setting`) on a connection with
+    /// no error: warns once of the stall, and pings every second until Redis answers, to say
+    /// when it did.
+    fn watch_stall(&self, timeout: Duration, setting: &'static str) {
         let Ok(address) = &self.config.address else {
             return;
         };
-        if !self.health.unanswered(address, timeout) {
+        if !self.health.unanswered(address, timeout, setting) {
             return;
         }
         let (client, health, address) = (

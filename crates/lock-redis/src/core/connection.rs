@@ -540,10 +540,16 @@ impl Health {
         deferred.is_some()
     }
 
-    /// Records that a command got no answer within `timeout` while the connection had no
-    /// error: the first of a stall is warned of like an outage. Returns whether it began one,
-    /// so that the caller watches for Redis to answer ([`Health::answered`]).
-    pub(crate) fn unanswered(&self, address: &RedisAddress, timeout: Duration) -> bool {
+    /// Records that a command got no answer within `timeout` (set by `setting`) while the
+    /// connection had no error: the first of a stall is warned of like an outage. Returns
+    /// whether it began one, so that the caller watches for Redis to answer
+    /// ([`Health::answered`]).
+    pub(crate) fn unanswered(
+        &self,
+        address: &RedisAddress,
+        timeout: Duration,
+        setting: &str,
+    ) -> bool {
         let starts = {
             let mut state = self.lock();
             let starts =
@@ -556,7 +562,7 @@ impl Health {
         if starts {
             warn_outage(
                 address,
-                &format!("Redis at {address} did not answer within {timeout:?} (command_timeout)"),
+                &format!("Redis at {address} did not answer within {timeout:?} ({setting})"),
             );
         }
         starts
