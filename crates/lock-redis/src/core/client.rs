@@ -265,7 +265,11 @@ impl RedisCore {
             Some(unreachable)
                 if matches!(
                     error.kind(),
-                    ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::IO | ErrorKind::Auth
+                    ErrorKind::Timeout
+                        | ErrorKind::Canceled
+                        | ErrorKind::IO
+                        | ErrorKind::Auth
+                        | ErrorKind::Protocol
                 ) =>
             {
                 unreachable
