@@ -323,7 +323,7 @@ async fn a_lease_that_ended_in_the_section_is_reported_even_when_the_release_fai
     let text = logs().text();
     let line = text
         .lines()
-        .find(|line| line.contains("lost-unreachable"))
+        .find(|line| line.contains("lost-unreachable") && line.contains("critical section"))
         .unwrap_or_else(|| panic!("no warning for the key in:\n{text}"));
     assert!(
         line.contains("another owner may have run concurrently"),
