@@ -84,32 +84,26 @@ async fn child_waiters() {
         return;
     };
     let values = values_at(&url).await;
+    // Predicate calls: before the set, one per read of a waiter.
     let reads = Arc::new(AtomicUsize::new(0));
-    let waiters: Vec<_> = (0..WAITERS_PER_PROCESS)
-        .map(|_| {
-            let (values, reads) = (values.clone(), Arc::clone(&reads));
-            tokio::spawn(async move {
-                let mut first = true;
-                values
-                    .wait_for(
-                        "fan-out",
-                        GENEROUS,
-                        move |v: Option<&lock_core::values::Versioned<String>>| {
-                            if std::mem::take(&mut first) {
-                                reads.fetch_add(1, Ordering::SeqCst);
-                            }
-                            v.is_some_and(|v| v.value == "done")
-                        },
-                    )
-                    .await
-            })
+    let wait = || {
+        let (values, reads) = (values.clone(), Arc::clone(&reads));
+        tokio::spawn(async move {
+            values
+                .wait_for(
+                    "fan-out",
+                    GENEROUS,
+                    move |v: Option<&lock_core::values::Versioned<String>>| {
+                        reads.fetch_add(1, Ordering::SeqCst);
+                        v.is_some_and(|v| v.value == "done")
+                    },
+                )
+                .await
         })
-        .collect();
-    let all_read = eventually(GENEROUS, || async {
-        reads.load(Ordering::SeqCst) == WAITERS_PER_PROCESS
-    });
-    assert!(all_read.await);
-    // Every waiter shares this process's one subscription; it is confirmed once Redis counts it.
+    };
+    // The first waiter subscribes. It reads once, and once more if it hears the confirmation
+    // after that read: both reads are over before the others start.
+    let mut waiters = vec![wait()];
     let channel = "lock:values:{fan-out}:written";
     let subscribed = eventually(GENEROUS, || async {
         let reply = redis_cmd(&url, &["PUBSUB", "SHARDNUMSUB", channel]).await;
@@ -121,6 +115,14 @@ async fn child_waiters() {
             >= 1
     });
     assert!(subscribed.await);
+    eventually(SLACK, || async { reads.load(Ordering::SeqCst) >= 2 }).await;
+    let primed = reads.load(Ordering::SeqCst);
+    // The others join the confirmed subscription: each reads exactly once.
+    waiters.extend((1..WAITERS_PER_PROCESS).map(|_| wait()));
+    let all_read = eventually(GENEROUS, || async {
+        reads.load(Ordering::SeqCst) == primed + WAITERS_PER_PROCESS - 1
+    });
+    assert!(all_read.await);
     redis_cmd(&url, &["INCR", "ready"]).await;
     let mut met = 0;
     for waiter in waiters {

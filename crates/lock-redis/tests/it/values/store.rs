@@ -93,22 +93,28 @@ async fn many_waiters_share_one_subscription_and_read_nothing_per_write() {
     let (waiter, store) = values(&common::client(&redis).await).await;
     let (writer, _) = values(&common::client(&redis).await).await;
     let channel = store.write_channel("fan-out");
-    let mut tasks = Vec::new();
-    for _ in 0..WAITERS {
+    let gets = || async { delta(&Default::default(), &command_calls(&redis).await, "get") };
+    let wait = || {
         let waiter = waiter.clone();
-        tasks.push(tokio::spawn(async move {
+        tokio::spawn(async move {
             waiter
                 .wait_for_value("fan-out", &"done".to_owned(), LONG)
                 .await
-        }));
-    }
-    assert!(common::one_subscriber(&redis, &channel).await);
-    // Every waiter has read once, and once more after the subscription was confirmed.
-    assert!(
-        eventually(SLACK, || async {
-            delta(&Default::default(), &command_calls(&redis).await, "get") >= WAITERS as u64
         })
-        .await
+    };
+    // The first waiter subscribes. It reads once, and once more if it hears the confirmation
+    // after that read: both reads are over before the others start.
+    let mut tasks = vec![wait()];
+    assert!(common::one_subscriber(&redis, &channel).await);
+    eventually(SLACK, || async { gets().await >= 2 }).await;
+    let primed = gets().await;
+    // The others join a confirmed subscription: each reads exactly once.
+    tasks.extend((1..WAITERS).map(|_| wait()));
+    let expected = primed + WAITERS as u64 - 1;
+    assert!(
+        eventually(SLACK, || async { gets().await == expected }).await,
+        "{} GETs, not {expected}",
+        gets().await
     );
     let before = command_calls(&redis).await;
     writer
