@@ -10,8 +10,9 @@ local len = redis.call('XLEN', KEYS[1])
 if len + #ARGV - 2 > tonumber(ARGV[1]) then
   return {0, len}
 end
--- The group, made with the stream, or again after something removed it (BUSYGROUP otherwise).
-redis.pcall('XGROUP', 'CREATE', KEYS[1], 'consumers', '0', 'MKSTREAM')
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('XGROUP', 'CREATE', KEYS[1], 'consumers', '0', 'MKSTREAM')
+end
 local reply = {1}
 for i = 3, #ARGV do
   reply[#reply + 1] = redis.call('XADD', KEYS[1], '*', 'i', ARGV[i])

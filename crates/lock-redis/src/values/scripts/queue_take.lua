@@ -9,16 +9,29 @@
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {}
 end
--- The group again, if something removed it: its items are taken anew (BUSYGROUP otherwise).
-redis.pcall('XGROUP', 'CREATE', KEYS[1], 'consumers', '0')
 local max = tonumber(ARGV[2])
+
+-- XAUTOCLAIM from `cursor`; the group is made again if something removed it (NOGROUP), and its
+-- items are then taken anew.
+local function autoclaim(cursor, count)
+  local command = { 'XAUTOCLAIM', KEYS[1], 'consumers', ARGV[1], ARGV[3], cursor, 'COUNT', count }
+  local claimed = redis.pcall(unpack(command))
+  if claimed.err and string.find(claimed.err, 'NOGROUP', 1, true) then
+    redis.call('XGROUP', 'CREATE', KEYS[1], 'consumers', '0')
+    claimed = redis.pcall(unpack(command))
+  end
+  if claimed.err then
+    error(claimed)
+  end
+  return claimed
+end
+
 -- Reclaimed first, in id order: XAUTOCLAIM looks at up to 10 taken items per item it may
 -- claim, so it is called again from where it stopped, over at most 10,000 taken items.
 local entries, cursor, looked = {}, '0-0', 0
 repeat
   local count = max - #entries
-  local claimed = redis.call('XAUTOCLAIM', KEYS[1], 'consumers', ARGV[1], ARGV[3], cursor,
-    'COUNT', count)
+  local claimed = autoclaim(cursor, count)
   cursor = claimed[1]
   for _, entry in ipairs(claimed[2]) do
     entries[#entries + 1] = entry
