@@ -333,6 +333,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
         .map_err(|e| format!("history: {e}"))?;
     FencedResource::open(&dir.path().join("resource")).map_err(|e| format!("resource: {e}"))?;
 
+    let mut evictions = Evictions::default();
     let mut workers = Vec::new();
     for i in 0..scenario.workers {
         workers.push(spawn_worker(
@@ -347,8 +348,6 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     let redis_key = format!("lock:{{{}}}", scenario.key);
     let stop_at = started + scenario.duration;
     let mut faults_injected = 0;
-    let mut evicted_before = 0;
-    let mut last_look = monotonic_ns();
     let mut replacements = 0;
     while Instant::now() + scenario.fault_every < stop_at {
         sleep(scenario.fault_every).await;
@@ -424,14 +423,7 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
                     let filler = format!("{FILLER}{}", faults_injected * 8 + i);
                     let _ = redis.cmd(&["SETRANGE", &filler, "262143", "x"]).await;
                 }
-                let evicted = evicted_keys(redis).await;
-                if evicted > evicted_before {
-                    // Evictions since the last look may have hit the lock key: a data loss,
-                    // somewhere in that window.
-                    record_key_loss(&controller, &scenario.key, last_look);
-                    evicted_before = evicted;
-                }
-                last_look = monotonic_ns();
+                evictions.look(redis, &controller, &scenario.key).await;
                 true
             }
             Fault::SentinelFailover
@@ -542,6 +534,12 @@ pub async fn run(scenario: &Scenario) -> Result<RunResult, String> {
     }
 
     let mut worker_failures = finish(&mut workers, scenario).await;
+    if scenario.fault == Fault::Evict {
+        // The workers' own writes evict keys too, after the last filler as well.
+        evictions
+            .look(topology.primary(), &controller, &scenario.key)
+            .await;
+    }
     if scenario.workload == Workload::Queue {
         // What the workers left in the queue, taken once the faults are over.
         let mut drainer = vec![spawn_worker(
@@ -718,12 +716,41 @@ fn record_crash(controller: &Recorder, process: &str, key: &str) {
     let _ = controller.record(Event::new(process, Op::Crash, Phase::Complete, key));
 }
 
-async fn evicted_keys(redis: &RedisServer) -> u64 {
-    let info = redis.cmd(&["INFO", "stats"]).await.unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("evicted_keys:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
+/// Redis' eviction count as last looked at, to turn evictions into key-loss windows.
+struct Evictions {
+    count: u64,
+    /// When the last look was sent: later evictions belong to the next window.
+    since: u64,
+}
+
+impl Default for Evictions {
+    fn default() -> Self {
+        Evictions {
+            count: 0,
+            since: monotonic_ns(),
+        }
+    }
+}
+
+impl Evictions {
+    /// Records a key loss over the window since the last look if Redis evicted anything in it:
+    /// it may have been the lock key.
+    async fn look(&mut self, redis: &RedisServer, controller: &Recorder, key: &str) {
+        let sent = monotonic_ns();
+        let Ok(info) = redis.cmd(&["INFO", "stats"]).await else {
+            return;
+        };
+        let count = info
+            .lines()
+            .find_map(|l| l.strip_prefix("evicted_keys:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if count > self.count {
+            record_key_loss(controller, key, self.since);
+            self.count = count;
+        }
+        self.since = sent;
+    }
 }
 
 /// Waits for the workers to finish their last iteration (killing any that hang) and reports the
@@ -805,22 +832,34 @@ fn recoveries(events: &[Event]) -> Vec<Duration> {
 
 /// When Redis lost keys (restart without persistence, eviction), two holders can believe they
 /// hold the key at once: the lock cannot know. Such overlaps are explained by the loss if a
-/// data-loss window lies between the two grants.
+/// data-loss window lies between the two grants. A grant is made at Redis somewhere between its
+/// acquire's invocation and completion, so the first grant counts from its invocation: a slow
+/// process may record its grant after the loss that ends it.
 fn explain_key_losses(report: &mut Report, events: &[Event], fault: Fault) {
     if !fault.loses_keys() {
         return;
     }
     let faults = Faults::new(events);
-    let granted_at: BTreeMap<(String, u64), u64> = events
-        .iter()
-        .filter(|e| e.op == Op::Acquire && e.phase == Phase::Complete && e.ok == Some(true))
-        .filter_map(|e| Some(((e.process.clone(), e.token?), e.t_ns)))
-        .collect();
+    // (process, token) → (acquire invoked, acquire completed); events are in time order.
+    let mut invoked: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut grants: BTreeMap<(&str, u64), (u64, u64)> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.op == Op::Acquire) {
+        match (e.phase, e.ok, e.token) {
+            (Phase::Invoke, ..) => {
+                invoked.insert(&e.process, e.t_ns);
+            }
+            (Phase::Complete, Some(true), Some(token)) => {
+                let from = invoked.get(e.process.as_str()).copied().unwrap_or(e.t_ns);
+                grants.insert((&e.process, token), (from, e.t_ns));
+            }
+            _ => {}
+        }
+    }
     for overlap in report.overlaps.iter_mut().filter(|o| !o.explained) {
-        let first = granted_at.get(&(overlap.first.clone(), overlap.first_token));
-        let second = granted_at.get(&(overlap.second.clone(), overlap.second_token));
-        if let (Some(first), Some(second)) = (first, second) {
-            if faults.lost_between(*first, *second) {
+        let first = grants.get(&(overlap.first.as_str(), overlap.first_token));
+        let second = grants.get(&(overlap.second.as_str(), overlap.second_token));
+        if let (Some(&(first, _)), Some(&(_, second))) = (first, second) {
+            if faults.lost_between(first, second) {
                 overlap.explained = true;
                 overlap.explanation = KEY_LOSS.into();
             }
@@ -842,4 +881,57 @@ async fn keys_without_ttl(redis: &RedisServer) -> Vec<String> {
         }
     }
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    use lock_testkit::checker::Overlap;
+
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn acquire(ms: u64, process: &str, phase: Phase, token: Option<u64>) -> Event {
+        Event {
+            t_ns: ms * MS,
+            ok: token.map(|_| true),
+            token,
+            ..Event::new(process, Op::Acquire, phase, KEY)
+        }
+    }
+
+    /// `a` invokes at 10 ms and Redis grants at once; the key is evicted and the loss looked
+    /// at by 15 ms; `a` records its grant only at 20 ms, and `b` is granted at 30 ms.
+    #[test]
+    fn a_loss_before_a_slow_grant_is_recorded_still_explains_the_overlap() {
+        let events = vec![
+            acquire(10, "a", Phase::Invoke, None),
+            Event {
+                value: Some((12 * MS) as i64),
+                t_ns: 15 * MS,
+                ..Event::new(REDIS, Op::Crash, Phase::Complete, KEY)
+            },
+            acquire(20, "a", Phase::Complete, Some(1)),
+            acquire(25, "b", Phase::Invoke, None),
+            acquire(30, "b", Phase::Complete, Some(2)),
+        ];
+        let overlap = |first: &str, first_token, second: &str, second_token| Overlap {
+            key: KEY.into(),
+            first: first.into(),
+            second: second.into(),
+            first_token,
+            second_token,
+            overlap_ns: 10 * MS,
+            explained: false,
+            explanation: String::new(),
+        };
+        let mut report = Report {
+            overlaps: vec![overlap("a", 1, "b", 2), overlap("b", 2, "a", 1)],
+            ..Report::default()
+        };
+        explain_key_losses(&mut report, &events, Fault::Evict);
+        assert!(report.overlaps[0].explained, "{:?}", report.overlaps[0]);
+        // A loss before the first acquire began explains nothing.
+        assert!(!report.overlaps[1].explained, "{:?}", report.overlaps[1]);
+    }
 }
