@@ -76,6 +76,20 @@ macro_rules! run_checks {
 }
 pub(crate) use run_checks;
 
+/// Defines a suite's `run_all` over the checks that its list macro `$checks` names.
+macro_rules! run_all {
+    ($factory:ident, $checks:ident) => {
+        /// Runs every check against one `factory`, for a backend too costly to start per check,
+        /// and returns the names of those that failed. Needs a multi-threaded Tokio runtime.
+        pub async fn run_all(factory: std::sync::Arc<dyn $factory>) -> Vec<&'static str> {
+            let mut failed = Vec::new();
+            crate::$checks!(crate::conformance::run_checks; factory, failed;);
+            failed
+        }
+    };
+}
+pub(crate) use run_all;
+
 /// Expands to one `#[tokio::test]` per check of a capability's conformance suite, each with a
 /// fresh factory.
 ///

@@ -20,7 +20,7 @@ use crate::branches::{
     BranchError, BranchRelease, BranchToken, BranchesOutcome, Master, MasterLocks, MasterOptions,
     Registration, SubKey,
 };
-use crate::conformance::{SLACK, run_checks, unique_key};
+use crate::conformance::{SLACK, unique_key};
 use crate::lock::{Lease, LostReason};
 use crate::{AcquireFailure, LockError};
 
@@ -562,13 +562,7 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn BranchesFactory) {
     assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
 }
 
-/// Runs every check against one `factory`, for a backend too costly to start per check, and
-/// returns the names of those that failed. Needs a multi-threaded Tokio runtime.
-pub async fn run_all(factory: Arc<dyn BranchesFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    crate::branches_conformance_checks!(run_checks; factory, failed;);
-    failed
-}
+crate::conformance::run_all!(BranchesFactory, branches_conformance_checks);
 
 /// The master/sub locks' checks, declared once: expands to
 /// `$callback! { $($prefix)* <every check>, }`.

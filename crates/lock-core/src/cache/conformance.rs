@@ -18,7 +18,7 @@ use crate::BoxError;
 use crate::cache::{
     Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, NearCache, WriteMark,
 };
-use crate::conformance::{SLACK, run_checks, unique_key};
+use crate::conformance::{SLACK, unique_key};
 
 /// The TTL of the expiry checks: long enough that no check's next command comes after it on
 /// a loaded machine.
@@ -661,12 +661,7 @@ pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn Cach
     }
 }
 
-/// Runs every check against `factory` and returns the names of those that failed.
-pub async fn run_all(factory: Arc<dyn CacheFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    crate::cache_conformance_checks!(run_checks; factory, failed;);
-    failed
-}
+crate::conformance::run_all!(CacheFactory, cache_conformance_checks);
 
 /// The cache's checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
 #[doc(hidden)]

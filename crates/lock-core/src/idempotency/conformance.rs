@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::conformance::{SLACK, run_checks, unique_key};
+use crate::conformance::{SLACK, unique_key};
 use crate::idempotency::{
     Claim, Idempotency, IdempotencyError, IdempotencyOptions, IdempotencySettings, IdempotencyStore,
 };
@@ -671,13 +671,7 @@ pub async fn a_spent_wait_is_in_progress_and_does_not_run(factory: &dyn Idempote
     assert_eq!(error.http_status(), 409);
 }
 
-/// Runs every check against one `factory`, for a backend too costly to start per check, and
-/// returns the names of those that failed. Needs a multi-threaded Tokio runtime.
-pub async fn run_all(factory: Arc<dyn IdempotencyFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    crate::idempotency_conformance_checks!(run_checks; factory, failed;);
-    failed
-}
+crate::conformance::run_all!(IdempotencyFactory, idempotency_conformance_checks);
 
 /// Idempotent execution's checks, declared once: expands to
 /// `$callback! { $($prefix)* <every check>, }`.

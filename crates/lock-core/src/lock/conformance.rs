@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::conformance::{SLACK, run_checks, unique_key};
+use crate::conformance::{SLACK, unique_key};
 use crate::lock::{
     AcquireOptions, DistributedLock, DistributedLockExt, Lease, LockHandle, LostReason,
     ReleaseOutcome,
@@ -834,13 +834,7 @@ pub async fn wait_bound_holds_for_plain_and_fair_waits(factory: &dyn LockFactory
     assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
-/// Runs every check against one `factory`, for a backend too costly to start per check, and
-/// returns the names of those that failed. Needs a multi-threaded Tokio runtime.
-pub async fn run_all(factory: Arc<dyn LockFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    crate::lock_conformance_checks!(run_checks; factory, failed;);
-    failed
-}
+crate::conformance::run_all!(LockFactory, lock_conformance_checks);
 
 /// The lock's checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
 #[doc(hidden)]

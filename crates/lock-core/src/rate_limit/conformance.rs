@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::conformance::{SLACK, run_checks, unique_key};
+use crate::conformance::{SLACK, unique_key};
 use crate::rate_limit::{
     Basis, Decision, FailurePolicy, Part, Quota, RateLimitError, RateLimitStore, RateLimiter,
     check_all,
@@ -348,12 +348,7 @@ pub async fn invalid_arguments_are_rejected(factory: &dyn RateLimitFactory) {
     assert_eq!(error.details()["argument"], "parts");
 }
 
-/// Runs every check against `factory` and returns the names of those that failed.
-pub async fn run_all(factory: Arc<dyn RateLimitFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    crate::rate_limit_conformance_checks!(run_checks; factory, failed;);
-    failed
-}
+crate::conformance::run_all!(RateLimitFactory, rate_limit_conformance_checks);
 
 /// Rate limiting's checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
 #[doc(hidden)]

@@ -18,7 +18,7 @@ mod hooked;
 pub use hooked::{Hooked, Hooks};
 
 use crate::BoxError;
-use crate::conformance::{SLACK, run_checks, unique_key};
+use crate::conformance::{SLACK, unique_key};
 use crate::values::{
     Delivery, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL, Observed,
     Progress, Queue, SharedValues, Taken, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned,
@@ -1067,12 +1067,7 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
     }
 }
 
-/// Runs every check against `factory` and returns the names of those that failed.
-pub async fn run_all(factory: Arc<dyn ValuesFactory>) -> Vec<&'static str> {
-    let mut failed = Vec::new();
-    crate::values_conformance_checks!(run_checks; factory, failed;);
-    failed
-}
+crate::conformance::run_all!(ValuesFactory, values_conformance_checks);
 
 /// Shared values' checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
 #[doc(hidden)]
