@@ -501,6 +501,21 @@ mod tests {
         table.lines().skip(2).collect()
     }
 
+    /// `text` parsed, asserting how many lines went to each table: the lock's, the toolkit's,
+    /// rate limiting's, the cache's, and how many were left out.
+    fn parsed(text: &str, counts: [usize; 5]) -> Parsed {
+        let parsed = parse(text);
+        let found = [
+            parsed.results.len(),
+            parsed.toolkit.len(),
+            parsed.ratelimit.len(),
+            parsed.cache.len(),
+            parsed.problems.len(),
+        ];
+        assert_eq!(found, counts, "{:?}", parsed.problems);
+        parsed
+    }
+
     #[test]
     fn ratios_against_raw_and_scripts() {
         let text = r#"{"impl":"raw","scenario":"parallel","cycles_per_s":1000.0}
@@ -508,16 +523,7 @@ mod tests {
 {"impl":"platform-lock","scenario":"parallel","cycles_per_s":400.0,"acquisitions":4000,"client_cpu_s":0.2,"server_cpu_s":0.1,"per_worker_min":90,"per_worker_max":100}
 {"impl":"rslock","scenario":"contended","error":"peer exited 1"}
 not json"#;
-        let Parsed {
-            results,
-            toolkit,
-            ratelimit,
-            problems,
-            ..
-        } = parse(text);
-        assert!(toolkit.is_empty() && ratelimit.is_empty());
-        assert_eq!(results.len(), 3);
-        assert_eq!(problems.len(), 2, "{problems:?}");
+        let Parsed { results, .. } = parsed(text, [3, 0, 0, 0, 2]);
         let table = table(&results);
         let ours = table
             .lines()
@@ -537,17 +543,7 @@ not json"#;
     #[test]
     fn the_watchdog_line_gets_a_table_of_its_own() {
         let text = r#"{"impl":"platform-lock","scenario":"watchdog","held":10000,"renewal_period_ms":1000,"calls_per_tick":20.0,"calls_per_tick_bound":20,"last_tick_us":39000.5,"longest_tick_us":41000.0,"client_cpu_s":0.05,"client_memory_per_lock_bytes":919}"#;
-        let Parsed {
-            results,
-            toolkit,
-            ratelimit,
-            problems,
-            ..
-        } = parse(text);
-        assert!(
-            results.is_empty() && toolkit.is_empty() && ratelimit.is_empty() && problems.is_empty(),
-            "{problems:?}"
-        );
+        parsed(text, [0; 5]);
         let table = watchdog_table(text).expect("a watchdog table");
         assert!(
             table.contains("| 10000 | 1000 | 20.0 (20) | 39000.5 / 41000.0 | 0.05 | 919 |"),
@@ -562,17 +558,7 @@ not json"#;
 {"impl":"raw","scenario":"branches-register-release","calls_per_s":10000.0,"call_us":{"p50":90.0,"p99":150.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
 {"impl":"platform-lock","scenario":"branches-register-release","calls_per_s":5000.0,"call_us":{"p50":190.0,"p99":400.0},"redis_cmds_per_call":7.1,"calls":15000,"executions":null,"results":15000,"errors":0}
 {"impl":"platform-lock","scenario":"replay","calls_per_s":20000.0,"call_us":{"p50":40.0,"p99":120.0},"redis_cmds_per_call":2.0,"calls":60000,"executions":1,"results":60000,"errors":0}"#;
-        let Parsed {
-            results,
-            toolkit,
-            ratelimit,
-            problems,
-            ..
-        } = parse(text);
-        assert!(
-            results.is_empty() && ratelimit.is_empty() && problems.is_empty(),
-            "{problems:?}"
-        );
+        let Parsed { toolkit, .. } = parsed(text, [0, 4, 0, 0, 0]);
         let table = toolkit_table(&toolkit);
         let rows = rows(&table);
         assert_eq!(rows.len(), 4, "{table}");
@@ -601,17 +587,7 @@ not json"#;
 {"impl":"platform-lock","scenario":"first","calls_per_s":3000.0,"call_us":{"p50":300.0,"p99":500.0},"redis_cmds_per_call":9.0,"calls":15000,"executions":15000,"results":15000,"errors":0}
 {"impl":"raw","scenario":"first","calls_per_s":6000.0,"call_us":{"p50":150.0,"p99":200.0},"redis_cmds_per_call":2.0,"calls":30000,"executions":null,"results":30000,"errors":0}
 {"impl":"platform-lock","scenario":"duplicates","calls_per_s":150.0,"call_us":{"p50":51000.0,"p99":52000.0},"redis_cmds_per_call":3.5,"calls":800,"executions":100,"results":800,"errors":0}"#;
-        let Parsed {
-            results,
-            toolkit,
-            ratelimit,
-            problems,
-            ..
-        } = parse(text);
-        assert!(
-            results.is_empty() && ratelimit.is_empty() && problems.is_empty(),
-            "{problems:?}"
-        );
+        let Parsed { toolkit, .. } = parsed(text, [0, 4, 0, 0, 0]);
         let table = toolkit_table(&toolkit);
         let rows = rows(&table);
         assert_eq!(rows.len(), 4, "{table}");
@@ -640,15 +616,7 @@ not json"#;
 {"impl":"raw-fred","scenario":"decide","calls_per_s":25000.0,"call_us":{"p50":30.0,"p99":90.0},"algorithm":"evalsha"}
 {"impl":"platform-lock","scenario":"decide","calls_per_s":20000.0,"call_us":{"p50":36.0,"p99":100.0},"algorithm":"gcra"}
 {"impl":"platform-lock","scenario":"accuracy","calls_per_s":40000.0,"call_us":{"p50":600.0,"p99":2000.0},"denied":9000,"errors":0,"algorithm":"gcra","admitted_over_bound":0.995,"max_in_any_1s_window":399}"#;
-        let Parsed {
-            results,
-            toolkit,
-            ratelimit,
-            problems,
-            ..
-        } = parse(text);
-        assert!(toolkit.is_empty() && problems.is_empty(), "{problems:?}");
-        assert_eq!((results.len(), ratelimit.len()), (1, 7));
+        let Parsed { ratelimit, .. } = parsed(text, [1, 0, 7, 0, 0]);
         let table = ratelimit_table(&ratelimit);
         let rows = rows(&table);
         assert!(
@@ -675,10 +643,7 @@ not json"#;
 {"impl":"platform-lock-near","scenario":"hit-parallel","calls":3000000,"calls_per_s":1000000.0,"call_us":{"p50":1.0,"p99":4.0},"loader_runs":null,"results":3000000,"errors":0,"redis_cmds_per_call":0.0,"client_cpu_s":3.0}
 {"impl":"platform-lock","scenario":"stampede","calls":4000,"calls_per_s":3500.0,"call_us":{"p50":51000.0,"p99":53000.0},"loader_runs":20,"rounds":20,"loader_runs_per_round":1.0,"results":4000,"errors":0}
 {"impl":"platform-lock-near","scenario":"push-delay","reader":"another process","calls":200,"call_us":{"p50":80.0,"p99":200.0},"errors":0,"delay_us":{"p50":60.0,"p99":150.0,"max":400.0}}"#;
-        let Parsed {
-            cache, problems, ..
-        } = parse(text);
-        assert!(problems.is_empty(), "{problems:?}");
+        let Parsed { cache, .. } = parsed(text, [0, 0, 0, 4, 0]);
         let table = cache_table(&cache);
         let rows = rows(&table);
         assert_eq!(rows.len(), 4, "{table}");
