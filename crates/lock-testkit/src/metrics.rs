@@ -17,7 +17,7 @@
 //! ([`metrics::set_default_local_recorder`]) in a test on a `current_thread` runtime, so every
 //! task of the test — and nothing of another test — records into it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -68,6 +68,9 @@ impl CapturedMetrics {
                 .collect();
             labels.sort();
             let name = format!("{}{{{}}}", key.name(), labels.join(","));
+            if matches!(value, DebugValue::Counter(_)) {
+                recorded.series.insert(name.clone());
+            }
             match value {
                 DebugValue::Counter(n) if n > 0 => {
                     *recorded.counters.entry(name).or_default() += n;
@@ -94,6 +97,8 @@ pub struct Recorded {
     pub counters: BTreeMap<String, u64>,
     /// Histogram values by metric and labels.
     pub histograms: BTreeMap<String, Vec<f64>>,
+    /// Every counter series registered, at 0 or not, by metric and labels.
+    pub series: BTreeSet<String>,
 }
 
 impl Recorded {
@@ -105,6 +110,19 @@ impl Recorded {
         for (k, v) in other.histograms {
             self.histograms.entry(k).or_default().extend(v);
         }
+        self.series.extend(other.series);
+    }
+
+    /// Asserts that counter `name` with exactly the labels `labels` (sorted, as
+    /// [`counter_at`](Self::counter_at)) is registered, at 0 or not: an exporter shows it.
+    #[track_caller]
+    pub fn assert_registered(&self, name: &str, labels: &str) {
+        let series = format!("{name}{{{labels}}}");
+        assert!(
+            self.series.contains(&series),
+            "{series} is not registered; registered: {:#?}",
+            self.series
+        );
     }
 
     /// The increments of counter `name` with the one label `label=value`.

@@ -147,6 +147,11 @@ where
             );
         }
         Ok(handle) => {
+            // Every lost-lease series exists at 0 from the first grant, so that the first loss
+            // is a rise that `increase()` sees.
+            for reason in LOST_REASONS {
+                metrics::counter!(LOST_LEASES_TOTAL, "reason" => lost_label(reason)).increment(0);
+            }
             span.record("fencing_token", handle.fencing_token());
             metrics::histogram!(WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
             tracing::debug!(
@@ -236,15 +241,28 @@ pub(crate) fn dropped(key: &str, held_for: std::time::Duration) {
     metrics::histogram!(HOLD_SECONDS).record(held_for.as_secs_f64());
 }
 
-/// Records a lease of `holder` (key, owner token) that turned from held to lost: a `WARN`
-/// when the holder did not end it itself.
-pub(crate) fn lost(reason: LostReason, holder: Option<&(String, String)>) {
-    let label = match reason {
+/// Every [`LostReason`], for the series registered at the first grant.
+const LOST_REASONS: [LostReason; 4] = [
+    LostReason::Expired,
+    LostReason::NotOwner,
+    LostReason::ScopeEnded,
+    LostReason::ShutDown,
+];
+
+/// The `reason` label of [`LOST_LEASES_TOTAL`].
+fn lost_label(reason: LostReason) -> &'static str {
+    match reason {
         LostReason::Expired => "expired",
         LostReason::NotOwner => "not_owner",
         LostReason::ScopeEnded => "scope_ended",
         LostReason::ShutDown => "shut_down",
-    };
+    }
+}
+
+/// Records a lease of `holder` (key, owner token) that turned from held to lost: a `WARN`
+/// when the holder did not end it itself.
+pub(crate) fn lost(reason: LostReason, holder: Option<&(String, String)>) {
+    let label = lost_label(reason);
     metrics::counter!(LOST_LEASES_TOTAL, "reason" => label).increment(1);
     let (key, owner) = holder.map_or(("", ""), |(k, o)| (k.as_str(), o.as_str()));
     match reason {

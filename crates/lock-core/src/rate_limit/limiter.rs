@@ -86,8 +86,10 @@ impl RateLimiter {
         policy: FailurePolicy,
     ) -> Result<Self, RateLimitError> {
         crate::validate_key(name).map_err(|e| RateLimitError::argument("limit", e))?;
+        let name: Arc<str> = name.into();
+        crate::rate_limit::telemetry::register(&name);
         Ok(RateLimiter {
-            name: name.into(),
+            name,
             quota: Arc::new(RwLock::new(quota)),
             policy,
             store,

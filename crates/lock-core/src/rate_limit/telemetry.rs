@@ -16,15 +16,33 @@ use crate::rate_limit::decision::{Basis, Decision};
 /// `failed_closed` or `disabled`.
 pub const DECISIONS_TOTAL: &str = metric_name!("rate_limit", "decisions_total");
 
+/// The `outcome` labels of [`DECISIONS_TOTAL`].
+const OUTCOMES: [&str; 5] = [
+    "allowed",
+    "denied",
+    "failed_open",
+    "failed_closed",
+    "disabled",
+];
+
+/// Registers every outcome of `limit` at 0, so that its first failure is a rise that
+/// `increase()` sees.
+pub(crate) fn register(limit: &Arc<str>) {
+    for outcome in OUTCOMES {
+        metrics::counter!(DECISIONS_TOTAL, "limit" => limit.to_owned(), "outcome" => outcome)
+            .increment(0);
+    }
+}
+
 /// Counts one decision of `limit`.
 pub(crate) fn decided(limit: &Arc<str>, decision: &Decision) {
-    let outcome = match (decision.basis, decision.allowed) {
-        (Basis::Counted, true) => "allowed",
-        (Basis::Counted, false) => "denied",
-        (Basis::FailedOpen, _) => "failed_open",
-        (Basis::FailedClosed, _) => "failed_closed",
-        (Basis::Disabled, _) => "disabled",
-    };
+    let outcome = OUTCOMES[match (decision.basis, decision.allowed) {
+        (Basis::Counted, true) => 0,
+        (Basis::Counted, false) => 1,
+        (Basis::FailedOpen, _) => 2,
+        (Basis::FailedClosed, _) => 3,
+        (Basis::Disabled, _) => 4,
+    }];
     metrics::counter!(DECISIONS_TOTAL, "limit" => limit.to_owned(), "outcome" => outcome)
         .increment(1);
 }

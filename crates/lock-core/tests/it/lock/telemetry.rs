@@ -32,6 +32,10 @@ async fn a_grant_a_contention_failure_and_a_release_are_counted_exactly() {
     m.assert_counter_total(ACQUISITIONS_TOTAL, 1);
     m.assert_counter_total(FAIL_CLOSED_TOTAL, 0);
     assert_eq!(m.histogram(WAIT_SECONDS, "outcome", "granted").len(), 1);
+    // A first lost lease must be a rise from 0, or `increase()` alerts never see it.
+    m.assert_registered(LOST_LEASES_TOTAL, "reason=not_owner");
+    m.assert_registered(LOST_LEASES_TOTAL, "reason=expired");
+    m.assert_counter_total(LOST_LEASES_TOTAL, 0);
 
     let options = AcquireOptions::new(Lease::Watchdog)
         .wait_time(Duration::from_millis(50))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
+use lock_core::rate_limit::telemetry::DECISIONS_TOTAL;
 use lock_core::rate_limit::{
     Basis, Charge, FailurePolicy, InMemoryRateLimits, Part, RateLimitError, RateLimitStore,
     RateLimiter, Verdict, check_all,
@@ -86,4 +87,39 @@ async fn each_policy_decides_and_says_so_logging_once_per_outage() {
         "{text}"
     );
     assert_eq!(text.matches("answers again").count(), 1, "{text}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn decisions_are_counted_by_outcome_from_zero() {
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let store = Arc::new(Flaky::default());
+    let open = limiter(&store, "gateway", FailurePolicy::FailOpen);
+    // A first failure must be a rise from 0, or `increase()` alerts never see it.
+    let m = metrics.take();
+    for outcome in [
+        "allowed",
+        "denied",
+        "failed_open",
+        "failed_closed",
+        "disabled",
+    ] {
+        m.assert_registered(DECISIONS_TOTAL, &format!("limit=gateway,outcome={outcome}"));
+    }
+    m.assert_counter_total(DECISIONS_TOTAL, 0);
+
+    assert!(open.try_acquire("client", 1).await.unwrap().allowed);
+    assert!(!open.try_acquire("client", 1).await.unwrap().allowed);
+    store.down.store(true, Ordering::SeqCst);
+    assert!(open.try_acquire("client", 1).await.unwrap().allowed);
+    let m = metrics.take();
+    for outcome in ["allowed", "denied", "failed_open"] {
+        let labels = format!("limit=gateway,outcome={outcome}");
+        assert_eq!(
+            m.counter_at(DECISIONS_TOTAL, &labels),
+            1,
+            "{labels}: {m:#?}"
+        );
+    }
+    m.assert_counter_total(DECISIONS_TOTAL, 3);
 }
