@@ -493,6 +493,8 @@ pub(crate) fn log_withheld(
         | "key_reused"
         | "limited" => tracing::debug!(status, code, reason, subject, %error, "{message}"),
         _ if status == 500 => tracing::warn!(status, code, reason, subject, %error, "{message}"),
+        // Redis failing: warned of once per outage where it is seen, and counted.
+        _ if status == 503 => tracing::debug!(status, code, reason, subject, %error, "{message}"),
         _ => tracing::info!(status, code, reason, subject, %error, "{message}"),
     }
 }

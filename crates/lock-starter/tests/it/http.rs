@@ -91,6 +91,13 @@ async fn the_default_body_names_key_and_reason_but_not_the_holder_or_the_backend
                 }),
             "the withheld detail was not logged: {logged}"
         );
+        // One line per request at INFO is the lock's own; an outage is warned of once.
+        assert!(
+            logged
+                .lines()
+                .all(|l| !l.contains("problem body") || l.contains("DEBUG")),
+            "a 503 is logged at DEBUG: {logged}"
+        );
     }
     assert_eq!(
         ProblemDetails::from(&held()),
