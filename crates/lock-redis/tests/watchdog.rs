@@ -107,8 +107,8 @@ async fn a_slow_renewal_round_is_logged_once_with_its_leases_and_duration() {
     );
 }
 
-/// Redis gone mid-hold: the renewals fail and the outage is warned of, but no round is called
-/// slow, although each now waits out the command timeout.
+/// Redis gone mid-hold: the renewals fail and are retried, and the failure is warned of once,
+/// but no round is called slow, although each now waits out the command timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_while_redis_is_down_is_not_called_slow() {
     let mut redis = server().await;
@@ -123,6 +123,17 @@ async fn a_round_while_redis_is_down_is_not_called_slow() {
         "the watchdog stopped its rounds while Redis was down"
     );
     assert_eq!(slow_round_warnings(&redis), Vec::<String>::new());
+    let address = format!("127.0.0.1:{}", redis.port());
+    let text = logs().text();
+    let failed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("watchdog renewal failed") && l.contains(&address))
+        .collect();
+    assert_eq!(
+        failed.len(),
+        1,
+        "once per outage, not per retry: {failed:#?}"
+    );
 }
 
 /// A round renews every shard's leases at once; when one shard stops answering, the leases of

@@ -15,8 +15,8 @@ use tokio::time::Instant;
 /// key, so under 1 ms a call; see docs/performance.md, "Watchdog capacity").
 pub const RENEW_BATCH: usize = 500;
 
-/// How often a watchdog lease is renewed: every third of the watchdog timeout, so a lease
-/// survives two renewals in a row that do not get through.
+/// How often a watchdog lease is renewed: every third of the watchdog timeout. A renewal that
+/// does not get through is tried again at the watchdog's next wake-up, a tenth of this later.
 pub fn renewal_period(watchdog_timeout: Duration) -> Duration {
     watchdog_timeout / 3
 }
@@ -94,6 +94,8 @@ struct Renewal {
     /// When the next renewal is due; `None` while one is in flight, so a slow call is not sent
     /// again on top of itself.
     due: Option<Instant>,
+    /// Whether the last renewal failed: the next one is a retry.
+    retrying: bool,
 }
 
 /// A lease taken into a round.
@@ -103,6 +105,8 @@ pub(crate) struct Due {
     pub(crate) key: Key,
     pub(crate) grant: Str,
     pub(crate) state: LeaseState,
+    /// Whether its last renewal failed.
+    pub(crate) retrying: bool,
 }
 
 impl Registry {
@@ -128,6 +132,7 @@ impl Registry {
             grant: Str::from(crate::lock::scripts::held_prefix(token, owner)),
             state,
             due: Some(Instant::now() + period),
+            retrying: false,
         };
         self.leases().insert(id, renewal);
         id
@@ -166,19 +171,29 @@ impl Registry {
         true
     }
 
-    /// The leases of the next round, marked in flight: none unless one is due at `now`, and
-    /// then every lease due within a renewal `period` of it. The early ones ride along so
-    /// that a client's leases share one round (and its calls) per period, as leases granted
-    /// at different times would otherwise each start rounds of their own; a lease whose
-    /// renewal was slow rejoins the others at the next round. Leases released or lost since
-    /// they were registered are dropped here.
+    /// The leases of the next round, marked in flight: none unless one is due at `now`. A
+    /// regular renewal takes along every lease due within a renewal `period` of it, so that a
+    /// client's leases share one round (and its calls) per period, as leases granted at
+    /// different times would otherwise each start rounds of their own; a lease whose renewal
+    /// was slow rejoins the others at the next round. Retries of failed renewals go alone, so
+    /// that a failing shard does not renew the healthy shards' leases at every wake-up. Leases
+    /// released or lost since they were registered are dropped here.
     pub(crate) fn take_due(&self, now: Instant, period: Duration) -> Vec<Due> {
         let mut leases = self.leases();
         // Compares instants only: this runs every wake-up, over every lease.
-        if !leases.values().any(|r| r.due.is_some_and(|due| due <= now)) {
-            return Vec::new();
+        let (mut regular, mut retries) = (false, false);
+        for r in leases
+            .values()
+            .filter(|r| r.due.is_some_and(|due| due <= now))
+        {
+            regular |= !r.retrying;
+            retries |= r.retrying;
         }
-        let until = now + period;
+        let until = match (regular, retries) {
+            (true, _) => now + period,
+            (false, true) => now,
+            (false, false) => return Vec::new(),
+        };
         let mut taken = Vec::new();
         leases.retain(|id, r| {
             if r.due.is_none_or(|due| due > until) {
@@ -193,20 +208,78 @@ impl Registry {
                 key: r.key.clone(),
                 grant: r.grant.clone(),
                 state: r.state.clone(),
+                retrying: r.retrying,
             });
             true
         });
         taken
     }
 
-    /// The renewal of `ids` sent at `sent` has its answer: their next one is due a `period`
-    /// after it was sent (whatever the answer; a failed one keeps the old local deadline).
-    pub(crate) fn answered(&self, ids: impl Iterator<Item = u64>, sent: Instant, period: Duration) {
+    /// The renewal of `ids` sent at `sent` has its answer. Renewed, or found lost: the next is
+    /// due a `period` after it was sent. `failed` (the call, or its replicas' confirmation):
+    /// it is tried again `retry` from now, and the lease keeps its old local deadline.
+    pub(crate) fn answered(
+        &self,
+        ids: impl Iterator<Item = u64>,
+        sent: Instant,
+        period: Duration,
+        failed: Option<Duration>,
+    ) {
+        let next = match failed {
+            Some(retry) => Instant::now() + retry,
+            None => sent + period,
+        };
         let mut leases = self.leases();
         for id in ids {
             if let Some(renewal) = leases.get_mut(&id) {
-                renewal.due = Some(sent + period);
+                renewal.due = Some(next);
+                renewal.retrying = failed.is_some();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PERIOD: Duration = Duration::from_secs(10);
+    const RETRY: Duration = Duration::from_secs(1);
+
+    fn taken(registry: &Registry) -> Vec<u64> {
+        let mut ids: Vec<u64> = registry
+            .take_due(Instant::now(), PERIOD)
+            .iter()
+            .map(|d| d.id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    fn lease(registry: &Registry, key: &str) -> u64 {
+        let state = LeaseState::new(Some(Instant::now() + PERIOD * 3));
+        registry.register(key.into(), 1, "owner", state, PERIOD)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_retried_alone_at_the_next_wake_up() {
+        let registry = Registry::default();
+        let (a, b) = (lease(&registry, "a"), lease(&registry, "b"));
+        tokio::time::advance(PERIOD).await;
+        assert_eq!(taken(&registry), [a, b]);
+        let sent = Instant::now();
+        registry.answered([a].into_iter(), sent, PERIOD, Some(RETRY));
+        registry.answered([b].into_iter(), sent, PERIOD, None);
+
+        // A retry a wake-up later, without the healthy lease riding along.
+        tokio::time::advance(RETRY / 2).await;
+        assert!(taken(&registry).is_empty());
+        tokio::time::advance(RETRY / 2).await;
+        assert_eq!(taken(&registry), [a]);
+        registry.answered([a].into_iter(), Instant::now(), PERIOD, None);
+
+        // Renewed, it rejoins b's rounds.
+        tokio::time::advance(PERIOD - RETRY).await;
+        assert_eq!(taken(&registry), [a, b]);
     }
 }

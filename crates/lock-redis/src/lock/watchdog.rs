@@ -178,9 +178,12 @@ async fn renew_batch(
 ) -> Renewed {
     let sent = Instant::now();
     let renewed = renew_batch_call(inner, slot, batch, ttl, sent).await;
+    // A failed renewal is tried again at the next wake-up, not a period later: the lease then
+    // survives any outage that ends before its local deadline.
+    let retry = (renewed.failed > 0).then_some(period / WAKES_PER_PERIOD);
     inner
         .watchdog
-        .answered(batch.iter().map(|lease| lease.id), sent, period);
+        .answered(batch.iter().map(|lease| lease.id), sent, period, retry);
     renewed
 }
 
@@ -230,11 +233,12 @@ async fn renew_batch_call(
         // holders' lost() fires.
         Err(error) => {
             let error = inner.core.failure("watchdog renewal", error);
-            tracing::warn!(
-                %error,
-                leases = batch.len(),
-                "watchdog renewal failed; the leases keep their deadlines, and a holder whose deadline passes is told via lost()"
-            );
+            let message = "watchdog renewal failed; the leases keep their deadlines and are tried again at each wake-up, and a holder whose deadline passes is told via lost()";
+            if retries_only(batch) {
+                tracing::debug!(%error, leases = batch.len(), "{message}");
+            } else {
+                tracing::warn!(%error, leases = batch.len(), "{message}");
+            }
             return failed;
         }
     }
@@ -242,7 +246,7 @@ async fn renew_batch_call(
     // promotes a replica, and its copy of the key expires at the last renewal it received. An
     // unconfirmed renewal leaves the old local deadline, so lost() fires before that copy can
     // expire and be granted to someone else.
-    let replicated = renewal_replicated(inner, slot).await;
+    let replicated = renewal_replicated(inner, slot, retries_only(batch)).await;
     let valid_until = sent + ttl - crate::lock::config::safety_margin(ttl);
     let mut result = Renewed::default();
     for (lease, lost) in batch.iter().zip(not_renewed) {
@@ -271,9 +275,16 @@ async fn renew_batch_call(
     result
 }
 
+/// Whether every lease of `batch` is a retry: its failure was logged at `WARN` already, once
+/// per lease and outage rather than once per retry.
+fn retries_only(batch: &[Due]) -> bool {
+    batch.iter().all(|lease| lease.retrying)
+}
+
 /// Whether the renewal just sent is on `min-replicas` replicas (`WAIT` on the same connection,
-/// to the node serving `slot`); `true` without `min-replicas`.
-async fn renewal_replicated(inner: &Inner, slot: u16) -> bool {
+/// to the node serving `slot`); `true` without `min-replicas`. Its failure is logged at `DEBUG`
+/// when the batch is all `retries`.
+async fn renewal_replicated(inner: &Inner, slot: u16, retries: bool) -> bool {
     let config = &inner.config;
     if config.min_replicas == 0 {
         return true;
@@ -293,15 +304,23 @@ async fn renewal_replicated(inner: &Inner, slot: u16) -> bool {
     match acknowledged {
         Ok(n) if n >= i64::from(config.min_replicas) => true,
         Ok(n) => {
-            tracing::warn!(
-                required = config.min_replicas,
-                acknowledged = n,
-                "watchdog renewal not acknowledged by enough replicas; the leases keep their old deadline"
-            );
+            let message = "watchdog renewal not acknowledged by enough replicas; the leases keep their old deadline";
+            let required = config.min_replicas;
+            if retries {
+                tracing::debug!(required, acknowledged = n, "{message}");
+            } else {
+                tracing::warn!(required, acknowledged = n, "{message}");
+            }
             false
         }
         Err(error) => {
-            tracing::warn!(%error, "WAIT after a watchdog renewal failed; the leases keep their old deadline");
+            let message =
+                "WAIT after a watchdog renewal failed; the leases keep their old deadline";
+            if retries {
+                tracing::debug!(%error, "{message}");
+            } else {
+                tracing::warn!(%error, "{message}");
+            }
             false
         }
     }

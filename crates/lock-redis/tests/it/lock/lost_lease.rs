@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{SLACK, WATCHDOG, client, server};
-use lock_core::lock::{DistributedLock, Lease, LostReason, ReleaseOutcome};
+use lock_core::lock::{DistributedLock, Lease, LeaseStatus, LostReason, ReleaseOutcome};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,4 +143,42 @@ async fn is_held_never_overlaps_another_holder_across_freezes() {
         }
         drop(handle);
     }
+}
+
+/// Redis frozen from just after a renewal until three quarters of the watchdog timeout: two
+/// renewals in a row fail, as they would on a period's schedule, but failed renewals are tried
+/// again at each wake-up, so the first one after the freeze keeps the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_survives_a_freeze_that_ends_before_its_deadline() {
+    let ttl = Duration::from_secs(12);
+    let redis = server().await;
+    let config = common::config(&redis)
+        .watchdog_timeout(ttl)
+        .command_timeout(Duration::from_millis(500));
+    let lock = common::connect(config).await;
+    let handle = lock
+        .acquire("survive-pause", Lease::Watchdog)
+        .await
+        .unwrap();
+    let deadline = || match handle.status() {
+        LeaseStatus::Held { valid_until } => valid_until,
+        other => panic!("the lease is {other:?}"),
+    };
+    let granted = deadline();
+    assert!(
+        common::eventually(ttl, || async { deadline() > granted }).await,
+        "no renewal within the watchdog timeout"
+    );
+    let renewed_at = Instant::now();
+    let renewed = deadline();
+    redis.pause().unwrap();
+    // Past the two renewals a third of the timeout apart, and their command timeouts.
+    tokio::time::sleep_until(renewed_at + ttl * 3 / 4).await;
+    redis.resume().unwrap();
+    assert!(
+        common::eventually(ttl, || async { deadline() > renewed }).await,
+        "the lease was not renewed after the freeze"
+    );
+    assert!(handle.is_held());
+    assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::Released);
 }
