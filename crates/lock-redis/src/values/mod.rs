@@ -16,8 +16,9 @@
 
 pub(crate) mod scripts;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fred::prelude::*;
@@ -59,7 +60,13 @@ const CAPABILITY: &str = "values";
 pub struct RedisValues {
     core: Arc<RedisCore>,
     scripts: scripts::Scripts,
+    /// When this client last removed the consumers that left each queue.
+    pruned: Mutex<HashMap<String, Instant>>,
 }
+
+/// How often a client removes the consumers that left a queue, on one of its takes: each
+/// process that ever took is a consumer, and processes come and go with deploys.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 impl RedisValues {
     /// Values on `client`'s connections, under its key prefix. Loads its scripts while Redis
@@ -68,7 +75,11 @@ impl RedisValues {
         let core = Arc::clone(&client.core);
         let scripts = scripts::Scripts::new();
         crate::core::scripts::preload(&core, &scripts.preloaded(), CAPABILITY).await;
-        RedisValues { core, scripts }
+        RedisValues {
+            core,
+            scripts,
+            pruned: Mutex::default(),
+        }
     }
 
     /// The Redis key of the value `key`, e.g. `lock:values:{catalog:warm-up}`, for inspecting it
@@ -424,7 +435,22 @@ impl ValueStore for RedisValues {
         visibility: Duration,
     ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
         let (max, visibility) = (max.to_string(), millis(visibility).to_string());
-        let args: [&[u8]; 3] = [consumer.as_bytes(), max.as_bytes(), visibility.as_bytes()];
+        let prune = {
+            let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+            let due = pruned
+                .get(queue)
+                .is_none_or(|at| at.elapsed() >= PRUNE_EVERY);
+            if due {
+                pruned.insert(queue.to_owned(), Instant::now());
+            }
+            if due { "1" } else { "0" }
+        };
+        let args: [&[u8]; 4] = [
+            consumer.as_bytes(),
+            max.as_bytes(),
+            visibility.as_bytes(),
+            prune.as_bytes(),
+        ];
         let keys = [self.queue_key(queue)];
         let script = &self.scripts.queue_take;
         let reply = self.script_call("queue take", queue, &keys, script, &args);

@@ -4,6 +4,8 @@
 -- ARGV[2]  the most items to take
 -- ARGV[3]  the visibility timeout in milliseconds: items taken before and not acknowledged for
 --          this long are taken again first
+-- ARGV[4]  '1' to remove the consumers that left: nothing pending, idle past the visibility
+--          timeout (one that comes back is made again by its next take)
 --
 -- Returns {id, item, deliveries, id, item, deliveries, …}: reclaimed items, then new ones.
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -44,6 +46,17 @@ if #entries < max then
   if read then
     for _, entry in ipairs(read[1][2]) do
       entries[#entries + 1] = entry
+    end
+  end
+end
+if ARGV[4] == '1' then
+  for _, fields in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], 'consumers')) do
+    local consumer = {}
+    for i = 1, #fields, 2 do
+      consumer[fields[i]] = fields[i + 1]
+    end
+    if consumer.pending == 0 and consumer.idle > tonumber(ARGV[3]) and consumer.name ~= ARGV[1] then
+      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], 'consumers', consumer.name)
     end
   end
 end

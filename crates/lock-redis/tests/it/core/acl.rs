@@ -294,6 +294,38 @@ async fn the_minimal_acl_runs_shared_values() {
     .await;
 }
 
+/// A take that removes a consumer that left (`XINFO CONSUMERS`, `XGROUP DELCONSUMER`) needs
+/// nothing beyond the documented grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_queue_grants_remove_consumers_that_left() {
+    use lock_core::values::ValueStore;
+    let redis = common::server().await;
+    let mut rules = documented_acl();
+    rules.extend(added_acl(include_str!("../../../../../docs/values.md")));
+    set_user(&redis, &rules).await;
+    let (values, store) = crate::values::values(&user_client(&redis).await).await;
+    let key = store.queue_key("q");
+    values.queue::<u32>("q").push(&1).await.unwrap();
+    let taken = store.queue_take("q", "gone", 1, SLACK).await.unwrap();
+    store.queue_ack("q", &[taken[0].id.clone()]).await.unwrap();
+    let xinfo = ["XINFO", "CONSUMERS", key.as_str(), "consumers"];
+    let consumers = || redis.cmd(&xinfo);
+    let idle = || async {
+        let reply = consumers().await.unwrap();
+        let mut lines = reply.lines().skip_while(|l| *l != "idle");
+        lines.nth(1).and_then(|ms| ms.parse::<u64>().ok()) > Some(10)
+    };
+    assert!(eventually(SLACK, idle).await, "never idle for 10 ms");
+    let (_, newcomer) = crate::values::values(&user_client(&redis).await).await;
+    let visibility = Duration::from_millis(10);
+    newcomer
+        .queue_take("q", "new", 1, visibility)
+        .await
+        .unwrap();
+    let left = consumers().await.unwrap();
+    assert!(!left.lines().any(|l| l == "gone"), "{left}");
+}
+
 /// The cache's whole conformance suite, its pushed changes included, as a user with the lock's
 /// ACL plus the additions of docs/cache.md; Redis refuses nothing else, and without the
 /// additions a read fails.

@@ -371,3 +371,63 @@ async fn a_queue_whose_group_was_removed_is_repaired() {
         .collect();
     assert_eq!(items, [3]);
 }
+
+/// The consumers of `key`'s group, each with its idle time (ms), from `XINFO CONSUMERS`.
+async fn consumers(redis: &RedisServer, key: &str) -> Vec<(String, u64)> {
+    let reply = redis
+        .cmd(&["XINFO", "CONSUMERS", key, "consumers"])
+        .await
+        .unwrap();
+    let lines: Vec<&str> = reply.lines().collect();
+    let mut consumers = Vec::new();
+    for pair in lines.windows(2) {
+        match pair[0] {
+            "name" => consumers.push((pair[1].to_owned(), 0)),
+            "idle" => consumers.last_mut().unwrap().1 = pair[1].parse().unwrap(),
+            _ => {}
+        }
+    }
+    consumers
+}
+
+/// Each process that took from a queue is a consumer of its group; processes come and go with
+/// deploys. A process's first take removes those with nothing pending, idle past the visibility.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_removes_the_consumers_that_left_the_queue() {
+    let redis = server().await;
+    let (shared, store) = values(&common::client(&redis).await).await;
+    let key = store.queue_key("deploys");
+    shared
+        .queue::<u32>("deploys")
+        .push_all(&[1, 2])
+        .await
+        .unwrap();
+    let taken = store.queue_take("deploys", "pod-a", 1, LONG).await.unwrap();
+    store
+        .queue_ack("deploys", &[taken[0].id.clone()])
+        .await
+        .unwrap();
+    let visibility = Duration::from_secs(1);
+    let left = || async {
+        consumers(&redis, &key)
+            .await
+            .iter()
+            .any(|(name, idle)| name == "pod-a" && *idle > 1_000)
+    };
+    assert!(eventually(SLACK, left).await, "pod-a never idle past 1 s");
+    // pod-b holds the other item; this client took already, so it removes nobody.
+    store.queue_take("deploys", "pod-b", 1, LONG).await.unwrap();
+    let names = |c: Vec<(String, u64)>| c.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    assert_eq!(names(consumers(&redis, &key).await), ["pod-a", "pod-b"]);
+
+    let (_, newcomer) = values(&common::client(&redis).await).await;
+    let taken = newcomer
+        .queue_take("deploys", "pod-c", 1, visibility)
+        .await
+        .unwrap();
+    assert!(taken.is_empty(), "pod-b's item is not due: {taken:?}");
+    // pod-c is made by the first take that gets it something.
+    let mut left = names(consumers(&redis, &key).await);
+    left.retain(|name| name != "pod-c");
+    assert_eq!(left, ["pod-b"]);
+}
