@@ -479,10 +479,17 @@ pub(crate) fn log_withheld(
     error: &(impl std::fmt::Display + ?Sized),
 ) {
     let reason = details.get("reason").map_or("", String::as_str);
-    let subject = ["lockKey", "idempotencyKey", "masterKey", "limit"]
-        .into_iter()
-        .find_map(|key| details.get(key))
-        .map_or("", String::as_str);
+    let subject = [
+        "lockKey",
+        "idempotencyKey",
+        "masterKey",
+        "limit",
+        "cache",
+        "key",
+    ]
+    .into_iter()
+    .find_map(|key| details.get(key))
+    .map_or("", String::as_str);
     let message = "error answered with a public problem body";
     match reason {
         "held_by_another_owner"

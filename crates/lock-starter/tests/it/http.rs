@@ -478,3 +478,30 @@ async fn the_example_services_ticket_create_is_idempotent_by_its_header() {
     let missing = common::send(&app, create("alice", None)).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
 }
+
+/// The operator's log line names what failed for every capability: a shared value's key, a
+/// cache's name.
+#[tokio::test]
+async fn the_withheld_log_line_names_a_values_key_and_a_cache() {
+    use lock_starter::cache::CacheError;
+    use lock_starter::values::ValuesError;
+    let cases: [(Rejection, &str); 2] = [
+        (
+            ValuesError::unavailable("get", "catalog:warm-up", "ECONNREFUSED").into(),
+            "subject=\"catalog:warm-up\"",
+        ),
+        (
+            CacheError::unavailable("get", "products", "sku-1", "ECONNREFUSED").into(),
+            "subject=\"products\"",
+        ),
+    ];
+    for (rejection, subject) in cases {
+        let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+        let response = tracing::subscriber::with_default(subscriber, || {
+            axum::response::IntoResponse::into_response(rejection)
+        });
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let logged = logs.text();
+        assert!(logged.contains(subject), "{subject} in {logged}");
+    }
+}
