@@ -8,6 +8,7 @@ use std::future::Future;
 use crate::error::{AcquireFailure, LockError};
 use crate::lock::options::AcquireOptions;
 use crate::lock::port::DistributedLock;
+use crate::lock::telemetry::UNGUARDED_RUNS_TOTAL;
 
 /// The value of a fail-open critical section, and whether the lock was held while it ran.
 ///
@@ -232,6 +233,13 @@ pub enum UnguardedReason {
 }
 
 impl UnguardedReason {
+    /// Every reason, for the metric series registered at the first call.
+    const ALL: [UnguardedReason; 3] = [
+        UnguardedReason::LockDisabled,
+        UnguardedReason::WaitTimeElapsed,
+        UnguardedReason::BackendUnavailable,
+    ];
+
     /// The stable name: `lock_disabled`, `wait_time_elapsed` or `backend_unavailable`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -261,6 +269,11 @@ where
     Fut: Future<Output = T> + Send,
     T: Send,
 {
+    let unguarded_runs = |reason: UnguardedReason| metrics::counter!(UNGUARDED_RUNS_TOTAL, "reason" => reason.as_str());
+    // At 0 from the first call, so that the first unguarded run is a rise `increase()` sees.
+    for reason in UnguardedReason::ALL {
+        unguarded_runs(reason).increment(0);
+    }
     match lock.acquire_with(key, options).await {
         Ok(handle) => Ok(FailOpen::Guarded(
             crate::lock::reentrant::run_holding(lock.namespace(), key, handle, critical_section)
@@ -268,6 +281,7 @@ where
         )),
         Err(error) => {
             let unguarded = Unguarded::from_error(error)?;
+            unguarded_runs(unguarded.reason).increment(1);
             tracing::warn!(
                 lock_key = key,
                 reason = unguarded.reason.as_str(),

@@ -16,6 +16,7 @@
 //! | [`HOLD_SECONDS`] | histogram | none |
 //! | [`LOST_LEASES_TOTAL`] | counter | `reason` |
 //! | [`RENEWALS_TOTAL`] | counter | `outcome` |
+//! | [`UNGUARDED_RUNS_TOTAL`] | counter | `reason` |
 //!
 //! Spans are at `DEBUG`: `lock.acquire`, `lock.release`, and `lock.renew` of a watchdog. Each
 //! ends with a `DEBUG` event. An acquisition that fails closed for another reason than
@@ -55,6 +56,11 @@ pub const LOST_LEASES_TOTAL: &str = metric_name!("lock", "lost_leases_total");
 /// Counter of a watchdog's renewals of single leases by `outcome`: `renewed`, `lost` or
 /// `failed`. Recorded by backends.
 pub const RENEWALS_TOTAL: &str = metric_name!("lock", "renewals_total");
+
+/// Counter of fail-open critical sections run without the lock, by `reason`, an
+/// [`UnguardedReason`](crate::lock::UnguardedReason): `lock_disabled`, `wait_time_elapsed` or
+/// `backend_unavailable`.
+pub const UNGUARDED_RUNS_TOTAL: &str = metric_name!("lock", "unguarded_runs_total");
 
 /// `watchdog` or `fixed`: the `lease` field of `lock.acquire`.
 pub(crate) fn lease_mode(lease: Lease) -> &'static str {

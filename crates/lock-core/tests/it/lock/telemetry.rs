@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lock_core::lock::telemetry::{
     ACQUISITIONS_TOTAL, FAIL_CLOSED_TOTAL, HOLD_SECONDS, LOST_LEASES_TOTAL, RELEASES_TOTAL,
-    WAIT_SECONDS,
+    UNGUARDED_RUNS_TOTAL, WAIT_SECONDS,
 };
 use lock_core::lock::{
     AcquireOptions, DisabledLock, DistributedLock, DistributedLockExt, InMemoryLock, Lease,
@@ -142,6 +142,30 @@ async fn invalid_and_disabled_acquisitions_are_told_apart() {
     let m = metrics.take();
     m.assert_counter(ACQUISITIONS_TOTAL, "outcome", "disabled", 1);
     m.assert_counter(FAIL_CLOSED_TOTAL, "reason", "disabled", 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_unguarded_fail_open_run_is_counted_by_reason_from_zero() {
+    let metrics = CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let lock = InMemoryLock::new();
+    let ran = lock
+        .with_lock_fail_open("k", Lease::Watchdog, || async { 1 })
+        .await
+        .unwrap();
+    assert!(ran.is_guarded());
+    let m = metrics.take();
+    m.assert_registered(UNGUARDED_RUNS_TOTAL, "reason=backend_unavailable");
+    m.assert_counter_total(UNGUARDED_RUNS_TOTAL, 0);
+
+    let ran = DisabledLock::new("enabled = false")
+        .with_lock_fail_open("k", Lease::Watchdog, || async { 1 })
+        .await
+        .unwrap();
+    assert!(!ran.is_guarded());
+    let m = metrics.take();
+    m.assert_counter(UNGUARDED_RUNS_TOTAL, "reason", "lock_disabled", 1);
+    m.assert_counter_total(UNGUARDED_RUNS_TOTAL, 1);
 }
 
 #[tokio::test(flavor = "current_thread")]
