@@ -11,6 +11,7 @@
 //! # in another terminal: two concurrent bill runs for one period → one 200, one 503
 //! curl -s -X POST localhost:8080/bill-runs/2026-11 & curl -si -X POST localhost:8080/bill-runs/2026-11; wait
 //! curl -s localhost:8080/health   # the opt-in health check of the lock's Redis
+//! curl -s localhost:8080/metrics | grep ^platform_   # the counters of docs/observability.md
 //! # a create the client retries: the retry gets the first ticket, marked Idempotent-Replayed
 //! curl -si -X POST -H 'Authorization: Bearer alice' -H 'Idempotency-Key: "3f0c"' -d '{"title":"no dial tone"}' localhost:8080/tickets
 //! curl -si -X POST -H 'Authorization: Bearer alice' -H 'Idempotency-Key: "3f0c"' -d '{"title":"no dial tone"}' localhost:8080/tickets
@@ -121,6 +122,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| "info,fred=error".into()),
         )
         .init();
+    // Installed before the starter is built, so that the series it registers at 0 are seen.
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     let starter = match LockStarter::builder().build().await {
         Ok(starter) => starter,
         Err(error) => {
@@ -140,14 +143,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("HTTP_SERVICE_ADDR").unwrap_or_else(|_| "127.0.0.1:8080".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     eprintln!("listening on http://{addr}");
-    axum::serve(
-        listener,
-        router(App {
-            starter,
-            lock,
-            bill_run,
-        }),
-    )
+    let metrics = get(move || std::future::ready(prometheus.render()));
+    let app = router(App {
+        starter,
+        lock,
+        bill_run,
+    })
+    .route("/metrics", metrics);
+    axum::serve(listener, app)
     // Ctrl-C on a terminal, SIGTERM from Kubernetes or systemd.
     .with_graceful_shutdown(shutdown::signal())
     .await?;
