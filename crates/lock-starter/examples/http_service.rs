@@ -151,9 +151,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
     .route("/metrics", metrics);
     axum::serve(listener, app)
-    // Ctrl-C on a terminal, SIGTERM from Kubernetes or systemd.
-    .with_graceful_shutdown(shutdown::signal())
-    .await?;
+        // Ctrl-C on a terminal, SIGTERM from Kubernetes or systemd.
+        .with_graceful_shutdown(shutdown::signal())
+        .await?;
     // Requests are done; release what is left before the process ends.
     let summary = lock_at_exit
         .shutdown(lock_starter::lock::limits::DEFAULT_SHUTDOWN_TIMEOUT)

@@ -665,9 +665,29 @@ fn scrub_url(url: &Url, text: &str) -> String {
     secrets.dedup();
     let mut text = text.replace(url.as_str(), &redacted_url(url));
     for secret in secrets {
-        text = text.replace(&secret, "***");
+        text = mask(&text, &secret);
     }
     text
+}
+
+/// `text` with each occurrence of `secret` as `***`, but for one inside a longer word: a
+/// password `WRONG` leaves `WRONGPASS` alone, and is hidden wherever it stands by itself, as
+/// between a URL's `:` and `@`.
+fn mask(text: &str, secret: &str) -> String {
+    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
+    let (starts_word, ends_word) = (word(secret.chars().next()), word(secret.chars().last()));
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(secret) {
+        let (before, after) = (&rest[..at], &rest[at + secret.len()..]);
+        let inside = (starts_word && word(before.chars().last()))
+            || (ends_word && word(after.chars().next()));
+        out.push_str(before);
+        out.push_str(if inside { secret } else { "***" });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 impl fmt::Display for RedisAddress {
@@ -1035,6 +1055,12 @@ mod tests {
         // A lone user part may be a password.
         let lone = RedisAddress::parse("rediss://Xk4PwLeak@h:6380").unwrap();
         assert_eq!(lone.scrub("NOAUTH for Xk4PwLeak"), "NOAUTH for ***");
+        // A word that holds the password is not garbled; the password alone is still hidden.
+        let word = RedisAddress::parse("redis://:WRONG@h").unwrap();
+        assert_eq!(
+            word.scrub("WRONGPASS invalid password WRONG for redis://:WRONG@h"),
+            "WRONGPASS invalid password *** for redis://:***@h"
+        );
     }
 
     #[test]
