@@ -186,8 +186,11 @@ impl Registry {
             .values()
             .filter(|r| r.due.is_some_and(|due| due <= now))
         {
-            regular |= !r.retrying;
-            retries |= r.retrying;
+            if !r.retrying {
+                regular = true;
+                break;
+            }
+            retries = true;
         }
         let until = match (regular, retries) {
             (true, _) => now + period,
