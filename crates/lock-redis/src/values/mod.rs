@@ -68,6 +68,10 @@ pub struct RedisValues {
 /// process that ever took is a consumer, and processes come and go with deploys.
 const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
+/// The most consumers a take looks through to remove those that left; a queue with more is
+/// warned about instead, as looking through them all would hold Redis up.
+const PRUNE_MOST: u64 = 1_000;
+
 impl RedisValues {
     /// Values on `client`'s connections, under its key prefix. Loads its scripts while Redis
     /// answers.
@@ -436,20 +440,17 @@ impl ValueStore for RedisValues {
     ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
         let (max, visibility) = (max.to_string(), millis(visibility).to_string());
         let prune = {
-            let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
-            let due = pruned
+            let pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+            pruned
                 .get(queue)
-                .is_none_or(|at| at.elapsed() >= PRUNE_EVERY);
-            if due {
-                pruned.insert(queue.to_owned(), Instant::now());
-            }
-            if due { "1" } else { "0" }
+                .is_none_or(|at| at.elapsed() >= PRUNE_EVERY)
         };
+        let most = if prune { PRUNE_MOST } else { 0 }.to_string();
         let args: [&[u8]; 4] = [
             consumer.as_bytes(),
             max.as_bytes(),
             visibility.as_bytes(),
-            prune.as_bytes(),
+            most.as_bytes(),
         ];
         let keys = [self.queue_key(queue)];
         let script = &self.scripts.queue_take;
@@ -459,6 +460,20 @@ impl ValueStore for RedisValues {
         };
         let mut taken = Vec::with_capacity(reply.len() / 3);
         let mut reply = reply.into_iter();
+        let Some(crowded) = reply.next().and_then(|v| v.as_u64()) else {
+            return Err(protocol("queue take", queue));
+        };
+        if prune {
+            let mut pruned = self.pruned.lock().unwrap_or_else(|p| p.into_inner());
+            pruned.insert(queue.to_owned(), Instant::now());
+        }
+        if crowded > 0 {
+            tracing::warn!(
+                queue,
+                consumers = crowded,
+                "the queue's consumer group has more consumers than a take removes ({PRUNE_MOST}): remove the ones that left with XGROUP DELCONSUMER (docs/values.md)"
+            );
+        }
         while let (Some(id), Some(item), Some(deliveries)) =
             (reply.next(), reply.next(), reply.next())
         {

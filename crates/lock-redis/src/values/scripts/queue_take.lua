@@ -4,12 +4,15 @@
 -- ARGV[2]  the most items to take
 -- ARGV[3]  the visibility timeout in milliseconds: items taken before and not acknowledged for
 --          this long are taken again first
--- ARGV[4]  '1' to remove the consumers that left: nothing pending, idle past the visibility
---          timeout (one that comes back is made again by its next take)
+-- ARGV[4]  0, or the most consumers a group may have for this take to remove those that
+--          left: nothing pending, idle past the visibility timeout (one that comes back is made
+--          again by its next take)
 --
--- Returns {id, item, deliveries, id, item, deliveries, …}: reclaimed items, then new ones.
+-- Returns {crowded, id, item, deliveries, id, item, deliveries, …}: how many consumers the
+-- group has when there were more than ARGV[4] to look through (else 0), then the reclaimed
+-- items and the new ones.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {}
+  return { 0 }
 end
 local max = tonumber(ARGV[2])
 
@@ -49,18 +52,38 @@ if #entries < max then
     end
   end
 end
-if ARGV[4] == '1' then
-  for _, fields in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], 'consumers')) do
-    local consumer = {}
-    for i = 1, #fields, 2 do
-      consumer[fields[i]] = fields[i + 1]
+-- The consumers that left. A user without the grants for it (docs/values.md) takes as before:
+-- each command here may be refused without failing the take.
+local function named(flat)
+  local fields = {}
+  for i = 1, #flat, 2 do
+    fields[flat[i]] = flat[i + 1]
+  end
+  return fields
+end
+local most, crowded = tonumber(ARGV[4]), 0
+if most > 0 then
+  local groups = redis.pcall('XINFO', 'GROUPS', KEYS[1])
+  local count = -1
+  for _, flat in ipairs(groups.err and {} or groups) do
+    local group = named(flat)
+    if group.name == 'consumers' then
+      count = group.consumers
     end
-    if consumer.pending == 0 and consumer.idle > tonumber(ARGV[3]) and consumer.name ~= ARGV[1] then
-      redis.call('XGROUP', 'DELCONSUMER', KEYS[1], 'consumers', consumer.name)
+  end
+  if count > most then
+    crowded = count
+  elseif count > 0 then
+    local consumers = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], 'consumers')
+    for _, flat in ipairs(consumers.err and {} or consumers) do
+      local consumer = named(flat)
+      if consumer.pending == 0 and consumer.idle > tonumber(ARGV[3]) and consumer.name ~= ARGV[1] then
+        redis.pcall('XGROUP', 'DELCONSUMER', KEYS[1], 'consumers', consumer.name)
+      end
     end
   end
 end
-local reply = {}
+local reply = { crowded }
 for _, entry in ipairs(entries) do
   local pending = redis.call('XPENDING', KEYS[1], 'consumers', entry[1], entry[1], 1)
   reply[#reply + 1] = entry[1]

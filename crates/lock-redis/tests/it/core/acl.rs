@@ -326,6 +326,28 @@ async fn the_documented_queue_grants_remove_consumers_that_left() {
     assert!(!left.lines().any(|l| l == "gone"), "{left}");
 }
 
+/// A user granted what docs/values.md listed before takes removed departed consumers takes
+/// as before: the removal is skipped, and every item is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_consumer_grants_takes_as_before() {
+    use lock_core::values::ValueStore;
+    let redis = common::server().await;
+    let mut rules = documented_acl();
+    let removal = ["+xgroup|delconsumer", "+xinfo|groups", "+xinfo|consumers"];
+    let values_acl = added_acl(include_str!("../../../../../docs/values.md"));
+    rules.extend(
+        values_acl
+            .into_iter()
+            .filter(|r| !removal.contains(&r.as_str())),
+    );
+    set_user(&redis, &rules).await;
+    let (values, store) = crate::values::values(&user_client(&redis).await).await;
+    values.queue::<u32>("q").push_all(&[1, 2]).await.unwrap();
+    let taken = store.queue_take("q", "pod-a", 10, SLACK).await.unwrap();
+    let deliveries: Vec<u64> = taken.iter().map(|d| d.deliveries).collect();
+    assert_eq!(deliveries, [1, 1]);
+}
+
 /// The cache's whole conformance suite, its pushed changes included, as a user with the lock's
 /// ACL plus the additions of docs/cache.md; Redis refuses nothing else, and without the
 /// additions a read fails.

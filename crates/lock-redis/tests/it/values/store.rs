@@ -431,3 +431,27 @@ async fn a_take_removes_the_consumers_that_left_the_queue() {
     left.retain(|name| name != "pod-c");
     assert_eq!(left, ["pod-b"]);
 }
+
+/// A group with more consumers than a take looks through is warned about, and left as it is.
+#[tokio::test(flavor = "current_thread")]
+async fn a_crowded_consumer_group_is_warned_about_not_looked_through() {
+    let (logs, subscriber) = lock_testkit::logs::CapturedLogs::scoped(tracing::Level::WARN);
+    let _logs = tracing::subscriber::set_default(subscriber);
+    let redis = server().await;
+    let (shared, store) = values(&common::client(&redis).await).await;
+    let key = store.queue_key("crowded");
+    shared.queue::<u32>("crowded").push(&1).await.unwrap();
+    let create = "for i = 1, 1001 do redis.call('XGROUP', 'CREATECONSUMER', KEYS[1], 'consumers', 'c' .. i) end";
+    redis.cmd(&["EVAL", create, "1", &key]).await.unwrap();
+    let taken = store
+        .queue_take("crowded", "pod-a", 1, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1);
+    assert!(consumers(&redis, &key).await.len() > 1_000);
+    let text = logs.text();
+    assert!(
+        text.contains("more consumers than a take removes") && text.contains("queue=\"crowded\""),
+        "{text}"
+    );
+}
