@@ -220,23 +220,24 @@ impl Registry {
 
     /// The renewal of `ids` sent at `sent` has its answer. Renewed, or found lost: the next is
     /// due a `period` after it was sent. `failed` (the call, or its replicas' confirmation):
-    /// it is tried again `retry` from now, and the lease keeps its old local deadline.
+    /// it is due now, for the next wake-up, and the lease keeps its old local deadline.
     pub(crate) fn answered(
         &self,
         ids: impl Iterator<Item = u64>,
         sent: Instant,
         period: Duration,
-        failed: Option<Duration>,
+        failed: bool,
     ) {
-        let next = match failed {
-            Some(retry) => Instant::now() + retry,
-            None => sent + period,
+        let next = if failed {
+            Instant::now()
+        } else {
+            sent + period
         };
         let mut leases = self.leases();
         for id in ids {
             if let Some(renewal) = leases.get_mut(&id) {
                 renewal.due = Some(next);
-                renewal.retrying = failed.is_some();
+                renewal.retrying = failed;
             }
         }
     }
@@ -247,7 +248,8 @@ mod tests {
     use super::*;
 
     const PERIOD: Duration = Duration::from_secs(10);
-    const RETRY: Duration = Duration::from_secs(1);
+    /// The watchdog's wake-up interval for `PERIOD`.
+    const WAKE: Duration = Duration::from_secs(1);
 
     fn taken(registry: &Registry) -> Vec<u64> {
         let mut ids: Vec<u64> = registry
@@ -271,18 +273,20 @@ mod tests {
         tokio::time::advance(PERIOD).await;
         assert_eq!(taken(&registry), [a, b]);
         let sent = Instant::now();
-        registry.answered([a].into_iter(), sent, PERIOD, Some(RETRY));
-        registry.answered([b].into_iter(), sent, PERIOD, None);
+        // a's call fails a command timeout later; b's was answered at once.
+        registry.answered([b].into_iter(), sent, PERIOD, false);
+        tokio::time::advance(WAKE * 2).await;
+        registry.answered([a].into_iter(), sent, PERIOD, true);
 
-        // A retry a wake-up later, without the healthy lease riding along.
-        tokio::time::advance(RETRY / 2).await;
-        assert!(taken(&registry).is_empty());
-        tokio::time::advance(RETRY / 2).await;
+        // A retry at the next wake-up, without the healthy lease riding along.
+        tokio::time::advance(WAKE / 2).await;
         assert_eq!(taken(&registry), [a]);
-        registry.answered([a].into_iter(), Instant::now(), PERIOD, None);
+        registry.answered([a].into_iter(), Instant::now(), PERIOD, false);
 
         // Renewed, it rejoins b's rounds.
-        tokio::time::advance(PERIOD - RETRY).await;
+        tokio::time::advance(PERIOD - WAKE * 3).await;
+        assert!(taken(&registry).is_empty());
+        tokio::time::advance(WAKE).await;
         assert_eq!(taken(&registry), [a, b]);
     }
 }

@@ -180,10 +180,12 @@ async fn renew_batch(
     let renewed = renew_batch_call(inner, slot, batch, ttl, sent).await;
     // A failed renewal is tried again at the next wake-up, not a period later: the lease then
     // survives any outage that ends before its local deadline.
-    let retry = (renewed.failed > 0).then_some(period / WAKES_PER_PERIOD);
-    inner
-        .watchdog
-        .answered(batch.iter().map(|lease| lease.id), sent, period, retry);
+    inner.watchdog.answered(
+        batch.iter().map(|lease| lease.id),
+        sent,
+        period,
+        renewed.failed > 0,
+    );
     renewed
 }
 
