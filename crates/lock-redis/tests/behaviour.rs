@@ -456,6 +456,7 @@ async fn a_frozen_redis_is_one_warning_and_its_answer_one_line() {
             .count()
     };
     redis.pause().unwrap();
+    let paused = std::time::Instant::now();
     for _ in 0..3 {
         let err = lock
             .try_acquire("frozen", Lease::Watchdog)
@@ -466,9 +467,27 @@ async fn a_frozen_redis_is_one_warning_and_its_answer_one_line() {
     let stalled = "did not answer within 500ms (command_timeout)";
     assert_eq!(since_freeze(stalled), 1, "{}", logs().text());
     redis.resume().unwrap();
+    let frozen_ms = paused.elapsed().as_millis() as u64;
     let again = "Redis answering again after ";
     let logged = eventually(PATIENT, || async { since_freeze(again) > 0 }).await;
     assert!(logged, "no \"{again}\" line:\n{}", logs().text());
+    // Counted from the first command left unanswered, not from its timeout.
+    let text = logs().text();
+    let address = format!("address={} ", redis.url());
+    let line = text[from..]
+        .lines()
+        .find(|l| l.contains(again) && l.contains(&address))
+        .unwrap();
+    let reported: u64 = line
+        .split("unanswered_ms=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no unanswered_ms in {line}"));
+    assert!(
+        reported + 100 >= frozen_ms,
+        "{reported} ms for a {frozen_ms} ms freeze: {line}"
+    );
 }
 
 /// An outage whose cause changes (the connection closed, then Redis refuses the password) is

@@ -555,7 +555,9 @@ impl Health {
             let starts =
                 state.started && state.down_since.is_none() && state.stalled_since.is_none();
             if starts {
-                state.stalled_since = Some(Instant::now());
+                // The command that timed out was sent `timeout` ago, unanswered since.
+                let now = Instant::now();
+                state.stalled_since = Some(now.checked_sub(timeout).unwrap_or(now));
             }
             starts
         };
