@@ -39,6 +39,7 @@ pub struct DisabledLock {
 impl DisabledLock {
     /// A disabled lock; `detail` says where it was switched off, for the errors.
     pub fn new(detail: impl Into<String>) -> Self {
+        crate::lock::telemetry::register_series();
         DisabledLock {
             detail: detail.into(),
         }

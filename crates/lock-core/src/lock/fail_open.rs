@@ -233,8 +233,8 @@ pub enum UnguardedReason {
 }
 
 impl UnguardedReason {
-    /// Every reason, for the metric series registered at the first call.
-    const ALL: [UnguardedReason; 3] = [
+    /// Every reason, for the metric series registered at 0.
+    pub(crate) const ALL: [UnguardedReason; 3] = [
         UnguardedReason::LockDisabled,
         UnguardedReason::WaitTimeElapsed,
         UnguardedReason::BackendUnavailable,
@@ -269,11 +269,6 @@ where
     Fut: Future<Output = T> + Send,
     T: Send,
 {
-    let unguarded_runs = |reason: UnguardedReason| metrics::counter!(UNGUARDED_RUNS_TOTAL, "reason" => reason.as_str());
-    // At 0 from the first call, so that the first unguarded run is a rise `increase()` sees.
-    for reason in UnguardedReason::ALL {
-        unguarded_runs(reason).increment(0);
-    }
     match lock.acquire_with(key, options).await {
         Ok(handle) => Ok(FailOpen::Guarded(
             crate::lock::reentrant::run_holding(lock.namespace(), key, handle, critical_section)
@@ -281,7 +276,8 @@ where
         )),
         Err(error) => {
             let unguarded = Unguarded::from_error(error)?;
-            unguarded_runs(unguarded.reason).increment(1);
+            metrics::counter!(UNGUARDED_RUNS_TOTAL, "reason" => unguarded.reason.as_str())
+                .increment(1);
             tracing::warn!(
                 lock_key = key,
                 reason = unguarded.reason.as_str(),

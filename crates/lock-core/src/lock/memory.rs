@@ -84,6 +84,7 @@ impl Default for InMemoryLock {
 impl InMemoryLock {
     /// An empty lock table with the [`DEFAULT_WAIT_TIME`] and instance id `in-memory`.
     pub fn new() -> Self {
+        crate::lock::telemetry::register_series();
         InMemoryLock {
             shared: Arc::new(Shared {
                 namespace: format!("in-memory:{}", NEXT_TABLE.fetch_add(1, Ordering::Relaxed)),

@@ -30,6 +30,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::error::LockError;
+use crate::lock::fail_open::UnguardedReason;
 use crate::lock::lease::Lease;
 use crate::lock::options::AcquireOptions;
 use crate::lock::status::{LostReason, ReleaseOutcome};
@@ -61,6 +62,18 @@ pub const RENEWALS_TOTAL: &str = metric_name!("lock", "renewals_total");
 /// [`UnguardedReason`](crate::lock::UnguardedReason): `lock_disabled`, `wait_time_elapsed` or
 /// `backend_unavailable`.
 pub const UNGUARDED_RUNS_TOTAL: &str = metric_name!("lock", "unguarded_runs_total");
+
+/// Registers at 0 the series that the suggested alerts count with `increase()`,
+/// [`LOST_LEASES_TOTAL`] and [`UNGUARDED_RUNS_TOTAL`], so that an event after the first scrape is
+/// a rise. The backends of this workspace call it when built; a custom backend should too.
+pub fn register_series() {
+    for reason in LOST_REASONS {
+        metrics::counter!(LOST_LEASES_TOTAL, "reason" => lost_label(reason)).increment(0);
+    }
+    for reason in UnguardedReason::ALL {
+        metrics::counter!(UNGUARDED_RUNS_TOTAL, "reason" => reason.as_str()).increment(0);
+    }
+}
 
 /// `watchdog` or `fixed`: the `lease` field of `lock.acquire`.
 pub(crate) fn lease_mode(lease: Lease) -> &'static str {
@@ -153,11 +166,6 @@ where
             );
         }
         Ok(handle) => {
-            // Every lost-lease series exists at 0 from the first grant, so that the first loss
-            // is a rise that `increase()` sees.
-            for reason in LOST_REASONS {
-                metrics::counter!(LOST_LEASES_TOTAL, "reason" => lost_label(reason)).increment(0);
-            }
             span.record("fencing_token", handle.fencing_token());
             metrics::histogram!(WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
             tracing::debug!(
@@ -247,7 +255,7 @@ pub(crate) fn dropped(key: &str, held_for: std::time::Duration) {
     metrics::histogram!(HOLD_SECONDS).record(held_for.as_secs_f64());
 }
 
-/// Every [`LostReason`], for the series registered at the first grant.
+/// Every [`LostReason`], for [`register_series`].
 const LOST_REASONS: [LostReason; 4] = [
     LostReason::Expired,
     LostReason::NotOwner,

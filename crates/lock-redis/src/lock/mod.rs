@@ -106,6 +106,7 @@ impl RedisLock {
         config: RedisLockConfig,
     ) -> Result<RedisLock, LockError> {
         config.validate()?;
+        lock_core::lock::telemetry::register_series();
         let core = Arc::clone(&client.core);
         if core.command_timeout > renewal_period(config.watchdog_timeout) {
             tracing::warn!(
