@@ -59,7 +59,7 @@ pub const LOST_LEASES_TOTAL: &str = metric_name!("lock", "lost_leases_total");
 pub const RENEWALS_TOTAL: &str = metric_name!("lock", "renewals_total");
 
 /// Counter of fail-open critical sections run without the lock, by `reason`, an
-/// [`UnguardedReason`](crate::lock::UnguardedReason): `lock_disabled`, `wait_time_elapsed` or
+/// [`UnguardedReason`]: `lock_disabled`, `wait_time_elapsed` or
 /// `backend_unavailable`.
 pub const UNGUARDED_RUNS_TOTAL: &str = metric_name!("lock", "unguarded_runs_total");
 
