@@ -122,8 +122,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| "info,fred=error".into()),
         )
         .init();
-    // Installed before the starter is built, so that the series it registers at 0 are seen.
-    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    // Installed before the starter is built, so that the series it registers at 0 are seen;
+    // histograms with buckets from 1 ms to 60 s, for the `_bucket` queries of the docs' alerts.
+    let buckets = [0.001, 0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 60.0];
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&buckets)?
+        .install_recorder()?;
+    // The exporter's upkeep (draining histograms), which `install_recorder` leaves to its caller.
+    let upkeep = prometheus.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
     let starter = match LockStarter::builder().build().await {
         Ok(starter) => starter,
         Err(error) => {
