@@ -8,6 +8,7 @@ use std::future::Future;
 use crate::error::{AcquireFailure, LockError};
 use crate::lock::options::AcquireOptions;
 use crate::lock::port::DistributedLock;
+use crate::lock::status::UnguardedReason;
 use crate::lock::telemetry::UNGUARDED_RUNS_TOTAL;
 
 /// The value of a fail-open critical section, and whether the lock was held while it ran.
@@ -211,48 +212,6 @@ impl fmt::Display for Unguarded {
             "the critical section ran unguarded ({}): {}",
             self.reason, self.error
         )
-    }
-}
-
-/// Why a fail-open critical section ran without the lock.
-///
-/// [`as_str`](UnguardedReason::as_str) is the stable name, logged as `reason`, for metrics and
-/// alerts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum UnguardedReason {
-    /// `lock_disabled`: the lock is switched off or its client was shut down (`LOCK_DISABLED`).
-    LockDisabled,
-    /// `wait_time_elapsed`: the wait time was spent while another owner held the lock or, for a
-    /// fair acquisition, while earlier fair waiters were queued. Another owner may be running
-    /// the same section now.
-    WaitTimeElapsed,
-    /// `backend_unavailable`: the backend could not grant the lock, for any reason other than
-    /// contention. Whether anyone holds the lock is unknown.
-    BackendUnavailable,
-}
-
-impl UnguardedReason {
-    /// Every reason, for the metric series registered at 0.
-    pub(crate) const ALL: [UnguardedReason; 3] = [
-        UnguardedReason::LockDisabled,
-        UnguardedReason::WaitTimeElapsed,
-        UnguardedReason::BackendUnavailable,
-    ];
-
-    /// The stable name: `lock_disabled`, `wait_time_elapsed` or `backend_unavailable`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            UnguardedReason::LockDisabled => "lock_disabled",
-            UnguardedReason::WaitTimeElapsed => "wait_time_elapsed",
-            UnguardedReason::BackendUnavailable => "backend_unavailable",
-        }
-    }
-}
-
-impl fmt::Display for UnguardedReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -18,7 +18,7 @@ pub mod telemetry;
 
 pub use disabled::DisabledLock;
 pub use ext::DistributedLockExt;
-pub use fail_open::{FailOpen, Unguarded, UnguardedReason};
+pub use fail_open::{FailOpen, Unguarded};
 pub use handle::{LeaseRelease, LeaseState, LockHandle};
 pub use lease::{
     Lease, MAX_LEASE, MAX_WAIT, MAX_WATCHDOG_TIMEOUT, MIN_LEASE, MIN_WATCHDOG_TIMEOUT,
@@ -28,4 +28,4 @@ pub use memory::InMemoryLock;
 pub use options::{AcquireOptions, DEFAULT_WAIT_TIME};
 pub use port::DistributedLock;
 pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, HeldLeases, ShutdownSummary};
-pub use status::{LeaseStatus, LostReason, ReleaseOutcome};
+pub use status::{LeaseStatus, LostReason, ReleaseOutcome, UnguardedReason};

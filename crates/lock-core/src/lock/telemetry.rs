@@ -30,10 +30,9 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::error::LockError;
-use crate::lock::fail_open::UnguardedReason;
 use crate::lock::lease::Lease;
 use crate::lock::options::AcquireOptions;
-use crate::lock::status::{LostReason, ReleaseOutcome};
+use crate::lock::status::{LostReason, ReleaseOutcome, UnguardedReason};
 use crate::metric::metric_name;
 
 /// Counter of acquisitions by `outcome`: `granted`, `reentered`, `cancelled`,
