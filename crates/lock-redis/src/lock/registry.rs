@@ -70,8 +70,8 @@ const SLOW_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The leases the watchdog renews.
 ///
-/// Each lease is renewed on its own schedule — a period after its last renewal was sent — not
-/// on one tick for all: a slow batch (a paused shard, a slow replica) delays only its own
+/// Each lease is renewed on its own schedule — a period after its last renewal was sent, or at
+/// the next wake-up after one that failed — not on one tick for all: a slow batch (a paused shard, a slow replica) delays only its own
 /// leases, and a round that runs long does not hold up the next one.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {

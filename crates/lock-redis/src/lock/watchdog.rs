@@ -234,13 +234,7 @@ async fn renew_batch_call(
         // Leases keep their old local deadline; if no renewal gets through before it, the
         // holders' lost() fires.
         Err(error) => {
-            let error = inner.core.failure("watchdog renewal", error);
-            let message = "watchdog renewal failed; the leases keep their deadlines and are tried again at each wake-up, and a holder whose deadline passes is told via lost()";
-            if retries_only(batch) {
-                tracing::debug!(%error, leases = batch.len(), "{message}");
-            } else {
-                tracing::warn!(%error, leases = batch.len(), "{message}");
-            }
+            renewal_failed(batch, inner.core.failure("watchdog renewal", error));
             return failed;
         }
     }
@@ -248,7 +242,13 @@ async fn renew_batch_call(
     // promotes a replica, and its copy of the key expires at the last renewal it received. An
     // unconfirmed renewal leaves the old local deadline, so lost() fires before that copy can
     // expire and be granted to someone else.
-    let replicated = renewal_replicated(inner, slot, retries_only(batch)).await;
+    let replicated = match renewal_replicated(inner, slot).await {
+        Ok(()) => true,
+        Err(why) => {
+            renewal_failed(batch, why);
+            false
+        }
+    };
     let valid_until = sent + ttl - crate::lock::config::safety_margin(ttl);
     let mut result = Renewed::default();
     for (lease, lost) in batch.iter().zip(not_renewed) {
@@ -277,19 +277,26 @@ async fn renew_batch_call(
     result
 }
 
-/// Whether every lease of `batch` is a retry: its failure was logged at `WARN` already, once
-/// per lease and outage rather than once per retry.
-fn retries_only(batch: &[Due]) -> bool {
-    batch.iter().all(|lease| lease.retrying)
+/// Logs that the renewal of `batch` failed, `why`: at `WARN` once per lease and outage, at
+/// `DEBUG` when every lease of the batch is a retry.
+fn renewal_failed(batch: &[Due], why: impl std::fmt::Display) {
+    let message = "watchdog renewal failed; the leases keep their deadlines and are tried again at the next wake-up, and a holder whose deadline passes is told via lost()";
+    if batch.iter().all(|lease| lease.retrying) {
+        tracing::debug!(error = %why, leases = batch.len(), "{message}");
+    } else {
+        tracing::warn!(error = %why, leases = batch.len(), "{message}");
+    }
 }
 
-/// Whether the renewal just sent is on `min-replicas` replicas (`WAIT` on the same connection,
-/// to the node serving `slot`); `true` without `min-replicas`. Its failure is logged at `DEBUG`
-/// when the batch is all `retries`.
-async fn renewal_replicated(inner: &Inner, slot: u16, retries: bool) -> bool {
+/// Checks that the renewal just sent is on `min-replicas` replicas (`WAIT` on the same
+/// connection, to the node serving `slot`); `Ok` without `min-replicas`.
+///
+/// # Errors
+/// Why it is not known to be: too few replicas acknowledged it, or the `WAIT` failed.
+async fn renewal_replicated(inner: &Inner, slot: u16) -> Result<(), String> {
     let config = &inner.config;
     if config.min_replicas == 0 {
-        return true;
+        return Ok(());
     }
     let options = Options {
         cluster_hash: Some(ClusterHash::Custom(slot)),
@@ -304,26 +311,11 @@ async fn renewal_replicated(inner: &Inner, slot: u16, retries: bool) -> bool {
         .wait(i64::from(config.min_replicas), timeout_ms)
         .await;
     match acknowledged {
-        Ok(n) if n >= i64::from(config.min_replicas) => true,
-        Ok(n) => {
-            let message = "watchdog renewal not acknowledged by enough replicas; the leases keep their old deadline";
-            let required = config.min_replicas;
-            if retries {
-                tracing::debug!(required, acknowledged = n, "{message}");
-            } else {
-                tracing::warn!(required, acknowledged = n, "{message}");
-            }
-            false
-        }
-        Err(error) => {
-            let message =
-                "WAIT after a watchdog renewal failed; the leases keep their old deadline";
-            if retries {
-                tracing::debug!(%error, "{message}");
-            } else {
-                tracing::warn!(%error, "{message}");
-            }
-            false
-        }
+        Ok(n) if n >= i64::from(config.min_replicas) => Ok(()),
+        Ok(n) => Err(format!(
+            "acknowledged by {n} of the {} replicas required (min-replicas)",
+            config.min_replicas
+        )),
+        Err(error) => Err(format!("WAIT after the renewal failed: {error}")),
     }
 }
