@@ -102,19 +102,11 @@ pub(crate) use run_all;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lock_core::idempotency::conformance::IdempotencyFactory;
-/// use lock_core::idempotency::{IdempotencyStore, InMemoryIdempotencyStore};
+/// use lock_core::idempotency::InMemoryIdempotencyStore;
 ///
-/// struct Memory(Arc<InMemoryIdempotencyStore>);
-///
-/// #[async_trait::async_trait]
-/// impl IdempotencyFactory for Memory {
-///     async fn client(&self) -> Arc<dyn IdempotencyStore> {
-///         self.0.clone()
-///     }
-/// }
-///
-/// lock_core::conformance_tests!(idempotency, async { Memory(Arc::default()) });
+/// // A store shared in one process is its own factory; a backend with connections implements
+/// // `IdempotencyFactory` so that each client has connections of its own.
+/// lock_core::conformance_tests!(idempotency, async { Arc::new(InMemoryIdempotencyStore::new()) });
 /// # fn main() {}
 /// ```
 #[macro_export]

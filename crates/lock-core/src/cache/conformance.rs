@@ -34,6 +34,14 @@ pub trait CacheFactory: Send + Sync + 'static {
     async fn client(&self) -> Arc<dyn CacheStore>;
 }
 
+/// A store shared in one process is its own factory: every client is that store.
+#[async_trait]
+impl<S: CacheStore + 'static> CacheFactory for Arc<S> {
+    async fn client(&self) -> Arc<dyn CacheStore> {
+        Arc::clone(self) as Arc<dyn CacheStore>
+    }
+}
+
 /// A product as a catalog caches it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Product {

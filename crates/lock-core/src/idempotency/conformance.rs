@@ -31,6 +31,14 @@ pub trait IdempotencyFactory: Send + Sync + 'static {
     async fn client(&self) -> Arc<dyn IdempotencyStore>;
 }
 
+/// A store shared in one process is its own factory: every client is that store.
+#[async_trait]
+impl<S: IdempotencyStore + 'static> IdempotencyFactory for Arc<S> {
+    async fn client(&self) -> Arc<dyn IdempotencyStore> {
+        Arc::clone(self) as Arc<dyn IdempotencyStore>
+    }
+}
+
 /// `owner` claims `key` and becomes its owner.
 async fn assert_claim_owns(
     store: &dyn IdempotencyStore,

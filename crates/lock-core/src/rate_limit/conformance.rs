@@ -27,6 +27,14 @@ pub trait RateLimitFactory: Send + Sync + 'static {
     async fn client(&self) -> Arc<dyn RateLimitStore>;
 }
 
+/// A store shared in one process is its own factory: every client is that store.
+#[async_trait]
+impl<S: RateLimitStore + 'static> RateLimitFactory for Arc<S> {
+    async fn client(&self) -> Arc<dyn RateLimitStore> {
+        Arc::clone(self) as Arc<dyn RateLimitStore>
+    }
+}
+
 /// One request per hour, with a burst of `burst`.
 fn hourly(burst: u32) -> Quota {
     Quota::new(1, Duration::from_secs(3600))

@@ -5,27 +5,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lock_core::BoxError;
-use lock_core::cache::conformance::CacheFactory;
 use lock_core::cache::{
     Cache, CacheError, CacheOptions, CacheStore, DisabledCaches, InMemoryCaches,
 };
 use tokio::task::JoinHandle;
 
-/// Clients of one in-process store.
-#[derive(Default)]
-struct Memory(Arc<InMemoryCaches>);
-
-#[async_trait::async_trait]
-impl CacheFactory for Memory {
-    async fn client(&self) -> Arc<dyn CacheStore> {
-        self.0.clone()
-    }
-}
-
 mod conformance_suite {
-    use super::Memory;
+    use super::*;
 
-    lock_core::conformance_tests!(cache, async { Memory::default() });
+    lock_core::conformance_tests!(cache, async { Arc::new(InMemoryCaches::default()) });
 }
 
 fn cache(store: Arc<dyn CacheStore>) -> Cache<String> {

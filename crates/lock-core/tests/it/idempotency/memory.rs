@@ -5,27 +5,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::idempotency::conformance::IdempotencyFactory;
 use lock_core::idempotency::{
     Begun, Claim, DisabledIdempotencyStore, Idempotency, IdempotencyError, IdempotencyOptions,
     IdempotencySettings, IdempotencyStore, Idempotent, InMemoryIdempotencyStore, NotStored,
 };
 use lock_core::lock::Lease;
 
-struct Memory(Arc<InMemoryIdempotencyStore>);
-
-#[async_trait::async_trait]
-impl IdempotencyFactory for Memory {
-    async fn client(&self) -> Arc<dyn IdempotencyStore> {
-        self.0.clone()
-    }
-}
-
 mod conformance {
-    use super::Memory;
-    use std::sync::Arc;
+    use super::*;
 
-    lock_core::conformance_tests!(idempotency, async { Memory(Arc::default()) });
+    lock_core::conformance_tests!(idempotency, async {
+        Arc::new(InMemoryIdempotencyStore::new())
+    });
 }
 
 fn on(store: &Arc<InMemoryIdempotencyStore>) -> Idempotency {

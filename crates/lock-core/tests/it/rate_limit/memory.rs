@@ -3,27 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::rate_limit::conformance::RateLimitFactory;
 use lock_core::rate_limit::{
-    Basis, DisabledRateLimits, FailurePolicy, InMemoryRateLimits, Part, Quota, RateLimitStore,
-    RateLimiter, check_all,
+    Basis, DisabledRateLimits, FailurePolicy, InMemoryRateLimits, Part, Quota, RateLimiter,
+    check_all,
 };
 
-/// Clients of one in-process store.
-#[derive(Default)]
-struct Memory(Arc<InMemoryRateLimits>);
-
-#[async_trait::async_trait]
-impl RateLimitFactory for Memory {
-    async fn client(&self) -> Arc<dyn RateLimitStore> {
-        self.0.clone()
-    }
-}
-
 mod conformance_suite {
-    use super::Memory;
+    use super::*;
 
-    lock_core::conformance_tests!(rate_limit, async { Memory::default() });
+    lock_core::conformance_tests!(rate_limit, async {
+        Arc::new(InMemoryRateLimits::default())
+    });
 }
 
 fn limiter(quota: &str, burst: u32) -> RateLimiter {
