@@ -18,7 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::BoxError;
-use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change, Entry, WriteMark};
+use lock_core::cache::conformance::{Hooked, Hooks};
+use lock_core::cache::{CacheError, CacheStore, CacheWatch, Change};
 use lock_redis::cache::RedisCaches;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines, Stdin};
@@ -143,10 +144,12 @@ pub(crate) async fn process(target: &Target) -> Result<(), String> {
     let name = first["cache"].as_str().ok_or("no cache name")?;
     let client = crate::connect_client(target).await?;
     let (heard, mut heard_rx) = mpsc::unbounded_channel();
-    let store = Arc::new(Observed {
-        inner: Arc::new(RedisCaches::new(&client).await),
-        gets: AtomicU64::new(0),
-        heard,
+    let store = Arc::new(Hooked {
+        store: Arc::new(RedisCaches::new(&client).await),
+        hooks: Observed {
+            gets: AtomicU64::new(0),
+            heard,
+        },
     });
     let cache = super::cache_on(Arc::clone(&store) as Arc<dyn CacheStore>, name, true)?;
     hear(&mut heard_rx, |change| *change == Change::Live).await?;
@@ -159,9 +162,9 @@ pub(crate) async fn process(target: &Target) -> Result<(), String> {
         })
         .await?;
         loop {
-            let gets = store.gets();
+            let gets = store.hooks.gets();
             let got = cache.get(key).await.map_err(|e| e.to_string())?;
-            if store.gets() == gets && got.as_ref().map(|i| i.id) == Some(0) {
+            if store.hooks.gets() == gets && got.as_ref().map(|i| i.id) == Some(0) {
                 break; // served by the tier
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -174,9 +177,9 @@ pub(crate) async fn process(target: &Target) -> Result<(), String> {
         // The tier drops the entry as soon as the change reaches it: the next reads go to Redis.
         let started = Instant::now();
         loop {
-            let gets = store.gets();
+            let gets = store.hooks.gets();
             let got = cache.get(key).await.map_err(|e| e.to_string())?;
-            if store.gets() != gets {
+            if store.hooks.gets() != gets {
                 if got.is_some_and(|i| i.id == 0) {
                     return Err(format!("{key}: Redis still had the old value"));
                 }
@@ -217,10 +220,9 @@ async fn hear(
         .map_err(|_| format!("no change heard within {HEAR_WITHIN:?}"))?
 }
 
-/// A store that counts its reads and reports each change it hands to the in-process tier.
+/// Hooks that count a store's reads and report each change it hands to the in-process tier.
 #[derive(Debug)]
 struct Observed {
-    inner: Arc<dyn CacheStore>,
     gets: AtomicU64,
     heard: mpsc::UnboundedSender<(Change, u64)>,
 }
@@ -232,54 +234,20 @@ impl Observed {
 }
 
 #[async_trait]
-impl CacheStore for Observed {
-    async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
-        self.gets.fetch_add(1, Ordering::AcqRel);
-        self.inner.get(cache, key).await
+impl Hooks for Observed {
+    fn before(&self, operation: &'static str, _key: &str) -> Result<(), CacheError> {
+        if operation == "get" {
+            self.gets.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
-    async fn put(
+    async fn watch(
         &self,
+        store: &dyn CacheStore,
         cache: &str,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), CacheError> {
-        self.inner.put(cache, key, value, ttl).await
-    }
-
-    async fn get_for_load(
-        &self,
-        cache: &str,
-        key: &str,
-    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
-        self.gets.fetch_add(1, Ordering::AcqRel);
-        self.inner.get_for_load(cache, key).await
-    }
-
-    async fn put_if_unwritten(
-        &self,
-        cache: &str,
-        key: &str,
-        value: &[u8],
-        ttl: Duration,
-        mark: WriteMark,
-    ) -> Result<bool, CacheError> {
-        self.inner
-            .put_if_unwritten(cache, key, value, ttl, mark)
-            .await
-    }
-
-    async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
-        self.inner.invalidate(cache, key).await
-    }
-
-    async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
-        self.inner.clear(cache).await
-    }
-
-    async fn watch(&self, cache: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
-        let inner = self.inner.watch(cache).await?;
+    ) -> Result<Box<dyn CacheWatch>, CacheError> {
+        let inner = store.watch(cache).await?;
         Ok(Box::new(ObservedWatch {
             inner,
             heard: self.heard.clone(),

@@ -15,10 +15,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::BoxError;
-use crate::cache::{
-    Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, NearCache, WriteMark,
-};
+use crate::cache::{Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, NearCache};
 use crate::conformance::{SLACK, unique_key};
+
+mod hooked;
+
+pub use hooked::{Hooked, Hooks};
 
 /// The TTL of the expiry checks: long enough that no check's next command comes after it on
 /// a loaded machine.
@@ -439,47 +441,15 @@ async fn next(watch: &mut Box<dyn CacheWatch>) -> Change {
 }
 
 /// Counts the reads that reach the store, to tell the in-process tier's hits apart.
-#[derive(Debug)]
-struct CountedReads {
-    store: Arc<dyn CacheStore>,
-    reads: AtomicU64,
-}
+#[derive(Debug, Default)]
+struct CountedReads(AtomicU64);
 
-#[async_trait]
-impl CacheStore for CountedReads {
-    async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.store.get(cache, key).await
-    }
-    async fn put(&self, c: &str, k: &str, v: &[u8], ttl: Duration) -> Result<(), CacheError> {
-        self.store.put(c, k, v, ttl).await
-    }
-    async fn get_for_load(
-        &self,
-        cache: &str,
-        key: &str,
-    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.store.get_for_load(cache, key).await
-    }
-    async fn put_if_unwritten(
-        &self,
-        c: &str,
-        k: &str,
-        v: &[u8],
-        ttl: Duration,
-        mark: WriteMark,
-    ) -> Result<bool, CacheError> {
-        self.store.put_if_unwritten(c, k, v, ttl, mark).await
-    }
-    async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
-        self.store.invalidate(cache, key).await
-    }
-    async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
-        self.store.clear(cache).await
-    }
-    async fn watch(&self, cache: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
-        self.store.watch(cache).await
+impl Hooks for CountedReads {
+    fn before(&self, operation: &'static str, _key: &str) -> Result<(), CacheError> {
+        if operation == "get" {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(())
     }
 }
 
@@ -487,9 +457,9 @@ impl CacheStore for CountedReads {
 /// client puts, invalidates or clears.
 pub async fn the_near_tier_drops_what_another_client_changes(factory: &dyn CacheFactory) {
     let name = unique_key("cache");
-    let counted = Arc::new(CountedReads {
+    let counted = Arc::new(Hooked {
         store: factory.client().await,
-        reads: AtomicU64::new(0),
+        hooks: CountedReads::default(),
     });
     let options = CacheOptions::new()
         .near_cache(NearCache::entries(100))
@@ -501,10 +471,10 @@ pub async fn the_near_tier_drops_what_another_client_changes(factory: &dyn Cache
         async move {
             let deadline = Instant::now() + SLACK;
             loop {
-                let before = counted.reads.load(Ordering::SeqCst);
+                let before = counted.hooks.0.load(Ordering::SeqCst);
                 let value = near.get("sku-1").await.expect("a valid key");
                 if value.as_ref() == Some(&expected)
-                    && counted.reads.load(Ordering::SeqCst) == before
+                    && counted.hooks.0.load(Ordering::SeqCst) == before
                 {
                     return;
                 }

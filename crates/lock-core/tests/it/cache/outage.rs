@@ -7,43 +7,31 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::BoxError;
+use lock_core::cache::conformance::{Hooked, Hooks};
 use lock_core::cache::{
-    Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, Entry, InMemoryCaches,
-    NearCache, WriteMark,
+    Cache, CacheError, CacheOptions, CacheStore, CacheWatch, Change, InMemoryCaches, NearCache,
 };
 use tokio::sync::mpsc;
 
-/// An in-memory store that fails while `down` is set, and whose watch the test drives.
+/// Hooks of an in-memory store that fails while `down` is set, and whose watch the test
+/// drives.
 #[derive(Debug)]
 struct Flaky {
-    store: InMemoryCaches,
     down: AtomicBool,
     reads: AtomicU64,
     changes: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Change>>>,
 }
 
 impl Flaky {
-    fn new() -> (Arc<Self>, mpsc::UnboundedSender<Change>) {
+    fn new() -> (Arc<Hooked<Self>>, mpsc::UnboundedSender<Change>) {
         let (send, receive) = mpsc::unbounded_channel();
-        let flaky = Flaky {
-            store: InMemoryCaches::new(),
+        let hooks = Flaky {
             down: AtomicBool::new(false),
             reads: AtomicU64::new(0),
             changes: std::sync::Mutex::new(Some(receive)),
         };
-        (Arc::new(flaky), send)
-    }
-
-    fn check(&self, operation: &'static str, key: &str) -> Result<(), CacheError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(CacheError::unavailable(
-                operation,
-                "products",
-                key,
-                "connection refused",
-            ));
-        }
-        Ok(())
+        let store = Arc::new(InMemoryCaches::new());
+        (Arc::new(Hooked { store, hooks }), send)
     }
 }
 
@@ -58,45 +46,19 @@ impl CacheWatch for DrivenWatch {
 }
 
 #[async_trait]
-impl CacheStore for Flaky {
-    async fn get(&self, cache: &str, key: &str) -> Result<Option<Entry>, CacheError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.check("get", key)?;
-        self.store.get(cache, key).await
+impl Hooks for Flaky {
+    fn before(&self, operation: &'static str, key: &str) -> Result<(), CacheError> {
+        if operation == "get" {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+        }
+        if self.down.load(Ordering::SeqCst) {
+            let cause = "connection refused";
+            return Err(CacheError::unavailable(operation, "products", key, cause));
+        }
+        Ok(())
     }
-    async fn put(&self, c: &str, k: &str, v: &[u8], ttl: Duration) -> Result<(), CacheError> {
-        self.check("put", k)?;
-        self.store.put(c, k, v, ttl).await
-    }
-    async fn get_for_load(
-        &self,
-        cache: &str,
-        key: &str,
-    ) -> Result<(Option<Entry>, WriteMark), CacheError> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
-        self.check("get", key)?;
-        self.store.get_for_load(cache, key).await
-    }
-    async fn put_if_unwritten(
-        &self,
-        c: &str,
-        k: &str,
-        v: &[u8],
-        ttl: Duration,
-        mark: WriteMark,
-    ) -> Result<bool, CacheError> {
-        self.check("put", k)?;
-        self.store.put_if_unwritten(c, k, v, ttl, mark).await
-    }
-    async fn invalidate(&self, cache: &str, key: &str) -> Result<bool, CacheError> {
-        self.check("invalidate", key)?;
-        self.store.invalidate(cache, key).await
-    }
-    async fn clear(&self, cache: &str) -> Result<bool, CacheError> {
-        self.check("clear", "*")?;
-        self.store.clear(cache).await
-    }
-    async fn watch(&self, _: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
+
+    async fn watch(&self, _: &dyn CacheStore, _: &str) -> Result<Box<dyn CacheWatch>, CacheError> {
         let changes = self.changes.lock().unwrap().take();
         match changes {
             Some(changes) => Ok(Box::new(DrivenWatch(changes))),
@@ -118,7 +80,7 @@ async fn a_failing_store_is_a_miss_and_loads_are_returned_uncached() {
     let products: Cache<String> =
         Cache::new(flaky.clone(), "products", CacheOptions::new()).unwrap();
     products.put("sku-1", &"cached".to_owned()).await.unwrap();
-    flaky.down.store(true, Ordering::SeqCst);
+    flaky.hooks.down.store(true, Ordering::SeqCst);
     assert_eq!(
         products.get("sku-1").await.unwrap(),
         None,
@@ -139,7 +101,7 @@ async fn a_failing_store_is_a_miss_and_loads_are_returned_uncached() {
     assert_eq!(error.code(), "CACHE_UNAVAILABLE", "{error}");
     assert_eq!(error.http_status(), 503);
     assert!(products.put("sku-1", &"x".to_owned()).await.is_err());
-    flaky.down.store(false, Ordering::SeqCst);
+    flaky.hooks.down.store(false, Ordering::SeqCst);
     assert_eq!(
         products.get("sku-1").await.unwrap(),
         Some("cached".to_owned())
@@ -147,11 +109,11 @@ async fn a_failing_store_is_a_miss_and_loads_are_returned_uncached() {
 }
 
 /// Waits until a read of `key` is served without the store.
-async fn until_served_from_memory(products: &Cache<String>, flaky: &Flaky, key: &str) {
+async fn until_served_from_memory(products: &Cache<String>, flaky: &Hooked<Flaky>, key: &str) {
     let served = lock_testkit::eventually(Duration::from_secs(30), || async {
-        let before = flaky.reads.load(Ordering::SeqCst);
+        let before = flaky.hooks.reads.load(Ordering::SeqCst);
         let value = products.get(key).await.unwrap();
-        value.is_some() && flaky.reads.load(Ordering::SeqCst) == before
+        value.is_some() && flaky.hooks.reads.load(Ordering::SeqCst) == before
     })
     .await;
     assert!(served, "`{key}` never served from memory");
@@ -165,11 +127,11 @@ async fn the_near_tier_serves_nothing_while_its_change_stream_is_down() {
         .unwrap();
     let products: Cache<String> = Cache::new(flaky.clone(), "products", options).unwrap();
     products.put("sku-1", &"v1".to_owned()).await.unwrap();
-    let reads = flaky.reads.load(Ordering::SeqCst);
+    let reads = flaky.hooks.reads.load(Ordering::SeqCst);
     products.get("sku-1").await.unwrap();
     products.get("sku-1").await.unwrap();
     assert_eq!(
-        flaky.reads.load(Ordering::SeqCst),
+        flaky.hooks.reads.load(Ordering::SeqCst),
         reads + 2,
         "not live yet: every read goes to the store"
     );
@@ -177,17 +139,17 @@ async fn the_near_tier_serves_nothing_while_its_change_stream_is_down() {
     until_served_from_memory(&products, &flaky, "sku-1").await;
     changes.send(Change::Down).unwrap();
     let flushed = lock_testkit::eventually(Duration::from_secs(30), || async {
-        let before = flaky.reads.load(Ordering::SeqCst);
+        let before = flaky.hooks.reads.load(Ordering::SeqCst);
         products.get("sku-1").await.unwrap();
-        flaky.reads.load(Ordering::SeqCst) > before
+        flaky.hooks.reads.load(Ordering::SeqCst) > before
     })
     .await;
     assert!(flushed, "a down stream stops the tier serving");
     for _ in 0..3 {
-        let before = flaky.reads.load(Ordering::SeqCst);
+        let before = flaky.hooks.reads.load(Ordering::SeqCst);
         products.get("sku-1").await.unwrap();
         assert_eq!(
-            flaky.reads.load(Ordering::SeqCst),
+            flaky.hooks.reads.load(Ordering::SeqCst),
             before + 1,
             "still down: from the store"
         );
@@ -196,9 +158,9 @@ async fn the_near_tier_serves_nothing_while_its_change_stream_is_down() {
     until_served_from_memory(&products, &flaky, "sku-1").await;
     changes.send(Change::Key("sku-1".to_owned())).unwrap();
     let evicted = lock_testkit::eventually(Duration::from_secs(30), || async {
-        let before = flaky.reads.load(Ordering::SeqCst);
+        let before = flaky.hooks.reads.load(Ordering::SeqCst);
         products.get("sku-1").await.unwrap();
-        flaky.reads.load(Ordering::SeqCst) > before
+        flaky.hooks.reads.load(Ordering::SeqCst) > before
     })
     .await;
     assert!(evicted, "a change of the key evicts it");
