@@ -51,7 +51,8 @@ pub enum ConfigError {
         /// What the key accepts.
         accepted: String,
     },
-    /// Both environment forms of one key are set, to different values.
+    /// Two environment variables set one key to different values: its two forms, or two
+    /// spellings of a section's name.
     #[error(
         "{key} is set twice in the environment with different values: {first} = {first_value} \
          and {second} = {second_value}; accepted: set only one of them (both name the same key)"
@@ -59,11 +60,11 @@ pub enum ConfigError {
     ConflictingEnv {
         /// The full dotted key.
         key: String,
-        /// The first variable (the form with `_` for dashes).
+        /// The variable in the form with `_` for dashes, where one of them is.
         first: String,
         /// Its value.
         first_value: String,
-        /// The second variable (Spring's relaxed form without dashes).
+        /// The other variable.
         second: String,
         /// Its value.
         second_value: String,

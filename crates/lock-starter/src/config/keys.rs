@@ -389,13 +389,17 @@ impl KeySpec {
     }
 
     /// For a key of [`NAMED_KEYS`]: the name a variable gives it, if the variable sets this
-    /// key (`TELCO_PLATFORM_LOCK_RATE_LIMITS_LOGIN_RATE` gives `login`; `_` stands for `-`).
-    pub(crate) fn name_in_env(&self, var: &str) -> Option<String> {
-        self.env_names().iter().find_map(|pattern| {
-            let (before, after) = pattern.split_once(&NAME.to_ascii_uppercase())?;
-            let name = var.strip_prefix(before)?.strip_suffix(after)?;
-            (!name.is_empty()).then(|| name.to_ascii_lowercase().replace('_', "-"))
-        })
+    /// key (`TELCO_PLATFORM_LOCK_RATE_LIMITS_LOGIN_RATE` gives `login`; `_` stands for `-`),
+    /// with the place of the variable's form in [`KeySpec::env_names`].
+    pub(crate) fn name_in_env(&self, var: &str) -> Option<(String, usize)> {
+        self.env_names()
+            .iter()
+            .enumerate()
+            .find_map(|(form, pattern)| {
+                let (before, after) = pattern.split_once(&NAME.to_ascii_uppercase())?;
+                let name = var.strip_prefix(before)?.strip_suffix(after)?;
+                (!name.is_empty()).then(|| (name.to_ascii_lowercase().replace('_', "-"), form))
+            })
     }
 
     /// For a key of [`NAMED_KEYS`]: the key of `name`.

@@ -320,18 +320,23 @@ fn merge_env(
     vars: &BTreeMap<String, String>,
     host_env: &mut HostEnv,
 ) -> Result<Figment, ConfigError> {
-    let mut by_key: BTreeMap<&'static str, Vec<(&String, &String)>> = BTreeMap::new();
+    // Per key (a named key with its name), the variables that set it, with their form's place
+    // in the key's `env_names`.
+    let mut by_key: BTreeMap<String, Vec<(usize, &String, &String)>> = BTreeMap::new();
     for (name, value) in vars {
-        let spec = KEYS
-            .iter()
-            .chain(SPRING_KEYS)
-            .find(|spec| spec.env_names().contains(name));
+        let spec = KEYS.iter().chain(SPRING_KEYS).find_map(|spec| {
+            let form = spec.env_names().iter().position(|n| n == name)?;
+            Some((spec, form))
+        });
         let named = NAMED_KEYS
             .iter()
             .find_map(|spec| Some((spec, spec.name_in_env(name)?)));
-        if let Some(spec) = spec {
-            by_key.entry(spec.name).or_default().push((name, value));
-        } else if let Some((spec, key_name)) = named {
+        if let Some((spec, form)) = spec {
+            by_key
+                .entry(spec.name.to_owned())
+                .or_default()
+                .push((form, name, value));
+        } else if let Some((spec, (key_name, form))) = named {
             let key_name = match sections_spelt(&figment, spec, &key_name).as_slice() {
                 [section] => section.clone(),
                 [] => key_name,
@@ -346,8 +351,10 @@ fn merge_env(
                     key_name
                 }
             };
-            let metadata = Metadata::named(ENV_PROVIDER).source(name.clone());
-            figment = figment.merge(fixed(metadata, &spec.for_name(&key_name), value));
+            by_key
+                .entry(spec.for_name(&key_name))
+                .or_default()
+                .push((form, name, value));
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
             host_env.warnings.push(format!(
                 "unknown environment variable {name} is ignored: it names no key under \
@@ -367,34 +374,27 @@ fn merge_env(
             }
         }
     }
-    for spec in KEYS.iter().chain(SPRING_KEYS) {
-        let Some(set) = by_key.get(spec.name) else {
-            continue;
-        };
-        let mut set = set.clone();
-        set.sort_by_key(|(name, _)| spec.env_names().iter().position(|n| n == *name));
-        let (name, value) = set[0];
-        if let Some((other, other_value)) = set.get(1).filter(|(_, v)| *v != value) {
+    for (key, mut set) in by_key {
+        set.sort();
+        let (_, name, value) = set[0];
+        if let Some((_, other, other_value)) = set.iter().find(|(_, _, v)| *v != value) {
             let shown = |value: &str| {
-                if spec.name.contains("password") {
+                if key.contains("password") {
                     "***".to_owned()
                 } else {
                     quote(value)
                 }
             };
             return Err(ConfigError::ConflictingEnv {
-                key: spec.name.to_owned(),
                 first: name.clone(),
                 first_value: shown(value),
                 second: (*other).clone(),
                 second_value: shown(other_value),
+                key,
             });
         }
-        figment = figment.merge(fixed(
-            Metadata::named(ENV_PROVIDER).source(name.clone()),
-            spec.name,
-            value,
-        ));
+        let metadata = Metadata::named(ENV_PROVIDER).source(name.clone());
+        figment = figment.merge(fixed(metadata, &key, value));
     }
     Ok(figment)
 }

@@ -43,6 +43,37 @@ fn limits_are_read_from_files_and_variables() {
     );
 }
 
+/// Two variables that set one limit's key must agree, as for any key: its two forms, or two
+/// spellings of the section's name.
+#[test]
+fn two_variables_setting_one_limit_must_agree() {
+    let same = [
+        ("TELCO_PLATFORM_LOCK_RATE_LIMITS_API_RATE", "10/1s"),
+        ("TELCO_PLATFORM_LOCK_RATELIMITS_API_RATE", "10/1s"),
+    ];
+    assert_eq!(quotas(&load("", &same).unwrap()), ["api 10/1s"]);
+    for (toml, vars) in [
+        (
+            "",
+            [
+                ("TELCO_PLATFORM_LOCK_RATE_LIMITS_API_RATE", "10/1s"),
+                ("TELCO_PLATFORM_LOCK_RATELIMITS_API_RATE", "1000/1s"),
+            ],
+        ),
+        (
+            "[telco.platform.lock.rate-limits.my-api]\nrate = \"1/1s\"\n",
+            [
+                ("TELCO_PLATFORM_LOCK_RATE_LIMITS_MY_API_RATE", "10/1s"),
+                ("TELCO_PLATFORM_LOCK_RATE_LIMITS_MYAPI_RATE", "1000/1s"),
+            ],
+        ),
+    ] {
+        let text = load(toml, &vars).unwrap_err();
+        assert!(text.contains("is set twice in the environment"), "{text}");
+        assert!(text.contains("\"1000/1s\""), "{text}");
+    }
+}
+
 #[test]
 fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
     for (toml, expected) in [
