@@ -368,7 +368,8 @@ impl LockStarter {
                 problem,
             ));
         }
-        let Some(quota) = self.settings.rate_limits.get(name) else {
+        let section = crate::config::section_name(&self.settings.rate_limits, name);
+        let Some(quota) = self.settings.rate_limits.get(section) else {
             let configured: Vec<&str> = self
                 .settings
                 .rate_limits
@@ -388,7 +389,7 @@ impl LockStarter {
                 ),
             ));
         };
-        let batch = self.settings.rate_limit_batches.get(name).copied();
+        let batch = self.settings.rate_limit_batches.get(section).copied();
         RateLimiter::new(self.rate_limit_store(), name, *quota, policy)?
             .local_batch(batch.unwrap_or(0))
     }

@@ -238,10 +238,28 @@ pub struct BranchesSection {
     pub wait_time: Duration,
 }
 
+/// The section of `sections` that configures `name`: the one spelt so, or else the only one
+/// an environment variable would name so, which has no lower case and `_` for `-`
+/// (`CACHES_PRODUCT_PRICES_TTL` sets `product-prices`, found for `product_prices` too).
+pub(crate) fn section_name<'a, V>(sections: &'a BTreeMap<String, V>, name: &'a str) -> &'a str {
+    let fold = |n: &str| n.to_ascii_lowercase().replace('_', "-");
+    if sections.contains_key(name) {
+        return name;
+    }
+    let mut alike = sections.keys().filter(|s| fold(s) == fold(name));
+    match (alike.next(), alike.next()) {
+        (Some(only), None) => only,
+        _ => name,
+    }
+}
+
 impl LockSettings {
-    /// The settings of the cache `name`: its `caches.<name>.*` keys over `cache.*`.
+    /// The settings of the cache `name`: its `caches.<name>.*` keys over `cache.*`. The
+    /// section is found as [`section_name`] says.
     pub fn cache_of(&self, name: &str) -> &CacheSection {
-        self.caches.get(name).unwrap_or(&self.cache)
+        self.caches
+            .get(section_name(&self.caches, name))
+            .unwrap_or(&self.cache)
     }
 
     /// The settings of idempotent execution: this section, and the lock's watchdog timeout for

@@ -44,6 +44,26 @@ fn a_cache_overrides_the_shared_settings_key_by_key() {
     assert_eq!(of("tariffs"), (ten_minutes, 2048, 100, 10));
     assert_eq!(of("price-lists"), (ten_minutes, 1_048_576, 7, 0));
     assert_eq!(of("unnamed"), (ten_minutes, 1_048_576, 100, 0));
+    // A variable cannot spell `_` or lower case: its section serves those spellings too.
+    assert_eq!(of("price_lists"), (ten_minutes, 1_048_576, 7, 0));
+    assert_eq!(of("PRICE_LISTS"), (ten_minutes, 1_048_576, 7, 0));
+    assert_eq!(of("pricelists"), (ten_minutes, 1_048_576, 100, 0));
+}
+
+/// A section spelt as asked wins over one spelt alike, and two alike are neither chosen.
+#[test]
+fn the_section_spelt_as_asked_wins() {
+    let settings = load(
+        "[telco.platform.lock.caches.my-api]\nttl = \"1m\"\n\
+         [telco.platform.lock.caches.my_api]\nttl = \"2m\"\n",
+        &[],
+    )
+    .unwrap();
+    let ttl = |name| settings.cache_of(name).ttl.as_secs();
+    assert_eq!(
+        (ttl("my-api"), ttl("my_api"), ttl("MY-API")),
+        (60, 120, 3600)
+    );
 }
 
 #[test]

@@ -8,6 +8,23 @@ use lock_testkit::RedisServer;
 use lock_testkit::logs::CapturedLogs;
 use tracing::instrument::WithSubscriber;
 
+/// A section only a variable made (`…_RATE_LIMITS_SIGN_UP_RATE` makes `sign-up`) serves the
+/// name as the code spells it; the limiter keeps the code's name.
+#[tokio::test]
+async fn a_section_a_variable_spells_serves_the_codes_spelling() {
+    let starter = starter(
+        "[telco.platform.lock]\nenabled = false\n\
+         [telco.platform.lock.rate-limits.sign-up]\nrate = \"3/1h\"\nlocal-batch = 2\n",
+    )
+    .await;
+    let limiter = starter
+        .rate_limiter("sign_up", FailurePolicy::FailClosed)
+        .unwrap();
+    assert_eq!(limiter.quota().to_string(), "3/1h");
+    assert_eq!(limiter.local_batch_size(), 2);
+    assert_eq!(limiter.name(), "sign_up");
+}
+
 /// Two services on one Redis share a configured limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_starters_on_one_redis_share_a_configured_limit() {
