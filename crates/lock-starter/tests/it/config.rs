@@ -405,9 +405,11 @@ fn unknown_keys_and_variables_are_warnings_with_a_suggestion() {
         &[
             ("TELCO_PLATFORM_LOCK_WATCHDOG_TIMOUT", "10s"),
             ("TELCO_PLATFROM_LOCK_WAIT_TIME", "1s"),
+            ("telco_platform_lock_enabled", "false"),
         ],
     );
     let settings = settings.unwrap();
+    assert!(settings.enabled, "only upper-case variables are read");
     let warnings = settings.warnings().join("\n");
     assert_eq!(
         settings.wait_time,
@@ -423,11 +425,12 @@ fn unknown_keys_and_variables_are_warnings_with_a_suggestion() {
         "did you mean telco.platform.lock?".to_owned(),
         "unknown environment variable TELCO_PLATFORM_LOCK_WATCHDOG_TIMOUT is ignored: it names no key under telco.platform.lock; did you mean TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT? Accepted variables: TELCO_PLATFORM_LOCK_ENABLED,".to_owned(),
         "environment variable TELCO_PLATFROM_LOCK_WAIT_TIME is ignored".to_owned(),
+        "environment variable telco_platform_lock_enabled is ignored: the lock reads only variables starting with TELCO_PLATFORM_LOCK_".to_owned(),
     ] {
         assert!(warnings.contains(&expected), "{expected}\nnot in\n{warnings}");
     }
     assert!(!warnings.contains("telco.platform.log"), "{warnings}");
-    assert_eq!(settings.warnings().len(), 6, "{warnings}");
+    assert_eq!(settings.warnings().len(), 7, "{warnings}");
 }
 
 #[test]
