@@ -148,7 +148,8 @@ where
     /// cloning the cache.
     ///
     /// The load is guarded by [`SharedValues::single_flight`] at `cache-load:<cache>:<key>`,
-    /// with `%` and `:` of the cache's name written `%25` and `%3A`.
+    /// with `%` and `:` of the cache's name written `%25` and `%3A` (a digest where that would be
+    /// too long for a key).
     /// This costs a miss about four more Redis commands, and pays when a load is dearer than
     /// that times the pods that would otherwise run it. A waiter that times out, or finds the
     /// guard's store failing, loads itself.
@@ -654,10 +655,19 @@ struct Mark {
 }
 
 /// The single-flight guard of `key`'s load across pods: one per cache and key, as the cache's
-/// name has its `:` escaped.
+/// name has its `:` escaped. Where that would be longer than a key may be, the pair's SHA-256
+/// stands for it (no `:` follows it, so it is never another pair's guard).
 fn load_guard(cache: &str, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+
     let cache = cache.replace('%', "%25").replace(':', "%3A");
-    format!("cache-load:{cache}:{key}")
+    let guard = format!("cache-load:{cache}:{key}");
+    if guard.len() <= crate::MAX_KEY_BYTES {
+        return guard;
+    }
+    let digest = Sha256::digest(&guard.as_bytes()["cache-load:".len()..]);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("cache-load:#{hex}")
 }
 
 fn rethrow(panic: Option<Panic>) {
@@ -684,5 +694,23 @@ mod tests {
         assert_eq!(load_guard("catalog", "sku-1"), "cache-load:catalog:sku-1");
         assert_ne!(load_guard("t:eu", "de"), load_guard("t", "eu:de"));
         assert_ne!(load_guard("t%3Aeu", "de"), load_guard("t:eu", "de"));
+    }
+
+    #[test]
+    fn a_guard_too_long_for_a_key_is_a_digest_of_its_own() {
+        let fits = "k".repeat(crate::MAX_KEY_BYTES - "cache-load:catalog:".len());
+        assert_eq!(
+            load_guard("catalog", &fits),
+            format!("cache-load:catalog:{fits}")
+        );
+        let long = format!("{fits}k");
+        let guard = load_guard("catalog", &long);
+        assert!(guard.starts_with("cache-load:#"), "{guard}");
+        assert_eq!(guard.len(), "cache-load:#".len() + 64);
+        crate::validate_key(&guard).unwrap();
+        assert_ne!(guard, load_guard("catalog", &format!("{fits}j")));
+        assert_ne!(guard, load_guard("catalog2", &long));
+        let long_name = "c".repeat(crate::MAX_KEY_BYTES);
+        crate::validate_key(&load_guard(&long_name, "sku-1")).unwrap();
     }
 }

@@ -31,6 +31,17 @@ async fn settle() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_misses_in_two_pods_run_one_loader() {
+    misses_in_two_pods_run_one_loader("sku-1").await;
+}
+
+/// A key as long as keys may be: its guard is a digest, still one per key.
+#[tokio::test(start_paused = true)]
+async fn a_key_too_long_to_name_its_guard_still_runs_one_loader() {
+    misses_in_two_pods_run_one_loader(&"k".repeat(lock_core::MAX_KEY_BYTES)).await;
+}
+
+/// 50 concurrent misses of `key` in each of two pods: one loader run, one miss per pod.
+async fn misses_in_two_pods_run_one_loader(key: &str) {
     let metrics = lock_testkit::metrics::CapturedMetrics::new();
     let _local = metrics::set_default_local_recorder(metrics.recorder());
     let runs = Arc::new(AtomicU64::new(0));
@@ -40,9 +51,9 @@ async fn concurrent_misses_in_two_pods_run_one_loader() {
     for pod in pods() {
         for _ in 0..50 {
             let (pod, runs, started) = (pod.clone(), Arc::clone(&runs), started.clone());
-            let mut released = released.clone();
+            let (mut released, key) = (released.clone(), key.to_owned());
             callers.push(tokio::spawn(async move {
-                pod.get_or_load("sku-1", || async move {
+                pod.get_or_load(&key, || async move {
                     runs.fetch_add(1, Ordering::SeqCst);
                     let _ = started.send(());
                     let _ = released.wait_for(|go| *go).await;
