@@ -220,14 +220,16 @@ fn named_keys(table: &str) -> String {
 }
 
 /// What names of rate limits and caches are, as messages say it.
-pub(crate) const NAME_RULES: &str = "names of 1 to 512 bytes of UTF-8 with no control characters";
+pub(crate) const NAME_RULES: &str =
+    "names of 1 to 512 bytes of UTF-8 with no control characters and no `.`";
 const _: () = assert!(lock_core::MAX_KEY_BYTES == 512, "NAME_RULES says 512 bytes");
 
-/// What is wrong with `name` as the name of a rate limit or cache, if anything (the rules of
-/// keys, [`lock_core::validate_key`]).
+/// What is wrong with `name` as the name of a rate limit or cache, if anything: the rules of
+/// keys ([`lock_core::validate_key`]), and no `.`, which a key's path could not hold.
 pub(crate) fn name_problem(name: &str) -> Result<(), &'static str> {
     match lock_core::validate_key(name) {
         Err(lock_core::LockError::InvalidKey { problem, .. }) => Err(problem),
+        _ if name.contains('.') => Err("contains `.`, which a configuration key cannot hold"),
         _ => Ok(()),
     }
 }
@@ -246,9 +248,11 @@ fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, Con
     for (name, section) in &sections {
         let path = first.for_name(name);
         let section_path = path.rsplit_once('.').map_or(path.as_str(), |(t, _)| t);
+        // Shown escaped: a control character in a name must not break the message's line.
+        let shown_path = section_path.escape_debug().to_string();
         if !matches!(section, Value::Dict(..)) {
             return Err(ConfigError::InvalidValue {
-                key: section_path.to_owned(),
+                key: shown_path,
                 value: show(section),
                 origin: Box::new(origin_of(figment, section_path)),
                 problem: "a value where a table is expected".to_owned(),
@@ -256,10 +260,12 @@ fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, Con
             });
         }
         if let Err(problem) = name_problem(name) {
+            // A name with `.` is no path figment finds: its table's origin stands for it.
+            let found = figment.contains(section_path);
             return Err(ConfigError::InvalidValue {
-                key: section_path.to_owned(),
+                key: shown_path,
                 value: "a table".to_owned(),
-                origin: Box::new(origin_of(figment, section_path)),
+                origin: Box::new(origin_of(figment, if found { section_path } else { table })),
                 problem: format!("the name {name:?}: {problem}"),
                 accepted: NAME_RULES.to_owned(),
             });

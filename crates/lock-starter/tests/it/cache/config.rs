@@ -99,7 +99,15 @@ fn bad_cache_settings_name_the_key_the_value_and_what_is_accepted() {
         ),
         (
             "[telco.platform.lock.caches.\"a\\tb\"]\nttl = \"5m\"\n",
-            "telco.platform.lock.caches.a\tb = a table (from TOML source string): the name \"a\\tb\": it contains a control character; accepted: names of 1 to 512 bytes",
+            "telco.platform.lock.caches.a\\tb = a table (from TOML source string): the name \"a\\tb\": it contains a control character; accepted: names of 1 to 512 bytes",
+        ),
+        (
+            "[telco.platform.lock.caches.\"a\\nb\"]\nttl = \"5m\"\n",
+            "telco.platform.lock.caches.a\\nb = a table",
+        ),
+        (
+            "[telco.platform.lock.caches.\"v1.products\"]\nttl = \"5m\"\n",
+            "caches.v1.products = a table (from TOML source string): the name \"v1.products\": contains `.`, which a configuration key cannot hold; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no `.`",
         ),
     ] {
         let error = load(toml, &[]).unwrap_err();

@@ -137,7 +137,11 @@ async fn an_unconfigured_limit_names_the_key_to_set() {
         // A name no key could hold says so, rather than naming a key.
         (
             "",
-            "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters",
+            "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no `.`",
+        ),
+        (
+            "v1.login",
+            "invalid limit \"v1.login\": contains `.`, which a configuration key cannot hold; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no `.`",
         ),
     ] {
         let error = starter
