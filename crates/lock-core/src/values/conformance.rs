@@ -991,6 +991,14 @@ pub async fn a_full_queue_refuses_a_push_whole(factory: &dyn ValuesFactory) {
         .max_len(3)
         .unwrap();
     queue.push_all(&[1, 2]).await.unwrap();
+    let error = queue.push_all(&[3, 4, 5, 6]).await.unwrap_err();
+    assert_eq!(
+        error.code(),
+        "VALUES_INVALID_ARGUMENT",
+        "more than it ever holds: {error}"
+    );
+    assert_eq!(error.details()["argument"], "items", "{error}");
+    assert!(error.to_string().contains("at most 3"), "{error}");
     let error = queue.push_all(&[3, 4]).await.unwrap_err();
     assert_eq!(error.code(), "VALUES_QUEUE_FULL", "{error}");
     assert_eq!(error.http_status(), 503);

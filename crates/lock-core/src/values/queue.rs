@@ -134,7 +134,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     ///
     /// # Errors
     /// [`ValuesError::QueueFull`], [`ValuesError::Unavailable`] (it may or may not have been
-    /// appended), or an invalid argument.
+    /// appended), or an invalid argument (a push of more items than the queue's bound).
     pub async fn push(&self, item: &T) -> Result<String, ValuesError> {
         let mut ids = self.push_all(std::slice::from_ref(item)).await?;
         Ok(ids.pop().unwrap_or_default())
@@ -148,6 +148,17 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         check_named("queue", &self.name)?;
         if items.is_empty() {
             return Ok(Vec::new());
+        }
+        if items.len() as u64 > self.max_len {
+            let problem = format!(
+                "more items than the queue `{}` ever holds; accepted: at most {} (its max_len)",
+                self.name, self.max_len
+            );
+            return Err(ValuesError::invalid(
+                "items",
+                items.len().to_string(),
+                problem,
+            ));
         }
         let items = items.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
         let pushed = self
@@ -211,11 +222,13 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         Ok(taken)
     }
 
-    /// Acknowledges taken items by id, removing them; how many were still pending.
+    /// Acknowledges taken items by id, removing them; how many were still pending (an id no
+    /// longer in the queue, as one acknowledged before, counts 0).
     ///
     /// # Errors
     /// [`ValuesError::Unavailable`]: acknowledge again (it is idempotent).
-    /// [`ValuesError::InvalidArgument`] for an id no take gave; nothing is acknowledged then.
+    /// [`ValuesError::InvalidArgument`] for an id not of the form a take gives, or of an item
+    /// in the queue that no take gave; nothing is acknowledged then.
     pub async fn ack(&self, ids: &[String]) -> Result<u64, ValuesError> {
         check_named("queue", &self.name)?;
         if ids.is_empty() {
