@@ -28,8 +28,9 @@ use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError
 /// - As inside [`with_lock`](DistributedLockExt::with_lock), the handler's task re-enters the
 ///   key through the same lock, and a failed release or a lease that ran out before the handler
 ///   finished is logged as a `WARN`; the response is returned either way.
-/// - A key the lock refuses (empty, longer than 512 bytes, with a control character) answers
-///   500 `LOCK_INVALID_ARGUMENT` and the handler does not run.
+/// - A key no key may be (empty, longer than 512 bytes, with a control character) answers 400
+///   [`REQUEST_KEY_INVALID`](super::REQUEST_KEY_INVALID) naming the rule, and the handler does
+///   not run: the key came from the client.
 ///
 /// [`LockStarter::lock_layer`](crate::LockStarter::lock_layer) builds it on the configured
 /// lock.

@@ -108,6 +108,9 @@ macro_rules! layer_service {
                         async move { response.await.map(IntoResponse::into_response) },
                     );
                 };
+                if let Some(refused) = super::refused_key(&key) {
+                    return Box::pin(async move { Ok(refused) });
+                }
                 let inner = self.take_ready();
                 self.layer.serve(inner, request, key)
             }
@@ -115,6 +118,40 @@ macro_rules! layer_service {
     };
 }
 use layer_service;
+
+/// The code of a keyed layer's 400 for a key no key may be.
+pub const REQUEST_KEY_INVALID: &str = "REQUEST_KEY_INVALID";
+
+/// 400 `REQUEST_KEY_INVALID` for a key a closure took from the request that no key may be
+/// (empty, over 512 bytes, with a control character): the client's doing, never a 500. The
+/// body names the rule, not the key.
+fn refused_key(key: &str) -> Option<axum::response::Response> {
+    use axum::response::IntoResponse;
+
+    let Err(crate::lock::LockError::InvalidKey { problem, .. }) = lock_core::validate_key(key)
+    else {
+        return None;
+    };
+    tracing::debug!(
+        key_bytes = key.len(),
+        problem,
+        "a key taken from the request is refused: 400"
+    );
+    let details = std::collections::BTreeMap::from([
+        (
+            "message",
+            format!("the key this request gives is refused: {problem}"),
+        ),
+        ("reason", "key_invalid".to_owned()),
+        (
+            "rule",
+            "a key of 1 to 512 bytes of UTF-8 with no control characters".to_owned(),
+        ),
+    ]);
+    let problem =
+        problem::ProblemDetails::of(REQUEST_KEY_INVALID, 400, details, problem::Form::Detailed);
+    Some(problem.into_response())
+}
 
 /// A request, as the layers take it.
 type Req = axum::http::Request<axum::body::Body>;

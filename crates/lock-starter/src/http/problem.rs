@@ -350,6 +350,7 @@ fn title(code: &str) -> String {
         | "IDEMPOTENCY_RESULT_NOT_STORED"
         | "IDEMPOTENCY_INVALID_ARGUMENT" => "Idempotency error",
         "IDEMPOTENCY_KEY_INVALID" => "Bad Idempotency-Key",
+        "REQUEST_KEY_INVALID" => "Bad request key",
         "IDEMPOTENCY_REQUEST_TOO_LARGE" => "Request body too large",
         "IDEMPOTENCY_RESPONSE_FAILED" => "Response failed",
         "BRANCHES_MASTER_LOCK_FAILED" => "Master lock not acquired",

@@ -32,9 +32,9 @@ pub const RATELIMIT_POLICY_HEADER: &str = "ratelimit-policy";
 ///   Fail closed answers 503 `RATE_LIMIT_UNAVAILABLE` with `Retry-After: 2`; fail open lets the
 ///   request pass. Rate limiting switched off (`enabled = false`) lets it pass too. Neither adds
 ///   the fields, as nothing was counted.
-/// - A key the limiter refuses (empty, longer than 512 bytes, with a control character) answers
-///   500 `RATE_LIMIT_INVALID_ARGUMENT` and the handler does not run: a closure reading client
-///   input bounds it, or hashes it.
+/// - A key no key may be (empty, longer than 512 bytes, with a control character) answers 400
+///   [`REQUEST_KEY_INVALID`](super::REQUEST_KEY_INVALID) naming the rule, and the handler does
+///   not run: the key came from the client. Nothing is charged.
 /// - The fields follow draft-ietf-httpapi-ratelimit-headers-10:
 ///   `RateLimit-Policy: "<limit>";q=<burst>;w=<refill time>` and
 ///   `RateLimit: "<limit>";r=<remaining>;t=<reset after>`, in whole seconds rounded up. They

@@ -103,7 +103,7 @@ async fn a_second_request_for_a_held_key_gets_503_while_the_first_runs() {
 }
 
 #[tokio::test]
-async fn a_refused_key_is_a_500_and_a_lock_switched_off_a_503() {
+async fn a_refused_key_is_a_400_and_a_lock_switched_off_a_503() {
     let invalid = LockLayer::new(
         Arc::new(one_attempt()),
         Lease::Watchdog,
@@ -114,8 +114,8 @@ async fn a_refused_key_is_a_500_and_a_lock_switched_off_a_503() {
         .route("/", get(|| async { "ran" }))
         .layer(invalid);
     let refused = common::send(&empty_key, Request::get("/").body(Body::empty()).unwrap()).await;
-    assert_eq!(refused.status(), StatusCode::INTERNAL_SERVER_ERROR);
-    assert_eq!(common::json(refused).await["code"], "LOCK_INVALID_ARGUMENT");
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(common::json(refused).await["code"], "REQUEST_KEY_INVALID");
 
     let short = LockLayer::new(
         Arc::new(one_attempt()),

@@ -180,7 +180,7 @@ async fn a_denied_request_is_a_429_problem_with_retry_after_and_the_handler_does
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_request_without_a_key_passes_unlimited_and_a_refused_key_is_a_500() {
+async fn a_request_without_a_key_passes_unlimited_and_a_refused_key_is_a_400() {
     let runs = Arc::new(AtomicU32::new(0));
     let store = Arc::new(InMemoryRateLimits::new());
     let app = app(per_client(store, "api", "1/1h".parse().unwrap()), &runs);
@@ -195,12 +195,26 @@ async fn a_request_without_a_key_passes_unlimited_and_a_refused_key_is_a_500() {
     assert_eq!(field(&keyed, RATELIMIT_HEADER), Some(r#""api";r=0;t=3600"#));
     assert_eq!(runs.load(Ordering::SeqCst), 6);
 
-    // An empty client id is not a key: refused, not let through unlimited.
-    let refused = common::send(&app, tariffs(Some(""))).await;
-    assert_eq!(refused.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    // An empty or oversized client id is not a key: the client's 400, not let through
+    // unlimited, and no 500 or WARN line a client could trip at will.
+    let (logs, subscriber) = lock_testkit::logs::CapturedLogs::scoped(tracing::Level::INFO);
+    let _guard = tracing::subscriber::set_default(subscriber);
+    for client in [String::new(), "c".repeat(513)] {
+        let refused = common::send(&app, tariffs(Some(&client))).await;
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(refused.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let body = common::json(refused).await;
+        assert_eq!(body["code"], "REQUEST_KEY_INVALID");
+        assert_eq!(body["title"], "Bad request key");
+        assert!(
+            body["rule"].as_str().unwrap().contains("512 bytes"),
+            "{body}"
+        );
+    }
     assert_eq!(
-        common::json(refused).await["code"],
-        "RATE_LIMIT_INVALID_ARGUMENT"
+        logs.text(),
+        "",
+        "a client's bad key is not logged above DEBUG"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 6);
 }
