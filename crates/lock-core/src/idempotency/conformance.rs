@@ -455,9 +455,16 @@ pub async fn a_failed_owner_is_answered_to_those_who_waited_on_it(
     assert!(!a.fail(&key, &owner, SLACK).await.unwrap(), "fenced");
 }
 
-/// [`Idempotency`]: duplicates waiting on an owner whose action fails get `OwnerFailed` at once
-/// and do not run the action one after another; the next call runs it.
+/// [`Idempotency`]: duplicates waiting on an owner whose action fails, or panics, get
+/// `OwnerFailed` at once and do not run the action one after another; the next call runs it.
 pub async fn waiting_duplicates_get_a_failed_actions_failure(factory: &dyn IdempotencyFactory) {
+    for panics in [false, true] {
+        duplicates_of_a_failing_owner(factory, panics).await;
+    }
+}
+
+/// Duplicates wait on an owner whose action then returns an error, or panics.
+async fn duplicates_of_a_failing_owner(factory: &dyn IdempotencyFactory, panics: bool) {
     let key = unique_key("fanout");
     let watched = Arc::new(Watched::new(factory.client().await));
     let idempotency = idempotency(Arc::clone(&watched) as Arc<dyn IdempotencyStore>, 1 << 20);
@@ -470,6 +477,7 @@ pub async fn waiting_duplicates_get_a_failed_actions_failure(factory: &dyn Idemp
                 .execute(&key, &IdempotencyOptions::new(), || async move {
                     started.send(()).unwrap();
                     failing.await.unwrap();
+                    assert!(!panics, "the action panicked");
                     Err::<u32, _>(IdempotencyError::unavailable("owner", "the action failed"))
                 })
                 .await
@@ -481,10 +489,10 @@ pub async fn waiting_duplicates_get_a_failed_actions_failure(factory: &dyn Idemp
     // Every duplicate has seen the owner and watches the key.
     watched.watches_reach(5).await;
     fail.send(()).unwrap();
-    assert!(
-        first.await.unwrap().is_err(),
-        "the owner gets its own error"
-    );
+    match first.await {
+        Ok(outcome) => assert!(!panics && outcome.is_err(), "the owner gets its own error"),
+        Err(joined) => assert!(panics && joined.is_panic(), "the owner's panic goes on"),
+    }
     for duplicate in duplicates {
         let error = tokio::time::timeout(SLACK, duplicate)
             .await

@@ -1,9 +1,11 @@
 //! [`Idempotency`], the protocol of idempotent execution over an [`IdempotencyStore`].
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -153,6 +155,10 @@ impl Idempotency {
     /// The action's own error, and nothing is stored. Or an [`IdempotencyError`] converted into
     /// `E`: `Unavailable`, `InProgress`, `OwnerFailed`, `KeyReused`, `ResultUnreadable` or
     /// `InvalidArgument`, and the action did not run.
+    ///
+    /// # Panics
+    /// When `action` panics, after marking the record failed as for its error: duplicates
+    /// waiting on it get `OwnerFailed` rather than each running the action in turn.
     pub async fn execute<T, E, F, Fut>(
         &self,
         key: &str,
@@ -173,7 +179,19 @@ impl Idempotency {
                 Ok(Begun::Owner(scope)) => scope,
                 Err(error) => return (Err(E::from(error)), "refused"),
             };
-            match action().await {
+            let outcome = match AssertUnwindSafe(async { action().await })
+                .catch_unwind()
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(panic) => {
+                    if let Err(error) = scope.fail().await {
+                        tracing::debug!(%key, %error, "marking a panicked action's record was not confirmed; it ends at its lease TTL");
+                    }
+                    std::panic::resume_unwind(panic)
+                }
+            };
+            match outcome {
                 Ok(value) => match scope.complete(&value).await {
                     Ok(()) => (Ok(Idempotent::Executed(value)), "executed"),
                     Err(IdempotencyError::ResultNotStored { reason, .. }) => {

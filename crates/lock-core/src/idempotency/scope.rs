@@ -165,8 +165,8 @@ impl Drop for IdempotencyScope {
         if self.finished {
             return;
         }
-        // Cancelled (the request future was dropped) or the action panicked: give the key
-        // back now rather than at the end of the lease.
+        // Cancelled (the request future was dropped), or a `begin` caller's action panicked:
+        // give the key back now rather than at the end of the lease.
         abandon_in_background(&self.store, &self.key, &self.owner);
     }
 }

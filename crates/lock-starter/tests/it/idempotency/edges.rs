@@ -199,8 +199,9 @@ async fn adv_put_and_get_pass_through() {
     assert_eq!(runs.load(Ordering::SeqCst), 4);
 }
 
-/// A handler that panics frees its key (the scope is dropped while unwinding): a retry
-/// waiting up to 5 s runs the handler instead of getting 409.
+/// A handler that panics fails its record before the panic goes on (duplicates waiting then
+/// get 503, as the conformance suite checks): a retry waiting up to 5 s runs the handler
+/// instead of getting 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adv_a_panicking_handler_frees_its_key() {
     let runs = Arc::new(AtomicU32::new(0));
