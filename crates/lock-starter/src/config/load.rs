@@ -593,6 +593,16 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
     }
     check_ca_file(&full, &settings.redis)?;
     (settings.rate_limits, settings.rate_limit_batches) = rate_limits(&full)?;
+    for (name, batch) in &settings.rate_limit_batches {
+        let burst = settings.rate_limits[name].burst();
+        if *batch > burst {
+            let key = named_spec("rate-limits.<name>.local-batch").for_name(name);
+            warnings.warn(format!(
+                "{key} = {batch} is above the limit's burst of {burst}: a refill takes at most \
+                 the burst, so batches are of {burst}"
+            ));
+        }
+    }
     settings.caches = caches(&full, &settings.cache)?;
     settings.warnings = warnings.0;
     for spec in KEYS {

@@ -74,6 +74,24 @@ fn two_variables_setting_one_limit_must_agree() {
     }
 }
 
+/// A batch above the burst is warned about: a refill takes at most the burst.
+#[test]
+fn a_local_batch_above_the_burst_is_a_warning() {
+    let settings = load(
+        "[telco.platform.lock.rate-limits.api]\nrate = \"100/1s\"\nburst = 3\nlocal-batch = 100\n\
+         [telco.platform.lock.rate-limits.login]\nrate = \"100/1s\"\nlocal-batch = 100\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        settings.warnings(),
+        [
+            "telco.platform.lock.rate-limits.api.local-batch = 100 is above the limit's burst of 3: \
+          a refill takes at most the burst, so batches are of 3"
+        ]
+    );
+}
+
 #[test]
 fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
     for (toml, expected) in [
@@ -144,7 +162,7 @@ fn a_local_batch_is_read_and_off_by_default() {
          [telco.platform.lock.rate-limits.off]\nrate = \"5/1m\"\nlocal-batch = 0\n",
         &[
             ("TELCO_PLATFORM_LOCK_RATE_LIMITS_SIGN_UP_LOCAL_BATCH", "7"),
-            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_SIGN_UP_RATE", "3/1s"),
+            ("TELCO_PLATFORM_LOCK_RATE_LIMITS_SIGN_UP_RATE", "10/1s"),
         ],
     )
     .unwrap();
