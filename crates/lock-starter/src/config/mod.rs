@@ -254,8 +254,9 @@ pub(crate) fn section_name<'a, V>(sections: &'a BTreeMap<String, V>, name: &'a s
 }
 
 impl LockSettings {
-    /// The settings of the cache `name`: its `caches.<name>.*` keys over `cache.*`. The
-    /// section is found as [`section_name`] says.
+    /// The settings of the cache `name`: its `caches.<name>.*` keys over `cache.*`. The section
+    /// is the one spelt `name`, or else the only one spelt alike (`_` as `-`, any case), as an
+    /// environment variable names it.
     pub fn cache_of(&self, name: &str) -> &CacheSection {
         self.caches
             .get(section_name(&self.caches, name))
