@@ -101,6 +101,15 @@ pub enum ConfigError {
         /// Figment's message, passwords redacted.
         message: String,
     },
+    /// A variable the lock reads holds bytes that are not UTF-8.
+    #[error(
+        "environment variable {variable} holds bytes that are not UTF-8 (not shown: it may be a \
+         secret); accepted: UTF-8 text"
+    )]
+    NotUtf8Env {
+        /// The variable.
+        variable: String,
+    },
 }
 
 impl ConfigError {
@@ -124,6 +133,7 @@ impl ConfigError {
             ConfigError::InvalidValue { key, .. } | ConfigError::ConflictingEnv { key, .. } => {
                 Some(key)
             }
+            ConfigError::NotUtf8Env { variable } => Some(variable),
             ConfigError::MissingFile { .. }
             | ConfigError::UnreadableFile { .. }
             | ConfigError::InvalidToml { .. }

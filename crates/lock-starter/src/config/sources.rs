@@ -222,12 +222,20 @@ impl ConfigSources {
         let host_env = match &self.env {
             EnvInput::Off => HostEnv::process(),
             EnvInput::Process => {
-                let vars: BTreeMap<String, String> = std::env::vars_os()
-                    .filter_map(|(name, value)| {
-                        let name = name.into_string().ok()?;
-                        Some((name, value.to_string_lossy().into_owned()))
-                    })
-                    .collect();
+                let mut vars = BTreeMap::new();
+                for (name, value) in std::env::vars_os() {
+                    let Ok(name) = name.into_string() else {
+                        continue;
+                    };
+                    match value.into_string() {
+                        Ok(value) => vars.insert(name, value),
+                        // Read lossily, a value the lock reads (a password) would be another.
+                        Err(_) if is_read(&name) => {
+                            return Err(ConfigError::NotUtf8Env { variable: name });
+                        }
+                        Err(value) => vars.insert(name, value.to_string_lossy().into_owned()),
+                    };
+                }
                 let mut host_env = HostEnv::process();
                 figment = merge_env(figment, &vars, &mut host_env)?;
                 host_env
@@ -288,6 +296,14 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
         Metadata::from("TOML file", path.as_path()),
         data,
     )))
+}
+
+/// The prefix of the Spring variables the lock reads.
+const SPRING_ENV_PREFIX: &str = "SPRING_DATA_REDIS_";
+
+/// Whether the lock reads the variable `name` (its prefix, or Spring's for Redis).
+fn is_read(name: &str) -> bool {
+    name.starts_with(ENV_PREFIX) || name.starts_with(SPRING_ENV_PREFIX)
 }
 
 /// The sections of `spec`'s table in `figment` whose name a variable spells as it spells
@@ -362,7 +378,7 @@ fn merge_env(
                 hint_part(rest, true),
                 known_env_names()
             ));
-        } else if name.starts_with("SPRING_DATA_REDIS_") {
+        } else if name.starts_with(SPRING_ENV_PREFIX) {
             host_env.spring_unread.push(name.clone());
         } else if name.split('_').count() > 3 {
             let prefix: Vec<&str> = name.splitn(4, '_').take(3).collect();

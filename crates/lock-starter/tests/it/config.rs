@@ -943,3 +943,43 @@ fn the_toolkit_defaults_are_lock_cores() {
         lock_core::branches::DEFAULT_BRANCH_WAIT
     );
 }
+
+/// A variable the lock reads whose value is not UTF-8 stops the load, naming the variable (a
+/// lossy reading would turn a password into another); variables it does not read are no concern.
+#[test]
+fn a_variable_that_is_not_utf8_is_an_error_naming_it() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let load_with = |name: &str| {
+        let output =
+            lock_testkit::test_child(module_path!(), "child_loads_the_process_environment")
+                .env(name, OsStr::from_bytes(b"s3cr\xffet"))
+                .output()
+                .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let refused = load_with("TELCO_PLATFORM_LOCK_KEY_PREFIX");
+    assert!(
+        refused.contains("LOAD: environment variable TELCO_PLATFORM_LOCK_KEY_PREFIX holds bytes that are not UTF-8"),
+        "{refused}"
+    );
+    assert!(!refused.contains("s3cr"), "{refused}");
+    let spring = load_with("SPRING_DATA_REDIS_PASSWORD");
+    assert!(
+        spring.contains("LOAD: environment variable SPRING_DATA_REDIS_PASSWORD"),
+        "{spring}"
+    );
+    let unrelated = load_with("UNRELATED_NOT_UTF8");
+    assert!(unrelated.contains("LOAD: ok"), "{unrelated}");
+}
+
+/// The body of a child process: loads the settings from the process environment.
+#[test]
+#[ignore = "the body of a child process a test starts"]
+fn child_loads_the_process_environment() {
+    match LockSettings::load(&ConfigSources::new()) {
+        Ok(_) => println!("LOAD: ok"),
+        Err(error) => println!("LOAD: {error}"),
+    }
+}
