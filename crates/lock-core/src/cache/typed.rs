@@ -666,8 +666,7 @@ fn load_guard(cache: &str, key: &str) -> String {
         return guard;
     }
     let digest = Sha256::digest(&guard.as_bytes()["cache-load:".len()..]);
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("cache-load:#{hex}")
+    format!("cache-load:#{digest:x}")
 }
 
 fn rethrow(panic: Option<Panic>) {

@@ -566,16 +566,18 @@ pub(crate) fn hint_part(unknown: &str, as_env: bool) -> String {
     }
 }
 
-/// Whether three segments (of a section path or a variable's name) are a misspelt
-/// `telco.platform.lock` (`telco.platform.lok`, `TELCO_PLATFROM_LOCK`, `Telco.Platform.Lock`):
-/// each within one edit per four letters of its segment, and not all exact. `log` and `kafka`
-/// are other sections.
-pub(crate) fn near_miss_of_prefix(segments: &[&str]) -> bool {
-    let wanted = ["telco", "platform", "lock"];
+/// Whether three segments (of a section path or a variable's name) are a misspelt `spelt`,
+/// the prefix as their source writes it (`telco.platform.lock` in a file,
+/// `TELCO_PLATFORM_LOCK` in a variable): each within one edit per four letters of its segment,
+/// case aside, and not spelt so (`telco.platform.lok`, `TELCO_PLATFROM_LOCK`,
+/// `Telco.Platform.Lock`, `telco_platform_lock`). `log` and `kafka` are other sections.
+pub(crate) fn near_miss_of_prefix(segments: &[&str], spelt: &str) -> bool {
+    let wanted: Vec<&str> = spelt.split(['.', '_']).collect();
     segments.len() == 3
-        && segments != wanted
-        && segments.iter().zip(wanted).all(|(got, want)| {
-            strsim::damerau_levenshtein(&normalize(got), want) <= (want.len() / 4).max(1)
+        && segments != wanted.as_slice()
+        && segments.iter().zip(&wanted).all(|(got, want)| {
+            strsim::damerau_levenshtein(&normalize(got), &normalize(want))
+                <= (want.len() / 4).max(1)
         })
 }
 

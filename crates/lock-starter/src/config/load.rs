@@ -541,7 +541,7 @@ fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
             ));
         } else {
             let section: Vec<&str> = path.splitn(4, '.').take(3).collect();
-            if near_miss_of_prefix(&section) {
+            if near_miss_of_prefix(&section, PREFIX) {
                 warnings.warn(format!(
                     "key {path} (from {origin}) is not read by the lock; did you mean {PREFIX}?"
                 ));

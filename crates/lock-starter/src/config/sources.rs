@@ -382,9 +382,7 @@ fn merge_env(
             host_env.spring_unread.push(name.clone());
         } else if name.split('_').count() > 3 {
             let prefix: Vec<&str> = name.splitn(4, '_').take(3).collect();
-            // The prefix in another case is a miss too: variables are read in upper case only.
-            let other_case = format!("{}_", prefix.join("_")).eq_ignore_ascii_case(ENV_PREFIX);
-            if other_case || near_miss_of_prefix(&prefix) {
+            if near_miss_of_prefix(&prefix, ENV_PREFIX.trim_end_matches('_')) {
                 host_env.warnings.push(format!(
                     "environment variable {name} is ignored: the lock reads only variables \
                      starting with {ENV_PREFIX}"

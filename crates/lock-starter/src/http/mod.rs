@@ -145,7 +145,10 @@ fn refused_key(key: &str) -> Option<axum::response::Response> {
         ("reason", "key_invalid".to_owned()),
         (
             "rule",
-            "a key of 1 to 512 bytes of UTF-8 with no control characters".to_owned(),
+            format!(
+                "a key of 1 to {} bytes of UTF-8 with no control characters",
+                lock_core::MAX_KEY_BYTES
+            ),
         ),
     ]);
     let problem =
