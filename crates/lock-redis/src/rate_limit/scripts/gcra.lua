@@ -16,81 +16,81 @@ local now = (tonumber(time[1]) - 1700000000) * 1000000 + tonumber(time[2])
 local eps = 0.5
 -- The most a state may owe (720 h): beyond it, a state this script did not write, at rest.
 local max_owed = 2592000000000
--- Per key, its state as the calls decided so far left it: { tat, interval text }.
-local states, changed = {}, {}
+-- Per key, its state as the calls decided so far left it: its TAT and the interval text it was
+-- charged at; `changed` lists the keys to write, in order, and marks each by name.
+local tats, texts, changed = {}, {}, {}
+-- The current call's charges, from index `first`: the TAT each would write (false: cost 0).
+local pending, first, all = {}, 1, true
+local reply = {}
 
-local function read(key)
-  local state = states[key]
-  if state then
-    return state
-  end
-  state = { now, nil }
-  local stored = redis.call('GET', key)
-  if stored then
-    local colon = string.find(stored, ':', 1, true)
-    local old_tat = colon and tonumber(string.sub(stored, 1, colon - 1))
-    local old_text = colon and string.sub(stored, colon + 1)
-    local old_interval = old_text and tonumber(old_text)
-    if old_tat and old_interval and old_tat > now and old_tat - now <= max_owed
-        and old_interval > 0 and old_interval < math.huge then
-      state = { old_tat, old_text }
-    end
-  end
-  states[key] = state
-  return state
-end
-
-local function write(key, tat, interval_text)
-  if not states[key][3] then
+local function change(key, tat, interval_text)
+  tats[key], texts[key] = tat, interval_text
+  if not changed[key] then
+    changed[key] = true
     changed[#changed + 1] = key
   end
-  states[key] = { tat, interval_text, true }
 end
 
-local reply, charged, all = {}, {}, true
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS do
+  local key = KEYS[i]
   local interval_text = ARGV[4 * i - 3]
   local interval = tonumber(interval_text)
   local burst = tonumber(ARGV[4 * i - 2])
   local cost = tonumber(ARGV[4 * i - 1])
-  local state = read(key)
-  local tat = state[1]
-  if tat > now and state[2] ~= interval_text then
+  local tat = tats[key]
+  if not tat then
+    tat = now
+    local stored = redis.call('GET', key)
+    if stored then
+      local colon = string.find(stored, ':', 1, true)
+      local old_tat = colon and tonumber(string.sub(stored, 1, colon - 1))
+      local old_text = colon and string.sub(stored, colon + 1)
+      local old_interval = old_text and tonumber(old_text)
+      if old_tat and old_interval and old_tat > now and old_tat - now <= max_owed
+          and old_interval > 0 and old_interval < math.huge then
+        tat = old_tat
+        texts[key] = old_text
+      end
+    end
+    tats[key] = tat
+  end
+  if tat > now and texts[key] ~= interval_text then
     -- Owed time converted to the new interval: the requests owed stay owed.
-    tat = now + math.min((tat - now) * interval / tonumber(state[2]), max_owed)
-    write(key, tat, interval_text)
+    tat = now + math.min((tat - now) * interval / tonumber(texts[key]), max_owed)
+    change(key, tat, interval_text)
   end
   tat = math.max(tat, now)
   local capacity = burst * interval
   local new_tat = tat + cost * interval
+  local n = #reply
   if new_tat - now <= capacity + eps then
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = math.floor((now + capacity - new_tat + eps) / interval)
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = math.ceil(new_tat - now)
-    if cost > 0 then
-      charged[#charged + 1] = { key, new_tat, interval_text }
-    end
+    reply[n + 1] = 1
+    reply[n + 2] = math.floor((now + capacity - new_tat + eps) / interval)
+    reply[n + 3] = 0
+    reply[n + 4] = math.ceil(new_tat - now)
+    pending[i] = cost > 0 and new_tat
   else
     all = false
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = math.max(0, math.floor((now + capacity - tat + eps) / interval))
-    reply[#reply + 1] = math.ceil(new_tat - now - capacity)
-    reply[#reply + 1] = math.ceil(tat - now)
+    reply[n + 1] = 0
+    reply[n + 2] = math.max(0, math.floor((now + capacity - tat + eps) / interval))
+    reply[n + 3] = math.ceil(new_tat - now - capacity)
+    reply[n + 4] = math.ceil(tat - now)
   end
   if ARGV[4 * i] == '1' then
     if all then
-      for _, charge in ipairs(charged) do
-        write(charge[1], charge[2], charge[3])
+      for j = first, i do
+        if pending[j] then
+          change(KEYS[j], pending[j], ARGV[4 * j - 3])
+        end
       end
     end
-    charged, all = {}, true
+    first, all = i + 1, true
   end
 end
 
 for _, key in ipairs(changed) do
-  local state = states[key]
-  local ttl = math.max(1, math.ceil((state[1] - now) / 1000))
-  redis.call('SET', key, string.format('%.17g:', state[1]) .. state[2], 'PX', ttl)
+  local tat = tats[key]
+  local ttl = math.max(1, math.ceil((tat - now) / 1000))
+  redis.call('SET', key, string.format('%.17g:%s', tat, texts[key]), 'PX', ttl)
 end
 return reply
