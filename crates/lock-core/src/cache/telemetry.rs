@@ -27,7 +27,8 @@ pub const LOAD_SECONDS: &str = metric_name!("cache", "load_seconds");
 /// Counter of stored entries that did not deserialize (read as misses), by `cache`.
 pub const UNDECODABLE_TOTAL: &str = metric_name!("cache", "undecodable_total");
 /// Counter of values returned but not cached by `cache` and `reason`: `unavailable` (the store
-/// failed) or `oversize` (above the value cap).
+/// failed), `oversize` (above the value cap) or `unserializable` (a loaded value that does not
+/// serialize as JSON).
 pub const UNCACHED_TOTAL: &str = metric_name!("cache", "uncached_total");
 
 /// One cache's metric handles, registered once.
@@ -43,6 +44,7 @@ pub(crate) struct Metrics {
     pub(crate) undecodable: Counter,
     pub(crate) unavailable: Counter,
     pub(crate) oversize: Counter,
+    pub(crate) unserializable: Counter,
 }
 
 impl Metrics {
@@ -61,6 +63,7 @@ impl Metrics {
             undecodable: metrics::counter!(UNDECODABLE_TOTAL, "cache" => cache.clone()),
             unavailable: uncached("unavailable"),
             oversize: uncached("oversize"),
+            unserializable: uncached("unserializable"),
         }
     }
 }

@@ -101,6 +101,8 @@ struct Inner<V> {
     near: Option<Near<V>>,
     metrics: Metrics,
     failing: AtomicBool,
+    /// Whether a loaded value that does not serialize was logged at WARN.
+    warned_unserializable: AtomicBool,
 }
 
 /// What a read of the store found; a miss read for a load has its mark.
@@ -139,6 +141,7 @@ where
                 near,
                 metrics: Metrics::new(name),
                 failing: AtomicBool::new(false),
+                warned_unserializable: AtomicBool::new(false),
             }),
         })
     }
@@ -202,7 +205,8 @@ where
     /// The live entry of `key`, or the value `load` gives, cached for the cache's TTL.
     ///
     /// Concurrent calls for one key in this process run one loader; the others get its
-    /// outcome. A failing store makes this a load whose value is returned uncached.
+    /// outcome. A failing store, or a loaded value that does not serialize as JSON, makes this
+    /// a load whose value is returned uncached.
     ///
     /// # Errors
     /// [`CacheError::LoadFailed`] with the loader's error, to every caller that waited on it;
@@ -430,13 +434,14 @@ where
         }
     }
 
-    /// Runs `load`, timing and counting it; the serialized value comes back for storing, and a
-    /// panic's payload beside its error, for the caller to resume once the waiters have it.
+    /// Runs `load`, timing and counting it; the serialized value comes back for storing (`None`
+    /// when it does not serialize), and a panic's payload beside its error, for the caller to
+    /// resume once the waiters have it.
     async fn load<F, Fut, E>(
         &self,
         key: &str,
         load: F,
-    ) -> (Result<(V, Vec<u8>), CacheError>, Option<Panic>)
+    ) -> (Result<(V, Option<Vec<u8>>), CacheError>, Option<Panic>)
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<V, E>>,
@@ -451,14 +456,10 @@ where
         match outcome {
             Ok(Ok(value)) => {
                 metrics.loaded.increment(1);
-                let bytes = serde_json::to_vec(&value).map_err(|e| {
-                    CacheError::invalid(
-                        "value",
-                        type_name::<V>(),
-                        format!("the loaded value does not serialize as JSON: {e}"),
-                    )
-                });
-                (bytes.map(|bytes| (value, bytes)), None)
+                let bytes = serde_json::to_vec(&value)
+                    .inspect_err(|error| self.unserializable(key, error))
+                    .ok();
+                (Ok((value, bytes)), None)
             }
             Ok(Err(error)) => {
                 metrics.load_failed.increment(1);
@@ -496,7 +497,8 @@ where
         E: Into<BoxError>,
     {
         let (value, bytes) = match self.load(key, load).await {
-            (Ok(loaded), _) => loaded,
+            (Ok((value, Some(bytes))), _) => (value, bytes),
+            (Ok((value, None)), _) => return (Ok(value), None),
             (Err(error), panic) => return (Err(error), panic),
         };
         let inner = &self.inner;
@@ -629,6 +631,22 @@ type Panic = Box<dyn std::any::Any + Send>;
 
 /// Resumes a loader's panic in the caller that ran it.
 impl<V> Cache<V> {
+    /// Counts a loaded value that does not serialize, logging the first of this cache at WARN.
+    fn unserializable(&self, key: &str, error: &serde_json::Error) {
+        self.inner.metrics.unserializable.increment(1);
+        let message = "a loaded value does not serialize as JSON: it is returned, not cached";
+        let (cache, type_name) = (&self.inner.name, type_name::<V>());
+        if self
+            .inner
+            .warned_unserializable
+            .swap(true, Ordering::Relaxed)
+        {
+            tracing::debug!(%cache, key, %error, type_name, "{message}");
+        } else {
+            tracing::warn!(%cache, key, %error, type_name, "{message}");
+        }
+    }
+
     /// Whether a value of `len` bytes is above the cap, which is counted and logged.
     fn oversize(&self, key: &str, len: usize) -> bool {
         let limit = self.inner.options.value_limit();

@@ -206,3 +206,39 @@ async fn each_outcome_is_counted_under_the_caches_name() {
         2
     );
 }
+
+/// A loaded value that JSON cannot hold (a map keyed by tuples) is returned every time,
+/// never cached, and counted, in every mode.
+#[tokio::test]
+async fn a_loaded_value_that_does_not_serialize_is_returned_uncached() {
+    use std::collections::HashMap;
+
+    use lock_core::cache::telemetry::UNCACHED_TOTAL;
+
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let stores: [Arc<dyn CacheStore>; 2] =
+        [Arc::new(InMemoryCaches::new()), Arc::new(DisabledCaches)];
+    for store in stores {
+        let routes: Cache<HashMap<(u8, u8), u8>> =
+            Cache::new(store, "routes", CacheOptions::new()).unwrap();
+        let runs = AtomicU64::new(0);
+        for _ in 0..2 {
+            let loaded = routes
+                .get_or_load("r-1", || async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, BoxError>(HashMap::from([((1, 2), 3)]))
+                })
+                .await
+                .unwrap();
+            assert_eq!(loaded, HashMap::from([((1, 2), 3)]));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "nothing was cached");
+        assert_eq!(routes.get("r-1").await.unwrap(), None);
+    }
+    let recorded = metrics.take();
+    assert_eq!(
+        recorded.counter_at(UNCACHED_TOTAL, "cache=routes,reason=unserializable"),
+        4
+    );
+}
