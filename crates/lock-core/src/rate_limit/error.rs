@@ -27,6 +27,13 @@ use crate::error::{BoxError, LockError, impl_problem};
 /// assert_eq!(error.http_status(), 429);
 /// assert_eq!(error.details()["retryAfterMs"], "1500");
 /// assert_eq!(error.to_string(), "rate limit `login` for `client-42` is used up: retry after 1500 ms");
+///
+/// let soon = RateLimitError::Limited {
+///     limit: "api".into(),
+///     key: "client-42".into(),
+///     retry_after: Duration::from_micros(400),
+/// };
+/// assert_eq!(soon.details()["retryAfterMs"], "1"); // whole milliseconds, rounded up
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -99,7 +106,7 @@ impl RateLimitError {
 
     /// The details map of a problem body or a log: `code`, `message`, `reason` (`limited`,
     /// `backend_unavailable`, `cost_above_burst` or `invalid_argument`), and where known
-    /// `limit`, `key`, `retryAfterMs` and `argument`.
+    /// `limit`, `key`, `retryAfterMs` (rounded up) and `argument`.
     pub fn details(&self) -> BTreeMap<&'static str, String> {
         let mut details = BTreeMap::from([
             ("code", self.code().to_owned()),
@@ -113,7 +120,9 @@ impl RateLimitError {
             } => {
                 details.insert("limit", limit.clone());
                 details.insert("key", key.clone());
-                details.insert("retryAfterMs", retry_after.as_millis().to_string());
+                // Rounded up: a denial never reads as "retry now".
+                let millis = retry_after.as_nanos().div_ceil(1_000_000);
+                details.insert("retryAfterMs", millis.to_string());
                 "limited"
             }
             RateLimitError::Unavailable { limit, .. } => {
