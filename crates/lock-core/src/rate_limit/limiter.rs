@@ -154,9 +154,10 @@ impl RateLimiter {
         Ok(self)
     }
 
-    /// The permits of a local batch; 0 when off.
+    /// The most permits one refill of a local batch takes: the batch asked for, capped by the
+    /// burst of the quota in force; 0 when off.
     pub fn local_batch_size(&self) -> u32 {
-        self.batch
+        self.batch.min(self.quota().burst())
     }
 
     /// The limit's name.

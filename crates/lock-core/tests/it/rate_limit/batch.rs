@@ -220,3 +220,25 @@ async fn a_refill_dropped_midway_wakes_the_callers_waiting_for_it() {
     assert!(second.unwrap().allowed);
     assert_eq!(store.calls(), 2);
 }
+
+/// A batch above the burst takes the burst per refill, and says so, whatever the quota in force.
+#[tokio::test(start_paused = true)]
+async fn a_batch_above_the_burst_is_the_burst() {
+    let store = Arc::new(Counting::default());
+    let limiter = RateLimiter::new(
+        store.clone(),
+        "api",
+        "5/1s".parse().unwrap(),
+        FailurePolicy::FailOpen,
+    )
+    .unwrap()
+    .local_batch(50)
+    .unwrap();
+    assert_eq!(limiter.local_batch_size(), 5);
+    for _ in 0..5 {
+        assert!(limiter.try_acquire("k", 1).await.unwrap().allowed);
+    }
+    assert_eq!(store.calls(), 1, "one refill of 5");
+    limiter.set_quota("100/1s".parse().unwrap());
+    assert_eq!(limiter.local_batch_size(), 50);
+}
