@@ -17,7 +17,7 @@ use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
 use crate::branches::wiring as branch_wiring;
-use crate::config::{ConfigSources, LockSettings};
+use crate::config::{ConfigError, ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency::wiring as idempotency;
 use crate::rate_limit::wiring as rate_limit_wiring;
@@ -671,7 +671,7 @@ impl LockStarter {
 
 /// Builds a [`LockStarter`]. Sources, later wins: built-in defaults → TOML files (in the order
 /// given) → environment variables. A consumer may replace the sources with its own
-/// [`Figment`], or replace the lock itself.
+/// [`Figment`] or [`ConfigSources`], or replace the lock itself.
 ///
 /// # Examples
 ///
@@ -696,7 +696,8 @@ impl LockStarter {
 #[derive(Default)]
 pub struct LockStarterBuilder {
     toml_files: Vec<PathBuf>,
-    figment: Option<Figment>,
+    /// Sources given instead of the default ones (a figment, or `ConfigSources`).
+    sources: Option<ConfigSources>,
     lock: Option<Arc<dyn DistributedLock>>,
     idempotency_store: Option<Arc<dyn IdempotencyStore>>,
     branches: Option<Arc<dyn Branches>>,
@@ -709,7 +710,7 @@ impl fmt::Debug for LockStarterBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockStarterBuilder")
             .field("toml_files", &self.toml_files)
-            .field("custom_figment", &self.figment.is_some())
+            .field("custom_sources", &self.sources.is_some())
             .field("custom_lock", &self.lock)
             .field("custom_idempotency_store", &self.idempotency_store)
             .field("custom_branches", &self.branches.is_some())
@@ -721,8 +722,9 @@ impl fmt::Debug for LockStarterBuilder {
 }
 
 impl LockStarterBuilder {
-    /// Adds a TOML file; later files win over earlier ones, the environment over all. A file
-    /// given here must exist.
+    /// Adds a TOML file to the default sources; later files win over earlier ones, the
+    /// environment over all. A file given here must exist. With a [`figment`](Self::figment) or
+    /// [`sources`](Self::sources), add files to those instead: the build refuses both.
     ///
     /// # Examples
     ///
@@ -754,7 +756,8 @@ impl LockStarterBuilder {
     }
 
     /// Uses this figment instead of the default sources (files and environment). Keys are read
-    /// from the same `telco.platform.lock.*` paths and validated the same way.
+    /// from the same `telco.platform.lock.*` paths and validated the same way. To layer it with
+    /// files or the environment, use [`sources`](Self::sources).
     ///
     /// # Examples
     ///
@@ -776,8 +779,46 @@ impl LockStarterBuilder {
     /// assert!(LockStarter::builder().figment(bad).build().await.is_err());
     /// # Ok(()) }
     /// ```
-    pub fn figment(mut self, figment: Figment) -> Self {
-        self.figment = Some(figment);
+    pub fn figment(self, figment: Figment) -> Self {
+        self.sources(ConfigSources::from_figment(figment))
+    }
+
+    /// Reads the configuration from `sources` instead of the default sources: files, figments
+    /// and the environment layered as [`ConfigSources`] says.
+    ///
+    /// # Examples
+    ///
+    /// A service's own figment over its TOML file, and the environment over both:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use lock_starter::config::ConfigSources;
+    /// use lock_starter::figment::{Figment, providers::Serialized};
+    /// use lock_starter::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let path = dir.path().join("app.toml");
+    /// std::fs::write(&path, "[telco.platform.lock]\nwait-time = \"2s\"\n")?;
+    /// let computed = Figment::from(Serialized::default("telco.platform.lock.watchdog-timeout", "10s"));
+    /// let sources = ConfigSources::new().toml_file(&path).figment(computed);
+    /// # let sources = sources.env_from([("POD_NAME", "billing-7f9c")]);
+    /// let starter = LockStarter::builder()
+    ///     .sources(sources)
+    /// #   .lock(Arc::new(InMemoryLock::new())) // no Redis in this example
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(starter.settings().wait_time, Duration::from_secs(2));
+    /// assert_eq!(starter.settings().watchdog_timeout, Duration::from_secs(10));
+    ///
+    /// // Files given to the builder beside such sources would not be read: an error says so.
+    /// let both = LockStarter::builder().sources(ConfigSources::new()).toml_file(&path).build().await;
+    /// assert!(both.unwrap_err().to_string().contains("the files would not be read"));
+    /// # Ok(()) }
+    /// ```
+    pub fn sources(mut self, sources: ConfigSources) -> Self {
+        self.sources = Some(sources);
         self
     }
 
@@ -902,8 +943,17 @@ impl LockStarterBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<LockStarter, StartError> {
-        let sources = match self.figment {
-            Some(figment) => ConfigSources::from_figment(figment),
+        let sources = match self.sources {
+            Some(_) if !self.toml_files.is_empty() => {
+                let files: Vec<_> = self
+                    .toml_files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect();
+                let files = files.join(", ");
+                return Err(ConfigError::IgnoredFiles { files }.into());
+            }
+            Some(sources) => sources,
             None => self
                 .toml_files
                 .into_iter()

@@ -101,6 +101,19 @@ pub enum ConfigError {
         /// Figment's message, passwords redacted.
         message: String,
     },
+    /// The starter's builder was given TOML files and also sources that replace the default
+    /// ones (a figment or a [`ConfigSources`](super::ConfigSources)), so the files would not be
+    /// read.
+    #[error(
+        "the starter was given TOML files ({files}) and a figment or ConfigSources, which \
+         replaces the default sources, so the files would not be read; accepted: one or the \
+         other (to layer files and a figment, add both to one ConfigSources and pass it to \
+         `sources`)"
+    )]
+    IgnoredFiles {
+        /// The files given with `toml_file`, comma-separated.
+        files: String,
+    },
     /// A variable the lock reads holds bytes that are not UTF-8.
     #[error(
         "environment variable {variable} holds bytes that are not UTF-8 (not shown: it may be a \
@@ -137,7 +150,8 @@ impl ConfigError {
             ConfigError::MissingFile { .. }
             | ConfigError::UnreadableFile { .. }
             | ConfigError::InvalidToml { .. }
-            | ConfigError::Source { .. } => None,
+            | ConfigError::Source { .. }
+            | ConfigError::IgnoredFiles { .. } => None,
         }
     }
 
