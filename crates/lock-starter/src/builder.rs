@@ -475,6 +475,13 @@ impl LockStarter {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
+        if let Some(near) = crate::config::near_section(&self.settings.caches, name) {
+            tracing::warn!(
+                cache = name,
+                "cache {name:?} has no section of its own and takes telco.platform.lock.cache.*; \
+                 did you mean the configured telco.platform.lock.caches.{near}?"
+            );
+        }
         let section = self.settings.cache_of(name);
         let mut options = CacheOptions::new()
             .ttl(section.ttl)?

@@ -9,8 +9,8 @@ use std::time::Duration;
 use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
-use lock_core::parse_duration;
 use lock_core::rate_limit::Quota;
+use lock_core::{format_duration, parse_duration};
 use lock_redis::{RedisAddress, redact};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::{Deserialize, Deserializer, de};
@@ -609,6 +609,20 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
         if let Some(line) = settings.describe(spec.name) {
             tracing::debug!("{line}");
         }
+    }
+    for (name, quota) in &settings.rate_limits {
+        let batch = settings.rate_limit_batches.get(name).copied().unwrap_or(0);
+        tracing::debug!("{PREFIX}.rate-limits.{name}: {quota}, local-batch {batch}");
+    }
+    for (name, cache) in &settings.caches {
+        tracing::debug!(
+            "{PREFIX}.caches.{name}: ttl {}, max-value-bytes {}, near-cache-entries {}, \
+             cross-pod-load-wait {}",
+            format_duration(cache.ttl),
+            cache.max_value_bytes,
+            cache.near_cache_entries,
+            format_duration(cache.cross_pod_load_wait)
+        );
     }
     Ok(settings)
 }

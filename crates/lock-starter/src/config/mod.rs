@@ -253,6 +253,25 @@ pub(crate) fn section_name<'a, V>(sections: &'a BTreeMap<String, V>, name: &'a s
     }
 }
 
+/// The configured section of `sections` whose name is a likely misspelling of `name`, when
+/// none is spelt as `name` (see [`section_name`]): `product` for `products`.
+pub(crate) fn near_section<'a, V>(
+    sections: &'a BTreeMap<String, V>,
+    name: &str,
+) -> Option<&'a str> {
+    if sections.contains_key(section_name(sections, name)) {
+        return None;
+    }
+    let fold = |n: &str| n.to_ascii_lowercase().replace('_', "-");
+    let name = fold(name);
+    sections
+        .keys()
+        .map(|s| (strsim::damerau_levenshtein(&fold(s), &name), s))
+        .filter(|(d, _)| *d <= (name.len() / 4).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, s)| s.as_str())
+}
+
 impl LockSettings {
     /// The settings of the cache `name`: its `caches.<name>.*` keys over `cache.*`. The section
     /// is the one spelt `name`, or else the only one spelt alike (`_` as `-`, any case), as an

@@ -223,3 +223,55 @@ fn a_misspelt_named_key_gets_a_suggestion() {
         assert!(warnings.contains(expected), "{toml}{env:?}:\n{warnings}");
     }
 }
+
+/// A cache asked for by a name no section has, while a section spelt nearly so is configured,
+/// gets the shared settings and a warning naming that section; a name spelt alike does not.
+#[tokio::test]
+async fn a_cache_near_a_configured_section_is_warned_about() {
+    let config = "[telco.platform.lock]\nenabled = false\n\
+                  [telco.platform.lock.caches.product]\nnear-cache-entries = 1000\n\
+                  [telco.platform.lock.caches.price-lists]\nttl = \"1m\"\n";
+    let starter = LockStarter::builder()
+        .figment(Figment::from(Toml::string(config)))
+        .build()
+        .await
+        .unwrap();
+    let (logs, subscriber) = lock_testkit::logs::CapturedLogs::scoped(tracing::Level::WARN);
+    tracing::subscriber::with_default(subscriber, || {
+        for name in ["products", "product", "price_lists", "tariffs"] {
+            starter.cache::<String>(name).unwrap();
+        }
+    });
+    let text = logs.text();
+    let warned: Vec<&str> = text.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warned.len(), 1, "{text}");
+    assert!(
+        warned[0].contains(
+            "cache \"products\" has no section of its own and takes telco.platform.lock.cache.*; \
+             did you mean the configured telco.platform.lock.caches.product?"
+        ),
+        "{text}"
+    );
+}
+
+/// The settings in force are logged at DEBUG, named sections included, so that a section
+/// that did not apply is seen missing.
+#[test]
+fn named_sections_are_logged_at_debug() {
+    let (logs, subscriber) = lock_testkit::logs::CapturedLogs::scoped(tracing::Level::DEBUG);
+    tracing::subscriber::with_default(subscriber, || {
+        load(
+            "[telco.platform.lock.caches.products]\nnear-cache-entries = 1000\n\
+             [telco.platform.lock.rate-limits.api]\nrate = \"5/10s\"\n",
+            &[],
+        )
+        .unwrap();
+    });
+    let text = logs.text();
+    for line in [
+        "telco.platform.lock.caches.products: ttl 1 h, max-value-bytes 1048576, near-cache-entries 1000, cross-pod-load-wait 0",
+        "telco.platform.lock.rate-limits.api: 5/10s, local-batch 0",
+    ] {
+        assert!(text.contains(line), "no {line:?} in {text}");
+    }
+}
