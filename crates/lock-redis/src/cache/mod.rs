@@ -350,7 +350,7 @@ impl CacheStore for RedisCaches {
     }
 }
 
-/// How often a watch publishes a probe on its own channel, to find a subscription that died
+/// How often a watch publishes a probe (a message of its own on the cache's channel), to find a subscription that died
 /// without an error (a middlebox dropping an idle connection): the in-process tier may serve
 /// an entry changed elsewhere for at most this plus [`PROBE_TIMEOUT`] before it is flushed.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
