@@ -1023,6 +1023,16 @@ impl LockStarterBuilder {
         let caches = Store::chosen(self.cache_store, redis.as_ref())
             .build()
             .await;
+        let (prefix, instance) = (&settings.key_prefix, &settings.instance_id);
+        match &redis {
+            Some(_) => {
+                let address = &settings.redis.address;
+                tracing::info!(redis = %address, key_prefix = %prefix, instance_id = %instance, "lock starter ready");
+            }
+            None => {
+                tracing::info!(key_prefix = %prefix, instance_id = %instance, "lock starter ready with a custom lock; no Redis connection opened");
+            }
+        }
         Ok(LockStarter {
             lock: Ok(lock),
             redis,
