@@ -8,14 +8,16 @@
 //! ```text
 //! export TELCO_PLATFORM_LOCK_REDIS_ADDRESS=redis://127.0.0.1:6379
 //! export TELCO_PLATFORM_LOCK_CACHE_NEAR_CACHE_ENTRIES=1000
-//! cargo run -p lock-starter --example product_catalog -- --role writer   # then type 3900
-//! cargo run -p lock-starter --example product_catalog -- --role reader   # another terminal
+//! POD_NAME=writer cargo run -p lock-starter --example product_catalog -- --role writer   # then type 3900
+//! POD_NAME=reader cargo run -p lock-starter --example product_catalog -- --role reader   # another terminal
 //! ```
+//!
+//! `POD_NAME` names each process in its events; without it both take the host's name.
 //!
 //! It prints one JSON event per line on stdout (the demo reads them) and logs to stderr. Each
 //! `read` says where the product came from, by the cache's own hit counters: `near` (this
 //! process's memory), `shared` (Redis) or `loaded` (the catalog); the reader prints a read only
-//! when that or the price changed. Exit codes: 0 input ended, 78 bad configuration, 1 the cache
+//! when that or the price changed. Exit codes: 0 when stdin ends, 78 bad configuration, 1 the cache
 //! failed.
 
 mod common;

@@ -92,7 +92,7 @@ fn check(done: &[Event], failed: usize) -> bool {
     checks.report(
         admitted <= bound,
         format!(
-            "{admitted} admitted of {} offered in {seconds:.2}s ({}): within the bound of burst + rate × time = {bound:.0}",
+            "{admitted} admitted of {} offered in {seconds:.2}s ({}): within the bound of burst + rate × time = {bound:.0} (offered more, a GCRA admits up to it)",
             admitted + denied,
             spread.join(", ")
         ),

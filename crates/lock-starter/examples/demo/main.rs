@@ -627,10 +627,10 @@ fn describe(event: &Event) -> String {
                 / 1e3
         ),
         "done" if event.pod.starts_with("shop-") && f["reads"].is_u64() => format!(
-            "input ended after {} reads: {} from memory, {} from Redis, {} loaded",
+            "finished its {} reads: {} from memory, {} from Redis, {} loaded",
             f["reads"], f["near"], f["shared"], f["loaded"]
         ),
-        "done" if event.pod.starts_with("shop-") => "input ended".into(),
+        "done" if event.pod.starts_with("shop-") => "finished its reads".into(),
         "output" => f.as_str().unwrap_or_default().to_owned(),
         "log" => format!("log: {}", f.as_str().unwrap_or_default()),
         "done" if event.pod.starts_with("gw-") => format!(
