@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use figment::error::{Actual, Kind};
 use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
@@ -425,7 +426,20 @@ fn extraction_error(figment: &Figment, section: &str, error: figment::Error) -> 
         .collect::<Vec<_>>()
         .join(".");
     let problem = match &error.kind {
-        figment::error::Kind::Message(message) => message.clone(),
+        Kind::Message(message) => message.clone(),
+        // A count key (`u32`): said as the range keys say it, not in serde's words.
+        Kind::InvalidType(actual, expected) | Kind::InvalidValue(actual, expected)
+            if expected
+                .strip_prefix('u')
+                .is_some_and(|bits| bits.parse::<u8>().is_ok()) =>
+        {
+            match actual {
+                Actual::Signed(n) if *n < 0 => "a negative number",
+                Actual::Signed(_) | Actual::Unsigned(_) => "too large",
+                _ => "not a whole number",
+            }
+            .to_owned()
+        }
         kind => kind.to_string(),
     };
     match KEYS.iter().chain(SPRING_KEYS).find(|spec| spec.name == key) {

@@ -386,6 +386,42 @@ fn durations_take_ms_s_m_h_their_combinations_and_a_bare_zero() {
     assert!(invalid(result).1.contains("a unit is required"));
 }
 
+/// A count key given something else says so in the words the range keys use, not serde's.
+#[test]
+fn a_count_that_is_not_one_says_why_plainly() {
+    for (variable, value, problem) in [
+        (
+            "TELCO_PLATFORM_LOCK_CACHE_MAX_VALUE_BYTES",
+            "1GB",
+            "not a whole number",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_MIN_REPLICAS",
+            "2.5",
+            "not a whole number",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_CACHE_NEAR_CACHE_ENTRIES",
+            "-5",
+            "a negative number",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_IDEMPOTENCY_MAX_RESULT_BYTES",
+            "99999999999",
+            "too large",
+        ),
+    ] {
+        let message = from_env(&[(variable, value)]).unwrap_err().to_string();
+        assert!(
+            message.contains(&format!(
+                "(from environment variable {variable}): {problem}; accepted: a whole number from"
+            )),
+            "{message}"
+        );
+        assert!(!message.contains("expected u32"), "{message}");
+    }
+}
+
 #[test]
 fn quoted_numbers_and_booleans_are_read_like_figment_reads_them() {
     let (settings, _) = from_toml(
