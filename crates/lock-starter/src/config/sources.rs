@@ -220,7 +220,22 @@ impl ConfigSources {
             figment = figment.merge(layer);
         }
         let host_env = match &self.env {
-            EnvInput::Off => HostEnv::process(),
+            EnvInput::Off => {
+                let mut host_env = HostEnv::process();
+                let unread: Vec<String> = std::env::vars_os()
+                    .filter_map(|(name, _)| name.into_string().ok())
+                    .filter(|name| name.starts_with(ENV_PREFIX))
+                    .collect();
+                if !unread.is_empty() {
+                    host_env.warnings.push(format!(
+                        "environment variables {} are set but not read: these sources read no \
+                         environment (a figment handed in replaces it); add .env(true) to a \
+                         ConfigSources to read them",
+                        unread.join(", ")
+                    ));
+                }
+                host_env
+            }
             EnvInput::Process => {
                 let mut vars = BTreeMap::new();
                 for (name, value) in std::env::vars_os() {

@@ -1019,3 +1019,32 @@ fn child_loads_the_process_environment() {
         Err(error) => println!("LOAD: {error}"),
     }
 }
+
+/// Sources that read no environment (a consumer's figment) warn of the lock's variables the
+/// process has, by name, so that an override set there is not lost without a word.
+#[test]
+fn variables_a_figment_leaves_unread_are_a_warning() {
+    let output = lock_testkit::test_child(module_path!(), "child_loads_a_figment_alone")
+        .env("TELCO_PLATFORM_LOCK_WAIT_TIME", "9s")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains(
+            "WARNING: environment variables TELCO_PLATFORM_LOCK_WAIT_TIME are set but not read"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("9s"), "{stdout}");
+}
+
+/// The body of a child process: loads the settings from an empty figment alone.
+#[test]
+#[ignore = "the body of a child process a test starts"]
+fn child_loads_a_figment_alone() {
+    let figment = lock_starter::figment::Figment::new();
+    let settings = LockSettings::load(&ConfigSources::from_figment(figment)).unwrap();
+    for warning in settings.warnings() {
+        println!("WARNING: {warning}");
+    }
+}
