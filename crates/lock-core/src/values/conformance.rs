@@ -20,9 +20,9 @@ pub use hooked::{Hooked, Hooks};
 use crate::BoxError;
 use crate::conformance::{SLACK, unique_key};
 use crate::values::{
-    Delivery, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL, Observed,
-    Progress, Queue, SharedValues, Taken, TtlMap, ValueStore, ValueWatch, ValuesError, Versioned,
-    Waited, WhenBusy, Written,
+    Condition, Delivery, Expiry, Flight, MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, MIN_FLIGHT_TTL,
+    Observed, Progress, Queue, SharedValues, Taken, TtlMap, ValueStore, ValueWatch, ValuesError,
+    Versioned, Waited, WhenBusy, Written,
 };
 
 /// A wait long enough that only a broken implementation runs out of it.
@@ -331,7 +331,7 @@ pub async fn a_change_back_to_an_equal_value_is_a_change(factory: &dyn ValuesFac
 }
 
 /// A write older than the version a `wait_for_change` names, heard late (a watch and the
-/// reads keep no order between them), is not a change.
+/// reads keep no order between them), is not a change: a set, or a delete.
 pub async fn a_write_heard_late_is_not_a_change(factory: &dyn ValuesFactory) {
     let key = unique_key("late");
     let writer = factory.client().await;
@@ -342,29 +342,33 @@ pub async fn a_write_heard_late_is_not_a_change(factory: &dyn ValuesFactory) {
         .await
         .unwrap()
         .expect("A is stored");
+    let deleted = match writer.store().delete(&key, Condition::Always).await {
+        Ok(Written::Stored { version }) => version,
+        other => panic!("A was not deleted: {other:?}"),
+    };
     let since = set(&writer, &key, "B", Expiry::After(LONG)).await;
-    let store = factory.client().await.store().clone();
-    let waiter = SharedValues::new(Arc::new(Hooked {
-        store,
-        hooks: Late(older),
-    }));
-    let timeout = Duration::from_millis(300);
-    let waited = waiter
-        .wait_for_change::<String>(&key, Some(since), timeout)
-        .await
-        .unwrap();
-    assert_eq!(
-        waited,
-        Waited::TimedOut(Some(Versioned {
+    for late in [Observed::Set(older), Observed::Deleted { version: deleted }] {
+        let store = factory.client().await.store().clone();
+        let waiter = SharedValues::new(Arc::new(Hooked {
+            store,
+            hooks: Late(late.clone()),
+        }));
+        let timeout = Duration::from_millis(300);
+        let waited = waiter
+            .wait_for_change::<String>(&key, Some(since), timeout)
+            .await
+            .unwrap();
+        let b = Versioned {
             value: "B".to_owned(),
-            version: since
-        }))
-    );
+            version: since,
+        };
+        assert_eq!(waited, Waited::TimedOut(Some(b)), "heard late: {late:?}");
+    }
 }
 
 /// Watches that first hear a write made before them, then what the store's watch hears.
 #[derive(Debug)]
-struct Late(Versioned<Vec<u8>>);
+struct Late(Observed);
 
 #[async_trait]
 impl Hooks for Late {
@@ -374,7 +378,7 @@ impl Hooks for Late {
         key: &str,
     ) -> Result<Box<dyn ValueWatch>, ValuesError> {
         Ok(Box::new(LateWatch {
-            late: Some(Observed::Set(self.0.clone())),
+            late: Some(self.0.clone()),
             watch: store.watch(key).await?,
         }))
     }

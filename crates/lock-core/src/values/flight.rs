@@ -299,7 +299,7 @@ impl SharedValues {
                 // A guard's expiry is not published: look again every third of the TTL, as
                 // often as a runner renews it.
                 let until = Instant::now() + remaining.min(ttl / 3);
-                self.wait_on(&mut **watch, key, until, |v| !running(v))
+                self.wait_on(&mut **watch, key, until, |v, _| !running(v))
                     .await?
             };
             match waited.into_value().map(|v| v.value) {
@@ -330,7 +330,7 @@ impl SharedValues {
         let Some(watch) = watch else {
             return Ok(None);
         };
-        let done = |v: Option<&Versioned<Record<T, P>>>| {
+        let done = |v: Option<&Versioned<Record<T, P>>>, _: Option<u64>| {
             matches!(v.map(|v| &v.value), Some(Record::Done { .. }))
         };
         Ok(

@@ -198,6 +198,8 @@ impl SharedValues {
         check_key(key)?;
         check_duration("timeout", timeout, Duration::ZERO, MAX_WAIT)
             .map_err(ValuesError::argument)?;
+        let mut until = until;
+        let until = move |v: Option<&Versioned<T>>, _: Option<u64>| until(v);
         telemetry::wait(key, self.wait(key, Instant::now() + timeout, until)).await
     }
 
@@ -222,7 +224,8 @@ impl SharedValues {
 
     /// Waits until `key` is written after version `since` (`None`: after being absent), at
     /// most `timeout`. A value overwritten with an equal one is a change: its version is
-    /// greater. A write older than `since` that is heard late is not a change.
+    /// greater. A set or delete older than `since` that is heard late is not a change; with
+    /// `since = None` there is no version to compare, and a set heard late counts.
     ///
     /// # Errors
     /// As [`wait_for`](Self::wait_for).
@@ -235,11 +238,16 @@ impl SharedValues {
     where
         T: DeserializeOwned + Send,
     {
-        self.wait_for(key, timeout, |v: Option<&Versioned<T>>| match (v, since) {
-            (Some(v), Some(since)) => v.version > since,
-            (v, since) => v.is_some() != since.is_some(),
-        })
-        .await
+        check_key(key)?;
+        check_duration("timeout", timeout, Duration::ZERO, MAX_WAIT)
+            .map_err(ValuesError::argument)?;
+        // By the version of the write seen (a delete's too); a read of an absent key has none.
+        let until = |v: Option<&Versioned<T>>, version: Option<u64>| match (since, version) {
+            (Some(since), Some(version)) => version > since,
+            (Some(_), None) => true,
+            (None, _) => v.is_some(),
+        };
+        telemetry::wait(key, self.wait(key, Instant::now() + timeout, until)).await
     }
 
     async fn write<T: Serialize + ?Sized>(
@@ -268,7 +276,7 @@ impl SharedValues {
     ) -> Result<Waited<T>, ValuesError>
     where
         T: DeserializeOwned + Send,
-        F: FnMut(Option<&Versioned<T>>) -> bool + Send,
+        F: FnMut(Option<&Versioned<T>>, Option<u64>) -> bool + Send,
     {
         let mut watch = self.store.watch(key).await?;
         self.wait_on(&mut *watch, key, deadline, until).await
@@ -276,7 +284,8 @@ impl SharedValues {
 
     /// Waits on `watch`, a watch of `key` that may have observed writes already: they count
     /// (tested before the read), so a waiter that keeps one watch across several waits misses
-    /// nothing between them.
+    /// nothing between them. `until` is given each value seen and the version of the write
+    /// that left it (a delete's too; `None` for a read of an absent key).
     pub(crate) async fn wait_on<T, F>(
         &self,
         watch: &mut dyn ValueWatch,
@@ -286,14 +295,14 @@ impl SharedValues {
     ) -> Result<Waited<T>, ValuesError>
     where
         T: DeserializeOwned + Send,
-        F: FnMut(Option<&Versioned<T>>) -> bool + Send,
+        F: FnMut(Option<&Versioned<T>>, Option<u64>) -> bool + Send,
     {
         // A zero timeout polls the watch once: what it holds already, without waiting.
         while let Ok(observed) = tokio::time::timeout(Duration::ZERO, watch.next()).await {
             let observed =
                 observed.map_err(|cause| ValuesError::unavailable("wait", key, cause))?;
-            if let Some((seen, _)) = self.seen(key, observed)? {
-                if until(seen.as_ref()) {
+            if let Some((seen, version)) = self.seen(key, observed)? {
+                if until(seen.as_ref(), Some(version)) {
                     return Ok(Waited::Met(seen));
                 }
             }
@@ -302,7 +311,7 @@ impl SharedValues {
         // The newest write seen, deletes included, so an older one arriving late never
         // replaces it as the value the wait reports on timeout.
         let mut newest = current.as_ref().map_or(0, |v| v.version);
-        if until(current.as_ref()) {
+        if until(current.as_ref(), current.as_ref().map(|v| v.version)) {
             return Ok(Waited::Met(current));
         }
         // A read the watch asked for that failed (the watch heard again before the backend
@@ -317,11 +326,11 @@ impl SharedValues {
                 () = tokio::time::sleep(READ_RETRY), if read_due => Observed::Unknown,
             };
             let (seen, version) = match self.seen(key, observed)? {
-                Some(seen) => seen,
+                Some((seen, version)) => (seen, Some(version)),
                 None => match self.get(key).await {
                     Ok(read) => {
                         read_due = false;
-                        let version = read.as_ref().map_or(newest, |v| v.version);
+                        let version = read.as_ref().map(|v| v.version);
                         (read, version)
                     }
                     Err(ValuesError::Unavailable { .. }) => {
@@ -331,10 +340,11 @@ impl SharedValues {
                     Err(error) => return Err(error),
                 },
             };
-            // Any write observed was the key's value at some point of the wait.
-            if until(seen.as_ref()) {
+            // Any write observed was the key's value at some point.
+            if until(seen.as_ref(), version) {
                 return Ok(Waited::Met(seen));
             }
+            let version = version.unwrap_or(newest);
             if version >= newest {
                 newest = version;
                 current = seen;
