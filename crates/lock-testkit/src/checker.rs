@@ -45,6 +45,10 @@
 //! 3. the earlier holder's `Lost` event fired later (it was paused past its lease and learned it
 //!    when it resumed), and it acked no write inside the overlap.
 //!
+//! A write is inside the overlap when its span meets it, or, for an acked write the resource's
+//! log holds, when the resource accepted it inside the overlap: a holder paused between the
+//! acceptance and its ack made the write while it held the key.
+//!
 //! Otherwise it is a violation.
 //!
 //! ```
@@ -254,12 +258,19 @@ struct WriteAttempt<'a> {
     invoke_ns: Option<u64>,
     complete_ns: Option<u64>,
     status: WriteStatus,
+    /// When the resource accepted it, for an acked write its log holds.
+    accepted_ns: Option<u64>,
 }
 
 impl WriteAttempt<'_> {
-    /// Whether the attempt's invoke–complete span meets `[from, to]`. An attempt that never
-    /// completed spans to the end of time.
+    /// Whether the write was made within `[from, to]`: at the moment the resource accepted
+    /// it, when known (a writer paused between the acceptance and its ack learns of it late),
+    /// else anywhere in its invoke–complete span. An attempt that never completed spans to
+    /// the end of time.
     fn meets(&self, from: u64, to: u64) -> bool {
+        if let Some(at) = self.accepted_ns {
+            return from <= at && at <= to;
+        }
         let Some(begin) = self.invoke_ns.or(self.complete_ns) else {
             return false;
         };
@@ -322,6 +333,7 @@ pub fn check(history: &[Event], accepted: &[WriteRecord], allowed_codes: &[&str]
                         invoke_ns: Some(event.t_ns),
                         complete_ns: None,
                         status: WriteStatus::Unknown,
+                        accepted_ns: None,
                     });
                 }
             }
@@ -367,6 +379,7 @@ pub fn check(history: &[Event], accepted: &[WriteRecord], allowed_codes: &[&str]
                                     invoke_ns: None,
                                     complete_ns: None,
                                     status,
+                                    accepted_ns: None,
                                 });
                                 writes.last_mut().expect("just pushed")
                             }
@@ -391,6 +404,17 @@ pub fn check(history: &[Event], accepted: &[WriteRecord], allowed_codes: &[&str]
         .filter(|w| w.status == WriteStatus::Acked)
         .count() as u64;
 
+    for write in writes.iter_mut().filter(|w| w.status == WriteStatus::Acked) {
+        write.accepted_ns = accepted
+            .iter()
+            .find(|r| {
+                r.writer == write.process
+                    && r.key == write.key
+                    && Some(r.token) == write.token
+                    && Some(r.value) == write.value
+            })
+            .map(|r| r.t_ns);
+    }
     for grant in &mut grants {
         grant.end = belief_end(grant, &enders, &last_event);
     }
