@@ -195,12 +195,13 @@ impl SharedValues {
         T: DeserializeOwned + Send,
         F: FnMut(Option<&Versioned<T>>) -> bool + Send,
     {
-        check_key(key)?;
-        check_duration("timeout", timeout, Duration::ZERO, MAX_WAIT)
-            .map_err(ValuesError::argument)?;
         let mut until = until;
-        let until = move |v: Option<&Versioned<T>>, _: Option<u64>| until(v);
-        telemetry::wait(key, self.wait(key, Instant::now() + timeout, until)).await
+        self.wait(
+            key,
+            timeout,
+            move |v: Option<&Versioned<T>>, _: Option<u64>| until(v),
+        )
+        .await
     }
 
     /// Waits until `key` holds `expected`, at most `timeout` (see [`wait_for`](Self::wait_for)).
@@ -238,16 +239,13 @@ impl SharedValues {
     where
         T: DeserializeOwned + Send,
     {
-        check_key(key)?;
-        check_duration("timeout", timeout, Duration::ZERO, MAX_WAIT)
-            .map_err(ValuesError::argument)?;
         // By the version of the write seen (a delete's too); a read of an absent key has none.
         let until = |v: Option<&Versioned<T>>, version: Option<u64>| match (since, version) {
             (Some(since), Some(version)) => version > since,
             (Some(_), None) => true,
             (None, _) => v.is_some(),
         };
-        telemetry::wait(key, self.wait(key, Instant::now() + timeout, until)).await
+        self.wait(key, timeout, until).await
     }
 
     async fn write<T: Serialize + ?Sized>(
@@ -268,18 +266,27 @@ impl SharedValues {
         written
     }
 
+    /// Checks the arguments, then waits on a watch of `key` (see [`wait_on`](Self::wait_on)),
+    /// measured.
     async fn wait<T, F>(
         &self,
         key: &str,
-        deadline: Instant,
+        timeout: Duration,
         until: F,
     ) -> Result<Waited<T>, ValuesError>
     where
         T: DeserializeOwned + Send,
         F: FnMut(Option<&Versioned<T>>, Option<u64>) -> bool + Send,
     {
-        let mut watch = self.store.watch(key).await?;
-        self.wait_on(&mut *watch, key, deadline, until).await
+        check_key(key)?;
+        check_duration("timeout", timeout, Duration::ZERO, MAX_WAIT)
+            .map_err(ValuesError::argument)?;
+        let deadline = Instant::now() + timeout;
+        let waited = async {
+            let mut watch = self.store.watch(key).await?;
+            self.wait_on(&mut *watch, key, deadline, until).await
+        };
+        telemetry::wait(key, waited).await
     }
 
     /// Waits on `watch`, a watch of `key` that may have observed writes already: they count

@@ -508,7 +508,7 @@ pub(crate) fn unknown_key_hint(unknown: &str, as_env: bool) -> Option<String> {
             let last = normalize(spec.short_name().rsplit('.').next().unwrap_or_default());
             let d = strsim::damerau_levenshtein(&norm, &whole)
                 .min(strsim::damerau_levenshtein(&norm, &last));
-            (d <= (whole.len() / 4).max(1)).then_some((d, spec))
+            (d <= edits_allowed(whole.len())).then_some((d, spec))
         })
         .min_by_key(|(d, _)| *d);
     let name = match spec {
@@ -546,8 +546,8 @@ fn named_key_hint(unknown: &str, as_env: bool) -> Option<String> {
                     normalize(&candidate[PREFIX.len() + 1..])
                 };
                 let d = strsim::damerau_levenshtein(&norm, &short);
-                let allowed = (short.len() - normalize(&name).len()) / 4;
-                if d <= allowed.max(1) && best.as_ref().is_none_or(|(b, _)| d < *b) {
+                let allowed = edits_allowed(short.len() - normalize(&name).len());
+                if d <= allowed && best.as_ref().is_none_or(|(b, _)| d < *b) {
                     best = Some((d, candidate));
                 }
             }
@@ -577,8 +577,14 @@ pub(crate) fn near_miss_of_prefix(segments: &[&str], spelt: &str) -> bool {
         && segments != wanted.as_slice()
         && segments.iter().zip(&wanted).all(|(got, want)| {
             strsim::damerau_levenshtein(&normalize(got), &normalize(want))
-                <= (want.len() / 4).max(1)
+                <= edits_allowed(want.len())
         })
+}
+
+/// The edits a spelling of a name of `len` letters may be from it to count as a misspelling:
+/// one per four letters, at least one.
+pub(crate) fn edits_allowed(len: usize) -> usize {
+    (len / 4).max(1)
 }
 
 #[cfg(test)]

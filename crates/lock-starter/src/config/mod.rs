@@ -242,7 +242,6 @@ pub struct BranchesSection {
 /// an environment variable would name so, which has no lower case and `_` for `-`
 /// (`CACHES_PRODUCT_PRICES_TTL` sets `product-prices`, found for `product_prices` too).
 pub(crate) fn section_name<'a, V>(sections: &'a BTreeMap<String, V>, name: &'a str) -> &'a str {
-    let fold = |n: &str| n.to_ascii_lowercase().replace('_', "-");
     if sections.contains_key(name) {
         return name;
     }
@@ -262,14 +261,18 @@ pub(crate) fn near_section<'a, V>(
     if sections.contains_key(section_name(sections, name)) {
         return None;
     }
-    let fold = |n: &str| n.to_ascii_lowercase().replace('_', "-");
     let name = fold(name);
     sections
         .keys()
         .map(|s| (strsim::damerau_levenshtein(&fold(s), &name), s))
-        .filter(|(d, _)| *d <= (name.len() / 4).max(1))
+        .filter(|(d, _)| *d <= keys::edits_allowed(name.len()))
         .min_by_key(|(d, _)| *d)
         .map(|(_, s)| s.as_str())
+}
+
+/// A section name as an environment variable spells it, compared so: lower case, `-` for `_`.
+fn fold(name: &str) -> String {
+    name.to_ascii_lowercase().replace('_', "-")
 }
 
 impl LockSettings {
