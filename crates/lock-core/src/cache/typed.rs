@@ -375,7 +375,8 @@ where
         self.read_counting(key, false, false).await
     }
 
-    /// A read, its miss counted if `count_miss`, and marked for a load if `for_load`.
+    /// A read, its miss (and an undecodable entry) counted if `count_miss`, and marked for a
+    /// load if `for_load`.
     async fn read_counting(&self, key: &str, count_miss: bool, for_load: bool) -> Read<V> {
         let miss = |inner: &Inner<V>| {
             if count_miss {
@@ -425,9 +426,12 @@ where
                 Read::Hit(value)
             }
             Err(error) => {
-                tracing::debug!(cache = %inner.name, key, %error, type_name = type_name::<V>(),
-                    "a cached entry does not deserialize: read as a miss, to be loaded again");
-                inner.metrics.undecodable.increment(1);
+                // Counted and logged with the miss: once per call, not per read of it.
+                if count_miss {
+                    tracing::debug!(cache = %inner.name, key, %error, type_name = type_name::<V>(),
+                        "a cached entry does not deserialize: read as a miss, to be loaded again");
+                    inner.metrics.undecodable.increment(1);
+                }
                 miss(inner);
                 Read::Miss(mark)
             }

@@ -223,7 +223,11 @@ fn millis(ttl: Duration) -> u64 {
 /// short: a miss, which the load overwrites.
 fn parse_entry<'a>(cache: &str, key: &str, stored: &'a [u8]) -> Option<(u64, &'a [u8])> {
     let parsed = stored.iter().position(|b| *b == b':').and_then(|colon| {
-        let deadline = std::str::from_utf8(&stored[..colon]).ok()?.parse().ok()?;
+        let digits = &stored[..colon];
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let deadline = std::str::from_utf8(digits).ok()?.parse().ok()?;
         Some((deadline, &stored[colon + 1..]))
     });
     if parsed.is_none() {

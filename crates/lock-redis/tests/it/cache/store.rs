@@ -178,7 +178,8 @@ async fn reads_of_a_buffered_stream_hold_up_no_other_read() {
 async fn a_field_without_a_deadline_is_a_miss_and_is_overwritten() {
     let redis = server().await;
     let products = cache_on(&redis, CacheOptions::new()).await;
-    for stored in ["\"Fibre 1000\"", "17:", "x:\"Fibre 1000\"", ""] {
+    let signed = "+99999999999999:\"Fibre 1000\"";
+    for stored in ["\"Fibre 1000\"", "17:", "x:\"Fibre 1000\"", "", signed] {
         redis
             .cmd(&["HSET", "lock:cache:{products}", "sku-1", stored])
             .await
@@ -196,6 +197,26 @@ async fn a_field_without_a_deadline_is_a_miss_and_is_overwritten() {
         }
         assert_eq!(runs.load(Ordering::SeqCst), 1, "{stored:?}");
     }
+}
+
+/// Every write, invalidations included, removes up to 100 write stamps older than their
+/// window: a service that invalidates far more than it puts keeps the deadlines set bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_sweeps_old_write_stamps() {
+    let redis = server().await;
+    let products = cache_on(&redis, CacheOptions::new()).await;
+    products.put("sku-0", &"live".to_owned()).await.unwrap();
+    // 150 stamps from long ago (scored just above STAMPS = 2^50, stamps.lua).
+    let old = "for i = 1, 150 do redis.call('ZADD', KEYS[1], 1125899906842625, '\\1old-' .. i) end";
+    let deadlines = "lock:cache:{products}:deadlines";
+    redis.cmd(&["EVAL", old, "1", deadlines]).await.unwrap();
+    let stale_args = ["ZCOUNT", deadlines, "1125899906842625", "1125899906842625"];
+    let stale = || common::integer(&redis, &stale_args);
+    assert_eq!(stale().await, 150);
+    products.invalidate("sku-0").await.unwrap();
+    assert_eq!(stale().await, 50, "an invalidation sweeps 100");
+    products.invalidate("never-put").await.unwrap();
+    assert_eq!(stale().await, 0);
 }
 
 /// A cache's keys overwritten with another type fail its writes and make its reads miss; a
