@@ -10,6 +10,7 @@
 //! - [`branches`]: the branch backend of master/sub locks.
 //! - [`values`]: the store of shared values.
 //! - [`rate_limit`]: the store of rate limits.
+//! - [`cache`]: the store of named caches and the push that keeps in-process tiers current.
 //!
 //! How it works, in one screen:
 //! - **Keys.** Lock `name` lives at `<prefix>{name}` and announces releases on

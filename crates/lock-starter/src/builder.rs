@@ -17,6 +17,7 @@ use lock_redis::RedisClient;
 use lock_redis::lock::RedisLock;
 
 use crate::branches::wiring as branch_wiring;
+use crate::built::Built;
 use crate::config::{ConfigError, ConfigSources, LockSettings};
 use crate::error::StartError;
 use crate::idempotency::wiring as idempotency;
@@ -47,6 +48,8 @@ pub struct LockStarter {
     values: SharedValues,
     rate_limits: Arc<dyn RateLimitStore>,
     caches: Arc<dyn CacheStore>,
+    /// The caches and rate limiters built by name, shared by this starter's clones.
+    built: Arc<Built>,
     settings: LockSettings,
 }
 
@@ -327,10 +330,12 @@ impl LockStarter {
     /// `telco.platform.lock.rate-limits.<name>`, on the lock's Redis connections; it answers by
     /// `policy` when Redis fails. See `docs/rate-limiting.md`.
     ///
-    /// Each call gives a limiter of its own: [`RateLimiter::set_quota`] changes that one (and its
-    /// clones), and a local batch (`…rate-limits.<name>.local-batch`,
-    /// [`RateLimiter::local_batch`]) is held by that one and its clones. Disabled
-    /// (`enabled = false`): every request is admitted.
+    /// Every call with this name and policy gives the same limiter (a clone), so asking in each
+    /// request is cheap, and its quota ([`RateLimiter::set_quota`]), local batch
+    /// (`…rate-limits.<name>.local-batch`) and outage state are shared. A name spelt as an
+    /// environment variable spells it (`MY_API` for `my-api`) is the section's name, and so
+    /// are the keys and headers it limits under. Disabled (`enabled = false`): every request is
+    /// admitted.
     ///
     /// # Errors
     /// [`RateLimitError::InvalidArgument`] when no quota is configured for `name`; it names the
@@ -380,7 +385,10 @@ impl LockStarter {
                 "limit",
                 format!("{name:?}"),
                 format!(
-                    "no quota is configured for it; set telco.platform.lock.rate-limits.{name}.rate (configured: {})",
+                    "no quota is configured for it{}; set telco.platform.lock.rate-limits.{name}.rate (configured: {})",
+                    crate::config::near_section(&self.settings.rate_limits, name)
+                        .map(|near| format!(" (did you mean {near:?}?)"))
+                        .unwrap_or_default(),
                     if configured.is_empty() {
                         "none".to_owned()
                     } else {
@@ -390,8 +398,10 @@ impl LockStarter {
             ));
         };
         let batch = self.settings.rate_limit_batches.get(section).copied();
-        RateLimiter::new(self.rate_limit_store(), name, *quota, policy)?
-            .local_batch(batch.unwrap_or(0))
+        self.built.get_or_build(section, Some(policy), || {
+            RateLimiter::new(self.rate_limit_store(), section, *quota, policy)?
+                .local_batch(batch.unwrap_or(0))
+        })
     }
 
     /// The layer limiting each request below it by the configured rate limit `name`, under
@@ -447,9 +457,11 @@ impl LockStarter {
     /// in-process tier and cross-pod loads of `telco.platform.lock.caches.<name>.*`, else of
     /// `telco.platform.lock.cache.*`. See `docs/cache.md`.
     ///
-    /// Each call gives a cache of its own: build it once and clone it (clones share their
-    /// loads in flight and their in-process tier). Disabled (`enabled = false`): nothing is
-    /// cached and every `get_or_load` runs its loader.
+    /// Every call with this name and `V` gives the same cache (a clone), so asking in each
+    /// request is cheap, and its loads in flight and in-process tier are shared. A name spelt
+    /// as an environment variable spells it (`PRODUCT_PRICES` for `product-prices`) is the
+    /// section's name. Disabled (`enabled = false`): nothing is cached and every
+    /// `get_or_load` runs its loader.
     ///
     /// # Errors
     /// [`CacheError::InvalidArgument`] for a name that is not a valid key.
@@ -472,6 +484,16 @@ impl LockStarter {
     /// # Ok(()) }
     /// ```
     pub fn cache<V>(&self, name: &str) -> Result<Cache<V>, CacheError>
+    where
+        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let name = crate::config::section_name(&self.settings.caches, name);
+        self.built
+            .get_or_build(name, None, || self.build_cache(name))
+    }
+
+    /// A new cache `name` (its section's own spelling, if it has one) of `V` values.
+    fn build_cache<V>(&self, name: &str) -> Result<Cache<V>, CacheError>
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
@@ -987,6 +1009,7 @@ impl LockStarterBuilder {
                 values,
                 rate_limits,
                 caches,
+                built: Arc::default(),
                 settings,
             });
         }
@@ -1041,6 +1064,7 @@ impl LockStarterBuilder {
             values,
             rate_limits,
             caches,
+            built: Arc::default(),
             settings,
         })
     }

@@ -90,6 +90,7 @@
 //! `examples/rate_limited_service.rs`.
 
 mod builder;
+mod built;
 pub mod config;
 mod error;
 mod health;

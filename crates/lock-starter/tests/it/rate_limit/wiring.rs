@@ -9,20 +9,34 @@ use lock_testkit::logs::CapturedLogs;
 use tracing::instrument::WithSubscriber;
 
 /// A section only a variable made (`…_RATE_LIMITS_SIGN_UP_RATE` makes `sign-up`) serves the
-/// name as the code spells it; the limiter keeps the code's name.
+/// name as the code spells it, under the section's name: every spelling, and every call, is
+/// one limiter, so two call sites spelling it differently never double the limit.
 #[tokio::test]
-async fn a_section_a_variable_spells_serves_the_codes_spelling() {
-    let starter = starter(
-        "[telco.platform.lock]\nenabled = false\n\
-         [telco.platform.lock.rate-limits.sign-up]\nrate = \"3/1h\"\nlocal-batch = 2\n",
-    )
-    .await;
-    let limiter = starter
-        .rate_limiter("sign_up", FailurePolicy::FailClosed)
+async fn every_spelling_of_a_limit_is_the_one_limiter() {
+    use lock_starter::figment::Figment;
+    use lock_starter::figment::providers::{Format, Toml};
+
+    let starter = LockStarter::builder()
+        .figment(Figment::from(Toml::string(
+            "[telco.platform.lock.rate-limits.sign-up]\nrate = \"3/1h\"\nlocal-batch = 2\n",
+        )))
+        .lock(std::sync::Arc::new(lock_starter::lock::InMemoryLock::new()))
+        .build()
+        .await
         .unwrap();
-    assert_eq!(limiter.quota().to_string(), "3/1h");
-    assert_eq!(limiter.local_batch_size(), 2);
-    assert_eq!(limiter.name(), "sign_up");
+    let limiters = ["sign_up", "SIGN-UP", "sign-up"].map(|name| {
+        starter
+            .rate_limiter(name, FailurePolicy::FailClosed)
+            .unwrap()
+    });
+    assert_eq!(limiters[0].quota().to_string(), "3/1h");
+    assert_eq!(limiters[0].local_batch_size(), 2);
+    let mut admitted = 0;
+    for limiter in limiters.iter().cycle().take(9) {
+        assert_eq!(limiter.name(), "sign-up");
+        admitted += u32::from(limiter.try_acquire("client-42", 1).await.unwrap().allowed);
+    }
+    assert_eq!(admitted, 3);
 }
 
 /// Two services on one Redis share a configured limit.
@@ -128,6 +142,18 @@ async fn disabled_limits_admit_everything_and_warn_once_at_start_up() {
 /// An unconfigured name is an error naming the configured ones and the key to set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unconfigured_limit_names_the_key_to_set() {
+    let configured = starter(
+        "[telco.platform.lock]\nenabled = false\n\
+         [telco.platform.lock.rate-limits.api]\nrate = \"5/1s\"\n",
+    )
+    .await;
+    let error = configured
+        .rate_limiter("apii", FailurePolicy::FailOpen)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid limit \"apii\": no quota is configured for it (did you mean \"api\"?); set telco.platform.lock.rate-limits.apii.rate (configured: api)"
+    );
     let starter = starter("[telco.platform.lock]\nenabled = false\n").await;
     for (name, expected) in [
         (
