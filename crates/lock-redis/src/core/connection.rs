@@ -382,6 +382,10 @@ fn tls_with_ca(path: &Path) -> Result<fred::types::config::TlsConfig, LockError>
             "{problem}; accepted: a readable PEM file of CA certificates"
         ))
     })?;
+    #[allow(
+        deprecated,
+        reason = "fred's TLS is built on ring (rustls 0.23.48 deprecates its provider for lacking post-quantum key exchange)"
+    )]
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let client = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

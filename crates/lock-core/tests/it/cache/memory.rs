@@ -180,7 +180,9 @@ async fn each_outcome_is_counted_under_the_caches_name() {
     let recorded = metrics.take();
     recorded.assert_counter(UNDECODABLE_TOTAL, "cache", "products", 1);
     // A get_or_load reads a miss twice (the second read marks the load): counted once.
-    let loaded = counts.get_or_load("sku-1", || async { Ok::<_, BoxError>(7) }).await;
+    let loaded = counts
+        .get_or_load("sku-1", || async { Ok::<_, BoxError>(7) })
+        .await;
     assert_eq!(loaded.unwrap(), 7);
     let recorded = metrics.take();
     recorded.assert_counter(UNDECODABLE_TOTAL, "cache", "products", 1);
