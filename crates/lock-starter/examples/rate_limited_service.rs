@@ -91,9 +91,10 @@ fn router(starter: &LockStarter, bill_run: Duration) -> Result<Router, Box<dyn s
 /// refuses a request without one before it gets here (a request without a key is not
 /// limited).
 fn client_id(request: &Request<Body>) -> Option<String> {
-    // An empty id, or one over 512 bytes, is the client's 400 `REQUEST_KEY_INVALID`.
-    let client = request.headers().get("x-client-id")?.to_str().ok()?;
-    Some(client.to_owned())
+    // An empty id, or one over 512 bytes, is the client's 400 `REQUEST_KEY_INVALID`. Read as
+    // bytes: `to_str` refuses non-ASCII, and a request without a key is not limited.
+    let client = request.headers().get("x-client-id")?;
+    Some(String::from_utf8_lossy(client.as_bytes()).into_owned())
 }
 
 /// The lock of a bill-run request: `bill-run:<period>`.
@@ -246,10 +247,16 @@ async fn check_at(addr: SocketAddr, starter: &LockStarter) -> Result<(), String>
         serde_json::from_str(&denied.body).map_err(|e| e.to_string())?;
     expect(problem["code"] == "RATE_LIMITED", "code RATE_LIMITED")?;
 
-    let bob = format!("bob-{}", std::process::id());
+    // Non-ASCII in the id: still a key, so still limited.
+    let bob = format!("bøb-{}", std::process::id());
     let other = send(addr, "GET", "/tariffs", Some(&bob)).await?;
     other.show(&format!("GET /tariffs as {bob}"));
     expect(other.status == 200, "another client has a limit of its own")?;
+    let remaining = format!("\"api\";r={};t=", burst - 1);
+    expect(
+        other.header("ratelimit").starts_with(&remaining),
+        "a non-ASCII client id is limited too",
+    )?;
     let anonymous = send(addr, "GET", "/tariffs", None).await?;
     anonymous.show("GET /tariffs without X-Client-Id");
     expect(

@@ -426,7 +426,7 @@ impl LockStarter {
     /// let starter = LockStarter::builder().figment(config).build().await?;
     /// let per_client = starter.rate_limit_layer("api", FailurePolicy::FailOpen, |request| {
     ///     let client = request.headers().get("x-client-id")?;
-    ///     client.to_str().ok().map(str::to_owned)
+    ///     Some(String::from_utf8_lossy(client.as_bytes()).into_owned()) // not to_str: non-ASCII too
     /// })?;
     /// let app: Router = Router::new().route("/tariffs", get(|| async { "[]" })).layer(per_client);
     /// # let _ = app;
