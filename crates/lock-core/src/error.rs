@@ -296,7 +296,10 @@ impl LockError {
             } => (
                 key,
                 format!("{value:?}"),
-                format!("{problem}; {}", accepted.replacen("a lock key", "a key", 1)),
+                format!(
+                    "{problem}; {}",
+                    accepted.replacen("a lock key", &subject(key), 1)
+                ),
             ),
             LockError::InvalidArgument {
                 name,
@@ -593,6 +596,14 @@ pub fn check_duration(
     match out_of_range(value, min, max) {
         None => Ok(()),
         Some((value, problem)) => Err(LockError::invalid_argument(name, value, problem)),
+    }
+}
+
+/// What an argument named `name` is called in a key rule: "a key", "a cache name".
+fn subject(name: &str) -> String {
+    match name {
+        "key" => "a key".to_owned(),
+        _ => format!("a {name} name"),
     }
 }
 

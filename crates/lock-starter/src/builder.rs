@@ -497,7 +497,13 @@ impl LockStarter {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        if let Some(near) = crate::config::near_section(&self.settings.caches, name) {
+        if name.contains('.') {
+            tracing::warn!(
+                cache = name,
+                "cache {name:?} cannot have a section of its own (a configuration key cannot \
+                 hold `.`) and takes telco.platform.lock.cache.*"
+            );
+        } else if let Some(near) = crate::config::near_section(&self.settings.caches, name) {
             tracing::warn!(
                 cache = name,
                 "cache {name:?} has no section of its own and takes telco.platform.lock.cache.*; \

@@ -546,6 +546,11 @@ fn named_key_hint(unknown: &str, as_env: bool) -> Option<String> {
                     normalize(&candidate[PREFIX.len() + 1..])
                 };
                 let d = strsim::damerau_levenshtein(&norm, &short);
+                if d == 0 {
+                    // Spelt right under a name holding the separator (`caches."a.b".ttl`):
+                    // the name is what is wrong, and its check says so.
+                    return None;
+                }
                 let allowed = edits_allowed(short.len() - normalize(&name).len());
                 if d <= allowed && best.as_ref().is_none_or(|(b, _)| d < *b) {
                     best = Some((d, candidate));
@@ -620,6 +625,8 @@ mod tests {
             Some("did you mean telco.platform.lock.caches.products.ttl?")
         );
         assert_eq!(unknown_key_hint("rate-limits..rate", false), None);
+        assert_eq!(unknown_key_hint("caches.a.b.ttl", false), None);
+        assert_eq!(unknown_key_hint("rate-limits.my.api.rate", false), None);
         assert_eq!(unknown_key_hint("RATE_LIMITS__RATE", true), None);
     }
 }

@@ -388,6 +388,17 @@ fn named_duration(
     Ok(Some(duration))
 }
 
+/// Whether `text` is a whole number too long for any integer type, and negative: `Some(true)`
+/// for `-99…9`, `Some(false)` for `99…9`, `None` for anything else.
+fn whole_number_sign(text: &str) -> Option<bool> {
+    let text = text.trim();
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(negative)
+}
+
 /// The whole number that the named key `spec` of `name` is set to, if it is set, checked.
 fn named_count(figment: &Figment, spec: &KeySpec, name: &str) -> Result<Option<u32>, ConfigError> {
     let path = spec.for_name(name);
@@ -396,7 +407,10 @@ fn named_count(figment: &Figment, spec: &KeySpec, name: &str) -> Result<Option<u
     };
     let count: Option<i128> = match &value {
         Value::Num(_, num) => num.to_i128(),
-        Value::String(_, text) => text.trim().parse().ok(),
+        // Digits beyond i128 are still a whole number: too large, said below.
+        Value::String(_, text) => text.trim().parse().ok().or_else(|| {
+            whole_number_sign(text).map(|negative| if negative { -1 } else { i128::MAX })
+        }),
         _ => None,
     };
     let count = count.ok_or_else(|| invalid_at(figment, spec, &path, "not a whole number"))?;
@@ -436,6 +450,14 @@ fn extraction_error(figment: &Figment, section: &str, error: figment::Error) -> 
             match actual {
                 Actual::Signed(n) if *n < 0 => "a negative number",
                 Actual::Signed(_) | Actual::Unsigned(_) => "too large",
+                Actual::Str(text) => match whole_number_sign(text) {
+                    Some(true) => "a negative number",
+                    Some(false) => "too large",
+                    None => "not a whole number",
+                },
+                // figment's 128-bit integers: "integer `99…9` as u128".
+                Actual::Other(text) if text.starts_with("integer `-") => "a negative number",
+                Actual::Other(text) if text.starts_with("integer `") => "too large",
                 _ => "not a whole number",
             }
             .to_owned()

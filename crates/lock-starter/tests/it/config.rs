@@ -410,6 +410,16 @@ fn a_count_that_is_not_one_says_why_plainly() {
             "99999999999",
             "too large",
         ),
+        (
+            "TELCO_PLATFORM_LOCK_CACHE_NEAR_CACHE_ENTRIES",
+            "99999999999999999999999",
+            "too large",
+        ),
+        (
+            "TELCO_PLATFORM_LOCK_CACHE_NEAR_CACHE_ENTRIES",
+            "999999999999999999999999999999999999999999",
+            "too large",
+        ),
     ] {
         let message = from_env(&[(variable, value)]).unwrap_err().to_string();
         assert!(

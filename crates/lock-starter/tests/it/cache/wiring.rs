@@ -88,4 +88,29 @@ async fn a_bad_cache_name_is_refused() {
     let error = starter.cache::<String>("bad\nname").unwrap_err();
     assert_eq!(error.code(), "CACHE_INVALID_ARGUMENT");
     assert_eq!(error.details()["argument"], "cache", "{error}");
+    let empty = starter.cache::<String>("").unwrap_err();
+    assert_eq!(
+        empty.to_string(),
+        "invalid cache \"\": it is empty; a cache name is 1 to 512 bytes of UTF-8 with no \
+         control characters (braces, spaces and unicode are fine)"
+    );
+}
+
+/// A name no section can be written for still names a cache, and a warning says it takes the
+/// shared settings.
+#[tokio::test]
+async fn a_cache_name_with_a_dot_is_warned_about() {
+    let starter = starter("[telco.platform.lock]\nenabled = false\n").await;
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    tracing::subscriber::with_default(subscriber, || {
+        starter.cache::<String>("catalog.products").unwrap();
+    });
+    assert!(
+        logs.text().contains(
+            "cache \"catalog.products\" cannot have a section of its own (a configuration key \
+             cannot hold `.`) and takes telco.platform.lock.cache.*"
+        ),
+        "{}",
+        logs.text()
+    );
 }

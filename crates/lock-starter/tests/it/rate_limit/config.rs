@@ -190,6 +190,10 @@ fn a_bad_local_batch_names_the_key_the_value_and_what_is_accepted() {
             "[telco.platform.lock.rate-limits.api]\nrate = \"1/1s\"\nlocal-batch = \"many\"\n",
             "rate-limits.api.local-batch = \"many\" (from TOML source string): not a whole number",
         ),
+        (
+            "[telco.platform.lock.rate-limits.api]\nrate = \"1/1s\"\nlocal-batch = \"999999999999999999999999999999999999999999\"\n",
+            "(from TOML source string): larger than the maximum; accepted: a whole number from 0 to 10000",
+        ),
     ] {
         let error = load(toml, &[]).unwrap_err();
         assert!(
