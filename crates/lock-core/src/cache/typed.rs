@@ -91,6 +91,11 @@ impl<V> std::fmt::Debug for Cache<V> {
     }
 }
 
+tokio::task_local! {
+    /// The loads the current task runs a loader of, outermost first: (cache, key).
+    static LOADING: Vec<(usize, String)>;
+}
+
 struct Inner<V> {
     name: String,
     store: Arc<dyn CacheStore>,
@@ -211,7 +216,8 @@ where
     /// # Errors
     /// [`CacheError::LoadFailed`] with the loader's error, to every caller that waited on it;
     /// [`CacheError::LoaderPanicked`] to those that waited on a loader that panicked (the
-    /// caller that ran it gets the panic); [`CacheError::InvalidArgument`] for a bad key.
+    /// caller that ran it gets the panic); [`CacheError::InvalidArgument`] for a bad key, and
+    /// for a key whose loader this call is made from (it would wait for itself).
     pub async fn get_or_load<F, Fut, E>(&self, key: &str, load: F) -> Result<V, CacheError>
     where
         F: FnOnce() -> Fut,
@@ -221,6 +227,19 @@ where
         self.check_key(key)?;
         if let Some(value) = self.near_hit(key) {
             return Ok(value);
+        }
+        let id = self.id();
+        if LOADING.try_with(|loading| loading.iter().any(|(c, k)| *c == id && k == key)) == Ok(true)
+        {
+            return Err(CacheError::invalid(
+                "key",
+                format!("{key:?}"),
+                format!(
+                    "get_or_load of it in cache `{}` was called from inside its own loader, \
+                     and would wait for itself; load the value there directly",
+                    self.inner.name
+                ),
+            ));
         }
         if self.inner.store.disabled() {
             let (loaded, panic) = self.load(key, load).await;
@@ -359,6 +378,11 @@ where
         Some(value)
     }
 
+    /// What this cache and its clones are known by in [`LOADING`].
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner).cast::<()>() as usize
+    }
+
     fn evict_near(&self, key: Option<&str>) {
         if let Some(near) = &self.inner.near {
             near.evict(key);
@@ -453,9 +477,10 @@ where
     {
         let metrics = &self.inner.metrics;
         let started = Instant::now();
-        let outcome = AssertUnwindSafe(async { load().await })
-            .catch_unwind()
-            .await;
+        let mut loading = LOADING.try_with(Clone::clone).unwrap_or_default();
+        loading.push((self.id(), key.to_owned()));
+        let load = AssertUnwindSafe(async { load().await }).catch_unwind();
+        let outcome = LOADING.scope(loading, load).await;
         metrics.load_seconds.record(started.elapsed().as_secs_f64());
         match outcome {
             Ok(Ok(value)) => {

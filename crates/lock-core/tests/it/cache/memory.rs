@@ -250,3 +250,49 @@ async fn a_loaded_value_that_does_not_serialize_is_returned_uncached() {
         4
     );
 }
+
+/// A loader that asks its own cache for its own key, directly or through another key's load,
+/// gets an error at once instead of waiting for itself; another key loads as usual.
+#[tokio::test(start_paused = true)]
+async fn a_loader_asking_for_its_own_key_is_refused_not_deadlocked() {
+    let products: Cache<String> = Cache::new(
+        Arc::new(InMemoryCaches::new()),
+        "products",
+        CacheOptions::new(),
+    )
+    .unwrap();
+    let inner = |key: &'static str| {
+        let products = products.clone();
+        async move {
+            let got = products.get_or_load(key, || async { Ok::<_, BoxError>("inner".to_owned()) });
+            Ok::<_, BoxError>(match got.await {
+                Ok(value) => value,
+                Err(error) => format!("{} {error}", error.code()),
+            })
+        }
+    };
+    let own = products.get_or_load("a", || inner("a"));
+    let own = tokio::time::timeout(Duration::from_secs(60), own)
+        .await
+        .expect("no deadlock");
+    let own = own.unwrap();
+    assert!(own.starts_with("CACHE_INVALID_ARGUMENT invalid key \"a\": get_or_load of it in cache `products` was called from inside its own loader"), "{own}");
+
+    let other = products.get_or_load("b", || inner("c")).await.unwrap();
+    assert_eq!(other, "inner", "another key loads");
+
+    let through = products.get_or_load("x", || {
+        let products = products.clone();
+        async move {
+            let got = products.get_or_load("y", || inner("x")).await;
+            Ok::<_, BoxError>(got.unwrap())
+        }
+    });
+    let through = tokio::time::timeout(Duration::from_secs(60), through)
+        .await
+        .expect("no deadlock");
+    assert!(
+        through.unwrap().starts_with("CACHE_INVALID_ARGUMENT"),
+        "x → y → x"
+    );
+}
