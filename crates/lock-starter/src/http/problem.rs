@@ -41,11 +41,12 @@ const NUMERIC: [&str; 6] = [
 /// Details entries the public form keeps: the subject of the request and what it went through.
 /// The rest, such as `holder` and replica counts, describes the service's insides. A rate
 /// limit's `key` is left out too: it may be an API key or a client's address.
-const PUBLIC: [&str; 7] = [
+const PUBLIC: [&str; 8] = [
     "lockKey",
     "masterKey",
     "idempotencyKey",
     "limit",
+    "cache",
     "waitedMs",
     "waitersAhead",
     "retryAfterMs",
@@ -440,14 +441,28 @@ fn public_detail(code: &str, reason: &str, details: &BTreeMap<&'static str, Stri
             "the server checked {} with an invalid argument",
             named("limit", "rate limit")
         ),
+        ("CACHE_UNAVAILABLE", _) => format!(
+            "a change to {} was not confirmed: the cache service is unavailable; retry later",
+            named("cache", "cache")
+        ),
+        ("CACHE_LOAD_FAILED", _) => format!(
+            "the request was not processed: a value of {} could not be loaded; retry later",
+            named("cache", "cache")
+        ),
+        // A bug of the calling service, as for a lock's invalid argument.
+        ("CACHE_LOADER_PANICKED" | "CACHE_INVALID_ARGUMENT", _) => format!(
+            "the request was not processed: the server failed using {}",
+            named("cache", "cache")
+        ),
         _ => format!("{}: the request was not processed", title(code)),
     }
 }
 
 /// The response for `error`: its status, its public problem body and `Retry-After`. The error
 /// itself is logged at target `lock_starter::http`: `DEBUG` for contention, a duplicate, a
-/// request over its rate limit and a server switched off or stopping, `WARN` for a defect (HTTP
-/// 500), `INFO` otherwise.
+/// request over its rate limit, a server switched off or stopping and a backend failing (503,
+/// warned of once per outage where it is seen), `WARN` for a defect (HTTP 500), `INFO`
+/// otherwise, a cache's failed load included.
 ///
 /// # Examples
 ///
@@ -501,8 +516,11 @@ pub(crate) fn log_withheld(
         | "key_reused"
         | "limited" => tracing::debug!(status, code, reason, subject, %error, "{message}"),
         _ if status == 500 => tracing::warn!(status, code, reason, subject, %error, "{message}"),
-        // Redis failing: warned of once per outage where it is seen, and counted.
-        _ if status == 503 => tracing::debug!(status, code, reason, subject, %error, "{message}"),
+        // Redis failing: warned of once per outage where it is seen, and counted. A loader's
+        // failure is the service's own, so it is told as any other.
+        _ if status == 503 && reason != "load_failed" => {
+            tracing::debug!(status, code, reason, subject, %error, "{message}")
+        }
         _ => tracing::info!(status, code, reason, subject, %error, "{message}"),
     }
 }

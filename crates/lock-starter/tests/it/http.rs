@@ -505,3 +505,51 @@ async fn the_withheld_log_line_names_a_values_key_and_a_cache() {
         assert!(logged.contains(subject), "{subject} in {logged}");
     }
 }
+
+/// A cache's error answers with a body naming the cache (never the entry's key), in words of
+/// its own; a failed load is logged at INFO, since the failure is the loader's, not Redis'.
+#[tokio::test]
+async fn a_cache_error_names_the_cache_and_a_failed_load_is_logged_at_info() {
+    use lock_starter::cache::CacheError;
+    let load_failed = || CacheError::LoadFailed {
+        cache: "prices".into(),
+        key: "sku-secret-1".into(),
+        cause: Arc::new("catalog answered 502".into()),
+    };
+    let cases = [
+        (
+            CacheError::unavailable("put", "prices", "sku-secret-1", "ECONNREFUSED"),
+            "a change to cache `prices` was not confirmed",
+        ),
+        (
+            load_failed(),
+            "a value of cache `prices` could not be loaded",
+        ),
+        (
+            CacheError::LoaderPanicked {
+                cache: "prices".into(),
+                key: "sku-secret-1".into(),
+                message: "boom".into(),
+            },
+            "the server failed using cache `prices`",
+        ),
+    ];
+    for (error, detail) in cases {
+        let body = ProblemDetails::public(&error);
+        assert!(body.detail.contains(detail), "{}", body.detail);
+        assert_eq!(body.extensions["cache"], "prices", "{body:?}");
+        assert!(
+            !body.to_json().to_string().contains("sku-secret"),
+            "{body:?}"
+        );
+    }
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
+    tracing::subscriber::with_default(subscriber, || {
+        axum::response::IntoResponse::into_response(Rejection::from(load_failed()))
+    });
+    assert!(
+        logs.text().contains("catalog answered 502"),
+        "{}",
+        logs.text()
+    );
+}
