@@ -173,7 +173,13 @@ impl std::str::FromStr for Quota {
             .map_err(|_| invalid(format!("{:?} is not a whole number", count.trim())))?;
         let count = u32::try_from(count)
             .map_err(|_| invalid(format!("a count of {count} is above {}", u32::MAX)))?;
-        let period = parse_duration(period).map_err(invalid)?;
+        let period = parse_duration(period).map_err(|problem| match period.trim() {
+            // `100/s`: the period's unit without its number.
+            unit if parse_duration(&format!("1{unit}")).is_ok() => invalid(format!(
+                "the period {unit:?} has no number; write {count}/1{unit}"
+            )),
+            _ => invalid(problem),
+        })?;
         Quota::new(count, period)
     }
 }
@@ -197,6 +203,8 @@ mod tests {
     fn bad_quotas_say_what_is_accepted() {
         for (text, problem) in [
             ("100", "no /"),
+            ("100/s", "the period \"s\" has no number; write 100/1s"),
+            ("5/ m", "write 5/1m"),
             ("x/1s", "\"x\" is not a whole number"),
             ("0/1s", "a count of 0"),
             ("100/0", "the period must be from 1 ms to 720 h"),

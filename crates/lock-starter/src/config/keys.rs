@@ -561,13 +561,14 @@ fn named_key_hint(unknown: &str, as_env: bool) -> Option<String> {
     best.map(|(_, candidate)| candidate)
 }
 
-/// The hint for an unknown key as a message continues it, up to the accepted list: `; did you
-/// mean …? `, `; explanation. ` or `. `.
-pub(crate) fn hint_part(unknown: &str, as_env: bool) -> String {
+/// The end of the message of an unknown key: `; did you mean …?`, or `; explanation. ` or `. `
+/// followed by the `accepted` list.
+pub(crate) fn hint_part(unknown: &str, as_env: bool, accepted: impl FnOnce() -> String) -> String {
     match unknown_key_hint(unknown, as_env) {
-        Some(hint) if hint.ends_with('?') => format!("; {hint} "),
-        Some(hint) => format!("; {hint}. "),
-        None => ". ".to_owned(),
+        // The key it meant: the whole list would bury it.
+        Some(hint) if hint.ends_with('?') => format!("; {hint}"),
+        Some(hint) => format!("; {hint}. {}", accepted()),
+        None => format!(". {}", accepted()),
     }
 }
 

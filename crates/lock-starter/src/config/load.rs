@@ -571,9 +571,8 @@ fn warn_unknown(figment: &Figment, warnings: &mut Warnings) {
                 continue;
             }
             warnings.warn(format!(
-                "unknown key {path} (from {origin}) is ignored{}Accepted keys: {}",
-                hint_part(rest, false),
-                known_keys()
+                "unknown key {path} (from {origin}) is ignored{}",
+                hint_part(rest, false, || format!("Accepted keys: {}", known_keys()))
             ));
         } else {
             let section: Vec<&str> = path.splitn(4, '.').take(3).collect();

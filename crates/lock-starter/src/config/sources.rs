@@ -389,9 +389,11 @@ fn merge_env(
         } else if let Some(rest) = name.strip_prefix(ENV_PREFIX) {
             host_env.warnings.push(format!(
                 "unknown environment variable {name} is ignored: it names no key under \
-                 telco.platform.lock{}Accepted variables: {}",
-                hint_part(rest, true),
-                known_env_names()
+                 telco.platform.lock{}",
+                hint_part(rest, true, || format!(
+                    "Accepted variables: {}",
+                    known_env_names()
+                ))
             ));
         } else if name.starts_with(SPRING_ENV_PREFIX) {
             host_env.spring_unread.push(name.clone());

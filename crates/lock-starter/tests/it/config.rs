@@ -463,13 +463,15 @@ fn unknown_keys_and_variables_are_warnings_with_a_suggestion() {
         "nothing misspelt is read"
     );
     for expected in [
-        format!("unknown key telco.platform.lock.wait-tme (from TOML file {}) is ignored; did you mean telco.platform.lock.wait-time? Accepted keys: telco.platform.lock.{{enabled, redis.address,", path.display()),
+        format!("unknown key telco.platform.lock.wait-tme (from TOML file {}) is ignored; did you mean telco.platform.lock.wait-time?", path.display()),
+        "unknown key telco.platform.lock.newer-key (from TOML file".to_owned(),
+        "is ignored. Accepted keys: telco.platform.lock.{enabled, redis.address,".to_owned(),
         "unknown key telco.platform.lock.lease-time".to_owned(),
         "there is deliberately no lease-time key".to_owned(),
         "unknown key telco.platform.lock.newer-key".to_owned(),
         "key telco.platform.lok.wait-time".to_owned(),
         "did you mean telco.platform.lock?".to_owned(),
-        "unknown environment variable TELCO_PLATFORM_LOCK_WATCHDOG_TIMOUT is ignored: it names no key under telco.platform.lock; did you mean TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT? Accepted variables: TELCO_PLATFORM_LOCK_ENABLED,".to_owned(),
+        "unknown environment variable TELCO_PLATFORM_LOCK_WATCHDOG_TIMOUT is ignored: it names no key under telco.platform.lock; did you mean TELCO_PLATFORM_LOCK_WATCHDOG_TIMEOUT?".to_owned(),
         "environment variable TELCO_PLATFROM_LOCK_WAIT_TIME is ignored".to_owned(),
         "environment variable telco_platform_lock_enabled is ignored: the lock reads only variables starting with TELCO_PLATFORM_LOCK_".to_owned(),
     ] {
@@ -477,6 +479,12 @@ fn unknown_keys_and_variables_are_warnings_with_a_suggestion() {
     }
     assert!(!warnings.contains("telco.platform.log"), "{warnings}");
     assert_eq!(settings.warnings().len(), 7, "{warnings}");
+    // The key meant, without the accepted list it would be lost in.
+    let meant: Vec<&String> = (settings.warnings().iter())
+        .filter(|w| w.contains("did you mean TELCO_PLATFORM_LOCK_") || w.contains("wait-tme"))
+        .collect();
+    assert_eq!(meant.len(), 2, "{warnings}");
+    assert!(meant.iter().all(|w| w.ends_with('?')), "{meant:?}");
 }
 
 #[test]

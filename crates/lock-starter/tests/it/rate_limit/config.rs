@@ -234,7 +234,7 @@ fn a_limit_that_is_not_a_table_is_one_error_not_also_a_warning() {
         "{error}"
     );
     assert!(!logs.text().contains("unknown key"), "{}", logs.text());
-    let settings = load("[telco.platform.lock]\nwait-tme = \"1s\"\n", &[]).unwrap();
+    let settings = load("[telco.platform.lock]\nnewer-key = \"1s\"\n", &[]).unwrap();
     let warnings = settings.warnings().join("\n");
     assert!(warnings.contains("rate-limits.<name>.rate"), "{warnings}");
 }
