@@ -46,6 +46,14 @@ impl Inner {
         owner: &str,
         token: Option<u64>,
     ) -> Result<ReleaseOutcome, LockError> {
+        // Known down (a connection attempt failed): say so now, as an acquisition does, rather
+        // than after a command timeout; the lease ends at its TTL either way.
+        if let Some(unreachable) = self.core.unreachable("release script") {
+            return Err(LockError::ReleaseFailed {
+                key: name.to_owned(),
+                cause: Box::new(unreachable),
+            });
+        }
         let channel = self.core.keys.release_channel(name);
         let call = || {
             // The fair queue keys too: the release message names the first fair waiter.

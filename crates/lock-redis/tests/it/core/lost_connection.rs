@@ -1,7 +1,8 @@
 //! Every wait on Redis ends within one command timeout of losing Redis: a lock waiter, a fair
 //! waiter, an idempotent duplicate and a master waiting for its branches each fail closed when
 //! Redis is SIGKILLed mid-wait, instead of sleeping until the holder's TTL or their deadline.
-//! A connection that comes back within the command timeout ends no wait.
+//! A connection that comes back within the command timeout ends no wait, and a release while
+//! Redis is known down fails at once.
 
 use crate::common;
 
@@ -298,4 +299,39 @@ async fn an_owner_that_loses_redis_learns_its_result_was_not_confirmed() {
     assert_eq!(reason.kind(), lock_core::idempotency::Unstored::Unconfirmed);
     let said = reason.to_string();
     assert!(!said.contains("did not run"), "{said}");
+}
+
+/// A release while Redis is known down (a reconnection attempt failed) fails at once, as an
+/// acquisition does, instead of after its command timeout: a lock layer's response is not held
+/// up by it. The lease ends at its TTL either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_while_redis_is_down_fails_at_once() {
+    let mut redis = server().await;
+    let lock = common::connect(common::config(&redis).command_timeout(LONG)).await;
+    let handle = lock.acquire("down", Lease::Fixed(LONG)).await.unwrap();
+    redis.kill().await.unwrap();
+    let probe = || async {
+        let attempt = lock.try_acquire("probe", Lease::Fixed(LONG));
+        match tokio::time::timeout(Duration::from_millis(200), attempt).await {
+            Ok(Err(error)) => matches!(redis_failure(&error), RedisFailure::Unreachable { .. }),
+            _ => false,
+        }
+    };
+    assert!(
+        common::eventually(common::GENEROUS, probe).await,
+        "never unreachable"
+    );
+    // Far below the command timeout of a minute.
+    let released = tokio::time::timeout(LONG / 3, handle.release())
+        .await
+        .expect("the release waited for its command timeout");
+    let error = released.unwrap_err();
+    assert!(
+        matches!(error, LockError::ReleaseFailed { .. }),
+        "{error:?}"
+    );
+    assert!(
+        matches!(redis_failure(&error), RedisFailure::Unreachable { .. }),
+        "{error:?}"
+    );
 }
