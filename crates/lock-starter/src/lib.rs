@@ -256,6 +256,11 @@ struct RateLimitingDoctests;
 #[doc = include_str!("../../../docs/cache.md")]
 struct CacheDoctests;
 
+/// docs/configuration.md's example, compiled as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/configuration.md")]
+struct ConfigurationDoctests;
+
 /// docs/failure-policy.md's example, compiled as a doctest so it stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/failure-policy.md")]
