@@ -460,8 +460,10 @@ impl LockStarter {
     /// Every call with this name and `V` gives the same cache (a clone), so asking in each
     /// request is cheap, and its loads in flight and in-process tier are shared. A name spelt
     /// as an environment variable spells it (`PRODUCT_PRICES` for `product-prices`) is the
-    /// section's name. Disabled (`enabled = false`): nothing is cached and every
-    /// `get_or_load` runs its loader.
+    /// section's name. The starter keeps each cache it built while it lives: for names made at
+    /// run time (one per tenant), build with [`Cache::new`] on [`cache_store`](Self::cache_store).
+    /// Disabled (`enabled = false`): nothing is cached and every `get_or_load` runs its
+    /// loader.
     ///
     /// # Errors
     /// [`CacheError::InvalidArgument`] for a name that is not a valid key.
