@@ -148,78 +148,16 @@ async fn the_starter_builds_each_cache_with_its_own_settings() {
     assert_eq!(others.options().near_tier(), None);
 }
 
-/// `cross-pod-load-wait` wires loads across pods: two pods (two starters on shared in-process
-/// stores) run one loader for concurrent misses of a key.
-#[tokio::test(start_paused = true)]
-async fn a_cross_pod_load_wait_runs_one_loader_for_every_pod() {
+/// How many loader runs concurrent misses of one key, one per cache of `caches`, take; each
+/// caller is checked to get the loaded value. Paused time.
+async fn loader_runs(caches: Vec<Cache<String>>) -> u64 {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use lock_starter::cache::{CacheStore, InMemoryCaches};
-    use lock_starter::values::{InMemoryValues, ValueStore};
-
-    let (values, caches) = (
-        Arc::new(InMemoryValues::new()) as Arc<dyn ValueStore>,
-        Arc::new(InMemoryCaches::new()) as Arc<dyn CacheStore>,
-    );
     let runs = Arc::new(AtomicU64::new(0));
     let (release, released) = tokio::sync::watch::channel(false);
     let mut callers = Vec::new();
-    for _ in 0..2 {
-        let config = Figment::from(Toml::string(
-            "[telco.platform.lock.caches.products]\ncross-pod-load-wait = \"30s\"\n",
-        ));
-        let starter = LockStarter::builder()
-            .figment(config)
-            .lock(Arc::new(lock_starter::lock::InMemoryLock::new()))
-            .value_store(Arc::clone(&values))
-            .cache_store(Arc::clone(&caches))
-            .build()
-            .await
-            .unwrap();
-        let pod: Cache<String> = starter.cache("products").unwrap();
-        let (runs, mut released) = (Arc::clone(&runs), released.clone());
-        callers.push(tokio::spawn(async move {
-            pod.get_or_load("sku-1", || async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                let _ = released.wait_for(|go| *go).await;
-                Ok::<_, std::io::Error>("Fibre".to_owned())
-            })
-            .await
-        }));
-    }
-    // Paused time: this sleep ends once both callers are blocked.
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    release.send_replace(true);
-    for caller in callers {
-        assert_eq!(caller.await.unwrap().unwrap(), "Fibre");
-    }
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
-}
-
-/// Asking for a cache in every request is cheap and keeps its promises: every call with one
-/// name (as configured or as a variable spells it) and type gives the same cache, whose loads
-/// in flight are shared; another type is another cache.
-#[tokio::test(start_paused = true)]
-async fn a_cache_asked_for_twice_is_the_same_cache() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    let config = Figment::from(Toml::string(
-        "[telco.platform.lock.caches.product-prices]\nttl = \"5m\"\n",
-    ));
-    let starter = LockStarter::builder()
-        .figment(config)
-        .lock(Arc::new(lock_starter::lock::InMemoryLock::new()))
-        .build()
-        .await
-        .unwrap();
-    let runs = Arc::new(AtomicU64::new(0));
-    let (release, released) = tokio::sync::watch::channel(false);
-    let mut callers = Vec::new();
-    for name in ["product-prices", "PRODUCT_PRICES", "product-prices"] {
-        let cache: Cache<String> = starter.clone().cache(name).unwrap();
-        assert_eq!(cache.name(), "product-prices");
+    for cache in caches {
         let (runs, mut released) = (Arc::clone(&runs), released.clone());
         callers.push(tokio::spawn(async move {
             cache
@@ -237,7 +175,59 @@ async fn a_cache_asked_for_twice_is_the_same_cache() {
     for caller in callers {
         assert_eq!(caller.await.unwrap().unwrap(), "Fibre");
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    runs.load(Ordering::SeqCst)
+}
+
+/// `cross-pod-load-wait` wires loads across pods: two pods (two starters on shared in-process
+/// stores) run one loader for concurrent misses of a key.
+#[tokio::test(start_paused = true)]
+async fn a_cross_pod_load_wait_runs_one_loader_for_every_pod() {
+    use lock_starter::cache::{CacheStore, InMemoryCaches};
+    use lock_starter::values::{InMemoryValues, ValueStore};
+    use std::sync::Arc;
+
+    let (values, caches) = (
+        Arc::new(InMemoryValues::new()) as Arc<dyn ValueStore>,
+        Arc::new(InMemoryCaches::new()) as Arc<dyn CacheStore>,
+    );
+    let mut pods = Vec::new();
+    for _ in 0..2 {
+        let config = Figment::from(Toml::string(
+            "[telco.platform.lock.caches.products]\ncross-pod-load-wait = \"30s\"\n",
+        ));
+        let starter = LockStarter::builder()
+            .figment(config)
+            .lock(Arc::new(lock_starter::lock::InMemoryLock::new()))
+            .value_store(Arc::clone(&values))
+            .cache_store(Arc::clone(&caches))
+            .build()
+            .await
+            .unwrap();
+        pods.push(starter.cache("products").unwrap());
+    }
+    assert_eq!(loader_runs(pods).await, 1);
+}
+
+/// Asking for a cache in every request is cheap and keeps its promises: every call with one
+/// name (as configured or as a variable spells it) and type gives the same cache, whose loads
+/// in flight are shared; another type is another cache.
+#[tokio::test(start_paused = true)]
+async fn a_cache_asked_for_twice_is_the_same_cache() {
+    let config = Figment::from(Toml::string(
+        "[telco.platform.lock.caches.product-prices]\nttl = \"5m\"\n",
+    ));
+    let starter = LockStarter::builder()
+        .figment(config)
+        .lock(std::sync::Arc::new(lock_starter::lock::InMemoryLock::new()))
+        .build()
+        .await
+        .unwrap();
+    let names = ["product-prices", "PRODUCT_PRICES", "product-prices"];
+    let caches: Vec<Cache<String>> = names
+        .map(|name| starter.clone().cache(name).unwrap())
+        .into();
+    assert!(caches.iter().all(|cache| cache.name() == "product-prices"));
+    assert_eq!(loader_runs(caches).await, 1);
     let other_type: Cache<u64> = starter.cache("product-prices").unwrap();
     assert_eq!(
         other_type.get("sku-1").await.unwrap(),
