@@ -332,10 +332,10 @@ impl LockStarter {
     ///
     /// Every call with this name and policy gives the same limiter (a clone), so asking in each
     /// request is cheap, and its quota ([`RateLimiter::set_quota`]), local batch
-    /// (`…rate-limits.<name>.local-batch`) and outage state are shared. A name spelt as an
-    /// environment variable spells it (`MY_API` for `my-api`) is the section's name, and so
-    /// are the keys and headers it limits under. Disabled (`enabled = false`): every request is
-    /// admitted.
+    /// (`…rate-limits.<name>.local-batch`) and outage state are shared. Its name, and so its
+    /// keys and headers, is `name` in lower case with `-` for `_` (`MY_API` and `my_api` are
+    /// `my-api`), as sections are found, so replicas that spell it differently share one
+    /// limit. Disabled (`enabled = false`): every request is admitted.
     ///
     /// # Errors
     /// [`RateLimitError::InvalidArgument`] when no quota is configured for `name`; it names the
@@ -398,8 +398,10 @@ impl LockStarter {
             ));
         };
         let batch = self.settings.rate_limit_batches.get(section).copied();
-        self.built.get_or_build(section, Some(policy), || {
-            RateLimiter::new(self.rate_limit_store(), section, *quota, policy)?
+        // One spelling for every replica, whatever its configuration or code writes.
+        let name = crate::config::fold(section);
+        self.built.get_or_build(&name, Some(policy), || {
+            RateLimiter::new(self.rate_limit_store(), &name, *quota, policy)?
                 .local_batch(batch.unwrap_or(0))
         })
     }
@@ -458,9 +460,10 @@ impl LockStarter {
     /// `telco.platform.lock.cache.*`. See `docs/cache.md`.
     ///
     /// Every call with this name and `V` gives the same cache (a clone), so asking in each
-    /// request is cheap, and its loads in flight and in-process tier are shared. A name spelt
-    /// as an environment variable spells it (`PRODUCT_PRICES` for `product-prices`) is the
-    /// section's name. The starter keeps each cache it built while it lives: for names made at
+    /// request is cheap, and its loads in flight and in-process tier are shared. Its name, and
+    /// so its keys, is `name` in lower case with `-` for `_` (`PRODUCT_PRICES` is
+    /// `product-prices`), as sections are found, so replicas that spell it differently share
+    /// one cache. The starter keeps each cache it built while it lives: for names made at
     /// run time (one per tenant), build with [`Cache::new`] on [`cache_store`](Self::cache_store).
     /// Disabled (`enabled = false`): nothing is cached and every `get_or_load` runs its
     /// loader.
@@ -489,12 +492,13 @@ impl LockStarter {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let name = crate::config::section_name(&self.settings.caches, name);
+        // One spelling for every replica, whatever its configuration or code writes.
+        let name = crate::config::fold(name);
         self.built
-            .get_or_build(name, None, || self.build_cache(name))
+            .get_or_build(&name, None, || self.build_cache(&name))
     }
 
-    /// A new cache `name` (its section's own spelling, if it has one) of `V` values.
+    /// A new cache `name` (folded: lower case, `-` for `_`) of `V` values.
     fn build_cache<V>(&self, name: &str) -> Result<Cache<V>, CacheError>
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,

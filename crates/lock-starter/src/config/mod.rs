@@ -270,8 +270,9 @@ pub(crate) fn near_section<'a, V>(
         .map(|(_, s)| s.as_str())
 }
 
-/// A section name as an environment variable spells it, compared so: lower case, `-` for `_`.
-fn fold(name: &str) -> String {
+/// A section name as an environment variable spells it, compared so: lower case, `-` for `_`;
+/// also the name the starter's rate limits and caches use on Redis.
+pub(crate) fn fold(name: &str) -> String {
     name.to_ascii_lowercase().replace('_', "-")
 }
 

@@ -39,16 +39,22 @@ async fn every_spelling_of_a_limit_is_the_one_limiter() {
     assert_eq!(admitted, 3);
 }
 
-/// Two services on one Redis share a configured limit.
+/// Two services on one Redis share a configured limit, even when their configurations spell
+/// its section differently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_starters_on_one_redis_share_a_configured_limit() {
     let redis = RedisServer::start().await.unwrap();
-    let config = format!(
-        "[telco.platform.lock.redis]\naddress = \"{}\"\n\
-         [telco.platform.lock.rate-limits.login]\nrate = \"3/1h\"\n",
-        redis.url()
+    let config = |section: &str| {
+        format!(
+            "[telco.platform.lock.redis]\naddress = \"{}\"\n\
+             [telco.platform.lock.rate-limits.{section}]\nrate = \"3/1h\"\n",
+            redis.url()
+        )
+    };
+    let (a, b) = (
+        starter(&config("LOGIN")).await,
+        starter(&config("login")).await,
     );
-    let (a, b) = (starter(&config).await, starter(&config).await);
     let (a, b) = (
         a.rate_limiter("login", FailurePolicy::FailClosed).unwrap(),
         b.rate_limiter("login", FailurePolicy::FailClosed).unwrap(),
