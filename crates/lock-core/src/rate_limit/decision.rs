@@ -21,7 +21,8 @@ pub enum FailurePolicy {
 pub enum Basis {
     /// By the limit's state on the backend.
     Counted,
-    /// The backend failed and the limiter fails open: admitted, nothing charged.
+    /// The backend failed and the limiter fails open: admitted. Nothing is charged unless the
+    /// backend applied the check after all (it answered too late, or the answer was lost).
     FailedOpen,
     /// The backend failed and the limiter fails closed: denied.
     FailedClosed,

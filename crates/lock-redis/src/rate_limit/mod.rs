@@ -170,9 +170,10 @@ struct Decisions {
 }
 
 impl Decisions {
-    /// Decides `calls` in one `EVALSHA`: 4 integers per charge.
+    /// Decides `calls` in one `EVALSHA`: 4 integers per charge. Sent once: a re-send after a
+    /// lost reply would charge every call twice, and answer for the second run only.
     async fn decide(&self, calls: &[Vec<Args>]) -> Result<Vec<i64>, Error> {
-        let reply: Vec<i64> = crate::core::scripts::call(&self.client, &self.script, || {
+        let reply: Vec<i64> = crate::core::scripts::call_once(&self.client, &self.script, || {
             let charges = calls.iter().flat_map(|call| {
                 let last = call.len() - 1;
                 call.iter().enumerate().map(move |(i, c)| (c, i == last))

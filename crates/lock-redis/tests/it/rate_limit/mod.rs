@@ -1,6 +1,7 @@
 //! Rate limiting on real redis-server processes.
 
 mod batch;
+mod lost_replies;
 mod processes;
 mod sentinel;
 mod store;
