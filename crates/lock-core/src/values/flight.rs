@@ -123,34 +123,52 @@ impl Guard {
         let Some(version) = state.version else {
             return Ok(false);
         };
-        if progress.is_some() {
-            state.progress = progress;
-        }
+        // Kept only once written: a report the store refuses (too large) must not ride along
+        // with every later renewal.
+        let progress = progress.or_else(|| state.progress.clone());
         let record = serde_json::json!({
-            "state": "running", "owner": self.owner, "progress": state.progress,
+            "state": "running", "owner": self.owner, "progress": progress,
         });
-        let mut written = self
-            .values
-            .compare_and_set(&self.key, Some(version), &record, Expiry::After(self.ttl))
-            .await;
-        if let Err(ValuesError::Unavailable { .. }) = written {
-            // The write may have happened and its reply been lost: then the guard holds this
-            // runner's record at a version it has not seen.
-            if let Some(own) = self.own_version().await {
-                written = self
-                    .values
-                    .compare_and_set(&self.key, Some(own), &record, Expiry::After(self.ttl))
-                    .await;
+        state.version = match self
+            .write_over(version, &record, Expiry::After(self.ttl))
+            .await?
+        {
+            Written::Stored { version } => {
+                state.progress = progress;
+                Some(version)
             }
-        }
-        state.version = match written? {
-            Written::Stored { version } => Some(version),
             Written::Refused { .. } => {
                 tracing::warn!(key = %self.key, owner = %self.owner, "single-flight guard lost while its action ran: another caller may run it too");
                 None
             }
         };
         Ok(state.version.is_some())
+    }
+
+    /// Writes `record` over `version`, the one this runner last saw. A write unconfirmed or
+    /// refused may follow one of its own whose reply was lost (and whose settling read failed
+    /// too): if the guard holds this runner's record, the write goes on from that version.
+    async fn write_over(
+        &self,
+        version: u64,
+        record: &serde_json::Value,
+        expiry: Expiry,
+    ) -> Result<Written, ValuesError> {
+        let written = self
+            .values
+            .compare_and_set(&self.key, Some(version), record, expiry)
+            .await;
+        if matches!(
+            written,
+            Err(ValuesError::Unavailable { .. }) | Ok(Written::Refused { .. })
+        ) && let Some(own) = self.own_version().await
+        {
+            return self
+                .values
+                .compare_and_set(&self.key, Some(own), record, expiry)
+                .await;
+        }
+        written
     }
 
     /// The version of the guard if it holds this runner's running record.
@@ -175,10 +193,7 @@ impl Guard {
             return Ok(());
         };
         let record = serde_json::json!({"state": "done", "owner": self.owner, "outcome": outcome});
-        let done = self
-            .values
-            .compare_and_set(&self.key, Some(version), &record, Expiry::Keep)
-            .await?;
+        let done = self.write_over(version, &record, Expiry::Keep).await?;
         if let Written::Stored { version } = done {
             self.values.compare_and_delete(&self.key, version).await?;
         }

@@ -299,3 +299,69 @@ async fn a_rewrite_whose_reply_was_lost_keeps_the_guard() {
     );
     assert_eq!(flight.await.unwrap(), Flight::Ran((Some(true), Some(true))));
 }
+
+/// A runner whose rewrite's reply was lost, and the settling rewrite's too, finds its own
+/// record at its next write and goes on from it, rather than taking the refusal for the guard
+/// lost.
+#[tokio::test(start_paused = true)]
+async fn a_runner_refused_by_its_own_unconfirmed_record_keeps_the_guard() {
+    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+    let store = faulty(Faults::default());
+    let values = SharedValues::new(store.clone());
+    let flight = values.single_flight(
+        "warm-up",
+        MIN_FLIGHT_TTL * 3,
+        WhenBusy::Report,
+        |p: Progress<u32>| {
+            let store = store.clone();
+            async move {
+                store.hooks.lost_rewrite_replies.store(2, Ordering::SeqCst);
+                let unconfirmed = p.report(&1).await;
+                let next = p.report(&2).await;
+                (unconfirmed.is_err(), next.ok())
+            }
+        },
+    );
+    assert_eq!(flight.await.unwrap(), Flight::Ran((true, Some(true))));
+}
+
+/// A progress report the store refuses (too large) is an error to the runner and is not kept:
+/// the renewals that follow carry the last report stored, and the guard holds.
+#[tokio::test(start_paused = true)]
+async fn a_refused_progress_report_does_not_stop_the_renewals() {
+    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+    let values = SharedValues::in_memory();
+    let ttl = MIN_FLIGHT_TTL * 3;
+    let (ran, run) = tokio::sync::oneshot::channel();
+    let runner = {
+        let values = values.clone();
+        tokio::spawn(async move {
+            let action = move |p: Progress<String>| async move {
+                p.report(&"small".to_owned()).await.unwrap();
+                let big = p.report(&"p".repeat(70_000)).await;
+                let _ = ran.send(big.map_err(|e| e.code()));
+                // Held past several TTLs, on renewals alone.
+                tokio::time::sleep(ttl * 4).await;
+            };
+            values
+                .single_flight("warm-up", ttl, WhenBusy::Report, action)
+                .await
+        })
+    };
+    assert_eq!(run.await.unwrap(), Err("VALUES_INVALID_ARGUMENT"));
+    tokio::time::sleep(ttl * 3).await;
+    let other = values
+        .single_flight(
+            "warm-up",
+            ttl,
+            WhenBusy::Report,
+            |_: Progress<String>| async {},
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&other, Flight::RunningElsewhere { progress: Some(p), .. } if p == "small"),
+        "{other:?}"
+    );
+    assert_eq!(runner.await.unwrap().unwrap(), Flight::Ran(()));
+}

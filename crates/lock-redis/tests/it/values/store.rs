@@ -283,12 +283,17 @@ async fn a_maps_two_keys_expire_with_its_last_field_and_clear_deletes_both() {
     let map = values.map::<u32>("login-attempts");
     // Removing the longest-lived field leaves the keys to the last one left.
     map.put("short", &1, Duration::from_secs(3)).await.unwrap();
-    map.put("long", &2, Duration::from_secs(30 * 24 * 3600)).await.unwrap();
+    map.put("long", &2, Duration::from_secs(30 * 24 * 3600))
+        .await
+        .unwrap();
     assert!(map.remove("long").await.unwrap());
     let ttl = common::integer(&redis, &["PTTL", &hash]).await;
     assert!(ttl > 0 && ttl <= 3_000, "after the remove: PTTL {ttl}");
     let deadlines_ttl = common::integer(&redis, &["PTTL", &deadlines]).await;
-    assert!(deadlines_ttl > 0 && deadlines_ttl <= 3_000, "PTTL {deadlines_ttl}");
+    assert!(
+        deadlines_ttl > 0 && deadlines_ttl <= 3_000,
+        "PTTL {deadlines_ttl}"
+    );
     map.put("c", &3, LONG).await.unwrap();
     assert!(map.clear().await.unwrap());
     assert_eq!(
