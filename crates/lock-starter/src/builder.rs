@@ -330,9 +330,10 @@ impl LockStarter {
     /// `telco.platform.lock.rate-limits.<name>`, on the lock's Redis connections; it answers by
     /// `policy` when Redis fails. See `docs/rate-limiting.md`.
     ///
-    /// Every call with this name and policy gives the same limiter (a clone), so asking in each
-    /// request is cheap, and its quota ([`RateLimiter::set_quota`]), local batch
-    /// (`…rate-limits.<name>.local-batch`) and outage state are shared. Its name, and so its
+    /// Every call with this name gives the same limiter (a clone, with `policy`), so asking in
+    /// each request is cheap, and its quota ([`RateLimiter::set_quota`]), local batch
+    /// (`…rate-limits.<name>.local-batch`) and outage state are shared by every call site,
+    /// whatever its policy. Its name, and so its
     /// keys and headers, is `name` in lower case with `-` for `_` (`MY_API` and `my_api` are
     /// `my-api`), as sections are found, so replicas that spell it differently share one
     /// limit. Disabled (`enabled = false`): every request is admitted.
@@ -400,10 +401,11 @@ impl LockStarter {
         let batch = self.settings.rate_limit_batches.get(section).copied();
         // One spelling for every replica, whatever its configuration or code writes.
         let name = crate::config::fold(section);
-        self.built.get_or_build(&name, Some(policy), || {
+        let limiter = self.built.get_or_build(&name, || {
             RateLimiter::new(self.rate_limit_store(), &name, *quota, policy)?
                 .local_batch(batch.unwrap_or(0))
-        })
+        })?;
+        Ok(limiter.with_policy(policy))
     }
 
     /// The layer limiting each request below it by the configured rate limit `name`, under
@@ -494,8 +496,7 @@ impl LockStarter {
     {
         // One spelling for every replica, whatever its configuration or code writes.
         let name = crate::config::fold(name);
-        self.built
-            .get_or_build(&name, None, || self.build_cache(&name))
+        self.built.get_or_build(&name, || self.build_cache(&name))
     }
 
     /// A new cache `name` (folded: lower case, `-` for `_`) of `V` values.

@@ -6,28 +6,25 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use lock_core::rate_limit::FailurePolicy;
-
-/// What a built part is known by: its type, its configured name, and a rate limiter's policy.
-type Key = (TypeId, String, Option<FailurePolicy>);
+/// What a built part is known by: its type and its name.
+type Key = (TypeId, String);
 
 /// The caches and rate limiters a [`LockStarter`](crate::LockStarter) and its clones built.
 #[derive(Default)]
 pub(crate) struct Built(Mutex<HashMap<Key, Box<dyn Any + Send + Sync>>>);
 
 impl Built {
-    /// The `T` built before for `name` and `policy`, else the one `build` makes, kept.
+    /// The `T` built before for `name`, else the one `build` makes, kept.
     pub(crate) fn get_or_build<T, E>(
         &self,
         name: &str,
-        policy: Option<FailurePolicy>,
         build: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E>
     where
         T: Clone + Send + Sync + 'static,
     {
         let mut built = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let key = (TypeId::of::<T>(), name.to_owned(), policy);
+        let key = (TypeId::of::<T>(), name.to_owned());
         if let Some(part) = built.get(&key).and_then(|part| part.downcast_ref::<T>()) {
             return Ok(part.clone());
         }

@@ -8,7 +8,7 @@ use crate::rate_limit::error::RateLimitError;
 use crate::rate_limit::quota::Quota;
 
 /// What a limiter answers when its backend fails: chosen per limiter, with no default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailurePolicy {
     /// Admit the request: availability over the limit (a gateway).
     FailOpen,

@@ -170,6 +170,13 @@ impl RateLimiter {
         *self.quota.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// This limit answering by `policy` when its store fails: a clone in all else, so its
+    /// quota, local batch and outage state stay shared with this limiter.
+    pub fn with_policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
     /// What the limiter answers when its store fails.
     pub fn policy(&self) -> FailurePolicy {
         self.policy

@@ -37,6 +37,14 @@ async fn every_spelling_of_a_limit_is_the_one_limiter() {
         admitted += u32::from(limiter.try_acquire("client-42", 1).await.unwrap().allowed);
     }
     assert_eq!(admitted, 3);
+    // Another policy is the same limit: a quota changed through it holds for every call site.
+    let open = starter
+        .rate_limiter("sign-up", FailurePolicy::FailOpen)
+        .unwrap();
+    assert_eq!(open.policy(), FailurePolicy::FailOpen);
+    open.set_quota("1/1h".parse().unwrap());
+    assert_eq!(limiters[0].quota().to_string(), "1/1h");
+    assert_eq!(limiters[0].policy(), FailurePolicy::FailClosed);
 }
 
 /// Two services on one Redis share a configured limit, even when their configurations spell
