@@ -927,8 +927,8 @@ pub async fn queue_items_are_taken_in_order_once(factory: &dyn ValuesFactory) {
 }
 
 /// An item taken and not acknowledged comes back to another consumer after the visibility
-/// timeout, with its delivery count raised; the first consumer's late acknowledgement then
-/// counts for nothing twice.
+/// timeout of that consumer's take (not the first take's), with its delivery count raised; the
+/// first consumer's late acknowledgement then counts for nothing twice.
 pub async fn an_unacknowledged_item_comes_back(factory: &dyn ValuesFactory) {
     let name = unique_key("redelivered");
     let (a, b) = (
@@ -936,7 +936,7 @@ pub async fn an_unacknowledged_item_comes_back(factory: &dyn ValuesFactory) {
         factory.client().await.queue::<u32>(&name),
     );
     a.push_all(&[7, 8]).await.unwrap();
-    let crashed = a.take(10, SHORT_TTL).await.unwrap();
+    let crashed = a.take(10, LONG).await.unwrap();
     assert_eq!(crashed.items.len(), 2);
     assert_eq!(
         b.take(10, SHORT_TTL).await.unwrap().items,

@@ -45,7 +45,7 @@ struct MemoryQueue {
     next_id: u64,
     /// Not taken yet, in push order.
     ready: VecDeque<(u64, Vec<u8>)>,
-    /// Taken and not acknowledged: id → item, when it may be taken again, deliveries.
+    /// Taken and not acknowledged: id → item, when it was last delivered, deliveries.
     pending: BTreeMap<u64, (Vec<u8>, Instant, u64)>,
     expires_at: Instant,
 }
@@ -306,14 +306,14 @@ impl ValueStore for InMemoryValues {
         visibility: Duration,
     ) -> Result<Vec<Delivery<Vec<u8>>>, ValuesError> {
         Ok(self.with_queue(queue, |q, now| {
-            let hidden_until = now + visibility;
             let mut taken = Vec::new();
-            for (id, (item, visible_at, deliveries)) in &mut q.pending {
+            // Idle for this take's visibility since it was last delivered, as on Redis.
+            for (id, (item, delivered_at, deliveries)) in &mut q.pending {
                 if taken.len() == max {
                     break;
                 }
-                if *visible_at <= now {
-                    *visible_at = hidden_until;
+                if now.duration_since(*delivered_at) >= visibility {
+                    *delivered_at = now;
                     *deliveries += 1;
                     taken.push(delivery(*id, item, *deliveries));
                 }
@@ -323,7 +323,7 @@ impl ValueStore for InMemoryValues {
                     break;
                 };
                 taken.push(delivery(id, &item, 1));
-                q.pending.insert(id, (item, hidden_until, 1));
+                q.pending.insert(id, (item, now, 1));
             }
             taken
         }))

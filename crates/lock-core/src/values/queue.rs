@@ -42,9 +42,9 @@ impl<T> Taken<T> {
 /// any, each taken by one consumer at a time, and removed when acknowledged.
 ///
 /// # Contract
-/// - **At least once.** An item taken and not acknowledged within the visibility timeout of its
-///   take (the consumer crashed, or its reply was lost) is taken again, with its delivery
-///   count raised. An acknowledged item is never taken again.
+/// - **At least once.** An item taken and not acknowledged (the consumer crashed, or its reply
+///   was lost) is taken again by a take whose visibility timeout has passed since it was last
+///   delivered, with its delivery count raised. An acknowledged item is never taken again.
 /// - **Pushed once**, unless its store says otherwise: a push reported done appended its items
 ///   once, and one that failed may or may not have.
 /// - **Bounded.** A take returns at most its `max` items (up to [`MAX_TAKE`]). A push that
