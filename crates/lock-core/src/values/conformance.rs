@@ -1073,6 +1073,13 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
             values.queue::<u32>(&name).max_len(0).unwrap_err(),
         ),
         ("queue", values.queue::<u32>("").push(&1).await.unwrap_err()),
+        (
+            "items",
+            queue
+                .push_all(&vec![1; crate::values::MAX_PUSH + 1])
+                .await
+                .unwrap_err(),
+        ),
     ] {
         assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
         assert_eq!(error.details()["argument"], argument, "{error}");

@@ -17,6 +17,9 @@ pub const MAX_QUEUE_LEN: u64 = 1_000_000;
 pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most items one [`Queue::take`] returns: 1,000.
 pub const MAX_TAKE: usize = 1_000;
+/// The most items one [`Queue::push_all`] appends: 10,000, so that one push never holds the
+/// store (one Redis script) for long.
+pub const MAX_PUSH: usize = 10_000;
 
 /// What one [`Queue::take`] got: the items, and those that no longer deserialize.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +143,7 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         Ok(ids.pop().unwrap_or_default())
     }
 
-    /// Appends `items` in order, all or none; their ids.
+    /// Appends `items` (at most [`MAX_PUSH`]) in order, all or none; their ids.
     ///
     /// # Errors
     /// As [`push`](Self::push).
@@ -148,6 +151,16 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         check_named("queue", &self.name)?;
         if items.is_empty() {
             return Ok(Vec::new());
+        }
+        if items.len() > MAX_PUSH {
+            let problem = format!(
+                "more items than one push carries; accepted: at most {MAX_PUSH} (push in batches, each all or none)"
+            );
+            return Err(ValuesError::invalid(
+                "items",
+                items.len().to_string(),
+                problem,
+            ));
         }
         if items.len() as u64 > self.max_len {
             let problem = format!(
