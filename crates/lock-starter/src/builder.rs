@@ -333,10 +333,10 @@ impl LockStarter {
     /// Every call with this name gives the same limiter (a clone, with `policy`), so asking in
     /// each request is cheap, and its quota ([`RateLimiter::set_quota`]), local batch
     /// (`…rate-limits.<name>.local-batch`) and outage state are shared by every call site,
-    /// whatever its policy. Its name, and so its
-    /// keys and headers, is `name` in lower case with `-` for `_` (`MY_API` and `my_api` are
-    /// `my-api`), as sections are found, so replicas that spell it differently share one
-    /// limit. Disabled (`enabled = false`): every request is admitted.
+    /// whatever its policy. Its name, and so its keys and headers, is `name` in lower case with
+    /// `-` for `_` (`MY_API` and `my_api` are `my-api`), as sections are found, so replicas that
+    /// spell it differently share one limit. Disabled (`enabled = false`): every request is
+    /// admitted.
     ///
     /// # Errors
     /// [`RateLimitError::InvalidArgument`] when no quota is configured for `name`; it names the
