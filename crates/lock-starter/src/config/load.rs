@@ -271,6 +271,21 @@ fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, Con
                 accepted: NAME_RULES.to_owned(),
             });
         }
+        // Names are compared, and used on Redis, folded: two such sections would be one.
+        if let Some(other) = names
+            .iter()
+            .find(|other: &&String| super::fold(other) == super::fold(name))
+        {
+            return Err(ConfigError::InvalidValue {
+                key: shown_path,
+                value: "a table".to_owned(),
+                origin: Box::new(origin_of(figment, section_path)),
+                problem: format!(
+                    "the names {other:?} and {name:?} are one name (compared in lower case, with - for _)"
+                ),
+                accepted: "one section per name".to_owned(),
+            });
+        }
         names.push(name.clone());
     }
     Ok(names)

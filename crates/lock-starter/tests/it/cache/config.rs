@@ -50,19 +50,20 @@ fn a_cache_overrides_the_shared_settings_key_by_key() {
     assert_eq!(of("pricelists"), (ten_minutes, 1_048_576, 100, 0));
 }
 
-/// A section spelt as asked wins over one spelt alike, and two alike are neither chosen.
+/// Two sections spelt alike would be one cache on Redis: they stop start-up, naming both.
 #[test]
-fn the_section_spelt_as_asked_wins() {
-    let settings = load(
+fn two_sections_spelt_alike_are_refused() {
+    let error = load(
         "[telco.platform.lock.caches.my-api]\nttl = \"1m\"\n\
          [telco.platform.lock.caches.my_api]\nttl = \"2m\"\n",
         &[],
     )
-    .unwrap();
-    let ttl = |name| settings.cache_of(name).ttl.as_secs();
+    .unwrap_err();
     assert_eq!(
-        (ttl("my-api"), ttl("my_api"), ttl("MY-API")),
-        (60, 120, 3600)
+        error,
+        "telco.platform.lock.caches.my_api = a table (from TOML source string): the names \
+         \"my-api\" and \"my_api\" are one name (compared in lower case, with - for _); \
+         accepted: one section per name"
     );
 }
 
