@@ -370,17 +370,8 @@ fn merge_env(
         } else if let Some((spec, (key_name, form))) = named {
             let key_name = match sections_spelt(&figment, spec, &key_name).as_slice() {
                 [section] => section.clone(),
-                [] => key_name,
-                several => {
-                    host_env.warnings.push(format!(
-                        "environment variable {name} matches sections {} of {}; it sets {}. \
-                         Rename the sections so that one matches",
-                        several.join(" and "),
-                        spec.name.split_once(".<").map_or("", |(table, _)| table),
-                        spec.for_name(&key_name),
-                    ));
-                    key_name
-                }
+                // None, or several, which the load refuses: the variable's own spelling.
+                _ => key_name,
             };
             by_key
                 .entry(spec.for_name(&key_name))
