@@ -277,52 +277,35 @@ async fn a_waiter_takes_over_within_a_third_of_a_ttl_of_the_guards_expiry() {
 }
 
 /// A runner whose guard rewrite was stored but whose reply was lost keeps its guard: it finds
-/// its own record and goes on, rather than reporting the guard lost.
+/// its own record and goes on, rather than reporting the guard lost. So does one whose settling
+/// rewrite's reply was lost too: its next write, refused by its own record, goes on from it.
 #[tokio::test(start_paused = true)]
 async fn a_rewrite_whose_reply_was_lost_keeps_the_guard() {
     use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
-    let store = faulty(Faults::default());
-    let values = SharedValues::new(store.clone());
-    let flight = values.single_flight(
-        "warm-up",
-        MIN_FLIGHT_TTL * 3,
-        WhenBusy::Report,
-        |p: Progress<u32>| {
-            let store = store.clone();
-            async move {
-                store.hooks.lost_rewrite_replies.store(1, Ordering::SeqCst);
-                let first = p.report(&1).await;
-                let second = p.report(&2).await;
-                (first.ok(), second.ok())
-            }
-        },
-    );
-    assert_eq!(flight.await.unwrap(), Flight::Ran((Some(true), Some(true))));
-}
-
-/// A runner whose rewrite's reply was lost, and the settling rewrite's too, finds its own
-/// record at its next write and goes on from it, rather than taking the refusal for the guard
-/// lost.
-#[tokio::test(start_paused = true)]
-async fn a_runner_refused_by_its_own_unconfirmed_record_keeps_the_guard() {
-    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
-    let store = faulty(Faults::default());
-    let values = SharedValues::new(store.clone());
-    let flight = values.single_flight(
-        "warm-up",
-        MIN_FLIGHT_TTL * 3,
-        WhenBusy::Report,
-        |p: Progress<u32>| {
-            let store = store.clone();
-            async move {
-                store.hooks.lost_rewrite_replies.store(2, Ordering::SeqCst);
-                let unconfirmed = p.report(&1).await;
-                let next = p.report(&2).await;
-                (unconfirmed.is_err(), next.ok())
-            }
-        },
-    );
-    assert_eq!(flight.await.unwrap(), Flight::Ran((true, Some(true))));
+    // Replies lost in a row, and whether the first report was then confirmed.
+    for (lost, confirmed) in [(1, true), (2, false)] {
+        let store = faulty(Faults::default());
+        let values = SharedValues::new(store.clone());
+        let flight = values.single_flight(
+            "warm-up",
+            MIN_FLIGHT_TTL * 3,
+            WhenBusy::Report,
+            |p: Progress<u32>| {
+                let store = store.clone();
+                async move {
+                    store
+                        .hooks
+                        .lost_rewrite_replies
+                        .store(lost, Ordering::SeqCst);
+                    let first = p.report(&1).await;
+                    let second = p.report(&2).await;
+                    (first.is_ok(), second.ok())
+                }
+            },
+        );
+        let ran = Flight::Ran((confirmed, Some(true)));
+        assert_eq!(flight.await.unwrap(), ran, "{lost} replies lost");
+    }
 }
 
 /// A progress report the store refuses (too large) is an error to the runner and is not kept:
