@@ -238,18 +238,16 @@ pub struct BranchesSection {
     pub wait_time: Duration,
 }
 
-/// The section of `sections` that configures `name`: the one spelt so, or else the only one
-/// an environment variable would name so, which has no lower case and `_` for `-`
-/// (`CACHES_PRODUCT_PRICES_TTL` sets `product-prices`, found for `product_prices` too).
+/// The section of `sections` that configures `name`: the one spelt so, or else the one spelt
+/// alike ([`fold`]), as an environment variable names it (`CACHES_PRODUCT_PRICES_TTL` sets
+/// `product-prices`, found for `product_prices` too). Loading refuses two spelt alike.
 pub(crate) fn section_name<'a, V>(sections: &'a BTreeMap<String, V>, name: &'a str) -> &'a str {
     if sections.contains_key(name) {
         return name;
     }
-    let mut alike = sections.keys().filter(|s| fold(s) == fold(name));
-    match (alike.next(), alike.next()) {
-        (Some(only), None) => only,
-        _ => name,
-    }
+    let name_folded = fold(name);
+    let alike = sections.keys().find(|s| fold(s) == name_folded);
+    alike.map_or(name, String::as_str)
 }
 
 /// The configured section of `sections` whose name is a likely misspelling of `name`, when
