@@ -403,8 +403,8 @@ fn named_duration(
     Ok(Some(duration))
 }
 
-/// Whether `text` is a whole number too long for any integer type, and negative: `Some(true)`
-/// for `-99…9`, `Some(false)` for `99…9`, `None` for anything else.
+/// The sign of `text` if it is a whole number in digits, of any length (one too long for any
+/// integer type is still one): `Some(true)` for `-99…9`, `Some(false)` for `99…9`.
 fn whole_number_sign(text: &str) -> Option<bool> {
     let text = text.trim();
     let (negative, digits) = match text.strip_prefix('-') {

@@ -390,6 +390,7 @@ fn public_detail(code: &str, reason: &str, details: &BTreeMap<&'static str, Stri
         )
     };
     let lock = named("lockKey", "lock");
+    let cache = named("cache", "cache");
     let key = details.get("idempotencyKey").map_or("", String::as_str);
     match (code, reason) {
         (_, "held_by_another_owner") => format!("{lock} is held by another operation; retry later"),
@@ -442,18 +443,15 @@ fn public_detail(code: &str, reason: &str, details: &BTreeMap<&'static str, Stri
             named("limit", "rate limit")
         ),
         ("CACHE_UNAVAILABLE", _) => format!(
-            "a change to {} was not confirmed: the cache service is unavailable; retry later",
-            named("cache", "cache")
+            "a change to {cache} was not confirmed: the cache service is unavailable; retry later"
         ),
         ("CACHE_LOAD_FAILED", _) => format!(
-            "the request was not processed: a value of {} could not be loaded; retry later",
-            named("cache", "cache")
+            "the request was not processed: a value of {cache} could not be loaded; retry later"
         ),
         // A bug of the calling service, as for a lock's invalid argument.
-        ("CACHE_LOADER_PANICKED" | "CACHE_INVALID_ARGUMENT", _) => format!(
-            "the request was not processed: the server failed using {}",
-            named("cache", "cache")
-        ),
+        ("CACHE_LOADER_PANICKED" | "CACHE_INVALID_ARGUMENT", _) => {
+            format!("the request was not processed: the server failed using {cache}")
+        }
         _ => format!("{}: the request was not processed", title(code)),
     }
 }
