@@ -6,7 +6,7 @@
 # (idempotent execution, shared values), OUT/ratelimit.jsonl, OUT/ratelimit.md (rate limiting)
 # and OUT/cache.jsonl, OUT/cache.md (the cache); see docs/performance.md.
 #
-# usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"] [--suite NAME]
+# usage: scripts/bench.sh [--duration SECS] [--peers DIR] [--out DIR] [--impl "NAMES"] [--suite NAME] [--pin]
 #   --duration  seconds per scenario and impl (default 5)
 #   --peers     the peers' folder (default ../shared/peers next to this repository)
 #   --out       output folder (default target/bench)
@@ -14,19 +14,24 @@
 #   --suite     lock; toolkit (idempotent execution, shared values, rate limiting and the cache,
 #               beside toolkit/toolkit.sh); ratelimit or cache (that part of the toolkit suite
 #               alone); or all (default)
+#   --pin       redis-server on CPU 0, every client on the other CPUs (taskset), as when Redis
+#               runs on a host of its own; by default they share every CPU
 set -euo pipefail
 CALLER=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-usage() { sed -n 9,16p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n 9,18p "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 # Relative paths are the caller's, not this repository's.
 absolute() { case $1 in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
 PEER_IMPLS="raw redis-py python-redis-lock node-redlock redis-semaphore rslock"
 
-DURATION=5 PEERS=$ROOT/../shared/peers OUT=$ROOT/target/bench IMPLS=all SUITE=all
+DURATION=5 PEERS=$ROOT/../shared/peers OUT=$ROOT/target/bench IMPLS=all SUITE=all PIN=false
 while [ $# -gt 0 ]; do
-  case $1 in -h | --help) usage ;; esac
+  case $1 in
+    -h | --help) usage ;;
+    --pin) PIN=true; shift; continue ;;
+  esac
   [ $# -ge 2 ] || usage
   case $1 in
     --duration) DURATION=$2 ;;
@@ -62,6 +67,15 @@ fi
 if $TOOLKIT || $RATELIMIT || $CACHE; then
   [ -x "$PEERS/toolkit/toolkit.sh" ] || { echo "bench.sh: no toolkit peers at $PEERS (expected toolkit/toolkit.sh there; --peers DIR, or --suite lock)" >&2; exit 2; }
 fi
+# Prefixes of the server's and the clients' commands: empty, or their CPUs under --pin.
+SERVER=() CLIENT=()
+if $PIN; then
+  CPUS=$(nproc)
+  [ "$CPUS" -ge 2 ] || { echo "bench.sh: --pin needs 2 CPUs or more; this machine has $CPUS" >&2; exit 2; }
+  command -v taskset > /dev/null || { echo "bench.sh: --pin needs taskset (util-linux)" >&2; exit 2; }
+  SERVER=(taskset -c 0) CLIENT=(taskset -c "1-$((CPUS - 1))")
+  echo "[bench] redis-server on CPU 0, the clients on CPUs 1-$((CPUS - 1))" >&2
+fi
 scripts/ensure-redis.sh
 mkdir -p "$OUT"
 
@@ -72,7 +86,7 @@ BIN=$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_director
 # One private redis-server for everyone, like the peers' own run.sh starts it.
 RDIR=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$RDIR" --logfile "$RDIR/redis.log" >&2 &
+"${SERVER[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$RDIR" --logfile "$RDIR/redis.log" >&2 &
 RPID=$!
 trap 'kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null; rm -rf "$RDIR"' EXIT
 URL=redis://127.0.0.1:$PORT
@@ -125,16 +139,16 @@ if $LOCK; then
   : > "$OUT/results.jsonl"
   for scenario in uncontended parallel contended; do
     echo "[bench] platform-lock / $scenario (${DURATION}s)" >&2
-    with_server_cpu "$OUT/results.jsonl" "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" \
+    with_server_cpu "$OUT/results.jsonl" "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" \
       || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
     for impl in $IMPLS; do
       # The peers build rslock with cargo into their own cache: not into this workspace's target dir.
-      with_server_cpu "$OUT/results.jsonl" env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$impl" --duration "$DURATION"
+      with_server_cpu "$OUT/results.jsonl" "${CLIENT[@]}" env -u CARGO_TARGET_DIR "$PEERS/run.sh" --redis-url "$URL" --scenario "$scenario" --impl "$impl" --duration "$DURATION"
     done
   done
   for scenario in scripts watchdog; do
     echo "[bench] platform-lock / $scenario" >&2
-    "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
+    "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/results.jsonl" \
       || { echo "[bench] platform-lock / $scenario failed" >&2; FAILED=1; }
   done
 
@@ -150,15 +164,15 @@ if $TOOLKIT; then
   : > "$OUT/toolkit.jsonl"
   for scenario in first replay duplicates; do
     echo "[bench] platform-lock / idempotency $scenario (${DURATION}s)" >&2
-    "$BIN/lock-bench" --redis-url "$URL" --scenario "idempotency-$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
+    "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario "idempotency-$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
       || { echo "[bench] platform-lock / idempotency $scenario failed" >&2; FAILED=1; }
     # A peer that fails leaves the peers' error line, so the table lists it.
-    "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
+    "${CLIENT[@]}" "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --scenario "$scenario" --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
       || echo "{\"impl\": \"powertools\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/toolkit.jsonl"
   done
   # Shared values have no peer here: their yardstick is the raw commands beneath each line.
   echo "[bench] platform-lock / values (${DURATION}s each)" >&2
-  "$BIN/lock-bench" --redis-url "$URL" --scenario values --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
+  "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario values --duration "$DURATION" >> "$OUT/toolkit.jsonl" \
     || { echo "[bench] platform-lock / values failed" >&2; FAILED=1; }
   "$BIN/bench-table" "$OUT/toolkit.jsonl" > "$OUT/toolkit.md" || FAILED=1
   if $LOCK; then echo; fi
@@ -172,10 +186,10 @@ if $RATELIMIT; then
   : > "$OUT/ratelimit.jsonl"
   for scenario in decide parallel hot-key accuracy; do
     echo "[bench] platform-lock / ratelimit $scenario (${DURATION}s)" >&2
-    "$BIN/lock-bench" --redis-url "$URL" --scenario "ratelimit-$scenario" --duration "$DURATION" >> "$OUT/ratelimit.jsonl" \
+    "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario "ratelimit-$scenario" --duration "$DURATION" >> "$OUT/ratelimit.jsonl" \
       || { echo "[bench] platform-lock / ratelimit $scenario failed" >&2; FAILED=1; }
     # A peer that fails leaves its error line; toolkit.sh failing as a whole leaves this one.
-    "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --capability ratelimit --scenario "$scenario" --duration "$DURATION" >> "$OUT/ratelimit.jsonl" \
+    "${CLIENT[@]}" "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --capability ratelimit --scenario "$scenario" --duration "$DURATION" >> "$OUT/ratelimit.jsonl" \
       || echo "{\"impl\": \"toolkit.sh\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/ratelimit.jsonl"
   done
   "$BIN/bench-table" "$OUT/ratelimit.jsonl" > "$OUT/ratelimit.md" || FAILED=1
@@ -189,14 +203,14 @@ if $CACHE; then
   : > "$OUT/cache.jsonl"
   for scenario in hit hit-parallel miss-load stampede; do
     echo "[bench] platform-lock / cache $scenario (${DURATION}s)" >&2
-    "$BIN/lock-bench" --redis-url "$URL" --scenario "cache-$scenario" --duration "$DURATION" >> "$OUT/cache.jsonl" \
+    "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario "cache-$scenario" --duration "$DURATION" >> "$OUT/cache.jsonl" \
       || { echo "[bench] platform-lock / cache $scenario failed" >&2; FAILED=1; }
     # The cached peer builds with cargo into its own cache: not into this workspace's target dir.
-    env -u CARGO_TARGET_DIR "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --capability cache --scenario "$scenario" --duration "$DURATION" >> "$OUT/cache.jsonl" \
+    "${CLIENT[@]}" env -u CARGO_TARGET_DIR "$PEERS/toolkit/toolkit.sh" --redis-url "$URL" --capability cache --scenario "$scenario" --duration "$DURATION" >> "$OUT/cache.jsonl" \
       || echo "{\"impl\": \"toolkit.sh\", \"scenario\": \"$scenario\", \"error\": \"toolkit.sh exited $?\"}" >> "$OUT/cache.jsonl"
   done
   echo "[bench] platform-lock / cache push-delay" >&2
-  "$BIN/lock-bench" --redis-url "$URL" --scenario cache-push-delay >> "$OUT/cache.jsonl" \
+  "${CLIENT[@]}" "$BIN/lock-bench" --redis-url "$URL" --scenario cache-push-delay >> "$OUT/cache.jsonl" \
     || { echo "[bench] platform-lock / cache push-delay failed" >&2; FAILED=1; }
   "$BIN/bench-table" "$OUT/cache.jsonl" > "$OUT/cache.md" || FAILED=1
   if $LOCK || $TOOLKIT || $RATELIMIT; then echo; fi
