@@ -184,10 +184,12 @@ impl IdempotencyOptions {
     }
 
     /// How long the first caller waits before running the action, so that a burst of
-    /// identical requests joins it. 0 to 1 h, default 0.
+    /// identical requests joins it. 0 to 1 h, default 0; under a [`Lease::Fixed`], shorter than
+    /// the lease, which the wait spends.
     ///
     /// # Errors
-    /// [`IdempotencyError::InvalidArgument`] naming `delayed_start` for a value out of range.
+    /// [`IdempotencyError::InvalidArgument`] naming `delayed_start` for a value out of range;
+    /// one not shorter than a fixed lease is refused by the call that uses both.
     pub fn delayed_start(mut self, delay: Duration) -> Result<Self, IdempotencyError> {
         check_delayed_start(delay)?;
         self.delayed_start = delay;
@@ -203,6 +205,19 @@ impl IdempotencyOptions {
         check_wait(wait_time)?;
         let result_ttl = self.result_ttl.unwrap_or(settings.result_ttl);
         check_result_ttl(result_ttl)?;
+        if let Lease::Fixed(lease) = self.lease {
+            // The record would expire during the wait, and a duplicate run the action first.
+            if self.delayed_start >= lease {
+                return Err(IdempotencyError::InvalidArgument {
+                    name: "delayed_start",
+                    value: crate::format_duration(self.delayed_start),
+                    problem: format!(
+                        "accepted: shorter than the fixed lease ({}), which the wait spends",
+                        crate::format_duration(lease)
+                    ),
+                });
+            }
+        }
         Ok(Resolved {
             lease_ttl: self.lease.ttl(settings.watchdog_timeout),
             renewed: self.lease == Lease::Watchdog,

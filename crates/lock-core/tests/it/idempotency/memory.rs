@@ -287,6 +287,41 @@ async fn bad_keys_and_options_name_what_is_wrong_and_run_nothing() {
     );
     assert!(options().wait_time(Duration::from_secs(3600)).is_ok());
     assert!(options().fingerprint("f".repeat(512)).is_ok());
+    // A delayed start that a fixed lease would not outlast is refused by the call, in
+    // either order of setting, and nothing runs.
+    let fixed = Lease::Fixed(Duration::from_millis(300));
+    for delayed in [
+        options()
+            .lease(fixed)
+            .unwrap()
+            .delayed_start(Duration::from_secs(1)),
+        options()
+            .delayed_start(Duration::from_millis(300))
+            .unwrap()
+            .lease(fixed),
+    ] {
+        let error = idempotency
+            .execute("delayed", &delayed.unwrap(), never)
+            .await
+            .unwrap_err();
+        assert_eq!(error.code(), "IDEMPOTENCY_INVALID_ARGUMENT");
+        assert!(
+            error.to_string().ends_with(
+                "accepted: shorter than the fixed lease (300 ms), which the wait spends"
+            ),
+            "{error}"
+        );
+    }
+    let shorter = options()
+        .lease(fixed)
+        .unwrap()
+        .delayed_start(Duration::from_millis(299));
+    let ran = idempotency
+        .execute("delayed", &shorter.unwrap(), || async {
+            Ok::<_, IdempotencyError>(1)
+        })
+        .await;
+    assert_eq!(ran.unwrap().into_inner(), 1);
     let bad = IdempotencySettings {
         max_result_bytes: 0,
         ..IdempotencySettings::default()

@@ -13,7 +13,11 @@ end
 if current == nil or not holds(ARGV[1], current) then
   return refused(current)
 end
-local version = string.format('%d', next_version(current))
+local next = next_version(KEYS[1], current)
+if type(next) == 'table' then
+  return next
+end
+local version = string.format('%d', next)
 redis.call('DEL', KEYS[1])
 redis.call('SPUBLISH', ARGV[2], 'd' .. version)
 return {1, version}

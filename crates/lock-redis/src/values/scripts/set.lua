@@ -15,7 +15,11 @@ end
 if not holds(ARGV[3], current) then
   return refused(current)
 end
-local version = string.format('%d', next_version(current))
+local next = next_version(KEYS[1], current)
+if type(next) == 'table' then
+  return next
+end
+local version = string.format('%d', next)
 local stored = version .. ':' .. ARGV[1]
 if ARGV[2] == 'keep' then
   redis.call('SET', KEYS[1], stored, 'KEEPTTL')

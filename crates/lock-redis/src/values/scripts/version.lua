@@ -14,9 +14,15 @@ local function stored_version(key)
   return version
 end
 
-local function next_version(current)
+-- The version a write of `key` stores, or an error reply when it would not count exactly.
+local function next_version(key, current)
   local time = redis.call('TIME')
-  return math.max((current or 0) + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  local version = math.max((current or 0) + 1, tonumber(time[1]) * 1000000 + tonumber(time[2]))
+  if version >= 9007199254740992 then
+    return redis.error_reply('VALUE ' .. key .. ' is at the last exact version (2^53 - 1): '
+      .. 'no write can follow it; DEL the key in Redis to write it again')
+  end
+  return version
 end
 
 -- Whether a write under condition `condition` ('always', 'absent' or a version) may go ahead.

@@ -82,6 +82,18 @@ async fn a_value_is_one_string_holding_its_version_with_the_writes_ttl() {
         .unwrap_err();
     assert!(error.to_string().contains("not a shared value"), "{error}");
     assert_eq!(common::value(&redis, &key).await, "not a shared value");
+    // Another type at the key: refused the same way, saying so.
+    redis.cmd(&["DEL", &key]).await.unwrap();
+    redis.cmd(&["HSET", &key, "f", "v"]).await.unwrap();
+    let read = values.get::<u32>("catalog:warm-up").await.unwrap_err();
+    let write = values
+        .set("catalog:warm-up", &1, Expiry::Never)
+        .await
+        .unwrap_err();
+    for error in [read, write] {
+        assert_eq!(error.code(), "VALUES_UNAVAILABLE", "{error}");
+        assert!(error.to_string().contains("another type"), "{error}");
+    }
 }
 
 /// One set wakes every waiter of a client through one subscription and one publish, and no
@@ -329,7 +341,7 @@ async fn many_fields_are_listed_and_many_ids_acknowledged_at_once() {
 }
 
 /// A stored version too large to count exactly is not a shared value: reads and writes are
-/// refused, and the write changes nothing.
+/// refused, and the write changes nothing; nor does a write past the last exact version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_too_large_to_count_is_refused_and_left_alone() {
     let redis = server().await;
@@ -347,6 +359,17 @@ async fn a_version_too_large_to_count_is_refused_and_left_alone() {
         }
         assert_eq!(common::value(&redis, &key).await, planted);
     }
+    // The last exact version reads, and a write that would go past it is refused, naming it,
+    // rather than storing a version every later call refuses.
+    let last = "9007199254740991:1";
+    redis.cmd(&["SET", &key, last]).await.unwrap();
+    assert_eq!(values.get::<u32>("huge").await.unwrap().unwrap().value, 1);
+    let set = values.set("huge", &2, Expiry::Never).await.unwrap_err();
+    let delete = values.delete("huge").await.unwrap_err();
+    for error in [set, delete] {
+        assert!(error.to_string().contains("last exact version"), "{error}");
+    }
+    assert_eq!(common::value(&redis, &key).await, last);
 }
 
 /// A queue whose consumer group something removed is repaired by the next take, and its
