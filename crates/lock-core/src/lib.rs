@@ -77,6 +77,7 @@ pub mod idempotency;
 mod key;
 pub mod lock;
 mod metric;
+mod outage;
 mod owner;
 mod process;
 pub mod rate_limit;

@@ -19,6 +19,7 @@ use crate::cache::options::{CacheOptions, MAX_CROSS_POD_LOAD_WAIT, check_ttl};
 use crate::cache::port::{CacheStore, LOAD_STORE_WINDOW, WriteMark};
 use crate::cache::telemetry::Metrics;
 use crate::error::BoxError;
+use crate::outage::{Change, Outage};
 use crate::values::{Flight, SharedValues, WhenBusy};
 
 /// TTL of the guard of a load run for every pod ([`Cache::load_across_pods`]): renewed while
@@ -33,7 +34,8 @@ const ACROSS_PODS_GUARD_TTL: Duration = Duration::from_secs(5);
 /// # Contract
 /// - **Reads never fail for a backend reason.** A store that fails or times out is a miss:
 ///   [`get_or_load`](Cache::get_or_load) runs the loader and returns its value uncached. The
-///   first failure of an outage is logged at `WARN`, the recovery at `INFO`.
+///   first failure of an outage is logged at `WARN`, the recovery at `INFO`, both at `DEBUG`
+///   for an outage starting within a minute of the last one so logged.
 /// - **An entry that does not deserialize** as `V` (a changed type, truncated bytes) is a
 ///   miss: loaded again and overwritten, logged at `DEBUG` and counted.
 /// - **One load per key at a time in a process.** Concurrent misses of a key wait for one
@@ -105,7 +107,7 @@ struct Inner<V> {
     flights: Arc<Flights<V>>,
     near: Option<Near<V>>,
     metrics: Metrics,
-    failing: AtomicBool,
+    outage: Outage,
     /// Whether a loaded value that does not serialize was logged at WARN.
     warned_unserializable: AtomicBool,
 }
@@ -145,7 +147,7 @@ where
                 flights: Arc::default(),
                 near,
                 metrics: Metrics::new(name),
-                failing: AtomicBool::new(false),
+                outage: Outage::default(),
                 warned_unserializable: AtomicBool::new(false),
             }),
         })
@@ -639,16 +641,22 @@ where
         }
     }
 
-    /// Notes a store failure or success, logging the first of an outage and the recovery.
+    /// Notes a store failure or success, logging an outage's start and end.
     fn note_outage(&self, failed: Option<&CacheError>) {
-        let failing = &self.inner.failing;
-        match failed {
-            Some(error) if !failing.swap(true, Ordering::Relaxed) => {
-                tracing::warn!(cache = %self.inner.name, %error,
-                    "the cache store fails: values are loaded and returned uncached until it answers");
+        const FAILS: &str =
+            "the cache store fails: values are loaded and returned uncached until it answers";
+        const ANSWERS: &str = "the cache store answers again";
+        let cache = &self.inner.name;
+        match (self.inner.outage.note(failed.is_some()), failed) {
+            (Some(Change::Started { loud: true }), Some(error)) => {
+                tracing::warn!(cache = %cache, %error, "{FAILS}");
             }
-            None if failing.load(Ordering::Relaxed) && failing.swap(false, Ordering::Relaxed) => {
-                tracing::info!(cache = %self.inner.name, "the cache store answers again");
+            (Some(Change::Started { loud: false }), Some(error)) => {
+                tracing::debug!(cache = %cache, %error, "{FAILS}");
+            }
+            (Some(Change::Ended { loud: true }), _) => tracing::info!(cache = %cache, "{ANSWERS}"),
+            (Some(Change::Ended { loud: false }), _) => {
+                tracing::debug!(cache = %cache, "{ANSWERS}")
             }
             _ => {}
         }

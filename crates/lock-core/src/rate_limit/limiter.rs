@@ -1,11 +1,11 @@
 //! [`RateLimiter`]: one named limit over a [`RateLimitStore`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::outage::{Change, Outage};
 use crate::rate_limit::batch::{Batches, Local, MAX_LOCAL_BATCH, Refill};
 use crate::rate_limit::decision::{Basis, Decision, FailurePolicy};
 use crate::rate_limit::error::RateLimitError;
@@ -29,7 +29,8 @@ pub const MAX_ACQUIRE_WAIT: Duration = Duration::from_secs(3600);
 ///   resetting any key: a lower rate holds from the next call, a higher one never denies what
 ///   the old one would have admitted, and the same quota again changes nothing.
 /// - When the store fails, the decision follows the [`FailurePolicy`] and says so in its
-///   [`Basis`]; the first failure of an outage is logged at `WARN`, the recovery at `INFO`.
+///   [`Basis`]; the first failure of an outage is logged at `WARN`, the recovery at `INFO`,
+///   both at `DEBUG` for an outage starting within a minute of the last one so logged.
 ///
 /// # Examples
 ///
@@ -57,7 +58,7 @@ pub struct RateLimiter {
     quota: Arc<RwLock<Quota>>,
     policy: FailurePolicy,
     store: Arc<dyn RateLimitStore>,
-    failing: Arc<AtomicBool>,
+    outage: Arc<Outage>,
     /// Permits charged per refill of a local batch; 0 when off.
     batch: u32,
     batches: Arc<Batches>,
@@ -93,7 +94,7 @@ impl RateLimiter {
             quota: Arc::new(RwLock::new(quota)),
             policy,
             store,
-            failing: Arc::default(),
+            outage: Arc::default(),
             batch: 0,
             batches: Arc::default(),
         })
@@ -356,18 +357,21 @@ impl RateLimiter {
         decision
     }
 
-    /// Notes a store failure or success, logging the first of an outage and the recovery.
+    /// Notes a store failure or success, logging an outage's start and end.
     fn note_outage(&self, failed: Option<&RateLimitError>) {
-        // A load first: the flag is written only when it changes, not on every decision.
-        let failing = self.failing.load(Ordering::Relaxed);
-        match failed {
-            Some(error) if !failing && !self.failing.swap(true, Ordering::Relaxed) => {
-                tracing::warn!(limit = %self.name, policy = ?self.policy, %error,
-                    "rate limit store failed: deciding by the failure policy until it answers");
+        const FAILED: &str =
+            "rate limit store failed: deciding by the failure policy until it answers";
+        const ANSWERS: &str = "rate limit store answers again";
+        let (name, policy) = (&self.name, self.policy);
+        match (self.outage.note(failed.is_some()), failed) {
+            (Some(Change::Started { loud: true }), Some(error)) => {
+                tracing::warn!(limit = %name, ?policy, %error, "{FAILED}");
             }
-            None if failing && self.failing.swap(false, Ordering::Relaxed) => {
-                tracing::info!(limit = %self.name, "rate limit store answers again");
+            (Some(Change::Started { loud: false }), Some(error)) => {
+                tracing::debug!(limit = %name, ?policy, %error, "{FAILED}");
             }
+            (Some(Change::Ended { loud: true }), _) => tracing::info!(limit = %name, "{ANSWERS}"),
+            (Some(Change::Ended { loud: false }), _) => tracing::debug!(limit = %name, "{ANSWERS}"),
             _ => {}
         }
     }

@@ -89,6 +89,35 @@ async fn each_policy_decides_and_says_so_logging_once_per_outage() {
     assert_eq!(text.matches("answers again").count(), 1, "{text}");
 }
 
+/// A store failing for every other call (one key of another type in Redis, say) is logged
+/// once, not per call; and again a minute later.
+#[tokio::test(start_paused = true)]
+async fn a_store_failing_every_other_call_is_logged_once_a_minute() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let store = Arc::new(Flaky::default());
+    let gateway = limiter(&store, "gateway", FailurePolicy::FailOpen);
+    let flap = || async {
+        for _ in 0..20 {
+            store.down.store(true, Ordering::SeqCst);
+            let failed = gateway.try_acquire("broken", 1).await.unwrap();
+            assert_eq!(failed.basis, Basis::FailedOpen);
+            store.down.store(false, Ordering::SeqCst);
+            let counted = gateway.try_acquire("client", 0).await.unwrap();
+            assert_eq!(counted.basis, Basis::Counted);
+        }
+    };
+    flap().await;
+    let text = logs.text();
+    assert_eq!(text.matches("rate limit store failed").count(), 1, "{text}");
+    assert_eq!(text.matches("answers again").count(), 1, "{text}");
+    tokio::time::advance(std::time::Duration::from_secs(60)).await;
+    flap().await;
+    let text = logs.text();
+    assert_eq!(text.matches("rate limit store failed").count(), 2, "{text}");
+    assert_eq!(text.matches("answers again").count(), 2, "{text}");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn decisions_are_counted_by_outcome_from_zero() {
     let metrics = lock_testkit::metrics::CapturedMetrics::new();
