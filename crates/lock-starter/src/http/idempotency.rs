@@ -40,7 +40,8 @@ type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 ///   waits for the first one's response.
 /// - The same key with another query, content type or body gets 422.
 /// - An unavailable backend gets 503 with `Retry-After`, and the handler does not run.
-/// - A 5xx response is not stored, so the retry runs the handler again.
+/// - A 5xx, 408, 425 or 429 response is not stored: it tells the client to retry, and the
+///   retry runs the handler again.
 /// - `Set-Cookie` and other credential-bearing headers are never stored.
 /// - Requests without the header and other methods pass through.
 /// - Responses are buffered whole. The call that ran the handler gets its response untouched.
@@ -208,8 +209,9 @@ where
 /// Why the handler's response is not stored.
 enum NotReplayable {
     Idempotency(IdempotencyError),
-    /// A 5xx: returned, not stored, so that the retry runs the handler again.
-    ServerError(Response),
+    /// An answer asking for a retry ([`retry_later`]): returned, not stored, so that the retry
+    /// runs the handler again.
+    RetryLater(Response),
 }
 
 impl From<IdempotencyError> for NotReplayable {
@@ -302,8 +304,8 @@ impl IdempotencyLayer {
             .execute(&key, &options, || async move {
                 let request = Request::from_parts(parts, Body::from(body));
                 let response = inner.oneshot(request).await.unwrap_or_else(|e| match e {});
-                if response.status().is_server_error() {
-                    return Err(NotReplayable::ServerError(response));
+                if retry_later(response.status()) {
+                    return Err(NotReplayable::RetryLater(response));
                 }
                 StoredResponse::read(response).await
             })
@@ -313,10 +315,21 @@ impl IdempotencyLayer {
                 stored.into_live_response()
             }
             Ok(Idempotent::Replayed(stored)) => stored.into_response(true),
-            Err(NotReplayable::ServerError(response)) => response,
+            Err(NotReplayable::RetryLater(response)) => response,
             Err(NotReplayable::Idempotency(error)) => reject(error, &client_key),
         }
     }
+}
+
+/// Whether `status` asks the client to retry (a 5xx, 408 Request Timeout, 425 Too Early or
+/// 429 Too Many Requests from a rate limit beneath the layer): replaying it would answer every
+/// retry so.
+fn retry_later(status: StatusCode) -> bool {
+    status.is_server_error()
+        || matches!(
+            status,
+            StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_EARLY | StatusCode::TOO_MANY_REQUESTS
+        )
 }
 
 /// The answer to `error`, showing the client's key where the error holds the record key.
@@ -436,7 +449,7 @@ impl StoredResponse {
         let (parts, body) = response.into_parts();
         let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
             // The client would get a cut-off body: a server error, not a result to replay.
-            return Err(NotReplayable::ServerError(problem(
+            return Err(NotReplayable::RetryLater(problem(
                 StatusCode::BAD_GATEWAY,
                 "IDEMPOTENCY_RESPONSE_FAILED",
                 "the handler's response body failed while it was read".to_owned(),

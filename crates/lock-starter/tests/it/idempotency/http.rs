@@ -1,6 +1,6 @@
 //! The `Idempotency-Key` layer (feature `http`): a retried create runs once and is marked as a
-//! replay, a concurrent retry gets 409, a reused key with another body 422, a handler's 5xx is
-//! not stored, Redis down is 503 — in memory, and across two "pods" on one real redis-server.
+//! replay, a concurrent retry gets 409, a reused key with another body 422, a handler's 5xx or
+//! 429 is not stored, Redis down is 503 — in memory, and across two "pods" on one real redis-server.
 
 use crate::common;
 
@@ -38,18 +38,18 @@ pub(crate) async fn run(runs: &AtomicU32, gate: Option<Gate>) -> u32 {
 }
 
 /// `POST /tickets` creating ticket `TT-<n>`; waits at `gate` first when one is given, and
-/// answers 500 for a body of `fail`.
+/// answers 500 for a body of `fail`, 429 for `busy`.
 fn app(idempotency: Idempotency, runs: Arc<AtomicU32>, gate: Option<Gate>) -> Router {
     let create = move |body: String| {
         let (runs, gate) = (Arc::clone(&runs), gate.clone());
         async move {
             let n = run(&runs, gate).await;
-            if body == "fail" {
-                return (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    [(header::LOCATION, String::new())],
-                    String::new(),
-                );
+            if body == "fail" || body == "busy" {
+                let status = match body.as_str() {
+                    "fail" => StatusCode::INTERNAL_SERVER_ERROR,
+                    _ => StatusCode::TOO_MANY_REQUESTS,
+                };
+                return (status, [(header::LOCATION, String::new())], String::new());
             }
             (
                 StatusCode::CREATED,
@@ -129,14 +129,20 @@ async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
 }
 
 #[tokio::test]
-async fn a_handlers_5xx_is_not_stored_and_the_retry_runs_again() {
+async fn a_handlers_5xx_or_429_is_not_stored_and_the_retry_runs_again() {
     let runs = Arc::new(AtomicU32::new(0));
     let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
-    for _ in 0..2 {
-        let failed = common::send(&app, create(Some("key-1"), "fail")).await;
-        assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    for (key, body, status) in [
+        ("key-1", "fail", StatusCode::INTERNAL_SERVER_ERROR),
+        ("key-2", "busy", StatusCode::TOO_MANY_REQUESTS),
+    ] {
+        for _ in 0..2 {
+            let answered = common::send(&app, create(Some(key), body)).await;
+            assert_eq!(answered.status(), status);
+            assert!(answered.headers().get(REPLAYED_HEADER).is_none());
+        }
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
 }
 
 #[tokio::test]
