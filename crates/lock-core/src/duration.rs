@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
-/// Parses a duration: `0`, or numbers with the units ms, s, m and h, such as `1m30s`.
+/// Parses a duration: `0`, or numbers with the units ms, s, m and h, each once and largest
+/// first, such as `1m30s`.
 ///
 /// # Errors
-/// What is wrong with `text`, in words: a missing or unknown unit, a negative or empty value.
+/// What is wrong with `text`, in words: a missing, unknown, repeated or misplaced unit, a
+/// negative or empty value.
 ///
 /// # Examples
 ///
@@ -19,6 +21,11 @@ use std::time::Duration;
 /// assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
 /// assert_eq!(parse_duration("1m30").unwrap_err(), "a unit is required after 30 (ms, s, m or h)");
 /// assert!(parse_duration("0.0001s").unwrap_err().contains("finer than a millisecond"));
+/// assert_eq!(
+///     parse_duration("5s5s").unwrap_err(),
+///     "s is given twice; write each unit once, largest first, such as 1m30s"
+/// );
+/// assert!(parse_duration("500ms1s").unwrap_err().starts_with("s comes after ms"));
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -47,6 +54,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err(format!(
             "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
         ));
+    }
+    // Each unit once, largest first: `5s5s` or `500ms1s` is more likely a slip than a sum.
+    let rank = |unit: &str| ["ms", "s", "m", "h"].iter().position(|u| *u == unit);
+    let mut larger: Option<&str> = None;
+    for unit in text
+        .split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+        .filter(|u| !u.is_empty())
+    {
+        if let Some(before) = larger.filter(|b| rank(b) <= rank(unit)) {
+            let problem = if before == unit {
+                format!("{unit} is given twice")
+            } else {
+                format!("{unit} comes after {before}")
+            };
+            return Err(format!(
+                "{problem}; write each unit once, largest first, such as 1m30s"
+            ));
+        }
+        larger = Some(unit);
     }
     if text.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
         let last = text
