@@ -471,7 +471,7 @@ impl LockStarter {
     /// loader.
     ///
     /// # Errors
-    /// [`CacheError::InvalidArgument`] for a name that is not a valid key.
+    /// [`CacheError::InvalidArgument`] for a name that is not a valid key or has whitespace at an end.
     ///
     /// # Examples
     ///
@@ -494,6 +494,13 @@ impl LockStarter {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
+        if let Err(problem @ crate::config::NAME_UNTRIMMED) = crate::config::name_problem(name) {
+            return Err(CacheError::InvalidArgument {
+                name: "cache",
+                value: format!("{name:?}"),
+                problem: format!("{problem}; accepted: {}", crate::config::NAME_RULES),
+            });
+        }
         // One spelling for every replica, whatever its configuration or code writes.
         let name = crate::config::fold(name);
         self.built.get_or_build(&name, || self.build_cache(&name))

@@ -221,15 +221,18 @@ fn named_keys(table: &str) -> String {
 }
 
 /// What names of rate limits and caches are, as messages say it.
-pub(crate) const NAME_RULES: &str =
-    "names of 1 to 512 bytes of UTF-8 with no control characters and no `.`";
+pub(crate) const NAME_RULES: &str = "names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end";
+/// The problem of a name with whitespace at an end: a slip, and no configuration spells it.
+pub(crate) const NAME_UNTRIMMED: &str = "begins or ends with whitespace";
 const _: () = assert!(lock_core::MAX_KEY_BYTES == 512, "NAME_RULES says 512 bytes");
 
 /// What is wrong with `name` as the name of a rate limit or cache, if anything: the rules of
-/// keys ([`lock_core::validate_key`]), and no `.`, which a key's path could not hold.
+/// keys ([`lock_core::validate_key`]), no whitespace at either end, and no `.`, which a key's
+/// path could not hold.
 pub(crate) fn name_problem(name: &str) -> Result<(), &'static str> {
     match lock_core::validate_key(name) {
         Err(lock_core::LockError::InvalidKey { problem, .. }) => Err(problem),
+        _ if name.trim() != name => Err(NAME_UNTRIMMED),
         _ if name.contains('.') => Err("contains `.`, which a configuration key cannot hold"),
         _ => Ok(()),
     }

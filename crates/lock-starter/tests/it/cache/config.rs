@@ -108,7 +108,7 @@ fn bad_cache_settings_name_the_key_the_value_and_what_is_accepted() {
         ),
         (
             "[telco.platform.lock.caches.\"v1.products\"]\nttl = \"5m\"\n",
-            "caches.v1.products = a table (from TOML source string): the name \"v1.products\": contains `.`, which a configuration key cannot hold; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no `.`",
+            "caches.v1.products = a table (from TOML source string): the name \"v1.products\": contains `.`, which a configuration key cannot hold; accepted: names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end",
         ),
     ] {
         let error = load(toml, &[]).unwrap_err();

@@ -94,6 +94,16 @@ async fn a_bad_cache_name_is_refused() {
         "invalid cache \"\": it is empty; a cache name is 1 to 512 bytes of UTF-8 with no \
          control characters (braces, spaces and unicode are fine)"
     );
+    for untrimmed in [" ", "products "] {
+        let error = starter.cache::<String>(untrimmed).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("begins or ends with whitespace; accepted: names of 1 to 512 bytes"),
+            "{error}"
+        );
+    }
+    assert!(starter.cache::<String>("product catalog").is_ok());
 }
 
 /// A name no section can be written for still names a cache, and a warning says it takes the

@@ -177,11 +177,15 @@ async fn an_unconfigured_limit_names_the_key_to_set() {
         // A name no key could hold says so, rather than naming a key.
         (
             "",
-            "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no `.`",
+            "invalid limit \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end",
+        ),
+        (
+            " ",
+            "invalid limit \" \": begins or ends with whitespace; accepted: names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end",
         ),
         (
             "v1.login",
-            "invalid limit \"v1.login\": contains `.`, which a configuration key cannot hold; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no `.`",
+            "invalid limit \"v1.login\": contains `.`, which a configuration key cannot hold; accepted: names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end",
         ),
     ] {
         let error = starter
