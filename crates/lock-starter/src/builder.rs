@@ -503,7 +503,18 @@ impl LockStarter {
         }
         // One spelling for every replica, whatever its configuration or code writes.
         let name = crate::config::fold(name);
-        self.built.get_or_build(&name, || self.build_cache(&name))
+        self.built.get_or_build(&name, || {
+            let value_type = std::any::type_name::<V>();
+            if let Some(first) = self.built.cache_type(&name, value_type) {
+                tracing::warn!(
+                    cache = %name,
+                    "cache {name:?} is asked for with values of {value_type} after {first}: each \
+                     type reads the other's entries as a miss and loads them again; give each \
+                     type a cache of its own"
+                );
+            }
+            self.build_cache(&name)
+        })
     }
 
     /// A new cache `name` (folded: lower case, `-` for `_`) of `V` values.

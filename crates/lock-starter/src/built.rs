@@ -11,7 +11,11 @@ type Key = (TypeId, String);
 
 /// The caches and rate limiters a [`LockStarter`](crate::LockStarter) and its clones built.
 #[derive(Default)]
-pub(crate) struct Built(Mutex<HashMap<Key, Box<dyn Any + Send + Sync>>>);
+pub(crate) struct Built {
+    parts: Mutex<HashMap<Key, Box<dyn Any + Send + Sync>>>,
+    /// Each cache's value type, as first built.
+    cache_types: Mutex<HashMap<String, &'static str>>,
+}
 
 impl Built {
     /// The `T` built before for `name`, else the one `build` makes, kept.
@@ -23,7 +27,7 @@ impl Built {
     where
         T: Clone + Send + Sync + 'static,
     {
-        let mut built = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut built = self.parts.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (TypeId::of::<T>(), name.to_owned());
         if let Some(part) = built.get(&key).and_then(|part| part.downcast_ref::<T>()) {
             return Ok(part.clone());
@@ -31,5 +35,16 @@ impl Built {
         let part = build()?;
         built.insert(key, Box::new(part.clone()));
         Ok(part)
+    }
+
+    /// Records that cache `name` is built for values of `value_type`; the type it was first
+    /// built for, when that is another.
+    pub(crate) fn cache_type(&self, name: &str, value_type: &'static str) -> Option<&'static str> {
+        let mut types = self
+            .cache_types
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let first = *types.entry(name.to_owned()).or_insert(value_type);
+        (first != value_type).then_some(first)
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! - **Get-or-load.** [`Cache::get_or_load`] returns the live entry or runs the loader, once
 //!   per key at a time in a process, and caches its value for the cache's TTL.
-//! - **Never a failure for a cache reason.** A failing store is a miss; an entry that no longer
+//! - **Never a failure for a backend reason.** A failing store is a miss; an entry that no longer
 //!   deserializes (the type changed between releases) is a miss and is overwritten, so a
 //!   deploy never has to flush the cache.
 //! - **TTLs per entry**, on the store's clock; clearing a cache is one step whatever its size.

@@ -124,3 +124,31 @@ async fn a_cache_name_with_a_dot_is_warned_about() {
         logs.text()
     );
 }
+
+/// One cache name asked for with two value types is warned about once: each type would read
+/// the other's entries as a miss.
+#[tokio::test]
+async fn a_cache_name_asked_for_with_two_types_is_warned_about_once() {
+    let starter = starter("[telco.platform.lock]\nenabled = false\n").await;
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    tracing::subscriber::with_default(subscriber, || {
+        starter.cache::<String>("products").unwrap();
+        starter.cache::<String>("products").unwrap();
+        starter.cache::<String>("prices").unwrap();
+        for _ in 0..3 {
+            starter.cache::<u32>("products").unwrap();
+        }
+    });
+    let text = logs.text();
+    assert_eq!(
+        text.matches("is asked for with values of").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "cache \"products\" is asked for with values of u32 after alloc::string::String"
+        ),
+        "{text}"
+    );
+}
