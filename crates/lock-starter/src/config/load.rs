@@ -312,17 +312,18 @@ fn rate_limits(figment: &Figment) -> Result<RateLimits, ConfigError> {
         let text = match figment.find_value(&path) {
             Ok(Value::String(_, text)) => text,
             Ok(_) => return Err(invalid_at(figment, rate, &path, "not text")),
+            // Said of the section, which has a source: the rate has none.
             Err(_) => {
                 let table = path.rsplit_once('.').map_or(path.as_str(), |(t, _)| t);
-                return Err(invalid_at(
-                    figment,
-                    rate,
-                    &path,
-                    format!(
-                        "each rate limit needs its rate, and {table} (from {}) has none",
-                        origin_of(figment, table)
-                    ),
-                ));
+                return Err(ConfigError::InvalidValue {
+                    key: table.to_owned(),
+                    value: figment
+                        .find_value(table)
+                        .map_or_else(|_| "nothing".to_owned(), |v| show(&v)),
+                    origin: Box::new(origin_of(figment, table)),
+                    problem: format!("each rate limit needs its rate, and {path} is not set"),
+                    accepted: rate.accepted(),
+                });
             }
         };
         if let Some(problem) = rate.problem(&Val::Text(&text)) {
@@ -479,6 +480,11 @@ fn extraction_error(figment: &Figment, section: &str, error: figment::Error) -> 
                 _ => "not a whole number",
             }
             .to_owned()
+        }
+        Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected)
+            if expected == "a boolean" =>
+        {
+            "not true or false".to_owned()
         }
         kind => kind.to_string(),
     };

@@ -386,7 +386,8 @@ fn durations_take_ms_s_m_h_their_combinations_and_a_bare_zero() {
     assert!(invalid(result).1.contains("a unit is required"));
 }
 
-/// A count key given something else says so in the words the range keys use, not serde's.
+/// A count or boolean key given something else says so in the words the range keys use, not
+/// serde's.
 #[test]
 fn a_count_that_is_not_one_says_why_plainly() {
     for (variable, value, problem) in [
@@ -430,6 +431,15 @@ fn a_count_that_is_not_one_says_why_plainly() {
         );
         assert!(!message.contains("expected u32"), "{message}");
     }
+    let message = from_env(&[("TELCO_PLATFORM_LOCK_ENABLED", "nope")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains(
+            "(from environment variable TELCO_PLATFORM_LOCK_ENABLED): not true or false; accepted:"
+        ),
+        "{message}"
+    );
 }
 
 #[test]

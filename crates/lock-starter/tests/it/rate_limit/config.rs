@@ -105,7 +105,7 @@ fn bad_limits_name_the_key_the_value_and_what_is_accepted() {
         ),
         (
             "[telco.platform.lock.rate-limits.login]\nburst = 3\n",
-            "rate-limits.login.rate = nothing (from default): each rate limit needs its rate, and telco.platform.lock.rate-limits.login (from TOML source string) has none",
+            "rate-limits.login = a table {burst} (from TOML source string): each rate limit needs its rate, and telco.platform.lock.rate-limits.login.rate is not set",
         ),
         (
             "[telco.platform.lock.rate-limits.login]\nrate = \"1/1h\"\nburst = 0\n",
