@@ -114,6 +114,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// assert_eq!(format_duration(Duration::from_micros(313_859)), "314 ms");
 /// assert_eq!(format_duration(Duration::from_micros(999_500)), "1 s");
 /// assert_eq!(format_duration(Duration::from_nanos(313_859)), "1 ms");
+/// assert_eq!(format_duration(Duration::MAX), "18446744073709551615 s");
 /// // What it prints, `parse_duration` reads back.
 /// assert_eq!(parse_duration("5 m"), Ok(Duration::from_secs(300)));
 /// ```
@@ -122,7 +123,8 @@ pub fn format_duration(d: Duration) -> String {
         return "0".to_owned();
     }
     let rounded = (d.as_nanos() + NANOS_PER_MILLI / 2) / NANOS_PER_MILLI;
-    format_millis(rounded.max(1))
+    // Never rounded past the largest whole second a `Duration` holds.
+    format_millis(rounded.clamp(1, u128::from(u64::MAX) * 1000))
 }
 
 const NANOS_PER_MILLI: u128 = 1_000_000;
