@@ -249,10 +249,11 @@ async fn hold(
             _ => {}
         }
     }
-    let shown_address = if private_redis {
+    // Yours is shown as given unless it holds credentials, which stay off the screen.
+    let shown_address = if private_redis || !address.contains('@') {
         address.to_owned()
     } else {
-        "\"$TELCO_PLATFORM_LOCK_REDIS_ADDRESS\"   # the one the demo used".to_owned()
+        "...   # your address, as set in the demo's terminal (it holds a password)".to_owned()
     };
     let cli = std::env::current_exe()
         .ok()
@@ -274,7 +275,11 @@ async fn hold(
         ),
         None => println!("(platform-lock: `cargo install --path crates/lock-cli`)"),
     }
-    println!("Waiting for the forced release (Ctrl-C ends the demo and stops its Redis)...");
+    if private_redis {
+        println!("Waiting for the forced release (Ctrl-C ends the demo and stops its Redis)...");
+    } else {
+        println!("Waiting for the forced release (Ctrl-C ends the demo)...");
+    }
     let lost = loop {
         let event = tokio::select! {
             event = rx.recv() => event,
