@@ -505,7 +505,7 @@ async fn status_of_a_key_that_holds_no_lock_points_at_the_key_prefix() {
         "status of a non-lock key",
         &output,
         1,
-        &["holds no lock value", "key-prefix"],
+        &["holds no lock value", "DEL it once nothing needs it", "key-prefix"],
     );
     assert!(!stderr(&output).contains("check that Redis is up"));
 }

@@ -212,7 +212,11 @@ impl RedisLock {
         self.read_status(name).await?.ok_or_else(|| {
             LockError::backend_unavailable(
                 name,
-                RedisFailure::protocol("status script", "the key holds no lock value"),
+                RedisFailure::protocol(
+                    "status script",
+                    "the key holds no lock value (set by something else): see it with redis-cli \
+                     TYPE and GET, and DEL it once nothing needs it",
+                ),
             )
         })
     }
