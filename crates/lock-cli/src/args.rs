@@ -146,8 +146,7 @@ fn usage_line(rendered: &str) -> String {
 
 /// A duration as the configuration's keys read it ([`lock_starter::config::parse_duration`]).
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    const FORMS: &str =
-        "a duration takes a unit (ms, s, m or h; 0 needs none), e.g. 500ms, 30s, 2m or 1h30m";
+    const FORMS: &str = "durations look like 500ms, 30s, 2m or 1h30m";
     lock_starter::config::parse_duration(text).map_err(|problem| format!("{problem}; {FORMS}"))
 }
 

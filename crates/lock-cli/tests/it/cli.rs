@@ -336,7 +336,7 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
     let bad_durations = [
         ("--lease", "0s", "100 ms to 168 h"),
         ("--lease", "50ms", "100 ms to 168 h"),
-        ("--lease", "abc", "a duration takes a unit"),
+        ("--lease", "abc", "durations look like 500ms"),
         ("--lease", "99999999999999999s", "100 ms to 168 h"),
         ("--lease", "18446744073709551616s", "too large"),
         ("--wait", "2h", "0 to 1 h (0 is one attempt)"),
@@ -505,7 +505,11 @@ async fn status_of_a_key_that_holds_no_lock_points_at_the_key_prefix() {
         "status of a non-lock key",
         &output,
         1,
-        &["holds no lock value", "DEL it once nothing needs it", "key-prefix"],
+        &[
+            "holds no lock value",
+            "DEL it once nothing needs it",
+            "key-prefix",
+        ],
     );
     assert!(!stderr(&output).contains("check that Redis is up"));
 }

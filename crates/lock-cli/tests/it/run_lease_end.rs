@@ -88,7 +88,10 @@ async fn negative_and_unitless_durations_are_refused_by_name() {
         (["--lease", "-1s"], "negative durations are not accepted"),
         (["--wait", "-5s"], "negative durations are not accepted"),
         (["--lease", "abc"], "not a duration"),
-        (["--wait", "5"], "a duration takes a unit"),
+        (
+            ["--wait", "5"],
+            "a unit is required (ms, s, m or h; only 0 goes without); durations look like",
+        ),
         (["--lease", "1M"], "M is not minutes"),
         (["--wait", "500us"], "unknown unit \"us\""),
     ] {
