@@ -224,7 +224,11 @@ mod tests {
             let problem = parse_lease(bad).expect_err(bad);
             assert!(problem.contains("100 ms to 168 h"), "{bad}: {problem}");
         }
-        assert!(parse_lease("abc").unwrap_err().contains("durations look like"));
+        assert!(
+            parse_lease("abc")
+                .unwrap_err()
+                .contains("durations look like")
+        );
         assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
         assert_eq!(parse_wait("1h"), Ok(MAX_WAIT));
         assert!(

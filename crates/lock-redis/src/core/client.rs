@@ -206,7 +206,7 @@ impl RedisCore {
                     tracing::warn!(
                         address = %config.address.to_string(),
                         last_error = health.last_error().as_deref().unwrap_or("none (no answer)"),
-                        "Redis is not reachable yet; acquisitions fail closed until it is"
+                        "Redis is not reachable yet; until it answers, each capability fails as its policy says"
                     );
                 }
             }
