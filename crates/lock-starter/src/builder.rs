@@ -471,7 +471,8 @@ impl LockStarter {
     /// loader.
     ///
     /// # Errors
-    /// [`CacheError::InvalidArgument`] for a name that is not a valid key or has whitespace at an end.
+    /// [`CacheError::InvalidArgument`] for a name that is not a valid key or has whitespace at
+    /// an end.
     ///
     /// # Examples
     ///
