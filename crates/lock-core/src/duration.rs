@@ -44,25 +44,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if text.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err("a unit is required (ms, s, m or h; only 0 goes without)".to_owned());
     }
-    let mut units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
-    if let Some(unit) = units.find(|u| !["", "ms", "s", "m", "h"].contains(u)) {
-        let months = if unit == "M" {
-            ": M is not minutes (it is months)"
-        } else {
-            ""
+    // The units, smallest first. Each may come once, largest first: `5s5s` or `500ms1s` is
+    // more likely a slip than a sum.
+    const UNITS: [&str; 4] = ["ms", "s", "m", "h"];
+    let mut larger: Option<(usize, &str)> = None;
+    let units = text.split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace());
+    for unit in units.filter(|u| !u.is_empty()) {
+        let Some(rank) = UNITS.iter().position(|u| *u == unit) else {
+            let months = if unit == "M" {
+                ": M is not minutes (it is months)"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
+            ));
         };
-        return Err(format!(
-            "unknown unit {unit:?}{months}; the units are ms, s, m (minutes) and h"
-        ));
-    }
-    // Each unit once, largest first: `5s5s` or `500ms1s` is more likely a slip than a sum.
-    let rank = |unit: &str| ["ms", "s", "m", "h"].iter().position(|u| *u == unit);
-    let mut larger: Option<&str> = None;
-    for unit in text
-        .split(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
-        .filter(|u| !u.is_empty())
-    {
-        if let Some(before) = larger.filter(|b| rank(b) <= rank(unit)) {
+        if let Some((_, before)) = larger.filter(|(above, _)| *above <= rank) {
             let problem = if before == unit {
                 format!("{unit} is given twice")
             } else {
@@ -72,7 +70,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
                 "{problem}; write each unit once, largest first, such as 1m30s"
             ));
         }
-        larger = Some(unit);
+        larger = Some((rank, unit));
     }
     if text.ends_with(|c: char| c.is_ascii_digit() || c == '.') {
         let last = text
