@@ -244,7 +244,7 @@ impl MasterLocks {
             let block_in_time = lease.is_held();
             let started = Instant::now();
             let outcome = if tracked {
-                wait_for_branches(&master, bounds.deadline(), &mut lost).await
+                wait_for_branches(&master, bounds.deadline(), bounds.lease_end, &mut lost).await
             } else {
                 BranchesOutcome::AllReleased
             };
@@ -273,11 +273,12 @@ struct Bounds {
     /// When a fixed lease's wait ends at the latest: [`closing_margin`] before the lease's
     /// local end.
     wait_end: Option<Instant>,
+    /// A fixed lease's local end: its wait's last read ends by then.
+    lease_end: Option<Instant>,
 }
 
 /// How long before a fixed lease's end its master stops waiting for branches: a tenth of the
-/// lease, at most 1 s, for the last read, the clean-up and the release to happen while the
-/// lease is held.
+/// lease, at most 1 s, for the last read to answer while the lease is held.
 fn closing_margin(lease: Duration) -> Duration {
     (lease / 10).min(Duration::from_secs(1))
 }
@@ -290,13 +291,14 @@ impl Bounds {
         watchdog_default: Duration,
     ) -> Self {
         let remaining = lease_end.map(|end| end.saturating_duration_since(Instant::now()));
-        let (lease_span, wait_end) = match lease {
+        let (lease_span, wait_end, fixed_end) = match lease {
             Lease::Fixed(d) => (
                 d,
                 lease_end.map(|end| end.checked_sub(closing_margin(d)).unwrap_or(end)),
+                lease_end,
             ),
             // A watchdog lease is renewed: its present validity is about one watchdog timeout.
-            Lease::Watchdog => (remaining.unwrap_or_default(), None),
+            Lease::Watchdog => (remaining.unwrap_or_default(), None, None),
         };
         let wait = branch_wait.unwrap_or(match lease {
             Lease::Fixed(d) => remaining.unwrap_or(d),
@@ -306,6 +308,7 @@ impl Bounds {
             ttl: lease_span.max(wait + RECORD_SLACK),
             wait,
             wait_end,
+            lease_end: fixed_end,
         }
     }
 
@@ -332,13 +335,20 @@ async fn keep_alive(master: &Master) -> std::convert::Infallible {
     }
 }
 
+/// The wait before re-reading after a read failed: doubled after each failure, up to
+/// [`RETRY_MAX`], reset by a read that succeeds.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// Seals the invocation and waits until its pending branches are released, `deadline` passes
-/// or the lease is lost. Subscribes before each read; re-reads on every wake; one last read at
-/// the deadline (a wake-up lost with a connection must not turn a done branch into a missing
-/// one).
+/// or the lease is lost. Subscribes before each read; re-reads on every wake, and after a failed
+/// read; one last read at the deadline (a wake-up lost with a connection must not turn a done
+/// branch into a missing one), ended by `last_read_by` if it comes first. Reads before the
+/// deadline end with it.
 async fn wait_for_branches(
     master: &Master,
     deadline: Instant,
+    last_read_by: Option<Instant>,
     lost: &mut Pin<Box<dyn Future<Output = LostReason> + Send>>,
 ) -> BranchesOutcome {
     let (branches, sub_key) = (master.branches(), master.sub_key());
@@ -346,7 +356,15 @@ async fn wait_for_branches(
     let mut last = master.registered();
     let mut sealed = false;
     let mut watch: Option<Box<dyn ChangeWatch>> = None;
-    let mut read = branches.seal(sub_key, master.ttl()).await;
+    let mut retry = RETRY_FIRST;
+    let mut retry_at: Option<Instant>;
+    let mut read = by(
+        deadline,
+        "seal",
+        sub_key,
+        branches.seal(sub_key, master.ttl()),
+    )
+    .await;
     // Lost while the block ran (a fixed lease shorter than the block, a failed renewal): the
     // next owner may be running already, so do not wait.
     if let Some(reason) = poll_lost(lost) {
@@ -368,29 +386,39 @@ async fn wait_for_branches(
                     None => BranchesOutcome::AllReleased,
                 };
             }
-            Ok(Some(pending)) => last = pending,
+            Ok(Some(pending)) => {
+                last = pending;
+                (retry, retry_at) = (RETRY_FIRST, None);
+            }
             Ok(None) => return record_gone(sub_key, last),
             Err(error) => {
-                tracing::debug!(%sub_key, %error, "reading the branches failed; waiting for a wake-up or the bound")
+                tracing::debug!(%sub_key, %error, retry_in = ?retry, "reading the branches failed; reading again after a wake-up or the retry");
+                retry_at = Some(Instant::now() + retry);
+                retry = (retry * 2).min(RETRY_MAX);
             }
         }
         if watch.is_none() {
-            match branches.watch(sub_key).await {
+            match by(deadline, "watch", sub_key, branches.watch(sub_key)).await {
                 Ok(taken) => {
                     watch = Some(taken);
                     // Releases before the watch existed woke nobody: read again behind it.
-                    read = next_read(master, sealed).await;
+                    read = by(deadline, "read", sub_key, next_read(master, sealed)).await;
                     continue;
                 }
                 Err(error) => {
-                    tracing::debug!(%sub_key, %error, "watching for releases failed; waiting for the bound");
+                    tracing::debug!(%sub_key, %error, "watching for releases failed; reading at each retry and at the bound");
                 }
             }
         }
         tokio::select! {
             biased;
             () = tokio::time::sleep_until(deadline) => {
-                return match next_read(master, sealed).await {
+                let read = next_read(master, sealed);
+                let read = match last_read_by {
+                    Some(end) => by(end, "read", sub_key, read).await,
+                    None => read.await,
+                };
+                return match read {
                     Ok(Some(pending)) if pending.is_empty() => BranchesOutcome::AllReleased,
                     Ok(Some(missing)) => BranchesOutcome::TimedOut { missing },
                     Ok(None) => record_gone(sub_key, last),
@@ -398,14 +426,43 @@ async fn wait_for_branches(
                 };
             }
             reason = lost.as_mut() => return BranchesOutcome::LeaseLost { missing: last, reason },
+            () = sleep_until_some(retry_at) => {
+                read = by(deadline, "read", sub_key, next_read(master, sealed)).await;
+            }
             changed = changed(&mut watch) => match changed {
-                Ok(()) => read = next_read(master, sealed).await,
+                Ok(()) => read = by(deadline, "read", sub_key, next_read(master, sealed)).await,
                 Err(cause) => {
                     tracing::warn!(%sub_key, error = %cause, "the branch backend is unreachable; the branches cannot be confirmed");
                     return BranchesOutcome::Unconfirmed { missing: last };
                 }
             },
         }
+    }
+}
+
+/// `call`'s result, or [`BranchError::Unavailable`] for `operation` if `end` comes first.
+async fn by<T>(
+    end: Instant,
+    operation: &'static str,
+    sub_key: &SubKey,
+    call: impl Future<Output = Result<T, BranchError>>,
+) -> Result<T, BranchError> {
+    tokio::time::timeout_at(end, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(BranchError::unavailable(
+                operation,
+                sub_key,
+                "no answer before the wait's bound",
+            ))
+        })
+}
+
+/// Sleeps until `at`; never wakes when it is `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -3,7 +3,7 @@
 //! not confirmed), fail closed for masters, cancellation, and the metrics.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -183,30 +183,58 @@ async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warn
 }
 
 /// The in-memory backend with a fault a test switches on: a clean-up that takes `close_delay`
-/// (a slow Redis at the end of a master), or registrations that are never confirmed (Redis down
-/// mid-block).
-#[derive(Debug, Clone)]
+/// (a slow Redis at the end of a master), registrations that are never confirmed (Redis down
+/// mid-block), one read (seal or pending, counted from 1) that fails at once (a connection not
+/// back yet), or reads that each fail after `read_delay` (Redis not answering).
+#[derive(Debug, Clone, Default)]
 struct Faulty {
     inner: InMemoryBranches,
     close_delay: Duration,
     unconfirmed: bool,
+    failing_read: Option<usize>,
+    read_delay: Duration,
+    reads: Arc<AtomicUsize>,
 }
 
 impl Faulty {
     fn slow_close(delay: Duration) -> Self {
         Faulty {
-            inner: InMemoryBranches::new(),
             close_delay: delay,
-            unconfirmed: false,
+            ..Faulty::default()
         }
     }
 
     fn unconfirmed() -> Self {
         Faulty {
-            inner: InMemoryBranches::new(),
-            close_delay: Duration::ZERO,
             unconfirmed: true,
+            ..Faulty::default()
         }
+    }
+
+    fn failing_read(n: usize) -> Self {
+        Faulty {
+            failing_read: Some(n),
+            ..Faulty::default()
+        }
+    }
+
+    fn hung_reads(delay: Duration) -> Self {
+        Faulty {
+            read_delay: delay,
+            ..Faulty::default()
+        }
+    }
+
+    async fn read_fault(&self, operation: &'static str, key: &SubKey) -> Result<(), E> {
+        let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
+        if !self.read_delay.is_zero() {
+            tokio::time::sleep(self.read_delay).await;
+            return Err(BranchError::unavailable(operation, key, "timed out"));
+        }
+        if self.failing_read == Some(n) {
+            return Err(BranchError::unavailable(operation, key, "connection lost"));
+        }
+        Ok(())
     }
 }
 
@@ -228,9 +256,11 @@ impl Branches for Faulty {
         self.inner.refresh(key, ttl).await
     }
     async fn seal(&self, key: &SubKey, ttl: Duration) -> Result<Option<Vec<String>>, E> {
+        self.read_fault("seal", key).await?;
         self.inner.seal(key, ttl).await
     }
     async fn pending(&self, key: &SubKey) -> Result<Option<Vec<String>>, BranchError> {
+        self.read_fault("read", key).await?;
         self.inner.pending(key).await
     }
     async fn watch(&self, key: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, E> {
@@ -312,6 +342,94 @@ async fn a_watchdog_master_waits_the_default_branch_wait_and_keeps_its_record_al
     assert!(ttl > Duration::from_secs(15), "{ttl:?}");
     assert_eq!(outcome.waited, lock_core::branches::DEFAULT_BRANCH_WAIT);
     assert_eq!(outcome.branches.missing(), ["search"]);
+}
+
+/// A release wakes the master, but its read fails (after a reconnect, the command connection is
+/// not back yet): the read is retried, so the master returns soon after, not at its bound.
+#[tokio::test(start_paused = true)]
+async fn a_read_failing_after_a_wake_up_is_retried() {
+    // Read 1 is the seal, 2 the read behind the watch, 3 the one the release wakes.
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(Faulty::failing_read(3)),
+    );
+    let releaser = masters.clone();
+    let outcome = masters
+        .with_master_lock("retried", Lease::Watchdog, |master| async move {
+            let token = master.register_branch("search").await.unwrap();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                releaser.release_branch(&token).await.unwrap()
+            });
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
+    assert!(
+        outcome.waited < Duration::from_secs(2),
+        "waited {:?} of a 30 s branch wait",
+        outcome.waited
+    );
+}
+
+/// Redis stops answering once the block has returned: each read fails after a command timeout
+/// (2 s here). The master waits its branch wait plus one read, not a read per step.
+#[tokio::test(start_paused = true)]
+async fn reads_that_hang_end_with_the_branch_wait_plus_one_read() {
+    let read = Duration::from_secs(2);
+    for wait in [
+        Duration::ZERO,
+        Duration::from_secs(1),
+        Duration::from_secs(5),
+    ] {
+        let masters = MasterLocks::new(
+            Arc::new(InMemoryLock::new()),
+            Arc::new(Faulty::hung_reads(read)),
+        );
+        let options = MasterOptions::new(Lease::Watchdog)
+            .branch_wait(wait)
+            .unwrap();
+        let outcome = masters
+            .with_master_lock("hung", options, |master| async move {
+                master.register_branch("search").await.unwrap();
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.branches,
+            BranchesOutcome::Unconfirmed {
+                missing: vec!["search".into()]
+            }
+        );
+        assert!(
+            outcome.waited <= wait + read,
+            "branch wait {wait:?}: waited {:?}",
+            outcome.waited
+        );
+    }
+}
+
+/// With a fixed lease, the last read ends by the lease's end even when Redis does not answer.
+#[tokio::test(start_paused = true)]
+async fn the_last_read_of_a_fixed_lease_ends_with_the_lease() {
+    let lease = Duration::from_secs(5);
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(Faulty::hung_reads(Duration::from_secs(2))),
+    );
+    let started = Instant::now();
+    let outcome = masters
+        .with_master_lock("hung-fixed", Lease::Fixed(lease), |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches.missing(), ["search"]);
+    assert!(
+        started.elapsed() <= lease,
+        "the wait ended {:?} after the grant, past the {lease:?} lease",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(start_paused = true)]
