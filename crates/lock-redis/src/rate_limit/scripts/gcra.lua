@@ -16,49 +16,28 @@ local now = (tonumber(time[1]) - 1700000000) * 1000000 + tonumber(time[2])
 local eps = 0.5
 -- The most a state may owe (720 h): beyond it, a state this script did not write, at rest.
 local max_owed = 2592000000000
--- Per key, its state as the calls decided so far left it: its TAT and the interval text it was
--- charged at; `changed` lists the keys to write, in order, and marks each by name.
-local tats, texts, changed = {}, {}, {}
--- The current call's charges, from index `first`: the TAT each would write (false: cost 0).
-local pending, first, all = {}, 1, true
-local reply = {}
 
-local function change(key, tat, interval_text)
-  tats[key], texts[key] = tat, interval_text
-  if not changed[key] then
-    changed[key] = true
-    changed[#changed + 1] = key
+-- A key's TAT and the interval text it was charged at; `now` and nil when it has none in force.
+local function load(key)
+  local stored = redis.call('GET', key)
+  if stored then
+    local tat_text, text = string.match(stored, '^([^:]*):(.*)$')
+    local tat, interval = tonumber(tat_text), tonumber(text)
+    if tat and interval and tat > now and tat - now <= max_owed
+        and interval > 0 and interval < math.huge then
+      return tat, text
+    end
   end
+  return now, nil
 end
 
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local interval_text = ARGV[4 * i - 3]
-  local interval = tonumber(interval_text)
-  local burst = tonumber(ARGV[4 * i - 2])
-  local cost = tonumber(ARGV[4 * i - 1])
-  local tat = tats[key]
-  if not tat then
-    tat = now
-    local stored = redis.call('GET', key)
-    if stored then
-      local colon = string.find(stored, ':', 1, true)
-      local old_tat = colon and tonumber(string.sub(stored, 1, colon - 1))
-      local old_text = colon and string.sub(stored, colon + 1)
-      local old_interval = old_text and tonumber(old_text)
-      if old_tat and old_interval and old_tat > now and old_tat - now <= max_owed
-          and old_interval > 0 and old_interval < math.huge then
-        tat = old_tat
-        texts[key] = old_text
-      end
-    end
-    tats[key] = tat
-  end
-  if tat > now and texts[key] ~= interval_text then
-    -- Owed time converted to the new interval: the requests owed stay owed.
-    tat = now + math.min((tat - now) * interval / tonumber(texts[key]), max_owed)
-    change(key, tat, interval_text)
-  end
+-- A TAT charged at the interval `text` converted to `interval`: the requests owed stay owed.
+local function convert(tat, text, interval)
+  return now + math.min((tat - now) * interval / tonumber(text), max_owed)
+end
+
+-- Appends a charge's four replies to `reply`; returns the TAT it writes if made, nil if denied.
+local function decide(reply, tat, interval, burst, cost)
   tat = math.max(tat, now)
   local capacity = burst * interval
   local new_tat = tat + cost * interval
@@ -68,13 +47,72 @@ for i = 1, #KEYS do
     reply[n + 2] = math.floor((now + capacity - new_tat + eps) / interval)
     reply[n + 3] = 0
     reply[n + 4] = math.ceil(new_tat - now)
+    return new_tat
+  end
+  reply[n + 1] = 0
+  reply[n + 2] = math.max(0, math.floor((now + capacity - tat + eps) / interval))
+  reply[n + 3] = math.ceil(new_tat - now - capacity)
+  reply[n + 4] = math.ceil(tat - now)
+  return nil
+end
+
+local function store(key, tat, text)
+  local ttl = math.max(1, math.ceil((tat - now) / 1000))
+  redis.call('SET', key, string.format('%.17g:%s', tat, text), 'PX', ttl)
+end
+
+local reply = {}
+
+-- One charge, the common call: no bookkeeping across charges.
+if #KEYS == 1 then
+  local text, cost = ARGV[1], tonumber(ARGV[3])
+  local interval = tonumber(text)
+  local tat, old_text = load(KEYS[1])
+  local changed = old_text ~= nil and old_text ~= text
+  if changed then
+    tat = convert(tat, old_text, interval)
+  end
+  local new_tat = decide(reply, tat, interval, tonumber(ARGV[2]), cost)
+  if new_tat and cost > 0 then
+    tat, changed = new_tat, true
+  end
+  if changed then
+    store(KEYS[1], tat, text)
+  end
+  return reply
+end
+
+-- Per key, its state as the calls decided so far left it: its TAT and the interval text it was
+-- charged at; `changed` lists the keys to write, in order, and marks each by name.
+local tats, texts, changed = {}, {}, {}
+-- The current call's charges, from index `first`: the TAT each would write (false: cost 0).
+local pending, first, all = {}, 1, true
+
+local function change(key, tat, text)
+  tats[key], texts[key] = tat, text
+  if not changed[key] then
+    changed[key] = true
+    changed[#changed + 1] = key
+  end
+end
+
+for i = 1, #KEYS do
+  local key, text = KEYS[i], ARGV[4 * i - 3]
+  local interval, cost = tonumber(text), tonumber(ARGV[4 * i - 1])
+  local tat = tats[key]
+  if not tat then
+    tat, texts[key] = load(key)
+    tats[key] = tat
+  end
+  if tat > now and texts[key] ~= text then
+    tat = convert(tat, texts[key], interval)
+    change(key, tat, text)
+  end
+  local new_tat = decide(reply, tat, interval, tonumber(ARGV[4 * i - 2]), cost)
+  if new_tat then
     pending[i] = cost > 0 and new_tat
   else
     all = false
-    reply[n + 1] = 0
-    reply[n + 2] = math.max(0, math.floor((now + capacity - tat + eps) / interval))
-    reply[n + 3] = math.ceil(new_tat - now - capacity)
-    reply[n + 4] = math.ceil(tat - now)
   end
   if ARGV[4 * i] == '1' then
     if all then
@@ -89,8 +127,6 @@ for i = 1, #KEYS do
 end
 
 for _, key in ipairs(changed) do
-  local tat = tats[key]
-  local ttl = math.max(1, math.ceil((tat - now) / 1000))
-  redis.call('SET', key, string.format('%.17g:%s', tat, texts[key]), 'PX', ttl)
+  store(key, tats[key], texts[key])
 end
 return reply
