@@ -155,13 +155,20 @@ impl FromStr for BranchToken {
                 fields.len()
             )));
         };
-        let invocation: u64 = invocation.parse().map_err(|_| {
-            invalid(format!(
-                "the invocation {:?} is not a whole number from 0 to {}",
-                shown(invocation),
-                u64::MAX
-            ))
-        })?;
+        // Digits alone, no leading zero: each token has one text.
+        let canonical = invocation.bytes().all(|b| b.is_ascii_digit())
+            && (invocation == "0" || !invocation.starts_with('0'));
+        let invocation: u64 = invocation
+            .parse()
+            .ok()
+            .filter(|_| canonical)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "the invocation {:?} is not a whole number from 0 to {}, in decimal digits with no leading zero",
+                    shown(invocation),
+                    u64::MAX
+                ))
+            })?;
         let registered = match flag {
             "r" => true,
             "u" => false,
@@ -202,18 +209,28 @@ fn write_encoded(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
     Ok(())
 }
 
-/// Undoes [`write_encoded`]; the error completes "the master key …" / "the branch id …".
+/// Undoes [`write_encoded`], accepting only what it writes (so each token has one text); the
+/// error completes "the master key …" / "the branch id …".
 fn decode(field: &str) -> Result<String, String> {
     let mut bytes = Vec::with_capacity(field.len());
     let mut rest = field.as_bytes();
     while let Some((&byte, tail)) = rest.split_first() {
         if byte == b'%' {
-            let hex = tail
+            let digit = |b: &u8| matches!(b, b'0'..=b'9' | b'A'..=b'F');
+            let byte = tail
                 .get(..2)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "has a `%` not followed by two hex digits".to_owned())?;
-            bytes.push(hex);
+                .filter(|h| h.iter().all(digit))
+                .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())
+                .ok_or_else(|| {
+                    "has a `%` not followed by two upper-case hex digits (0-9, A-F)".to_owned()
+                })?;
+            if is_plain(byte) {
+                return Err(format!(
+                    "has `%{byte:02X}` for `{}`, which is written as itself",
+                    byte as char
+                ));
+            }
+            bytes.push(byte);
             rest = &tail[2..];
         } else if is_plain(byte) {
             bytes.push(byte);
@@ -260,8 +277,13 @@ mod tests {
             ("br2|1|r|m|b", "not the version tag `br1`"),
             ("br1|1|r|m", "4 `|`-separated fields, not 5"),
             ("br1|-1|r|m|b", "invocation \"-1\" is not a whole number"),
+            ("br1|+42|r|m|b", "invocation \"+42\" is not a whole number"),
+            ("br1|0042|r|m|b", "with no leading zero"),
+            ("br1|1|r|m|%74", "has `%74` for `t`, which is written as itself"),
+            ("br1|1|r|m|%7c", "two upper-case hex digits"),
+            ("br1|1|r|m|%+A", "`%` not followed by two upper-case hex digits"),
             ("br1|1|x|m|b", "neither `r` (registered) nor `u`"),
-            ("br1|1|r|m%2|b", "`%` not followed by two hex digits"),
+            ("br1|1|r|m%2|b", "`%` not followed by two upper-case hex digits"),
             ("br1|1|r|m|b c", "0x20, which must be percent-encoded"),
             ("br1|1|r|%FF|b", "not UTF-8"),
             ("br1|1|r||b", "master key is not accepted"),
