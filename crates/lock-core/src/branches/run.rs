@@ -243,14 +243,15 @@ impl MasterLocks {
             // The critical section is the block: the wait that follows is bounded by the lease.
             let block_in_time = lease.is_held();
             let started = Instant::now();
-            let outcome = if tracked {
+            let (outcome, cause) = if tracked {
                 wait_for_branches(&master, bounds.deadline(), bounds.lease_end, &mut lost).await
             } else {
-                BranchesOutcome::AllReleased
+                (BranchesOutcome::AllReleased, None)
             };
             let waited = started.elapsed();
             cleanup.run().await;
-            telemetry::master_done(&span, key, master.invocation(), &outcome, waited);
+            let cause = cause.as_deref();
+            telemetry::master_done(&span, key, master.invocation(), &outcome, cause, waited);
             let outcome = MasterOutcome {
                 value,
                 branches: outcome,
@@ -344,13 +345,14 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// or the lease is lost. Subscribes before each read; re-reads on every wake, and after a failed
 /// read; one last read at the deadline (a wake-up lost with a connection must not turn a done
 /// branch into a missing one), ended by `last_read_by` if it comes first. Reads before the
-/// deadline end with it.
+/// deadline end with it. Returns the outcome, and why the branches could not be read when it is
+/// `Unconfirmed`.
 async fn wait_for_branches(
     master: &Master,
     deadline: Instant,
     last_read_by: Option<Instant>,
     lost: &mut Pin<Box<dyn Future<Output = LostReason> + Send>>,
-) -> BranchesOutcome {
+) -> (BranchesOutcome, Option<String>) {
     let (branches, sub_key) = (master.branches(), master.sub_key());
     // What to name when the backend never answers: every branch it confirmed.
     let mut last = master.registered();
@@ -372,25 +374,26 @@ async fn wait_for_branches(
             Ok(Some(pending)) => pending,
             _ => last,
         };
-        return BranchesOutcome::LeaseLost { missing, reason };
+        return (BranchesOutcome::LeaseLost { missing, reason }, None);
     }
     loop {
         sealed |= read.is_ok();
         match read {
             Ok(Some(pending)) if pending.is_empty() => {
-                return match poll_lost(lost) {
+                let outcome = match poll_lost(lost) {
                     Some(reason) => BranchesOutcome::LeaseLost {
                         missing: Vec::new(),
                         reason,
                     },
                     None => BranchesOutcome::AllReleased,
                 };
+                return (outcome, None);
             }
             Ok(Some(pending)) => {
                 last = pending;
                 (retry, retry_at) = (RETRY_FIRST, None);
             }
-            Ok(None) => return record_gone(sub_key, last),
+            Ok(None) => return record_gone(last),
             Err(error) => {
                 tracing::debug!(%sub_key, %error, retry_in = ?retry, "reading the branches failed; reading again after a wake-up or the retry");
                 retry_at = Some(Instant::now() + retry);
@@ -419,22 +422,19 @@ async fn wait_for_branches(
                     None => read.await,
                 };
                 return match read {
-                    Ok(Some(pending)) if pending.is_empty() => BranchesOutcome::AllReleased,
-                    Ok(Some(missing)) => BranchesOutcome::TimedOut { missing },
-                    Ok(None) => record_gone(sub_key, last),
-                    Err(_) => BranchesOutcome::Unconfirmed { missing: last },
+                    Ok(Some(pending)) if pending.is_empty() => (BranchesOutcome::AllReleased, None),
+                    Ok(Some(missing)) => (BranchesOutcome::TimedOut { missing }, None),
+                    Ok(None) => record_gone(last),
+                    Err(error) => unconfirmed(last, error.to_string()),
                 };
             }
-            reason = lost.as_mut() => return BranchesOutcome::LeaseLost { missing: last, reason },
+            reason = lost.as_mut() => return (BranchesOutcome::LeaseLost { missing: last, reason }, None),
             () = sleep_until_some(retry_at) => {
                 read = by(deadline, "read", sub_key, next_read(master, sealed)).await;
             }
             changed = changed(&mut watch) => match changed {
                 Ok(()) => read = by(deadline, "read", sub_key, next_read(master, sealed)).await,
-                Err(cause) => {
-                    tracing::warn!(%sub_key, error = %cause, "the branch backend is unreachable; the branches cannot be confirmed");
-                    return BranchesOutcome::Unconfirmed { missing: last };
-                }
+                Err(cause) => return unconfirmed(last, format!("the branch backend is unreachable: {cause}")),
             },
         }
     }
@@ -494,9 +494,12 @@ fn poll_lost(lost: &mut Pin<Box<dyn Future<Output = LostReason> + Send>>) -> Opt
     }
 }
 
-fn record_gone(sub_key: &SubKey, last: Vec<String>) -> BranchesOutcome {
-    tracing::warn!(%sub_key, "the invocation's branch record is gone (the backend lost it, e.g. a restart without persistence); the branches cannot be confirmed");
-    BranchesOutcome::Unconfirmed { missing: last }
+fn record_gone(last: Vec<String>) -> (BranchesOutcome, Option<String>) {
+    unconfirmed(last, "the invocation's branch record is gone (the backend lost it, e.g. a restart without persistence)".to_owned())
+}
+
+fn unconfirmed(last: Vec<String>, cause: String) -> (BranchesOutcome, Option<String>) {
+    (BranchesOutcome::Unconfirmed { missing: last }, Some(cause))
 }
 
 /// Deletes the record when the invocation ends: awaited normally, in the background if the

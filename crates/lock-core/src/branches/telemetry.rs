@@ -55,40 +55,71 @@ pub(crate) fn registered(outcome: &'static str) {
     metrics::counter!(REGISTRATIONS_TOTAL, "outcome" => outcome).increment(1);
 }
 
+/// The most branch ids a log line or span names; the rest are counted.
+const MISSING_SHOWN: usize = 10;
+
 /// Records how a master's wait ended, on its span and in the metrics, and warns when not every
-/// branch was released.
+/// branch was confirmed released, with `cause` when the branches could not be read.
 pub(crate) fn master_done(
     span: &tracing::Span,
     master_key: &str,
     invocation: u64,
     outcome: &BranchesOutcome,
+    cause: Option<&str>,
     waited: Duration,
 ) {
     let label = outcome.as_str();
-    let missing = outcome.missing().join(",");
+    let missing = shown(outcome.missing());
     span.record("outcome", label);
     span.record("missing", missing.as_str());
     span.record("waited_ms", millis(waited));
     metrics::counter!(MASTER_WAITS_TOTAL, "outcome" => label).increment(1);
     metrics::histogram!(MASTER_WAIT_SECONDS, "outcome" => label).record(waited.as_secs_f64());
-    match outcome {
-        BranchesOutcome::AllReleased => tracing::debug!(
-            parent: span,
-            master_key,
-            invocation,
-            waited_ms = millis(waited),
-            "every branch of the master released"
-        ),
-        _ => tracing::warn!(
-            parent: span,
-            master_key,
-            invocation,
-            outcome = label,
-            missing = %missing,
-            waited_ms = millis(waited),
-            "the master stopped waiting with branches not released"
-        ),
+    let message = match outcome {
+        BranchesOutcome::AllReleased => {
+            tracing::debug!(
+                parent: span,
+                master_key,
+                invocation,
+                waited_ms = millis(waited),
+                "every branch of the master released"
+            );
+            return;
+        }
+        BranchesOutcome::TimedOut { .. } => {
+            "the master's branch wait ended with branches not released"
+        }
+        BranchesOutcome::LeaseLost { .. } => {
+            "the master's lease was lost; it stopped waiting for its branches"
+        }
+        BranchesOutcome::Unconfirmed { .. } => {
+            "the master stopped waiting: its branches cannot be confirmed"
+        }
+    };
+    tracing::warn!(
+        parent: span,
+        master_key,
+        invocation,
+        outcome = label,
+        missing = %missing,
+        missing_count = outcome.missing().len(),
+        error = cause,
+        waited_ms = millis(waited),
+        "{message}"
+    );
+}
+
+/// `ids` as a list of quoted ids, the first [`MISSING_SHOWN`] of them and a count of the rest.
+fn shown(ids: &[String]) -> String {
+    let mut list: Vec<String> = ids
+        .iter()
+        .take(MISSING_SHOWN)
+        .map(|id| format!("{id:?}"))
+        .collect();
+    if ids.len() > MISSING_SHOWN {
+        list.push(format!("… and {} more", ids.len() - MISSING_SHOWN));
     }
+    format!("[{}]", list.join(", "))
 }
 
 /// Runs a consumer's release inside a `branches.release` span and counts its outcome.

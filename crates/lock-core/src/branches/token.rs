@@ -279,11 +279,20 @@ mod tests {
             ("br1|-1|r|m|b", "invocation \"-1\" is not a whole number"),
             ("br1|+42|r|m|b", "invocation \"+42\" is not a whole number"),
             ("br1|0042|r|m|b", "with no leading zero"),
-            ("br1|1|r|m|%74", "has `%74` for `t`, which is written as itself"),
+            (
+                "br1|1|r|m|%74",
+                "has `%74` for `t`, which is written as itself",
+            ),
             ("br1|1|r|m|%7c", "two upper-case hex digits"),
-            ("br1|1|r|m|%+A", "`%` not followed by two upper-case hex digits"),
+            (
+                "br1|1|r|m|%+A",
+                "`%` not followed by two upper-case hex digits",
+            ),
             ("br1|1|x|m|b", "neither `r` (registered) nor `u`"),
-            ("br1|1|r|m%2|b", "`%` not followed by two upper-case hex digits"),
+            (
+                "br1|1|r|m%2|b",
+                "`%` not followed by two upper-case hex digits",
+            ),
             ("br1|1|r|m|b c", "0x20, which must be percent-encoded"),
             ("br1|1|r|%FF|b", "not UTF-8"),
             ("br1|1|r||b", "master key is not accepted"),

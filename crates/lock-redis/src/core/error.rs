@@ -362,7 +362,7 @@ impl Refusal {
                 "put the right user and password in the address (redis://user:password@host:port)"
             }
             Refusal::NoPermission => {
-                "grant the Redis user what Redis names (ACL SETUSER): the lock's minimal ACL is in docs/design.md, and each capability's doc lists what it adds (values.md, cache.md, idempotency.md, branches.md)"
+                "grant the Redis user the command refused (ACL SETUSER), which `ACL LOG` names when Redis does not (inside a script): the lock's minimal ACL is in docs/design.md, and each capability's doc lists what it adds (values.md, cache.md, idempotency.md, branches.md, rate-limiting.md)"
             }
             Refusal::Loading => "wait: Redis answers once the dataset is loaded",
             Refusal::MasterDown => "point the address at the primary, or repair replication",

@@ -162,7 +162,10 @@ async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warn
         !text.contains("the lease ended"),
         "released while held: {text}"
     );
-    assert!(text.contains("the master stopped waiting"), "{text}");
+    assert!(
+        text.contains("branch wait ended with branches not released"),
+        "{text}"
+    );
     // Released, not expired: the key is free before the lease would have ended.
     assert!(
         lock.try_acquire("fixed-timeout", Lease::Watchdog)
@@ -407,6 +410,60 @@ async fn reads_that_hang_end_with_the_branch_wait_plus_one_read() {
             outcome.waited
         );
     }
+}
+
+/// The warning at a wait's end names at most ten missing branches, quoted (an id may hold a
+/// comma), counts them all, and gives the read's error when the branches could not be read.
+#[tokio::test(start_paused = true)]
+async fn the_warning_at_a_wait_end_is_bounded_and_gives_the_cause() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let (masters, _, _) = masters();
+    let options = MasterOptions::new(Lease::Watchdog)
+        .branch_wait(Duration::from_secs(1))
+        .unwrap();
+    let outcome = masters
+        .with_master_lock("many", options.clone(), |master| async move {
+            for i in 0..12 {
+                master.register_branch(&format!("b{i:02},x")).await.unwrap();
+            }
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches.missing().len(), 12);
+    let text = logs.text();
+    let warning = text.lines().find(|l| l.contains(" WARN ")).expect(&text);
+    assert!(
+        warning.contains("branch wait ended with branches not released")
+            && warning.contains(r#"missing=["b00,x", "b01,x""#)
+            && warning.contains(r#""b09,x", … and 2 more]"#)
+            && !warning.contains("b10,x")
+            && warning.contains("missing_count=12"),
+        "{warning}"
+    );
+
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+    let masters = MasterLocks::new(
+        Arc::new(InMemoryLock::new()),
+        Arc::new(Faulty::hung_reads(Duration::from_secs(2))),
+    );
+    masters
+        .with_master_lock("hung", options, |master| async move {
+            master.register_branch("search").await.unwrap();
+        })
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    let text = logs.text();
+    let warnings: Vec<_> = text.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(
+        warnings[0].contains("its branches cannot be confirmed")
+            && warnings[0].contains("error=")
+            && warnings[0].contains("timed out"),
+        "{}",
+        warnings[0]
+    );
 }
 
 /// With a fixed lease, the last read ends by the lease's end even when Redis does not answer.
