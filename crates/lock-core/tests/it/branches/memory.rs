@@ -422,7 +422,7 @@ async fn the_warning_at_a_wait_end_is_bounded_and_gives_the_cause() {
         .branch_wait(Duration::from_secs(1))
         .unwrap();
     let outcome = masters
-        .with_master_lock("many", options.clone(), |master| async move {
+        .with_master_lock("many", options, |master| async move {
             for i in 0..12 {
                 master.register_branch(&format!("b{i:02},x")).await.unwrap();
             }
