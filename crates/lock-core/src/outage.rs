@@ -41,6 +41,17 @@ pub(crate) enum Change {
 }
 
 impl Outage {
+    /// No outage yet; for a `static`.
+    pub(crate) const fn new() -> Self {
+        Outage {
+            failing: AtomicBool::new(false),
+            state: Mutex::new(State {
+                current: None,
+                last_loud: None,
+            }),
+        }
+    }
+
     /// Notes a call that failed (`true`) or was answered; the change it makes, if any.
     pub(crate) fn note(&self, failed: bool) -> Option<Change> {
         if self.failing.load(Ordering::Relaxed) == failed {

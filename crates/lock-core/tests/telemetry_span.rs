@@ -44,3 +44,63 @@ fn the_acquire_span_carries_key_lease_outcome_and_token() {
     assert!(line.contains("wait_ms=0"), "{line}");
     assert!(line.contains("reason=\"held_by_another_owner\""), "{line}");
 }
+
+/// A lock whose backend is down: every acquisition fails with `backend_unavailable`.
+#[derive(Debug)]
+struct DownLock;
+
+#[async_trait::async_trait]
+impl DistributedLock for DownLock {
+    fn namespace(&self) -> &str {
+        "down"
+    }
+
+    async fn acquire_lease(
+        &self,
+        key: &str,
+        _options: lock_core::lock::AcquireOptions,
+    ) -> Result<lock_core::lock::LockHandle, lock_core::LockError> {
+        Err(lock_core::LockError::backend_unavailable(
+            key,
+            "connection refused",
+        ))
+    }
+
+    async fn shutdown(&self, _timeout: Duration) -> lock_core::lock::ShutdownSummary {
+        lock_core::lock::ShutdownSummary::default()
+    }
+}
+
+/// Acquisitions failing closed while the backend is down are logged at `INFO` once, with the
+/// error, and at `DEBUG` after that: an outage is not logged per request.
+#[test]
+fn an_outage_is_logged_at_info_once() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
+    let _default = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        for _ in 0..3 {
+            DownLock
+                .try_acquire("outage-key", Lease::Watchdog)
+                .await
+                .unwrap_err();
+        }
+    });
+    let text = logs.text();
+    let lines: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("lock not granted: failing closed") && l.contains("outage-key"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].contains(" INFO ") && lines[0].contains("connection refused"),
+        "{}",
+        lines[0]
+    );
+    for line in &lines[1..] {
+        assert!(line.contains("DEBUG"), "{line}");
+    }
+}

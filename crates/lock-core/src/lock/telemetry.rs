@@ -34,6 +34,7 @@ use crate::lock::lease::Lease;
 use crate::lock::options::AcquireOptions;
 use crate::lock::status::{LostReason, ReleaseOutcome, UnguardedReason};
 use crate::metric::metric_name;
+use crate::outage::Outage;
 
 /// Counter of acquisitions by `outcome`: `granted`, `reentered`, `cancelled`,
 /// `invalid_argument` or an [`AcquireFailure::reason`](crate::AcquireFailure::reason), `disabled`
@@ -118,8 +119,8 @@ impl Drop for CancelGuard {
 }
 
 /// Runs `attempt` (validation, re-entry, the backend's acquisition) inside a `lock.acquire` span
-/// and records its outcome: span fields, metrics, and an `INFO` event for an acquisition that
-/// failed closed for another reason than contention.
+/// and records its outcome: span fields, metrics, and an `INFO` event for the first acquisition
+/// of an outage that failed closed for another reason than contention (`DEBUG` for the others).
 pub(crate) async fn acquire<F, G>(
     key: &str,
     options: AcquireOptions,
@@ -181,26 +182,43 @@ where
             metrics::histogram!(WAIT_SECONDS, "outcome" => outcome).record(waited.as_secs_f64());
             metrics::counter!(FAIL_CLOSED_TOTAL, "reason" => outcome).increment(1);
             let _entered = span.enter();
-            match outcome {
-                // Contention is the lock doing its job; an outage is not.
-                "held_by_another_owner" | "waiters_ahead" | "disabled" | "shut_down" => {
-                    tracing::debug!(
-                        lock_key = key,
-                        reason = outcome,
-                        "lock not granted: failing closed"
-                    )
-                }
-                _ => tracing::info!(
+            // Contention is the lock doing its job; an outage is not, and is logged once.
+            let contention = matches!(
+                outcome,
+                "held_by_another_owner" | "waiters_ahead" | "disabled" | "shut_down"
+            );
+            let first = !contention
+                && OUTAGE.note(true) == Some(crate::outage::Change::Started { loud: true });
+            if first {
+                tracing::info!(
                     lock_key = key,
                     reason = outcome,
                     %error,
                     "lock not granted: failing closed"
-                ),
+                );
+            } else {
+                tracing::debug!(
+                    lock_key = key,
+                    reason = outcome,
+                    %error,
+                    "lock not granted: failing closed"
+                );
             }
         }
     }
+    let answered = match &result {
+        Ok(handle) => !handle.is_reentrant(),
+        Err(_) => matches!(outcome, "held_by_another_owner" | "waiters_ahead"),
+    };
+    if answered {
+        OUTAGE.note(false);
+    }
     result
 }
+
+/// Acquisitions failing closed for a reason other than contention, in this process: the first
+/// of an outage is logged at `INFO`, unless one was within a minute.
+static OUTAGE: Outage = Outage::new();
 
 /// Runs a release inside a `lock.release` span and records its outcome and the hold time.
 pub(crate) async fn release<F>(
