@@ -1080,6 +1080,21 @@ pub async fn queue_items_of_another_shape_are_reported(factory: &dyn ValuesFacto
                 .await
                 .unwrap_err(),
         ),
+        (
+            "items",
+            values
+                .queue::<String>(&name)
+                .push_all(&vec!["x".repeat(60_000); 150])
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ids",
+            queue
+                .ack(&vec!["1-0".to_owned(); crate::values::MAX_PUSH + 1])
+                .await
+                .unwrap_err(),
+        ),
     ] {
         assert_eq!(error.code(), "VALUES_INVALID_ARGUMENT", "{error}");
         assert_eq!(error.details()["argument"], argument, "{error}");

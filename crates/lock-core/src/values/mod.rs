@@ -41,5 +41,7 @@ pub use port::{
     Condition, Delivery, Expiry, Observed, Pushed, ValueStore, ValueWatch, Versioned, Waited,
     Written,
 };
-pub use queue::{DEFAULT_QUEUE_TTL, MAX_PUSH, MAX_QUEUE_LEN, MAX_TAKE, Queue, Taken};
+pub use queue::{
+    DEFAULT_QUEUE_TTL, MAX_PUSH, MAX_PUSH_BYTES, MAX_QUEUE_LEN, MAX_TAKE, Queue, Taken,
+};
 pub use shared::{MAX_TTL, MAX_VALUE_BYTES, MAX_WAIT, SharedValues};

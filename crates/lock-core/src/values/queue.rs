@@ -17,9 +17,11 @@ pub const MAX_QUEUE_LEN: u64 = 1_000_000;
 pub const DEFAULT_QUEUE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most items one [`Queue::take`] returns: 1,000.
 pub const MAX_TAKE: usize = 1_000;
-/// The most items one [`Queue::push_all`] appends: 10,000, so that one push never holds the
-/// store (one Redis script) for long.
+/// The most items one [`Queue::push_all`] appends, and the most ids one [`Queue::ack`]
+/// acknowledges: 10,000, so that one call never holds the store (one Redis script) for long.
 pub const MAX_PUSH: usize = 10_000;
+/// The most bytes of JSON one [`Queue::push_all`] carries, all items together: 8 MiB.
+pub const MAX_PUSH_BYTES: usize = 8 * 1024 * 1024;
 
 /// What one [`Queue::take`] got: the items, and those that no longer deserialize.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +145,8 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         Ok(ids.pop().unwrap_or_default())
     }
 
-    /// Appends `items` (at most [`MAX_PUSH`]) in order, all or none; their ids.
+    /// Appends `items` (at most [`MAX_PUSH`], [`MAX_PUSH_BYTES`] of JSON together) in order,
+    /// all or none; their ids.
     ///
     /// # Errors
     /// As [`push`](Self::push).
@@ -174,6 +177,17 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
             ));
         }
         let items = items.iter().map(encode).collect::<Result<Vec<_>, _>>()?;
+        let bytes: usize = items.iter().map(Vec::len).sum();
+        if bytes > MAX_PUSH_BYTES {
+            let problem = format!(
+                "more JSON than one push carries; accepted: at most {MAX_PUSH_BYTES} bytes, all items together (push in batches, each all or none)"
+            );
+            return Err(ValuesError::invalid(
+                "items",
+                format!("of {bytes} bytes"),
+                problem,
+            ));
+        }
         let pushed = self
             .values
             .store()
@@ -235,17 +249,23 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
         Ok(taken)
     }
 
-    /// Acknowledges taken items by id, removing them; how many were still pending (an id no
-    /// longer in the queue, as one acknowledged before, counts 0).
+    /// Acknowledges taken items by id (at most [`MAX_PUSH`]), removing them; how many were
+    /// still pending (an id no longer in the queue, as one acknowledged before, counts 0).
     ///
     /// # Errors
     /// [`ValuesError::Unavailable`]: acknowledge again (it is idempotent).
-    /// [`ValuesError::InvalidArgument`] for an id not of the form a take gives, or of an item
-    /// in the queue that no take gave; nothing is acknowledged then.
+    /// [`ValuesError::InvalidArgument`] for more ids than that, an id not of the form a take
+    /// gives, or one of an item in the queue that no take gave; nothing is acknowledged then.
     pub async fn ack(&self, ids: &[String]) -> Result<u64, ValuesError> {
         check_named("queue", &self.name)?;
         if ids.is_empty() {
             return Ok(0);
+        }
+        if ids.len() > MAX_PUSH {
+            let problem = format!(
+                "more ids than one acknowledgement carries; accepted: at most {MAX_PUSH} (acknowledge in batches)"
+            );
+            return Err(ValuesError::invalid("ids", ids.len().to_string(), problem));
         }
         self.values.store().queue_ack(&self.name, ids).await
     }

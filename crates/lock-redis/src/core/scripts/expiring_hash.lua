@@ -61,6 +61,12 @@ local function remove_entry(entry)
   return 0
 end
 
+-- Raises WRONGTYPE, as a command on it would, when the hash is a key of another type: a read
+-- that finds no deadline must not answer for another program's key as for an empty hash.
+local function check_hash()
+  redis.call('HGET', KEYS[1], '')
+end
+
 -- 1 if the hash has a live entry, else 0: 0 when the deadlines are a key of another type,
 -- which a clear then deletes.
 local function any_live()

@@ -3,6 +3,7 @@
 -- Returns {field, value, field, value, …}.
 local fields = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. now_ms(), '+inf')
 if #fields == 0 then
+  check_hash()
   return {}
 end
 local entries = {}

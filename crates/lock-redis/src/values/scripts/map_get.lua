@@ -6,4 +6,5 @@
 if is_live(ARGV[1], now_ms()) then
   return redis.call('HGET', KEYS[1], ARGV[1])
 end
+check_hash()
 return false

@@ -314,6 +314,27 @@ async fn a_maps_two_keys_expire_with_its_last_field_and_clear_deletes_both() {
     );
 }
 
+/// A map whose hash key holds another type, with no deadlines key: reads fail saying so, as a
+/// put does, rather than answering for another program's key as for an empty map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_key_of_another_type_fails_reads_too() {
+    let redis = server().await;
+    let (values, store) = values(&common::client(&redis).await).await;
+    let [hash, _] = store.map_keys("taken");
+    redis.cmd(&["SET", &hash, "precious"]).await.unwrap();
+    let map = values.map::<u32>("taken");
+    let errors = [
+        map.get("f").await.unwrap_err(),
+        map.entries().await.unwrap_err(),
+        map.put("f", &1, LONG).await.unwrap_err(),
+    ];
+    for error in errors {
+        assert_eq!(error.code(), "VALUES_UNAVAILABLE", "{error}");
+        assert!(error.to_string().contains("another type"), "{error}");
+    }
+    assert_eq!(common::value(&redis, &hash).await, "precious");
+}
+
 /// A map of more live fields, and an acknowledgement of more ids, than a Lua `unpack` takes at
 /// once (about 8,000) are read and acknowledged whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
