@@ -186,18 +186,44 @@ impl Guard {
     }
 
     /// Publishes the outcome over the guard and then deletes it, so waiters get the outcome
-    /// and the next caller runs anew.
-    async fn complete(&self, outcome: &serde_json::Value) -> Result<(), ValuesError> {
+    /// and the next caller runs anew; an outcome that is an error, or not published, deletes
+    /// the guard alone.
+    async fn complete(
+        &self,
+        outcome: Result<serde_json::Value, ValuesError>,
+    ) -> Result<(), Unpublished> {
         let mut state = self.state.lock().await;
         let Some(version) = state.version.take() else {
             return Ok(());
         };
-        let record = serde_json::json!({"state": "done", "owner": self.owner, "outcome": outcome});
-        let done = self.write_over(version, &record, Expiry::Keep).await?;
-        if let Written::Stored { version } = done {
-            self.values.compare_and_delete(&self.key, version).await?;
+        let done = match outcome {
+            Ok(outcome) => {
+                let record =
+                    serde_json::json!({"state": "done", "owner": self.owner, "outcome": outcome});
+                self.write_over(version, &record, Expiry::Keep).await
+            }
+            Err(error) => Err(error),
+        };
+        match done {
+            Ok(Written::Stored { version }) => {
+                let deleted = self.values.compare_and_delete(&self.key, version).await;
+                deleted.map(drop).map_err(|error| Unpublished {
+                    error,
+                    guard_deleted: false,
+                })
+            }
+            Ok(Written::Refused { .. }) => Ok(()),
+            // Deleted, the guard lets waiting callers run the action themselves (they find no
+            // outcome), and the next caller need not wait out its TTL. A write whose reply was
+            // lost may have been stored: the delete then finds another version and does nothing.
+            Err(error) => {
+                let deleted = self.values.compare_and_delete(&self.key, version).await;
+                Err(Unpublished {
+                    error,
+                    guard_deleted: matches!(deleted, Ok(Written::Stored { .. })),
+                })
+            }
         }
-        Ok(())
     }
 
     /// Deletes the guard without an outcome: the run was cancelled.
@@ -212,6 +238,12 @@ impl Guard {
             }
         });
     }
+}
+
+/// An outcome the runner could not publish, and whether its guard was deleted all the same.
+struct Unpublished {
+    error: ValuesError,
+    guard_deleted: bool,
 }
 
 /// Abandons the guard when the runner's future is dropped before its action finished.
@@ -388,16 +420,24 @@ where
     };
     let mut abandon = abandon;
     abandon.0 = None;
-    let published = match serde_json::to_value(&outcome) {
-        Ok(outcome) => guard.complete(&outcome).await,
-        Err(error) => Err(ValuesError::invalid(
+    let json = serde_json::to_value(&outcome).map_err(|error| {
+        ValuesError::invalid(
             "outcome",
             std::any::type_name::<T>(),
             format!("it does not serialize as JSON: {error}"),
-        )),
-    };
-    if let Err(error) = published {
-        tracing::warn!(key = %guard.key, %error, "single-flight outcome not published; the guard ends at its TTL");
+        )
+    });
+    match guard.complete(json).await {
+        Ok(()) => {}
+        Err(Unpublished {
+            error,
+            guard_deleted: true,
+        }) => {
+            tracing::warn!(key = %guard.key, %error, "single-flight outcome not published; the guard is deleted, so callers run the action themselves");
+        }
+        Err(Unpublished { error, .. }) => {
+            tracing::warn!(key = %guard.key, %error, "single-flight outcome not published; the guard ends at its TTL");
+        }
     }
     outcome
 }

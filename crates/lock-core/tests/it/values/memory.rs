@@ -308,6 +308,30 @@ async fn a_rewrite_whose_reply_was_lost_keeps_the_guard() {
     }
 }
 
+/// An outcome the store refuses (too large) reaches the runner, and its guard is deleted: the
+/// next caller runs at once rather than hear of a run that has ended.
+#[tokio::test(start_paused = true)]
+async fn an_outcome_too_large_to_publish_frees_the_guard() {
+    use lock_core::values::{Flight, MIN_FLIGHT_TTL, Progress, WhenBusy};
+    let values = SharedValues::in_memory();
+    let ttl = MIN_FLIGHT_TTL * 3;
+    let large = "x".repeat(lock_core::values::MAX_VALUE_BYTES);
+    let ran = values
+        .single_flight("report", ttl, WhenBusy::Report, |_: Progress<u32>| async {
+            large.clone()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ran, Flight::Ran(large));
+    let next = values
+        .single_flight("report", ttl, WhenBusy::Report, |_: Progress<u32>| async {
+            "small".to_owned()
+        })
+        .await
+        .unwrap();
+    assert_eq!(next, Flight::Ran("small".to_owned()));
+}
+
 /// A progress report the store refuses (too large) is an error to the runner and is not kept:
 /// the renewals that follow carry the last report stored, and the guard holds.
 #[tokio::test(start_paused = true)]
