@@ -145,7 +145,12 @@ fn format_outside(value: Duration, min: Duration, max: Duration) -> String {
     if value.is_zero() {
         "0".to_owned()
     } else if value > max {
-        format_millis(nanos.div_ceil(NANOS_PER_MILLI))
+        // Up, but not past the last whole millisecond a `Duration` holds.
+        format_millis(
+            nanos
+                .div_ceil(NANOS_PER_MILLI)
+                .min(Duration::MAX.as_millis()),
+        )
     } else if nanos < NANOS_PER_MILLI {
         match nanos {
             n if n % 1000 == 0 => format!("{} µs", n / 1000),
@@ -232,6 +237,11 @@ mod tests {
         assert_eq!(outside(ms(10) - Duration::from_nanos(1)).unwrap(), "9 ms");
         assert_eq!(outside(Duration::from_nanos(1)).unwrap(), "1 ns");
         assert_eq!(outside(Duration::ZERO).unwrap(), "0");
+        assert_eq!(
+            outside(Duration::MAX).unwrap(),
+            "18446744073709551615999 ms",
+            "no more than a Duration holds"
+        );
         assert_eq!(outside(ms(10)), None);
         // A range starting at 1 ms: a sub-millisecond value is below it, and says so.
         let below = |value| out_of_range(value, ms(1), ms(10)).unwrap().0;

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
@@ -125,4 +125,53 @@ pub(crate) async fn follow<V: Clone>(
         Ok(landed) => landed.clone(),
         Err(_) => None,
     }
+}
+
+/// A load: its cache (by address) and key.
+pub(crate) type Load = (usize, String);
+
+/// Which loads wait on which across tasks: an edge from each load of a task whose loader
+/// follows another task's load, to that load. Checked and written under one lock, so that of
+/// two loads that would wait on each other the second to follow is refused.
+static WAITS: Mutex<Vec<(Load, Load)>> = Mutex::new(Vec::new());
+
+/// The edges of one follower, removed when it stops waiting.
+pub(crate) struct Waiting(Vec<(Load, Load)>);
+
+/// Records that `stack`, the loads the calling task runs the loaders of, waits on `target`,
+/// another task's load; `None` when `target` waits, directly or through other loads, on one of
+/// them, so that following it would never end.
+pub(crate) fn wait_on(stack: &[Load], target: &Load) -> Option<Waiting> {
+    let mut waits = waits();
+    let mut reached = vec![target.clone()];
+    let mut next = 0;
+    while let Some(load) = reached.get(next).cloned() {
+        for (from, to) in waits.iter() {
+            if *from == load && !reached.contains(to) {
+                reached.push(to.clone());
+            }
+        }
+        next += 1;
+    }
+    if reached.iter().any(|load| stack.contains(load)) {
+        return None;
+    }
+    let edges: Vec<_> = stack.iter().map(|l| (l.clone(), target.clone())).collect();
+    waits.extend(edges.iter().cloned());
+    Some(Waiting(edges))
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut waits = waits();
+        for edge in &self.0 {
+            if let Some(at) = waits.iter().position(|e| e == edge) {
+                waits.swap_remove(at);
+            }
+        }
+    }
+}
+
+fn waits() -> MutexGuard<'static, Vec<(Load, Load)>> {
+    WAITS.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::cache::error::CacheError;
-use crate::cache::flights::{Flights, Joined, Leader, follow};
+use crate::cache::flights::{Flights, Joined, Leader, Load, follow, wait_on};
 use crate::cache::near::Near;
 use crate::cache::options::{CacheOptions, MAX_CROSS_POD_LOAD_WAIT, check_ttl};
 use crate::cache::port::{CacheStore, LOAD_STORE_WINDOW, WriteMark};
@@ -95,7 +95,7 @@ impl<V> std::fmt::Debug for Cache<V> {
 
 tokio::task_local! {
     /// The loads the current task runs a loader of, outermost first: (cache, key).
-    static LOADING: Vec<(usize, String)>;
+    static LOADING: Vec<Load>;
 }
 
 struct Inner<V> {
@@ -233,15 +233,7 @@ where
         let id = self.id();
         if LOADING.try_with(|loading| loading.iter().any(|(c, k)| *c == id && k == key)) == Ok(true)
         {
-            return Err(CacheError::invalid(
-                "key",
-                format!("{key:?}"),
-                format!(
-                    "get_or_load of it in cache `{}` was called from inside its own loader, \
-                     and would wait for itself; load the value there directly",
-                    self.inner.name
-                ),
-            ));
+            return Err(self.waits_for_itself(key, "its own loader"));
         }
         if self.inner.store.disabled() {
             let (loaded, panic) = self.load(key, load).await;
@@ -252,11 +244,25 @@ where
         loop {
             let leader = match self.inner.flights.join(key) {
                 Joined::Leader(leader) => leader,
-                Joined::Follower(receiver) => match follow(receiver).await {
-                    Some(landed) => return landed,
-                    // Its leader was cancelled: lead now.
-                    None => continue,
-                },
+                Joined::Follower(receiver) => {
+                    // From inside a loader, the load followed must not wait on this task's.
+                    let _waiting =
+                        match LOADING.try_with(|stack| wait_on(stack, &(id, key.to_owned()))) {
+                            Ok(None) => {
+                                return Err(self.waits_for_itself(
+                                    key,
+                                    "a loader that its load waits on, in another task",
+                                ));
+                            }
+                            Ok(waiting) => waiting,
+                            Err(_) => None,
+                        };
+                    match follow(receiver).await {
+                        Some(landed) => return landed,
+                        // Its leader was cancelled: lead now.
+                        None => continue,
+                    }
+                }
             };
             // A hit is a plain read; a miss is read again with its mark for the load.
             let read = match self.read(key).await {
@@ -378,6 +384,20 @@ where
         let value = self.inner.near.as_ref()?.get(key)?;
         self.inner.metrics.hit_near.increment(1);
         Some(value)
+    }
+
+    /// The error of a `get_or_load` of `key` made from inside `loader`, which would wait for
+    /// itself.
+    fn waits_for_itself(&self, key: &str, loader: &str) -> CacheError {
+        CacheError::invalid(
+            "key",
+            format!("{key:?}"),
+            format!(
+                "get_or_load of it in cache `{}` was called from inside {loader}, and would \
+                 wait for itself; load the value there directly",
+                self.inner.name
+            ),
+        )
     }
 
     /// What this cache and its clones are known by in [`LOADING`].

@@ -251,6 +251,52 @@ async fn a_loaded_value_that_does_not_serialize_is_returned_uncached() {
     );
 }
 
+/// Two tasks whose loaders each ask for the other's key (two requests for a product and its
+/// bundle): the second to wait is refused instead of both waiting for ever, and both return.
+#[tokio::test(start_paused = true)]
+async fn loaders_in_two_tasks_waiting_on_each_other_are_refused_not_deadlocked() {
+    let products: Cache<String> = Cache::new(
+        Arc::new(InMemoryCaches::new()),
+        "products",
+        CacheOptions::new(),
+    )
+    .unwrap();
+    let both_loading = Arc::new(tokio::sync::Barrier::new(2));
+    let request = |key: &'static str, other: &'static str| {
+        let (products, both_loading) = (products.clone(), Arc::clone(&both_loading));
+        tokio::spawn(async move {
+            let loader = || async {
+                both_loading.wait().await;
+                let got = products
+                    .get_or_load(other, || async { Ok::<_, BoxError>(other.to_owned()) })
+                    .await;
+                Ok::<_, BoxError>(match got {
+                    Ok(value) => format!("{key} with {value}"),
+                    Err(error) => error.code().to_owned(),
+                })
+            };
+            products.get_or_load(key, loader).await
+        })
+    };
+    let (a, b) = (request("a", "b"), request("b", "a"));
+    let both = tokio::time::timeout(Duration::from_secs(60), async { (a.await, b.await) })
+        .await
+        .expect("no deadlock");
+    let mut outcomes = [both.0.unwrap().unwrap(), both.1.unwrap().unwrap()];
+    outcomes.sort();
+    let refused = outcomes
+        .iter()
+        .filter(|o| *o == "CACHE_INVALID_ARGUMENT")
+        .count();
+    assert_eq!(refused, 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.contains(" with CACHE_INVALID_ARGUMENT")),
+        "the other waited for the refused one's load: {outcomes:?}"
+    );
+}
+
 /// A loader that asks its own cache for its own key, directly or through another key's load,
 /// gets an error at once instead of waiting for itself; another key loads as usual.
 #[tokio::test(start_paused = true)]
