@@ -409,7 +409,10 @@ async fn wait_for_branches(
                     continue;
                 }
                 Err(error) => {
-                    tracing::debug!(%sub_key, %error, "watching for releases failed; reading at each retry and at the bound");
+                    // Unwoken, it reads (and watches) again within a second.
+                    tracing::debug!(%sub_key, %error, "watching for releases failed; trying again within a second");
+                    let again = Instant::now() + RETRY_MAX;
+                    retry_at = Some(retry_at.map_or(again, |at| at.min(again)));
                 }
             }
         }

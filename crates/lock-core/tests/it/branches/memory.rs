@@ -196,6 +196,7 @@ struct Faulty {
     unconfirmed: bool,
     failing_read: Option<usize>,
     read_delay: Duration,
+    no_watch: bool,
     reads: Arc<AtomicUsize>,
 }
 
@@ -217,6 +218,13 @@ impl Faulty {
     fn failing_read(n: usize) -> Self {
         Faulty {
             failing_read: Some(n),
+            ..Faulty::default()
+        }
+    }
+
+    fn no_watch() -> Self {
+        Faulty {
+            no_watch: true,
             ..Faulty::default()
         }
     }
@@ -267,6 +275,13 @@ impl Branches for Faulty {
         self.inner.pending(key).await
     }
     async fn watch(&self, key: &SubKey) -> Result<Box<dyn lock_core::ChangeWatch>, E> {
+        if self.no_watch {
+            return Err(BranchError::unavailable(
+                "watch",
+                key,
+                "subscription refused",
+            ));
+        }
         self.inner.watch(key).await
     }
     async fn release(&self, key: &SubKey, branch: &str) -> Result<BranchRelease, BranchError> {
@@ -370,6 +385,30 @@ async fn a_read_failing_after_a_wake_up_is_retried() {
     assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
     assert!(
         outcome.waited < Duration::from_secs(2),
+        "waited {:?} of a 30 s branch wait",
+        outcome.waited
+    );
+}
+
+/// The release channel cannot be watched: the master reads again every second, so a release
+/// ends its wait within about a second, not at its bound.
+#[tokio::test(start_paused = true)]
+async fn a_master_that_cannot_watch_reads_again_every_second() {
+    let masters = MasterLocks::new(Arc::new(InMemoryLock::new()), Arc::new(Faulty::no_watch()));
+    let releaser = masters.clone();
+    let outcome = masters
+        .with_master_lock("unwatched", Lease::Watchdog, |master| async move {
+            let token = master.register_branch("search").await.unwrap();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                releaser.release_branch(&token).await.unwrap()
+            });
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.branches, BranchesOutcome::AllReleased);
+    assert!(
+        outcome.waited < Duration::from_secs(7),
         "waited {:?} of a 30 s branch wait",
         outcome.waited
     );
