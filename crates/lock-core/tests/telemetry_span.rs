@@ -11,15 +11,21 @@ use std::time::Duration;
 use lock_core::lock::{DistributedLock, InMemoryLock, Lease, ReleaseOutcome};
 use lock_testkit::logs::CapturedLogs;
 
-#[test]
-fn the_acquire_span_carries_key_lease_outcome_and_token() {
+/// Runs `test` on a runtime of its own, with this thread's logs captured at `DEBUG`.
+fn logged(test: impl std::future::Future<Output = ()>) -> CapturedLogs {
     let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
     let _default = tracing::subscriber::set_default(subscriber);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(async {
+    runtime.block_on(test);
+    logs
+}
+
+#[test]
+fn the_acquire_span_carries_key_lease_outcome_and_token() {
+    let logs = logged(async {
         let lock = InMemoryLock::new();
         let held = lock
             .try_acquire("span-key", Lease::Fixed(Duration::from_secs(5)))
@@ -75,13 +81,7 @@ impl DistributedLock for DownLock {
 /// error, and at `DEBUG` after that: an outage is not logged per request.
 #[test]
 fn an_outage_is_logged_at_info_once() {
-    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::DEBUG);
-    let _default = tracing::subscriber::set_default(subscriber);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    let logs = logged(async {
         for _ in 0..3 {
             DownLock
                 .try_acquire("outage-key", Lease::Watchdog)

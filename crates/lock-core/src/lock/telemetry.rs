@@ -183,10 +183,8 @@ where
             metrics::counter!(FAIL_CLOSED_TOTAL, "reason" => outcome).increment(1);
             let _entered = span.enter();
             // Contention is the lock doing its job; an outage is not, and is logged once.
-            let contention = matches!(
-                outcome,
-                "held_by_another_owner" | "waiters_ahead" | "disabled" | "shut_down"
-            );
+            let contention =
+                CONTENDED.contains(&outcome) || matches!(outcome, "disabled" | "shut_down");
             let first = !contention
                 && OUTAGE.note(true) == Some(crate::outage::Change::Started { loud: true });
             if first {
@@ -208,13 +206,16 @@ where
     }
     let answered = match &result {
         Ok(handle) => !handle.is_reentrant(),
-        Err(_) => matches!(outcome, "held_by_another_owner" | "waiters_ahead"),
+        Err(_) => CONTENDED.contains(&outcome),
     };
     if answered {
         OUTAGE.note(false);
     }
     result
 }
+
+/// The outcomes of an acquisition refused because another holds the key: Redis answered.
+const CONTENDED: [&str; 2] = ["held_by_another_owner", "waiters_ahead"];
 
 /// Acquisitions failing closed for a reason other than contention, in this process: the first
 /// of an outage is logged at `INFO`, unless one was within a minute.
