@@ -13,6 +13,7 @@ use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 
 use super::idempotency_key::{client_key, hex, record_key};
 use super::problem::{Form, ProblemDetails, log_withheld};
@@ -45,6 +46,8 @@ type Scope = Arc<dyn Fn(&Parts) -> Option<String> + Send + Sync>;
 /// - `Set-Cookie` and other credential-bearing headers are never stored.
 /// - Requests without the header and other methods pass through.
 /// - Responses are buffered whole. The call that ran the handler gets its response untouched.
+/// - The handler runs on a task of its own, to its end, even when the client goes away
+///   meanwhile: the retry gets the stored response, not a second run.
 ///
 /// [`LockStarter::idempotency_layer`](crate::LockStarter::idempotency_layer) builds it with the
 /// configured values. The key rules are in `docs/idempotency.md`.
@@ -223,7 +226,8 @@ impl From<IdempotencyError> for NotReplayable {
 impl IdempotencyLayer {
     async fn handle<S>(&self, request: Request<Body>, inner: S) -> Response
     where
-        S: tower::Service<Request<Body>, Response = Response, Error = Infallible>,
+        S: tower::Service<Request<Body>, Response = Response, Error = Infallible> + Send + 'static,
+        S::Future: Send + 'static,
     {
         use tower::ServiceExt;
         if !matches!(*request.method(), Method::POST | Method::PATCH) {
@@ -279,7 +283,13 @@ impl IdempotencyLayer {
             );
         };
         let mut hash = Sha256::new();
-        for part in [parts.method.as_str(), &parts.uri.to_string()] {
+        // The path and query: an absolute-form target (`POST http://host/path`) is the same
+        // request as its origin form.
+        let target = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |target| target.as_str());
+        for part in [parts.method.as_str(), target] {
             hash.update(part.as_bytes());
             hash.update([0]);
         }
@@ -299,17 +309,31 @@ impl IdempotencyLayer {
             Ok(options) => options,
             Err(error) => return reject(error, &client_key),
         };
-        let executed = self
-            .idempotency
-            .execute(&key, &options, || async move {
-                let request = Request::from_parts(parts, Body::from(body));
-                let response = inner.oneshot(request).await.unwrap_or_else(|e| match e {});
-                if retry_later(response.status()) {
-                    return Err(NotReplayable::RetryLater(response));
-                }
-                StoredResponse::read(response).await
-            })
-            .await;
+        // The run is a task of its own: a client that goes away (its request future dropped)
+        // would otherwise abandon the record of a handler that may have acted, and its retry
+        // would run the handler again.
+        let idempotency = self.idempotency.clone();
+        let run = tokio::spawn(
+            async move {
+                idempotency
+                    .execute(&key, &options, || async move {
+                        let request = Request::from_parts(parts, Body::from(body));
+                        let response = inner.oneshot(request).await.unwrap_or_else(|e| match e {});
+                        if retry_later(response.status()) {
+                            return Err(NotReplayable::RetryLater(response));
+                        }
+                        StoredResponse::read(response).await
+                    })
+                    .await
+            }
+            .in_current_span(),
+        );
+        let executed = match run.await {
+            Ok(executed) => executed,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            // Cancelled: the runtime is shutting down, and this answer is unlikely to be sent.
+            Err(_) => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        };
         match executed {
             Ok(Idempotent::Executed(stored) | Idempotent::Unstored(stored, _)) => {
                 stored.into_live_response()

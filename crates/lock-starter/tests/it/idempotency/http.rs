@@ -128,6 +128,49 @@ async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// hyper drops a request's future when its client goes away: the handler runs on, and the
+/// retry gets its response instead of running it a second time.
+#[tokio::test]
+async fn a_client_gone_mid_run_does_not_stop_the_run_and_its_retry_replays() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let gate = Gate::default();
+    let app = app(
+        Idempotency::in_memory(),
+        Arc::clone(&runs),
+        Some(gate.clone()),
+    );
+    let first = tokio::spawn(app.clone().oneshot(create(Some("key-1"), "{}")));
+    gate.entered.notified().await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    gate.released.notify_one();
+    let finished = lock_testkit::eventually(Duration::from_secs(10), || async {
+        runs.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert!(finished, "the handler stopped when its client went away");
+    let retry = common::send(&app, create(Some("key-1"), "{}")).await;
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(common::text(retry).await, r#"{"ticket":"TT-1"}"#);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A request in absolute form (`POST http://host/path`, as some proxies send it) is the same
+/// request as in origin form.
+#[tokio::test]
+async fn an_absolute_form_retry_replays_the_origin_form_request() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let app = app(Idempotency::in_memory(), Arc::clone(&runs), None);
+    common::send(&app, create(Some("key-1"), "{}")).await;
+    let mut absolute = create(Some("key-1"), "{}");
+    *absolute.uri_mut() = "http://pod-1.internal:8080/tickets".parse().unwrap();
+    let retry = common::send(&app, absolute).await;
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_handlers_5xx_or_429_is_not_stored_and_the_retry_runs_again() {
     let runs = Arc::new(AtomicU32::new(0));
