@@ -801,34 +801,53 @@ fn lock_toml() -> String {
             table = section;
             out.push_str(&format!("\n[{section}]\n"));
         }
+        lock_toml_entry(&mut out, key, spec);
+    }
+    // The named tables, in the order of NAMED_KEYS: what each is, and an example name.
+    for (section, what, example) in [
+        ("telco.platform.lock.rate-limits", "rate limit", "login"),
+        ("telco.platform.lock.caches", "cache", "products"),
+    ] {
         out.push_str(&format!(
-            "\n# {}\n# Env: {}. Accepted: {}.\n",
-            spec.doc,
-            env_list(spec, false),
-            spec.accepted()
+            "\n# One table per {what}, such as [{section}.{example}]:\n# [{section}.<name>]\n"
         ));
-        match (spec.default, spec.accepts) {
-            (KeyDefault::Value(v), Accepts::Bool | Accepts::Count { .. }) => {
-                out.push_str(&format!("# {key} = {v}\n"))
+        for spec in NAMED_KEYS {
+            if let Some(key) = spec.name.strip_prefix(&format!("{section}.<name>.")) {
+                lock_toml_entry(&mut out, key, spec);
             }
-            (KeyDefault::Value(v), _) => out.push_str(&format!("# {key} = {v:?}\n")),
-            (KeyDefault::Described(text), _) => out.push_str(&format!("# Default: {text}.\n")),
         }
     }
-    out.push_str(
-        "\n# One table per rate limit, such as [telco.platform.lock.rate-limits.login]:\n",
+    let tables = out.matches(".<name>]").count();
+    let named = NAMED_KEYS
+        .iter()
+        .filter(|spec| out.contains(&spec.doc))
+        .count();
+    assert_eq!(
+        (tables, named),
+        (2, NAMED_KEYS.len()),
+        "a named key outside the tables above"
     );
-    out.push_str("# [telco.platform.lock.rate-limits.<name>]\n");
-    for spec in NAMED_KEYS {
-        out.push_str(&format!(
-            "#\n# {}\n# Env: {}. Accepted: {}.\n# Default: {}.\n",
-            spec.doc,
-            env_list(spec, false),
-            spec.accepted(),
-            spec.default_text()
-        ));
-    }
     out
+}
+
+/// One key's lines in config/lock.toml: what it does, its variables, what is accepted, and
+/// its default as a commented-out line to uncomment, or in words.
+fn lock_toml_entry(out: &mut String, key: &str, spec: &KeySpec) {
+    out.push_str(&format!(
+        "\n# {}\n# Env: {}. Accepted: {}.\n",
+        spec.doc,
+        env_list(spec, false),
+        spec.accepted()
+    ));
+    match (spec.default, spec.accepts) {
+        (KeyDefault::Value(v), Accepts::Bool | Accepts::Count { .. }) => {
+            out.push_str(&format!("# {key} = {v}\n"))
+        }
+        (KeyDefault::Value(v), _) => out.push_str(&format!("# {key} = {v:?}\n")),
+        (KeyDefault::Described(text), _) => {
+            out.push_str(&format!("# {key}: defaults to {text}.\n"))
+        }
+    }
 }
 
 const LOCK_TOML_HEADER: &str = "\
