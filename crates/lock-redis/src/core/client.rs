@@ -185,16 +185,11 @@ impl RedisCore {
                 if let Some(refused) = connection::refused_at_connect(config, &error) {
                     drop(stop_connecting);
                     // A refused first attempt (fail fast) ended the command client's
-                    // connection task, and fred warns of a quit then: quit only a client that
-                    // is not disconnected. One still mid-attempt is refused the same way, and
-                    // its retries end with `stop_connecting`.
+                    // connection task. One still mid-attempt is refused the same way, and its
+                    // retries end with `stop_connecting`.
                     tokio::spawn(async move {
-                        if client.state() != fred::types::ClientState::Disconnected {
-                            let _ = client.quit().await;
-                        }
-                        if subscriber.state() != fred::types::ClientState::Disconnected {
-                            let _ = subscriber.quit().await;
-                        }
+                        connection::quit(&client).await;
+                        connection::quit(&subscriber).await;
                     });
                     return Err(refused);
                 }
@@ -372,8 +367,7 @@ impl RedisCore {
 impl Drop for RedisCore {
     fn drop(&mut self) {
         let client = self.client.clone();
-        self.runtime.spawn(async move {
-            let _ = client.quit().await;
-        });
+        self.runtime
+            .spawn(async move { connection::quit(&client).await });
     }
 }

@@ -59,6 +59,14 @@ where
     });
 }
 
+/// Ends `client`'s connection with `QUIT`, unless it has none: fred warns of a quit of a
+/// stopped client (a first connection that failed, or an outage between reconnections).
+pub(crate) async fn quit<C: ClientLike>(client: &C) {
+    if client.state() != fred::types::ClientState::Disconnected {
+        let _ = client.quit().await;
+    }
+}
+
 /// The lock space of an address and key prefix, the same however the address was written
 /// (default port and database filled in, user and password left out, cluster and Sentinel
 /// nodes sorted): `redis://<host>:<port>/<db> <prefix>`,

@@ -527,9 +527,9 @@ impl Drop for Subscriptions {
         // No acquisition can be waiting any more (they borrow the client), so every driver is
         // taking its channel down; the connection can go.
         let subscriber = self.shared.subscriber.clone();
-        self.shared.runtime.spawn(async move {
-            let _ = subscriber.quit().await;
-        });
+        self.shared
+            .runtime
+            .spawn(async move { crate::core::connection::quit(&subscriber).await });
     }
 }
 
