@@ -125,10 +125,9 @@ impl RedisBranches {
     /// The command client, or at once the connection error while the client knows it is
     /// disconnected (rather than a command timeout later).
     fn client(&self, operation: &'static str, sub_key: &SubKey) -> Result<&Client, BranchError> {
-        match self.core.unreachable(redis_operation(operation)) {
-            Some(failure) => Err(BranchError::unavailable(operation, sub_key, failure)),
-            None => Ok(&self.core.client),
-        }
+        (self.core).client_for(redis_operation(operation), |failure| {
+            BranchError::unavailable(operation, sub_key, failure)
+        })
     }
 
     /// The error for a failed command or script: what went wrong talking to Redis.

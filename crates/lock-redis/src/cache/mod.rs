@@ -118,10 +118,9 @@ impl RedisCaches {
         cache: &str,
         key: &str,
     ) -> Result<&Client, CacheError> {
-        match self.core.unreachable(redis_operation(operation)) {
-            Some(failure) => Err(CacheError::unavailable(operation, cache, key, failure)),
-            None => Ok(&self.core.client),
-        }
+        (self.core).client_for(redis_operation(operation), |failure| {
+            CacheError::unavailable(operation, cache, key, failure)
+        })
     }
 
     fn failed(&self, operation: &'static str, cache: &str, key: &str, error: Error) -> CacheError {

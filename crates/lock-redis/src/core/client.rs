@@ -99,12 +99,14 @@ impl RedisClient {
     ///
     /// # Errors
     /// [`LockError::AcquisitionFailed`] with reason `backend_unavailable` (key `<health>`) when
-    /// Redis does not answer within the command timeout.
+    /// Redis does not answer within the command timeout, or at once when a connection attempt
+    /// just failed.
     pub async fn ping(&self) -> Result<Duration, LockError> {
+        let failed = |failure| LockError::backend_unavailable("<health>", failure);
+        let client = self.core.client_for("PING", failed)?;
         let started = tokio::time::Instant::now();
-        let _: String = self.core.client.ping(None).await.map_err(|e| {
-            LockError::backend_unavailable("<health>", self.core.failure("PING", e))
-        })?;
+        let _: String =
+            (client.ping(None).await).map_err(|e| failed(self.core.failure("PING", e)))?;
         Ok(started.elapsed())
     }
 
@@ -350,6 +352,19 @@ impl RedisCore {
         RedisFailure::Unreachable {
             operation,
             last_error,
+        }
+    }
+
+    /// The command client, or at once `failed(unreachable)` while Redis is known down
+    /// ([`RedisCore::unreachable`]), rather than a command timeout later.
+    pub(crate) fn client_for<E>(
+        &self,
+        operation: &'static str,
+        failed: impl FnOnce(RedisFailure) -> E,
+    ) -> Result<&Client, E> {
+        match self.unreachable(operation) {
+            Some(failure) => Err(failed(failure)),
+            None => Ok(&self.client),
         }
     }
 

@@ -229,7 +229,9 @@ impl RedisLock {
             inner.core.keys.lock_key(name),
             inner.core.keys.queue_key(name),
         ];
-        let fail = |e| LockError::backend_unavailable(name, inner.core.failure("status script", e));
+        let unavailable = |failure| LockError::backend_unavailable(name, failure);
+        inner.core.client_for("status script", unavailable)?;
+        let fail = |e| unavailable(inner.core.failure("status script", e));
         let reply: Vec<Value> = inner
             .scripts
             .status
@@ -322,7 +324,9 @@ impl RedisLock {
         // The pattern names lock names; keys hold them encoded (`%`, `{`, `}`).
         KeyLayout::push_encoded(&mut glob, pattern.unwrap_or("*"));
         glob.push('}');
-        let fail = |e| LockError::backend_unavailable(LIST, inner.core.failure(SCAN, e));
+        let unavailable = |failure| LockError::backend_unavailable(LIST, failure);
+        inner.core.client_for(SCAN, unavailable)?;
+        let fail = |e| unavailable(inner.core.failure(SCAN, e));
         for server in scan_targets(&inner.core.client).map_err(fail)? {
             let mut cursor = String::from("0");
             loop {
@@ -459,6 +463,7 @@ impl RedisLock {
             key: name.to_owned(),
             cause: Box::new(cause),
         };
+        inner.core.client_for("force-release script", failed)?;
         let reply: Vec<Value> = inner
             .scripts
             .force_release

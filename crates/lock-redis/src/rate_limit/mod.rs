@@ -113,9 +113,7 @@ impl RateLimitStore for RedisRateLimits {
             }
         }
         let failed = |cause: RedisFailure| RateLimitError::unavailable(first.limit, cause);
-        if let Some(failure) = self.core.unreachable(OPERATION) {
-            return Err(failed(failure));
-        }
+        self.core.client_for(OPERATION, failed)?;
         let call: Vec<Args> = charges
             .iter()
             .map(|c| Args {

@@ -155,10 +155,9 @@ impl RedisValues {
     /// The command client, or at once the connection error while the client knows it is
     /// disconnected.
     fn client(&self, operation: &'static str, key: &str) -> Result<&Client, ValuesError> {
-        match self.core.unreachable(redis_operation(operation)) {
-            Some(failure) => Err(ValuesError::unavailable(operation, key, failure)),
-            None => Ok(&self.core.client),
-        }
+        (self.core).client_for(redis_operation(operation), |failure| {
+            ValuesError::unavailable(operation, key, failure)
+        })
     }
 
     fn failed(&self, operation: &'static str, key: &str, error: Error) -> ValuesError {

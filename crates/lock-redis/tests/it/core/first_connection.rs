@@ -110,3 +110,44 @@ async fn a_database_the_server_does_not_have_fails_connect_naming_the_address() 
     );
     assert!(text.contains("databases"), "{text}");
 }
+
+/// While Redis refuses connections, the inspection calls (`ping`, `status`, `list`,
+/// `force_release`) fail at once naming the connection error, as an acquisition does, rather
+/// than after the command timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_down_inspection_fails_at_once() {
+    let closed = lock_testkit::ClosedPort::new().unwrap();
+    let setup = common::default_config(format!("redis://127.0.0.1:{}", closed.port()))
+        .command_timeout(Duration::from_secs(60));
+    let client = lock_redis::RedisClient::connect(setup.redis.clone())
+        .await
+        .expect("a client starts while Redis is down");
+    let lock = lock_redis::lock::RedisLock::new(&client, setup.lock.clone())
+        .await
+        .unwrap();
+    // Well under the command timeout, which these calls waited before.
+    let at_once = Duration::from_secs(30);
+    let errors = [
+        tokio::time::timeout(at_once, client.ping())
+            .await
+            .map(|r| r.map(|_| ())),
+        tokio::time::timeout(at_once, lock.status("k"))
+            .await
+            .map(|r| r.map(|_| ())),
+        tokio::time::timeout(at_once, lock.list(None, 10))
+            .await
+            .map(|r| r.map(|_| ())),
+        tokio::time::timeout(at_once, lock.force_release("k"))
+            .await
+            .map(|r| r.map(|_| ())),
+    ];
+    for (call, outcome) in ["ping", "status", "list", "force_release"]
+        .iter()
+        .zip(errors)
+    {
+        let error = outcome
+            .unwrap_or_else(|_| panic!("{call} waited for the command timeout"))
+            .expect_err("answered by a Redis that is down");
+        assert!(error.to_string().contains("unreachable"), "{call}: {error}");
+    }
+}
