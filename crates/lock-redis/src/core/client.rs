@@ -355,6 +355,13 @@ impl RedisCore {
         }
     }
 
+    /// Whether Redis has answered this client's connection and it is up: set-up work (script
+    /// preloads, start-up checks) is sent only then, so that a Redis that does not answer
+    /// delays start-up by one command timeout in all, not one per step.
+    pub(crate) fn answering(&self) -> bool {
+        self.health.is_connected()
+    }
+
     /// The command client, or at once `failed(unreachable)` while Redis is known down
     /// ([`RedisCore::unreachable`]), rather than a command timeout later.
     pub(crate) fn client_for<E>(

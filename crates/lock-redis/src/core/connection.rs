@@ -620,6 +620,11 @@ impl Health {
         }
     }
 
+    /// Whether the connection is up: its set-up was answered, and it has not failed since.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.lock().connected
+    }
+
     /// How many connection errors the client has had: unchanged across a span of work when no
     /// outage overlapped it.
     pub(crate) fn errors(&self) -> u64 {

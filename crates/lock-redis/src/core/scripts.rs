@@ -82,10 +82,10 @@ pub(crate) async fn call_once<R: FromValue>(
     reply?.convert()
 }
 
-/// Loads `scripts`, so the first calls need no reload. Skipped while Redis is unreachable; a
+/// Loads `scripts`, so the first calls need no reload. Skipped unless Redis answers; a
 /// failure is logged at `DEBUG`. Either way each script loads on first use.
 pub(crate) async fn preload(core: &RedisCore, scripts: &[&Script], capability: &'static str) {
-    if core.unreachable("SCRIPT LOAD").is_some() {
+    if !core.answering() {
         return;
     }
     for script in scripts {

@@ -117,7 +117,7 @@ impl RedisLock {
         }
         let scripts = Scripts::new();
         crate::core::scripts::preload(&core, &scripts.preloaded(), "lock").await;
-        if core.unreachable("INFO").is_none() {
+        if core.answering() {
             acquire::check_replica_count(&core.client, config.min_replicas).await;
         }
         let inner = Arc::new(Inner {

@@ -151,3 +151,27 @@ async fn with_redis_down_inspection_fails_at_once() {
         assert!(error.to_string().contains("unreachable"), "{call}: {error}");
     }
 }
+
+/// A Redis that accepts connections and never answers (stopped with SIGSTOP): start-up waits
+/// one command timeout in all, not one more per script preload or check. The first connection
+/// attempt times out when the wait for it does: set-up is skipped whichever ends first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_never_answers_delays_start_up_by_one_command_timeout() {
+    let redis = server().await;
+    redis.pause().unwrap();
+    let timeout = Duration::from_secs(5);
+    let setup = common::default_config(redis.url()).command_timeout(timeout);
+    let started = tokio::time::Instant::now();
+    let client = lock_redis::RedisClient::connect(setup.redis.clone())
+        .await
+        .unwrap();
+    let _lock = lock_redis::lock::RedisLock::new(&client, setup.lock.clone())
+        .await
+        .unwrap();
+    let _caches = lock_redis::cache::RedisCaches::new(&client).await;
+    let _values = lock_redis::values::RedisValues::new(&client).await;
+    // One timeout, with room for a slow machine; a second one would pass 2 × 5 s.
+    let took = started.elapsed();
+    redis.resume().unwrap();
+    assert!(took < 2 * timeout, "start-up took {took:?}");
+}
