@@ -551,9 +551,9 @@ fn fmt_held(holder: &str, ttl: Option<Duration>, waited: Duration) -> String {
     let (ttl, waited) = (fmt_ttl(ttl), format_duration(waited));
     if crate::process::issued_by_this_process(holder) {
         format!(
-            "held by this process, owner `{holder}` ({ttl}), after waiting {waited}: only the \
-             code a `with_lock` section of the key runs re-enters its lease, one nested section \
-             at a time; other tasks and futures of this process contend like other pods"
+            "held by this process, owner `{holder}` ({ttl}), after waiting {waited}: only code \
+             running inside a `with_lock` section of this key re-enters its lease (one nested \
+             section at a time); other tasks and futures of this process contend like other pods"
         )
     } else {
         format!("held by another owner `{holder}` ({ttl}) after waiting {waited}")

@@ -386,10 +386,11 @@ impl LockStarter {
                 "limit",
                 format!("{name:?}"),
                 format!(
-                    "no quota is configured for it{}; set telco.platform.lock.rate-limits.{name}.rate (configured: {})",
+                    "no quota is configured for it{}; set telco.platform.lock.rate-limits.{}.rate (configured: {})",
                     crate::config::near_section(&self.settings.rate_limits, name)
                         .map(|near| format!(" (did you mean {near:?}?)"))
                         .unwrap_or_default(),
+                    crate::config::toml_key(name),
                     if configured.is_empty() {
                         "none".to_owned()
                     } else {
@@ -495,12 +496,15 @@ impl LockStarter {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        if let Err(problem @ crate::config::NAME_UNTRIMMED) = crate::config::name_problem(name) {
-            return Err(CacheError::InvalidArgument {
-                name: "cache",
-                value: format!("{name:?}"),
-                problem: format!("{problem}; accepted: {}", crate::config::NAME_RULES),
-            });
+        match crate::config::name_problem(name) {
+            Ok(()) | Err(crate::config::NAME_DOTTED) => {}
+            Err(problem) => {
+                return Err(CacheError::InvalidArgument {
+                    name: "cache",
+                    value: format!("{name:?}"),
+                    problem: format!("{problem}; accepted: {}", crate::config::CACHE_NAME_RULES),
+                });
+            }
         }
         // One spelling for every replica, whatever its configuration or code writes.
         let name = crate::config::fold(name);

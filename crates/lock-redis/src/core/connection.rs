@@ -498,7 +498,13 @@ impl Health {
         let described = match error.kind() {
             // fred says only "Request timed out.": name what did not answer, and within what.
             ErrorKind::Timeout => format!(
-                "connecting to Redis at {address} timed out: no answer within {timeout:?} (command_timeout)"
+                "connecting to Redis at {address} timed out: no answer within {timeout:?} (command_timeout){}",
+                // A server without TLS waits for a command, and the TLS handshake for its answer.
+                if address.tls() {
+                    "; if the server has no TLS, use a redis:// address"
+                } else {
+                    ""
+                }
             ),
             // Named, so "unreachable" in a service's error says which Redis (secrets hidden).
             _ => format!("{} (Redis at {address})", address.scrub(&describe(&error))),

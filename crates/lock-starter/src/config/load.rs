@@ -222,8 +222,11 @@ fn named_keys(table: &str) -> String {
 
 /// What names of rate limits and caches are, as messages say it.
 pub(crate) const NAME_RULES: &str = "names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end";
-/// The problem of a name with whitespace at an end: a slip, and no configuration spells it.
-pub(crate) const NAME_UNTRIMMED: &str = "begins or ends with whitespace";
+/// What a cache's name may be: a `.` is accepted there, and leaves the cache no section.
+pub(crate) const CACHE_NAME_RULES: &str =
+    "names of 1 to 512 bytes of UTF-8 with no control characters and no whitespace at either end";
+/// The problem of a name with a `.`.
+pub(crate) const NAME_DOTTED: &str = "contains `.`, which a configuration key cannot hold";
 const _: () = assert!(lock_core::MAX_KEY_BYTES == 512, "NAME_RULES says 512 bytes");
 
 /// What is wrong with `name` as the name of a rate limit or cache, if anything: the rules of
@@ -232,9 +235,19 @@ const _: () = assert!(lock_core::MAX_KEY_BYTES == 512, "NAME_RULES says 512 byte
 pub(crate) fn name_problem(name: &str) -> Result<(), &'static str> {
     match lock_core::validate_key(name) {
         Err(lock_core::LockError::InvalidKey { problem, .. }) => Err(problem),
-        _ if name.trim() != name => Err(NAME_UNTRIMMED),
-        _ if name.contains('.') => Err("contains `.`, which a configuration key cannot hold"),
+        _ if name.trim() != name => Err("begins or ends with whitespace"),
+        _ if name.contains('.') => Err(NAME_DOTTED),
         _ => Ok(()),
+    }
+}
+
+/// `name` as a TOML key: bare when TOML allows it (`login`), else quoted (`"a b"`).
+pub(crate) fn toml_key(name: &str) -> String {
+    if !name.is_empty() && (name.chars()).all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        name.to_owned()
+    } else {
+        format!("{name:?}")
     }
 }
 

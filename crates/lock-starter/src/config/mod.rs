@@ -50,7 +50,7 @@ pub(crate) use keys::key_of_setting;
 pub use keys::{
     Accepts, ENV_PREFIX, KEYS, KeyDefault, KeySpec, NAMED_KEYS, PREFIX, SPRING_KEYS, key_spec,
 };
-pub(crate) use load::{NAME_RULES, NAME_UNTRIMMED, name_problem, quote};
+pub(crate) use load::{CACHE_NAME_RULES, NAME_DOTTED, NAME_RULES, name_problem, quote, toml_key};
 #[doc(hidden)]
 pub use lock_core::duration_range;
 /// The one duration syntax, from lock-core: see [`lock_core::parse_duration`]; every message

@@ -820,7 +820,7 @@ fn lock_toml() -> String {
     let tables = out.matches(".<name>]").count();
     let named = NAMED_KEYS
         .iter()
-        .filter(|spec| out.contains(&spec.doc))
+        .filter(|spec| out.contains(spec.doc))
         .count();
     assert_eq!(
         (tables, named),

@@ -207,14 +207,21 @@ async fn plain_redis_to_the_tls_port_fails_closed_in_time() {
 }
 
 /// The other way round, `rediss://` at the plain port: the server never answers the TLS
-/// handshake in kind; acquisitions fail closed in time.
+/// handshake in kind; acquisitions fail closed in time, and say what may be wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_to_the_plain_port_fails_closed_in_time() {
     let certs = TestCertificates::generate_temp().unwrap();
     let server = tls_server(&certs).await;
     let tls_to_plain = format!("rediss://127.0.0.1:{}", server.port());
     let client = common::connect(config_for(&server, tls_to_plain).tls_ca_file(&certs.ca)).await;
+    let mut errors = Vec::new();
     for attempt in 0..2 {
-        fails_closed(&server, &client, &format!("tls-to-plain-{attempt}")).await;
+        errors.push(fails_closed(&server, &client, &format!("tls-to-plain-{attempt}")).await);
     }
+    // Once the connection attempt has timed out, the error suggests the likely mistake.
+    let last = errors.pop().unwrap().to_string();
+    assert!(
+        last.contains("if the server has no TLS, use a redis:// address"),
+        "{last}"
+    );
 }

@@ -91,15 +91,15 @@ async fn a_bad_cache_name_is_refused() {
     let empty = starter.cache::<String>("").unwrap_err();
     assert_eq!(
         empty.to_string(),
-        "invalid cache \"\": it is empty; a cache name is 1 to 512 bytes of UTF-8 with no \
-         control characters (braces, spaces and unicode are fine)"
+        "invalid cache \"\": it is empty; accepted: names of 1 to 512 bytes of UTF-8 with no \
+         control characters and no whitespace at either end"
     );
     for untrimmed in [" ", "products "] {
         let error = starter.cache::<String>(untrimmed).unwrap_err();
         assert!(
             error
                 .to_string()
-                .contains("begins or ends with whitespace; accepted: names of 1 to 512 bytes"),
+                .ends_with("begins or ends with whitespace; accepted: names of 1 to 512 bytes of UTF-8 with no control characters and no whitespace at either end"),
             "{error}"
         );
     }

@@ -174,6 +174,11 @@ async fn an_unconfigured_limit_names_the_key_to_set() {
             "login",
             "invalid limit \"login\": no quota is configured for it; set telco.platform.lock.rate-limits.login.rate (configured: none)",
         ),
+        // A name TOML cannot write bare is shown quoted, as a TOML file writes it.
+        (
+            "new api",
+            "invalid limit \"new api\": no quota is configured for it; set telco.platform.lock.rate-limits.\"new api\".rate (configured: none)",
+        ),
         // A name no key could hold says so, rather than naming a key.
         (
             "",
