@@ -20,8 +20,8 @@
 //! [`BENCH_BATCH`] at a time and spent in the process; the line adds `local_batch`.
 //!
 //! `raw-fred` lines (`decide`, `parallel`, `hot-key`): the same workers and keys, each call one
-//! `EVALSHA` of [`RAW_SCRIPT`] (the commands a decision stands on: `TIME`, `GET`, `SET … PX`,
-//! no decision) on a plain fred client (one connection, `TCP_NODELAY`, fred's defaults
+//! `EVALSHA` of [`RAW_SCRIPT`] (the peers' minimal GCRA: `TIME`, `GET`, `SET … PX`, allowed or
+//! not) on a plain fred client (one connection, `TCP_NODELAY`, fred's defaults
 //! otherwise), its reply not read. The gap between the two lines is what the limiter and its
 //! script add on top of fred's round trip.
 
@@ -48,11 +48,18 @@ pub(crate) const RAW_IMPL: &str = "raw-fred";
 const NEVER_PER_S: u32 = 1_000_000;
 /// The limit's name in its Redis keys.
 const LIMIT: &str = "bench";
-/// The `raw-fred` script: a decision's commands on the server, without the decision.
+/// The `raw-fred` script: the decision the peers' `raw-gcra` line makes (GCRA on the server's
+/// clock, the TAT in µs under the key; allowed or not, nothing else), with [`RAW_ARGS`].
 pub(crate) const RAW_SCRIPT: &str = "local t = redis.call('TIME')\n\
-    redis.call('GET', KEYS[1])\n\
-    redis.call('SET', KEYS[1], t[1] .. t[2], 'PX', 60000)\n\
+    local now = t[1] * 1000000 + t[2]\n\
+    local tat = tonumber(redis.call('GET', KEYS[1])) or 0\n\
+    if tat < now then tat = now end\n\
+    tat = tat + ARGV[1]\n\
+    if tat - now > tonumber(ARGV[2]) then return 0 end\n\
+    redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))\n\
     return 1";
+/// [`RAW_SCRIPT`]'s emission interval and burst tolerance in µs: [`NEVER_PER_S`] a second.
+const RAW_ARGS: [&str; 2] = ["1", "1000000"];
 
 /// One of the toolkit peers' rate-limiting scenarios.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,11 +129,7 @@ impl Decider {
                 }
             }
             Decider::Raw { client, sha } => client
-                .evalsha::<fred::types::Value, _, _, _>(
-                    &**sha,
-                    key,
-                    Vec::<fred::types::Value>::new(),
-                )
+                .evalsha::<fred::types::Value, _, _, _>(&**sha, key, RAW_ARGS.to_vec())
                 .await
                 .map(|_| true)
                 .map_err(|e| e.to_string()),
