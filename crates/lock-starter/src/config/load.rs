@@ -220,7 +220,7 @@ fn named_keys(table: &str) -> String {
     keys.join(", ")
 }
 
-/// What names of rate limits and caches are, as messages say it.
+/// What names of rate limits and of configuration sections are, as messages say it.
 pub(crate) const NAME_RULES: &str = "names of 1 to 512 bytes of UTF-8 with no control characters, no `.` and no whitespace at either end";
 /// What a cache's name may be: a `.` is accepted there, and leaves the cache no section.
 pub(crate) const CACHE_NAME_RULES: &str =
