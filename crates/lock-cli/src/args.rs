@@ -88,8 +88,9 @@ pub(crate) enum Command {
     /// end, and platform-lock exits 70; if the lease is lost otherwise (a forced release), the
     /// command gets SIGTERM, then SIGKILL 5 s later, and platform-lock exits 70. SIGINT and
     /// SIGTERM sent to platform-lock are forwarded to the command, which gets SIGKILL 5 s after
-    /// the first one (on a terminal, after the first SIGTERM). Should platform-lock itself die
-    /// (SIGKILL, the OOM killer), a guardian process kills the command at once. Off a terminal
+    /// the first one (on a terminal, where Ctrl-C reaches the command directly, only SIGTERM).
+    /// Should platform-lock itself die (SIGKILL, the OOM killer), a guardian process kills the
+    /// command at once, and should it be stopped, before the lease's end. Off a terminal
     /// all of this goes to the command's process group, and processes the command leaves
     /// running when it exits are stopped the same way before the lock is released. The command
     /// sees the grant's fencing token in PLATFORM_LOCK_FENCING_TOKEN.

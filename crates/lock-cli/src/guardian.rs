@@ -1,18 +1,22 @@
 //! The guardian of `run`: a small process (this binary, re-executed as the hidden `guardian`
 //! subcommand) that SIGKILLs the command if `platform-lock run` dies without ending it — SIGKILL,
-//! the OOM killer, a crash — so the command cannot go on running after its lease stops being
-//! renewed.
+//! the OOM killer, a crash — or cannot end it in time — stopped (SIGSTOP, Ctrl-Z), or not
+//! scheduled — so the command cannot go on running after its lease stops being renewed.
 //!
 //! It holds the read end of a pipe whose write end only the wrapper holds (close-on-exec, so the
 //! command never inherits it). The command's process names itself as the target on that pipe
 //! between fork and exec, so no instant of the command runs unguarded. When the kernel closes
 //! the write end — the wrapper ended, whatever ended it — the guardian reads EOF. If the wrapper
 //! told it `done` first, the command had ended and the guardian just exits; otherwise it kills
-//! the target it was given. A parent-death signal (`PR_SET_PDEATHSIG`) is not used: it follows
-//! the spawning *thread*, not the process, and EOF already arrives on every kind of death.
+//! the target it was given. The wrapper also tells it, before the command starts and after each
+//! renewal, the instant by which the command must be dead (its SIGKILL ahead of the lease's
+//! local deadline, on `CLOCK_MONOTONIC`, which both processes read alike); the guardian kills
+//! the target then, unless a later instant came first. A parent-death signal
+//! (`PR_SET_PDEATHSIG`) is not used: it follows the spawning *thread*, not the process, and EOF
+//! already arrives on every kind of death.
 
 use std::io::{IsTerminal, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
@@ -26,6 +30,8 @@ pub(crate) const SUBCOMMAND: &str = "guardian";
 
 /// The wrapper's last word on a normal end: the command ended, nothing is to be killed.
 const DONE: &str = "done";
+/// The order naming the instant (ns of `CLOCK_MONOTONIC`) by which the command must be dead.
+const KILL_AT: &str = "kill-at";
 
 /// How long a normal end waits for the guardian to exit after `done`, so that it does not
 /// outlive `run`; it exits at once, and a stopped one must not hold `run` up.
@@ -65,27 +71,54 @@ impl Target {
         self.write_order(&mut line).expect("writing to a Vec");
         String::from_utf8(line).expect("an order is ASCII")
     }
+}
 
-    /// The target named in `orders` (the last one given), unless the wrapper said `done`.
-    fn from_orders(orders: &str) -> Option<Target> {
-        let mut target = None;
-        for line in orders.lines() {
-            match line.split_once(' ') {
-                _ if line == DONE => return None,
-                Some(("group", pid)) => {
-                    target = pid.parse().ok().map(Pid::from_raw).map(Target::Group)
-                }
-                Some(("process", pid)) => {
-                    target = pid.parse().ok().map(Pid::from_raw).map(Target::Process)
-                }
-                _ => {}
-            }
+/// What the wrapper has told the guardian so far.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Orders {
+    /// The last target named; `None` once the wrapper said `done`.
+    target: Option<Target>,
+    /// The last `kill-at` instant, ns of `CLOCK_MONOTONIC`.
+    kill_at: Option<u64>,
+    done: bool,
+}
+
+impl Orders {
+    /// Takes in one order line; a broken one is ignored.
+    fn take(&mut self, line: &str) {
+        let pid = |pid: &str| pid.parse().ok().map(Pid::from_raw);
+        match line.split_once(' ') {
+            _ if line == DONE => self.done = true,
+            Some(("group", id)) => self.target = pid(id).map(Target::Group),
+            Some(("process", id)) => self.target = pid(id).map(Target::Process),
+            Some((KILL_AT, at)) => self.kill_at = at.parse().ok().or(self.kill_at),
+            _ => {}
         }
+    }
+
+    /// What is to be killed now, if anything: the target, unless the wrapper said `done`.
+    fn target(&self) -> Option<Target> {
         // Pid 0 and negative ids mean "my group" / "every process" to kill(2): never a target.
-        target.filter(|target| match target {
-            Target::Group(pid) | Target::Process(pid) => pid.as_raw() > 0,
+        self.target.filter(|target| match target {
+            Target::Group(pid) | Target::Process(pid) => !self.done && pid.as_raw() > 0,
         })
     }
+
+    /// The orders of `text`, a line each.
+    #[cfg(test)]
+    fn of(text: &str) -> Orders {
+        let mut orders = Orders::default();
+        text.lines().for_each(|line| orders.take(line));
+        orders
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in ns.
+fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always there on Linux");
+    u64::try_from(now.tv_sec()).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(now.tv_nsec()).unwrap_or(0)
 }
 
 /// The wrapper's side: the guardian process and the write end of its pipe.
@@ -170,6 +203,20 @@ impl Guardian {
         self.orders.flush().await
     }
 
+    /// Tells the guardian the instant by which the command must be dead: it kills the target
+    /// then, should the wrapper not have ended it or sent a later instant.
+    ///
+    /// # Errors
+    /// The guardian is gone (someone killed it): the command is not guarded.
+    pub(crate) async fn kill_at(&mut self, at: tokio::time::Instant) -> std::io::Result<()> {
+        let ahead = at.saturating_duration_since(tokio::time::Instant::now());
+        let at = monotonic_ns().saturating_add(u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX));
+        self.orders
+            .write_all(format!("{KILL_AT} {at}\n").as_bytes())
+            .await?;
+        self.orders.flush().await
+    }
+
     /// A normal end: the guardian kills nothing and exits, and is waited for (at most
     /// [`EXIT_WAIT`]) so it does not outlive `run`.
     pub(crate) async fn dismiss(self) {
@@ -210,10 +257,44 @@ pub(crate) fn main() -> ExitCode {
         );
         return ExitCode::from(crate::exit::EXIT_USAGE);
     }
-    let mut orders = Vec::new();
-    // Returns at EOF (the wrapper ended) or on a read error, which is treated alike: fail closed.
-    let _ = std::io::stdin().lock().read_to_end(&mut orders);
-    if let Some(target) = Target::from_orders(&String::from_utf8_lossy(&orders)) {
+    let mut orders = Orders::default();
+    let (mut pending, mut chunk) = (Vec::new(), [0_u8; 512]);
+    let stdin = std::io::stdin();
+    loop {
+        let now = monotonic_ns();
+        if let Some(target) = orders
+            .target()
+            .filter(|_| orders.kill_at.is_some_and(|at| at <= now))
+        {
+            let _ = target.signal(Signal::SIGKILL);
+            // Killed once; a later order (the wrapper resumed) may arm it again.
+            (orders.target, orders.kill_at) = (None, None);
+        }
+        let wait = orders.kill_at.map_or(nix::poll::PollTimeout::NONE, |at| {
+            let ms = at.saturating_sub(now).div_ceil(1_000_000).min(60_000);
+            nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
+        });
+        let mut fds = [nix::poll::PollFd::new(
+            stdin.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, wait) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            // Fail closed: as at EOF.
+            Err(_) => break,
+        }
+        match stdin.lock().read(&mut chunk) {
+            // EOF (the wrapper ended) or a read error, which is treated alike: fail closed.
+            Ok(0) | Err(_) => break,
+            Ok(read) => pending.extend_from_slice(&chunk[..read]),
+        }
+        while let Some(end) = pending.iter().position(|&byte| byte == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            orders.take(String::from_utf8_lossy(&line).trim_end());
+        }
+    }
+    if let Some(target) = orders.target() {
         let _ = target.signal(Signal::SIGKILL);
     }
     ExitCode::SUCCESS
@@ -227,16 +308,24 @@ mod tests {
     fn orders_name_the_target_unless_the_wrapper_said_done() {
         let group = Target::Group(Pid::from_raw(4711));
         let process = Target::Process(Pid::from_raw(42));
-        assert_eq!(Target::from_orders(&group.order()), Some(group));
-        assert_eq!(Target::from_orders(&process.order()), Some(process));
+        assert_eq!(Orders::of(&group.order()).target(), Some(group));
+        assert_eq!(Orders::of(&process.order()).target(), Some(process));
         assert_eq!(
-            Target::from_orders(&format!("{}{DONE}\n", group.order())),
+            Orders::of(&format!("{}{DONE}\n", group.order())).target(),
             None
         );
         // The wrapper died before the command existed, or wrote something broken.
-        assert_eq!(Target::from_orders(""), None);
-        assert_eq!(Target::from_orders("group 0\n"), None);
-        assert_eq!(Target::from_orders("group -1\n"), None);
-        assert_eq!(Target::from_orders("group 12x\n"), None);
+        assert_eq!(Orders::of("").target(), None);
+        assert_eq!(Orders::of("group 0\n").target(), None);
+        assert_eq!(Orders::of("group -1\n").target(), None);
+        assert_eq!(Orders::of("group 12x\n").target(), None);
+    }
+
+    #[test]
+    fn the_last_kill_instant_given_holds_and_a_broken_one_changes_nothing() {
+        let orders = Orders::of("kill-at 100\ngroup 7\nkill-at 250\nkill-at soon\n");
+        assert_eq!(orders.kill_at, Some(250));
+        assert_eq!(orders.target(), Some(Target::Group(Pid::from_raw(7))));
+        assert!(monotonic_ns() > 0);
     }
 }

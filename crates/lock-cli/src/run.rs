@@ -3,7 +3,6 @@
 //! (SIGKILL after a grace), terminate it before its lease runs out or once the lease is lost,
 //! stop what is left of its process group, release, and exit with its code.
 
-use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
@@ -34,6 +33,9 @@ const KILL_GRACE: Duration = Duration::from_secs(5);
 /// lease's window when that is shorter): time for the kill to land and the group to be reaped
 /// before Redis can expire the key and grant it to another host.
 const KILL_LEAD_MAX: Duration = Duration::from_millis(250);
+
+/// How often the guardian hears of the lease's deadline: far more often than renewals move it.
+const GUARDIAN_UPDATE: Duration = Duration::from_millis(100);
 
 /// How often the group left behind by the command is checked for members.
 const GROUP_POLL: Duration = Duration::from_millis(20);
@@ -84,6 +86,15 @@ fn ahead_of(deadline: Instant, lead: Duration) -> Instant {
     deadline
         .checked_sub(lead)
         .map_or_else(Instant::now, |at| at.max(Instant::now()))
+}
+
+/// Whether `run` is in the foreground of its controlling terminal: a person at the terminal
+/// started it (its input may be a pipe) and the command may read the terminal, and gets Ctrl-C
+/// and Ctrl-Z from it.
+fn in_terminal_foreground() -> bool {
+    std::fs::File::open("/dev/tty").is_ok_and(|tty| {
+        nix::unistd::tcgetpgrp(&tty).is_ok_and(|group| group == nix::unistd::getpgrp())
+    })
 }
 
 /// Whether process group `group` still has a member. Members that ended are reaped first: `run`
@@ -155,7 +166,7 @@ pub(crate) async fn run(
     // once the lease is lost. On a terminal the command stays in the terminal's foreground
     // group, so it can read the terminal and Ctrl-C reaches all of its processes directly;
     // there only the command itself is signalled.
-    let own_group = !std::io::stdin().is_terminal();
+    let own_group = !in_terminal_foreground();
     if own_group {
         // Processes the command leaves behind are reparented to `run` rather than to init, so
         // `run` can reap them and see its group empty before it releases the lock. Without it
@@ -170,6 +181,30 @@ pub(crate) async fn run(
     );
     if own_group {
         spawn.process_group(0);
+    }
+    // The lease's end as the command starts: a lease already over (a slow start, a lost
+    // grant) does not run the command at all.
+    let lease_end = match deadline(&handle).filter(|&at| at > Instant::now()) {
+        Some(at) => LeaseEnd::new(lease, at - Instant::now()),
+        None => {
+            guardian.dismiss().await;
+            let _ = handle.release().await;
+            return Err(Failure::new(
+                EXIT_LEASE_LOST,
+                format!(
+                    "the lease on lock `{key}` ended before the command could start; the \
+                     command did not run"
+                ),
+            ));
+        }
+    };
+    // The guardian kills the command by then should `run` be unable to (stopped, starved).
+    let mut guarded_until = deadline(&handle).map(|at| ahead_of(at, lease_end.kill));
+    if let Some(kill_at) = guarded_until {
+        if let Err(error) = guardian.kill_at(kill_at).await {
+            let _ = handle.release().await;
+            return Err(guardian_gone(&error));
+        }
     }
     guardian.arm_before_exec(&mut spawn, own_group);
     let mut child = match spawn.spawn() {
@@ -201,19 +236,13 @@ pub(crate) async fn run(
             signal_child(Signal::SIGKILL);
             let _ = child.wait().await;
             let _ = handle.release().await;
-            return Err(Failure::new(
-                EXIT_RUNNER,
-                format!(
-                    "the guardian process went away before the command was handed to it \
-                     ({error}); the command was killed and the lock released"
-                ),
-            ));
+            return Err(guardian_gone(&error));
         }
     }
     let lost = handle.lost();
     tokio::pin!(lost);
-    let lease_end = deadline(&handle)
-        .map(|at| LeaseEnd::new(lease, at.saturating_duration_since(Instant::now())));
+    let lease_end = Some(lease_end);
+    let mut guard_updates = tokio::time::interval(GUARDIAN_UPDATE);
     let mut lease_lost = false;
     // Set once the command was told to end because its lease is about to end.
     let mut lease_ending = false;
@@ -229,11 +258,21 @@ pub(crate) async fn run(
             .map(|(end, at)| ahead_of(at, end.terminate));
         tokio::select! {
             status = child.wait() => break status,
+            _ = guard_updates.tick() => {
+                // A renewal moved the deadline out: so does the guardian's kill.
+                let kill_at = lease_end.zip(deadline(&handle)).map(|(end, at)| ahead_of(at, end.kill));
+                if let Some(kill_at) = kill_at.filter(|&at| Some(at) != guarded_until) {
+                    guarded_until = Some(kill_at);
+                    // A guardian gone cannot be re-armed; `run` still ends the command itself.
+                    let _ = guardian.kill_at(kill_at).await;
+                }
+            }
             _ = interrupts.recv() => {
-                signal_child(Signal::SIGINT);
                 // On a terminal SIGINT is most likely Ctrl-C, which the command got from the
-                // terminal too and may handle without ending (a REPL, an editor, `less`).
+                // terminal too and may handle without ending (a REPL, an editor, `less`): a
+                // second one would be a second Ctrl-C to it ("press again to force quit").
                 if own_group {
+                    signal_child(Signal::SIGINT);
                     grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
                 }
             }
@@ -287,7 +326,10 @@ pub(crate) async fn run(
                 );
                 signal_child(Signal::SIGTERM);
                 // A grace already running (a forwarded signal, a lease ending) is not extended.
-                grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+                let ends = *grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+                // The lease has no deadline left to keep: the guardian kills by the grace's end.
+                guarded_until = Some(ends);
+                let _ = guardian.kill_at(ends).await;
             }
             () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
                 killed = true;
@@ -391,6 +433,17 @@ pub(crate) async fn run(
             format!("waiting for the command failed: {error}"),
         )),
     }
+}
+
+/// The failure when the guardian went away before the command was handed to it.
+fn guardian_gone(error: &std::io::Error) -> Failure {
+    Failure::new(
+        EXIT_RUNNER,
+        format!(
+            "the guardian process went away before the command was handed to it ({error}); \
+             the command did not run on, and the lock was released"
+        ),
+    )
 }
 
 /// Acquires `key`, showing the spinner on a terminal while it waits.

@@ -174,6 +174,58 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
     assert_eq!(code(&a), 70, "{}", stderr(&a));
 }
 
+/// `run` is stopped (SIGSTOP; Ctrl-Z on a job whose command has a group of its own), so it can
+/// neither renew nor end its command: the guardian kills the command ahead of the lease's end,
+/// before the next `run` can be granted the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_run_cannot_keep_its_command_past_the_lease() {
+    let (_redis, url, pod) = redis_and_other_pod().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("a.pid");
+    let script = format!(
+        "echo $$ > '{}'; while true; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let mut a = start_holding(
+        &url,
+        &pod,
+        "job",
+        &[
+            "run", "--key", "job", "--lease", "2s", "--", "sh", "-c", &script,
+        ],
+    )
+    .await;
+    assert!(
+        common::eventually(PROCESS_SLACK, || async { pid_file.exists() }).await,
+        "the command never started"
+    );
+    let run = nix::unistd::Pid::from_raw(i32::try_from(a.id().unwrap()).unwrap());
+    nix::sys::signal::kill(run, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // A zombie is gone too: the stopped `run`, its subreaper, cannot reap it.
+    let shell = std::fs::read_to_string(&pid_file).unwrap();
+    let check = format!(
+        "s=$(cut -d' ' -f3 /proc/{}/stat 2>/dev/null); \
+         if [ -z \"$s\" ] || [ \"$s\" = Z ]; then echo gone; else echo alive; fi",
+        shell.trim()
+    );
+    let b = cli(
+        &url,
+        &[
+            "run", "--key", "job", "--wait", "20s", "--", "sh", "-c", &check,
+        ],
+    )
+    .await;
+    nix::sys::signal::kill(run, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let a_ended = tokio::time::timeout(PROCESS_SLACK, a.wait()).await;
+    assert_eq!(code(&b), 0, "{}", stderr(&b));
+    assert_eq!(
+        common::stdout(&b).trim(),
+        "gone",
+        "the second run was granted while the stopped run's command still ran"
+    );
+    assert!(a_ended.is_ok(), "the resumed run did not end");
+}
+
 /// Redis stops answering, so the watchdog's renewals go unconfirmed: the command (ignoring
 /// SIGTERM) is terminated ahead of the lease's local deadline and dead before it — not SIGKILLed
 /// 5 s after the lease was already found lost, with the key free in Redis meanwhile. The key's

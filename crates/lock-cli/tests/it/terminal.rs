@@ -229,3 +229,33 @@ async fn on_a_terminal_a_sigkilled_run_takes_its_command_along() {
     drop(session);
     drop(redis);
 }
+
+/// Input piped into `run` started at a terminal (`echo … | platform-lock run …`): a person is at
+/// the terminal, so the command stays in its foreground group and can still ask it for input (a
+/// password prompt), rather than being stopped for reading it from a background group while
+/// the lock stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_piped_input_at_a_terminal_the_command_can_read_the_terminal() {
+    let (redis, url, _dir) = redis_and_dir().await;
+    let code = blocking(move || {
+        let mut login = std::process::Command::new("sh");
+        login
+            .args([
+                "-c",
+                r#"echo piped | "$0" run --key job -- sh -c 'read x </dev/tty; echo "got $x"'"#,
+                BINARY,
+            ])
+            .env_clear()
+            .envs(environment(&url));
+        let options = Options::new().timeout_ms(Some(EXPECT_TIMEOUT.as_millis() as u64));
+        let mut session = rexpect::spawn_with_options(login, options).expect("sh starts on a pty");
+        session.send_line("typed").unwrap();
+        session
+            .exp_string("got typed")
+            .expect("the command could not read the terminal");
+        finish(session).0
+    })
+    .await;
+    assert_eq!(code, 0);
+    drop(redis);
+}
