@@ -50,7 +50,7 @@ pub struct Decision {
     /// Requests still admitted at once.
     pub remaining: u32,
     /// When a denied request would be admitted if nothing else is charged meanwhile; zero when
-    /// admitted.
+    /// admitted, and when the backend failed (nothing is known of the limit then).
     pub retry_after: Duration,
     /// When the key is at rest again, its whole burst available.
     pub reset_after: Duration,

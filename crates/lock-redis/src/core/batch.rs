@@ -77,6 +77,16 @@ impl<B: Batched> Batcher<B> {
         }
     }
 
+    /// The reply to `call`, sent alone whatever else is in flight.
+    ///
+    /// # Errors
+    /// The command's error, as fred reports it.
+    pub(crate) async fn call_alone(&self, group: B::Group, call: B::Call) -> Reply<B> {
+        let _flight = InFlight::enter(&self.in_flight);
+        let reply = self.shared.batched.send(&group, vec![call]).await.pop();
+        reply.unwrap_or_else(|| Err(unanswered()))
+    }
+
     /// The reply to `call`, sent with whatever calls of `group` are made at the same time; a
     /// collection's task runs on `runtime`.
     ///

@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use lock_core::rate_limit::{Charge, RateLimitError, RateLimitStore, Verdict};
+use lock_core::rate_limit::{Charge, Quota, RateLimitError, RateLimitStore, Verdict};
 
 use crate::core::address::Topology;
 use crate::core::batch::{Batched, Batcher, Reply};
@@ -129,11 +129,12 @@ impl RateLimitStore for RedisRateLimits {
         } else {
             0
         };
-        let reply = self
-            .decisions
-            .call(&self.core.runtime, slot, call)
-            .await
-            .map_err(|e| failed(self.core.failure(OPERATION, e)))?;
+        let reply = if charges.iter().all(|c| shares_an_instant(c.quota)) {
+            self.decisions.call(&self.core.runtime, slot, call).await
+        } else {
+            self.decisions.call_alone(slot, call).await
+        };
+        let reply = reply.map_err(|e| failed(self.core.failure(OPERATION, e)))?;
         let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
         Ok(reply
             .chunks_exact(4)
@@ -150,6 +151,17 @@ impl RateLimitStore for RedisRateLimits {
 /// The most calls one script call decides: a full collection is sent while the next calls
 /// start another, so that several are in flight at once.
 const MAX_BATCH: usize = 16;
+
+/// The least burst tolerance (burst × emission interval) of a quota whose checks share script
+/// calls with others.
+const MIN_SHARED_TOLERANCE_MICROS: f64 = 10_000.0;
+
+/// Whether checks of `quota` may share a script call. A shared call decides its checks at one
+/// instant: a key whose burst tolerance is a few round trips or less would count checks that
+/// came a round trip apart as a burst, and deny ones that, decided alone, it would admit.
+fn shares_an_instant(quota: Quota) -> bool {
+    quota.emission_interval_micros() * f64::from(quota.burst()) >= MIN_SHARED_TOLERANCE_MICROS
+}
 
 /// One charge of a call, as the script takes it.
 struct Args {
