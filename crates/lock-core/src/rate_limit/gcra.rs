@@ -18,9 +18,11 @@ pub(crate) struct State {
 /// Rounding room, µs: a decision is not flipped by the last bits of a float.
 const EPSILON: f64 = 0.5;
 
-/// The longest a state may owe, µs: [`MAX_PERIOD`](crate::rate_limit::MAX_PERIOD). A state
-/// beyond it is not one this algorithm wrote, and counts as at rest.
+/// The longest a state may owe, µs: [`MAX_PERIOD`](crate::rate_limit::MAX_PERIOD).
 pub(crate) const MAX_OWED: f64 = 30.0 * 24.0 * 3600.0 * 1e6;
+/// The most a state this algorithm wrote may owe: [`MAX_OWED`] and a charge's rounding room. A
+/// state beyond it is not one this algorithm wrote, and counts as at rest.
+const MOST_OWED_WRITTEN: f64 = MAX_OWED + 2.0 * EPSILON;
 
 /// A decision: the verdict, and the state to keep.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,7 +41,10 @@ pub(crate) fn decide(now: f64, state: Option<State>, quota: &Quota, cost: u32) -
     let mut converted = None;
     let tat = match state {
         Some(State { tat, interval: old })
-            if tat > now && tat - now <= MAX_OWED && old.is_finite() && old > 0.0 =>
+            if tat > now
+                && tat - now <= MAX_OWED + 2.0 * EPSILON
+                && old.is_finite()
+                && old > 0.0 =>
         {
             if old == interval {
                 tat
@@ -125,6 +130,22 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_spanning_the_longest_period_is_never_taken_for_a_foreign_state() {
+        // 73 per 720 h: the whole burst owes 720 h, plus the rounding room of its last charge.
+        let q = quota("73/720h", 73);
+        for now in [0.0, 1.0, 1.7e15] {
+            let mut state = None;
+            let mut admitted = 0;
+            for _ in 0..83 {
+                let decided = decide(now, state, &q, 1);
+                admitted += u32::from(decided.verdict.allowed);
+                state = decided.charged.or(state);
+            }
+            assert_eq!(admitted, 73, "at {now}");
+        }
+    }
+
+    #[test]
     fn owed_requests_stay_owed_under_a_new_quota() {
         let slow = quota("10/1s", 10);
         let state = decide(0.0, None, &slow, 6).charged;
@@ -165,7 +186,7 @@ mod tests {
     #[test]
     fn a_state_no_quota_writes_is_at_rest() {
         let q = quota("10/1s", 3);
-        for tat in [f64::INFINITY, 1e300, MAX_OWED + 1.0] {
+        for tat in [f64::INFINITY, 1e300, MOST_OWED_WRITTEN + 1.0] {
             let decided = decide(0.0, Some(State { tat, interval: 1e5 }), &q, 1);
             assert!(decided.verdict.allowed, "{tat}");
         }

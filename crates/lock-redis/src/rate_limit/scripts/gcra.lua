@@ -14,7 +14,8 @@ local time = redis.call('TIME')
 local now = (tonumber(time[1]) - 1700000000) * 1000000 + tonumber(time[2])
 -- Rounding room: a decision is not flipped by the last bits of a double.
 local eps = 0.5
--- The most a state may owe (720 h): beyond it, a state this script did not write, at rest.
+-- The most a state may owe (720 h); beyond it and a charge's rounding room, a state this script
+-- did not write, at rest.
 local max_owed = 2592000000000
 
 -- A key's TAT and the interval text it was charged at; `now` and nil when it has none in force.
@@ -23,7 +24,7 @@ local function load(key)
   if stored then
     local tat_text, text = string.match(stored, '^([^:]*):(.*)$')
     local tat, interval = tonumber(tat_text), tonumber(text)
-    if tat and interval and tat > now and tat - now <= max_owed
+    if tat and interval and tat > now and tat - now <= max_owed + 2 * eps
         and interval > 0 and interval < math.huge then
       return tat, text
     end
