@@ -106,9 +106,9 @@ pub(crate) enum Command {
         /// configured telco.platform.lock.wait-time (5 s).
         #[arg(long, value_parser = parse_wait, allow_hyphen_values = true)]
         wait: Option<Duration>,
-        /// The command and its arguments, after `--`.
+        /// The command and its arguments, after `--` (passed as given, UTF-8 or not).
         #[arg(last = true, required = true, value_name = "COMMAND")]
-        command: Vec<String>,
+        command: Vec<std::ffi::OsString>,
     },
 }
 
@@ -176,7 +176,8 @@ fn parse_wait(text: &str) -> Result<Duration, String> {
     ))
 }
 
-/// `list PATTERN`: an empty glob would match no lock, silently.
+/// `list PATTERN`: an empty glob would match no lock, silently, and a lock's name holds no
+/// control character.
 fn parse_pattern(text: &str) -> Result<String, String> {
     if text.is_empty() {
         return Err(
@@ -184,6 +185,9 @@ fn parse_pattern(text: &str) -> Result<String, String> {
                     such as 'bill-run:*'"
                 .to_owned(),
         );
+    }
+    if text.chars().any(char::is_control) {
+        return Err("the pattern holds a control character, which no lock's name does".to_owned());
     }
     Ok(text.to_owned())
 }

@@ -142,6 +142,8 @@ impl Guardian {
             _ => std::env::current_exe()?,
         };
         let mut process = tokio::process::Command::new(program)
+            // Named so in `ps`, not `/proc/self/exe`.
+            .arg0("platform-lock")
             .arg(SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

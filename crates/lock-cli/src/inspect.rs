@@ -29,18 +29,25 @@ pub(crate) async fn list(
     limit: usize,
     json: bool,
 ) -> Result<(), Failure> {
-    let held = redis
+    // One more than shown: whether the list was cut off.
+    let mut held = redis
         .lock
-        .list(pattern, limit)
+        .list(pattern, limit.saturating_add(1))
         .await
         .map_err(|error| redis.failure("listing locks", &error))?;
+    let more = held.len() > limit;
+    held.truncate(limit);
     let searched = searched(redis);
     let pattern = pattern.unwrap_or("*");
     output::to_stdout(|out| {
         if json {
-            writeln!(out, "{}", output::list_json(&held, pattern, &searched))
+            writeln!(
+                out,
+                "{}",
+                output::list_json(&held, more, pattern, &searched)
+            )
         } else {
-            output::write_list(out, &held, pattern, &searched)
+            output::write_list(out, &held, more, pattern, &searched)
         }
     })
 }

@@ -207,11 +207,12 @@ pub(crate) fn write_status(
     writeln!(out, "waiting:        {} clients", status.subscribed_clients)
 }
 
-/// `list` as a line saying where it searched and a table of the held locks, or a line saying
-/// none matched `pattern` there.
+/// `list` as a line saying where it searched and a table of the held locks, with a last line
+/// when `more` matched than it shows, or a line saying none matched `pattern` there.
 pub(crate) fn write_list(
     out: &mut impl Write,
     held: &[LockStatus],
+    more: bool,
     pattern: &str,
     searched: &Searched<'_>,
 ) -> io::Result<()> {
@@ -247,13 +248,22 @@ pub(crate) fn write_list(
             )?;
         }
     }
+    if more {
+        writeln!(
+            out,
+            "… and more: the first {} shown (raise --limit, or narrow the pattern)",
+            held.len()
+        )?;
+    }
     Ok(())
 }
 
 /// `list --json`: one object naming where it searched (`redis`, `keyPrefix`, `pattern`) with the
-/// held locks in `locks`, each as [`status_json`] without the first two.
+/// held locks in `locks`, each as [`status_json`] without the first two, and `more`: whether
+/// more matched than `--limit` let it show.
 pub(crate) fn list_json(
     held: &[LockStatus],
+    more: bool,
     pattern: &str,
     searched: &Searched<'_>,
 ) -> serde_json::Value {
@@ -264,6 +274,7 @@ pub(crate) fn list_json(
         .map(|status| status_json(status, None))
         .collect();
     value.insert("locks".into(), serde_json::Value::Array(locks));
+    value.insert("more".into(), more.into());
     value.into()
 }
 

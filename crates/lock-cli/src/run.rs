@@ -124,22 +124,25 @@ pub(crate) async fn run(
     key: &str,
     lease: Lease,
     wait: Duration,
-    command: &[String],
+    command: &[std::ffi::OsString],
 ) -> Result<u8, Failure> {
     let handle = acquire(redis, key, lease, wait).await?;
     // Before the child exists: a SIGTERM arriving between spawn and handler would otherwise
     // kill platform-lock and orphan the command, still running but no longer under the lock.
-    let (mut interrupts, mut terminates) = match (
+    // SIGHUP too: a closed terminal or session otherwise kills `run` with the lock held.
+    let (mut interrupts, mut terminates, mut hangups) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
     ) {
-        (Ok(interrupts), Ok(terminates)) => (interrupts, terminates),
-        (Err(error), _) | (_, Err(error)) => {
+        (Ok(interrupts), Ok(terminates), Ok(hangups)) => (interrupts, terminates, hangups),
+        (Err(error), _, _) | (_, Err(error), _) | (_, _, Err(error)) => {
             let _ = handle.release().await;
             return Err(Failure::new(
                 EXIT_RUNNER,
                 format!(
-                    "cannot install the SIGINT/SIGTERM handlers: {error}; the command did not run"
+                    "cannot install the SIGINT/SIGTERM/SIGHUP handlers: {error}; the command \
+                     did not run"
                 ),
             ));
         }
@@ -212,7 +215,7 @@ pub(crate) async fn run(
         Err(error) => {
             guardian.dismiss().await;
             let _ = handle.release().await;
-            return Err(cannot_spawn(&command[0], &error));
+            return Err(cannot_spawn(&command[0].to_string_lossy(), &error));
         }
     };
     let target = child
@@ -278,6 +281,13 @@ pub(crate) async fn run(
             }
             _ = terminates.recv() => {
                 signal_child(Signal::SIGTERM);
+                grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
+            }
+            _ = hangups.recv() => {
+                // On a terminal the command got the hangup from it as well.
+                if own_group {
+                    signal_child(Signal::SIGHUP);
+                }
                 grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
             }
             () = sleep_until(terminate_at.unwrap_or_else(Instant::now)), if terminate_at.is_some() => {

@@ -51,6 +51,18 @@ async fn status_list_and_release_a_lock_held_by_another_pod() {
     assert!(line.contains("demo-pod") && line.contains(&token), "{line}");
     let none = cli(&url, &["list", "reaper*"]).await;
     assert!(!stdout(&none).contains("bill-run"), "{}", stdout(&none));
+    // A list cut off by --limit says so.
+    let _other = hold(&pod, "bill-run:2026-12").await;
+    let cut = stdout(&cli(&url, &["list", "--limit", "1", "bill-run:*"]).await);
+    assert!(cut.contains("… and more: the first 1 shown"), "{cut}");
+    let whole = stdout(&cli(&url, &["list", "--limit", "2", "bill-run:*"]).await);
+    assert!(!whole.contains("and more"), "{whole}");
+    let cut = cli(&url, &["list", "--json", "--limit", "1", "bill-run:*"]).await;
+    let cut: serde_json::Value = serde_json::from_slice(&cut.stdout).unwrap();
+    assert_eq!(
+        (cut["more"].as_bool(), cut["locks"].as_array().map(Vec::len)),
+        (Some(true), Some(1))
+    );
 
     // Not a terminal and no --yes: refused, nothing changed.
     let refused = cli(&url, &["release", "--force", "bill-run:2026-11"]).await;
@@ -367,6 +379,7 @@ async fn bad_inputs_are_one_line_each_with_the_documented_code() {
             2,
             vec!["pattern is empty", "leave it out"],
         ),
+        (vec!["list", "bill-run\n*"], 2, vec!["control character"]),
         (
             vec!["list", "--limit", "0"],
             2,
@@ -561,4 +574,32 @@ async fn list_and_status_name_the_redis_and_key_prefix_they_searched() {
         assert_eq!(status["keyPrefix"], prefix, "{status}");
         assert_eq!(status["state"], if found { "held" } else { "free" });
     }
+}
+
+/// The command's arguments pass through as bytes, as flock(1) passes them: a file name in
+/// Latin-1 is not refused for not being UTF-8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_that_are_not_utf8_pass_through() {
+    use std::os::unix::ffi::OsStrExt;
+    let redis = RedisServer::start().await.unwrap();
+    let mut command = crate::common::platform_lock(
+        &redis.url(),
+        &[
+            "run",
+            "--key",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "printf %s \"$1\" | od -An -tx1",
+            "sh",
+        ],
+    );
+    command.arg(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    let output = finish(command).await;
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output).split_whitespace().collect::<Vec<_>>(),
+        ["63", "61", "66", "e9"]
+    );
 }

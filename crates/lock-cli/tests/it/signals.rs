@@ -73,6 +73,13 @@ async fn run_forwards_sigint_to_its_command_and_exits_with_its_code() {
     forwards(Signal::SIGINT, "INT", 130).await;
 }
 
+/// A hangup (the session or terminal `run` was started from closes) ends the command and
+/// releases the lock, rather than killing `run` and leaving the lock to its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_forwards_sighup_to_its_command_and_exits_with_its_code() {
+    forwards(Signal::SIGHUP, "HUP", 129).await;
+}
+
 /// A supervisor that sends SIGTERM again and again (and never SIGKILL) to a command that
 /// ignores it: the first forwarded signal starts the 5 s grace, the command is killed when it
 /// ends (exit 128+9), and the lock is released.
