@@ -41,7 +41,7 @@ pub(crate) fn decide(now: f64, state: Option<State>, quota: &Quota, cost: u32) -
     let mut converted = None;
     let tat = match state {
         Some(State { tat, interval: old })
-            if tat > now && tat - now <= MOST_OWED_WRITTEN && old.is_finite() && old > 0.0 =>
+            if tat > now && tat - now <= MOST_OWED_WRITTEN && (1.0..=MAX_OWED).contains(&old) =>
         {
             if old == interval {
                 tat

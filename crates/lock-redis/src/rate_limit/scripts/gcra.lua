@@ -18,14 +18,15 @@ local eps = 0.5
 -- did not write, at rest.
 local max_owed = 2592000000000
 
--- A key's TAT and the interval text it was charged at; `now` and nil when it has none in force.
+-- A key's TAT and the interval text it was charged at; `now` and nil when it has none in force
+-- (none, or one no quota writes: an interval under 1 µs or over 720 h).
 local function load(key)
   local stored = redis.call('GET', key)
   if stored then
     local tat_text, text = string.match(stored, '^([^:]*):(.*)$')
     local tat, interval = tonumber(tat_text), tonumber(text)
     if tat and interval and tat > now and tat - now <= max_owed + 2 * eps
-        and interval > 0 and interval < math.huge then
+        and interval >= 1 and interval <= max_owed then
       return tat, text
     end
   end

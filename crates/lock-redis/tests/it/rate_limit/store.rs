@@ -177,6 +177,17 @@ async fn a_state_no_limiter_wrote_is_at_rest() {
         let ttl: i64 = common::integer(&redis, &["PTTL", &key]).await;
         assert!(ttl > 0 && ttl <= 100, "{garbage}: PTTL {ttl}");
     }
+    // A TAT a second ahead, at an interval no quota has (under 1 µs, over 720 h): converted,
+    // it would lock the key out for the longest period.
+    let time = redis.cmd(&["TIME"]).await.unwrap();
+    let now_s: f64 = time.lines().next().unwrap().parse().unwrap();
+    let ahead = format!("{}", (now_s + 1.0 - 1.7e9) * 1e6);
+    for interval in ["1e-300", "0.5", "3e12"] {
+        let garbage = format!("{ahead}:{interval}");
+        redis.cmd(&["SET", &key, &garbage]).await.unwrap();
+        let decision = api.acquire("k", 1, Duration::ZERO).await.unwrap();
+        assert!(decision.allowed, "{garbage}: {decision:?}");
+    }
 }
 
 /// On one server, limits of different keys (per client and global) are checked together.
