@@ -119,6 +119,30 @@ async fn configuration_warnings_are_shown() {
     );
 }
 
+/// Starts `run --key job --lease 2s` of a shell that runs `first`, writes its pid into the
+/// returned file and loops; returns once the command runs.
+async fn start_job_of_2s(
+    url: &str,
+    pod: &lock_starter::redis::RedisLock,
+    first: &str,
+) -> (tokio::process::Child, std::path::PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("a.pid");
+    let script = format!(
+        "{first}; echo $$ > '{}'; while true; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let args = [
+        "run", "--key", "job", "--lease", "2s", "--", "sh", "-c", &script,
+    ];
+    let child = start_holding(url, pod, "job", &args).await;
+    assert!(
+        common::eventually(PROCESS_SLACK, || async { pid_file.exists() }).await,
+        "the command never started"
+    );
+    (child, pid_file, dir)
+}
+
 /// A fixed lease ends while the command ignores SIGTERM: the command must be dead before Redis
 /// can grant the key to the next `run`, not SIGKILLed 5 s after the lease ended. The second
 /// run checks, as its first act, whether any process of the first command's group is left.
@@ -129,25 +153,7 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
         std::path::Path::new("/bin/kill").exists(),
         "the check needs /bin/kill"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("a.pid");
-    let script = format!(
-        "trap '' TERM; echo $$ > '{}'; while true; do sleep 0.05; done",
-        pid_file.display()
-    );
-    let a = start_holding(
-        &url,
-        &pod,
-        "job",
-        &[
-            "run", "--key", "job", "--lease", "2s", "--", "sh", "-c", &script,
-        ],
-    )
-    .await;
-    assert!(
-        common::eventually(PROCESS_SLACK, || async { pid_file.exists() }).await,
-        "the command never started"
-    );
+    let (a, pid_file, _dir) = start_job_of_2s(&url, &pod, "trap '' TERM").await;
     let group = std::fs::read_to_string(&pid_file).unwrap();
     let check = format!(
         "if /bin/kill -0 -- -{} 2>/dev/null; then echo alive; else echo gone; fi",
@@ -180,25 +186,7 @@ async fn a_fixed_lease_kills_the_command_before_the_lock_is_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_run_cannot_keep_its_command_past_the_lease() {
     let (_redis, url, pod) = redis_and_other_pod().await;
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("a.pid");
-    let script = format!(
-        "echo $$ > '{}'; while true; do sleep 0.05; done",
-        pid_file.display()
-    );
-    let mut a = start_holding(
-        &url,
-        &pod,
-        "job",
-        &[
-            "run", "--key", "job", "--lease", "2s", "--", "sh", "-c", &script,
-        ],
-    )
-    .await;
-    assert!(
-        common::eventually(PROCESS_SLACK, || async { pid_file.exists() }).await,
-        "the command never started"
-    );
+    let (mut a, pid_file, _dir) = start_job_of_2s(&url, &pod, ":").await;
     let run = nix::unistd::Pid::from_raw(i32::try_from(a.id().unwrap()).unwrap());
     nix::sys::signal::kill(run, nix::sys::signal::Signal::SIGSTOP).unwrap();
     // A zombie is gone too: the stopped `run`, its subreaper, cannot reap it.

@@ -104,17 +104,30 @@ async fn the_same_key_with_another_body_is_422_and_runs_nothing() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test]
-async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
-    let runs = Arc::new(AtomicU32::new(0));
+/// The in-memory app with a gated handler counting in `runs`, and its first `POST` with
+/// `key-1`, started and inside the handler.
+async fn first_inside_its_handler(
+    runs: &Arc<AtomicU32>,
+) -> (
+    Router,
+    Gate,
+    tokio::task::JoinHandle<Result<axum::response::Response, std::convert::Infallible>>,
+) {
     let gate = Gate::default();
     let app = app(
         Idempotency::in_memory(),
-        Arc::clone(&runs),
+        Arc::clone(runs),
         Some(gate.clone()),
     );
     let first = tokio::spawn(app.clone().oneshot(create(Some("key-1"), "{}")));
     gate.entered.notified().await;
+    (app, gate, first)
+}
+
+#[tokio::test]
+async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let (app, gate, first) = first_inside_its_handler(&runs).await;
     let retry = common::send(&app, create(Some("key-1"), "{}")).await;
     assert_eq!(retry.status(), StatusCode::CONFLICT);
     let problem = common::json(retry).await;
@@ -133,14 +146,7 @@ async fn a_concurrent_retry_is_409_and_the_first_still_completes() {
 #[tokio::test]
 async fn a_client_gone_mid_run_does_not_stop_the_run_and_its_retry_replays() {
     let runs = Arc::new(AtomicU32::new(0));
-    let gate = Gate::default();
-    let app = app(
-        Idempotency::in_memory(),
-        Arc::clone(&runs),
-        Some(gate.clone()),
-    );
-    let first = tokio::spawn(app.clone().oneshot(create(Some("key-1"), "{}")));
-    gate.entered.notified().await;
+    let (app, gate, first) = first_inside_its_handler(&runs).await;
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
     gate.released.notify_one();
