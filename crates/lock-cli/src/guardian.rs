@@ -272,7 +272,9 @@ pub(crate) fn main() -> ExitCode {
             // Killed once; a later order (the wrapper resumed) may arm it again.
             (orders.target, orders.kill_at) = (None, None);
         }
-        let wait = orders.kill_at.map_or(nix::poll::PollTimeout::NONE, |at| {
+        // No timeout without a target: the instant is checked again when one arrives.
+        let deadline = orders.kill_at.filter(|_| orders.target().is_some());
+        let wait = deadline.map_or(nix::poll::PollTimeout::NONE, |at| {
             let ms = at.saturating_sub(now).div_ceil(1_000_000).min(60_000);
             nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
         });

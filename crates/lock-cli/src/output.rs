@@ -85,9 +85,16 @@ impl Failure {
 
     /// Prints the line to stderr and gives the exit code.
     pub(crate) fn report(&self) -> ExitCode {
-        eprintln!("{self}");
+        say(format_args!("{self}"));
         ExitCode::from(self.exit)
     }
+}
+
+/// Writes a line to stderr, if it can: a closed terminal or pipe (a hangup) must not end
+/// platform-lock mid-run, as `eprintln!` would, with its command unsignalled.
+pub(crate) fn say(line: fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 impl fmt::Display for Failure {

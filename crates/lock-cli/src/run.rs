@@ -19,7 +19,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::Redis;
 use crate::exit::{EXIT_CANNOT_EXECUTE, EXIT_LEASE_LOST, EXIT_NOT_ACQUIRED, EXIT_NOT_FOUND};
 use crate::guardian::{Guardian, Target};
-use crate::output::Failure;
+use crate::output::{Failure, say};
 use crate::spinner::Spinner;
 
 /// How long the command gets before SIGKILL: once the lease is lost (after SIGTERM), and from
@@ -78,6 +78,23 @@ fn deadline(handle: &LockHandle) -> Option<Instant> {
     match handle.status() {
         LeaseStatus::Held { valid_until } => valid_until,
         _ => None,
+    }
+}
+
+/// When the guardian is to kill the command: `run`'s own SIGKILL, ahead of the lease's local
+/// deadline (`end`) or at the end of a running grace, whichever comes first; `None` when
+/// neither is known (the last instant sent then stands).
+fn guardian_kill(
+    handle: &LockHandle,
+    end: Option<LeaseEnd>,
+    grace_ends: Option<Instant>,
+) -> Option<Instant> {
+    let lease = end
+        .zip(deadline(handle))
+        .map(|(end, at)| ahead_of(at, end.kill));
+    match (lease, grace_ends) {
+        (Some(lease), Some(grace)) => Some(lease.min(grace)),
+        (lease, grace) => lease.or(grace),
     }
 }
 
@@ -262,11 +279,11 @@ pub(crate) async fn run(
         tokio::select! {
             status = child.wait() => break status,
             _ = guard_updates.tick() => {
-                // A renewal moved the deadline out: so does the guardian's kill.
-                let kill_at = lease_end.zip(deadline(&handle)).map(|(end, at)| ahead_of(at, end.kill));
+                // A renewal moved the deadline out, or a grace started: so does the guardian's
+                // kill. A guardian gone cannot be re-armed; `run` still ends the command itself.
+                let kill_at = guardian_kill(&handle, lease_end, grace_ends);
                 if let Some(kill_at) = kill_at.filter(|&at| Some(at) != guarded_until) {
                     guarded_until = Some(kill_at);
-                    // A guardian gone cannot be re-armed; `run` still ends the command itself.
                     let _ = guardian.kill_at(kill_at).await;
                 }
             }
@@ -284,10 +301,9 @@ pub(crate) async fn run(
                 grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
             }
             _ = hangups.recv() => {
-                // On a terminal the command got the hangup from it as well.
-                if own_group {
-                    signal_child(Signal::SIGHUP);
-                }
+                // Also on a terminal: when `run` leads the session (`ssh -t`, `tmux new`), the
+                // terminal's hangup reaches it alone.
+                signal_child(Signal::SIGHUP);
                 grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
             }
             () = sleep_until(terminate_at.unwrap_or_else(Instant::now)), if terminate_at.is_some() => {
@@ -312,12 +328,12 @@ pub(crate) async fn run(
                         seconds(at - now)
                     ),
                 };
-                eprintln!(
+                say(format_args!(
                     "platform-lock: the lease on lock `{key}` is ending ({why}); terminating \
                      the command (SIGTERM now, SIGKILL in {}) so that it is gone before the \
                      lock can be granted to anyone else",
                     seconds(kill_at - now)
-                );
+                ));
                 signal_child(Signal::SIGTERM);
             }
             reason = &mut lost, if !lease_lost => {
@@ -329,17 +345,14 @@ pub(crate) async fn run(
                     ),
                     _ => reason.to_string(),
                 };
-                eprintln!(
+                say(format_args!(
                     "platform-lock: the lease on lock `{key}` was lost ({why}); \
                      terminating the command (SIGTERM, SIGKILL after {} s)",
                     KILL_GRACE.as_secs()
-                );
+                ));
                 signal_child(Signal::SIGTERM);
                 // A grace already running (a forwarded signal, a lease ending) is not extended.
-                let ends = *grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
-                // The lease has no deadline left to keep: the guardian kills by the grace's end.
-                guarded_until = Some(ends);
-                let _ = guardian.kill_at(ends).await;
+                grace_ends.get_or_insert_with(|| Instant::now() + KILL_GRACE);
             }
             () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
                 killed = true;
@@ -348,17 +361,29 @@ pub(crate) async fn run(
             }
         }
     };
+    // A SIGKILL `run` did not send, once the guardian's instant had passed: `run` was stopped
+    // or starved, and the guardian ended the command for its lease.
+    let by_guardian = !killed
+        && matches!(&status, Ok(status) if status.signal() == Some(Signal::SIGKILL as i32))
+        && guarded_until.is_some_and(|at| at <= Instant::now());
+    if by_guardian {
+        say(format_args!(
+            "platform-lock: the command was killed at its lease's end by the guardian \
+             (platform-lock was stopped or not scheduled in time); lock `{key}`"
+        ));
+        lease_ending = true;
+    }
     // The command is reaped: only its group, never its pid, may be signalled now. What is left
     // of the group is stopped before the lock is released — another host granted it next must
     // not find the job's workers still running.
     let mut group_left = false;
     if let Some(Target::Group(group)) = target {
         if group_has_members(group) && grace_ends.is_none() {
-            eprintln!(
+            say(format_args!(
                 "platform-lock: the command ended but left processes running in its process \
                  group; stopping them before releasing lock `{key}` (SIGTERM, SIGKILL after {} s)",
                 KILL_GRACE.as_secs()
-            );
+            ));
             signal_child(Signal::SIGTERM);
             grace_ends = Some(Instant::now() + KILL_GRACE);
         }
@@ -367,6 +392,11 @@ pub(crate) async fn run(
         let mut last_deadline = deadline(&handle);
         let mut killed_at: Option<Instant> = None;
         while group_has_members(group) {
+            let kill_at = guardian_kill(&handle, lease_end, grace_ends);
+            if let Some(kill_at) = kill_at.filter(|&at| Some(at) != guarded_until) {
+                guarded_until = Some(kill_at);
+                let _ = guardian.kill_at(kill_at).await;
+            }
             let now = Instant::now();
             last_deadline = deadline(&handle).or(last_deadline);
             let lease_due = lease_end
@@ -379,11 +409,11 @@ pub(crate) async fn run(
             // Only zombies whose parent is not `run`, or processes in uninterruptible sleep,
             // outlive SIGKILL this long.
             if killed_at.is_some_and(|at| now >= at + KILL_GRACE) {
-                eprintln!(
+                say(format_args!(
                     "platform-lock: warning: processes of the command's group outlived SIGKILL \
                      by {} s (zombies, or stuck in the kernel); going on",
                     KILL_GRACE.as_secs()
-                );
+                ));
                 group_left = true;
                 break;
             }
@@ -412,7 +442,7 @@ pub(crate) async fn run(
     if lease_ending {
         // The command was ended for its lease, which said so; the lease may have run out since.
         if let Err(error) = released {
-            eprintln!("platform-lock: warning: {error}");
+            say(format_args!("platform-lock: warning: {error}"));
         }
         return Ok(EXIT_LEASE_LOST);
     }
@@ -422,13 +452,13 @@ pub(crate) async fn run(
         // check and before the command finished: it did not run under the lock to its end,
         // which a caller relying on exclusion must hear, whatever the command's own code.
         Ok(ReleaseOutcome::NotHeld) => {
-            eprintln!(
+            say(format_args!(
                 "platform-lock: the lease on lock `{key}` had ended when the command finished \
                  (released by someone else, or run out); it did not hold the lock to its end"
-            );
+            ));
             return Ok(EXIT_LEASE_LOST);
         }
-        Err(error) => eprintln!("platform-lock: warning: {error}"),
+        Err(error) => say(format_args!("platform-lock: warning: {error}")),
     }
     match status {
         Ok(status) => {

@@ -232,3 +232,48 @@ async fn a_normal_end_stops_the_commands_background_workers_before_releasing() {
     .await;
     assert_eq!(code(&b), 0, "{}", stderr(&b));
 }
+
+/// A worker left behind that ignores SIGTERM gets the whole 5 s grace before SIGKILL, also when
+/// the watchdog lease is shorter and renewed meanwhile (the guardian hears of the renewals).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_left_behind_gets_the_whole_grace_under_a_short_watchdog() {
+    let (_redis, url, _dir) = redis_and_dir().await;
+    let script = "(trap '' TERM; while true; do sleep 0.1; done) & exit 0";
+    let started = std::time::Instant::now();
+    let output = cli(&url, &["run", "--key", "job", "--", "sh", "-c", script]).await;
+    let took = started.elapsed();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(
+        took >= Duration::from_secs(5),
+        "SIGKILL before the grace: {took:?}"
+    );
+}
+
+/// A closed stderr (the terminal or pipe went away with a hangup) does not end `run` mid-run:
+/// its command's code is still its exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stderr_does_not_end_run() {
+    let (_redis, url, _dir) = redis_and_dir().await;
+    let mut run = platform_lock(
+        &url,
+        &[
+            "run",
+            "--key",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300 & exit 3",
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    drop(run.stderr.take());
+    let status = tokio::time::timeout(PROCESS_SLACK, run.wait())
+        .await
+        .expect("run did not end")
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+}
