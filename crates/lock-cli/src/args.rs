@@ -86,9 +86,10 @@ pub(crate) enum Command {
     /// given. Before the lease can run out (a fixed lease's end, a watchdog lease whose
     /// renewals go unconfirmed) the command gets SIGTERM, then SIGKILL just before the lease's
     /// end, and platform-lock exits 70; if the lease is lost otherwise (a forced release), the
-    /// command gets SIGTERM, then SIGKILL 5 s later, and platform-lock exits 70. SIGINT and
-    /// SIGTERM sent to platform-lock are forwarded to the command, which gets SIGKILL 5 s after
-    /// the first one (on a terminal, where Ctrl-C reaches the command directly, only SIGTERM).
+    /// command gets SIGTERM, then SIGKILL 5 s later, and platform-lock exits 70. SIGINT,
+    /// SIGTERM and SIGHUP sent to platform-lock are forwarded to the command, which gets SIGKILL
+    /// 5 s after the first one (on a terminal, where Ctrl-C reaches the command directly, not
+    /// SIGINT).
     /// Should platform-lock itself die (SIGKILL, the OOM killer), a guardian process kills the
     /// command at once, and should it be stopped, before the lease's end. Off a terminal
     /// all of this goes to the command's process group, and processes the command leaves

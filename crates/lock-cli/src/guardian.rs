@@ -9,13 +9,13 @@
 //! the write end — the wrapper ended, whatever ended it — the guardian reads EOF. If the wrapper
 //! told it `done` first, the command had ended and the guardian just exits; otherwise it kills
 //! the target it was given. The wrapper also tells it, before the command starts and after each
-//! renewal, the instant by which the command must be dead (its SIGKILL ahead of the lease's
-//! local deadline, on `CLOCK_MONOTONIC`, which both processes read alike); the guardian kills
-//! the target then, unless a later instant came first. A parent-death signal
-//! (`PR_SET_PDEATHSIG`) is not used: it follows the spawning *thread*, not the process, and EOF
-//! already arrives on every kind of death.
+//! renewal or grace, the instant by which the command must be dead (its SIGKILL ahead of the
+//! lease's local deadline or at a grace's end, on `CLOCK_MONOTONIC`, which both processes read
+//! alike); the guardian kills the target then, unless the wrapper sent another instant
+//! meanwhile. A parent-death signal (`PR_SET_PDEATHSIG`) is not used: it follows the spawning
+//! *thread*, not the process, and EOF already arrives on every kind of death.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
@@ -269,7 +269,7 @@ pub(crate) fn main() -> ExitCode {
             .filter(|_| orders.kill_at.is_some_and(|at| at <= now))
         {
             let _ = target.signal(Signal::SIGKILL);
-            // Killed once; a later order (the wrapper resumed) may arm it again.
+            // Killed once: nothing of it is left, and its id may be reused.
             (orders.target, orders.kill_at) = (None, None);
         }
         // No timeout without a target: the instant is checked again when one arrives.
@@ -288,7 +288,8 @@ pub(crate) fn main() -> ExitCode {
             // Fail closed: as at EOF.
             Err(_) => break,
         }
-        match stdin.lock().read(&mut chunk) {
+        // From the descriptor itself: `Stdin`'s buffer could keep a newer order from `poll`.
+        match nix::unistd::read(stdin.as_fd(), &mut chunk) {
             // EOF (the wrapper ended) or a read error, which is treated alike: fail closed.
             Ok(0) | Err(_) => break,
             Ok(read) => pending.extend_from_slice(&chunk[..read]),
@@ -330,6 +331,5 @@ mod tests {
         let orders = Orders::of("kill-at 100\ngroup 7\nkill-at 250\nkill-at soon\n");
         assert_eq!(orders.kill_at, Some(250));
         assert_eq!(orders.target(), Some(Target::Group(Pid::from_raw(7))));
-        assert!(monotonic_ns() > 0);
     }
 }

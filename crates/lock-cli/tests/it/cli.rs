@@ -582,7 +582,7 @@ async fn list_and_status_name_the_redis_and_key_prefix_they_searched() {
 async fn arguments_that_are_not_utf8_pass_through() {
     use std::os::unix::ffi::OsStrExt;
     let redis = RedisServer::start().await.unwrap();
-    let mut command = crate::common::platform_lock(
+    let mut command = platform_lock(
         &redis.url(),
         &[
             "run",
