@@ -361,11 +361,14 @@ pub(crate) async fn run(
             }
         }
     };
-    // A SIGKILL `run` did not send, once the guardian's instant had passed: `run` was stopped
-    // or starved, and the guardian ended the command for its lease.
+    // A SIGKILL `run` did not send, once the guardian's instant had passed and before any
+    // grace of `run`'s own ended (then the guardian only beat `run` to the same kill): `run`
+    // was stopped or starved, and the guardian ended the command for its lease.
+    let now = Instant::now();
     let by_guardian = !killed
         && matches!(&status, Ok(status) if status.signal() == Some(Signal::SIGKILL as i32))
-        && guarded_until.is_some_and(|at| at <= Instant::now());
+        && guarded_until.is_some_and(|at| at <= now)
+        && grace_ends.is_none_or(|ends| ends > now);
     if by_guardian {
         say(format_args!(
             "platform-lock: the command was killed at its lease's end by the guardian \
