@@ -237,10 +237,16 @@ async fn a_normal_end_stops_the_commands_background_workers_before_releasing() {
 /// the watchdog lease is shorter and renewed meanwhile (the guardian hears of the renewals).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_left_behind_gets_the_whole_grace_under_a_short_watchdog() {
-    let (_redis, url, _dir) = redis_and_dir().await;
-    let script = "(trap '' TERM; while true; do sleep 0.1; done) & exit 0";
+    let (_redis, url, dir) = redis_and_dir().await;
+    // The command exits once the worker ignores SIGTERM: a SIGTERM before its trap would end it.
+    let trapped = dir.path().join("trapped");
+    let script = format!(
+        "(trap '' TERM; : > '{0}'; while true; do sleep 0.1; done) & \
+         while [ ! -e '{0}' ]; do sleep 0.01; done; exit 0",
+        trapped.display()
+    );
     let started = std::time::Instant::now();
-    let output = cli(&url, &["run", "--key", "job", "--", "sh", "-c", script]).await;
+    let output = cli(&url, &["run", "--key", "job", "--", "sh", "-c", &script]).await;
     let took = started.elapsed();
     assert_eq!(code(&output), 0, "{}", stderr(&output));
     assert!(
