@@ -4,6 +4,8 @@
 //! `LockSettings::warnings`.
 
 use lock_starter::config::{ConfigSources, LockSettings};
+use lock_starter::figment::Figment;
+use lock_starter::figment::providers::{Format, Toml};
 use lock_testkit::logs::CapturedLogs;
 
 #[test]
@@ -43,4 +45,24 @@ fn warnings_are_logged_as_they_are_kept() {
     }
     assert!(!logged.contains("hunter2"), "{logged}");
     assert!(!logged.contains("false"), "no values: {logged}");
+}
+
+/// A section whose name is refused fails the load naming it; its keys are not also warned
+/// about as unknown keys "ignored".
+#[test]
+fn a_refused_section_name_is_an_error_and_no_warning() {
+    for toml in [
+        "[telco.platform.lock.rate-limits.\"my.api\"]\nrate = \"5/1s\"\n",
+        "[telco.platform.lock.rate-limits.\" api\"]\nrate = \"5/1s\"\n",
+        "[telco.platform.lock.caches.\"a\\u0007b\"]\nttl = \"5s\"\n",
+    ] {
+        let sources = ConfigSources::from_figment(Figment::from(Toml::string(toml)))
+            .env_from([("POD_NAME", "pod-1")]);
+        let (captured, subscriber) = CapturedLogs::scoped(tracing::Level::WARN);
+        let error = tracing::subscriber::with_default(subscriber, || {
+            LockSettings::load(&sources).map(|_| ()).unwrap_err()
+        });
+        assert!(error.to_string().contains("the name"), "{toml}: {error}");
+        assert_eq!(captured.text(), "", "{toml}: {error}");
+    }
 }

@@ -643,6 +643,11 @@ pub(crate) fn resolve(figment: &Figment, host_env: &HostEnv) -> Result<LockSetti
     for message in &host_env.warnings {
         warnings.warn(message.clone());
     }
+    // A refused section name fails the load, naming it, before its keys are warned about as
+    // unknown ones.
+    for spec in NAMED_KEYS {
+        named_sections(figment, spec)?;
+    }
     warn_unknown(figment, &mut warnings);
 
     let full = defaults(host_env).merge(figment.clone());
