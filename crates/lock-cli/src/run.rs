@@ -125,9 +125,13 @@ fn group_has_members(group: Pid) -> bool {
     killpg(group, None).is_ok()
 }
 
-/// A duration for a message: `4.8 s`.
+/// A duration for a message: `4.8 s`, or `350 ms` under a second.
 fn seconds(duration: Duration) -> String {
-    format!("{:.1} s", duration.as_secs_f64())
+    if duration < Duration::from_secs(1) {
+        format!("{} ms", duration.as_millis())
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
+    }
 }
 
 /// The exit code when platform-lock itself fails around the command (no signal handlers, no

@@ -145,7 +145,7 @@ pub enum AcquireFailure {
     /// Too few replicas acknowledged the grant in time, so it was handed back: a failover
     /// could have lost it.
     #[error(
-        "the grant reached {acknowledged} of the {required} replicas required in time; it was released"
+        "the grant reached {acknowledged} of the {required} replicas required (min-replicas) within replica-sync-timeout; it was released"
     )]
     ReplicationUnconfirmed {
         /// Replicas that had to acknowledge the grant.

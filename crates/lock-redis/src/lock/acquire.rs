@@ -524,7 +524,7 @@ pub(crate) async fn check_replica_count(client: &Client, min_replicas: u32) {
         tracing::warn!(
             min_replicas,
             connected_replicas = connected,
-            "min_replicas asks for more replicas than the Redis primary has; acquisitions fail closed (replication_unconfirmed) until enough replicas are connected"
+            "min-replicas asks for more replicas than the Redis primary has; acquisitions fail closed (replication_unconfirmed) until enough replicas are connected"
         );
     }
 }

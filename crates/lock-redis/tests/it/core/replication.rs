@@ -96,7 +96,7 @@ async fn connecting_with_more_min_replicas_than_replicas_warns_naming_the_settin
     .await;
     lock.unwrap();
     assert!(
-        logged.contains("min_replicas asks for more replicas")
+        logged.contains("min-replicas asks for more replicas")
             && logged.contains("connected_replicas=1"),
         "{logged}"
     );
