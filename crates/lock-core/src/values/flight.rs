@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::check_duration;
@@ -16,6 +18,9 @@ use crate::values::shared::{MAX_TTL, MAX_WAIT, SharedValues};
 
 /// The shortest TTL of a single-flight guard: 1 s (it is renewed every third of it).
 pub const MIN_FLIGHT_TTL: Duration = Duration::from_secs(1);
+
+/// How long a published outcome stays at its key should its runner fail to delete it.
+const DONE_TTL: Duration = MIN_FLIGHT_TTL;
 
 /// What a caller of [`SharedValues::single_flight`] does while another caller runs the action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +205,9 @@ impl Guard {
             Ok(outcome) => {
                 let record =
                     serde_json::json!({"state": "done", "owner": self.owner, "outcome": outcome});
-                self.write_over(version, &record, Expiry::Keep).await
+                // Deleted next; should the delete fail, it outlives the run by DONE_TTL at most.
+                self.write_over(version, &record, Expiry::After(DONE_TTL))
+                    .await
             }
             Err(error) => Err(error),
         };
@@ -212,7 +219,10 @@ impl Guard {
                     guard_deleted: false,
                 })
             }
-            Ok(Written::Refused { .. }) => Ok(()),
+            Ok(Written::Refused { .. }) => {
+                tracing::warn!(key = %self.key, owner = %self.owner, "single-flight guard lost while its action ran: another caller may have run it too");
+                Ok(())
+            }
             // Deleted, the guard lets waiting callers run the action themselves (they find no
             // outcome), and the next caller need not wait out its TTL. A write whose reply was
             // lost may have been stored: the delete then finds another version and does nothing.
@@ -263,7 +273,8 @@ impl SharedValues {
     ///
     /// # Contract
     /// - The runner holds a guard at `key` with a TTL of `ttl` (1 s to 30 days), renewed every
-    ///   third of it while the action runs, and deleted when it ends or is cancelled. After a
+    ///   third of it by a task of its own while the action runs, and deleted when it ends or
+    ///   any caller is cancelled (a claim on its way is deleted once answered). After a
     ///   crash the guard and its progress expire within `ttl`, and the next caller runs; a
     ///   waiting caller looks again every third of its own `ttl`, so it runs within 4/3 ×
     ///   `ttl` of the crashed runner's last renewal (give every caller of a key the same one).
@@ -310,17 +321,9 @@ impl SharedValues {
                 owner: owner.clone(),
                 progress: None,
             };
-            if let Some(version) = self
-                .set_if_absent(key, &running, Expiry::After(ttl))
-                .await?
-            {
-                if let Some(outcome) = self.published_outcome::<T, P>(key, &mut watch).await? {
-                    // The runner finished between this caller's last look and its claim: its
-                    // outcome stands, and this guard goes again.
-                    self.compare_and_delete(key, version).await?;
-                    return Ok(Flight::Joined(outcome));
-                }
-                let guard = Guard {
+            let claim = Claim::send(self, key, running, ttl);
+            if let Some(version) = claim.outcome().await? {
+                let guard = Arc::new(Guard {
                     values: self.clone(),
                     key: key.to_owned(),
                     ttl,
@@ -329,8 +332,14 @@ impl SharedValues {
                         version: Some(version),
                         progress: None,
                     }),
-                };
-                return Ok(Flight::Ran(run(Arc::new(guard), action).await));
+                });
+                let abandon = AbandonOnDrop(Some(Arc::clone(&guard)));
+                if let Some(outcome) = self.published_outcome::<T, P>(key, &mut watch).await? {
+                    // The runner finished between this caller's last look and its claim: its
+                    // outcome stands, and this guard goes again (on drop).
+                    return Ok(Flight::Joined(outcome));
+                }
+                return Ok(Flight::Ran(run(guard, abandon, action).await));
             }
             let remaining = deadline.saturating_duration_since(Instant::now());
             let waited = if remaining.is_zero() {
@@ -395,30 +404,25 @@ impl SharedValues {
     }
 }
 
-/// Runs `action` under `guard`, renewing it every third of its TTL, and publishes the outcome.
-async fn run<T, P, F, Fut>(guard: Arc<Guard>, action: F) -> T
+/// Runs `action` under `guard`, renewed from a task of its own every third of its TTL, and
+/// publishes the outcome from another, which a cancelled caller does not stop.
+async fn run<T, P, F, Fut>(guard: Arc<Guard>, mut abandon: AbandonOnDrop, action: F) -> T
 where
     T: Serialize,
     F: FnOnce(Progress<P>) -> Fut,
     Fut: Future<Output = T>,
 {
-    let abandon = AbandonOnDrop(Some(Arc::clone(&guard)));
-    let action = action(Progress {
+    let (stop_renewing, stopped) = oneshot::channel::<()>();
+    tokio::spawn(renew_until(Arc::clone(&guard), stopped));
+    // Lets the renewal task start (and be taken by another thread) before an action that
+    // might block this one.
+    tokio::task::yield_now().await;
+    let outcome = action(Progress {
         guard: Arc::clone(&guard),
         _progress: PhantomData,
-    });
-    tokio::pin!(action);
-    let outcome = loop {
-        tokio::select! {
-            outcome = &mut action => break outcome,
-            () = tokio::time::sleep(guard.ttl / 3) => {
-                if let Err(error) = guard.renew().await {
-                    tracing::warn!(key = %guard.key, %error, "single-flight guard not renewed; retrying");
-                }
-            }
-        }
-    };
-    let mut abandon = abandon;
+    })
+    .await;
+    drop(stop_renewing);
     abandon.0 = None;
     let json = serde_json::to_value(&outcome).map_err(|error| {
         ValuesError::invalid(
@@ -427,7 +431,31 @@ where
             format!("it does not serialize as JSON: {error}"),
         )
     });
-    match guard.complete(json).await {
+    let _ = tokio::spawn(publish(guard, json)).await;
+    outcome
+}
+
+/// Renews `guard` every third of its TTL until `stopped` (its sender dropped) or it is lost.
+/// A renewal under way when `stopped` fires still ends, holding the guard's state, so the
+/// outcome is written over the version it leaves.
+async fn renew_until(guard: Arc<Guard>, mut stopped: oneshot::Receiver<()>) {
+    loop {
+        tokio::select! {
+            _ = &mut stopped => return,
+            () = tokio::time::sleep(guard.ttl / 3) => match guard.renew().await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(error) => {
+                    tracing::warn!(key = %guard.key, %error, "single-flight guard not renewed; retrying");
+                }
+            },
+        }
+    }
+}
+
+/// Publishes the outcome over `guard` and deletes it, logging what could not be done.
+async fn publish(guard: Arc<Guard>, outcome: Result<serde_json::Value, ValuesError>) {
+    match guard.complete(outcome).await {
         Ok(()) => {}
         Err(Unpublished {
             error,
@@ -439,5 +467,60 @@ where
             tracing::warn!(key = %guard.key, %error, "single-flight outcome not published; the guard ends at its TTL");
         }
     }
-    outcome
+}
+
+/// A claim of a guard, sent from a task of its own: should the caller be dropped before it
+/// takes the claim's outcome, the guard claimed is deleted, as no action runs under it.
+struct Claim {
+    task: Option<JoinHandle<Result<Option<u64>, ValuesError>>>,
+    values: SharedValues,
+    key: String,
+}
+
+impl Claim {
+    fn send(values: &SharedValues, key: &str, running: Record<(), ()>, ttl: Duration) -> Self {
+        let task = tokio::spawn({
+            let (values, key) = (values.clone(), key.to_owned());
+            async move {
+                values
+                    .set_if_absent(&key, &running, Expiry::After(ttl))
+                    .await
+            }
+        });
+        Claim {
+            task: Some(task),
+            values: values.clone(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// The claimed guard's version, `None` when another holds the key.
+    async fn outcome(mut self) -> Result<Option<u64>, ValuesError> {
+        let Some(task) = &mut self.task else {
+            unreachable!("a claim's outcome is taken once");
+        };
+        let joined = task.await;
+        self.task = None;
+        match joined {
+            Ok(claimed) => claimed,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => Err(ValuesError::unavailable("set", &self.key, error)),
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        let (values, key) = (self.values.clone(), std::mem::take(&mut self.key));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Ok(Ok(Some(version))) = task.await {
+                    let _ = values.compare_and_delete(&key, version).await;
+                }
+            });
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Shared values on real redis-server processes.
 
+mod flight;
 mod lost_replies;
 mod processes;
 mod sentinel;
