@@ -600,7 +600,8 @@ pub async fn a_write_during_a_load_wins_over_it(factory: &dyn CacheFactory) {
 }
 
 /// A put, invalidate or clear by another client while a load of its key is in flight wins over
-/// that load: the value read before the write is returned to its callers, not stored.
+/// that load: the value read before the write is returned to its caller, not stored, and a
+/// caller that joined the load after the write reads or loads again.
 pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn CacheFactory) {
     let name = unique_key("cache");
     let loading: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
@@ -623,6 +624,10 @@ pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn Cach
                 None
             }
         };
+        // Joins the load in flight: this client has not seen the write.
+        let later = || async { Ok::<_, BoxError>(product("loaded-after-the-write", 3)) };
+        let mut joined = Box::pin(loading.get_or_load(&key, later));
+        assert!(futures::poll!(&mut joined).is_pending());
         release.notify_one();
         let slow = slow.await.expect("no panic").expect("loaded");
         assert_eq!(
@@ -636,6 +641,12 @@ pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn Cach
                 "a load begun before the {write} stored its value over it"
             );
         }
+        let joined = tokio::time::timeout(SLACK, joined).await.expect("returned");
+        assert_eq!(
+            joined.expect("a value"),
+            after.unwrap_or_else(|| product("loaded-after-the-write", 3)),
+            "a caller that came after the {write} got the value read before it"
+        );
     }
 }
 

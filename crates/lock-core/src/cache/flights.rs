@@ -39,6 +39,7 @@ pub(crate) struct Leader<V> {
     key: String,
     sender: watch::Sender<Option<Landed<V>>>,
     superseded: Arc<AtomicBool>,
+    written_in_store: AtomicBool,
 }
 
 impl<V> Default for Flights<V> {
@@ -70,6 +71,7 @@ impl<V: Clone> Flights<V> {
             key: key.to_owned(),
             sender,
             superseded,
+            written_in_store: AtomicBool::new(false),
         })
     }
 }
@@ -99,9 +101,18 @@ impl<V> Leader<V> {
         self.superseded.load(Ordering::SeqCst)
     }
 
-    /// Hands `landed` to every caller that waited.
+    /// Notes that the store refused the loaded value, as the key was written there (by any
+    /// client) during the load.
+    pub(crate) fn written_in_store(&self) {
+        self.written_in_store.store(true, Ordering::SeqCst);
+    }
+
+    /// Hands `landed` to every caller that waited; unless the key was written in the store
+    /// during the load: a caller may have joined after that write, so they all read again.
     pub(crate) fn land(self, landed: Landed<V>) {
-        self.sender.send_replace(Some(landed));
+        if !self.written_in_store.load(Ordering::SeqCst) {
+            self.sender.send_replace(Some(landed));
+        }
     }
 }
 

@@ -571,6 +571,9 @@ where
             match stored {
                 Ok(stored) => {
                     self.note_outage(None);
+                    if !stored {
+                        leader.written_in_store();
+                    }
                     stored
                 }
                 Err(error) => {
