@@ -12,6 +12,7 @@ use crate::branches::port::Branches;
 use crate::branches::sub_key::SubKey;
 use crate::branches::telemetry;
 use crate::branches::token::{BranchToken, validate_branch_id};
+use crate::lock::{LeaseState, LostReason};
 
 /// The master invocation a block runs in, which registers the block's branches.
 ///
@@ -57,6 +58,8 @@ pub struct Master {
 struct State {
     branches: Arc<dyn Branches>,
     sub_key: SubKey,
+    /// The master lock's lease.
+    lease: LeaseState,
     /// The TTL every call gives the invocation's record (at least the lease).
     ttl: Duration,
     /// Where the backend was switched off, when it was: every registration then fails open
@@ -84,6 +87,7 @@ impl Master {
     pub(crate) fn new(
         branches: Arc<dyn Branches>,
         sub_key: SubKey,
+        lease: LeaseState,
         ttl: Duration,
         disabled: Option<String>,
     ) -> Self {
@@ -91,6 +95,7 @@ impl Master {
             state: Arc::new(State {
                 branches,
                 sub_key,
+                lease,
                 ttl,
                 disabled,
                 sealed: AtomicBool::new(false),
@@ -109,6 +114,13 @@ impl Master {
     /// block's writes.
     pub fn invocation(&self) -> u64 {
         self.state.sub_key.invocation()
+    }
+
+    /// Completes when the master's lease is lost (see
+    /// [`LockHandle::lost`](crate::lock::LockHandle::lost)): a block that outlives it may run
+    /// beside the next master of its key, so a long block should stop then.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+        self.state.lease.lost()
     }
 
     /// Whether branches are tracked; `false` when the backend is disabled.

@@ -222,8 +222,14 @@ impl MasterLocks {
             }
         };
         let tracked = disabled.is_none();
-        let master = Master::new(Arc::clone(&self.branches), sub_key, bounds.ttl, disabled);
         let lease = handle.lease_state().clone();
+        let master = Master::new(
+            Arc::clone(&self.branches),
+            sub_key,
+            lease.clone(),
+            bounds.ttl,
+            disabled,
+        );
         let mut lost: Pin<Box<dyn Future<Output = LostReason> + Send>> = Box::pin(handle.lost());
         let namespace = self.lock.namespace().to_owned();
         let section = || async move {

@@ -185,6 +185,26 @@ async fn a_fixed_lease_timeout_releases_inside_the_lease_without_an_overrun_warn
     assert_eq!(logs.text().matches(OVERRAN).count(), 1, "{}", logs.text());
 }
 
+/// A block can stop when its master's lease is lost: `Master::lost` fires at the fixed lease's
+/// end, while the block still runs.
+#[tokio::test(start_paused = true)]
+async fn a_block_hears_its_lease_lost() {
+    let (masters, _, _) = masters();
+    let lease = Duration::from_secs(2);
+    let started = Instant::now();
+    let outcome = masters
+        .with_master_lock("lost-in-block", Lease::Fixed(lease), |master| async move {
+            tokio::select! {
+                reason = master.lost() => Some((reason, started.elapsed())),
+                () = tokio::time::sleep(lease * 10) => None,
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.value, Some((LostReason::Expired, lease)));
+    assert_eq!(outcome.branches.as_str(), "lease_lost");
+}
+
 /// The in-memory backend with a fault a test switches on: a clean-up that takes `close_delay`
 /// (a slow Redis at the end of a master), registrations that are never confirmed (Redis down
 /// mid-block), one read (seal or pending, counted from 1) that fails at once (a connection not
