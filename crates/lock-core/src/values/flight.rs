@@ -178,16 +178,10 @@ impl Guard {
 
     /// The version of the guard if it holds this runner's running record.
     async fn own_version(&self) -> Option<u64> {
-        let read = self
-            .values
-            .get::<Record<serde_json::Value, serde_json::Value>>(&self.key);
-        match read.await {
-            Ok(Some(Versioned {
-                version,
-                value: Record::Running { owner, .. },
-            })) if owner == self.owner => Some(version),
-            _ => None,
-        }
+        running_version(&self.values, &self.key, &self.owner)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Publishes the outcome over the guard and then deletes it, so waiters get the outcome
@@ -317,11 +311,7 @@ impl SharedValues {
         let mut watch: Option<Box<dyn ValueWatch>> = None;
         loop {
             let owner = self.store().new_owner();
-            let running = Record::<(), ()>::Running {
-                owner: owner.clone(),
-                progress: None,
-            };
-            let claim = Claim::send(self, key, running, ttl);
+            let claim = Claim::send(self, key, &owner, ttl);
             if let Some(version) = claim.outcome().await? {
                 let guard = Arc::new(Guard {
                     values: self.clone(),
@@ -469,6 +459,43 @@ async fn publish(guard: Arc<Guard>, outcome: Result<serde_json::Value, ValuesErr
     }
 }
 
+/// The version of the guard at `key` if it holds `owner`'s running record.
+async fn running_version(
+    values: &SharedValues,
+    key: &str,
+    owner: &str,
+) -> Result<Option<u64>, ValuesError> {
+    let read = values.get::<Record<serde_json::Value, serde_json::Value>>(key);
+    Ok(match read.await? {
+        Some(Versioned {
+            version,
+            value: Record::Running { owner: found, .. },
+        }) if found == owner => Some(version),
+        _ => None,
+    })
+}
+
+/// Deletes the guard of a claim whose reply was lost, should Redis have run it: no action runs
+/// under it. Reads come after the claim on its connection, so the first answered one settles
+/// it; tried until `ttl`, when the guard would be gone anyway.
+async fn settle_unconfirmed_claim(values: SharedValues, key: String, owner: String, ttl: Duration) {
+    let deadline = Instant::now() + ttl;
+    let mut pause = Duration::from_millis(100);
+    while Instant::now() < deadline {
+        match running_version(&values, &key, &owner).await {
+            Ok(None) => return,
+            Ok(Some(version)) => {
+                if values.compare_and_delete(&key, version).await.is_ok() {
+                    return;
+                }
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
 /// A claim of a guard, sent from a task of its own: should the caller be dropped before it
 /// takes the claim's outcome, the guard claimed is deleted, as no action runs under it.
 struct Claim {
@@ -478,13 +505,21 @@ struct Claim {
 }
 
 impl Claim {
-    fn send(values: &SharedValues, key: &str, running: Record<(), ()>, ttl: Duration) -> Self {
+    fn send(values: &SharedValues, key: &str, owner: &str, ttl: Duration) -> Self {
         let task = tokio::spawn({
-            let (values, key) = (values.clone(), key.to_owned());
+            let (values, key, owner) = (values.clone(), key.to_owned(), owner.to_owned());
             async move {
-                values
+                let running = Record::<(), ()>::Running {
+                    owner: owner.clone(),
+                    progress: None,
+                };
+                let claimed = values
                     .set_if_absent(&key, &running, Expiry::After(ttl))
-                    .await
+                    .await;
+                if let Err(ValuesError::Unavailable { .. }) = claimed {
+                    tokio::spawn(settle_unconfirmed_claim(values, key, owner, ttl));
+                }
+                claimed
             }
         });
         Claim {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use common::{GENEROUS, connect, eventually, server};
-use lock_core::values::{Expiry, Flight, Progress, SharedValues, WhenBusy};
+use lock_core::values::{Expiry, Flight, Progress, SharedValues, ValuesError, WhenBusy};
 use lock_testkit::{RedisServer, command_at};
 use tokio::sync::oneshot;
 
@@ -83,6 +83,39 @@ async fn a_caller_dropped_while_its_claim_is_held_back_leaves_no_guard() {
         .await
         .unwrap();
     assert_eq!(next, Flight::Ran(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_reply_timed_out_leaves_no_guard_once_redis_ran_it() {
+    let redis = server().await;
+    let config = common::config(&redis).command_timeout(Duration::from_millis(300));
+    let values = super::values(&connect(config).await).await.0;
+    pause_writes(redis.port()).await;
+    let call = values.single_flight(
+        "timed-out-claim",
+        HOUR,
+        WhenBusy::Report,
+        |_: Progress<()>| async { panic!("the action ran although its claim was not confirmed") },
+    );
+    let claimed: Result<Flight<(), ()>, _> = call.await;
+    assert!(
+        matches!(claimed, Err(ValuesError::Unavailable { .. })),
+        "{claimed:?}"
+    );
+    // A read answered on this connection comes after the claim, which Redis ran at the end of
+    // the pause.
+    let answered = eventually(GENEROUS, || async {
+        values
+            .get::<serde_json::Value>("after-the-claim")
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(answered, "the client never answered again");
+    assert!(
+        absent_eventually(&values, "timed-out-claim").await,
+        "a claim its caller was told failed is a guard nobody runs under"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
