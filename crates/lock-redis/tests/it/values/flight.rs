@@ -44,6 +44,17 @@ async fn absent_eventually(values: &SharedValues, key: &str) -> bool {
     .await
 }
 
+/// The next caller of `key` runs the action: no guard or outcome was left behind.
+async fn runs_anew(values: &SharedValues, key: &str) {
+    let next = values
+        .single_flight(key, HOUR, WhenBusy::Report, |_: Progress<()>| async {
+            2u32
+        })
+        .await
+        .unwrap();
+    assert_eq!(next, Flight::Ran(2));
+}
+
 /// Two clients of a private Redis, whose commands outwait a pause.
 async fn two_clients() -> (RedisServer, SharedValues, SharedValues) {
     let redis = server().await;
@@ -73,16 +84,7 @@ async fn a_caller_dropped_while_its_claim_is_held_back_leaves_no_guard() {
         "a claim with no caller left is a guard nobody runs under"
     );
     assert!(!ran.load(Ordering::SeqCst));
-    let next = other
-        .single_flight(
-            "held-claim",
-            HOUR,
-            WhenBusy::Report,
-            |_: Progress<()>| async { 2u32 },
-        )
-        .await
-        .unwrap();
-    assert_eq!(next, Flight::Ran(2));
+    runs_anew(&other, "held-claim").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,16 +147,7 @@ async fn a_runner_dropped_while_its_outcome_is_held_back_leaves_no_outcome() {
         absent_eventually(&values, "held-outcome").await,
         "an outcome kept for the guard's TTL is joined by every later caller"
     );
-    let next = other
-        .single_flight(
-            "held-outcome",
-            HOUR,
-            WhenBusy::Report,
-            |_: Progress<()>| async { 2u32 },
-        )
-        .await
-        .unwrap();
-    assert_eq!(next, Flight::Ran(2));
+    runs_anew(&other, "held-outcome").await;
 }
 
 /// An action that blocks its thread past the guard's TTL (CPU-bound work with no `.await`)
