@@ -650,6 +650,50 @@ pub async fn another_clients_write_during_a_load_wins_over_it(factory: &dyn Cach
     }
 }
 
+/// Another client writing a key during every load of it costs the callers that joined a load
+/// one more load at most, and none of them an error when that load fails: each gets a value.
+pub async fn writes_during_every_load_cost_one_more_load_at_most(factory: &dyn CacheFactory) {
+    let name = unique_key("cache");
+    let loading: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    let writing: Cache<Product> = cache(factory, &name, CacheOptions::new()).await;
+    for second_load_fails in [false, true] {
+        let key = unique_key("sku");
+        let runs = Arc::new(AtomicU64::new(0));
+        let mut callers: Vec<_> = (0..10)
+            .map(|_| {
+                let (loading, writing, key) = (loading.clone(), writing.clone(), key.clone());
+                let runs = Arc::clone(&runs);
+                Box::pin(async move {
+                    let written = key.clone();
+                    let load = || async move {
+                        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                        tokio::task::yield_now().await; // so that the others join
+                        writing.invalidate(&written).await.expect("invalidated");
+                        if second_load_fails && run > 1 {
+                            return Err(BoxError::from("the source is down"));
+                        }
+                        Ok(product(&format!("run-{run}"), run))
+                    };
+                    loading.get_or_load(&key, load).await
+                })
+            })
+            .collect();
+        // The first leads the load; the others join it before it ends.
+        for caller in &mut callers {
+            assert!(futures::poll!(caller.as_mut()).is_pending());
+        }
+        let got = tokio::time::timeout(SLACK, futures::future::join_all(callers))
+            .await
+            .expect("every caller returned");
+        let runs = runs.load(Ordering::SeqCst);
+        assert!(runs <= 2, "{runs} loads for 10 callers of one key");
+        for value in got {
+            let value = value.expect("a value, whatever the later load did");
+            assert!(value.sku.starts_with("run-"), "{value:?}");
+        }
+    }
+}
+
 crate::conformance::run_all!(CacheFactory, cache_conformance_checks);
 
 /// The cache's checks, declared once: expands to `$callback! { $($prefix)* <every check>, }`.
@@ -669,6 +713,7 @@ macro_rules! cache_conformance_checks {
             a_slow_load_never_blocks_another_key,
             a_write_during_a_load_wins_over_it,
             another_clients_write_during_a_load_wins_over_it,
+            writes_during_every_load_cost_one_more_load_at_most,
             a_value_above_the_cap_is_returned_not_cached,
             a_watch_reports_every_change_of_its_cache,
             the_near_tier_drops_what_another_client_changes,

@@ -11,6 +11,15 @@ use crate::cache::error::CacheError;
 /// How a load ended, for the callers that waited on it.
 pub(crate) type Landed<V> = Result<V, CacheError>;
 
+/// A load's outcome as its followers get it.
+#[derive(Debug, Clone)]
+pub(crate) struct Landing<V> {
+    pub(crate) landed: Landed<V>,
+    /// The store refused the loaded value: the key was written there during the load, maybe
+    /// before a follower joined.
+    pub(crate) written_in_store: bool,
+}
+
 /// The loads in flight, by key.
 #[derive(Debug)]
 pub(crate) struct Flights<V> {
@@ -20,7 +29,7 @@ pub(crate) struct Flights<V> {
 /// A load in flight: where its outcome lands, and whether a write of its key came after it.
 #[derive(Debug)]
 struct Flight<V> {
-    landed: watch::Receiver<Option<Landed<V>>>,
+    landed: watch::Receiver<Option<Landing<V>>>,
     superseded: Arc<AtomicBool>,
 }
 
@@ -29,7 +38,7 @@ pub(crate) enum Joined<V> {
     /// This caller loads, and lands the outcome for the others.
     Leader(Leader<V>),
     /// Another caller loads: wait on it.
-    Follower(watch::Receiver<Option<Landed<V>>>),
+    Follower(watch::Receiver<Option<Landing<V>>>),
 }
 
 /// The loading caller's duty: [`Leader::land`] the outcome. Dropped without landing (the caller
@@ -37,7 +46,7 @@ pub(crate) enum Joined<V> {
 pub(crate) struct Leader<V> {
     flights: Arc<Flights<V>>,
     key: String,
-    sender: watch::Sender<Option<Landed<V>>>,
+    sender: watch::Sender<Option<Landing<V>>>,
     superseded: Arc<AtomicBool>,
     written_in_store: AtomicBool,
 }
@@ -107,12 +116,13 @@ impl<V> Leader<V> {
         self.written_in_store.store(true, Ordering::SeqCst);
     }
 
-    /// Hands `landed` to every caller that waited; unless the key was written in the store
-    /// during the load: a caller may have joined after that write, so they all read again.
+    /// Hands `landed` to every caller that waited.
     pub(crate) fn land(self, landed: Landed<V>) {
-        if !self.written_in_store.load(Ordering::SeqCst) {
-            self.sender.send_replace(Some(landed));
-        }
+        let written_in_store = self.written_in_store.load(Ordering::SeqCst);
+        self.sender.send_replace(Some(Landing {
+            landed,
+            written_in_store,
+        }));
     }
 }
 
@@ -130,8 +140,8 @@ impl<V> Drop for Leader<V> {
 
 /// Waits for the leader's outcome; `None` when it was cancelled before landing one.
 pub(crate) async fn follow<V: Clone>(
-    mut receiver: watch::Receiver<Option<Landed<V>>>,
-) -> Option<Landed<V>> {
+    mut receiver: watch::Receiver<Option<Landing<V>>>,
+) -> Option<Landing<V>> {
     match receiver.wait_for(Option::is_some).await {
         Ok(landed) => landed.clone(),
         Err(_) => None,

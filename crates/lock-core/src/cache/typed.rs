@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::cache::error::CacheError;
-use crate::cache::flights::{Flights, Joined, Leader, Load, follow, wait_on};
+use crate::cache::flights::{Flights, Joined, Landing, Leader, Load, follow, wait_on};
 use crate::cache::near::Near;
 use crate::cache::options::{CacheOptions, MAX_CROSS_POD_LOAD_WAIT, check_ttl};
 use crate::cache::port::{CacheStore, LOAD_STORE_WINDOW, WriteMark};
@@ -241,6 +241,8 @@ where
             return loaded.map(|(value, _)| value);
         }
         let mut load = Some(load);
+        // A value a load this caller followed landed, refused by the store as written meanwhile.
+        let mut earlier = None;
         loop {
             let leader = match self.inner.flights.join(key) {
                 Joined::Leader(leader) => leader,
@@ -258,10 +260,19 @@ where
                             Err(_) => None,
                         };
                     match follow(receiver).await {
-                        Some(landed) => return landed,
+                        // Written during the load, maybe before this caller came: read (or
+                        // load) again, once, keeping the value in case that load fails.
+                        Some(Landing {
+                            landed: Ok(value),
+                            written_in_store: true,
+                        }) if earlier.is_none() => earlier = Some(value),
+                        Some(Landing { landed, .. }) => {
+                            return landed.or_else(|error| earlier.ok_or(error));
+                        }
                         // Its leader was cancelled: lead now.
-                        None => continue,
+                        None => {}
                     }
+                    continue;
                 }
             };
             // A hit is a plain read; a miss is read again with its mark for the load.
@@ -289,7 +300,7 @@ where
             };
             leader.land(landed.clone());
             rethrow(panic);
-            return landed;
+            return landed.or_else(|error| earlier.ok_or(error));
         }
     }
 

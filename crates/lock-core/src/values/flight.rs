@@ -323,10 +323,13 @@ impl SharedValues {
                         progress: None,
                     }),
                 });
-                let abandon = AbandonOnDrop(Some(Arc::clone(&guard)));
+                let mut abandon = AbandonOnDrop(Some(Arc::clone(&guard)));
                 if let Some(outcome) = self.published_outcome::<T, P>(key, &mut watch).await? {
                     // The runner finished between this caller's last look and its claim: its
-                    // outcome stands, and this guard goes again (on drop).
+                    // outcome stands, and this guard goes again (on drop, should this fail).
+                    if self.compare_and_delete(key, version).await.is_ok() {
+                        abandon.0 = None;
+                    }
                     return Ok(Flight::Joined(outcome));
                 }
                 return Ok(Flight::Ran(run(guard, abandon, action).await));
