@@ -748,6 +748,8 @@ pub(crate) fn refused_at_connect(config: &Endpoint<'_>, error: &Error) -> Option
 
 /// Redis' reply to `SELECT` of a database number at or above its `databases` setting.
 const NO_SUCH_DATABASE: &str = "DB index is out of range";
+/// fred's message when it holds no usable Cluster topology.
+const NO_CLUSTER_STATE: &str = "Invalid or missing cluster state";
 
 /// A connection error as one readable phrase: fred renders I/O errors with `Debug`
 /// (`Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`, or for a host
@@ -767,6 +769,10 @@ fn describe(error: &Error) -> String {
             format!("connection failed: {message}")
         }
         ErrorKind::Auth => format!("authentication failed: {details}"),
+        // fred's own, of a Cluster with no reachable owner for some slots (a failover under way).
+        ErrorKind::Protocol if details.contains(NO_CLUSTER_STATE) => format!(
+            "the Cluster has no reachable master for every slot ({details}): a failover is under              way, or a shard is down"
+        ),
         // A reply that is no RESP frame: something other than Redis answers at the address.
         ErrorKind::Protocol => format!(
             "the server does not answer in Redis' protocol ({details}): a wrong port, or a TLS \
@@ -815,5 +821,14 @@ mod tests {
             )),
             "authentication failed: WRONGPASS invalid username-password pair or user is disabled."
         );
+        let no_state = describe(&Error::new(
+            ErrorKind::Protocol,
+            "Invalid or missing cluster state.",
+        ));
+        assert!(
+            no_state.starts_with("the Cluster has no reachable master"),
+            "{no_state}"
+        );
+        assert!(!no_state.contains("rediss://"), "{no_state}");
     }
 }

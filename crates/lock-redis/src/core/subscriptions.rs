@@ -751,10 +751,13 @@ async fn dispatch(
             }
             // Only the channels whose slot another master serves now: the others' subscriptions
             // stand, and re-subscribing them would tell their listeners of missed messages.
+            // The moved ones went deaf when the slot moved: their listeners hear so at once,
+            // not once the new subscription is confirmed.
             Event::Topology => {
                 for (name, entry) in channels.iter() {
                     if *entry.confirmed.borrow() && entry.served_by != shared.master_of(name) {
                         entry.confirmed.send_replace(false);
+                        entry.tell(Heard::Lost);
                         entry.driver.notify_one();
                     }
                 }
