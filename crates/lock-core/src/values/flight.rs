@@ -478,11 +478,14 @@ async fn running_version(
     })
 }
 
+/// How long a claim whose reply was lost is looked after: past it, its guard is left to its TTL.
+const SETTLE_FOR: Duration = Duration::from_secs(60);
+
 /// Deletes the guard of a claim whose reply was lost, should Redis have run it: no action runs
 /// under it. Reads come after the claim on its connection, so the first answered one settles
-/// it; tried until `ttl`, when the guard would be gone anyway.
+/// it; tried for `ttl` or [`SETTLE_FOR`], whichever is shorter.
 async fn settle_unconfirmed_claim(values: SharedValues, key: String, owner: String, ttl: Duration) {
-    let deadline = Instant::now() + ttl;
+    let deadline = Instant::now() + ttl.min(SETTLE_FOR);
     let mut pause = Duration::from_millis(100);
     while Instant::now() < deadline {
         match running_version(&values, &key, &owner).await {
