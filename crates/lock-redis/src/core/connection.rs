@@ -748,6 +748,8 @@ pub(crate) fn refused_at_connect(config: &Endpoint<'_>, error: &Error) -> Option
 
 /// Redis' reply to `SELECT` of a database number at or above its `databases` setting.
 const NO_SUCH_DATABASE: &str = "DB index is out of range";
+/// fred's message when the primary the Sentinels named answers `ROLE` as another role.
+const INVALID_ROLE: &str = "Invalid role";
 /// fred's message when it holds no usable Cluster topology.
 const NO_CLUSTER_STATE: &str = "Invalid or missing cluster state";
 
@@ -757,17 +759,28 @@ const NO_CLUSTER_STATE: &str = "Invalid or missing cluster state";
 /// information: …" }`); keep the message.
 fn describe(error: &Error) -> String {
     let details = error.details();
+    // The message of an I/O error fred renders with `Debug`, or `details` itself.
+    let io_message = || {
+        ["message: \"", "error: \""]
+            .iter()
+            .find_map(|field| {
+                let (_, rest) = details.split_once(field)?;
+                Some(rest.split_once('"')?.0)
+            })
+            .unwrap_or(details)
+    };
     match error.kind() {
-        ErrorKind::IO => {
-            let message = ["message: \"", "error: \""]
-                .iter()
-                .find_map(|field| {
-                    let (_, rest) = details.split_once(field)?;
-                    Some(rest.split_once('"')?.0)
-                })
-                .unwrap_or(details);
-            format!("connection failed: {message}")
-        }
+        ErrorKind::IO => format!("connection failed: {}", io_message()),
+        // fred's, of a primary looked up through the Sentinels that answers as another role.
+        ErrorKind::Sentinel if details.contains(INVALID_ROLE) => format!(
+            "the node the Sentinels name as primary is not one ({details}): a failover is under \
+             way, or the Sentinels have not yet seen it end"
+        ),
+        // fred gives every failure of a Sentinel set-up this kind, I/O ones included.
+        ErrorKind::Sentinel => format!(
+            "the Sentinels, or the primary they name, failed: {}",
+            io_message()
+        ),
         ErrorKind::Auth => format!("authentication failed: {details}"),
         // fred's own, of a Cluster with no reachable owner for some slots (a failover under way).
         ErrorKind::Protocol if details.contains(NO_CLUSTER_STATE) => format!(
@@ -830,5 +843,17 @@ mod tests {
             "{no_state}"
         );
         assert!(!no_state.contains("rediss://"), "{no_state}");
+        assert_eq!(
+            describe(&Error::new(
+                ErrorKind::Sentinel,
+                r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#
+            )),
+            "the Sentinels, or the primary they name, failed: Connection refused"
+        );
+        let replica = describe(&Error::new(
+            ErrorKind::Sentinel,
+            r#"Invalid role: Some("slave")"#,
+        ));
+        assert!(replica.contains("a failover is under way"), "{replica}");
     }
 }

@@ -350,7 +350,7 @@ impl Refusal {
                 "another program uses this key: change the key prefix (key_prefix), or remove the key if nothing needs it"
             }
             Refusal::ReadOnly => {
-                "point the address at the primary (after a failover, the new primary)"
+                "point the address at the primary (after a failover, the new primary); through Sentinel, the client moves once the Sentinels announce the new one"
             }
             Refusal::OutOfMemory => {
                 "free memory or raise maxmemory; held locks can still be released and renewed"

@@ -743,9 +743,12 @@ async fn dispatch(
                 entry.wake_fair();
                 entry.tell_missed();
             }),
+            // Also a move no error came before (Sentinel's switch to a new primary): listeners
+            // hear that messages go unheard until the subscription is confirmed again.
             Event::Reconnected => {
                 for entry in channels.values() {
                     entry.confirmed.send_replace(false);
+                    entry.tell(Heard::Lost);
                     entry.driver.notify_one();
                 }
             }
