@@ -784,7 +784,8 @@ fn describe(error: &Error) -> String {
         ErrorKind::Auth => format!("authentication failed: {details}"),
         // fred's own, of a Cluster with no reachable owner for some slots (a failover under way).
         ErrorKind::Protocol if details.contains(NO_CLUSTER_STATE) => format!(
-            "the Cluster has no reachable master for every slot ({details}): a failover is under              way, or a shard is down"
+            "the Cluster has no reachable master for every slot ({details}): a failover is under \
+             way, or a shard is down"
         ),
         // A reply that is no RESP frame: something other than Redis answers at the address.
         ErrorKind::Protocol => format!(
@@ -843,6 +844,10 @@ mod tests {
             "{no_state}"
         );
         assert!(!no_state.contains("rediss://"), "{no_state}");
+        assert!(
+            no_state.ends_with("under way, or a shard is down"),
+            "{no_state}"
+        );
         assert_eq!(
             describe(&Error::new(
                 ErrorKind::Sentinel,
