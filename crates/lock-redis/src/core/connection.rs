@@ -7,6 +7,7 @@ use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::CustomCommand;
 use lock_core::LockError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
 use crate::core::address::RedisAddress;
@@ -416,7 +417,9 @@ fn invalid_address(config: &Endpoint<'_>, error: &Error) -> LockError {
 /// an acquisition's first attempt fails at once with it, and a command that times out is
 /// reported with it ("connection refused", "WRONGPASS …") rather than as a bare timeout, so
 /// on-call sees the cause. (fred's own state says "connected" for a while after a connection is
-/// lost, until its reconnect delay has passed, so it is not asked.)
+/// lost, until its reconnect delay has passed, so it is not asked.) Every look first takes in
+/// the events fred has sent, so it never lags behind fred: a command made just after a
+/// reconnect is not failed by the error before it.
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     state: std::sync::Mutex<HealthState>,
@@ -424,6 +427,17 @@ pub(crate) struct Health {
     errors: std::sync::atomic::AtomicU64,
     /// Woken on every event, for [`Health::first_outcome`].
     changed: tokio::sync::Notify,
+    /// fred's events not yet taken in, set by [`Health::follow`].
+    pending: std::sync::Mutex<Option<Pending>>,
+}
+
+/// The receivers of fred's connection events, and what [`Health::failed`] needs.
+#[derive(Debug)]
+struct Pending {
+    errors: tokio::sync::broadcast::Receiver<(Error, Option<Server>)>,
+    reconnects: tokio::sync::broadcast::Receiver<Server>,
+    address: RedisAddress,
+    timeout: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -449,43 +463,66 @@ struct HealthState {
 
 impl Health {
     /// Starts following `client`'s error and reconnect events; call it before connecting. The
-    /// task ends with the client.
+    /// task that takes them in as they come ends with the client.
     pub(crate) fn follow(
         self: &std::sync::Arc<Self>,
         client: &Client,
         address: &RedisAddress,
         timeout: Duration,
     ) {
+        *self.pending.lock().unwrap_or_else(|p| p.into_inner()) = Some(Pending {
+            errors: client.error_rx(),
+            reconnects: client.reconnect_rx(),
+            address: address.clone(),
+            timeout,
+        });
         let health = std::sync::Arc::downgrade(self);
+        // Receivers of their own, only to wake the task: the events are read from `pending`.
         let mut errors = client.error_rx();
         let mut reconnects = client.reconnect_rx();
-        let address = address.clone();
         tokio::spawn(async move {
             loop {
-                let error = tokio::select! {
-                    // fred sends each event before the next: looking at errors first keeps an
-                    // error and the reconnect after it in that order.
-                    biased;
-                    error = errors.recv() => match error {
-                        Ok((error, _)) => Some(error),
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(_) => return,
-                    },
-                    reconnect = reconnects.recv() => match reconnect {
-                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
-                        Err(_) => return,
-                    },
+                let open = tokio::select! {
+                    error = errors.recv() => !matches!(error, Err(RecvError::Closed)),
+                    reconnect = reconnects.recv() => !matches!(reconnect, Err(RecvError::Closed)),
                 };
-                let Some(health) = health.upgrade() else {
+                let Some(health) = health.upgrade().filter(|_| open) else {
                     return;
                 };
-                match error {
-                    Some(error) => health.failed(error, &address, timeout),
-                    None => health.connected(&address),
-                }
-                health.changed.notify_waiters();
+                health.catch_up();
             }
         });
+    }
+
+    /// Takes in the events fred has sent since the last look, errors first: fred sends an error
+    /// before the reconnect that follows it.
+    fn catch_up(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(events) = pending.as_mut() else {
+            return;
+        };
+        let mut heard = false;
+        loop {
+            let error = match events.errors.try_recv() {
+                Ok((error, _)) => Some(error),
+                Err(TryRecvError::Lagged(_)) => continue,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => {
+                    match events.reconnects.try_recv() {
+                        Ok(_) | Err(TryRecvError::Lagged(_)) => None,
+                        Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+                    }
+                }
+            };
+            heard = true;
+            match error {
+                Some(error) => self.failed(error, &events.address, events.timeout),
+                None => self.connected(&events.address),
+            }
+        }
+        drop(pending);
+        if heard {
+            self.changed.notify_waiters();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
@@ -628,17 +665,20 @@ impl Health {
 
     /// Whether the connection is up: its set-up was answered, and it has not failed since.
     pub(crate) fn is_connected(&self) -> bool {
+        self.catch_up();
         self.lock().connected
     }
 
     /// How many connection errors the client has had: unchanged across a span of work when no
     /// outage overlapped it.
     pub(crate) fn errors(&self) -> u64 {
+        self.catch_up();
         self.errors.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The last connection error, if the client has not connected since.
     pub(crate) fn last_error(&self) -> Option<String> {
+        self.catch_up();
         self.lock()
             .last_error
             .as_ref()
@@ -653,6 +693,7 @@ impl Health {
             let mut changed = std::pin::pin!(changed);
             // Registered before looking, so an event between the look and the wait wakes it.
             changed.as_mut().enable();
+            self.catch_up();
             let down = {
                 let state = self.lock();
                 let described = state.last_error.as_ref().map(|(_, text)| text.clone());
@@ -680,6 +721,7 @@ impl Health {
             let mut changed = std::pin::pin!(changed);
             // Registered before looking, so an event between the look and the wait wakes it.
             changed.as_mut().enable();
+            self.catch_up();
             {
                 let state = self.lock();
                 if state.connected {
@@ -803,7 +845,59 @@ fn describe(error: &Error) -> String {
 
 #[cfg(test)]
 mod tests {
+    use lock_testkit::RedisServer;
+
     use super::*;
+    use crate::core::config::RedisConfig;
+
+    /// A look at the health takes in fred's events itself: it never waits on the task that
+    /// follows them, here on a runtime that never runs it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn health_never_lags_behind_the_client() {
+        let mut redis = RedisServer::start().await.unwrap();
+        let config = RedisConfig::new(redis.url());
+        let endpoint = config.endpoint().unwrap();
+        let (client, _) = build_clients(&endpoint).unwrap();
+        let health = std::sync::Arc::new(Health::default());
+        let idle = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        {
+            let _on_idle = idle.enter();
+            health.follow(&client, endpoint.address, endpoint.command_timeout);
+        }
+        let _connection = client.init().await.unwrap();
+        assert!(health.is_connected());
+        // fred reconnects after its connection is killed, and answers a command: the error and
+        // the reconnect before that answer are both taken in.
+        let killer = build_clients(&endpoint).unwrap().0;
+        let _killer_connection = killer.init().await.unwrap();
+        let _: Value = killer
+            .custom(
+                CustomCommand::new_static("CLIENT", None, false),
+                vec!["KILL", "TYPE", "normal", "SKIPME", "yes"],
+            )
+            .await
+            .unwrap();
+        let _: Value = client.ping(None).await.unwrap();
+        assert!(
+            health.errors() >= 1,
+            "the killed connection was not heard of"
+        );
+        assert!(health.is_connected());
+        assert_eq!(health.last_error(), None);
+        // Redis down: its refusal is heard once fred has tried.
+        redis.kill().await.unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(30), async {
+            while health.last_error().is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(heard.is_ok(), "the outage was never heard of");
+        assert!(!health.is_connected());
+        idle.shutdown_background();
+    }
 
     #[test]
     fn connection_errors_read_as_their_message() {
