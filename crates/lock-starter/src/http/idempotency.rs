@@ -8,8 +8,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::extract::OriginalUri;
 use axum::http::request::Parts;
-use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -262,7 +263,7 @@ impl IdempotencyLayer {
                 None => {
                     tracing::debug!(
                         method = %parts.method,
-                        path = parts.uri.path(),
+                        path = sent_uri(&parts).path(),
                         idempotency_key = client_key,
                         "no caller scope: the request runs without deduplication"
                     );
@@ -285,8 +286,7 @@ impl IdempotencyLayer {
         let mut hash = Sha256::new();
         // The path and query: an absolute-form target (`POST http://host/path`) is the same
         // request as its origin form.
-        let target = parts
-            .uri
+        let target = sent_uri(&parts)
             .path_and_query()
             .map_or("/", |target| target.as_str());
         for part in [parts.method.as_str(), target] {
@@ -301,7 +301,7 @@ impl IdempotencyLayer {
         let fingerprint = hex(&hash.finalize());
         let key = record_key(
             &parts.method,
-            parts.uri.path(),
+            sent_uri(&parts).path(),
             scope.as_deref(),
             &client_key,
         );
@@ -348,6 +348,15 @@ impl IdempotencyLayer {
 /// Whether `status` asks the client to retry (a 5xx, 408 Request Timeout, 425 Too Early or
 /// 429 Too Many Requests from a rate limit beneath the layer): replaying it would answer every
 /// retry so.
+/// The request's target as the client sent it: below `Router::nest` the request's own URI has
+/// lost the prefix, and two endpoints would share records.
+fn sent_uri(parts: &Parts) -> &Uri {
+    parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |original| &original.0)
+}
+
 fn retry_later(status: StatusCode) -> bool {
     status.is_server_error()
         || matches!(

@@ -177,6 +177,32 @@ async fn an_absolute_form_retry_replays_the_origin_form_request() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// Below `Router::nest`, records are keyed on the path the client sent: two customers' orders
+/// with one key are two records, not a replay of the other's.
+#[tokio::test]
+async fn a_nested_router_keeps_each_full_path_its_own_records() {
+    let runs = Arc::new(AtomicU32::new(0));
+    let tickets = app(Idempotency::in_memory(), Arc::clone(&runs), None);
+    let app = Router::new().nest("/customers/{id}", tickets);
+    let order = |customer: &str| {
+        let mut request = create(Some("key-1"), "{}");
+        *request.uri_mut() = format!("/customers/{customer}/tickets").parse().unwrap();
+        request
+    };
+    let alice = common::send(&app, order("alice")).await;
+    let bob = common::send(&app, order("bob")).await;
+    assert_eq!(alice.status(), StatusCode::CREATED);
+    assert_eq!(bob.status(), StatusCode::CREATED);
+    assert!(
+        bob.headers().get(REPLAYED_HEADER).is_none(),
+        "bob got alice's response"
+    );
+    assert_eq!(common::text(bob).await, r#"{"ticket":"TT-2"}"#);
+    let retry = common::send(&app, order("alice")).await;
+    assert_eq!(retry.headers()[REPLAYED_HEADER], "true");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn a_handlers_5xx_or_429_is_not_stored_and_the_retry_runs_again() {
     let runs = Arc::new(AtomicU32::new(0));
