@@ -65,7 +65,7 @@ pub fn router(app: App) -> Router {
 /// authentication layer verified (from `request.extensions`). The layer hashes it.
 fn caller(request: &axum::http::request::Parts) -> Option<String> {
     let value = request.headers.get(axum::http::header::AUTHORIZATION)?;
-    Some(String::from_utf8_lossy(value.as_bytes()).into_owned())
+    Some(lock_starter::http::header_key(value))
 }
 
 /// Creates a ticket; the layer runs this once per `Idempotency-Key` and replays its response.

@@ -34,6 +34,7 @@ use axum::http::Request;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
+use lock_starter::http::header_key;
 use lock_starter::prelude::*;
 use lock_testkit::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -91,10 +92,9 @@ fn router(starter: &LockStarter, bill_run: Duration) -> Result<Router, Box<dyn s
 /// refuses a request without one before it gets here (a request without a key is not
 /// limited).
 fn client_id(request: &Request<Body>) -> Option<String> {
-    // An empty id, or one over 512 bytes, is the client's 400 `REQUEST_KEY_INVALID`. Read as
-    // bytes: `to_str` refuses non-ASCII, and a request without a key is not limited.
-    let client = request.headers().get("x-client-id")?;
-    Some(String::from_utf8_lossy(client.as_bytes()).into_owned())
+    // An empty id, or one over 512 bytes, is the client's 400 `REQUEST_KEY_INVALID`. Not
+    // `to_str`, which refuses non-ASCII: a request without a key is not limited.
+    request.headers().get("x-client-id").map(header_key)
 }
 
 /// The lock of a bill-run request: `bill-run:<period>`.

@@ -423,6 +423,7 @@ impl LockStarter {
     /// ```
     /// use axum::{Router, routing::get};
     /// use lock_starter::figment::{Figment, providers::{Format, Toml}};
+    /// use lock_starter::http::header_key;
     /// use lock_starter::prelude::*;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -430,8 +431,7 @@ impl LockStarter {
     /// # let config = config.merge(Toml::string("[telco.platform.lock]\nenabled = false\n"));
     /// let starter = LockStarter::builder().figment(config).build().await?;
     /// let per_client = starter.rate_limit_layer("api", FailurePolicy::FailOpen, |request| {
-    ///     let client = request.headers().get("x-client-id")?;
-    ///     Some(String::from_utf8_lossy(client.as_bytes()).into_owned()) // not to_str: non-ASCII too
+    ///     request.headers().get("x-client-id").map(header_key) // not to_str: non-ASCII too
     /// })?;
     /// let app: Router = Router::new().route("/tariffs", get(|| async { "[]" })).layer(per_client);
     /// # let _ = app;

@@ -156,6 +156,36 @@ fn refused_key(key: &str) -> Option<axum::response::Response> {
     Some(problem.into_response())
 }
 
+/// A header's value as a layer's key, one value to one key: UTF-8 text as it is, any other
+/// byte, and `%`, as `%XX`. `HeaderValue::to_str` refuses non-ASCII, and a lossy conversion
+/// would give every undecodable value one key.
+///
+/// # Examples
+///
+/// ```
+/// use axum::http::HeaderValue;
+/// use lock_starter::http::header_key;
+///
+/// assert_eq!(header_key(&HeaderValue::from_static("carol")), "carol");
+/// assert_eq!(header_key(&HeaderValue::from_bytes(b"caf\xe9").unwrap()), "caf%E9");
+/// assert_eq!(header_key(&HeaderValue::from_static("caf%E9")), "caf%25E9");
+/// ```
+pub fn header_key(value: &axum::http::HeaderValue) -> String {
+    let mut key = String::with_capacity(value.len());
+    for chunk in value.as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '%' => key.push_str("%25"),
+                c => key.push(c),
+            }
+        }
+        for byte in chunk.invalid() {
+            key.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    key
+}
+
 /// A request, as the layers take it.
 type Req = axum::http::Request<axum::body::Body>;
 
