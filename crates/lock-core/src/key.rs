@@ -8,6 +8,18 @@ pub const MAX_KEY_BYTES: usize = 512;
 /// What a valid key looks like, quoted in every [`LockError::InvalidKey`].
 pub(crate) const KEY_RULES: &str = "a lock key is 1 to 512 bytes of UTF-8 with no control characters (braces, spaces and unicode are fine)";
 
+/// A rate limit's or cache's name as every pod spells it: ASCII letters in lower case, `-` for
+/// `_`. [`RateLimiter::new`](crate::rate_limit::RateLimiter::new) and
+/// [`Cache::new`](crate::cache::Cache::new) fold the name they are given, so `MY_API` and
+/// `my-api` are one limit, in code or in configuration.
+///
+/// ```
+/// assert_eq!(lock_core::fold_name("Product_Prices"), "product-prices");
+/// ```
+pub fn fold_name(name: &str) -> String {
+    name.to_ascii_lowercase().replace('_', "-")
+}
+
 /// Checks a key before anything is sent to a backend: 1 to [`MAX_KEY_BYTES`] bytes of UTF-8
 /// without control characters.
 ///

@@ -86,7 +86,7 @@ mod watch;
 
 pub use duration::{duration_range, format_duration, parse_duration};
 pub use error::{AcquireFailure, BoxError, LockError, Problem, check_duration};
-pub use key::{MAX_KEY_BYTES, validate_key};
+pub use key::{MAX_KEY_BYTES, fold_name, validate_key};
 pub use owner::{MAX_INSTANCE_ID_BYTES, OwnerTokens, validate_instance_id};
 pub use process::issued_by_this_process;
 pub use watch::ChangeWatch;

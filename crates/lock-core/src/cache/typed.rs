@@ -123,8 +123,9 @@ impl<V> Cache<V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
-    /// The cache `name` on `store`. With an in-process tier, call it inside a Tokio runtime: the
-    /// tier follows the store's changes in a task of its own.
+    /// The cache `name` on `store`, folded ([`fold_name`](crate::fold_name)): every spelling is
+    /// one cache. With an in-process tier, call it inside a Tokio runtime: the tier follows the
+    /// store's changes in a task of its own.
     ///
     /// # Errors
     /// [`CacheError::InvalidArgument`] for a name that is not a valid key.
@@ -134,6 +135,7 @@ where
         options: CacheOptions,
     ) -> Result<Self, CacheError> {
         crate::validate_key(name).map_err(|e| CacheError::argument("cache", e))?;
+        let name = &crate::fold_name(name);
         let near = match options.near_tier() {
             Some(bound) if !store.disabled() => Some(Near::start(Arc::clone(&store), name, bound)),
             _ => None,

@@ -271,7 +271,7 @@ pub(crate) fn near_section<'a, V>(
 /// A section name as an environment variable spells it, compared so: lower case, `-` for `_`;
 /// also the name the starter's rate limits and caches use on Redis.
 pub(crate) fn fold(name: &str) -> String {
-    name.to_ascii_lowercase().replace('_', "-")
+    lock_core::fold_name(name)
 }
 
 impl LockSettings {

@@ -116,6 +116,19 @@ async fn switched_off_caching_runs_every_loader_and_keeps_nothing() {
     assert!(!products.clear().await.unwrap());
 }
 
+/// Every spelling of a name is one cache, as for the starter's caches.
+#[tokio::test]
+async fn every_spelling_of_a_name_is_one_cache() {
+    let store: Arc<dyn CacheStore> = Arc::new(InMemoryCaches::new());
+    let named = |name: &str| Cache::<String>::new(store.clone(), name, CacheOptions::new());
+    let (code, config) = (
+        named("Product_Prices").unwrap(),
+        named("product-prices").unwrap(),
+    );
+    code.put("sku-1", &"4200".to_owned()).await.unwrap();
+    assert_eq!(config.get("sku-1").await.unwrap().as_deref(), Some("4200"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn expired_entries_are_swept_from_memory() {
     let store = Arc::new(InMemoryCaches::new());

@@ -134,6 +134,34 @@ async fn limits_on_different_stores_are_not_checked_together() {
     );
 }
 
+/// Every spelling of a name is one limit: a replica writing `MY_API` in code shares the quota of
+/// one configured as `my-api`.
+#[tokio::test(start_paused = true)]
+async fn every_spelling_of_a_name_is_one_limit() {
+    let store = Arc::new(InMemoryRateLimits::new());
+    let quota: Quota = "1/1h".parse().unwrap();
+    let named = |name: &str| {
+        RateLimiter::new(store.clone(), name, quota, FailurePolicy::FailClosed).unwrap()
+    };
+    let (code, config) = (named("MY_API"), named("my-api"));
+    assert_eq!(code.name(), "my-api");
+    assert!(
+        code.try_acquire("client", 1)
+            .await
+            .unwrap()
+            .admitted()
+            .is_ok()
+    );
+    assert!(
+        config
+            .try_acquire("client", 1)
+            .await
+            .unwrap()
+            .admitted()
+            .is_err()
+    );
+}
+
 /// Switched off: everything is admitted and the decision says so.
 #[tokio::test]
 async fn a_disabled_store_admits_everything() {
