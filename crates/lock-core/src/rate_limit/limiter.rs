@@ -77,6 +77,7 @@ pub struct Part<'a> {
 
 impl RateLimiter {
     /// The limit `name` with `quota` on `store`, answering by `policy` when the store fails.
+    /// The name is folded ([`fold_name`](crate::fold_name)): every spelling is one limit.
     ///
     /// # Errors
     /// [`RateLimitError::InvalidArgument`] for a name that is not a valid key.
@@ -87,7 +88,7 @@ impl RateLimiter {
         policy: FailurePolicy,
     ) -> Result<Self, RateLimitError> {
         crate::validate_key(name).map_err(|e| RateLimitError::argument("limit", e))?;
-        let name: Arc<str> = name.into();
+        let name: Arc<str> = crate::fold_name(name).into();
         crate::rate_limit::telemetry::register(&name);
         Ok(RateLimiter {
             name,
@@ -458,10 +459,16 @@ pub async fn check_all(parts: &[Part<'_>]) -> Result<Decision, RateLimitError> {
     let answered = first.limiter.store.charge(&charges).await;
     let decision = match answered {
         Ok(verdicts) if verdicts.len() == parts.len() => {
-            for part in parts {
+            let decision = binding(parts, &charges, &verdicts);
+            for (part, verdict) in parts.iter().zip(&verdicts) {
                 part.limiter.note_outage(None);
+                // Its own verdict: one that would admit, where another denied, admitted
+                // nothing; a cost of 0 reads the standing.
+                if part.cost > 0 && (decision.allowed || !verdict.allowed) {
+                    telemetry::counted(&part.limiter.name, Basis::Counted, verdict.allowed);
+                }
             }
-            binding(parts, &charges, &verdicts)
+            return Ok(decision);
         }
         Ok(verdicts) => {
             let error = RateLimitError::unavailable(

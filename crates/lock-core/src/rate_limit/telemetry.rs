@@ -13,7 +13,8 @@ use crate::metric::metric_name;
 use crate::rate_limit::decision::{Basis, Decision};
 
 /// Counter of decisions by `limit` and `outcome`: `allowed`, `denied`, `failed_open`,
-/// `failed_closed` or `disabled`.
+/// `failed_closed` or `disabled`. A limit checked with others counts its own verdict: it
+/// counts nothing when it would admit but another denied, and a cost of 0 counts nothing.
 pub const DECISIONS_TOTAL: &str = metric_name!("rate_limit", "decisions_total");
 
 /// The `outcome` labels of [`DECISIONS_TOTAL`].
@@ -36,7 +37,12 @@ pub(crate) fn register(limit: &Arc<str>) {
 
 /// Counts one decision of `limit`.
 pub(crate) fn decided(limit: &Arc<str>, decision: &Decision) {
-    let outcome = OUTCOMES[match (decision.basis, decision.allowed) {
+    counted(limit, decision.basis, decision.allowed);
+}
+
+/// Counts one decision of `limit` on `basis`.
+pub(crate) fn counted(limit: &Arc<str>, basis: Basis, allowed: bool) {
+    let outcome = OUTCOMES[match (basis, allowed) {
         (Basis::Counted, true) => 0,
         (Basis::Counted, false) => 1,
         (Basis::FailedOpen, _) => 2,

@@ -152,3 +152,40 @@ async fn decisions_are_counted_by_outcome_from_zero() {
     }
     m.assert_counter_total(DECISIONS_TOTAL, 3);
 }
+
+/// Limits checked together count their own verdicts: the one that denied counts `denied`, the
+/// one that would have admitted counts nothing, and a read (cost 0) counts nothing.
+#[tokio::test(flavor = "current_thread")]
+async fn limits_checked_together_count_their_own_verdicts() {
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let store = Arc::new(Flaky::default());
+    let quota = "10/1s".parse().unwrap();
+    let second =
+        RateLimiter::new(store.clone(), "second", quota, FailurePolicy::FailClosed).unwrap();
+    let day = limiter(&store, "day", FailurePolicy::FailClosed);
+    let parts = [
+        Part {
+            limiter: &second,
+            key: "client",
+            cost: 1,
+        },
+        Part {
+            limiter: &day,
+            key: "other-client",
+            cost: 1,
+        },
+    ];
+    assert!(check_all(&parts).await.unwrap().allowed);
+    let _ = metrics.take();
+    // `day` has no permit left; `second` has nine.
+    assert!(!check_all(&parts).await.unwrap().allowed);
+    assert!(second.try_acquire("client", 0).await.unwrap().allowed);
+    let m = metrics.take();
+    assert_eq!(
+        m.counter_at(DECISIONS_TOTAL, "limit=day,outcome=denied"),
+        1,
+        "{m:#?}"
+    );
+    m.assert_counter_total(DECISIONS_TOTAL, 1);
+}
