@@ -316,9 +316,13 @@ fn toml_file(path: &Path) -> Result<Figment, ConfigError> {
 /// The prefix of the Spring variables the lock reads.
 const SPRING_ENV_PREFIX: &str = "SPRING_DATA_REDIS_";
 
-/// Whether the lock reads the variable `name` (its prefix, or Spring's for Redis).
+/// Whether the variable `name` sets a key the lock reads (one of its own, or a Spring key for
+/// Redis); others with its prefixes are warned of as unknown.
 fn is_read(name: &str) -> bool {
-    name.starts_with(ENV_PREFIX) || name.starts_with(SPRING_ENV_PREFIX)
+    KEYS.iter()
+        .chain(SPRING_KEYS)
+        .any(|spec| spec.env_names().iter().any(|n| n == name))
+        || NAMED_KEYS.iter().any(|spec| spec.name_in_env(name).is_some())
 }
 
 /// The sections of `spec`'s table in `figment` whose name a variable spells as it spells
