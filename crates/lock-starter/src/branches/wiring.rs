@@ -25,10 +25,16 @@ pub(crate) enum Store<'a> {
 
 pub(crate) async fn build(settings: &LockSettings, store: Store<'_>) -> MasterLocks {
     let (lock, branches): (Arc<dyn DistributedLock>, Arc<dyn Branches>) = match store {
-        Store::Disabled(detail) => (
-            Arc::new(InMemoryLock::new()),
-            Arc::new(DisabledBranches::new(detail)),
-        ),
+        Store::Disabled(detail) => {
+            tracing::warn!(
+                %detail,
+                "master locks hold a lock of this process only, not across pods, and track no branches"
+            );
+            (
+                Arc::new(InMemoryLock::new()),
+                Arc::new(DisabledBranches::new(detail)),
+            )
+        }
         Store::Custom(lock, branches) => (lock, branches),
         Store::Redis(lock, client) => (lock, Arc::new(RedisBranches::new(client).await)),
         Store::InProcess(lock) => (lock, Arc::new(InMemoryBranches::new())),

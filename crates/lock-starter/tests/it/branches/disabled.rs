@@ -44,3 +44,26 @@ async fn a_disabled_master_says_where_it_was_switched_off() {
     );
     assert!(line.contains("branch=\"search-index\""), "{line}");
 }
+
+/// `enabled = false` takes master locks' exclusion across pods away: one `WARN` at start-up
+/// says so, naming the switch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_master_locks_warn_once_at_start_up() {
+    let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
+    let config = Figment::from(Toml::string("[telco.platform.lock]\nenabled = false\n"));
+    let starter = LockStarter::builder()
+        .figment(config)
+        .build()
+        .with_subscriber(subscriber)
+        .await
+        .unwrap();
+    let _ = starter.master_locks();
+    let text = logs.text();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("master locks hold a lock of this process only"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].contains(" WARN "), "{}", lines[0]);
+    assert!(lines[0].contains("telco.platform.lock.enabled = false"), "{}", lines[0]);
+}
