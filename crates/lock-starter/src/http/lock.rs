@@ -27,7 +27,11 @@ use crate::lock::{AcquireOptions, DistributedLock, DistributedLockExt, LockError
 ///   sent after the release.
 /// - As inside [`with_lock`](DistributedLockExt::with_lock), the handler's task re-enters the
 ///   key through the same lock, and a failed release or a lease that ran out before the handler
-///   finished is logged as a `WARN`; the response is returned either way.
+///   finished is logged as a `WARN`; the response is returned either way. A layer below that
+///   runs the handler on a task of its own, as
+///   [`IdempotencyLayer`](super::IdempotencyLayer) does, takes re-entry away: put that one
+///   above (`.layer(lock).layer(idempotency)`), so that a replay does not wait for the lock
+///   either.
 /// - A key no key may be (empty, longer than 512 bytes, with a control character) answers 400
 ///   [`REQUEST_KEY_INVALID`](super::REQUEST_KEY_INVALID) naming the rule, and the handler does
 ///   not run: the key came from the client.
