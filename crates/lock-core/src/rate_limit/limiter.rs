@@ -278,9 +278,7 @@ impl RateLimiter {
                             self.name.to_string(),
                             "the refill of the local batch this call waited for failed",
                         );
-                        let decision = failed(&[part], &[charge], &error);
-                        telemetry::decided(&self.name, &decision);
-                        return Ok(decision);
+                        return Ok(failed(&[part], &[charge], &error));
                     }
                 }
             }
@@ -321,9 +319,7 @@ impl RateLimiter {
             }
             Err(error @ RateLimitError::Unavailable { .. }) => {
                 refilling.failed = Some(true);
-                let decision = failed(&[part], &[charge], &error);
-                telemetry::decided(&self.name, &decision);
-                decision
+                failed(&[part], &[charge], &error)
             }
             Err(other) => return Err(other),
         };
@@ -448,42 +444,41 @@ pub async fn check_all(parts: &[Part<'_>]) -> Result<Decision, RateLimitError> {
     }
     if first.limiter.store.disabled() {
         let name = Arc::clone(&first.limiter.name);
-        return Ok(Decision::unchecked(
-            true,
-            Basis::Disabled,
-            name,
-            charges[0].quota,
-            first.key,
-        ));
+        let decision =
+            Decision::unchecked(true, Basis::Disabled, name, charges[0].quota, first.key);
+        count(parts, &decision, |_| (Basis::Disabled, true));
+        return Ok(decision);
     }
-    let answered = first.limiter.store.charge(&charges).await;
-    let decision = match answered {
+    match first.limiter.store.charge(&charges).await {
         Ok(verdicts) if verdicts.len() == parts.len() => {
-            let decision = binding(parts, &charges, &verdicts);
-            for (part, verdict) in parts.iter().zip(&verdicts) {
+            for part in parts {
                 part.limiter.note_outage(None);
-                // Its own verdict: one that would admit, where another denied, admitted
-                // nothing; a cost of 0 reads the standing.
-                if part.cost > 0 && (decision.allowed || !verdict.allowed) {
-                    telemetry::counted(&part.limiter.name, Basis::Counted, verdict.allowed);
-                }
             }
-            return Ok(decision);
+            let decision = binding(parts, &charges, &verdicts);
+            count(parts, &decision, |i| (Basis::Counted, verdicts[i].allowed));
+            Ok(decision)
         }
         Ok(verdicts) => {
             let error = RateLimitError::unavailable(
                 first.limiter.name.to_string(),
                 format!("{} verdicts for {} charges", verdicts.len(), parts.len()),
             );
-            failed(parts, &charges, &error)
+            Ok(failed(parts, &charges, &error))
         }
-        Err(error @ RateLimitError::Unavailable { .. }) => failed(parts, &charges, &error),
-        Err(other) => return Err(other),
-    };
-    for part in parts {
-        telemetry::decided(&part.limiter.name, &decision);
+        Err(error @ RateLimitError::Unavailable { .. }) => Ok(failed(parts, &charges, &error)),
+        Err(other) => Err(other),
     }
-    Ok(decision)
+}
+
+/// Counts each part's own verdict, `own(i)` as basis and admission: a limit that would admit
+/// where another denied admitted nothing, and a cost of 0 reads the standing; neither counts.
+fn count(parts: &[Part<'_>], decision: &Decision, own: impl Fn(usize) -> (Basis, bool)) {
+    for (i, part) in parts.iter().enumerate() {
+        let (basis, allowed) = own(i);
+        if part.cost > 0 && (decision.allowed || !allowed) {
+            telemetry::counted(&part.limiter.name, basis, allowed);
+        }
+    }
 }
 
 /// The decision of the binding part.
@@ -522,13 +517,18 @@ fn failed(parts: &[Part<'_>], charges: &[Charge<'_>], error: &RateLimitError) ->
         Basis::FailedClosed
     };
     let first = &parts[0];
-    Decision::unchecked(
+    let decision = Decision::unchecked(
         open,
         basis,
         Arc::clone(&first.limiter.name),
         charges[0].quota,
         first.key,
-    )
+    );
+    count(parts, &decision, |i| match parts[i].limiter.policy {
+        FailurePolicy::FailOpen => (Basis::FailedOpen, true),
+        FailurePolicy::FailClosed => (Basis::FailedClosed, false),
+    });
+    decision
 }
 
 /// The refill of a key in flight: ended when dropped, so that the callers waiting for it wake

@@ -188,4 +188,52 @@ async fn limits_checked_together_count_their_own_verdicts() {
         "{m:#?}"
     );
     m.assert_counter_total(DECISIONS_TOTAL, 1);
+    // The store down: a fail-open limit in a call a fail-closed one denies counts nothing.
+    let open = RateLimiter::new(store.clone(), "open", quota, FailurePolicy::FailOpen).unwrap();
+    store.down.store(true, Ordering::SeqCst);
+    let both = [
+        Part {
+            limiter: &open,
+            key: "client",
+            cost: 1,
+        },
+        Part {
+            limiter: &day,
+            key: "client",
+            cost: 1,
+        },
+    ];
+    assert!(!check_all(&both).await.unwrap().allowed);
+    assert!(open.try_acquire("client", 0).await.unwrap().allowed);
+    assert!(open.try_acquire("client", 1).await.unwrap().allowed);
+    let m = metrics.take();
+    assert_eq!(
+        m.counter_at(DECISIONS_TOTAL, "limit=day,outcome=failed_closed"),
+        1,
+        "{m:#?}"
+    );
+    assert_eq!(
+        m.counter_at(DECISIONS_TOTAL, "limit=open,outcome=failed_open"),
+        1,
+        "{m:#?}"
+    );
+    m.assert_counter_total(DECISIONS_TOTAL, 2);
+}
+
+/// A switched-off store's decisions are counted `disabled`.
+#[tokio::test(flavor = "current_thread")]
+async fn disabled_decisions_are_counted() {
+    let metrics = lock_testkit::metrics::CapturedMetrics::new();
+    let _local = metrics::set_default_local_recorder(metrics.recorder());
+    let store = Arc::new(lock_core::rate_limit::DisabledRateLimits);
+    let quota = "1/1h".parse().unwrap();
+    let off = RateLimiter::new(store, "off", quota, FailurePolicy::FailClosed).unwrap();
+    let _ = metrics.take();
+    assert!(off.try_acquire("client", 1).await.unwrap().allowed);
+    let m = metrics.take();
+    assert_eq!(
+        m.counter_at(DECISIONS_TOTAL, "limit=off,outcome=disabled"),
+        1,
+        "{m:#?}"
+    );
 }
