@@ -345,9 +345,6 @@ impl IdempotencyLayer {
     }
 }
 
-/// Whether `status` asks the client to retry (a 5xx, 408 Request Timeout, 425 Too Early or
-/// 429 Too Many Requests from a rate limit beneath the layer): replaying it would answer every
-/// retry so.
 /// The request's target as the client sent it: below `Router::nest` the request's own URI has
 /// lost the prefix, and two endpoints would share records.
 fn sent_uri(parts: &Parts) -> &Uri {
@@ -357,6 +354,9 @@ fn sent_uri(parts: &Parts) -> &Uri {
         .map_or(&parts.uri, |original| &original.0)
 }
 
+/// Whether `status` asks the client to retry (a 5xx, 408 Request Timeout, 425 Too Early or
+/// 429 Too Many Requests from a rate limit beneath the layer): replaying it would answer every
+/// retry so.
 fn retry_later(status: StatusCode) -> bool {
     status.is_server_error()
         || matches!(

@@ -158,7 +158,8 @@ fn refused_key(key: &str) -> Option<axum::response::Response> {
 
 /// A header's value as a layer's key, one value to one key: UTF-8 text as it is, any other
 /// byte, and `%`, as `%XX`. `HeaderValue::to_str` refuses non-ASCII, and a lossy conversion
-/// would give every undecodable value one key.
+/// would give every undecodable value one key. The layers still answer 400 for a key that is
+/// none (empty, over 512 bytes, with a control character such as a tab).
 ///
 /// # Examples
 ///
