@@ -322,7 +322,9 @@ fn is_read(name: &str) -> bool {
     KEYS.iter()
         .chain(SPRING_KEYS)
         .any(|spec| spec.env_names().iter().any(|n| n == name))
-        || NAMED_KEYS.iter().any(|spec| spec.name_in_env(name).is_some())
+        || NAMED_KEYS
+            .iter()
+            .any(|spec| spec.name_in_env(name).is_some())
 }
 
 /// The sections of `spec`'s table in `figment` whose name a variable spells as it spells

@@ -65,5 +65,9 @@ async fn disabled_master_locks_warn_once_at_start_up() {
         .collect();
     assert_eq!(lines.len(), 1, "{text}");
     assert!(lines[0].contains(" WARN "), "{}", lines[0]);
-    assert!(lines[0].contains("telco.platform.lock.enabled = false"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("telco.platform.lock.enabled = false"),
+        "{}",
+        lines[0]
+    );
 }
