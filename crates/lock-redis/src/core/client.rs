@@ -161,6 +161,15 @@ impl RedisCore {
         let owners = OwnerTokens::new(&settings.instance_id)?;
         let config = &settings.endpoint()?;
         let address = config.address.clone();
+        if address.username().is_some() && !address.has_password() {
+            // The user part is not shown: it may be a password written in the user's place.
+            tracing::warn!(
+                address = %address,
+                "the Redis address has a user but no password, so no AUTH is sent and the \
+                 connection is the default user's; write user:password@ for an ACL user, or \
+                 :password@ for a password alone"
+            );
+        }
         let (client, subscriber) = connection::build_clients(config)?;
         let switches = sentinel_events::SwitchWatch::build(config)?;
         let health = Arc::new(Health::default());
@@ -391,5 +400,35 @@ impl Drop for RedisCore {
         let client = self.client.clone();
         self.runtime
             .spawn(async move { connection::quit(&client).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lock_testkit::RedisServer;
+    use lock_testkit::logs::CapturedLogs;
+    use tracing::instrument::WithSubscriber;
+
+    use super::*;
+
+    /// A user without a password is no AUTH at all: the connection is the default user's, so
+    /// one `WARN` says so, without the user part, which may be a password in the wrong place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_user_without_a_password_is_warned_of() {
+        let redis = RedisServer::start().await.unwrap();
+        let (logs, subscriber) = CapturedLogs::scoped(tracing::Level::INFO);
+        let address = redis.url().replace("redis://", "redis://Xk4PwLeak@");
+        let (_core, answered) = RedisCore::connect(RedisConfig::new(address))
+            .with_subscriber(subscriber)
+            .await
+            .unwrap();
+        assert!(answered);
+        let text = logs.text();
+        assert_eq!(
+            text.matches("has a user but no password").count(),
+            1,
+            "{text}"
+        );
+        assert!(!text.contains("Xk4PwLeak"), "{text}");
     }
 }
