@@ -39,6 +39,14 @@ fn strict(sentinel: &RedisSentinel) -> Setup {
 }
 
 /// A new replica of `sentinel`'s current master, synced.
+/// Waits until `lock`'s client answers: one that was connected to a killed master answers once
+/// the Sentinels have sent it to the new one, which on a loaded machine may come after another
+/// client's grant there.
+async fn answering(lock: &RedisLock) {
+    let answered = eventually(FAILOVER, || async { lock.client().ping().await.is_ok() }).await;
+    assert!(answered, "the client never reconnected to the new master");
+}
+
 async fn new_replica(sentinel: &RedisSentinel) -> RedisServer {
     let fresh = RedisServer::start().await.expect("a new replica starts");
     let port = sentinel.master().port().to_string();
@@ -123,6 +131,7 @@ async fn a_holder_whose_key_was_not_replicated_learns_it_through_lost() {
         taken.fencing_token()
     );
     // The lost holder's release does not touch the new holder's lock.
+    answering(&holder).await;
     assert_eq!(handle.release().await.unwrap(), ReleaseOutcome::NotHeld);
     let stored = value(sentinel.master(), &redis_key).await;
     assert_eq!(owner_of(&stored), Some(taken.owner()), "{stored}");
@@ -362,6 +371,7 @@ async fn with_min_replicas_a_holder_whose_renewals_are_not_replicated_is_told_be
         next.fencing_token()
     );
     ledger.assert_tokens_unique_and_increasing();
+    answering(&a).await;
     assert_eq!(held.release().await.unwrap(), ReleaseOutcome::NotHeld);
     assert_eq!(next.release().await.unwrap(), ReleaseOutcome::Released);
 }
