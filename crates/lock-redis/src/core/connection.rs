@@ -417,9 +417,9 @@ fn invalid_address(config: &Endpoint<'_>, error: &Error) -> LockError {
 /// an acquisition's first attempt fails at once with it, and a command that times out is
 /// reported with it ("connection refused", "WRONGPASS …") rather than as a bare timeout, so
 /// on-call sees the cause. (fred's own state says "connected" for a while after a connection is
-/// lost, until its reconnect delay has passed, so it is not asked.) Every look first takes in
-/// the events fred has sent, so it never lags behind fred: a command made just after a
-/// reconnect is not failed by the error before it.
+/// lost, until its reconnect delay has passed, so it is not asked.) A look that finds the
+/// client down first takes in the events fred has sent, so it never lags behind a reconnect: a
+/// command made just after one is not failed by the error before it.
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     state: std::sync::Mutex<HealthState>,
@@ -665,8 +665,10 @@ impl Health {
 
     /// Whether the connection is up: its set-up was answered, and it has not failed since.
     pub(crate) fn is_connected(&self) -> bool {
-        self.catch_up();
-        self.lock().connected
+        self.lock().connected || {
+            self.catch_up();
+            self.lock().connected
+        }
     }
 
     /// How many connection errors the client has had: unchanged across a span of work when no
@@ -678,7 +680,10 @@ impl Health {
 
     /// The last connection error, if the client has not connected since.
     pub(crate) fn last_error(&self) -> Option<String> {
-        self.catch_up();
+        // Only an error can be stale, so a command's look costs nothing more while connected.
+        if self.lock().last_error.is_some() {
+            self.catch_up();
+        }
         self.lock()
             .last_error
             .as_ref()
@@ -886,15 +891,17 @@ mod tests {
         );
         assert!(health.is_connected());
         assert_eq!(health.last_error(), None);
-        // Redis down: its refusal is heard once fred has tried.
+        // Redis down: the lost connection is heard of once fred has sent it.
+        let errors_before = health.errors();
         redis.kill().await.unwrap();
         let heard = tokio::time::timeout(Duration::from_secs(30), async {
-            while health.last_error().is_none() {
+            while health.errors() == errors_before {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
         .await;
         assert!(heard.is_ok(), "the outage was never heard of");
+        assert!(health.last_error().is_some());
         assert!(!health.is_connected());
         idle.shutdown_background();
     }
