@@ -401,7 +401,7 @@ impl LockStarter {
         };
         let batch = self.settings.rate_limit_batches.get(section).copied();
         // One spelling for every replica, whatever its configuration or code writes.
-        let name = crate::config::fold(section);
+        let name = lock_core::fold_name(section);
         let limiter = self.built.get_or_build(&name, || {
             RateLimiter::new(self.rate_limit_store(), &name, *quota, policy)?
                 .local_batch(batch.unwrap_or(0))
@@ -507,7 +507,7 @@ impl LockStarter {
             }
         }
         // One spelling for every replica, whatever its configuration or code writes.
-        let name = crate::config::fold(name);
+        let name = lock_core::fold_name(name);
         self.built.get_or_build(&name, || {
             let value_type = std::any::type_name::<V>();
             if let Some(first) = self.built.cache_type(&name, value_type) {

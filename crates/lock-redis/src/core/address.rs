@@ -24,8 +24,8 @@ use crate::core::redact::{decoded_name, looks_secret, redact};
 ///
 /// `Display` and `Debug` replace the password (and a `sentinelPassword`) with `***`, and a user
 /// part without a password too (`redis://***@host`: it may be a password written in the user's
-/// place; such a user is sent no `AUTH`, which connecting warns of); [`RedisAddress::expose`] gives the full URL for the Redis client and nothing else
-/// should.
+/// place; such a user is sent no `AUTH`, which connecting warns of); [`RedisAddress::expose`]
+/// gives the full URL for the Redis client and nothing else should.
 ///
 /// # Examples
 ///

@@ -290,7 +290,7 @@ fn named_sections(figment: &Figment, first: &KeySpec) -> Result<Vec<String>, Con
         // Names are compared, and used on Redis, folded: two such sections would be one.
         if let Some(other) = names
             .iter()
-            .find(|other: &&String| super::fold(other) == super::fold(name))
+            .find(|other: &&String| lock_core::fold_name(other) == lock_core::fold_name(name))
         {
             return Err(ConfigError::InvalidValue {
                 key: shown_path,

@@ -41,6 +41,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use figment::Figment;
+use lock_core::fold_name;
 use lock_core::rate_limit::Quota;
 use serde::Deserialize;
 
@@ -245,8 +246,8 @@ pub(crate) fn section_name<'a, V>(sections: &'a BTreeMap<String, V>, name: &'a s
     if sections.contains_key(name) {
         return name;
     }
-    let name_folded = fold(name);
-    let alike = sections.keys().find(|s| fold(s) == name_folded);
+    let name_folded = fold_name(name);
+    let alike = sections.keys().find(|s| fold_name(s) == name_folded);
     alike.map_or(name, String::as_str)
 }
 
@@ -259,19 +260,13 @@ pub(crate) fn near_section<'a, V>(
     if sections.contains_key(section_name(sections, name)) {
         return None;
     }
-    let name = fold(name);
+    let name = fold_name(name);
     sections
         .keys()
-        .map(|s| (strsim::damerau_levenshtein(&fold(s), &name), s))
+        .map(|s| (strsim::damerau_levenshtein(&fold_name(s), &name), s))
         .filter(|(d, _)| *d <= keys::edits_allowed(name.len()))
         .min_by_key(|(d, _)| *d)
         .map(|(_, s)| s.as_str())
-}
-
-/// A section name as an environment variable spells it, compared so: lower case, `-` for `_`;
-/// also the name the starter's rate limits and caches use on Redis.
-pub(crate) fn fold(name: &str) -> String {
-    lock_core::fold_name(name)
 }
 
 impl LockSettings {

@@ -319,12 +319,24 @@ const SPRING_ENV_PREFIX: &str = "SPRING_DATA_REDIS_";
 /// Whether the variable `name` sets a key the lock reads (one of its own, or a Spring key for
 /// Redis); others with its prefixes are warned of as unknown.
 fn is_read(name: &str) -> bool {
-    KEYS.iter()
-        .chain(SPRING_KEYS)
-        .any(|spec| spec.env_names().iter().any(|n| n == name))
-        || NAMED_KEYS
-            .iter()
-            .any(|spec| spec.name_in_env(name).is_some())
+    key_set_by(name).is_some() || named_key_set_by(name).is_some()
+}
+
+/// The key (its own or Spring's) the variable `name` sets, with its form's place in the key's
+/// `env_names`.
+fn key_set_by(name: &str) -> Option<(&'static KeySpec, usize)> {
+    KEYS.iter().chain(SPRING_KEYS).find_map(|spec| {
+        let form = spec.env_names().iter().position(|n| n == name)?;
+        Some((spec, form))
+    })
+}
+
+/// The named key (`rate-limits.<name>.rate`, …) the variable `name` sets: the spec, the
+/// section's name and the form's place.
+fn named_key_set_by(name: &str) -> Option<(&'static KeySpec, (String, usize))> {
+    NAMED_KEYS
+        .iter()
+        .find_map(|spec| Some((spec, spec.name_in_env(name)?)))
 }
 
 /// The sections of `spec`'s table in `figment` whose name a variable spells as it spells
@@ -361,13 +373,7 @@ fn merge_env(
     // in the key's `env_names`.
     let mut by_key: BTreeMap<String, Vec<(usize, &String, &String)>> = BTreeMap::new();
     for (name, value) in vars {
-        let spec = KEYS.iter().chain(SPRING_KEYS).find_map(|spec| {
-            let form = spec.env_names().iter().position(|n| n == name)?;
-            Some((spec, form))
-        });
-        let named = NAMED_KEYS
-            .iter()
-            .find_map(|spec| Some((spec, spec.name_in_env(name)?)));
+        let (spec, named) = (key_set_by(name), named_key_set_by(name));
         if let Some((spec, form)) = spec {
             by_key
                 .entry(spec.name.to_owned())

@@ -172,6 +172,7 @@ fn refused_key(key: &str) -> Option<axum::response::Response> {
 /// assert_eq!(header_key(&HeaderValue::from_static("caf%E9")), "caf%25E9");
 /// ```
 pub fn header_key(value: &axum::http::HeaderValue) -> String {
+    use std::fmt::Write;
     let mut key = String::with_capacity(value.len());
     for chunk in value.as_bytes().utf8_chunks() {
         for c in chunk.valid().chars() {
@@ -181,7 +182,7 @@ pub fn header_key(value: &axum::http::HeaderValue) -> String {
             }
         }
         for byte in chunk.invalid() {
-            key.push_str(&format!("%{byte:02X}"));
+            let _ = write!(key, "%{byte:02X}");
         }
     }
     key
